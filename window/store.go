@@ -1,0 +1,400 @@
+package window
+
+import (
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"math"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Options configure a Store.
+type Options struct {
+	// Capacity is the most keys the store tracks at once; at least 1. Memory
+	// for all of them is reserved by New.
+	Capacity int
+	// Limits holds one Limit per rule, indexed by rule number; 1 to MaxRules.
+	Limits []Limit
+	// Shards is the number of independently locked shards, a power of two;
+	// 0 chooses one from Capacity.
+	Shards int
+}
+
+// Store holds sliding-window counters for the rules of one domain. It is
+// safe for concurrent use. The zero value is not usable; call New.
+//
+// When the store is full a new key takes the slot of one that holds no
+// information (both periods over, no mitigation) or, failing that, of the
+// least busy of a sample of keys, but only if that key's estimate is under
+// half its limit. Keys near or over their limit, and mitigated keys, are
+// never evicted: evicting them would hand an abusive client a fresh budget.
+// When no slot can be freed the new key is counted in its rule's shared
+// overflow counter until room frees up, so a flood of new keys is limited as
+// one client instead of pushing out the clients it competes with.
+type Store struct {
+	seed     maphash.Seed
+	params   []params
+	shards   []shard
+	shift    uint // 64 − log2(len(shards)): shard = hash >> shift
+	capacity int
+	overflow []overflow
+
+	expiredEvictions atomic.Uint64
+	pressureEvicts   atomic.Uint64
+	overflowed       atomic.Uint64
+}
+
+type overflow struct {
+	mu  sync.Mutex
+	ent entry
+}
+
+// shard is one independently locked Robin Hood table.
+type shard struct {
+	mu    sync.Mutex
+	slots []entry
+	live  int // occupied slots
+	limit int // most occupied slots allowed
+	hand  int // where the next sweep or eviction sample starts
+	_     [64]byte
+}
+
+// loadNum/loadDen is the largest fraction of a shard's slots ever occupied.
+const loadNum, loadDen = 4, 5
+
+// sampleSize is how many occupied slots an eviction looks at.
+const sampleSize = 16
+
+// evictBelow is the pressure (estimate ÷ limit) under which a live key may be
+// evicted for a new one.
+const evictBelow = 0.5
+
+// New returns a Store for opts, with all its memory reserved.
+func New(opts Options) (*Store, error) {
+	var errs []error
+	if opts.Capacity < 1 {
+		errs = append(errs, fmt.Errorf("window: capacity must be at least 1, got %d", opts.Capacity))
+	}
+	if n := len(opts.Limits); n < 1 || n > MaxRules {
+		errs = append(errs, fmt.Errorf("window: need 1 to %d limits, got %d", MaxRules, n))
+	}
+	for i, l := range opts.Limits {
+		if err := l.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("window: limits[%d]: %w", i, err))
+		}
+	}
+	if opts.Shards < 0 || opts.Shards&(opts.Shards-1) != 0 {
+		errs = append(errs, fmt.Errorf("window: shards must be a power of two, got %d", opts.Shards))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	n := opts.Shards
+	if n == 0 {
+		// About 4096 keys a shard, at most 1024 shards: enough locks that two
+		// cores rarely meet, few enough that small domains stay small.
+		n = 1 << min(bits.Len(uint(opts.Capacity-1)>>12), 10)
+	}
+	n = min(n, 1<<(bits.Len(uint(opts.Capacity))-1)) // every shard holds a key
+	s := &Store{
+		seed:     maphash.MakeSeed(),
+		params:   make([]params, len(opts.Limits)),
+		shards:   make([]shard, n),
+		shift:    uint(64 - bits.TrailingZeros(uint(n))), // 64 with one shard: x>>64 == 0
+		capacity: opts.Capacity,
+		overflow: make([]overflow, len(opts.Limits)),
+	}
+	for i, l := range opts.Limits {
+		s.params[i] = newParams(l)
+	}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.limit = opts.Capacity / n
+		if i < opts.Capacity%n {
+			sh.limit++
+		}
+		sh.slots = make([]entry, sh.limit*loadDen/loadNum+1)
+	}
+	return s, nil
+}
+
+// A Key identifies one client under one rule of a Store. Make it with
+// Store.Key or Store.KeyString; the zero Key is not valid.
+type Key struct{ fp uint64 }
+
+// Rule returns the rule number the key was made for.
+func (k Key) Rule() int { return int(k.fp >> 56) }
+
+// Key returns the key of client b under rule, a number below len(Limits).
+// It does not retain b. It panics if rule is out of range, which is a
+// programming error, not an input error.
+func (s *Store) Key(rule int, b []byte) Key {
+	return s.makeKey(rule, maphash.Bytes(s.seed, b))
+}
+
+// KeyString is Key for a string.
+func (s *Store) KeyString(rule int, str string) Key {
+	return s.makeKey(rule, maphash.String(s.seed, str))
+}
+
+func (s *Store) makeKey(rule int, h uint64) Key {
+	_ = s.params[rule] // bounds check: rule must be one of the store's
+	// Mix the rule in so that one client's keys under several rules land in
+	// different shards and slots.
+	h ^= uint64(rule) * 0x9e3779b97f4a7c15
+	h ^= h >> 32
+	h *= 0xd6e8feb86659fd93
+	h ^= h >> 32
+	fp := uint64(rule)<<56 | h&(1<<56-1)
+	if fp&(1<<56-1) == 0 {
+		fp |= 1 // keep fp ≠ 0: zero marks an empty slot
+	}
+	return Key{fp: fp}
+}
+
+func (s *Store) shard(fp uint64) *shard {
+	// Bits 0–23 of fp choose the shard (with at most 1024 shards only the
+	// low 10 are used), bits 24–55 the slot.
+	return &s.shards[(fp<<40)>>s.shift]
+}
+
+// Allow counts one request of k at now and reports whether it is within
+// its rule's limit. A blocked request changes nothing unless the rule counts
+// blocked requests or starts a mitigation.
+func (s *Store) Allow(k Key, now time.Time) Decision {
+	p := &s.params[k.fp>>56]
+	t := now.UnixNano()
+	w, e := p.position(t)
+	if d, ok := s.shard(k.fp).allow(s, k.fp, p, w, e, t); ok {
+		return d
+	}
+	s.overflowed.Add(1)
+	o := &s.overflow[k.fp>>56]
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	d := p.decide(&o.ent, w, e)
+	d.Overflow = true
+	return d
+}
+
+func (sh *shard) allow(s *Store, fp uint64, p *params, w, e, now int64) (Decision, bool) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i := sh.find(fp)
+	if i < 0 {
+		sh.sweep(s, now)
+		if sh.live >= sh.limit && !sh.makeRoom(s, now) {
+			return Decision{}, false
+		}
+		i = sh.insert(entry{fp: fp, win: uint32(w)})
+	}
+	return p.decide(&sh.slots[i], w, e), true
+}
+
+// Refund takes back a request that d counted for k, for a request finally
+// blocked by another rule: a blocked request must not use up quota. It does
+// nothing if d counted nothing, or if k's period has moved on since.
+func (s *Store) Refund(k Key, d Decision) {
+	if !d.counted {
+		return
+	}
+	if d.Overflow {
+		o := &s.overflow[k.fp>>56]
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		refund(&o.ent, d.win)
+		return
+	}
+	sh := s.shard(k.fp)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if i := sh.find(k.fp); i >= 0 {
+		refund(&sh.slots[i], d.win)
+	}
+}
+
+func refund(ent *entry, win uint32) {
+	if ent.win == win && ent.curr > 0 && ent.curr < math.MaxUint32 {
+		ent.curr--
+	}
+}
+
+// Len returns the number of keys tracked now, including keys whose
+// information has expired but whose slots have not been reused yet.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += sh.live
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Capacity returns the most keys the store tracks at once.
+func (s *Store) Capacity() int { return s.capacity }
+
+// Stats counts what the store did to stay within its capacity.
+type Stats struct {
+	// ExpiredReclaimed counts slots reused because their key held no
+	// information any more.
+	ExpiredReclaimed uint64
+	// Evicted counts live keys, all under half their limit, removed to make
+	// room for a new key.
+	Evicted uint64
+	// Overflowed counts requests counted in a rule's shared overflow counter
+	// because no slot could be freed.
+	Overflowed uint64
+}
+
+// Stats returns the store's counters since New.
+func (s *Store) Stats() Stats {
+	return Stats{
+		ExpiredReclaimed: s.expiredEvictions.Load(),
+		Evicted:          s.pressureEvicts.Load(),
+		Overflowed:       s.overflowed.Load(),
+	}
+}
+
+// home is the slot fp would occupy in an empty table.
+func (sh *shard) home(fp uint64) int {
+	return int((uint64(uint32(fp>>24)) * uint64(len(sh.slots))) >> 32)
+}
+
+// dist is how far slot i is from fp's home, wrapping around.
+func (sh *shard) dist(fp uint64, i int) int {
+	d := i - sh.home(fp)
+	if d < 0 {
+		d += len(sh.slots)
+	}
+	return d
+}
+
+// find returns the slot holding fp, or -1. Robin Hood order lets it stop at
+// the first slot whose occupant is closer to home than fp would be.
+func (sh *shard) find(fp uint64) int {
+	n := len(sh.slots)
+	i := sh.home(fp)
+	for d := 0; ; d++ {
+		got := sh.slots[i].fp
+		if got == fp {
+			return i
+		}
+		if got == 0 || sh.dist(got, i) < d {
+			return -1
+		}
+		if i++; i == n {
+			i = 0
+		}
+	}
+}
+
+// insert places x, which must not be present, and returns its slot. The
+// caller ensures there is room.
+func (sh *shard) insert(x entry) int {
+	n := len(sh.slots)
+	i, d, at := sh.home(x.fp), 0, -1
+	for {
+		cur := &sh.slots[i]
+		if cur.fp == 0 {
+			*cur = x
+			sh.live++
+			if at < 0 {
+				at = i
+			}
+			return at
+		}
+		if cd := sh.dist(cur.fp, i); cd < d {
+			*cur, x = x, *cur // take from the rich: the displaced entry moves on
+			if at < 0 {
+				at = i
+			}
+			d = cd
+		}
+		if i++; i == n {
+			i = 0
+		}
+		d++
+	}
+}
+
+// remove empties slot i and shifts the following run back one place, so no
+// tombstones are needed.
+func (sh *shard) remove(i int) {
+	n := len(sh.slots)
+	for {
+		j := i + 1
+		if j == n {
+			j = 0
+		}
+		next := sh.slots[j]
+		if next.fp == 0 || sh.dist(next.fp, j) == 0 {
+			break
+		}
+		sh.slots[i] = next
+		i = j
+	}
+	sh.slots[i] = entry{}
+	sh.live--
+}
+
+// sweep reclaims expired entries among the next two slots at the hand, so
+// that tracked keys track live clients without a goroutine scanning the table.
+func (sh *shard) sweep(s *Store, now int64) {
+	for range 2 {
+		i := sh.hand
+		if sh.hand++; sh.hand == len(sh.slots) {
+			sh.hand = 0
+		}
+		if ent := sh.slots[i]; ent.fp != 0 && s.params[ent.fp>>56].expired(ent, now) {
+			sh.remove(i)
+			s.expiredEvictions.Add(1)
+		}
+	}
+}
+
+// makeRoom frees one slot of a full shard: the first expired entry in a
+// sample from the hand, else the least pressed sampled entry if it is under
+// evictBelow. It reports whether a slot was freed.
+func (sh *shard) makeRoom(s *Store, now int64) bool {
+	best, bestPressure := -1, math.Inf(1)
+	for seen, i := 0, sh.hand; seen < min(sampleSize, sh.live); {
+		ent := sh.slots[i]
+		if i++; i == len(sh.slots) {
+			i = 0
+		}
+		if ent.fp == 0 {
+			continue
+		}
+		seen++
+		p := &s.params[ent.fp>>56]
+		if p.expired(ent, now) {
+			sh.hand = i
+			sh.remove(idx(i-1, len(sh.slots)))
+			s.expiredEvictions.Add(1)
+			return true
+		}
+		if pr := p.pressure(ent, now); pr < bestPressure {
+			best, bestPressure = idx(i-1, len(sh.slots)), pr
+		}
+	}
+	// Move the hand on so that the next sample looks at other keys.
+	sh.hand = (sh.hand + sampleSize) % len(sh.slots)
+	if best < 0 || bestPressure >= evictBelow {
+		return false
+	}
+	sh.remove(best)
+	s.pressureEvicts.Add(1)
+	return true
+}
+
+func idx(i, n int) int {
+	if i < 0 {
+		return i + n
+	}
+	return i
+}

@@ -1,0 +1,300 @@
+// Package window counts requests per key in Cloudflare's two-counter sliding
+// window and keeps the counters of many keys in a bounded, sharded table.
+//
+// # The estimate
+//
+// Time is cut into periods aligned to the Unix epoch: period w covers
+// [w·P, (w+1)·P). For each key the store keeps the number of requests counted
+// in the current period (curr) and in the one before it (prev). At elapsed time
+// e into the current period the rate over the last P is estimated as
+//
+//	estimate = prev × (P − e)/P + curr
+//
+// which assumes the previous period's requests were spread evenly over it
+// (Cloudflare, "How we built rate limiting capable of scaling to millions of
+// domains", 2017; HAProxy's freq_ctr uses the same estimator). A request is
+// allowed iff estimate < limit, so with an empty history exactly limit
+// requests pass. The comparison is done exactly, in integer nanoseconds with
+// 128-bit intermediate products: prev × (P − e) < (limit − curr) × P.
+//
+// # Memory
+//
+// An entry is 24 bytes with no pointers, so the garbage collector never scans
+// the table. Keys are not stored: an entry holds a 56-bit seeded hash of the
+// key (the other 8 bits name the rule). Two distinct keys of one rule share a
+// counter only if their hashes collide; with a per-process random seed the
+// chance that any two of n keys collide is about n²/2⁵⁷ (under 1 in 1000 at 10
+// million keys) and cannot be steered by clients.
+//
+// Each shard is an open-addressing Robin Hood table sized for its share of
+// the capacity at a load factor of at most 0.8, allocated once: a Store's
+// memory is fixed when it is made, about 30 bytes per key of capacity.
+package window
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+	"time"
+)
+
+// MaxRules is the number of distinct rules one Store can count for.
+const MaxRules = 256
+
+// maxWindowMillis bounds Period+Mitigation so that a mitigation end, kept as
+// milliseconds after the start of an entry's period, fits in 32 bits.
+const maxWindowMillis = math.MaxUint32
+
+// A Limit says how one rule counts. The zero Limit is invalid.
+type Limit struct {
+	// Limit is the number of requests allowed per Period; at least 1.
+	Limit int64
+	// Period is the window length: at least 1ms, a whole number of
+	// milliseconds.
+	Period time.Duration
+	// Mitigation, when positive, blocks a key for this long once it goes over
+	// the limit, whatever its estimate does meanwhile.
+	Mitigation time.Duration
+	// CountBlocked makes blocked requests count too, so that a client that
+	// keeps sending while blocked stays blocked. When false a blocked request
+	// does not change the key's counters.
+	CountBlocked bool
+}
+
+func (l Limit) validate() error {
+	var errs []error
+	if l.Limit < 1 || l.Limit > math.MaxUint32 {
+		errs = append(errs, fmt.Errorf("limit: must be between 1 and %d, got %d", uint32(math.MaxUint32), l.Limit))
+	}
+	if l.Period < time.Millisecond || l.Period%time.Millisecond != 0 {
+		errs = append(errs, fmt.Errorf("period: must be a whole number of milliseconds, at least 1ms, got %v", l.Period))
+	}
+	if l.Mitigation < 0 {
+		errs = append(errs, fmt.Errorf("mitigation: must not be negative, got %v", l.Mitigation))
+	}
+	if l.Period > 0 && l.Mitigation >= 0 && (l.Period+l.Mitigation)/time.Millisecond > maxWindowMillis {
+		errs = append(errs, fmt.Errorf("period+mitigation: must be under %v, got %v", time.Duration(maxWindowMillis)*time.Millisecond, l.Period+l.Mitigation))
+	}
+	return errors.Join(errs...)
+}
+
+// A Decision is the outcome of one Allow call.
+type Decision struct {
+	// Allowed reports whether the request is within the limit.
+	Allowed bool
+	// Remaining is how many more requests the key may send right now, after
+	// this one; 0 when blocked.
+	Remaining int64
+	// RetryAfter is, when blocked, the shortest wait after which the same
+	// request, with no other traffic from the key, would be allowed (exact to
+	// the nanosecond, before any rounding to seconds). Zero when allowed.
+	RetryAfter time.Duration
+	// Reset is how long until the key's full limit is available again if it
+	// sends nothing more. When blocked it equals RetryAfter.
+	Reset time.Duration
+	// Mitigated reports that the key is blocked by a mitigation timeout
+	// (started by this request or earlier).
+	Mitigated bool
+	// Overflow reports that the store was full of keys too busy to evict, so
+	// the request was counted in the rule's shared overflow counter instead
+	// of its own.
+	Overflow bool
+
+	counted bool   // the request was added to curr (what Refund undoes)
+	win     uint32 // the period it was added to
+}
+
+// entry is one key's state: 24 bytes, no pointers.
+type entry struct {
+	fp    uint64 // rule<<56 | 56-bit key hash; 0 marks an empty slot
+	win   uint32 // index of the current period, modulo 2³²
+	until uint32 // mitigation end in ms after the start of period win; 0 = none
+	prev  uint32 // requests counted in period win−1
+	curr  uint32 // requests counted in period win
+}
+
+// params is a Limit prepared for the hot path.
+type params struct {
+	limit        uint64
+	period       int64 // ns
+	periodMillis int64
+	mitigation   int64 // ns
+	countBlocked bool
+}
+
+func newParams(l Limit) params {
+	return params{
+		limit:        uint64(l.Limit),
+		period:       int64(l.Period),
+		periodMillis: int64(l.Period / time.Millisecond),
+		mitigation:   int64(l.Mitigation),
+		countBlocked: l.CountBlocked,
+	}
+}
+
+// position returns the index of the period holding t (ns since the epoch)
+// and the time elapsed in it. Floor division keeps e in [0, period) for
+// clocks before 1970 too.
+func (p *params) position(t int64) (w, e int64) {
+	w, e = t/p.period, t%p.period
+	if e < 0 {
+		w, e = w-1, e+p.period
+	}
+	return w, e
+}
+
+// advance moves ent to period w and returns the elapsed time to judge it at.
+// A clock that went back to an earlier period leaves the entry where it is and
+// judges it at the start of its own period, where its estimate is highest:
+// going back in time never opens a gap in the limit.
+func (p *params) advance(ent *entry, w, e int64) int64 {
+	d := int64(int32(uint32(w) - ent.win))
+	switch {
+	case d < 0:
+		return 0
+	case d == 0:
+		return e
+	case d == 1:
+		ent.prev, ent.curr = ent.curr, 0
+	default:
+		ent.prev, ent.curr = 0, 0
+	}
+	ent.win = uint32(w)
+	if shift := d * p.periodMillis; int64(ent.until) > shift {
+		ent.until -= uint32(shift)
+	} else {
+		ent.until = 0
+	}
+	return e
+}
+
+// decide judges one request against ent at period w, elapsed e, counting it
+// as the rules say. ent may be modified.
+func (p *params) decide(ent *entry, w, e int64) Decision {
+	e = p.advance(ent, w, e)
+	var mitigation int64 // remaining mitigation, ns
+	if ent.until != 0 {
+		mitigation = max(int64(ent.until)*int64(time.Millisecond)-e, 0)
+	}
+	if mitigation == 0 && below(ent.prev, ent.curr, p.limit, p.period, e) {
+		ent.curr = satInc(ent.curr)
+		return Decision{
+			Allowed:   true,
+			Remaining: p.remaining(ent.prev, ent.curr, e),
+			Reset:     p.reset(ent.prev, ent.curr, e),
+			counted:   true,
+			win:       ent.win,
+		}
+	}
+	d := Decision{win: ent.win}
+	if p.countBlocked {
+		ent.curr = satInc(ent.curr)
+		d.counted = true
+	}
+	if mitigation == 0 && p.mitigation > 0 {
+		// Over the limit for the first time since any earlier mitigation
+		// ended: start one.
+		mitigation = p.mitigation
+		ent.until = uint32((e + p.mitigation + int64(time.Millisecond) - 1) / int64(time.Millisecond))
+	}
+	d.Mitigated = mitigation > 0
+	d.RetryAfter = max(p.retry(ent.prev, ent.curr, e), time.Duration(mitigation), 1)
+	d.Reset = d.RetryAfter
+	return d
+}
+
+// below reports whether prev×(P−e)/P + curr < limit, exactly.
+func below(prev, curr uint32, limit uint64, period, e int64) bool {
+	if uint64(curr) >= limit {
+		return false
+	}
+	if prev == 0 {
+		return true
+	}
+	h1, l1 := bits.Mul64(uint64(prev), uint64(period-e))
+	h2, l2 := bits.Mul64(limit-uint64(curr), uint64(period))
+	return h1 < h2 || (h1 == h2 && l1 < l2)
+}
+
+// weighted returns ⌊prev×(P−e)/P⌋, the previous period's share of the
+// estimate. The quotient is at most prev, so Div64 cannot overflow.
+func weighted(prev uint32, period, e int64) uint64 {
+	hi, lo := bits.Mul64(uint64(prev), uint64(period-e))
+	q, _ := bits.Div64(hi, lo, uint64(period))
+	return q
+}
+
+// remaining is how many more requests are allowed at e: the largest r with
+// estimate + r − 1 < limit, i.e. limit − curr − ⌊prev×(P−e)/P⌋.
+func (p *params) remaining(prev, curr uint32, e int64) int64 {
+	used := uint64(curr) + weighted(prev, p.period, e)
+	if used >= p.limit {
+		return 0
+	}
+	return int64(p.limit - used)
+}
+
+// reset is how long until the estimate falls back to zero: the end of the
+// next period if the current one holds requests, else the end of this one.
+func (p *params) reset(prev, curr uint32, e int64) time.Duration {
+	switch {
+	case curr > 0:
+		return time.Duration(2*p.period - e)
+	case prev > 0:
+		return time.Duration(p.period - e)
+	}
+	return 0
+}
+
+// retry returns the shortest wait after which one more request is allowed,
+// with no other traffic: 0 if it is allowed now. The result is at most 1ns
+// longer than the exact real-valued answer.
+func (p *params) retry(prev, curr uint32, e int64) time.Duration {
+	if below(prev, curr, p.limit, p.period, e) {
+		return 0
+	}
+	toEnd := p.period - e
+	if uint64(curr) < p.limit {
+		// Allowed within this period once prev×(P−e−Δ) < (limit−curr)×P,
+		// i.e. Δ > P − e − (limit−curr)×P/prev. Being blocked now means that
+		// quotient is at most P − e, so Div64 cannot overflow. Failing that,
+		// at the next period start, where the estimate is curr < limit.
+		hi, lo := bits.Mul64(p.limit-uint64(curr), uint64(p.period))
+		q, _ := bits.Div64(hi, lo, uint64(prev))
+		return time.Duration(min(toEnd-int64(q)+1, toEnd))
+	}
+	// curr ≥ limit: in the next period prev' = curr and the estimate
+	// curr×(P−e')/P falls below the limit once e' > P − limit×P/curr
+	// (quotient ≤ P since curr ≥ limit); two periods on, nothing is left.
+	hi, lo := bits.Mul64(p.limit, uint64(p.period))
+	q, _ := bits.Div64(hi, lo, uint64(curr))
+	return time.Duration(min(toEnd+p.period-int64(q)+1, toEnd+p.period))
+}
+
+// pressure is the key's estimate as a fraction of its limit (+Inf while
+// mitigated), read without changing ent. Eviction prefers low pressure.
+func (p *params) pressure(ent entry, now int64) float64 {
+	w, e := p.position(now)
+	e = p.advance(&ent, w, e)
+	if ent.until != 0 && int64(ent.until)*int64(time.Millisecond) > e {
+		return math.Inf(1)
+	}
+	est := float64(ent.prev)*float64(p.period-e)/float64(p.period) + float64(ent.curr)
+	return est / float64(p.limit)
+}
+
+// expired reports whether ent holds no information at now: both of its
+// periods are over and no mitigation is in force.
+func (p *params) expired(ent entry, now int64) bool {
+	w, e := p.position(now)
+	e = p.advance(&ent, w, e)
+	return ent.prev == 0 && ent.curr == 0 && int64(ent.until)*int64(time.Millisecond) <= e
+}
+
+func satInc(n uint32) uint32 {
+	if n == math.MaxUint32 {
+		return n
+	}
+	return n + 1
+}

@@ -1,0 +1,364 @@
+package window
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+)
+
+// t0 is a period boundary for every period used here (a multiple of 1h).
+var t0 = time.Unix(1_700_000_000/3600*3600, 0)
+
+func newStore(t testing.TB, capacity int, limits ...Limit) *Store {
+	t.Helper()
+	s, err := New(Options{Capacity: capacity, Limits: limits})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return s
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	ok := Limit{Limit: 10, Period: time.Minute}
+	tests := []struct {
+		name string
+		opts Options
+		want string
+	}{
+		{"zero capacity", Options{Capacity: 0, Limits: []Limit{ok}}, "capacity must be at least 1, got 0"},
+		{"no limits", Options{Capacity: 10}, "need 1 to 256 limits, got 0"},
+		{"too many limits", Options{Capacity: 10, Limits: make([]Limit, 257)}, "got 257"},
+		{"zero limit", Options{Capacity: 10, Limits: []Limit{{Limit: 0, Period: time.Second}}}, "limits[0]: limit: must be between 1"},
+		{"huge limit", Options{Capacity: 10, Limits: []Limit{{Limit: math.MaxInt64, Period: time.Second}}}, "limit: must be between 1"},
+		{"sub-millisecond period", Options{Capacity: 10, Limits: []Limit{{Limit: 1, Period: 1500 * time.Microsecond}}}, "period: must be a whole number of milliseconds"},
+		{"negative mitigation", Options{Capacity: 10, Limits: []Limit{{Limit: 1, Period: time.Second, Mitigation: -1}}}, "mitigation: must not be negative"},
+		{"period+mitigation overflow", Options{Capacity: 10, Limits: []Limit{{Limit: 1, Period: 40 * 24 * time.Hour, Mitigation: 20 * 24 * time.Hour}}}, "period+mitigation: must be under"},
+		{"shards not a power of two", Options{Capacity: 10, Limits: []Limit{ok}, Shards: 3}, "shards must be a power of two, got 3"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := New(tt.opts)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("New() error = %v, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestCloudflareExample replays the worked example of Cloudflare's 2017 post:
+// limit 50/min, 42 requests in the previous minute, 18 in the current one,
+// 15s in: estimate 42×0.75+18 = 49.5 < 50, so one more passes and the next is
+// blocked.
+func TestCloudflareExample(t *testing.T) {
+	s := newStore(t, 10, Limit{Limit: 50, Period: time.Minute})
+	k := s.KeyString(0, "198.51.100.7")
+	for i := range 42 {
+		if d := s.Allow(k, t0.Add(time.Duration(i)*time.Second)); !d.Allowed {
+			t.Fatalf("previous minute request %d blocked", i)
+		}
+	}
+	at := t0.Add(time.Minute + 15*time.Second)
+	for i := range 18 {
+		if d := s.Allow(k, at); !d.Allowed {
+			t.Fatalf("current minute request %d blocked", i)
+		}
+	}
+	d := s.Allow(k, at)
+	if !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("at 49.5: got %+v, want allowed with 0 remaining", d)
+	}
+	d = s.Allow(k, at)
+	if d.Allowed {
+		t.Fatalf("at 50.5: got allowed, want blocked")
+	}
+	// 42×(45−Δ)/60 + 19 < 50 ⇔ Δ > 45 − 31×60/42 = 0.714…s
+	want := 45*time.Second - 31*time.Minute/42
+	if d.RetryAfter < want || d.RetryAfter > want+2 {
+		t.Fatalf("RetryAfter = %v, want %v (+≤2ns)", d.RetryAfter, want)
+	}
+}
+
+func TestEmptyHistoryAllowsExactlyLimit(t *testing.T) {
+	for _, limit := range []int64{1, 2, 7, 100} {
+		s := newStore(t, 10, Limit{Limit: limit, Period: 10 * time.Second})
+		k := s.KeyString(0, "a")
+		now := t0.Add(3 * time.Second)
+		for i := range limit {
+			d := s.Allow(k, now)
+			if !d.Allowed {
+				t.Fatalf("limit %d: request %d blocked", limit, i)
+			}
+			if want := limit - i - 1; d.Remaining != want {
+				t.Fatalf("limit %d: request %d: Remaining = %d, want %d", limit, i, d.Remaining, want)
+			}
+		}
+		d := s.Allow(k, now)
+		if d.Allowed {
+			t.Fatalf("limit %d: request %d allowed, want blocked", limit, limit+1)
+		}
+		// Blocked in the first period: allowed again at the next period start
+		// when prev = limit... no: prev = limit gives estimate = limit at
+		// e = 0, so the wait runs into the next period.
+		if d.RetryAfter <= 7*time.Second || d.RetryAfter > 17*time.Second {
+			t.Fatalf("limit %d: RetryAfter = %v, want in (7s, 17s]", limit, d.RetryAfter)
+		}
+	}
+}
+
+// TestRetryAfterIsExact checks, over random histories, that the request is
+// blocked just before now+RetryAfter and allowed at it.
+func TestRetryAfterIsExact(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for iter := range 2000 {
+		limit := int64(1 + rng.IntN(50))
+		period := time.Duration(1+rng.IntN(120)) * time.Second
+		countBlocked := rng.IntN(2) == 0
+		s := newStore(t, 4, Limit{Limit: limit, Period: period, CountBlocked: countBlocked})
+		k := s.KeyString(0, "k")
+		now := t0
+		var last Decision
+		for n := rng.IntN(int(3 * limit)); n >= 0; n-- {
+			now = now.Add(time.Duration(rng.Int64N(int64(period) / max(limit/2, 1))))
+			last = s.Allow(k, now)
+		}
+		if last.Allowed {
+			continue
+		}
+		r := last.RetryAfter
+		if r <= 0 || r > 2*period {
+			t.Fatalf("iter %d: RetryAfter = %v outside (0, 2×%v]", iter, r, period)
+		}
+		if !countBlocked && r > 2 {
+			if d := s.Allow(k, now.Add(r-2)); d.Allowed {
+				t.Fatalf("iter %d: allowed at RetryAfter−2ns (%v)", iter, r)
+			}
+		}
+		if d := s.Allow(k, now.Add(r)); !d.Allowed {
+			t.Fatalf("iter %d: blocked at RetryAfter (%v): %+v", iter, r, d)
+		}
+	}
+}
+
+func TestBlockedRequestChangesNothing(t *testing.T) {
+	s := newStore(t, 10, Limit{Limit: 3, Period: time.Minute})
+	k := s.KeyString(0, "a")
+	for range 3 {
+		s.Allow(k, t0)
+	}
+	first := s.Allow(k, t0.Add(time.Second))
+	for range 1000 {
+		s.Allow(k, t0.Add(time.Second))
+	}
+	again := s.Allow(k, t0.Add(time.Second))
+	if first != again {
+		t.Fatalf("after 1000 blocked requests: got %+v, want %+v", again, first)
+	}
+	// With no counting of blocked requests the key gets exactly limit per
+	// sliding period: it is allowed again once the first period's 3 weigh
+	// less than 1 (at 40s into the next minute, when 3×20/60 = 1 is not < 1,
+	// so just after).
+	if d := s.Allow(k, t0.Add(time.Minute+40*time.Second+time.Nanosecond)); !d.Allowed {
+		t.Fatalf("after the window slid: got %+v, want allowed", d)
+	}
+}
+
+func TestCountBlockedKeepsBlocking(t *testing.T) {
+	s := newStore(t, 10, Limit{Limit: 10, Period: time.Minute, CountBlocked: true})
+	k := s.KeyString(0, "a")
+	for range 100 {
+		s.Allow(k, t0)
+	}
+	// prev = 100: the estimate stays ≥ 10 until 100×(60−e)/60 < 10, e > 54s.
+	if d := s.Allow(k, t0.Add(time.Minute+50*time.Second)); d.Allowed {
+		t.Fatalf("got allowed 50s into the next period, want blocked")
+	}
+	if d := s.Allow(k, t0.Add(2*time.Minute+time.Second)); !d.Allowed {
+		t.Fatalf("got blocked two periods later, want allowed: %+v", d)
+	}
+}
+
+func TestMitigation(t *testing.T) {
+	s := newStore(t, 10, Limit{Limit: 2, Period: 10 * time.Second, Mitigation: 5 * time.Minute})
+	k := s.KeyString(0, "a")
+	s.Allow(k, t0)
+	s.Allow(k, t0)
+	d := s.Allow(k, t0.Add(time.Second))
+	if d.Allowed || !d.Mitigated || d.RetryAfter != 5*time.Minute {
+		t.Fatalf("first over-limit request: got %+v, want blocked, mitigated for 5m", d)
+	}
+	// Long after the window slid, the mitigation still holds, counting down.
+	d = s.Allow(k, t0.Add(time.Minute+time.Second))
+	if d.Allowed || !d.Mitigated || d.RetryAfter != 4*time.Minute {
+		t.Fatalf("1m later: got %+v, want blocked for 4m more", d)
+	}
+	if d := s.Allow(k, t0.Add(5*time.Minute+time.Second)); !d.Allowed {
+		t.Fatalf("after the mitigation: got %+v, want allowed", d)
+	}
+}
+
+func TestTimeGoingBackwards(t *testing.T) {
+	s := newStore(t, 10, Limit{Limit: 5, Period: time.Second})
+	k := s.KeyString(0, "a")
+	now := t0.Add(time.Hour)
+	allowed := 0
+	for i := range 100 {
+		// Alternate an hour back and forth: the limit must still hold.
+		at := now
+		if i%2 == 1 {
+			at = now.Add(-time.Hour)
+		}
+		d := s.Allow(k, at)
+		if d.Allowed {
+			allowed++
+		} else if d.RetryAfter < 1 {
+			t.Fatalf("RetryAfter = %v, want ≥ 1ns", d.RetryAfter)
+		}
+	}
+	if allowed > 5 {
+		t.Fatalf("allowed %d requests with the clock jumping back and forth, want ≤ 5", allowed)
+	}
+}
+
+func TestGapOfSeveralPeriods(t *testing.T) {
+	s := newStore(t, 10, Limit{Limit: 3, Period: time.Second})
+	k := s.KeyString(0, "a")
+	for range 3 {
+		s.Allow(k, t0)
+	}
+	d := s.Allow(k, t0.Add(5*time.Second+time.Millisecond))
+	if !d.Allowed || d.Remaining != 2 {
+		t.Fatalf("after a 5-period gap: got %+v, want allowed with 2 remaining", d)
+	}
+}
+
+func TestHugeValuesDoNotOverflow(t *testing.T) {
+	maxPeriod := time.Duration(maxWindowMillis) * time.Millisecond
+	s := newStore(t, 10,
+		Limit{Limit: math.MaxUint32, Period: maxPeriod},
+		Limit{Limit: 1, Period: time.Millisecond, CountBlocked: true},
+	)
+	big := s.KeyString(0, "a")
+	for range 10 {
+		if d := s.Allow(big, t0); !d.Allowed || d.Remaining <= 0 {
+			t.Fatalf("huge limit: got %+v", d)
+		}
+	}
+	// Saturate a counter.
+	small := s.KeyString(1, "a")
+	sh := s.shard(small.fp)
+	s.Allow(small, t0)
+	sh.slots[sh.find(small.fp)].curr = math.MaxUint32
+	d := s.Allow(small, t0)
+	if d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > 2*time.Millisecond {
+		t.Fatalf("saturated counter: got %+v", d)
+	}
+	if got := sh.slots[sh.find(small.fp)].curr; got != math.MaxUint32 {
+		t.Fatalf("curr = %d, want it to stay saturated", got)
+	}
+	// Times far from now.
+	for _, at := range []time.Time{time.Unix(0, 0), time.Unix(-1e9, 5), time.Unix(1<<40, 0)} {
+		s.Allow(big, at)
+		s.Allow(small, at)
+	}
+}
+
+func TestRefund(t *testing.T) {
+	s := newStore(t, 10, Limit{Limit: 2, Period: time.Minute})
+	k := s.KeyString(0, "a")
+	d := s.Allow(k, t0)
+	s.Refund(k, d)
+	s.Refund(k, Decision{}) // counted nothing: no effect
+	for i := range 2 {
+		if d := s.Allow(k, t0); !d.Allowed {
+			t.Fatalf("request %d after refund blocked", i)
+		}
+	}
+	if d := s.Allow(k, t0); d.Allowed {
+		t.Fatalf("third request allowed, want blocked")
+	}
+	// A refund from an earlier period must not touch the current one.
+	old := s.Allow(s.KeyString(0, "b"), t0)
+	kb := s.KeyString(0, "b")
+	s.Allow(kb, t0.Add(time.Minute))
+	s.Refund(kb, old)
+	s.Allow(kb, t0.Add(time.Minute))
+	if d := s.Allow(kb, t0.Add(time.Minute)); d.Allowed {
+		t.Fatalf("stale refund changed the current period")
+	}
+}
+
+func TestRulesAreIndependent(t *testing.T) {
+	s := newStore(t, 100, Limit{Limit: 1, Period: time.Minute}, Limit{Limit: 1, Period: time.Minute})
+	a0, a1 := s.KeyString(0, "a"), s.KeyString(1, "a")
+	if a0 == a1 {
+		t.Fatal("same key under two rules gave the same Key")
+	}
+	if !s.Allow(a0, t0).Allowed || !s.Allow(a1, t0).Allowed {
+		t.Fatal("first request of each rule blocked")
+	}
+	if a0.Rule() != 0 || a1.Rule() != 1 {
+		t.Fatalf("Rule() = %d, %d, want 0, 1", a0.Rule(), a1.Rule())
+	}
+}
+
+// TestTableStaysConsistent inserts, finds and expires many keys in a small
+// store and checks the Robin Hood invariants and counts after each phase.
+func TestTableStaysConsistent(t *testing.T) {
+	s, err := New(Options{Capacity: 1000, Limits: []Limit{{Limit: 1000, Period: time.Second}}, Shards: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := make([]Key, 1000)
+	for i := range keys {
+		keys[i] = s.KeyString(0, string(rune(i))+"x")
+		s.Allow(keys[i], t0)
+	}
+	check := func(phase string) {
+		t.Helper()
+		live := 0
+		for si := range s.shards {
+			sh := &s.shards[si]
+			n := 0
+			for i, e := range sh.slots {
+				if e.fp == 0 {
+					continue
+				}
+				n++
+				if got := sh.find(e.fp); got != i {
+					t.Fatalf("%s: shard %d: entry at %d found at %d", phase, si, i, got)
+				}
+			}
+			if n != sh.live || n > sh.limit {
+				t.Fatalf("%s: shard %d: %d entries, live=%d, limit=%d", phase, si, n, sh.live, sh.limit)
+			}
+			live += n
+		}
+		if live != s.Len() {
+			t.Fatalf("%s: Len() = %d, counted %d", phase, s.Len(), live)
+		}
+	}
+	check("filled")
+	// Each shard holds a quarter of the capacity, so a shard that hashing
+	// fills first evicts (idle keys only) before the store is full.
+	if st := s.Stats(); s.Len()+int(st.Evicted) != 1000 || st.Overflowed != 0 {
+		t.Fatalf("Len() = %d with %+v after 1000 keys, want Len+Evicted = 1000", s.Len(), st)
+	}
+	for _, k := range keys {
+		if d := s.Allow(k, t0); !d.Allowed || d.Remaining < 998 {
+			t.Fatalf("second request: got %+v, want allowed with ≥998 remaining", d)
+		}
+	}
+	// Two periods on, every key is expired: new keys reclaim their slots.
+	later := t0.Add(3 * time.Second)
+	for i := range 1000 {
+		if d := s.Allow(s.KeyString(0, string(rune(i))+"y"), later); !d.Allowed || d.Overflow {
+			t.Fatalf("new key %d: got %+v, want allowed in its own slot", i, d)
+		}
+	}
+	check("replaced")
+	if st := s.Stats(); st.ExpiredReclaimed < 900 || st.Overflowed != 0 {
+		t.Fatalf("Stats() = %+v, want expired slots reclaimed and no overflow", st)
+	}
+}

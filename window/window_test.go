@@ -155,11 +155,12 @@ func TestBlockedRequestChangesNothing(t *testing.T) {
 	if first != again {
 		t.Fatalf("after 1000 blocked requests: got %+v, want %+v", again, first)
 	}
-	// With no counting of blocked requests the key gets exactly limit per
-	// sliding period: it is allowed again once the first period's 3 weigh
-	// less than 1 (at 40s into the next minute, when 3×20/60 = 1 is not < 1,
-	// so just after).
-	if d := s.Allow(k, t0.Add(time.Minute+40*time.Second+time.Nanosecond)); !d.Allowed {
+	// With no counting of blocked requests the key gets its limit back as
+	// the window slides: just after the next minute starts, 3×(60−e)/60 < 3.
+	if d := s.Allow(k, t0.Add(time.Minute)); d.Allowed {
+		t.Fatalf("at the boundary (estimate exactly 3): got allowed")
+	}
+	if d := s.Allow(k, t0.Add(time.Minute+time.Nanosecond)); !d.Allowed {
 		t.Fatalf("after the window slid: got %+v, want allowed", d)
 	}
 }

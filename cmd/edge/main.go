@@ -1,0 +1,241 @@
+// Command edge is a rate-limiting reverse proxy: per-domain rules, counted
+// in Cloudflare's two-counter sliding window, in front of one or more
+// origins.
+//
+// Usage:
+//
+//	edge                       run the embedded default configuration
+//	edge -config FILE          run FILE
+//	edge -check -config FILE   validate FILE, list every problem, exit
+//	edge -version              print the version
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/edgerate/edge/proxy"
+	"github.com/edgerate/edge/rules"
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// version is set at build time with -ldflags "-X main.version=v1.2.3";
+// otherwise the module version from the build info is used.
+var version = ""
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is edge's main, returning the exit code: 0 after a clean shutdown or
+// a passed check, 1 for a bad configuration or a failed start, 2 for bad
+// flags.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "", "configuration `file` (YAML); empty runs the embedded default")
+	check := fs.Bool("check", false, "validate the configuration, report every problem, and exit")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "edge: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if *showVersion {
+		fmt.Fprintf(stdout, "edge %s (%s)\n", buildVersion(), runtime.Version())
+		return 0
+	}
+	table, err := loadConfig(*configPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "edge: invalid configuration %s:\n%s\n", describe(*configPath), indent(err))
+		return 1
+	}
+	if *check {
+		rulesN := 0
+		for _, d := range table.Domains {
+			rulesN += len(d.Rules)
+		}
+		fmt.Fprintf(stdout, "configuration %s is valid: %d domains, %d rules\n", describe(*configPath), len(table.Domains), rulesN)
+		return 0
+	}
+	log := newLogger(stderr, table)
+	if err := serve(ctx, table, log); err != nil {
+		log.Error("edge stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func describe(path string) string {
+	if path == "" {
+		return "(embedded default)"
+	}
+	return path
+}
+
+// indent puts each joined error on its own indented line.
+func indent(err error) string {
+	var b []byte
+	var walk func(error)
+	walk = func(err error) {
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, e := range j.Unwrap() {
+				walk(e)
+			}
+			return
+		}
+		b = append(b, "  - "...)
+		b = append(b, err.Error()...)
+		b = append(b, '\n')
+	}
+	walk(err)
+	return string(b[:max(len(b)-1, 0)])
+}
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+func newLogger(w io.Writer, t *rules.Table) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: t.LogLevel}
+	if t.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// serve runs the public and admin listeners until ctx is done, then drains
+// in-flight requests for at most the shutdown timeout.
+func serve(ctx context.Context, table *rules.Table, log *slog.Logger) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	p, err := proxy.New(proxy.Options{
+		Table:      table,
+		Registerer: prometheus.WrapRegistererWith(prometheus.Labels{"pop": table.Pop}, reg),
+		Logger:     log,
+		Version:    buildVersion(),
+	})
+	if err != nil {
+		return err
+	}
+	var ready atomic.Bool
+	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	public := &http.Server{
+		Handler:           p,
+		ReadHeaderTimeout: table.Timeouts.ReadHeader,
+		ReadTimeout:       table.Timeouts.Read,
+		WriteTimeout:      table.Timeouts.Write,
+		IdleTimeout:       table.Timeouts.Idle,
+		MaxHeaderBytes:    table.MaxHeaderBytes,
+		ErrorLog:          errLog,
+	}
+	admin := &http.Server{
+		Handler:           adminRouter(reg, &ready),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       table.Timeouts.Idle,
+		ErrorLog:          errLog,
+	}
+	publicLn, err := net.Listen("tcp", table.Listen)
+	if err != nil {
+		return fmt.Errorf("public listener: %w", err)
+	}
+	adminLn, err := net.Listen("tcp", table.AdminListen)
+	if err != nil {
+		publicLn.Close()
+		return fmt.Errorf("admin listener: %w", err)
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- public.Serve(publicLn) }()
+	go func() { errc <- admin.Serve(adminLn) }()
+	ready.Store(true)
+	log.Info("edge started", "version", buildVersion(), "pop", table.Pop,
+		"listen", publicLn.Addr().String(), "admin_listen", adminLn.Addr().String(),
+		"domains", len(table.Domains))
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "drain_timeout", table.Timeouts.Shutdown)
+	case serveErr = <-errc:
+	}
+	ready.Store(false)
+	drainCtx, cancel := context.WithTimeout(context.Background(), table.Timeouts.Shutdown)
+	defer cancel()
+	if err := public.Shutdown(drainCtx); err != nil {
+		log.Warn("drain timed out; closing remaining connections", "err", err)
+		public.Close()
+	}
+	admin.Shutdown(drainCtx)
+	admin.Close()
+	// Both Serve goroutines have returned once Shutdown/Close returned;
+	// collect their results so none outlives serve.
+	for range 2 - boolToInt(serveErr != nil) {
+		if err := <-errc; serveErr == nil && !errors.Is(err, http.ErrServerClosed) {
+			serveErr = err
+		}
+	}
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return serveErr
+	}
+	log.Info("edge stopped")
+	return nil
+}
+
+func boolToInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// adminRouter serves the admin listener: metrics and health. It is never
+// mounted on the public listener.
+func adminRouter(reg *prometheus.Registry, ready *atomic.Bool) http.Handler {
+	r := chi.NewRouter()
+	r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "ok\n")
+	})
+	r.Get("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if !ready.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, "shutting down\n")
+			return
+		}
+		io.WriteString(w, "ready\n")
+	})
+	return r
+}

@@ -1,0 +1,135 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/edgerate/edge/rules"
+	"golang.org/x/time/rate"
+)
+
+// newTransport returns the pooled transport shared by every origin. It never
+// uses proxies from the environment, and bounds the wait for an origin's
+// response headers by the configured upstream timeout (exceeded: 504).
+func newTransport(t rules.Timeouts) *http.Transport {
+	return &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: 1 * time.Second,
+		ResponseHeaderTimeout: t.Upstream,
+	}
+}
+
+// newForwarder returns the handler that sends a domain's allowed requests to
+// origin with httputil.ReverseProxy.
+//
+// The origin sees the client's method, Host, path, query, headers and body;
+// hop-by-hop fields are dropped by ReverseProxy; X-Forwarded-For, -Host and
+// -Proto are set. Forwarding fields from the client are believed only from a
+// trusted proxy: from anyone else X-Forwarded-For is replaced by the peer
+// address, and Forwarded and X-Real-IP are removed, so an origin that reads
+// them cannot be told a client-chosen address.
+func (p *Proxy) newForwarder(domain string, origin *url.URL, cip *ClientIP, transport http.RoundTripper) http.Handler {
+	errLog := newErrorLog(p.log, domain)
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(origin)
+			pr.Out.Host = pr.In.Host
+			trusted := false
+			if ap, err := netip.ParseAddrPort(pr.In.RemoteAddr); err == nil {
+				trusted = cip.Trusted(ap.Addr().Unmap())
+			}
+			if trusted {
+				if xff := pr.In.Header["X-Forwarded-For"]; len(xff) > 0 {
+					pr.Out.Header["X-Forwarded-For"] = append([]string(nil), xff...)
+				}
+			}
+			pr.SetXForwarded()
+			if trusted {
+				for _, f := range []string{"X-Forwarded-Proto", "X-Forwarded-Host"} {
+					if v := pr.In.Header[f]; len(v) > 0 {
+						pr.Out.Header[f] = v
+					}
+				}
+			} else {
+				delete(pr.Out.Header, "Forwarded")
+				delete(pr.Out.Header, "X-Real-Ip")
+			}
+		},
+		Transport:    timedTransport{rt: transport, obs: p.metrics.upstreamObservers(domain)},
+		ErrorHandler: errLog.handle,
+		ErrorLog:     slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
+	}
+}
+
+// timedTransport observes the time to each origin response's headers.
+type timedTransport struct {
+	rt  http.RoundTripper
+	obs *upstreamObservers
+}
+
+func (t timedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	start := time.Now()
+	resp, err := t.rt.RoundTrip(req)
+	class := 5 // error
+	if err == nil && resp.StatusCode >= 100 && resp.StatusCode < 600 {
+		class = resp.StatusCode/100 - 1
+	}
+	t.obs[class].Observe(time.Since(start).Seconds())
+	return resp, err
+}
+
+// errorLog answers and logs failed forwards. An origin that is down fails
+// every request, so logging is limited to a few lines a second per domain,
+// and each line says how many were not logged since the last.
+type errorLog struct {
+	log        *slog.Logger
+	domain     string
+	limiter    *rate.Limiter
+	mu         sync.Mutex
+	suppressed int // errors not logged since the last line
+}
+
+func newErrorLog(log *slog.Logger, domain string) *errorLog {
+	return &errorLog{log: log, domain: domain, limiter: rate.NewLimiter(5, 10)}
+}
+
+// handle writes 504 when the origin was too slow, 502 when it could not be
+// reached or answered badly, and nothing when the client went away.
+func (l *errorLog) handle(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		return // the client is gone; there is nobody to answer
+	}
+	status, body := http.StatusBadGateway, "bad gateway: the origin could not be reached\n"
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		status, body = http.StatusGatewayTimeout, "gateway timeout: the origin did not answer in time\n"
+	}
+	l.logf(r, status, err)
+	writeText(w, status, body)
+}
+
+func (l *errorLog) logf(r *http.Request, status int, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.limiter.Allow() {
+		l.suppressed++
+		return
+	}
+	l.log.Warn("upstream request failed",
+		"domain", l.domain, "method", r.Method, "path", r.URL.Path,
+		"status", status, "err", err, "suppressed", l.suppressed)
+	l.suppressed = 0
+}

@@ -1,0 +1,133 @@
+package proxy
+
+import (
+	"errors"
+	"runtime"
+
+	"github.com/edgerate/edge/rules"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the proxy's Prometheus metrics. Every label value comes from
+// the configuration (domain and rule names) or from a fixed set (outcomes,
+// status classes): never from the client key, address or Host header, so
+// no request can create a series.
+type metrics struct {
+	p           *Proxy
+	requests    *prometheus.CounterVec
+	decisions   *prometheus.CounterVec
+	upstream    *prometheus.HistogramVec
+	misdirected prometheus.Counter
+	buildInfo   prometheus.Gauge
+
+	trackedKeys  *prometheus.Desc
+	capacity     *prometheus.Desc
+	evictions    *prometheus.Desc
+	overflowReqs *prometheus.Desc
+}
+
+func newMetrics(p *Proxy, version string) *metrics {
+	return &metrics{
+		p: p,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edge_requests_total",
+			Help: "Requests by domain and outcome: served (forwarded or answered by the domain's static response) or blocked by a rate limit.",
+		}, []string{"domain", "outcome"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edge_rule_decisions_total",
+			Help: "Rule decisions by domain, rule, action and outcome (allowed, limited, mitigated). A log rule counts limited requests that it did not block.",
+		}, []string{"domain", "rule", "action", "outcome"}),
+		upstream: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "edge_upstream_request_duration_seconds",
+			Help:    "Time from sending a request to an origin to receiving its response headers, by domain and status class (error when no response came).",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"domain", "code_class"}),
+		misdirected: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edge_misdirected_requests_total",
+			Help: "Requests whose Host no domain claims (answered 421, or 400 for an invalid Host).",
+		}),
+		buildInfo: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name:        "edge_build_info",
+			Help:        "Always 1; labels carry the version of edge and of Go.",
+			ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()},
+		}),
+		trackedKeys: prometheus.NewDesc("edge_tracked_keys",
+			"Keys whose counters a domain holds now.", []string{"domain"}, nil),
+		capacity: prometheus.NewDesc("edge_key_capacity",
+			"Most keys a domain may hold (its share of max_keys).", []string{"domain"}, nil),
+		evictions: prometheus.NewDesc("edge_key_evictions_total",
+			"Keys removed to make room: expired (held no information) or idle (live, under half their limit).", []string{"domain", "reason"}, nil),
+		overflowReqs: prometheus.NewDesc("edge_overflow_requests_total",
+			"Requests counted in a rule's shared overflow counter because the domain was full of busy keys.", []string{"domain"}, nil),
+	}
+}
+
+func (m *metrics) register(reg prometheus.Registerer) error {
+	m.buildInfo.Set(1)
+	var errs []error
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.upstream, m.misdirected, m.buildInfo, storeCollector{m}} {
+		errs = append(errs, reg.Register(c))
+	}
+	return errors.Join(errs...)
+}
+
+// requestCounters are one domain's request counters.
+type requestCounters struct {
+	served, blocked prometheus.Counter
+}
+
+func (m *metrics) requestCounters(domain string) requestCounters {
+	return requestCounters{
+		served:  m.requests.WithLabelValues(domain, "served"),
+		blocked: m.requests.WithLabelValues(domain, "blocked"),
+	}
+}
+
+func (m *metrics) ruleCounters(domain string, r *rules.Rule) ruleCounters {
+	action := r.Action.String()
+	return ruleCounters{
+		allowed:   m.decisions.WithLabelValues(domain, r.Name, action, "allowed"),
+		limited:   m.decisions.WithLabelValues(domain, r.Name, action, "limited"),
+		mitigated: m.decisions.WithLabelValues(domain, r.Name, action, "mitigated"),
+	}
+}
+
+// upstreamObservers are one domain's latency histograms by status class.
+type upstreamObservers [6]prometheus.Observer // 1xx..5xx, then error
+
+func (m *metrics) upstreamObservers(domain string) *upstreamObservers {
+	var o upstreamObservers
+	for i, class := range []string{"1xx", "2xx", "3xx", "4xx", "5xx", "error"} {
+		o[i] = m.upstream.WithLabelValues(domain, class)
+	}
+	return &o
+}
+
+// storeCollector reads the counter stores of the current configuration at
+// scrape time, so that gauges follow the live state without a goroutine.
+type storeCollector struct{ m *metrics }
+
+func (c storeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.m.trackedKeys
+	ch <- c.m.capacity
+	ch <- c.m.evictions
+	ch <- c.m.overflowReqs
+}
+
+func (c storeCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.m.p.state.Load()
+	if st == nil {
+		return
+	}
+	for _, d := range st.domains {
+		if d.store == nil {
+			continue
+		}
+		s := d.store.Stats()
+		ch <- prometheus.MustNewConstMetric(c.m.trackedKeys, prometheus.GaugeValue, float64(d.store.Len()), d.Name)
+		ch <- prometheus.MustNewConstMetric(c.m.capacity, prometheus.GaugeValue, float64(d.store.Capacity()), d.Name)
+		ch <- prometheus.MustNewConstMetric(c.m.evictions, prometheus.CounterValue, float64(s.ExpiredReclaimed), d.Name, "expired")
+		ch <- prometheus.MustNewConstMetric(c.m.evictions, prometheus.CounterValue, float64(s.Evicted), d.Name, "idle")
+		ch <- prometheus.MustNewConstMetric(c.m.overflowReqs, prometheus.CounterValue, float64(s.Overflowed), d.Name)
+	}
+}

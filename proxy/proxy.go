@@ -1,0 +1,185 @@
+// Package proxy carries one request through edge: it finds the request's
+// domain, derives the client's identity, checks every matching rule against
+// the domain's sliding-window counters, and either answers 429 with
+// rate-limit fields or forwards the request to the domain's origin.
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/edgerate/edge/rules"
+	"github.com/edgerate/edge/window"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Options configure a Proxy.
+type Options struct {
+	// Table is the compiled configuration; required.
+	Table *rules.Table
+	// Registerer receives the proxy's metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+	// Logger receives upstream errors and lifecycle messages; nil discards.
+	Logger *slog.Logger
+	// Now is the clock, read once per request; nil means time.Now. Tests
+	// inject their own so that no test sleeps to wait for a window.
+	Now func() time.Time
+	// Version is reported by the edge_build_info metric.
+	Version string
+	// Transport carries requests to origins; nil builds a pooled transport
+	// with the table's upstream timeout.
+	Transport http.RoundTripper
+}
+
+// Proxy is the edge request handler. It is safe for concurrent use; make it
+// with New.
+type Proxy struct {
+	now     func() time.Time
+	log     *slog.Logger
+	metrics *metrics
+	state   atomic.Pointer[state]
+}
+
+// state is everything a request needs from one configuration, swapped as a
+// whole so that no request sees half of two configurations.
+type state struct {
+	table    *rules.Table
+	clientIP *ClientIP
+	domains  []*domain // parallel to table.Domains
+}
+
+// domain is a rules.Domain with its counters, upstream and metric handles.
+type domain struct {
+	*rules.Domain
+	store    *window.Store // nil when the domain has no rules
+	upstream http.Handler
+	rules    []ruleState // parallel to Domain.Rules
+	requests requestCounters
+}
+
+// New returns a Proxy serving opts.Table.
+func New(opts Options) (*Proxy, error) {
+	if opts.Table == nil {
+		return nil, errors.New("proxy: a rules table is required")
+	}
+	p := &Proxy{now: opts.Now, log: opts.Logger}
+	if p.now == nil {
+		p.now = time.Now
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	p.metrics = newMetrics(p, opts.Version)
+	if opts.Registerer != nil {
+		if err := p.metrics.register(opts.Registerer); err != nil {
+			return nil, fmt.Errorf("proxy: registering metrics: %w", err)
+		}
+	}
+	transport := opts.Transport
+	if transport == nil {
+		transport = newTransport(opts.Table.Timeouts)
+	}
+	st, err := p.build(opts.Table, transport)
+	if err != nil {
+		return nil, err
+	}
+	p.state.Store(st)
+	return p, nil
+}
+
+// build makes the per-configuration state: a counter store and an upstream
+// per domain, metric handles per rule.
+func (p *Proxy) build(t *rules.Table, transport http.RoundTripper) (*state, error) {
+	cip, err := NewClientIP(t.TrustedProxies, t.IPv6Prefix)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: %w", err)
+	}
+	st := &state{table: t, clientIP: cip, domains: make([]*domain, len(t.Domains))}
+	for i, rd := range t.Domains {
+		d := &domain{Domain: rd, requests: p.metrics.requestCounters(rd.Name)}
+		if len(rd.Rules) > 0 {
+			limits := make([]window.Limit, len(rd.Rules))
+			for j, r := range rd.Rules {
+				limits[j] = window.Limit{
+					Limit:        r.Limit,
+					Period:       r.Period,
+					Mitigation:   r.MitigationTimeout,
+					CountBlocked: r.CountBlocked,
+				}
+			}
+			d.store, err = window.New(window.Options{Capacity: rd.MaxKeys, Limits: limits})
+			if err != nil {
+				return nil, fmt.Errorf("proxy: domain %q: %w", rd.Name, err)
+			}
+			d.rules = make([]ruleState, len(rd.Rules))
+			for j, r := range rd.Rules {
+				d.rules[j] = newRuleState(r, p.metrics.ruleCounters(rd.Name, r))
+			}
+		}
+		if rd.Respond != nil {
+			d.upstream = staticResponder(rd.Respond)
+		} else {
+			origin := rd.Origin
+			if origin == nil {
+				origin = t.Origin
+			}
+			d.upstream = p.newForwarder(rd.Name, origin, cip, transport)
+		}
+		st.domains[i] = d
+	}
+	return st, nil
+}
+
+// ServeHTTP decides and serves one request.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	now := p.now()
+	st := p.state.Load()
+	rd, ok := st.table.Lookup(r.Host)
+	if !ok {
+		p.misdirected(w, r)
+		return
+	}
+	d := st.domains[rd.Index]
+	if d.store != nil && !p.limit(w, r, st, d, now) {
+		d.requests.blocked.Inc()
+		return
+	}
+	d.requests.served.Inc()
+	d.upstream.ServeHTTP(w, r)
+}
+
+// misdirected answers a request whose Host no domain claims: 421, or 400 if
+// the Host is not a valid host at all. It is never forwarded.
+func (p *Proxy) misdirected(w http.ResponseWriter, r *http.Request) {
+	p.metrics.misdirected.Inc()
+	if _, ok := rules.NormalizeHost(r.Host); !ok {
+		writeText(w, http.StatusBadRequest, "bad request: invalid host\n")
+		return
+	}
+	writeText(w, http.StatusMisdirectedRequest, "misdirected request: no site is configured for this host\n")
+}
+
+// writeText writes a short plain-text response.
+func writeText(w http.ResponseWriter, status int, body string) {
+	h := w.Header()
+	h["Content-Type"] = []string{"text/plain; charset=utf-8"}
+	h["X-Content-Type-Options"] = []string{"nosniff"}
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(body))
+}
+
+// staticResponder serves a domain's fixed response.
+func staticResponder(resp *rules.Response) http.Handler {
+	body := []byte(resp.Body)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header()["Content-Type"] = []string{resp.ContentType}
+		w.WriteHeader(resp.Status)
+		if r.Method != http.MethodHead {
+			_, _ = w.Write(body)
+		}
+	})
+}

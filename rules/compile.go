@@ -1,0 +1,762 @@
+package rules
+
+import (
+	"fmt"
+	"log/slog"
+	"math"
+	"mime"
+	"net"
+	"net/netip"
+	"net/textproto"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Bounds enforced by [Compile].
+const (
+	maxRulesPerDomain = 255
+	maxLimit          = 1_000_000_000
+	minPeriod         = time.Second
+	maxPeriod         = 720 * time.Hour
+	maxMitigation     = 24 * time.Hour
+	maxBodyBytes      = 32 << 10
+	maxLabelBytes     = 64
+	minHeaderBytes    = 1 << 10
+	maxHeaderBytes    = 1 << 20
+	minIPv6Prefix     = 32
+	maxIPv6Prefix     = 128
+)
+
+// Compile applies defaults to the zero fields of cfg, validates it and
+// returns the immutable [Table] the proxy matches requests against.
+//
+// On failure it returns a nil Table and an error that joins (errors.Join)
+// one [*FieldError] per problem, in config order, each reading
+// "path: message" with the offending value, for example
+//
+//	domains[0].rules[1].period: must be at least 1s, got 500ms
+//
+// Compile never panics, whatever cfg holds, does not retain cfg, and is safe
+// to call from several goroutines at once (it touches no shared state).
+func Compile(cfg Config) (*Table, error) {
+	var p problems
+	t := &Table{
+		Listen:      cfg.Listen,
+		AdminListen: cfg.AdminListen,
+		Pop:         cfg.Pop,
+		exact:       make(map[string]*Domain),
+		wildcard:    make(map[string]*Domain),
+		byName:      make(map[string]*Domain),
+	}
+
+	if t.Listen == "" {
+		t.Listen = DefaultListen
+	}
+	if t.AdminListen == "" {
+		t.AdminListen = DefaultAdminListen
+	}
+	checkListeners(&p, t.Listen, t.AdminListen)
+
+	if t.Pop == "" {
+		t.Pop = DefaultPop
+	}
+	checkLabel(&p, "pop", t.Pop)
+
+	if cfg.Origin != "" {
+		t.Origin = parseOrigin(&p, "origin", cfg.Origin)
+	}
+
+	t.MaxKeys = cfg.MaxKeys
+	if t.MaxKeys == 0 {
+		t.MaxKeys = DefaultMaxKeys
+	}
+	maxKeysOK := t.MaxKeys >= 1 && t.MaxKeys <= math.MaxInt32
+	if !maxKeysOK {
+		p.add("max_keys", "must be between 1 and %d, got %d", math.MaxInt32, t.MaxKeys)
+	}
+
+	t.TrustedProxies = compileTrustedProxies(&p, cfg.ClientIP.TrustedProxies)
+	t.IPv6Prefix = cfg.ClientIP.IPv6Prefix
+	if t.IPv6Prefix == 0 {
+		t.IPv6Prefix = DefaultIPv6Prefix
+	}
+	if t.IPv6Prefix < minIPv6Prefix || t.IPv6Prefix > maxIPv6Prefix {
+		p.add("client_ip.ipv6_prefix", "must be between %d and %d, got %d",
+			minIPv6Prefix, maxIPv6Prefix, t.IPv6Prefix)
+	}
+
+	t.Timeouts = compileTimeouts(&p, cfg.Timeouts)
+
+	t.MaxHeaderBytes = cfg.MaxHeaderBytes
+	if t.MaxHeaderBytes == 0 {
+		t.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	if t.MaxHeaderBytes < minHeaderBytes || t.MaxHeaderBytes > maxHeaderBytes {
+		p.add("max_header_bytes", "must be between %d and %d, got %d",
+			minHeaderBytes, maxHeaderBytes, t.MaxHeaderBytes)
+	}
+
+	t.LogLevel, t.LogFormat = compileLog(&p, cfg.Log)
+
+	compileDomains(&p, t, cfg)
+	if maxKeysOK {
+		shareMaxKeys(&p, t, cfg.Domains)
+	} else {
+		// Still report domain values that are wrong whatever the total.
+		for i, dc := range cfg.Domains {
+			if dc.MaxKeys < 0 {
+				p.add(fmt.Sprintf("domains[%d].max_keys", i), "must be at least 1, got %d", dc.MaxKeys)
+			}
+		}
+	}
+
+	if err := p.err(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// checkListeners validates both listen addresses and that they cannot
+// collide: equal strings, or the same non-zero port where either host is
+// unspecified (it binds every address) or both hosts are equal.
+func checkListeners(p *problems, listen, admin string) {
+	lh, lp, lok := checkAddr(p, "listen", listen)
+	ah, ap, aok := checkAddr(p, "admin_listen", admin)
+	if !lok || !aok {
+		return
+	}
+	unspecified := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	if listen == admin || (lp == ap && lp != 0 && (lh == ah || unspecified(lh) || unspecified(ah))) {
+		p.add("admin_listen", "must differ from listen (%q), got %q", listen, admin)
+	}
+}
+
+func checkAddr(p *problems, path, addr string) (host string, port uint64, ok bool) {
+	host, ps, err := net.SplitHostPort(addr)
+	if err != nil {
+		p.add(path, "must be host:port, got %q", addr)
+		return "", 0, false
+	}
+	port, err = strconv.ParseUint(ps, 10, 16)
+	if err != nil {
+		p.add(path, "port must be a number from 0 to 65535, got %q", addr)
+		return "", 0, false
+	}
+	return host, port, true
+}
+
+// parseOrigin validates an upstream URL. It returns nil when raw is invalid.
+func parseOrigin(p *problems, path, raw string) *url.URL {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || u.Opaque != "" {
+		p.add(path, "must be an absolute http or https URL, got %q", raw)
+		return nil
+	}
+	if u.User != nil {
+		// Redacted, so that a password in the config does not reach logs.
+		p.add(path, "must not contain user info, got %q", u.Redacted())
+		return nil
+	}
+	ok := true
+	if u.RawQuery != "" || u.ForceQuery {
+		p.add(path, "must not contain a query, got %q", raw)
+		ok = false
+	}
+	if strings.Contains(raw, "#") {
+		p.add(path, "must not contain a fragment, got %q", raw)
+		ok = false
+	}
+	if !ok {
+		return nil
+	}
+	return u
+}
+
+// checkLabel validates a value used as a metric label: pop, domain and rule
+// names.
+func checkLabel(p *problems, path, v string) bool {
+	switch {
+	case v == "":
+		p.add(path, "must not be empty")
+	case len(v) > maxLabelBytes:
+		p.add(path, "must be at most %d bytes, got %q (%d bytes)", maxLabelBytes, v, len(v))
+	case !isLabel(v):
+		p.add(path, "must contain only [A-Za-z0-9_.-], got %q", v)
+	default:
+		return true
+	}
+	return false
+}
+
+func isLabel(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if !isLabelByte(v[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func isLabelByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+		c == '_' || c == '.' || c == '-'
+}
+
+func compileTrustedProxies(p *problems, list []string) []netip.Prefix {
+	var out []netip.Prefix
+	for i, s := range list {
+		path := fmt.Sprintf("client_ip.trusted_proxies[%d]", i)
+		var pfx netip.Prefix
+		if strings.Contains(s, "/") {
+			var err error
+			pfx, err = netip.ParsePrefix(s)
+			if err != nil {
+				p.add(path, "must be an IP address or CIDR prefix, got %q", s)
+				continue
+			}
+		} else {
+			addr, err := netip.ParseAddr(s)
+			if err != nil {
+				p.add(path, "must be an IP address or CIDR prefix, got %q", s)
+				continue
+			}
+			if addr.Zone() != "" {
+				p.add(path, "must not have a zone, got %q", s)
+				continue
+			}
+			pfx = netip.PrefixFrom(addr, addr.BitLen())
+		}
+		pfx = pfx.Masked()
+		// Client addresses are unmapped before they are compared, so a
+		// mapped prefix must be too or it would never match. Masking a
+		// prefix shorter than /96 clears the ::ffff: marker, so a mapped
+		// address here always has at least 96 bits.
+		if pfx.Addr().Is4In6() {
+			pfx = netip.PrefixFrom(pfx.Addr().Unmap(), pfx.Bits()-96)
+		}
+		out = append(out, pfx)
+	}
+	return out
+}
+
+func compileTimeouts(p *problems, c TimeoutsConfig) Timeouts {
+	t := Timeouts{
+		ReadHeader: c.ReadHeader,
+		Read:       c.Read,
+		Write:      c.Write,
+		Idle:       c.Idle,
+		Upstream:   c.Upstream,
+		Shutdown:   c.Shutdown,
+	}
+	for _, f := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"read_header", &t.ReadHeader, DefaultReadHeaderTimeout},
+		{"read", &t.Read, DefaultReadTimeout},
+		{"write", &t.Write, 0},
+		{"idle", &t.Idle, DefaultIdleTimeout},
+		{"upstream", &t.Upstream, DefaultUpstreamTimeout},
+		{"shutdown", &t.Shutdown, DefaultShutdownTimeout},
+	} {
+		switch {
+		case *f.v < 0:
+			p.add("timeouts."+f.name, "must not be negative, got %v", *f.v)
+		case *f.v == 0:
+			*f.v = f.def
+		}
+	}
+	return t
+}
+
+func compileLog(p *problems, c LogConfig) (slog.Level, string) {
+	var level slog.Level
+	switch c.Level {
+	case "", "info":
+		level = slog.LevelInfo
+	case "debug":
+		level = slog.LevelDebug
+	case "warn":
+		level = slog.LevelWarn
+	case "error":
+		level = slog.LevelError
+	default:
+		p.add("log.level", "must be debug, info, warn or error, got %q", c.Level)
+	}
+	format := c.Format
+	switch format {
+	case "":
+		format = "text"
+	case "text", "json":
+	default:
+		p.add("log.format", "must be text or json, got %q", c.Format)
+	}
+	return level, format
+}
+
+// hostClaim records where a normalised host was first listed.
+type hostClaim struct{ domain, host int }
+
+func compileDomains(p *problems, t *Table, cfg Config) {
+	if len(cfg.Domains) == 0 {
+		p.add("domains", "must list at least one domain")
+		return
+	}
+	claims := make(map[string]hostClaim)
+	names := make(map[string]int)
+	for i, dc := range cfg.Domains {
+		path := fmt.Sprintf("domains[%d]", i)
+		d := &Domain{Index: i, byName: make(map[string]*Rule)}
+		t.Domains = append(t.Domains, d)
+
+		first := claimHosts(p, t, d, path, dc.Hosts, claims)
+		nameDomain(p, t, d, path, dc.Name, first, names)
+
+		switch {
+		case dc.Origin != "" && dc.Respond != nil:
+			p.add(path, "set origin or respond, not both")
+		case dc.Origin != "":
+			d.Origin = parseOrigin(p, path+".origin", dc.Origin)
+		case dc.Respond != nil:
+			d.Respond = compileResponse(p, path+".respond", *dc.Respond, 200, 599, DefaultRespondStatus, true)
+		case cfg.Origin != "":
+			if t.Origin != nil { // nil when invalid; that error is already reported
+				u := *t.Origin
+				d.Origin = &u
+			}
+		default:
+			p.add(path, "no upstream: set origin or respond here, or origin at the top level")
+		}
+
+		if len(dc.Rules) > maxRulesPerDomain {
+			p.add(path+".rules", "must have at most %d rules, got %d", maxRulesPerDomain, len(dc.Rules))
+		}
+		ruleNames := make(map[string]int)
+		for j, rc := range dc.Rules {
+			r := compileRule(p, path, j, rc, ruleNames)
+			d.Rules = append(d.Rules, r)
+			if _, dup := d.byName[r.Name]; !dup && r.Name != "" {
+				d.byName[r.Name] = r
+			}
+		}
+	}
+}
+
+// claimHosts validates the hosts of domain d and enters them in t's lookup
+// maps. claims maps each host seen so far, in any domain, to where it was
+// listed, so that a host is never silently served by two domains. It
+// returns hosts[0] normalised, or "" when hosts[0] is in error.
+func claimHosts(p *problems, t *Table, d *Domain, path string, hosts []string, claims map[string]hostClaim) (first string) {
+	if len(hosts) == 0 {
+		p.add(path+".hosts", "must list at least one host")
+	}
+	for j, raw := range hosts {
+		hpath := fmt.Sprintf("%s.hosts[%d]", path, j)
+		h, kind, ok := parseConfigHost(p, hpath, raw)
+		if !ok {
+			continue
+		}
+		if prev, dup := claims[h]; dup {
+			if prev.domain == d.Index {
+				p.add(hpath, "%q is already claimed by domains[%d].hosts[%d]", h, prev.domain, prev.host)
+			} else {
+				p.add(hpath, "%q is already claimed by domains[%d]", h, prev.domain)
+			}
+			continue
+		}
+		claims[h] = hostClaim{d.Index, j}
+		d.Hosts = append(d.Hosts, h)
+		if j == 0 {
+			first = h
+		}
+		switch kind {
+		case hostCatchAll:
+			t.catchAll = d
+		case hostWildcard:
+			t.wildcard[h[1:]] = d // "*.example.com" → ".example.com"
+		default:
+			t.exact[h] = d
+		}
+	}
+	return first
+}
+
+// nameDomain sets d.Name to name or, when that is empty, to a default
+// derived from first, the normalised hosts[0], and checks it is unique.
+// names maps the names seen so far to their domain's index.
+func nameDomain(p *problems, t *Table, d *Domain, path, name, first string, names map[string]int) {
+	d.Name = name
+	if d.Name == "" {
+		if first == "" {
+			return // hosts[0] is in error, and that error says what to fix
+		}
+		d.Name = defaultDomainName(first)
+		if len(d.Name) > maxLabelBytes {
+			p.add(path+".name", "must be set: the default from hosts[0], %q, is longer than %d bytes",
+				d.Name, maxLabelBytes)
+			return
+		}
+	} else if !checkLabel(p, path+".name", d.Name) {
+		return
+	}
+	if prev, dup := names[d.Name]; dup {
+		if name == "" {
+			p.add(path+".name", "%q, the default from hosts[0], is used by domains[%d]; set name", d.Name, prev)
+		} else {
+			p.add(path+".name", "%q is used by domains[%d]", d.Name, prev)
+		}
+		return
+	}
+	names[d.Name] = d.Index
+	t.byName[d.Name] = d
+}
+
+// defaultDomainName derives a label-safe name from a normalised host:
+// "*.example.com" becomes "_.example.com", "[::1]" becomes "___1_".
+func defaultDomainName(host string) string {
+	if isLabel(host) {
+		return host
+	}
+	b := []byte(host)
+	for i, c := range b {
+		if !isLabelByte(c) {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+// shareMaxKeys resolves each domain's share of t.MaxKeys: an explicit
+// max_keys is kept, and what the explicit ones leave over is split equally
+// (rounding down) among the rest.
+func shareMaxKeys(p *problems, t *Table, domains []DomainConfig) {
+	var explicit int64
+	var implicit []int
+	ok := true
+	for i, dc := range domains {
+		switch {
+		case dc.MaxKeys == 0:
+			implicit = append(implicit, i)
+		case dc.MaxKeys < 0:
+			p.add(fmt.Sprintf("domains[%d].max_keys", i), "must be at least 1, got %d", dc.MaxKeys)
+			ok = false
+		case dc.MaxKeys > t.MaxKeys:
+			p.add(fmt.Sprintf("domains[%d].max_keys", i), "must be at most max_keys (%d), got %d",
+				t.MaxKeys, dc.MaxKeys)
+			ok = false
+		default:
+			explicit += int64(dc.MaxKeys)
+			if i < len(t.Domains) {
+				t.Domains[i].MaxKeys = dc.MaxKeys
+			}
+		}
+	}
+	if !ok {
+		return
+	}
+	if explicit > int64(t.MaxKeys) {
+		p.add("max_keys", "must be at least the sum of the domains' max_keys, %d, got %d", explicit, t.MaxKeys)
+		return
+	}
+	if len(implicit) == 0 {
+		return
+	}
+	left := int64(t.MaxKeys) - explicit
+	share := int(left / int64(len(implicit)))
+	for _, i := range implicit {
+		if share < 1 {
+			p.add(fmt.Sprintf("domains[%d].max_keys", i),
+				"must resolve to at least 1, got 0 (%d keys left over / %d domains without max_keys)",
+				left, len(implicit))
+			continue
+		}
+		if i < len(t.Domains) {
+			t.Domains[i].MaxKeys = share
+		}
+	}
+}
+
+type hostKind uint8
+
+const (
+	hostExact hostKind = iota
+	hostWildcard
+	hostCatchAll
+)
+
+// parseConfigHost normalises and validates one configured host. It reports
+// the problem itself and returns ok false when the host is invalid.
+func parseConfigHost(p *problems, path, raw string) (string, hostKind, bool) {
+	for i := 0; i < len(raw); i++ {
+		if raw[i] >= 0x80 {
+			// Request Host headers are ASCII (Go answers 400 otherwise), so
+			// an internationalised name must be configured as its A-label.
+			p.add(path, "must be ASCII (write an internationalised name in its xn-- form), got %q", raw)
+			return "", 0, false
+		}
+	}
+	h := strings.ToLower(raw)
+	h = strings.TrimSuffix(h, ".")
+	switch {
+	case h == "":
+		p.add(path, "must not be empty, got %q", raw)
+		return "", 0, false
+	case h == "*":
+		return h, hostCatchAll, true
+	case strings.HasPrefix(h, "*."):
+		if strings.Contains(h[2:], "*") {
+			break
+		}
+		if msg := checkDNSName(h[2:], raw); msg != "" {
+			p.add(path, "%s", msg)
+			return "", 0, false
+		}
+		return h, hostWildcard, true
+	case h[0] == '[':
+		end := strings.IndexByte(h, ']')
+		if end < 0 {
+			p.add(path, "must close its IPv6 literal with ']', got %q", raw)
+			return "", 0, false
+		}
+		if end != len(h)-1 {
+			p.add(path, "must not include a port, got %q", raw)
+			return "", 0, false
+		}
+		addr, err := netip.ParseAddr(h[1:end])
+		if err != nil || !addr.Is6() || addr.Zone() != "" {
+			p.add(path, "must hold an IPv6 address without a zone inside brackets, got %q", raw)
+			return "", 0, false
+		}
+		return "[" + addr.String() + "]", hostExact, true
+	}
+	if strings.Contains(h, "*") {
+		p.add(path, "must be \"*\" or start with \"*.\" to be a wildcard, got %q", raw)
+		return "", 0, false
+	}
+	if addr, err := netip.ParseAddr(h); err == nil && addr.Is6() {
+		p.add(path, "must write an IPv6 address in brackets, like \"[::1]\", got %q", raw)
+		return "", 0, false
+	}
+	if strings.Contains(h, ":") {
+		p.add(path, "must not include a port, got %q", raw)
+		return "", 0, false
+	}
+	if msg := checkDNSName(h, raw); msg != "" {
+		p.add(path, "%s", msg)
+		return "", 0, false
+	}
+	return h, hostExact, true
+}
+
+// checkDNSName validates h, a lower-case host name (an IPv4 literal passes
+// as one) configured as raw, and returns what is wrong with it, or "".
+func checkDNSName(h, raw string) string {
+	if len(h) > maxHostLen {
+		return fmt.Sprintf("must be at most %d bytes, got %d bytes: %q", maxHostLen, len(h), raw)
+	}
+	label := 0
+	for i := 0; i <= len(h); i++ {
+		if i == len(h) || h[i] == '.' {
+			if label == 0 {
+				return fmt.Sprintf("must not have an empty label, got %q", raw)
+			}
+			if label > maxLabelLen {
+				return fmt.Sprintf("must not have a label longer than %d bytes, got %q", maxLabelLen, raw)
+			}
+			label = 0
+			continue
+		}
+		c := h[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-') {
+			return fmt.Sprintf("must contain only letters, digits, '-' and '.', got %q", raw)
+		}
+		label++
+	}
+	return ""
+}
+
+// compileRule compiles rule j of the domain at domainPath. names maps the
+// rule names seen so far in that domain to their index.
+func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map[string]int) *Rule {
+	path := fmt.Sprintf("%s.rules[%d]", domainPath, j)
+	r := &Rule{
+		Index:             j,
+		Name:              rc.Name,
+		Limit:             int64(rc.Limit),
+		Period:            rc.Period,
+		MitigationTimeout: rc.MitigationTimeout,
+		CountBlocked:      rc.CountBlocked,
+	}
+
+	if checkLabel(p, path+".name", rc.Name) {
+		if prev, dup := names[rc.Name]; dup {
+			p.add(path+".name", "%q is used by %s.rules[%d]", rc.Name, domainPath, prev)
+		} else {
+			names[rc.Name] = j
+		}
+	}
+
+	switch {
+	case rc.Limit < 1:
+		p.add(path+".limit", "must be at least 1, got %d", rc.Limit)
+	case rc.Limit > maxLimit:
+		p.add(path+".limit", "must be at most %d, got %d", maxLimit, rc.Limit)
+	}
+
+	switch {
+	case rc.Period < minPeriod:
+		p.add(path+".period", "must be at least %v, got %v", minPeriod, rc.Period)
+	case rc.Period > maxPeriod:
+		p.add(path+".period", "must be at most %v, got %v", maxPeriod, rc.Period)
+	case rc.Period%time.Second != 0:
+		p.add(path+".period", "must be a whole number of seconds, got %v", rc.Period)
+	}
+
+	r.Key = compileKey(p, path+".key", rc.Key)
+
+	switch rc.Action {
+	case "", "block":
+		r.Action = ActionBlock
+	case "log":
+		r.Action = ActionLog
+	default:
+		p.add(path+".action", "must be block or log, got %q", rc.Action)
+	}
+
+	switch {
+	case rc.MitigationTimeout < 0:
+		p.add(path+".mitigation_timeout", "must not be negative, got %v", rc.MitigationTimeout)
+	case rc.MitigationTimeout > maxMitigation:
+		p.add(path+".mitigation_timeout", "must be at most %v, got %v", maxMitigation, rc.MitigationTimeout)
+	}
+
+	switch rc.Headers {
+	case "", "blocked":
+		r.Headers = HeadersBlocked
+	case "always":
+		r.Headers = HeadersAlways
+	case "none":
+		r.Headers = HeadersNone
+	default:
+		p.add(path+".headers", "must be blocked, always or none, got %q", rc.Headers)
+	}
+
+	if m := rc.Match; m != nil {
+		if m.PathPrefix != "" && m.PathPrefix[0] != '/' {
+			p.add(path+".match.path_prefix", "must start with \"/\", got %q", m.PathPrefix)
+		}
+		r.PathPrefix = m.PathPrefix
+		seen := make(map[string]int)
+		for k, raw := range m.Methods {
+			mpath := fmt.Sprintf("%s.match.methods[%d]", path, k)
+			if !isToken(raw) {
+				p.add(mpath, "must be an HTTP method (a token), got %q", raw)
+				continue
+			}
+			up := strings.ToUpper(raw)
+			if prev, dup := seen[up]; dup {
+				p.add(mpath, "%q duplicates match.methods[%d]", raw, prev)
+				continue
+			}
+			seen[up] = k
+			r.Methods = append(r.Methods, up)
+		}
+	}
+
+	if rc.BlockResponse != nil {
+		r.BlockResponse = compileResponse(p, path+".block_response", *rc.BlockResponse, 400, 499, DefaultBlockStatus, false)
+	}
+	return r
+}
+
+func compileKey(p *problems, path string, keys []string) []KeyPart {
+	if len(keys) == 0 {
+		return []KeyPart{{Kind: KeyIP}}
+	}
+	var out []KeyPart
+	seen := make(map[KeyPart]int)
+	for i, raw := range keys {
+		kpath := fmt.Sprintf("%s[%d]", path, i)
+		var kp KeyPart
+		switch {
+		case raw == "ip":
+			kp.Kind = KeyIP
+		case raw == "path":
+			kp.Kind = KeyPath
+		case raw == "host":
+			kp.Kind = KeyHost
+		case strings.HasPrefix(raw, "header:"):
+			name := raw[len("header:"):]
+			if !isToken(name) {
+				p.add(kpath, "header name must be an HTTP token, got %q", raw)
+				continue
+			}
+			kp = KeyPart{Kind: KeyHeader, Header: textproto.CanonicalMIMEHeaderKey(name)}
+			if kp.Header == "Host" {
+				// Go's server moves Host out of Request.Header, so this key
+				// would be empty for every request: one shared bucket.
+				p.add(kpath, "must be host rather than a header, got %q", raw)
+				continue
+			}
+		default:
+			p.add(kpath, "must be ip, path, host or header:NAME, got %q", raw)
+			continue
+		}
+		if prev, dup := seen[kp]; dup {
+			p.add(kpath, "%q duplicates key[%d]", raw, prev)
+			continue
+		}
+		seen[kp] = i
+		out = append(out, kp)
+	}
+	return out
+}
+
+// isToken reports whether s is an HTTP token (RFC 9110 §5.6.2).
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
+			continue
+		}
+		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
+			return false
+		}
+	}
+	return true
+}
+
+// compileResponse validates a static response. alwaysType says whether the
+// default content type applies even without a body.
+func compileResponse(p *problems, path string, rc ResponseConfig, minStatus, maxStatus, defStatus int, alwaysType bool) *Response {
+	r := &Response{Status: rc.Status, Body: rc.Body, ContentType: rc.ContentType}
+	if r.Status == 0 {
+		r.Status = defStatus
+	}
+	if r.Status < minStatus || r.Status > maxStatus {
+		p.add(path+".status", "must be between %d and %d, got %d", minStatus, maxStatus, r.Status)
+	}
+	if len(r.Body) > maxBodyBytes {
+		p.add(path+".body", "must be at most %d bytes, got %d bytes", maxBodyBytes, len(r.Body))
+	}
+	switch {
+	case r.ContentType == "":
+		if alwaysType || r.Body != "" {
+			r.ContentType = DefaultContentType
+		}
+	default:
+		// ParseMediaType also rejects CR and LF, which would otherwise
+		// let the config split the response header.
+		// A bare token such as "json" parses too, but is not a media type.
+		if mt, _, err := mime.ParseMediaType(r.ContentType); err != nil || !strings.Contains(mt, "/") {
+			p.add(path+".content_type", "must be a media type such as %q, got %q", DefaultContentType, r.ContentType)
+		}
+	}
+	return r
+}

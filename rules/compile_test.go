@@ -1,0 +1,522 @@
+package rules
+
+import (
+	"errors"
+	"log/slog"
+	"net/netip"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// validConfig returns a fresh, valid config for tests to break.
+func validConfig() Config {
+	return Config{
+		Origin: "http://origin.internal",
+		Domains: []DomainConfig{
+			{Name: "api", Hosts: []string{"api.example.com"}, Rules: []RuleConfig{
+				{Name: "all", Limit: 100, Period: time.Minute},
+				{Name: "writes", Limit: 10, Period: time.Minute},
+			}},
+			{Name: "www", Hosts: []string{"www.example.com"}},
+		},
+	}
+}
+
+// errorLines splits a Compile error into its "path: message" lines, checking
+// that each joined error is a *FieldError.
+func errorLines(t *testing.T, err error) []string {
+	t.Helper()
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		t.Fatalf("Compile error %T does not come from errors.Join: %v", err, err)
+	}
+	var lines []string
+	for _, e := range joined.Unwrap() {
+		var fe *FieldError
+		if !errors.As(e, &fe) {
+			t.Errorf("joined error %T is not a *FieldError: %v", e, e)
+			continue
+		}
+		lines = append(lines, fe.Error())
+	}
+	return lines
+}
+
+func TestCompileErrors(t *testing.T) {
+	rule := func(c *Config) *RuleConfig { return &c.Domains[0].Rules[0] }
+	tests := []struct {
+		name   string
+		mutate func(c *Config)
+		want   string
+	}{
+		// Listeners.
+		{"listen without port", func(c *Config) { c.Listen = "8080" },
+			`listen: must be host:port, got "8080"`},
+		{"listen named port", func(c *Config) { c.Listen = ":http" },
+			`listen: port must be a number from 0 to 65535, got ":http"`},
+		{"listen port out of range", func(c *Config) { c.Listen = ":70000" },
+			`listen: port must be a number from 0 to 65535, got ":70000"`},
+		{"admin_listen without port", func(c *Config) { c.AdminListen = "localhost" },
+			`admin_listen: must be host:port, got "localhost"`},
+		{"listeners equal", func(c *Config) { c.Listen, c.AdminListen = ":9000", ":9000" },
+			`admin_listen: must differ from listen (":9000"), got ":9000"`},
+		{"listeners overlap", func(c *Config) { c.Listen, c.AdminListen = ":9090", "127.0.0.1:9090" },
+			`admin_listen: must differ from listen (":9090"), got "127.0.0.1:9090"`},
+		{"listeners overlap on ipv6 any", func(c *Config) { c.Listen, c.AdminListen = "127.0.0.1:80", "[::]:80" },
+			`admin_listen: must differ from listen ("127.0.0.1:80"), got "[::]:80"`},
+
+		// Top-level scalars.
+		{"pop charset", func(c *Config) { c.Pop = "eu west" },
+			`pop: must contain only [A-Za-z0-9_.-], got "eu west"`},
+		{"pop too long", func(c *Config) { c.Pop = strings.Repeat("p", 65) },
+			`pop: must be at most 64 bytes, got "` + strings.Repeat("p", 65) + `" (65 bytes)`},
+		{"origin scheme", func(c *Config) { c.Origin = "ftp://x" },
+			`origin: must be an absolute http or https URL, got "ftp://x"`},
+		{"origin relative", func(c *Config) { c.Origin = "/backend" },
+			`origin: must be an absolute http or https URL, got "/backend"`},
+		{"origin without host", func(c *Config) { c.Origin = "http:///x" },
+			`origin: must be an absolute http or https URL, got "http:///x"`},
+		{"origin unparsable", func(c *Config) { c.Origin = "http://a b" },
+			`origin: must be an absolute http or https URL, got "http://a b"`},
+		{"origin user info is redacted", func(c *Config) { c.Origin = "http://u:secret@origin" },
+			`origin: must not contain user info, got "http://u:xxxxx@origin"`},
+		{"origin query", func(c *Config) { c.Origin = "http://origin/?a=1" },
+			`origin: must not contain a query, got "http://origin/?a=1"`},
+		{"origin empty query", func(c *Config) { c.Origin = "http://origin/?" },
+			`origin: must not contain a query, got "http://origin/?"`},
+		{"origin fragment", func(c *Config) { c.Origin = "https://origin/app#x" },
+			`origin: must not contain a fragment, got "https://origin/app#x"`},
+		{"origin empty fragment", func(c *Config) { c.Origin = "https://origin/#" },
+			`origin: must not contain a fragment, got "https://origin/#"`},
+		{"max_keys negative", func(c *Config) { c.MaxKeys = -1 },
+			`max_keys: must be between 1 and 2147483647, got -1`},
+		{"max_keys too large", func(c *Config) { c.MaxKeys = 1 << 40 },
+			`max_keys: must be between 1 and 2147483647, got 1099511627776`},
+		{"trusted proxy junk", func(c *Config) { c.ClientIP.TrustedProxies = []string{"10.0.0.0/8", "proxy.internal"} },
+			`client_ip.trusted_proxies[1]: must be an IP address or CIDR prefix, got "proxy.internal"`},
+		{"trusted proxy bad prefix", func(c *Config) { c.ClientIP.TrustedProxies = []string{"10.0.0.0/33"} },
+			`client_ip.trusted_proxies[0]: must be an IP address or CIDR prefix, got "10.0.0.0/33"`},
+		{"trusted proxy zone", func(c *Config) { c.ClientIP.TrustedProxies = []string{"fe80::1%eth0"} },
+			`client_ip.trusted_proxies[0]: must not have a zone, got "fe80::1%eth0"`},
+		{"ipv6_prefix too short", func(c *Config) { c.ClientIP.IPv6Prefix = 16 },
+			`client_ip.ipv6_prefix: must be between 32 and 128, got 16`},
+		{"ipv6_prefix too long", func(c *Config) { c.ClientIP.IPv6Prefix = 129 },
+			`client_ip.ipv6_prefix: must be between 32 and 128, got 129`},
+		{"timeout negative", func(c *Config) { c.Timeouts.ReadHeader = -time.Second },
+			`timeouts.read_header: must not be negative, got -1s`},
+		{"write timeout negative", func(c *Config) { c.Timeouts.Write = -5 * time.Millisecond },
+			`timeouts.write: must not be negative, got -5ms`},
+		{"upstream timeout negative", func(c *Config) { c.Timeouts.Upstream = -time.Minute },
+			`timeouts.upstream: must not be negative, got -1m0s`},
+		{"max_header_bytes too small", func(c *Config) { c.MaxHeaderBytes = 100 },
+			`max_header_bytes: must be between 1024 and 1048576, got 100`},
+		{"max_header_bytes too large", func(c *Config) { c.MaxHeaderBytes = 2 << 20 },
+			`max_header_bytes: must be between 1024 and 1048576, got 2097152`},
+		{"log level", func(c *Config) { c.Log.Level = "verbose" },
+			`log.level: must be debug, info, warn or error, got "verbose"`},
+		{"log format", func(c *Config) { c.Log.Format = "xml" },
+			`log.format: must be text or json, got "xml"`},
+
+		// Domains and hosts.
+		{"no domains", func(c *Config) { c.Domains = nil },
+			`domains: must list at least one domain`},
+		{"no hosts", func(c *Config) { c.Domains[1].Hosts = nil },
+			`domains[1].hosts: must list at least one host`},
+		{"empty host", func(c *Config) { c.Domains[1].Hosts = []string{"a.example.com", "."} },
+			`domains[1].hosts[1]: must not be empty, got "."`},
+		{"host with port", func(c *Config) { c.Domains[1].Hosts = []string{"www.example.com:443"} },
+			`domains[1].hosts[0]: must not include a port, got "www.example.com:443"`},
+		{"wildcard in the middle", func(c *Config) { c.Domains[1].Hosts = []string{"a.*.example.com"} },
+			`domains[1].hosts[0]: must be "*" or start with "*." to be a wildcard, got "a.*.example.com"`},
+		{"wildcard without dot", func(c *Config) { c.Domains[1].Hosts = []string{"*example.com"} },
+			`domains[1].hosts[0]: must be "*" or start with "*." to be a wildcard, got "*example.com"`},
+		{"double wildcard", func(c *Config) { c.Domains[1].Hosts = []string{"*.*.example.com"} },
+			`domains[1].hosts[0]: must be "*" or start with "*." to be a wildcard, got "*.*.example.com"`},
+		{"wildcard bad suffix", func(c *Config) { c.Domains[1].Hosts = []string{"*.exa_mple.com"} },
+			`domains[1].hosts[0]: must contain only letters, digits, '-' and '.', got "*.exa_mple.com"`},
+		{"host charset", func(c *Config) { c.Domains[1].Hosts = []string{"www_1.example.com"} },
+			`domains[1].hosts[0]: must contain only letters, digits, '-' and '.', got "www_1.example.com"`},
+		{"host empty label", func(c *Config) { c.Domains[1].Hosts = []string{"www..example.com"} },
+			`domains[1].hosts[0]: must not have an empty label, got "www..example.com"`},
+		{"host label too long", func(c *Config) { c.Domains[1].Hosts = []string{strings.Repeat("a", 64) + ".com"} },
+			`domains[1].hosts[0]: must not have a label longer than 63 bytes, got "` + strings.Repeat("a", 64) + `.com"`},
+		{"host too long", func(c *Config) { c.Domains[1].Hosts = []string{strings.Repeat("a.", 127) + "a"} },
+			`domains[1].hosts[0]: must be at most 253 bytes, got 255 bytes: "` + strings.Repeat("a.", 127) + `a"`},
+		{"host of 253 bytes and a trailing dot is fine, but a port is not", func(c *Config) {
+			c.Domains[1].Hosts = []string{strings.Repeat("a.", 127), "a.example.com:1"}
+		}, `domains[1].hosts[1]: must not include a port, got "a.example.com:1"`},
+		{"host not ASCII", func(c *Config) { c.Domains[1].Hosts = []string{"bücher.example"} },
+			`domains[1].hosts[0]: must be ASCII (write an internationalised name in its xn-- form), got "bücher.example"`},
+		{"ipv6 without brackets", func(c *Config) { c.Domains[1].Hosts = []string{"2001:db8::1"} },
+			`domains[1].hosts[0]: must write an IPv6 address in brackets, like "[::1]", got "2001:db8::1"`},
+		{"ipv6 with port", func(c *Config) { c.Domains[1].Hosts = []string{"[::1]:80"} },
+			`domains[1].hosts[0]: must not include a port, got "[::1]:80"`},
+		{"ipv6 unclosed", func(c *Config) { c.Domains[1].Hosts = []string{"[::1"} },
+			`domains[1].hosts[0]: must close its IPv6 literal with ']', got "[::1"`},
+		{"bracketed ipv4", func(c *Config) { c.Domains[1].Hosts = []string{"[192.0.2.1]"} },
+			`domains[1].hosts[0]: must hold an IPv6 address without a zone inside brackets, got "[192.0.2.1]"`},
+		{"host claimed by another domain", func(c *Config) { c.Domains[1].Hosts = []string{"API.example.com."} },
+			`domains[1].hosts[0]: "api.example.com" is already claimed by domains[0]`},
+		{"host listed twice in a domain", func(c *Config) { c.Domains[1].Hosts = []string{"www.example.com", "WWW.example.com"} },
+			`domains[1].hosts[1]: "www.example.com" is already claimed by domains[1].hosts[0]`},
+		{"two catch-alls", func(c *Config) {
+			c.Domains[0].Hosts = append(c.Domains[0].Hosts, "*")
+			c.Domains[1].Hosts = []string{"*"}
+		}, `domains[1].hosts[0]: "*" is already claimed by domains[0]`},
+		{"two equal wildcards", func(c *Config) {
+			c.Domains[0].Hosts = []string{"*.example.com"}
+			c.Domains[1].Hosts = []string{"*.Example.com"}
+		}, `domains[1].hosts[0]: "*.example.com" is already claimed by domains[0]`},
+		{"domain name charset", func(c *Config) { c.Domains[1].Name = "w w w" },
+			`domains[1].name: must contain only [A-Za-z0-9_.-], got "w w w"`},
+		{"domain name reused", func(c *Config) { c.Domains[1].Name = "api" },
+			`domains[1].name: "api" is used by domains[0]`},
+		{"default domain name reused", func(c *Config) {
+			c.Domains[0].Name = "_.example.net"
+			c.Domains[1].Name = ""
+			c.Domains[1].Hosts = []string{"*.example.net"}
+		}, `domains[1].name: "_.example.net", the default from hosts[0], is used by domains[0]; set name`},
+		{"default domain name too long", func(c *Config) {
+			c.Domains[1].Name = ""
+			c.Domains[1].Hosts = []string{strings.Repeat("a", 60) + ".example.com"}
+		}, `domains[1].name: must be set: the default from hosts[0], "` + strings.Repeat("a", 60) + `.example.com", is longer than 64 bytes`},
+
+		// Upstreams and static responses.
+		{"no upstream", func(c *Config) { c.Origin = ""; c.Domains[1].Origin = "http://www.internal" },
+			`domains[0]: no upstream: set origin or respond here, or origin at the top level`},
+		{"origin and respond", func(c *Config) {
+			c.Domains[0].Origin = "http://other"
+			c.Domains[0].Respond = &ResponseConfig{Body: "hi"}
+		}, `domains[0]: set origin or respond, not both`},
+		{"domain origin", func(c *Config) { c.Domains[1].Origin = "https://" },
+			`domains[1].origin: must be an absolute http or https URL, got "https://"`},
+		{"respond status too low", func(c *Config) { c.Domains[1].Respond = &ResponseConfig{Status: 101} },
+			`domains[1].respond.status: must be between 200 and 599, got 101`},
+		{"respond status too high", func(c *Config) { c.Domains[1].Respond = &ResponseConfig{Status: 600} },
+			`domains[1].respond.status: must be between 200 and 599, got 600`},
+		{"respond body too big", func(c *Config) { c.Domains[1].Respond = &ResponseConfig{Body: strings.Repeat("x", 32<<10+1)} },
+			`domains[1].respond.body: must be at most 32768 bytes, got 32769 bytes`},
+		{"respond content type", func(c *Config) {
+			c.Domains[1].Respond = &ResponseConfig{ContentType: "text/plain\r\nSet-Cookie: a=b"}
+		}, `domains[1].respond.content_type: must be a media type such as "text/plain; charset=utf-8", got "text/plain\r\nSet-Cookie: a=b"`},
+
+		// Key budget.
+		{"domain max_keys negative", func(c *Config) { c.Domains[1].MaxKeys = -2 },
+			`domains[1].max_keys: must be at least 1, got -2`},
+		{"domain max_keys above total", func(c *Config) { c.MaxKeys = 100; c.Domains[1].MaxKeys = 101 },
+			`domains[1].max_keys: must be at most max_keys (100), got 101`},
+		{"domain max_keys sum above total", func(c *Config) {
+			c.MaxKeys = 100
+			c.Domains[0].MaxKeys = 60
+			c.Domains[1].MaxKeys = 60
+		}, `max_keys: must be at least the sum of the domains' max_keys, 120, got 100`},
+		{"domain share resolves to zero", func(c *Config) {
+			c.MaxKeys = 100
+			c.Domains[0].MaxKeys = 100
+		}, `domains[1].max_keys: must resolve to at least 1, got 0 (0 keys left over / 1 domains without max_keys)`},
+
+		// Rules.
+		{"too many rules", func(c *Config) {
+			c.Domains[1].Rules = nil
+			for i := range 256 {
+				c.Domains[1].Rules = append(c.Domains[1].Rules,
+					RuleConfig{Name: "r" + strconv.Itoa(i), Limit: 1, Period: time.Second})
+			}
+		}, `domains[1].rules: must have at most 255 rules, got 256`},
+		{"rule name empty", func(c *Config) { rule(c).Name = "" },
+			`domains[0].rules[0].name: must not be empty`},
+		{"rule name charset", func(c *Config) { rule(c).Name = "all/reads" },
+			`domains[0].rules[0].name: must contain only [A-Za-z0-9_.-], got "all/reads"`},
+		{"rule name too long", func(c *Config) { rule(c).Name = strings.Repeat("n", 65) },
+			`domains[0].rules[0].name: must be at most 64 bytes, got "` + strings.Repeat("n", 65) + `" (65 bytes)`},
+		{"rule name reused", func(c *Config) {
+			c.Domains[0].Rules = append(c.Domains[0].Rules, RuleConfig{Name: "writes", Limit: 1, Period: time.Second})
+		}, `domains[0].rules[2].name: "writes" is used by domains[0].rules[1]`},
+		{"limit zero", func(c *Config) { rule(c).Limit = 0 },
+			`domains[0].rules[0].limit: must be at least 1, got 0`},
+		{"limit too large", func(c *Config) { rule(c).Limit = 1_000_000_001 },
+			`domains[0].rules[0].limit: must be at most 1000000000, got 1000000001`},
+		{"period zero", func(c *Config) { rule(c).Period = 0 },
+			`domains[0].rules[0].period: must be at least 1s, got 0s`},
+		{"period below a second", func(c *Config) { rule(c).Period = 500 * time.Millisecond },
+			`domains[0].rules[0].period: must be at least 1s, got 500ms`},
+		{"period too long", func(c *Config) { rule(c).Period = 721 * time.Hour },
+			`domains[0].rules[0].period: must be at most 720h0m0s, got 721h0m0s`},
+		{"period fractional", func(c *Config) { rule(c).Period = 1500 * time.Millisecond },
+			`domains[0].rules[0].period: must be a whole number of seconds, got 1.5s`},
+		{"key unknown", func(c *Config) { rule(c).Key = []string{"ip", "cookie"} },
+			`domains[0].rules[0].key[1]: must be ip, path, host or header:NAME, got "cookie"`},
+		{"key upper-case", func(c *Config) { rule(c).Key = []string{"IP"} },
+			`domains[0].rules[0].key[0]: must be ip, path, host or header:NAME, got "IP"`},
+		{"key header not a token", func(c *Config) { rule(c).Key = []string{"header:X Api"} },
+			`domains[0].rules[0].key[0]: header name must be an HTTP token, got "header:X Api"`},
+		{"key header empty", func(c *Config) { rule(c).Key = []string{"header:"} },
+			`domains[0].rules[0].key[0]: header name must be an HTTP token, got "header:"`},
+		{"key header Host", func(c *Config) { rule(c).Key = []string{"header:host"} },
+			`domains[0].rules[0].key[0]: must be host rather than a header, got "header:host"`},
+		{"key duplicate header", func(c *Config) { rule(c).Key = []string{"header:X-Api-Key", "ip", "header:x-api-key"} },
+			`domains[0].rules[0].key[2]: "header:x-api-key" duplicates key[0]`},
+		{"key duplicate ip", func(c *Config) { rule(c).Key = []string{"ip", "ip"} },
+			`domains[0].rules[0].key[1]: "ip" duplicates key[0]`},
+		{"action", func(c *Config) { rule(c).Action = "deny" },
+			`domains[0].rules[0].action: must be block or log, got "deny"`},
+		{"mitigation negative", func(c *Config) { rule(c).MitigationTimeout = -time.Second },
+			`domains[0].rules[0].mitigation_timeout: must not be negative, got -1s`},
+		{"mitigation too long", func(c *Config) { rule(c).MitigationTimeout = 25 * time.Hour },
+			`domains[0].rules[0].mitigation_timeout: must be at most 24h0m0s, got 25h0m0s`},
+		{"headers", func(c *Config) { rule(c).Headers = "sometimes" },
+			`domains[0].rules[0].headers: must be blocked, always or none, got "sometimes"`},
+		{"path prefix without slash", func(c *Config) { rule(c).Match = &MatchConfig{PathPrefix: "api/"} },
+			`domains[0].rules[0].match.path_prefix: must start with "/", got "api/"`},
+		{"method not a token", func(c *Config) { rule(c).Match = &MatchConfig{Methods: []string{"GET", "G T"}} },
+			`domains[0].rules[0].match.methods[1]: must be an HTTP method (a token), got "G T"`},
+		{"method empty", func(c *Config) { rule(c).Match = &MatchConfig{Methods: []string{""}} },
+			`domains[0].rules[0].match.methods[0]: must be an HTTP method (a token), got ""`},
+		{"method duplicate", func(c *Config) { rule(c).Match = &MatchConfig{Methods: []string{"GET", "POST", "get"}} },
+			`domains[0].rules[0].match.methods[2]: "get" duplicates match.methods[0]`},
+		{"block status server error", func(c *Config) { rule(c).BlockResponse = &ResponseConfig{Status: 503} },
+			`domains[0].rules[0].block_response.status: must be between 400 and 499, got 503`},
+		{"block status success", func(c *Config) { rule(c).BlockResponse = &ResponseConfig{Status: 200} },
+			`domains[0].rules[0].block_response.status: must be between 400 and 499, got 200`},
+		{"block body too big", func(c *Config) {
+			rule(c).BlockResponse = &ResponseConfig{Body: strings.Repeat("x", 40000)}
+		}, `domains[0].rules[0].block_response.body: must be at most 32768 bytes, got 40000 bytes`},
+		{"block content type", func(c *Config) {
+			rule(c).BlockResponse = &ResponseConfig{Body: "{}", ContentType: "json"}
+		}, `domains[0].rules[0].block_response.content_type: must be a media type such as "text/plain; charset=utf-8", got "json"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := validConfig()
+			tt.mutate(&cfg)
+			tab, err := Compile(cfg)
+			if err == nil {
+				t.Fatalf("Compile = %v, nil; want error %q", tab, tt.want)
+			}
+			if tab != nil {
+				t.Errorf("Compile returned a table along with the error")
+			}
+			got := errorLines(t, err)
+			if len(got) != 1 || got[0] != tt.want {
+				t.Errorf("got errors:\n%s\nwant exactly:\n%s", strings.Join(got, "\n"), tt.want)
+			}
+		})
+	}
+}
+
+func TestCompileReportsAllErrors(t *testing.T) {
+	cfg := validConfig()
+	cfg.Origin = "ftp://x"
+	cfg.Log.Level = "loud"
+	cfg.Domains[0].Rules[1].Period = 500 * time.Millisecond
+	cfg.Domains[0].Rules[0].Limit = 0
+	cfg.Domains[0].Rules = append(cfg.Domains[0].Rules, RuleConfig{Name: "writes", Limit: 1, Period: time.Second})
+	cfg.Domains = append(cfg.Domains, DomainConfig{Hosts: []string{"api.example.com"}, Respond: &ResponseConfig{}})
+
+	_, err := Compile(cfg)
+	if err == nil {
+		t.Fatal("Compile = nil error, want several")
+	}
+	got := errorLines(t, err)
+	want := []string{
+		`origin: must be an absolute http or https URL, got "ftp://x"`,
+		`log.level: must be debug, info, warn or error, got "loud"`,
+		`domains[0].rules[0].limit: must be at least 1, got 0`,
+		`domains[0].rules[1].period: must be at least 1s, got 500ms`,
+		`domains[0].rules[2].name: "writes" is used by domains[0].rules[1]`,
+		`domains[2].hosts[0]: "api.example.com" is already claimed by domains[0]`,
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("got errors:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if gotText := err.Error(); gotText != strings.Join(want, "\n") {
+		t.Errorf("got Error() %q, want the lines joined by newlines", gotText)
+	}
+}
+
+func TestCompileDefaults(t *testing.T) {
+	tab, err := Compile(Config{
+		Origin: "https://origin.internal/base",
+		Domains: []DomainConfig{
+			{Hosts: []string{"Example.COM.", "www.example.com"}, Rules: []RuleConfig{
+				{Name: "all", Limit: 10, Period: time.Minute},
+				{Name: "custom", Limit: 1, Period: time.Second,
+					BlockResponse: &ResponseConfig{}},
+				{Name: "body", Limit: 1, Period: time.Second,
+					BlockResponse: &ResponseConfig{Body: "slow down"}},
+			}},
+			{Hosts: []string{"*"}, Respond: &ResponseConfig{}},
+		},
+	})
+	if err != nil {
+		t.Fatalf("Compile: %v", err)
+	}
+	tests := []struct {
+		name string
+		got  any
+		want any
+	}{
+		{"listen", tab.Listen, ":8080"},
+		{"admin_listen", tab.AdminListen, "127.0.0.1:9090"},
+		{"pop", tab.Pop, "local"},
+		{"origin", tab.Origin.String(), "https://origin.internal/base"},
+		{"max_keys", tab.MaxKeys, 1_000_000},
+		{"trusted_proxies", len(tab.TrustedProxies), 0},
+		{"ipv6_prefix", tab.IPv6Prefix, 64},
+		{"timeouts", tab.Timeouts, Timeouts{
+			ReadHeader: 10 * time.Second, Read: 60 * time.Second, Write: 0,
+			Idle: 120 * time.Second, Upstream: 30 * time.Second, Shutdown: 15 * time.Second,
+		}},
+		{"max_header_bytes", tab.MaxHeaderBytes, 64 << 10},
+		{"log.level", tab.LogLevel, slog.LevelInfo},
+		{"log.format", tab.LogFormat, "text"},
+		{"domain index", tab.Domains[1].Index, 1},
+		{"domain name from first host", tab.Domains[0].Name, "example.com"},
+		{"catch-all domain name", tab.Domains[1].Name, "_"},
+		{"hosts normalised", tab.Domains[0].Hosts, []string{"example.com", "www.example.com"}},
+		{"inherited origin", tab.Domains[0].Origin.String(), "https://origin.internal/base"},
+		{"inherited origin is a copy", tab.Domains[0].Origin != tab.Origin, true},
+		{"respond has no origin", tab.Domains[1].Origin == nil, true},
+		{"respond", *tab.Domains[1].Respond, Response{Status: 200, ContentType: "text/plain; charset=utf-8"}},
+		{"max_keys split equally", []int{tab.Domains[0].MaxKeys, tab.Domains[1].MaxKeys}, []int{500_000, 500_000}},
+		{"rule index", tab.Domains[0].Rules[2].Index, 2},
+		{"rule key", tab.Domains[0].Rules[0].Key, []KeyPart{{Kind: KeyIP}}},
+		{"rule action", tab.Domains[0].Rules[0].Action, ActionBlock},
+		{"rule headers", tab.Domains[0].Rules[0].Headers, HeadersBlocked},
+		{"rule limit", tab.Domains[0].Rules[0].Limit, int64(10)},
+		{"rule period", tab.Domains[0].Rules[0].Period, time.Minute},
+		{"rule matches any path", tab.Domains[0].Rules[0].PathPrefix, ""},
+		{"rule matches any method", tab.Domains[0].Rules[0].Methods == nil, true},
+		{"rule block response", tab.Domains[0].Rules[0].BlockResponse == nil, true},
+		{"empty block response", *tab.Domains[0].Rules[1].BlockResponse, Response{Status: 429}},
+		{"block response with body", *tab.Domains[0].Rules[2].BlockResponse,
+			Response{Status: 429, Body: "slow down", ContentType: "text/plain; charset=utf-8"}},
+	}
+	for _, tt := range tests {
+		if !reflect.DeepEqual(tt.got, tt.want) {
+			t.Errorf("%s: got %#v, want %#v", tt.name, tt.got, tt.want)
+		}
+	}
+}
+
+func TestCompileNormalises(t *testing.T) {
+	tab, err := Compile(Config{
+		// The same port on two different hosts does not clash.
+		Listen:      "127.0.0.1:80",
+		AdminListen: "127.0.0.2:80",
+		Origin:      "http://origin.internal",
+		MaxKeys:     10,
+		ClientIP: ClientIPConfig{TrustedProxies: []string{
+			"10.1.2.3/8", "192.0.2.1", "2001:db8::1", "::ffff:10.0.0.0/104", "::ffff:192.0.2.7", "2001:db8::/32",
+		}, IPv6Prefix: 56},
+		Log: LogConfig{Level: "debug", Format: "json"},
+		Domains: []DomainConfig{
+			{Name: "a", Hosts: []string{"a.example.com"}, MaxKeys: 4, Rules: []RuleConfig{{
+				Name: "r", Limit: 5, Period: time.Hour,
+				Key:    []string{"header:x-api-key", "path", "host", "ip"},
+				Action: "log", Headers: "always", MitigationTimeout: time.Hour, CountBlocked: true,
+				Match: &MatchConfig{PathPrefix: "/api/", Methods: []string{"get", "Post"}},
+			}}},
+			{Hosts: []string{"[2001:DB8:0::1]"}},
+			{Hosts: []string{"*.Example.org."}, Rules: []RuleConfig{{Name: "n", Limit: 1, Period: time.Second, Headers: "none"}}},
+		},
+	})
+	if err != nil {
+		t.Fatalf("Compile: %v", err)
+	}
+	r := tab.Domains[0].Rules[0]
+	tests := []struct {
+		name string
+		got  any
+		want any
+	}{
+		{"trusted proxies", tab.TrustedProxies, []netip.Prefix{
+			netip.MustParsePrefix("10.0.0.0/8"),
+			netip.MustParsePrefix("192.0.2.1/32"),
+			netip.MustParsePrefix("2001:db8::1/128"),
+			netip.MustParsePrefix("10.0.0.0/8"),
+			netip.MustParsePrefix("192.0.2.7/32"),
+			netip.MustParsePrefix("2001:db8::/32"),
+		}},
+		{"ipv6_prefix", tab.IPv6Prefix, 56},
+		{"log level", tab.LogLevel, slog.LevelDebug},
+		{"log format", tab.LogFormat, "json"},
+		{"max_keys explicit and shared", []int{tab.Domains[0].MaxKeys, tab.Domains[1].MaxKeys, tab.Domains[2].MaxKeys}, []int{4, 3, 3}},
+		{"ipv6 host canonical", tab.Domains[1].Hosts, []string{"[2001:db8::1]"}},
+		{"ipv6 default name", tab.Domains[1].Name, "_2001_db8__1_"},
+		{"wildcard host", tab.Domains[2].Hosts, []string{"*.example.org"}},
+		{"wildcard default name", tab.Domains[2].Name, "_.example.org"},
+		{"key", r.Key, []KeyPart{{Kind: KeyHeader, Header: "X-Api-Key"}, {Kind: KeyPath}, {Kind: KeyHost}, {Kind: KeyIP}}},
+		{"methods", r.Methods, []string{"GET", "POST"}},
+		{"path prefix", r.PathPrefix, "/api/"},
+		{"action", r.Action, ActionLog},
+		{"headers", r.Headers, HeadersAlways},
+		{"headers none", tab.Domains[2].Rules[0].Headers, HeadersNone},
+		{"mitigation", r.MitigationTimeout, time.Hour},
+		{"count blocked", r.CountBlocked, true},
+	}
+	for _, tt := range tests {
+		if !reflect.DeepEqual(tt.got, tt.want) {
+			t.Errorf("%s: got %#v, want %#v", tt.name, tt.got, tt.want)
+		}
+	}
+}
+
+func FuzzCompile(f *testing.F) {
+	f.Add("api.example.com", "*.example.com", "api", "/api/", "header:X-Api-Key", "POST", "http://origin", ":8080", 10, int64(time.Minute), 0)
+	f.Add("*", "Example.COM.", "", "", "ip", "get", "https://origin/base", "127.0.0.1:80", 1, int64(time.Second), 404)
+	f.Add("[::1]", "[2001:db8:0::1]", "v6", "api", "header:", "G T", "ftp://x", "", -1, int64(-1), 200)
+	f.Add("a..b", "*.*.x", "a b", "/", "path", "", "http://u:p@x/?q#f", "::", 1_000_000_001, int64(1500*time.Millisecond), 600)
+	f.Add("bücher.de", "x:80", "_.example.com", "/x", "header:host", "GET", "https://", ":http", 1, int64(721*time.Hour), 1<<40)
+	f.Fuzz(func(t *testing.T, host1, host2, name, prefix, key, method, origin, listen string, limit int, period int64, status int) {
+		cfg := Config{
+			Listen: listen,
+			Origin: origin,
+			Domains: []DomainConfig{
+				{Name: name, Hosts: []string{host1, host2}, MaxKeys: limit, Rules: []RuleConfig{
+					{Name: name, Limit: limit, Period: time.Duration(period), Key: []string{key, "ip"},
+						Match: &MatchConfig{PathPrefix: prefix, Methods: []string{method}}},
+					{Name: "r" + name, Limit: limit, Period: time.Duration(period), Key: []string{key},
+						BlockResponse: &ResponseConfig{Status: status, Body: prefix}},
+				}},
+				{Hosts: []string{"sub." + host1}, Respond: &ResponseConfig{Status: status, Body: name}},
+			},
+		}
+		tab, err := Compile(cfg)
+		if err != nil {
+			if tab != nil {
+				t.Fatalf("Compile returned a table along with error %v", err)
+			}
+			for _, line := range strings.Split(err.Error(), "\n") {
+				if !strings.Contains(line, ": ") {
+					t.Fatalf("error line %q is not \"path: message\"", line)
+				}
+			}
+			return
+		}
+		// Every configured host must route back to its own domain, and
+		// every name must find what it names.
+		for _, d := range tab.Domains {
+			for _, h := range d.Hosts {
+				if strings.HasPrefix(h, "*") {
+					continue
+				}
+				if got, ok := tab.Lookup(h); !ok || got != d {
+					t.Fatalf("Lookup(%q) = %v, %v; want domains[%d]", h, got, ok, d.Index)
+				}
+			}
+			if got, ok := tab.Domain(d.Name); !ok || got != d {
+				t.Fatalf("Domain(%q) = %v, %v; want domains[%d]", d.Name, got, ok, d.Index)
+			}
+			for _, r := range d.Rules {
+				if got, ok := d.Rule(r.Name); !ok || got != r {
+					t.Fatalf("Rule(%q) = %v, %v; want rules[%d]", r.Name, got, ok, r.Index)
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,176 @@
+// Package rules owns edge's configuration: the schema that cmd/edge decodes a
+// config file into, its defaults and validation, and its compilation into an
+// immutable [Table] that the proxy consults on every request.
+//
+// The package never logs and never touches metrics: [Compile] returns either
+// a [Table] or an error that lists every problem in the config at once.
+package rules
+
+import "time"
+
+// Defaults applied by [Compile] to zero-valued fields of [Config].
+const (
+	DefaultListen         = ":8080"
+	DefaultAdminListen    = "127.0.0.1:9090"
+	DefaultPop            = "local"
+	DefaultMaxKeys        = 1_000_000
+	DefaultIPv6Prefix     = 64
+	DefaultMaxHeaderBytes = 64 << 10
+	DefaultContentType    = "text/plain; charset=utf-8"
+	DefaultBlockStatus    = 429
+	DefaultRespondStatus  = 200
+
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultReadTimeout       = 60 * time.Second
+	DefaultIdleTimeout       = 120 * time.Second
+	DefaultUpstreamTimeout   = 30 * time.Second
+	DefaultShutdownTimeout   = 15 * time.Second
+)
+
+// Config is the configuration file as decoded by cmd/edge. It is plain data:
+// the mapstructure tags are the public YAML keys, and a zero field means
+// "use the default" (see [Compile] for each default). A Config is never used
+// on the request path; [Compile] turns it into a [Table].
+type Config struct {
+	// Listen is the proxy's listen address, host:port. Default ":8080".
+	Listen string `mapstructure:"listen"`
+	// AdminListen is the admin (metrics, health) listen address, host:port.
+	// Default "127.0.0.1:9090". It must differ from Listen.
+	AdminListen string `mapstructure:"admin_listen"`
+	// Pop names this point of presence in metrics. Default "local";
+	// at most 64 bytes of [A-Za-z0-9_.-].
+	Pop string `mapstructure:"pop"`
+	// Origin is the default upstream, an absolute http or https URL. It is
+	// optional when every domain sets its own origin or respond.
+	Origin string `mapstructure:"origin"`
+	// MaxKeys bounds the number of rate-limit keys tracked across all
+	// domains. Default 1_000_000; valid 1..2147483647.
+	MaxKeys int `mapstructure:"max_keys"`
+	// ClientIP says how the client address is derived.
+	ClientIP ClientIPConfig `mapstructure:"client_ip"`
+	// Timeouts bound the phases of a request.
+	Timeouts TimeoutsConfig `mapstructure:"timeouts"`
+	// MaxHeaderBytes bounds the request header size in bytes.
+	// Default 64 KiB; valid 1024..1 MiB.
+	MaxHeaderBytes int `mapstructure:"max_header_bytes"`
+	// Log configures the process logger.
+	Log LogConfig `mapstructure:"log"`
+	// Domains are the sites served; at least one is required.
+	Domains []DomainConfig `mapstructure:"domains"`
+}
+
+// ClientIPConfig says which peers may report the client address in
+// X-Forwarded-For and how IPv6 clients are grouped.
+type ClientIPConfig struct {
+	// TrustedProxies are CIDR prefixes or bare IPs (a bare IP is a /32 or
+	// /128). Empty means trust no one: the client is always the TCP peer.
+	TrustedProxies []string `mapstructure:"trusted_proxies"`
+	// IPv6Prefix is the prefix length an IPv6 client is keyed by, because
+	// one subscriber usually holds a whole /64. Default 64; valid 32..128.
+	IPv6Prefix int `mapstructure:"ipv6_prefix"`
+}
+
+// TimeoutsConfig bounds the phases of a request. Zero means the default;
+// none may be negative.
+type TimeoutsConfig struct {
+	// ReadHeader bounds reading the request headers. Default 10s.
+	ReadHeader time.Duration `mapstructure:"read_header"`
+	// Read bounds reading the whole request, body included. Default 60s.
+	Read time.Duration `mapstructure:"read"`
+	// Write bounds writing the response. Default 0, meaning no bound, so
+	// that streaming responses are not cut off.
+	Write time.Duration `mapstructure:"write"`
+	// Idle bounds how long a keep-alive connection waits for the next
+	// request. Default 120s.
+	Idle time.Duration `mapstructure:"idle"`
+	// Upstream bounds the wait for the origin's response headers; when it
+	// is exceeded the client gets 504. Default 30s.
+	Upstream time.Duration `mapstructure:"upstream"`
+	// Shutdown bounds draining in-flight requests on SIGTERM. Default 15s.
+	Shutdown time.Duration `mapstructure:"shutdown"`
+}
+
+// LogConfig configures the process logger.
+type LogConfig struct {
+	// Level is one of debug, info, warn, error. Default info.
+	Level string `mapstructure:"level"`
+	// Format is text or json. Default text.
+	Format string `mapstructure:"format"`
+}
+
+// DomainConfig is one site: the hosts it answers for, where its requests go,
+// and the rules that limit them.
+type DomainConfig struct {
+	// Name labels the domain in metrics and the admin API. Default: the
+	// first host, with bytes outside [A-Za-z0-9_.-] replaced by '_'
+	// ("*.example.com" becomes "_.example.com"). Unique across domains.
+	Name string `mapstructure:"name"`
+	// Hosts are exact names ("api.example.com", "192.0.2.1", "[2001:db8::1]"),
+	// wildcards ("*.example.com": any depth of subdomain, not the suffix
+	// itself) or the catch-all "*". Matching ignores case and one trailing
+	// dot; ports are not allowed.
+	Hosts []string `mapstructure:"hosts"`
+	// Origin overrides Config.Origin for this domain.
+	Origin string `mapstructure:"origin"`
+	// Respond answers every request that passes the rules with a static
+	// response instead of proxying. It excludes Origin.
+	Respond *ResponseConfig `mapstructure:"respond"`
+	// MaxKeys is this domain's share of Config.MaxKeys. Zero means an equal
+	// share of whatever the domains that set it leave over.
+	MaxKeys int `mapstructure:"max_keys"`
+	// Rules are the rate-limit rules; at most 255.
+	Rules []RuleConfig `mapstructure:"rules"`
+}
+
+// ResponseConfig is a static response: a domain's respond, or a rule's
+// block_response.
+type ResponseConfig struct {
+	// Status is the HTTP status code. The default and the valid range
+	// depend on where the response is used.
+	Status int `mapstructure:"status"`
+	// Body is sent verbatim; at most 32 KiB.
+	Body string `mapstructure:"body"`
+	// ContentType defaults to "text/plain; charset=utf-8" when there is a
+	// body.
+	ContentType string `mapstructure:"content_type"`
+}
+
+// MatchConfig selects the requests a rule applies to. An absent match, or an
+// empty one, selects every request.
+type MatchConfig struct {
+	// PathPrefix, when set, must start with "/". The comparison is a
+	// case-sensitive byte prefix of the request path.
+	PathPrefix string `mapstructure:"path_prefix"`
+	// Methods, when set, are HTTP methods; they are upper-cased.
+	Methods []string `mapstructure:"methods"`
+}
+
+// RuleConfig is one rate-limit rule: at most Limit requests per Period for
+// each distinct Key.
+type RuleConfig struct {
+	// Name identifies the rule in metrics and the admin API. Required; at
+	// most 64 bytes of [A-Za-z0-9_.-]; unique within its domain.
+	Name string `mapstructure:"name"`
+	// Match selects the requests the rule counts; nil means all of them.
+	Match *MatchConfig `mapstructure:"match"`
+	// Limit is the number of requests allowed per Period; 1..1_000_000_000.
+	Limit int `mapstructure:"limit"`
+	// Period is the window length: a whole number of seconds, 1s..720h.
+	Period time.Duration `mapstructure:"period"`
+	// Key lists what identifies a client: "ip", "path", "host" or
+	// "header:NAME". Default ["ip"].
+	Key []string `mapstructure:"key"`
+	// Action is "block" (default) or "log" (count and report, never block).
+	Action string `mapstructure:"action"`
+	// MitigationTimeout, when non-zero, keeps blocking a key for this long
+	// after it first exceeds the limit; 0..24h.
+	MitigationTimeout time.Duration `mapstructure:"mitigation_timeout"`
+	// CountBlocked says whether blocked requests count against the limit.
+	CountBlocked bool `mapstructure:"count_blocked"`
+	// Headers says when rate-limit headers are sent: "blocked" (default,
+	// only on blocked responses), "always" or "none".
+	Headers string `mapstructure:"headers"`
+	// BlockResponse replaces the default 429 response. Its status must be
+	// 400..499; default 429.
+	BlockResponse *ResponseConfig `mapstructure:"block_response"`
+}

@@ -1,0 +1,375 @@
+package rules
+
+import (
+	"log/slog"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Table is a compiled, validated configuration. It is immutable: build one
+// with [Compile], then share it freely between goroutines; a reload builds a
+// new Table and swaps it in. Callers must not modify any field, nor anything
+// a field points to.
+type Table struct {
+	Listen      string // proxy listen address, host:port
+	AdminListen string // admin listen address, host:port
+	Pop         string // point-of-presence label
+
+	// Origin is the top-level default upstream; nil when none is set.
+	Origin *url.URL
+
+	MaxKeys int // keys tracked across all domains
+
+	// TrustedProxies are masked prefixes, IPv4-mapped IPv6 prefixes
+	// unmapped to IPv4, in config order.
+	TrustedProxies []netip.Prefix
+	IPv6Prefix     int // prefix length (bits) IPv6 clients are keyed by
+
+	Timeouts       Timeouts
+	MaxHeaderBytes int
+
+	LogLevel  slog.Level
+	LogFormat string // "text" or "json"
+
+	// Domains in config order; Domains[i].Index == i.
+	Domains []*Domain
+
+	exact    map[string]*Domain // normalised exact host → domain
+	wildcard map[string]*Domain // ".suffix" → domain, for "*.suffix"
+	catchAll *Domain            // the domain claiming "*", or nil
+	byName   map[string]*Domain
+}
+
+// Timeouts are [TimeoutsConfig] with defaults applied. A zero duration means
+// no bound (only Write may be zero after defaults).
+type Timeouts struct {
+	ReadHeader time.Duration
+	Read       time.Duration
+	Write      time.Duration
+	Idle       time.Duration
+	Upstream   time.Duration
+	Shutdown   time.Duration
+}
+
+// Domain is a compiled [DomainConfig]. Callers must not modify it.
+type Domain struct {
+	Index int      // position in Table.Domains
+	Name  string   // metric label, unique within the table
+	Hosts []string // normalised like NormalizeHost, config order, "*" and "*.suffix" included
+
+	// Origin is the upstream (the domain's own or the top-level one);
+	// nil exactly when Respond is set.
+	Origin  *url.URL
+	Respond *Response
+
+	MaxKeys int     // this domain's resolved share of Table.MaxKeys, ≥ 1
+	Rules   []*Rule // config order; Rules[i].Index == i
+
+	byName map[string]*Rule
+}
+
+// Response is a static response with defaults applied. Callers must not
+// modify it.
+type Response struct {
+	Status      int
+	Body        string
+	ContentType string // "" only for a block response without a body
+}
+
+// Action is what a rule does to a request over its limit. The zero value is
+// ActionBlock.
+type Action uint8
+
+const (
+	ActionBlock Action = iota // answer with the block response
+	ActionLog                 // let the request through; report it only
+)
+
+// String returns the config spelling, "block" or "log".
+func (a Action) String() string {
+	switch a {
+	case ActionBlock:
+		return "block"
+	case ActionLog:
+		return "log"
+	}
+	return "Action(" + strconv.Itoa(int(a)) + ")"
+}
+
+// HeaderMode says when a rule's rate-limit headers are sent. The zero value
+// is HeadersBlocked.
+type HeaderMode uint8
+
+const (
+	HeadersBlocked HeaderMode = iota // only on blocked responses
+	HeadersAlways                    // on every response the rule matched
+	HeadersNone                      // never
+)
+
+// String returns the config spelling, "blocked", "always" or "none".
+func (m HeaderMode) String() string {
+	switch m {
+	case HeadersBlocked:
+		return "blocked"
+	case HeadersAlways:
+		return "always"
+	case HeadersNone:
+		return "none"
+	}
+	return "HeaderMode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// KeyKind is one component of a rule's client key. The zero value is KeyIP.
+type KeyKind uint8
+
+const (
+	KeyIP     KeyKind = iota // the client IP (IPv6 grouped by Table.IPv6Prefix)
+	KeyHeader                // a request header's value
+	KeyPath                  // the normalised request path
+	KeyHost                  // the normalised request host
+)
+
+// String returns the config spelling: "ip", "header", "path" or "host".
+func (k KeyKind) String() string {
+	switch k {
+	case KeyIP:
+		return "ip"
+	case KeyHeader:
+		return "header"
+	case KeyPath:
+		return "path"
+	case KeyHost:
+		return "host"
+	}
+	return "KeyKind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// KeyPart is one component of a rule's client key.
+type KeyPart struct {
+	Kind KeyKind
+	// Header is the header name in canonical MIME form
+	// ("X-Api-Key"); set only when Kind is KeyHeader.
+	Header string
+}
+
+// String returns the config spelling, such as "ip" or "header:X-Api-Key".
+func (p KeyPart) String() string {
+	if p.Kind == KeyHeader {
+		return "header:" + p.Header
+	}
+	return p.Kind.String()
+}
+
+// Rule is a compiled [RuleConfig]. Callers must not modify it.
+type Rule struct {
+	Index      int      // position within its domain, 0..254
+	Name       string   // unique within its domain
+	PathPrefix string   // "" matches any path
+	Methods    []string // nil matches any method; upper-case
+
+	Limit             int64         // requests per Period, ≥ 1
+	Period            time.Duration // whole seconds, 1s..720h
+	Key               []KeyPart     // at least one, no duplicates
+	Action            Action
+	MitigationTimeout time.Duration // 0 = none
+	CountBlocked      bool
+	Headers           HeaderMode
+
+	// BlockResponse is nil when the proxy's default 429 response applies.
+	BlockResponse *Response
+}
+
+// Matches reports whether the rule applies to a request. path must already
+// be normalised by the caller; PathPrefix is compared as a case-sensitive
+// byte prefix, and method exactly (methods are case-sensitive, RFC 9110
+// §9.1). Matches does not allocate.
+func (r *Rule) Matches(method, path string) bool {
+	if !strings.HasPrefix(path, r.PathPrefix) {
+		return false
+	}
+	if r.Methods == nil {
+		return true
+	}
+	for _, m := range r.Methods {
+		if m == method {
+			return true
+		}
+	}
+	return false
+}
+
+// Rule returns the domain's rule with the given name.
+func (d *Domain) Rule(name string) (*Rule, bool) {
+	r, ok := d.byName[name]
+	return r, ok
+}
+
+// Domain returns the domain with the given name.
+func (t *Table) Domain(name string) (*Domain, bool) {
+	d, ok := t.byName[name]
+	return d, ok
+}
+
+// Lookup returns the domain that serves host, the raw Host header value of a
+// request (normalised with [NormalizeHost]). An exact host beats a wildcard,
+// a longer wildcard suffix beats a shorter one, and the catch-all "*" takes
+// whatever is left. It reports false when the host is invalid or no domain
+// claims it. Lookup does not allocate for an already-normalised host and is
+// safe for concurrent use.
+func (t *Table) Lookup(host string) (*Domain, bool) {
+	if t == nil {
+		return nil, false
+	}
+	h, ok := NormalizeHost(host)
+	if !ok {
+		return nil, false
+	}
+	if d, ok := t.exact[h]; ok {
+		return d, true
+	}
+	if len(t.wildcard) > 0 && h[0] != '[' {
+		// Try the suffixes from the longest down: each '.' starts one, and
+		// the first match is therefore the longest wildcard. The suffix
+		// keeps its leading '.', so "*.example.com" (key ".example.com")
+		// never matches "example.com" itself.
+		for i := 0; i < len(h); i++ {
+			if h[i] == '.' {
+				if d, ok := t.wildcard[h[i:]]; ok {
+					return d, true
+				}
+			}
+		}
+	}
+	if t.catchAll != nil {
+		return t.catchAll, true
+	}
+	return nil, false
+}
+
+// Limits on a DNS name (RFC 1035 §2.3.4).
+const (
+	maxHostLen  = 253
+	maxLabelLen = 63
+)
+
+// NormalizeHost turns a Host header value into the form domains are matched
+// on: ASCII lower-case, without a port, without one trailing dot; an IPv6
+// literal keeps its brackets and is written in canonical form (RFC 5952).
+//
+// It reports false for an empty host, whitespace, control or non-ASCII bytes,
+// '/', '\\', '@', '%', an empty label ("..", a leading dot), a label longer
+// than 63 bytes or a name longer than 253, a second port
+// ("1.2.3.4:9000:80"), a non-numeric or out-of-range port, and a malformed
+// or zoned IPv6 literal. An empty port ("example.com:") is allowed, as in
+// RFC 3986 §3.2.3.
+//
+// NormalizeHost allocates only when the result differs from a substring of
+// raw: when lower-casing is needed or an IPv6 literal is not canonical.
+func NormalizeHost(raw string) (string, bool) {
+	if raw == "" {
+		return "", false
+	}
+	if raw[0] == '[' {
+		return normalizeIPv6Host(raw)
+	}
+	host := raw
+	if i := strings.IndexByte(raw, ':'); i >= 0 {
+		if !validPort(raw[i+1:]) {
+			return "", false
+		}
+		host = raw[:i]
+	}
+	if strings.HasSuffix(host, ".") {
+		host = host[:len(host)-1]
+	}
+	if host == "" || len(host) > maxHostLen {
+		return "", false
+	}
+	upper := false
+	label := 0
+	for i := 0; i < len(host); i++ {
+		c := host[i]
+		switch {
+		case c <= ' ' || c >= 0x7f:
+			return "", false
+		case c == '/', c == '\\', c == '@', c == '%', c == '[', c == ']':
+			return "", false
+		case c == '.':
+			if label == 0 {
+				return "", false
+			}
+			label = 0
+			continue
+		case 'A' <= c && c <= 'Z':
+			upper = true
+		}
+		label++
+		if label > maxLabelLen {
+			return "", false
+		}
+	}
+	if label == 0 { // a second trailing dot
+		return "", false
+	}
+	if !upper {
+		return host, true
+	}
+	b := make([]byte, len(host))
+	for i := 0; i < len(host); i++ {
+		c := host[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		b[i] = c
+	}
+	return string(b), true
+}
+
+// normalizeIPv6Host handles a Host value that starts with '['.
+func normalizeIPv6Host(raw string) (string, bool) {
+	end := strings.IndexByte(raw, ']')
+	if end < 0 {
+		return "", false
+	}
+	if rest := raw[end+1:]; rest != "" {
+		if rest[0] != ':' || !validPort(rest[1:]) {
+			return "", false
+		}
+	}
+	inner := raw[1:end]
+	// ParseAddr accepts zones ("%eth0") and IPv4; neither belongs in a
+	// bracketed Host, and a zone names an interface of the client's machine.
+	if inner == "" || strings.IndexByte(inner, '%') >= 0 {
+		return "", false
+	}
+	addr, err := netip.ParseAddr(inner)
+	if err != nil || !addr.Is6() {
+		return "", false
+	}
+	var buf [64]byte
+	canon := addr.AppendTo(buf[:0])
+	if string(canon) == inner {
+		return raw[:end+1], true
+	}
+	return "[" + string(canon) + "]", true
+}
+
+// validPort reports whether p is a port as it may follow a host: empty or
+// decimal digits with a value of at most 65535.
+func validPort(p string) bool {
+	if len(p) > 5 {
+		return false
+	}
+	n := 0
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if c < '0' || c > '9' {
+			return false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n <= 65535
+}

@@ -134,6 +134,15 @@ var invalidPolicies = []struct {
 	{"unterminated inner list", `("a" "b"`, true},
 	{"inner list without space", `("a""b")`, true},
 	{"bare item start", `<a>;q=1`, true},
+	{"inner list with bad item parameter", `("a";Q=1);q=1`, true},
+	{"inner list with bad parameter", `("a");Q=1`, true},
+	{"inner list ending after item", `("a";x=1`, true},
+	{"inner list open", `(`, true},
+	{"empty inner list", `();q=1`, false},
+	{"display string without quote", `"a";q=1;x=%a`, true},
+	{"display string unterminated", `"a";q=1;x=%"abc`, true},
+	{"display string with control", "\"a\";q=1;x=%\"a\tb\"", true},
+	{"display string non-ASCII", "\"a\";q=1;x=%\"\u00e9\"", true},
 }
 
 func TestParsePoliciesInvalid(t *testing.T) {

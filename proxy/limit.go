@@ -17,7 +17,7 @@ import (
 // ruleState is a compiled rule with what the hot path needs ready-made.
 type ruleState struct {
 	*rules.Rule
-	policy headers.Policy
+	policy   headers.Policy
 	outcomes ruleCounters
 }
 

@@ -2,8 +2,12 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
+	"reflect"
+	"strings"
+	"time"
 
 	"github.com/edgerate/edge/configs"
 	"github.com/edgerate/edge/rules"
@@ -34,13 +38,92 @@ func parseConfig(data []byte) (*rules.Table, error) {
 	}
 	var cfg rules.Config
 	err := v.UnmarshalExact(&cfg, viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(
-		mapstructure.StringToTimeDurationHookFunc(),
+		durationHook,
 		// A single string where a list is expected is a list of one
 		// (`key: ip`), never split on commas.
 		mapstructure.StringToSliceHookFunc("\x00"),
 	)))
 	if err != nil {
-		return nil, fmt.Errorf("decoding config: %w", err)
+		return nil, decodeErrors(err)
 	}
 	return rules.Compile(cfg)
+}
+
+// durationHook decodes durations from strings such as "1m30s", naming the
+// value when it is not one.
+func durationHook(from, to reflect.Type, data any) (any, error) {
+	if to != reflect.TypeFor[time.Duration]() || from.Kind() != reflect.String {
+		return data, nil
+	}
+	d, err := time.ParseDuration(data.(string))
+	if err != nil {
+		return nil, fmt.Errorf("must be a duration such as 30s, 1m or 1h, got %q", data)
+	}
+	return d, nil
+}
+
+// decodeErrors rewrites mapstructure's decoding errors into edge's
+// `path: message` form, naming the offending value, one error per problem.
+func decodeErrors(err error) error {
+	var out []error
+	var walk func(error)
+	walk = func(err error) {
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, e := range j.Unwrap() {
+				walk(e)
+			}
+			return
+		}
+		de, ok := err.(*mapstructure.DecodeError)
+		if !ok {
+			if inner := errors.Unwrap(err); inner != nil && hasDecodeError(inner) {
+				walk(inner) // a wrapper around the list of problems
+				return
+			}
+			out = append(out, err) // e.g. "invalid keys: listen_port"
+			return
+		}
+		inner, name := de.Unwrap(), de.Name()
+		if name == reflect.TypeFor[rules.Config]().String() {
+			name = "" // mapstructure names the root by its Go type
+		}
+		if keys, ok := strings.CutPrefix(inner.Error(), "has invalid keys: "); ok {
+			for _, k := range strings.Split(keys, ", ") {
+				out = append(out, fmt.Errorf("%s: unknown key", strings.TrimPrefix(name+"."+k, ".")))
+			}
+			return
+		}
+		var pe *mapstructure.ParseError
+		var ue *mapstructure.UnconvertibleTypeError
+		switch {
+		case errors.As(inner, &pe):
+			inner = fmt.Errorf("must be %s, got %q", kindName(pe.Expected.Type()), fmt.Sprint(pe.Value))
+		case errors.As(inner, &ue):
+			inner = fmt.Errorf("must be %s, got %v", kindName(ue.Expected.Type()), ue.Value)
+		}
+		out = append(out, fmt.Errorf("%s: %w", name, inner))
+	}
+	walk(err)
+	return errors.Join(out...)
+}
+
+func hasDecodeError(err error) bool {
+	var de *mapstructure.DecodeError
+	return errors.As(err, &de)
+}
+
+func kindName(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int64, reflect.Int32, reflect.Uint, reflect.Uint64, reflect.Uint32:
+		return "an integer"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice:
+		return "a list"
+	case reflect.Struct, reflect.Map, reflect.Pointer:
+		return "a mapping"
+	}
+	return "a " + t.String()
 }

@@ -1,0 +1,253 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestEveryConfigLoads loads each file in configs/ so that no example can
+// rot, and the embedded default.
+func TestEveryConfigLoads(t *testing.T) {
+	files, err := filepath.Glob("../../configs/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no configs found: %v", err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			if _, err := loadConfig(f); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+		})
+	}
+	table, err := loadConfig("")
+	if err != nil {
+		t.Fatalf("embedded default: %v", err)
+	}
+	if table.Listen != ":8080" || table.AdminListen != "127.0.0.1:9090" {
+		t.Errorf("embedded default listens on %q and %q, want :8080 and 127.0.0.1:9090", table.Listen, table.AdminListen)
+	}
+	if d, ok := table.Lookup("anything.example"); !ok || d.Respond == nil || len(d.Rules) == 0 {
+		t.Errorf("embedded default: want a catch-all demo domain with a static response and a rule")
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		want []string
+	}{
+		{
+			name: "unknown key",
+			yaml: "listen: \":8080\"\nlisten_port: 80\ndomains: [{hosts: [\"*\"], respond: {body: ok}}]\n",
+			want: []string{"listen_port"},
+		},
+		{
+			name: "unknown rule key",
+			yaml: "domains: [{hosts: [\"*\"], respond: {body: ok}, rules: [{name: a, limit: 1, period: 1s, burst: 3}]}]\n",
+			want: []string{"burst"},
+		},
+		{
+			name: "wrong type",
+			yaml: "domains: [{hosts: [\"*\"], respond: {body: ok}, rules: [{name: a, limit: lots, period: 1s}]}]\n",
+			want: []string{"limit", "lots"},
+		},
+		{
+			name: "bad duration",
+			yaml: "domains: [{hosts: [\"*\"], respond: {body: ok}, rules: [{name: a, limit: 1, period: often}]}]\n",
+			want: []string{"period", "often"},
+		},
+		{
+			name: "every validation problem at once",
+			yaml: `
+origin: "ftp://nope"
+domains:
+  - hosts: ["api.example.com"]
+    rules:
+      - {name: a, limit: 0, period: 500ms}
+      - {name: a, limit: 1, period: 1m}
+  - hosts: ["api.example.com"]
+`,
+			want: []string{
+				`origin: must be an absolute http or https URL, got "ftp://nope"`,
+				"domains[0].rules[0].limit: must be at least 1, got 0",
+				"domains[0].rules[0].period: must be at least 1s, got 500ms",
+				`domains[0].rules[1].name: "a" is used by domains[0].rules[0]`,
+				`domains[1].hosts[0]: "api.example.com" is already claimed by domains[0]`,
+			},
+		},
+		{
+			name: "not YAML",
+			yaml: "domains: [\n",
+			want: []string{"parsing config"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parseConfig([]byte(tt.yaml))
+			if err == nil {
+				t.Fatal("got no error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestCheckFlag(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(good, []byte("domains: [{hosts: [\"*\"], respond: {body: ok}, rules: [{name: a, limit: 1, period: 1s}]}]\n"), 0o644)
+	os.WriteFile(bad, []byte("max_keys: -1\ndomains: [{hosts: [\"*\"], rules: [{name: a, limit: 0, period: 1s}]}]\n"), 0o644)
+	tests := []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantOut  string
+		wantErr  []string
+	}{
+		{"valid", []string{"-check", "-config", good}, 0, "is valid: 1 domains, 1 rules", nil},
+		{"embedded default", []string{"-check"}, 0, "(embedded default) is valid", nil},
+		{"invalid lists every problem", []string{"-check", "-config", bad}, 1, "", []string{
+			"max_keys: must be", "domains[0]: no upstream", "domains[0].rules[0].limit: must be at least 1, got 0",
+		}},
+		{"missing file", []string{"-check", "-config", filepath.Join(dir, "nope.yaml")}, 1, "", []string{"no such file"}},
+		{"version", []string{"-version"}, 0, "edge ", nil},
+		{"bad flag", []string{"-nope"}, 2, "", []string{"flag provided but not defined"}},
+		{"stray argument", []string{"serve"}, 2, "", []string{`unexpected argument "serve"`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := run(context.Background(), tt.args, &stdout, &stderr)
+			if code != tt.wantCode {
+				t.Fatalf("exit code %d, want %d; stderr:\n%s", code, tt.wantCode, stderr.String())
+			}
+			if !strings.Contains(stdout.String(), tt.wantOut) {
+				t.Errorf("stdout %q does not contain %q", stdout.String(), tt.wantOut)
+			}
+			for _, w := range tt.wantErr {
+				if !strings.Contains(stderr.String(), w) {
+					t.Errorf("stderr %q does not contain %q", stderr.String(), w)
+				}
+			}
+		})
+	}
+}
+
+// TestRunServesAndDrains runs edge in-process on free ports: it serves,
+// keeps its admin endpoints off the public listener, and on cancellation
+// finishes an in-flight request before returning 0.
+func TestRunServesAndDrains(t *testing.T) {
+	origin := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			time.Sleep(300 * time.Millisecond)
+		}
+		fmt.Fprint(w, "origin")
+	})}
+	oln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go origin.Serve(oln)
+	t.Cleanup(func() { origin.Close() })
+
+	public, admin := freePort(t), freePort(t)
+	cfg := filepath.Join(t.TempDir(), "edge.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf(`
+listen: %q
+admin_listen: %q
+origin: "http://%s"
+domains:
+  - hosts: ["*"]
+    rules: [{name: per-ip, limit: 100, period: 1m}]
+`, public, admin, oln.Addr())), 0o644)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	var stderr bytes.Buffer
+	go func() { done <- run(ctx, []string{"-config", cfg}, &bytes.Buffer{}, &stderr) }()
+	waitReady(t, "http://"+admin+"/readyz")
+
+	if code, body := httpGet(t, "http://"+public+"/"); code != 200 || body != "origin" {
+		t.Fatalf("public: got %d %q, want 200 origin", code, body)
+	}
+	// The public listener forwards /metrics like any path: edge's own
+	// metrics are never served there.
+	if _, body := httpGet(t, "http://"+public+"/metrics"); body != "origin" {
+		t.Errorf("public /metrics: got %q, want the origin's answer", body)
+	}
+	if code, body := httpGet(t, "http://"+admin+"/metrics"); code != 200 || !strings.Contains(body, "edge_requests_total") {
+		t.Errorf("admin /metrics: got %d", code)
+	}
+
+	slow := make(chan int, 1)
+	go func() {
+		code, _ := httpGet(t, "http://"+public+"/slow")
+		slow <- code
+	}()
+	time.Sleep(100 * time.Millisecond) // let the slow request reach the origin
+	cancel()
+	if code := <-slow; code != 200 {
+		t.Errorf("in-flight request during shutdown: got %d, want 200", code)
+	}
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("run returned %d, want 0; stderr:\n%s", code, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return after cancellation")
+	}
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func waitReady(t *testing.T, url string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s never became ready", url)
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Errorf("GET %s: %v", url, err)
+		return 0, ""
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	b.ReadFrom(resp.Body)
+	return resp.StatusCode, b.String()
+}

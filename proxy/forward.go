@@ -68,6 +68,12 @@ func (p *Proxy) newForwarder(domain string, origin *url.URL, cip *ClientIP, tran
 				delete(pr.Out.Header, "X-Real-Ip")
 			}
 		},
+		ModifyResponse: func(resp *http.Response) error {
+			if f, ok := resp.Request.Context().Value(fieldsKey{}).(*fields); ok {
+				f.merge(resp.Header)
+			}
+			return nil
+		},
 		Transport:    timedTransport{rt: transport, obs: p.metrics.upstreamObservers(domain)},
 		ErrorHandler: errLog.handle,
 		ErrorLog:     slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),

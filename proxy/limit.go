@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/binary"
+	"log/slog"
 	"net/http"
 	"path"
 	"strconv"
@@ -36,23 +37,27 @@ type verdict struct {
 	window.Decision
 }
 
-// limit checks every rule of d that matches r, at now. It returns true if
-// the request may go on; otherwise it has written the block response.
+// limit checks every rule of d that matches r, at now. It returns ok=true
+// if the request may go on, with the rate-limit fields its response should
+// carry (nil for none); otherwise it has written the block response.
 //
 // Every matching rule counts the request as its own decision says. If a
 // block rule refuses it, the request is blocked, and rules that do not count
 // blocked requests give back what they counted: a blocked request uses up no
 // quota anywhere, so a client that sends too fast still gets its limit
 // through in every sliding period.
-func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, st *state, d *domain, now time.Time) bool {
+func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, st *state, d *domain, now time.Time) (*fields, bool) {
 	id := st.clientIP.Resolve(r.RemoteAddr, r.Header.Values("X-Forwarded-For"))
+	if id.XFFMalformed {
+		p.metrics.xffMalformed.Inc()
+	}
 	reqPath := matchPath(r.URL.Path)
 	var (
 		vbuf    [8]verdict
 		vs      = vbuf[:0]
 		kbuf    [64]byte
 		blocker = -1 // index into vs of the block rule with the longest wait
-		headers bool // some matching rule wants fields on allowed responses
+		always  bool // some matching rule wants fields on allowed responses
 	)
 	for i := range d.rules {
 		rs := &d.rules[i]
@@ -62,32 +67,43 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, st *state, d *doma
 		k := d.store.Key(i, appendKey(kbuf[:0], rs.Key, r, id, reqPath))
 		v := verdict{rule: i, key: k, Decision: d.store.Allow(k, now)}
 		rs.outcomes.observe(v.Decision)
-		if !v.Allowed && rs.Action == rules.ActionBlock && (blocker < 0 || v.RetryAfter > vs[blocker].RetryAfter) {
-			blocker = len(vs)
+		if !v.Allowed {
+			if rs.Action == rules.ActionBlock {
+				if blocker < 0 || v.RetryAfter > vs[blocker].RetryAfter {
+					blocker = len(vs)
+				}
+			} else if p.log.Enabled(r.Context(), slog.LevelDebug) {
+				p.log.Debug("log rule over its limit; request not blocked", "domain", d.Name, "rule", rs.Name,
+					"client", id.Key.String(), "retry_after", v.RetryAfter)
+			}
 		}
-		headers = headers || rs.Headers == rules.HeadersAlways
+		always = always || rs.Headers == rules.HeadersAlways
 		vs = append(vs, v)
 	}
 	if blocker < 0 {
-		if headers {
-			setFields(w.Header(), d, vs, -1)
+		if always {
+			return newFields(d, vs, -1), true
 		}
-		return true
+		return nil, true
 	}
-	for _, v := range vs {
-		if !d.rules[v.rule].CountBlocked {
-			d.store.Refund(v.key, v.Decision)
+	for i := range vs {
+		if v := &vs[i]; !d.rules[v.rule].CountBlocked {
+			v.Decision = d.store.Refund(v.key, v.Decision, now)
 		}
+	}
+	if p.log.Enabled(r.Context(), slog.LevelDebug) {
+		p.log.Debug("request blocked", "domain", d.Name, "rule", d.rules[vs[blocker].rule].Name,
+			"client", id.Key.String(), "retry_after", vs[blocker].RetryAfter)
 	}
 	writeBlocked(w, r, d, vs, blocker)
-	return false
+	return nil, false
 }
 
 // appendKey appends the identity of r under the key parts ks. Each part is
 // tagged and length-prefixed so that no two different identities encode the
 // same bytes.
 //
-// A rule keyed by a header the request lacks keys that part by the client
+// A rule keyed by a header the request lacks (or sends empty) keys that part by the client
 // address instead, under its own tag: clients without the header are limited
 // one by one, never together in one bucket shared by everyone (nor can they
 // collide with a client whose header value happens to spell an address).
@@ -98,7 +114,7 @@ func appendKey(b []byte, ks []rules.KeyPart, r *http.Request, id Identity, reqPa
 			b = appendIP(append(b, 'i'), id)
 		case rules.KeyHeader:
 			vals := r.Header[k.Header]
-			if len(vals) == 0 {
+			if blankValues(vals) {
 				b = appendIP(append(b, 'm'), id)
 				continue
 			}
@@ -115,6 +131,16 @@ func appendKey(b []byte, ks []rules.KeyPart, r *http.Request, id Identity, reqPa
 		}
 	}
 	return b
+}
+
+// blankValues reports whether a field is absent or has only empty values.
+func blankValues(vals []string) bool {
+	for _, v := range vals {
+		if strings.TrimSpace(v) != "" {
+			return false
+		}
+	}
+	return true
 }
 
 func appendIP(b []byte, id Identity) []byte {
@@ -143,11 +169,19 @@ func matchPath(p string) string {
 	return clean
 }
 
-// setFields sets the rate-limit fields of a response: every rule that wants
-// them in RateLimit-Policy and RateLimit, and X-RateLimit-* for one rule:
-// the blocking rule on a block (vs[blocker]), else the rule with the fewest
-// requests remaining.
-func setFields(h http.Header, d *domain, vs []verdict, blocker int) {
+// fields are the rate-limit fields of one response.
+type fields struct {
+	policy, limit   string // RateLimit-Policy and RateLimit list members
+	xLimit, xRemain int64  // X-RateLimit-Limit and -Remaining
+	xReset          time.Duration
+	x               bool // send X-RateLimit-*
+}
+
+// newFields gathers the fields of a response: every rule that wants them in
+// RateLimit-Policy and RateLimit, and X-RateLimit-* for one rule: the
+// blocking rule on a block (vs[blocker]), else the rule with the fewest
+// requests remaining. It returns nil when no rule wants fields.
+func newFields(d *domain, vs []verdict, blocker int) *fields {
 	var pbuf, lbuf [256]byte
 	policies, limits := pbuf[:0], lbuf[:0]
 	primary := blocker
@@ -167,13 +201,42 @@ func setFields(h http.Header, d *domain, vs []verdict, blocker int) {
 		}
 	}
 	if len(policies) == 0 {
+		return nil
+	}
+	f := &fields{policy: string(policies), limit: string(limits)}
+	if v := vs[primary]; d.rules[v.rule].Headers != rules.HeadersNone {
+		f.x, f.xLimit, f.xRemain, f.xReset = true, d.rules[v.rule].Limit, v.Remaining, v.Reset
+	}
+	return f
+}
+
+// set puts f on a response edge writes itself.
+func (f *fields) set(h http.Header) {
+	h[headers.FieldRateLimitPolicy] = []string{f.policy}
+	h[headers.FieldRateLimit] = []string{f.limit}
+	if f.x {
+		headers.SetXRateLimit(h, f.xLimit, f.xRemain, f.xReset)
+	}
+}
+
+// merge puts f on an origin's response that may carry rate-limit fields of
+// its own. RateLimit and RateLimit-Policy are lists, so edge's members are
+// added to the origin's: the client sees every policy that applies. The
+// single-valued X-RateLimit-* triple is the origin's if it reports fewer
+// requests remaining, else edge's: as the IETF draft asks of
+// intermediaries, the result is never more permissive than either.
+func (f *fields) merge(h http.Header) {
+	h[headers.FieldRateLimitPolicy] = append(h[headers.FieldRateLimitPolicy], f.policy)
+	h[headers.FieldRateLimit] = append(h[headers.FieldRateLimit], f.limit)
+	if !f.x {
 		return
 	}
-	h["Ratelimit-Policy"] = []string{string(policies)}
-	h["Ratelimit"] = []string{string(limits)}
-	if v := vs[primary]; d.rules[v.rule].Headers != rules.HeadersNone {
-		headers.SetXRateLimit(h, d.rules[v.rule].Limit, v.Remaining, v.Reset)
+	if vs := h[headers.FieldXRateLimitRemaining]; len(vs) == 1 {
+		if n, err := strconv.ParseInt(strings.TrimSpace(vs[0]), 10, 64); err == nil && n >= 0 && n <= f.xRemain {
+			return
+		}
 	}
+	headers.SetXRateLimit(h, f.xLimit, f.xRemain, f.xReset)
 }
 
 // writeBlocked answers a blocked request: the blocking rule's status (429
@@ -184,7 +247,9 @@ func writeBlocked(w http.ResponseWriter, r *http.Request, d *domain, vs []verdic
 	rs := &d.rules[v.rule]
 	h := w.Header()
 	headers.SetRetryAfter(h, v.RetryAfter)
-	setFields(h, d, vs, blocker)
+	if f := newFields(d, vs, blocker); f != nil {
+		f.set(h)
+	}
 	h["Cache-Control"] = []string{"no-store"}
 	status := http.StatusTooManyRequests
 	if br := rs.BlockResponse; br != nil {

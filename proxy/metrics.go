@@ -13,12 +13,13 @@ import (
 // status classes): never from the client key, address or Host header, so
 // no request can create a series.
 type metrics struct {
-	p           *Proxy
-	requests    *prometheus.CounterVec
-	decisions   *prometheus.CounterVec
-	upstream    *prometheus.HistogramVec
-	misdirected prometheus.Counter
-	buildInfo   prometheus.Gauge
+	p            *Proxy
+	requests     *prometheus.CounterVec
+	decisions    *prometheus.CounterVec
+	upstream     *prometheus.HistogramVec
+	misdirected  prometheus.Counter
+	xffMalformed prometheus.Counter
+	buildInfo    prometheus.Gauge
 
 	trackedKeys  *prometheus.Desc
 	capacity     *prometheus.Desc
@@ -46,6 +47,10 @@ func newMetrics(p *Proxy, version string) *metrics {
 			Name: "edge_misdirected_requests_total",
 			Help: "Requests whose Host no domain claims (answered 421, or 400 for an invalid Host).",
 		}),
+		xffMalformed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edge_client_ip_xff_malformed_total",
+			Help: "Requests from a trusted proxy whose X-Forwarded-For could not be read; they were keyed by the proxy's address.",
+		}),
 		buildInfo: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name:        "edge_build_info",
 			Help:        "Always 1; labels carry the version of edge and of Go.",
@@ -65,7 +70,7 @@ func newMetrics(p *Proxy, version string) *metrics {
 func (m *metrics) register(reg prometheus.Registerer) error {
 	m.buildInfo.Set(1)
 	var errs []error
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.upstream, m.misdirected, m.buildInfo, storeCollector{m}} {
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.upstream, m.misdirected, m.xffMalformed, m.buildInfo, storeCollector{m}} {
 		errs = append(errs, reg.Register(c))
 	}
 	return errors.Join(errs...)

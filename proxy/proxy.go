@@ -5,6 +5,7 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -144,9 +145,21 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := st.domains[rd.Index]
-	if d.store != nil && !p.limit(w, r, st, d, now) {
-		d.requests.blocked.Inc()
-		return
+	if d.store != nil {
+		f, ok := p.limit(w, r, st, d, now)
+		if !ok {
+			d.requests.blocked.Inc()
+			return
+		}
+		if f != nil {
+			if d.Respond != nil {
+				f.set(w.Header())
+			} else {
+				// The origin's response may carry fields of its own: the
+				// forwarder merges ours into it (see fields.merge).
+				r = r.WithContext(context.WithValue(r.Context(), fieldsKey{}, f))
+			}
+		}
 	}
 	d.requests.served.Inc()
 	d.upstream.ServeHTTP(w, r)
@@ -162,6 +175,9 @@ func (p *Proxy) misdirected(w http.ResponseWriter, r *http.Request) {
 	}
 	writeText(w, http.StatusMisdirectedRequest, "misdirected request: no site is configured for this host\n")
 }
+
+// fieldsKey carries a request's rate-limit fields to the forwarder.
+type fieldsKey struct{}
 
 // writeText writes a short plain-text response.
 func writeText(w http.ResponseWriter, status int, body string) {

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -597,5 +598,82 @@ edge_tracked_keys{domain="api.example.com"} 1
 	problems, err := testutil.GatherAndLint(e.reg)
 	if err != nil || len(problems) > 0 {
 		t.Errorf("metric lint: %v %v", problems, err)
+	}
+}
+
+func TestOriginFieldsAreMergedNotDuplicated(t *testing.T) {
+	tests := []struct {
+		name          string
+		originRemain  string
+		wantRemaining string
+	}{
+		{"origin more restrictive", "1", "1"},
+		{"edge more restrictive", "500", "4"},
+		{"origin value unreadable", "lots", "4"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				h := w.Header()
+				h.Set("RateLimit-Policy", `"origin";q=1000;w=3600`)
+				h.Set("RateLimit", `"origin";r=999;t=3600`)
+				h.Set("X-RateLimit-Limit", "1000")
+				h.Set("X-RateLimit-Remaining", tt.originRemain)
+				h.Set("X-RateLimit-Reset", "3600")
+			}))
+			t.Cleanup(origin.Close)
+			always := rule("edge", 5, time.Minute)
+			always.Headers = "always"
+			e := newEnv(t, oneDomain(origin.URL, always))
+			resp, _ := e.get("api.example.com", "/")
+			for _, f := range []string{"Ratelimit-Policy", "Ratelimit"} {
+				items, err := httpsfv.UnmarshalList(resp.Header.Values(f))
+				if err != nil || len(items) != 2 {
+					t.Errorf("%s = %q (%v), want the origin's and edge's members in one list", f, resp.Header.Values(f), err)
+				}
+			}
+			for _, f := range []string{"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset"} {
+				if n := len(resp.Header.Values(f)); n != 1 {
+					t.Errorf("%s sent %d times, want once", f, n)
+				}
+			}
+			if got := resp.Header.Get("X-Ratelimit-Remaining"); got != tt.wantRemaining {
+				t.Errorf("X-RateLimit-Remaining = %q, want %q (the more restrictive)", got, tt.wantRemaining)
+			}
+		})
+	}
+}
+
+func TestEmptyHeaderKeyIsNotSharedBucket(t *testing.T) {
+	origin, _ := newOrigin(t, "a")
+	byKey := rule("per-key", 1, time.Minute)
+	byKey.Key = []string{"header:X-Api-Key"}
+	cfg := oneDomain(origin.URL, byKey)
+	cfg.ClientIP.TrustedProxies = []string{"127.0.0.1/32"}
+	e := newEnv(t, cfg)
+	// Four clients behind a trusted proxy send an empty key: each is limited
+	// on its own address, none shares a bucket with the others.
+	for i := range 4 {
+		hdr := map[string]string{"X-Api-Key": " ", "X-Forwarded-For": fmt.Sprintf("203.0.113.%d", i+1)}
+		if resp, _ := e.do("GET", "api.example.com", "/", hdr, ""); resp.StatusCode != 200 {
+			t.Errorf("client %d with an empty key: got %d, want 200", i, resp.StatusCode)
+		}
+	}
+}
+
+func TestBlockedResponseReportsRefundedQuota(t *testing.T) {
+	origin, _ := newOrigin(t, "a")
+	wide := rule("wide", 10, time.Minute)
+	wide.Headers = "always"
+	e := newEnv(t, oneDomain(origin.URL, wide, rule("narrow", 1, time.Minute)))
+	e.get("api.example.com", "/")
+	resp, _ := e.get("api.example.com", "/")
+	if resp.StatusCode != 429 {
+		t.Fatalf("got %d, want 429", resp.StatusCode)
+	}
+	// The blocked request was given back to "wide": it reports 9 remaining
+	// (one forwarded request), not 8.
+	if got := resp.Header.Get("Ratelimit"); !strings.Contains(got, `"wide";r=9;`) {
+		t.Errorf("RateLimit = %q, want wide's r=9 after the refund", got)
 	}
 }

@@ -249,6 +249,7 @@ func compileTimeouts(p *problems, c TimeoutsConfig) Timeouts {
 		Idle:       c.Idle,
 		Upstream:   c.Upstream,
 		Shutdown:   c.Shutdown,
+		DrainDelay: c.DrainDelay,
 	}
 	for _, f := range []struct {
 		name string
@@ -261,6 +262,7 @@ func compileTimeouts(p *problems, c TimeoutsConfig) Timeouts {
 		{"idle", &t.Idle, DefaultIdleTimeout},
 		{"upstream", &t.Upstream, DefaultUpstreamTimeout},
 		{"shutdown", &t.Shutdown, DefaultShutdownTimeout},
+		{"drain_delay", &t.DrainDelay, 0},
 	} {
 		switch {
 		case *f.v < 0:
@@ -438,6 +440,8 @@ func shareMaxKeys(p *problems, t *Table, domains []DomainConfig) {
 	ok := true
 	for i, dc := range domains {
 		switch {
+		case dc.MaxKeys == 0 && len(dc.Rules) == 0:
+			// A domain without rules holds no counters: it takes no share.
 		case dc.MaxKeys == 0:
 			implicit = append(implicit, i)
 		case dc.MaxKeys < 0:

@@ -217,6 +217,7 @@ func TestCompileErrors(t *testing.T) {
 		{"domain share resolves to zero", func(c *Config) {
 			c.MaxKeys = 100
 			c.Domains[0].MaxKeys = 100
+			c.Domains[1].Rules = []RuleConfig{{Name: "r", Limit: 1, Period: time.Second}}
 		}, `domains[1].max_keys: must resolve to at least 1, got 0 (0 keys left over / 1 domains without max_keys)`},
 
 		// Rules.
@@ -382,7 +383,8 @@ func TestCompileDefaults(t *testing.T) {
 		{"inherited origin is a copy", tab.Domains[0].Origin != tab.Origin, true},
 		{"respond has no origin", tab.Domains[1].Origin == nil, true},
 		{"respond", *tab.Domains[1].Respond, Response{Status: 200, ContentType: "text/plain; charset=utf-8"}},
-		{"max_keys split equally", []int{tab.Domains[0].MaxKeys, tab.Domains[1].MaxKeys}, []int{500_000, 500_000}},
+		// The second domain has no rules: it holds no counters, takes no share.
+		{"max_keys shared by domains with rules", []int{tab.Domains[0].MaxKeys, tab.Domains[1].MaxKeys}, []int{1_000_000, 0}},
 		{"rule index", tab.Domains[0].Rules[2].Index, 2},
 		{"rule key", tab.Domains[0].Rules[0].Key, []KeyPart{{Kind: KeyIP}}},
 		{"rule action", tab.Domains[0].Rules[0].Action, ActionBlock},
@@ -445,7 +447,7 @@ func TestCompileNormalises(t *testing.T) {
 		{"ipv6_prefix", tab.IPv6Prefix, 56},
 		{"log level", tab.LogLevel, slog.LevelDebug},
 		{"log format", tab.LogFormat, "json"},
-		{"max_keys explicit and shared", []int{tab.Domains[0].MaxKeys, tab.Domains[1].MaxKeys, tab.Domains[2].MaxKeys}, []int{4, 3, 3}},
+		{"max_keys explicit and shared", []int{tab.Domains[0].MaxKeys, tab.Domains[1].MaxKeys, tab.Domains[2].MaxKeys}, []int{4, 0, 6}},
 		{"ipv6 host canonical", tab.Domains[1].Hosts, []string{"[2001:db8::1]"}},
 		{"ipv6 default name", tab.Domains[1].Name, "_2001_db8__1_"},
 		{"wildcard host", tab.Domains[2].Hosts, []string{"*.example.org"}},

@@ -88,6 +88,10 @@ type TimeoutsConfig struct {
 	Upstream time.Duration `mapstructure:"upstream"`
 	// Shutdown bounds draining in-flight requests on SIGTERM. Default 15s.
 	Shutdown time.Duration `mapstructure:"shutdown"`
+	// DrainDelay is how long, on SIGTERM, /readyz answers 503 while edge
+	// still serves, so that a load balancer stops sending new requests
+	// before the listener closes. Default 0.
+	DrainDelay time.Duration `mapstructure:"drain_delay"`
 }
 
 // LogConfig configures the process logger.

@@ -52,6 +52,7 @@ type Timeouts struct {
 	Idle       time.Duration
 	Upstream   time.Duration
 	Shutdown   time.Duration
+	DrainDelay time.Duration
 }
 
 // Domain is a compiled [DomainConfig]. Callers must not modify it.
@@ -65,7 +66,7 @@ type Domain struct {
 	Origin  *url.URL
 	Respond *Response
 
-	MaxKeys int     // this domain's resolved share of Table.MaxKeys, ≥ 1
+	MaxKeys int     // this domain's resolved share of Table.MaxKeys; 0 when it has no rules
 	Rules   []*Rule // config order; Rules[i].Index == i
 
 	byName map[string]*Rule
@@ -230,7 +231,7 @@ func (t *Table) Lookup(host string) (*Domain, bool) {
 	if d, ok := t.exact[h]; ok {
 		return d, true
 	}
-	if len(t.wildcard) > 0 && h[0] != '[' {
+	if len(t.wildcard) > 0 && h[0] != '[' && !isIPv4(h) {
 		// Try the suffixes from the longest down: each '.' starts one, and
 		// the first match is therefore the longest wildcard. The suffix
 		// keeps its leading '.', so "*.example.com" (key ".example.com")
@@ -372,4 +373,15 @@ func validPort(p string) bool {
 		n = n*10 + int(c-'0')
 	}
 	return n <= 65535
+}
+
+// isIPv4 reports whether h is a dotted-quad address literal. Wildcards never
+// match address literals: "*.3.4" must not claim 1.2.3.4.
+func isIPv4(h string) bool {
+	for i := 0; i < len(h); i++ {
+		if c := h[i]; c != '.' && (c < '0' || c > '9') {
+			return false
+		}
+	}
+	return true
 }

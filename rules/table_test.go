@@ -238,3 +238,21 @@ func BenchmarkLookup(b *testing.B) {
 		})
 	}
 }
+
+func TestWildcardNeverMatchesAddressLiteral(t *testing.T) {
+	tab, err := Compile(Config{
+		Origin: "http://127.0.0.1:9000",
+		Domains: []DomainConfig{
+			{Hosts: []string{"*.3.4"}},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := tab.Lookup("1.2.3.4"); ok {
+		t.Errorf("Lookup(1.2.3.4) matched *.3.4, want no match")
+	}
+	if _, ok := tab.Lookup("x.3.4"); !ok {
+		t.Errorf("Lookup(x.3.4) did not match *.3.4")
+	}
+}

@@ -52,14 +52,70 @@ type overflow struct {
 	ent entry
 }
 
-// shard is one independently locked Robin Hood table.
+// shard is one independently locked Robin Hood table, with a small
+// lock-free cache of blocked keys in front of it.
+//
+// The cache makes the hottest key cheap: a key over its limit under a rule
+// that does not count blocked requests cannot change state until its wait
+// is over (its own requests are all blocked, and nothing else touches its
+// counters), so its decision is known in advance. Readers check the cache
+// with atomic loads only, so cores answering the same blocked key share
+// cache lines instead of fighting over the shard's mutex. The cache sits on
+// its own cache lines, apart from the mutex that writers take.
 type shard struct {
-	mu    sync.Mutex
-	slots []entry
-	live  int // occupied slots
-	limit int // most occupied slots allowed
-	hand  int // where the next sweep or eviction sample starts
-	_     [64]byte
+	blocked [blockedSlots]blockedSlot
+	mu      sync.Mutex
+	slots   []entry
+	live    int // occupied slots
+	limit   int // most occupied slots allowed
+	hand    int // where the next sweep or eviction sample starts
+	_       [8]byte
+}
+
+// blockedSlots is the size of a shard's blocked-key cache (direct-mapped).
+const blockedSlots = 8
+
+// blockedSlot caches "key fp is blocked until until". Written only under the
+// shard lock, read without it: see lookup for why two words suffice.
+type blockedSlot struct {
+	fp    atomic.Uint64
+	until atomic.Int64 // 2×(ns since the epoch) + 1 if mitigated: good to 2116
+}
+
+// lookup returns the cached block of fp at now, if any. A writer stores fp=0,
+// then until, then fp; a reader loads fp, until, fp again and believes until
+// only if both loads of fp agree with its key. Any overwrite in between
+// changes fp (to 0 at least), so a torn read is always discarded.
+func (sh *shard) lookup(fp uint64, now int64) (Decision, bool) {
+	b := &sh.blocked[(fp>>24)%blockedSlots]
+	if b.fp.Load() != fp {
+		return Decision{}, false
+	}
+	until := b.until.Load()
+	if b.fp.Load() != fp || now >= until>>1 {
+		return Decision{}, false
+	}
+	wait := time.Duration(until>>1 - now)
+	return Decision{RetryAfter: wait, Reset: wait, Mitigated: until&1 != 0}, true
+}
+
+// remember caches a block of fp until now+d.RetryAfter. Caller holds sh.mu.
+func (sh *shard) remember(fp uint64, now int64, d Decision) {
+	until := (now + int64(d.RetryAfter)) << 1
+	if d.Mitigated {
+		until |= 1
+	}
+	b := &sh.blocked[(fp>>24)%blockedSlots]
+	b.fp.Store(0)
+	b.until.Store(until)
+	b.fp.Store(fp)
+}
+
+// forget drops any cached block of fp. Caller holds sh.mu.
+func (sh *shard) forget(fp uint64) {
+	if b := &sh.blocked[(fp>>24)%blockedSlots]; b.fp.Load() == fp {
+		b.fp.Store(0)
+	}
 }
 
 // loadNum/loadDen is the largest fraction of a shard's slots ever occupied.
@@ -94,9 +150,10 @@ func New(opts Options) (*Store, error) {
 	}
 	n := opts.Shards
 	if n == 0 {
-		// About 4096 keys a shard, at most 1024 shards: enough locks that two
-		// cores rarely meet, few enough that small domains stay small.
-		n = 1 << min(bits.Len(uint(opts.Capacity-1)>>12), 10)
+		// At least 64 keys a shard, at most 1024 shards: enough locks that
+		// cores rarely meet, while each shard's share of the capacity is
+		// large enough that uneven hashing fills shards at similar times.
+		n = 1 << min(bits.Len(uint(opts.Capacity-1)>>6), 10)
 	}
 	n = min(n, 1<<(bits.Len(uint(opts.Capacity))-1)) // every shard holds a key
 	s := &Store{
@@ -167,8 +224,14 @@ func (s *Store) shard(fp uint64) *shard {
 func (s *Store) Allow(k Key, now time.Time) Decision {
 	p := &s.params[k.fp>>56]
 	t := now.UnixNano()
+	sh := s.shard(k.fp)
+	if !p.countBlocked {
+		if d, ok := sh.lookup(k.fp, t); ok {
+			return d
+		}
+	}
 	w, e := p.position(t)
-	if d, ok := s.shard(k.fp).allow(s, k.fp, p, w, e, t); ok {
+	if d, ok := sh.allow(s, k.fp, p, w, e, t); ok {
 		return d
 	}
 	s.overflowed.Add(1)
@@ -191,35 +254,55 @@ func (sh *shard) allow(s *Store, fp uint64, p *params, w, e, now int64) (Decisio
 		}
 		i = sh.insert(entry{fp: fp, win: uint32(w)})
 	}
-	return p.decide(&sh.slots[i], w, e), true
+	d := p.decide(&sh.slots[i], w, e)
+	if !d.Allowed && !p.countBlocked {
+		sh.remember(fp, now, d)
+	}
+	return d, true
 }
 
 // Refund takes back a request that d counted for k, for a request finally
-// blocked by another rule: a blocked request must not use up quota. It does
-// nothing if d counted nothing, or if k's period has moved on since.
-func (s *Store) Refund(k Key, d Decision) {
+// blocked by another rule: a blocked request must not use up quota. It
+// returns d with Remaining and Reset as they are after the refund, at now.
+// It changes nothing if d counted nothing, or if k's period has moved on.
+func (s *Store) Refund(k Key, d Decision, now time.Time) Decision {
 	if !d.counted {
-		return
+		return d
 	}
+	d.counted = false
+	p := &s.params[k.fp>>56]
+	t := now.UnixNano()
 	if d.Overflow {
 		o := &s.overflow[k.fp>>56]
 		o.mu.Lock()
 		defer o.mu.Unlock()
-		refund(&o.ent, d.win)
-		return
+		return p.refund(&o.ent, d, t)
 	}
 	sh := s.shard(k.fp)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	// A block cached by a concurrent request may rest on the count being
+	// taken back: drop it so the next request is judged afresh.
+	sh.forget(k.fp)
 	if i := sh.find(k.fp); i >= 0 {
-		refund(&sh.slots[i], d.win)
+		return p.refund(&sh.slots[i], d, t)
 	}
+	return d
 }
 
-func refund(ent *entry, win uint32) {
-	if ent.win == win && ent.curr > 0 && ent.curr < math.MaxUint32 {
-		ent.curr--
+func (p *params) refund(ent *entry, d Decision, now int64) Decision {
+	if ent.win != d.win || ent.curr == 0 || ent.curr == math.MaxUint32 {
+		return d
 	}
+	ent.curr--
+	if d.Allowed {
+		view := *ent
+		w, e := p.position(now)
+		e = p.advance(&view, w, e)
+		d.Remaining = p.remaining(view.prev, view.curr, e)
+		d.Reset = p.reset(view.prev, view.curr, e)
+	}
+	return d
 }
 
 // Len returns the number of keys tracked now, including keys whose

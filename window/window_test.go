@@ -152,7 +152,7 @@ func TestBlockedRequestChangesNothing(t *testing.T) {
 		s.Allow(k, t0.Add(time.Second))
 	}
 	again := s.Allow(k, t0.Add(time.Second))
-	if first != again {
+	if first.Allowed != again.Allowed || first.RetryAfter != again.RetryAfter || first.Remaining != again.Remaining {
 		t.Fatalf("after 1000 blocked requests: got %+v, want %+v", again, first)
 	}
 	// With no counting of blocked requests the key gets its limit back as
@@ -269,8 +269,11 @@ func TestRefund(t *testing.T) {
 	s := newStore(t, 10, Limit{Limit: 2, Period: time.Minute})
 	k := s.KeyString(0, "a")
 	d := s.Allow(k, t0)
-	s.Refund(k, d)
-	s.Refund(k, Decision{}) // counted nothing: no effect
+	if d = s.Refund(k, d, t0); d.Remaining != 2 || d.Reset != 0 {
+		t.Fatalf("after refund: got %+v, want Remaining 2, Reset 0", d)
+	}
+	s.Refund(k, d, t0)          // already refunded: no effect
+	s.Refund(k, Decision{}, t0) // counted nothing: no effect
 	for i := range 2 {
 		if d := s.Allow(k, t0); !d.Allowed {
 			t.Fatalf("request %d after refund blocked", i)
@@ -279,11 +282,22 @@ func TestRefund(t *testing.T) {
 	if d := s.Allow(k, t0); d.Allowed {
 		t.Fatalf("third request allowed, want blocked")
 	}
+	// A refund drops a block cached on the strength of the refunded count.
+	kc := s.KeyString(0, "c")
+	first := s.Allow(kc, t0)
+	s.Allow(kc, t0)
+	if d := s.Allow(kc, t0); d.Allowed {
+		t.Fatalf("third request of c allowed")
+	}
+	s.Refund(kc, first, t0)
+	if d := s.Allow(kc, t0); !d.Allowed {
+		t.Fatalf("after a refund, a cached block still refused c: %+v", d)
+	}
 	// A refund from an earlier period must not touch the current one.
 	old := s.Allow(s.KeyString(0, "b"), t0)
 	kb := s.KeyString(0, "b")
 	s.Allow(kb, t0.Add(time.Minute))
-	s.Refund(kb, old)
+	s.Refund(kb, old, t0.Add(time.Minute))
 	s.Allow(kb, t0.Add(time.Minute))
 	if d := s.Allow(kb, t0.Add(time.Minute)); d.Allowed {
 		t.Fatalf("stale refund changed the current period")

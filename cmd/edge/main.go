@@ -186,7 +186,16 @@ func serve(ctx context.Context, table *rules.Table, log *slog.Logger) error {
 	var serveErr error
 	select {
 	case <-ctx.Done():
-		log.Info("shutting down", "drain_timeout", table.Timeouts.Shutdown)
+		log.Info("shutting down", "drain_delay", table.Timeouts.DrainDelay, "drain_timeout", table.Timeouts.Shutdown)
+		// Turn /readyz to 503 first and keep serving for the drain delay, so
+		// a load balancer stops sending before the listener closes.
+		ready.Store(false)
+		if table.Timeouts.DrainDelay > 0 {
+			select {
+			case <-time.After(table.Timeouts.DrainDelay):
+			case serveErr = <-errc:
+			}
+		}
 	case serveErr = <-errc:
 	}
 	ready.Store(false)

@@ -251,3 +251,38 @@ func httpGet(t *testing.T, url string) (int, string) {
 	b.ReadFrom(resp.Body)
 	return resp.StatusCode, b.String()
 }
+
+// TestDrainDelay: on shutdown /readyz turns 503 while the public listener
+// still serves, for timeouts.drain_delay.
+func TestDrainDelay(t *testing.T) {
+	public, admin := freePort(t), freePort(t)
+	cfg := filepath.Join(t.TempDir(), "edge.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf(`
+listen: %q
+admin_listen: %q
+timeouts: {drain_delay: 2s}
+domains: [{hosts: ["*"], respond: {body: "static"}}]
+`, public, admin)), 0o644)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"-config", cfg}, &bytes.Buffer{}, &bytes.Buffer{}) }()
+	waitReady(t, "http://"+admin+"/readyz")
+	cancel()
+	deadline := time.Now().Add(time.Second)
+	for {
+		code, _ := httpGet(t, "http://"+admin+"/readyz")
+		if code == http.StatusServiceUnavailable {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz still %d after shutdown began", code)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if code, body := httpGet(t, "http://"+public+"/"); code != 200 || body != "static" {
+		t.Errorf("public during the drain delay: got %d %q, want 200 static", code, body)
+	}
+	if code := <-done; code != 0 {
+		t.Errorf("run returned %d, want 0", code)
+	}
+}

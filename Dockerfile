@@ -1,0 +1,37 @@
+# edge: a static binary on distroless, running as a non-root user.
+#
+#   docker build --build-arg VERSION=$(git describe --tags --always --dirty) -t edge .
+#   docker run --rm -p 8080:8080 edge
+#
+# The image runs /etc/edge/edge.yaml, a copy of configs/edge.yaml (the demo
+# configuration also embedded in the binary). Its admin_listen is
+# 127.0.0.1:9090, which is reachable only from inside the container. To scrape
+# /metrics or probe /healthz and /readyz from outside, mount your own config
+# over /etc/edge/edge.yaml with
+#
+#   admin_listen: ":9090"
+#
+# and publish 9090 only where the public cannot reach it, e.g.
+# -p 127.0.0.1:9090:9090. The admin listener has no authentication: never
+# expose it publicly.
+
+FROM golang:1.26-bookworm AS build
+WORKDIR /src
+
+# Modules first, so this layer is reused until go.mod or go.sum change.
+COPY go.mod go.sum ./
+RUN go mod download
+
+COPY . .
+ARG VERSION=dev
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/edge ./cmd/edge
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /out/edge /edge
+COPY --from=build /src/configs/edge.yaml /etc/edge/edge.yaml
+USER nonroot:nonroot
+# 8080: public listener. 9090: admin listener (see above: not reachable from
+# outside with the default config).
+EXPOSE 8080 9090
+ENTRYPOINT ["/edge"]
+CMD ["-config", "/etc/edge/edge.yaml"]

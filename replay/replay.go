@@ -1,0 +1,522 @@
+// Package replay measures the production sliding window against an exact
+// count: it sends recorded or synthetic traffic through a window.Store and,
+// side by side, through an exact sliding log of every source, and reports
+// where and by how much they disagree.
+//
+// # What is compared
+//
+// For each request of a source at time t, with a rule of L requests per
+// period W:
+//
+//   - the exact count N is the number of the source's earlier requests in
+//     (t − W, t]; the exact limiter allows iff N < L;
+//   - the production decision is window.Store.Allow, which allows iff the
+//     two-counter estimate E = prev×(W − e)/W + curr is below L;
+//   - E itself is recomputed here from the same counts, in float64, only to
+//     measure |E − N|; no decision is taken from it.
+//
+// Both counting modes of the production rule are replayed at once, each
+// source having one key under each of two store rules:
+//
+//   - count-all (count_blocked: true): every request counts, whatever was
+//     decided. Both limiters' states are then functions of the trace alone,
+//     so "wrongly allowed" (the store allows, the exact log denies) and
+//     "wrongly limited" are defined request by request.
+//   - count-admitted (count_blocked: false): each side counts only what it
+//     admitted, so once they disagree their states diverge and the
+//     per-request disagreement depends on the path taken. This mode reports
+//     admitted totals and the overshoot: the most requests the store
+//     admitted in any sliding period, over L. The exact log's overshoot is
+//     at most 1 by construction.
+//
+// The definitions are those of the project's accuracy note
+// (shared/reference/accuracy.md §3.2 and §3.5).
+package replay
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/edgerate/edge/trace"
+	"github.com/edgerate/edge/window"
+)
+
+// A Rule is what a replay enforces: Limit requests per Period per source.
+type Rule struct {
+	// Name labels the rule in reports.
+	Name string
+	// Limit is the number of requests allowed per Period; at least 1.
+	Limit int64
+	// Period is the window length; at least 1ms, whole milliseconds, as
+	// window.Limit requires.
+	Period time.Duration
+	// Mitigation, when positive, blocks a source for this long once it goes
+	// over the limit, in the store as in the exact log.
+	Mitigation time.Duration
+}
+
+// A Source is one client's requests.
+type Source struct {
+	// Name identifies the source in reports (a client address, say).
+	Name string
+	// Times are the request times in µs since the Unix epoch, ascending;
+	// equal times keep their order.
+	Times []int64
+}
+
+// Input is what a replay reads: a rule and its sources. Make one with
+// CellInput or SourcesInput.
+type Input struct {
+	// Name labels the input in reports.
+	Name string
+	Rule Rule
+	// Sources is the number of sources.
+	Sources int
+	// Classes names source classes reported separately; nil for one class.
+	Classes []string
+
+	times   func(i int, buf []int64) []int64
+	probe   func(try trace.Try) []int64
+	class   func(i int) int
+	srcName func(i int) string
+}
+
+// CellInput replays a synthetic cell under its own rule.
+func CellInput(c *trace.Cell) Input {
+	in := Input{
+		Name:    c.Name,
+		Rule:    Rule{Name: c.Name, Limit: c.Limit, Period: c.Period},
+		Sources: c.Sources,
+		Classes: c.Classes,
+		class:   c.Class,
+		srcName: func(i int) string {
+			if c.Classes != nil {
+				return c.Classes[c.Class(i)] + "/" + strconv.Itoa(i)
+			}
+			return strconv.Itoa(i)
+		},
+	}
+	if c.Adaptive() {
+		in.probe = c.Probe
+	} else {
+		in.times = c.Times
+	}
+	return in
+}
+
+// SourcesInput replays recorded sources under rule. The sources are not
+// copied and must not change during the replay.
+func SourcesInput(name string, rule Rule, srcs []Source) Input {
+	return Input{
+		Name:    name,
+		Rule:    rule,
+		Sources: len(srcs),
+		times: func(i int, buf []int64) []int64 {
+			return append(buf, srcs[i].Times...)
+		},
+		srcName: func(i int) string { return srcs[i].Name },
+	}
+}
+
+// Options tune a replay. The zero value is ready to use.
+type Options struct {
+	// Workers is how many sources are replayed at once; 0 means GOMAXPROCS.
+	// Results do not depend on it.
+	Workers int
+	// Capacity is, with Interleaved, the shared store's capacity in
+	// sources; 0 means all of them with room to spare, so that no eviction
+	// distorts the comparison. A smaller capacity measures what eviction
+	// costs; the store's evictions are reported either way. Without
+	// Interleaved every source has a store of its own and Capacity is
+	// ignored.
+	Capacity int
+	// Interleaved feeds every request of every source to one goroutine in
+	// global time order (ties by source index, then by order), as a live
+	// proxy sees them, instead of one source at a time. It holds the whole
+	// trace in memory; results must not change.
+	Interleaved bool
+	// Progress, when set, is called after each source with the number of
+	// sources finished so far. It is called from several goroutines at once.
+	Progress func(done int)
+}
+
+// shards is the number of fixed groups sources are reduced in: source i
+// belongs to shard i mod shards, each shard adds its sources in index order
+// and the shards are added in order. Float sums are then the same whatever
+// the number of workers.
+const shards = 64
+
+// Run replays in and compares the store with the exact logs.
+func Run(in Input, opts Options) (*Report, error) {
+	if in.times == nil && in.probe == nil {
+		return nil, errors.New("replay: empty Input; use CellInput or SourcesInput")
+	}
+	if in.probe != nil && in.Sources != 1 {
+		return nil, fmt.Errorf("replay: an adaptive input has 1 source, got %d", in.Sources)
+	}
+	lim := window.Limit{Limit: in.Rule.Limit, Period: in.Rule.Period, Mitigation: in.Rule.Mitigation}
+	allLim, admLim := lim, lim
+	allLim.CountBlocked = true
+	limits := []window.Limit{allLim, admLim}
+	// newStore makes a store for n sources (two keys each).
+	newStore := func(n int) (*window.Store, error) {
+		s, err := window.New(window.Options{Capacity: 2 * n, Limits: limits})
+		if err != nil {
+			return nil, fmt.Errorf("replay: rule %s: %w", in.Rule.Name, err)
+		}
+		return s, nil
+	}
+	if _, err := newStore(1); err != nil {
+		return nil, err
+	}
+	p := params{
+		limit:      in.Rule.Limit,
+		period:     in.Rule.Period.Microseconds(),
+		mitigation: in.Rule.Mitigation.Microseconds(),
+	}
+	nClass := max(len(in.Classes), 1)
+	classOf := func(i int) int {
+		if in.class == nil {
+			return 0
+		}
+		return in.class(i)
+	}
+	peaks := make([]int64, in.Sources)
+	verdicts := make([]uint8, in.Sources)
+	sums := make([][]acc, shards) // [shard][class]
+	for i := range sums {
+		sums[i] = make([]acc, nClass)
+	}
+	var done atomic.Int64
+	progress := func() {
+		n := done.Add(1)
+		if opts.Progress != nil {
+			opts.Progress(int(n))
+		}
+	}
+	key := func(s *window.Store, i int) (window.Key, window.Key) {
+		id := strconv.Itoa(i) // distinct per source; the store hashes it
+		return s.KeyString(ruleAll, id), s.KeyString(ruleAdmitted, id)
+	}
+	var stats window.Stats
+	capacity := 0
+	record := func(i int, a *acc, peak int64) {
+		peaks[i] = peak
+		verdicts[i] = verdict(a)
+		sums[i%shards][classOf(i)].add(a)
+	}
+
+	switch {
+	case in.probe != nil:
+		store, _ := newStore(1)
+		tr := &tracker{p: p, store: store}
+		tr.reset(key(store, 0))
+		in.probe(func(t int64) (bool, time.Duration) {
+			_, d := tr.step(t)
+			return d.Allowed, d.RetryAfter
+		})
+		a, peak := tr.finish()
+		record(0, &a, peak)
+		progress()
+	case opts.Interleaved:
+		// One store for every source, in global time order, as in the
+		// proxy. Shards fill unevenly, so the default capacity has 25%
+		// slack: the comparison must not be shaped by eviction unless asked.
+		capacity = opts.Capacity
+		n := capacity
+		if n <= 0 {
+			capacity = in.Sources
+			n = in.Sources + in.Sources/4 + 32
+		}
+		store, err := newStore(n)
+		if err != nil {
+			return nil, err
+		}
+		interleave(in, p, store, func(i int) (window.Key, window.Key) { return key(store, i) }, record, progress)
+		stats = store.Stats()
+	default:
+		// A store per source: the sources are replayed one after another,
+		// each from the start of the trace, so a shared store would see
+		// time jump back and forth between them and evict or expire one
+		// source's counters on another's clock.
+		workers := opts.Workers
+		if workers <= 0 {
+			workers = runtime.GOMAXPROCS(0)
+		}
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range min(workers, shards) {
+			wg.Go(func() {
+				tr := &tracker{p: p}
+				var buf []int64
+				for s := int(next.Add(1) - 1); s < shards; s = int(next.Add(1) - 1) {
+					for i := s; i < in.Sources; i += shards {
+						buf = in.times(i, buf[:0])
+						store, _ := newStore(1)
+						tr.store = store
+						tr.reset(key(store, i))
+						for _, t := range buf {
+							tr.step(t)
+						}
+						a, peak := tr.finish()
+						record(i, &a, peak)
+						progress()
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+
+	total := make([]acc, nClass)
+	var all acc
+	for s := range sums {
+		for c := range sums[s] {
+			total[c].add(&sums[s][c])
+		}
+	}
+	for c := range total {
+		all.add(&total[c])
+	}
+	st := stats
+	r := &Report{
+		Name:     in.Name,
+		Rule:     ruleReport(in.Rule),
+		Sources:  in.Sources,
+		Requests: all.requests,
+		Store: StoreReport{
+			Shared: opts.Interleaved, Capacity: capacity, Evicted: st.Evicted, Overflowed: st.Overflowed,
+		},
+		CountAll:      countAll(&all, in.Rule.Limit),
+		CountAdmitted: countAdmitted(&all, in.Rule.Limit),
+		Peaks:         peakStats(peaks),
+		peaks:         peaks,
+	}
+	r.CountAll.Missed = listSources(in, peaks, verdicts, verdictFN, in.Rule.Limit)
+	r.CountAll.WronglyLimitedSources = listSources(in, peaks, verdicts, verdictFP, in.Rule.Limit)
+	if in.Classes != nil {
+		for c, name := range in.Classes {
+			r.Classes = append(r.Classes, ClassReport{
+				Name:          name,
+				Sources:       total[c].sources,
+				Requests:      total[c].requests,
+				CountAll:      countAll(&total[c], in.Rule.Limit),
+				CountAdmitted: countAdmitted(&total[c], in.Rule.Limit),
+			})
+		}
+	}
+	return r, nil
+}
+
+// interleave replays every source's requests in global time order through
+// one set of trackers.
+func interleave(in Input, p params, store *window.Store, key func(int) (window.Key, window.Key),
+	record func(int, *acc, int64), progress func()) {
+	times := make([][]int64, in.Sources)
+	trs := make([]tracker, in.Sources)
+	for i := range times {
+		times[i] = in.times(i, nil)
+		trs[i] = tracker{p: p, store: store}
+		trs[i].reset(key(i))
+	}
+	// A k-way merge on (time, source): a binary heap of source indices.
+	pos := make([]int, in.Sources)
+	h := make([]int, 0, in.Sources)
+	less := func(a, b int) bool {
+		ta, tb := times[a][pos[a]], times[b][pos[b]]
+		return ta < tb || (ta == tb && a < b)
+	}
+	down := func(i int) {
+		for {
+			l, small := 2*i+1, i
+			if l < len(h) && less(h[l], h[small]) {
+				small = l
+			}
+			if r := l + 1; r < len(h) && less(h[r], h[small]) {
+				small = r
+			}
+			if small == i {
+				return
+			}
+			h[i], h[small] = h[small], h[i]
+			i = small
+		}
+	}
+	for i := range times {
+		if len(times[i]) > 0 {
+			h = append(h, i)
+		}
+	}
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		down(i)
+	}
+	for len(h) > 0 {
+		i := h[0]
+		trs[i].step(times[i][pos[i]])
+		if pos[i]++; pos[i] == len(times[i]) {
+			h[0] = h[len(h)-1]
+			h = h[:len(h)-1]
+		}
+		down(0)
+	}
+	for i := range trs {
+		a, peak := trs[i].finish()
+		record(i, &a, peak)
+		progress()
+	}
+}
+
+// Per-source verdict bits.
+const (
+	verdictFN = 1 << iota // the exact log denied, the store never did
+	verdictFP             // the store denied, the exact log never did
+)
+
+func verdict(a *acc) uint8 {
+	var v uint8
+	if a.fn > 0 {
+		v |= verdictFN
+	}
+	if a.fp > 0 {
+		v |= verdictFP
+	}
+	return v
+}
+
+// maxListed bounds the sources named in a report's lists.
+const maxListed = 10
+
+// listSources names the sources with verdict bit v, highest peak first
+// (ties by index), at most maxListed of them.
+func listSources(in Input, peaks []int64, verdicts []uint8, v uint8, limit int64) []SourcePeak {
+	var idx []int
+	for i, got := range verdicts {
+		if got&v != 0 {
+			idx = append(idx, i)
+		}
+	}
+	slices.SortFunc(idx, func(a, b int) int {
+		if c := cmp.Compare(peaks[b], peaks[a]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	var out []SourcePeak
+	for _, i := range idx[:min(len(idx), maxListed)] {
+		out = append(out, SourcePeak{Name: in.srcName(i), Peak: peaks[i], PeakOverLimit: ratio(peaks[i], limit)})
+	}
+	return out
+}
+
+func ratio(a, b int64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+func frac(a int64, b int64) float64 { return ratio(a, b) }
+
+func mean(sum float64, n int64) float64 {
+	if n == 0 {
+		return 0
+	}
+	return sum / float64(n)
+}
+
+func countAll(a *acc, limit int64) CountAll {
+	return CountAll{
+		ExactDenied:            a.exactDenied,
+		ApproxDenied:           a.approxDenied,
+		WronglyAllowed:         a.wronglyAllowed,
+		WronglyLimited:         a.wronglyLimited,
+		WronglyAllowedFraction: frac(a.wronglyAllowed, a.requests),
+		WronglyLimitedFraction: frac(a.wronglyLimited, a.requests),
+		MisjudgedFraction:      frac(a.wronglyAllowed+a.wronglyLimited, a.requests),
+		D1:                     mean(a.d1Sum, a.d1N),
+		D2:                     mean(a.d2Sum, a.requests),
+		D3:                     mean(a.d3Sum, a.d3N),
+		Bias:                   mean(a.biasSum, a.requests),
+		CriticalShare:          frac(a.critical, a.requests),
+		SourcesExactLimited:    a.srcExactLimited,
+		SourcesApproxLimited:   a.srcApproxLimited,
+		MissedSources:          a.fn,
+		MissedMaxPeakOverLimit: ratio(a.fnMaxPeak, limit),
+		WronglyLimitedCount:    a.fp,
+		WronglyLimitedMaxPeak:  ratio(a.fpMaxPeak, limit),
+	}
+}
+
+func countAdmitted(a *acc, limit int64) CountAdmitted {
+	return CountAdmitted{
+		AdmittedExact:        a.admExact,
+		AdmittedApprox:       a.admApprox,
+		AdmittedRatio:        ratio(a.admApprox, a.admExact),
+		OvershootApprox:      ratio(a.overApprox, limit),
+		OvershootExact:       ratio(a.overExact, limit),
+		SourcesExactLimited:  a.admSrcExactLimited,
+		SourcesApproxLimited: a.admSrcApproxLimited,
+		PathDependent:        true,
+		WronglyAllowed:       a.admWronglyAllowed,
+		WronglyLimited:       a.admWronglyLimited,
+	}
+}
+
+func ruleReport(r Rule) RuleReport {
+	return RuleReport{
+		Name: r.Name, Limit: r.Limit,
+		PeriodSeconds:     r.Period.Seconds(),
+		MitigationSeconds: r.Mitigation.Seconds(),
+	}
+}
+
+// peakStats summarises per-source peaks by nearest rank.
+func peakStats(peaks []int64) Peaks {
+	s := slices.Clone(peaks)
+	slices.Sort(s)
+	return Peaks{P50: rank(s, 0.5), P99: rank(s, 0.99), P999: rank(s, 0.999), Max: rank(s, 1)}
+}
+
+// rank returns the q-quantile of sorted s by nearest rank: the smallest
+// value with at least q×n values at or below it.
+func rank(s []int64, q float64) int64 {
+	if len(s) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(s)))) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+// Group collects records into sources, in order of first appearance. key
+// names a record's source, or reports false to leave the record out (a rule
+// that does not match it). Each source's times are sorted, equal times
+// keeping file order.
+func Group(recs []trace.Record, key func(*trace.Record) (string, bool)) []Source {
+	index := make(map[string]int)
+	var srcs []Source
+	for i := range recs {
+		k, ok := key(&recs[i])
+		if !ok {
+			continue
+		}
+		j, seen := index[k]
+		if !seen {
+			j = len(srcs)
+			index[k] = j
+			srcs = append(srcs, Source{Name: k})
+		}
+		srcs[j].Times = append(srcs[j].Times, recs[i].Time)
+	}
+	for i := range srcs {
+		slices.Sort(srcs[i].Times) // equal int64s are interchangeable
+	}
+	return srcs
+}

@@ -1,0 +1,236 @@
+package replay
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"text/tabwriter"
+)
+
+// Report is the result of one replay. Fractions are in [0, 1]; the table
+// printers show them as percentages.
+type Report struct {
+	Name     string     `json:"name"`
+	Rule     RuleReport `json:"rule"`
+	Sources  int        `json:"sources"`
+	Requests int64      `json:"requests"`
+	// CountAll compares the two limiters when every request counts
+	// (count_blocked: true).
+	CountAll CountAll `json:"count_all"`
+	// CountAdmitted compares them when only admitted requests count
+	// (count_blocked: false).
+	CountAdmitted CountAdmitted `json:"count_admitted"`
+	// Peaks is the distribution over sources of their peak rate: the most
+	// requests each sent in any sliding period.
+	Peaks Peaks `json:"peaks"`
+	// Classes breaks the figures down by source class, when the input has
+	// classes.
+	Classes []ClassReport `json:"classes,omitempty"`
+	Store   StoreReport   `json:"store"`
+
+	peaks []int64 // per source, for Suggest
+}
+
+// RuleReport is the replayed rule.
+type RuleReport struct {
+	Name              string  `json:"name"`
+	Limit             int64   `json:"limit"`
+	PeriodSeconds     float64 `json:"period_seconds"`
+	MitigationSeconds float64 `json:"mitigation_seconds,omitempty"`
+}
+
+// CountAll is the request-by-request comparison when every request counts.
+type CountAll struct {
+	ExactDenied  int64 `json:"exact_denied"`
+	ApproxDenied int64 `json:"approx_denied"`
+	// WronglyAllowed counts requests the store allowed and the exact log
+	// denied; WronglyLimited the reverse.
+	WronglyAllowed         int64   `json:"wrongly_allowed"`
+	WronglyLimited         int64   `json:"wrongly_limited"`
+	WronglyAllowedFraction float64 `json:"wrongly_allowed_fraction"`
+	WronglyLimitedFraction float64 `json:"wrongly_limited_fraction"`
+	MisjudgedFraction      float64 `json:"misjudged_fraction"`
+	// D1 is the average difference, mean |E − N|/N over requests with
+	// N ≥ 1: Cloudflare's "average difference between real rate and the
+	// approximate rate".
+	D1 float64 `json:"d1"`
+	// D2 is mean |E − N|/L over all requests: the difference relative to
+	// the limit.
+	D2 float64 `json:"d2"`
+	// D3 is D1 over requests with N ≥ L/2, where decisions are made.
+	D3 float64 `json:"d3"`
+	// Bias is mean E − N, in requests.
+	Bias float64 `json:"bias"`
+	// CriticalShare is the share of requests with 0.8L ≤ N < 1.2L. The
+	// misjudged fraction divided by it compares across traffic mixes.
+	CriticalShare        float64 `json:"critical_share"`
+	SourcesExactLimited  int     `json:"sources_exact_limited"`
+	SourcesApproxLimited int     `json:"sources_approx_limited"`
+	// MissedSources were denied at least once by the exact log and never by
+	// the store; MissedMaxPeakOverLimit is the highest peak among them over
+	// the limit (Cloudflare's "less than 15% above the threshold").
+	MissedSources          int          `json:"missed_sources"`
+	MissedMaxPeakOverLimit float64      `json:"missed_max_peak_over_limit"`
+	Missed                 []SourcePeak `json:"missed,omitempty"`
+	// WronglyLimitedCount is the number of sources the store denied at
+	// least once and the exact log never did.
+	WronglyLimitedCount   int          `json:"wrongly_limited_sources"`
+	WronglyLimitedMaxPeak float64      `json:"wrongly_limited_max_peak_over_limit"`
+	WronglyLimitedSources []SourcePeak `json:"wrongly_limited_list,omitempty"`
+}
+
+// CountAdmitted compares the limiters when each counts only what it
+// admitted. Per-request disagreement depends on the path the two took
+// (PathDependent); the admitted totals and the overshoot do not.
+type CountAdmitted struct {
+	AdmittedExact  int64 `json:"admitted_exact"`
+	AdmittedApprox int64 `json:"admitted_approx"`
+	// AdmittedRatio is AdmittedApprox / AdmittedExact.
+	AdmittedRatio float64 `json:"admitted_ratio"`
+	// OvershootApprox is the most requests the store admitted for one
+	// source in any sliding period, over the limit; OvershootExact the
+	// same for the exact log (at most 1).
+	OvershootApprox      float64 `json:"overshoot_approx"`
+	OvershootExact       float64 `json:"overshoot_exact"`
+	SourcesExactLimited  int     `json:"sources_exact_limited"`
+	SourcesApproxLimited int     `json:"sources_approx_limited"`
+	PathDependent        bool    `json:"path_dependent"`
+	WronglyAllowed       int64   `json:"wrongly_allowed"`
+	WronglyLimited       int64   `json:"wrongly_limited"`
+}
+
+// ClassReport is the comparison restricted to one class of sources.
+type ClassReport struct {
+	Name          string        `json:"name"`
+	Sources       int           `json:"sources"`
+	Requests      int64         `json:"requests"`
+	CountAll      CountAll      `json:"count_all"`
+	CountAdmitted CountAdmitted `json:"count_admitted"`
+}
+
+// SourcePeak names a source and its peak: the most requests it sent in any
+// sliding period.
+type SourcePeak struct {
+	Name          string  `json:"name"`
+	Peak          int64   `json:"peak"`
+	PeakOverLimit float64 `json:"peak_over_limit"`
+}
+
+// Peaks summarises per-source peaks (requests in one sliding period) by
+// nearest rank.
+type Peaks struct {
+	P50  int64 `json:"p50"`
+	P99  int64 `json:"p99"`
+	P999 int64 `json:"p99_9"`
+	Max  int64 `json:"max"`
+}
+
+// StoreReport says whether the store's capacity shaped the result.
+type StoreReport struct {
+	// Shared is true when one store held every source (Interleaved);
+	// otherwise each source had a store of its own and nothing was evicted.
+	Shared bool `json:"shared"`
+	// Capacity is the shared store's capacity in sources (it holds two keys
+	// per source); 0 when not shared.
+	Capacity   int    `json:"capacity,omitempty"`
+	Evicted    uint64 `json:"evicted"`
+	Overflowed uint64 `json:"overflowed"`
+}
+
+func pct(f float64) string {
+	switch {
+	case f == 0:
+		return "0%"
+	case f < 0.0001:
+		return fmt.Sprintf("%.5f%%", 100*f)
+	case f < 0.01:
+		return fmt.Sprintf("%.3f%%", 100*f)
+	}
+	return fmt.Sprintf("%.2f%%", 100*f)
+}
+
+// WriteTable prints reports for people: one row per report and mode, and
+// the per-source lists and class breakdown of each report below.
+func WriteTable(w io.Writer, reports []*Report) error {
+	tw := tabwriter.NewWriter(w, 2, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "count-all (every request counts)\t\t\t\t\t\t\t\t\t\t\t\t\t")
+	fmt.Fprintln(tw, "replay\tlimit/period\tsources\trequests\texact denied\tapprox denied\twrongly allowed\twrongly limited\tmisjudged\tavg diff D1\tD2 (of L)\tbias\tmissed src (max peak/L)\twrongly limited src\t")
+	for _, r := range reports {
+		c := &r.CountAll
+		fmt.Fprintf(tw, "%s\t%d/%s\t%d\t%d\t%d\t%d\t%d (%s)\t%d (%s)\t%s\t%s\t%s\t%+.3f\t%d (%.2f)\t%d\t\n",
+			r.Name, r.Rule.Limit, seconds(r.Rule.PeriodSeconds), r.Sources, r.Requests,
+			c.ExactDenied, c.ApproxDenied,
+			c.WronglyAllowed, pct(c.WronglyAllowedFraction), c.WronglyLimited, pct(c.WronglyLimitedFraction),
+			pct(c.MisjudgedFraction), pct(c.D1), pct(c.D2), c.Bias,
+			c.MissedSources, c.MissedMaxPeakOverLimit, c.WronglyLimitedCount)
+	}
+	fmt.Fprintln(tw, "\t\t\t\t\t\t\t\t\t\t\t\t\t")
+	fmt.Fprintln(tw, "count-admitted (only admitted requests count)\t\t\t\t\t\t\t\t\t\t\t\t\t")
+	fmt.Fprintln(tw, "replay\tlimit/period\tsources\trequests\tadmitted exact\tadmitted approx\tapprox/exact\tworst period approx (×L)\tworst period exact (×L)\tsrc limited exact\tsrc limited approx\t\t\t\t")
+	for _, r := range reports {
+		c := &r.CountAdmitted
+		fmt.Fprintf(tw, "%s\t%d/%s\t%d\t%d\t%d\t%d\t%.4f\t%.2f\t%.2f\t%d\t%d\t\t\t\t\n",
+			r.Name, r.Rule.Limit, seconds(r.Rule.PeriodSeconds), r.Sources, r.Requests,
+			c.AdmittedExact, c.AdmittedApprox, c.AdmittedRatio, c.OvershootApprox, c.OvershootExact,
+			c.SourcesExactLimited, c.SourcesApproxLimited)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, r := range reports {
+		if err := writeDetails(w, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeDetails(w io.Writer, r *Report) error {
+	var b strings.Builder
+	c := &r.CountAll
+	if len(r.Classes) > 0 {
+		fmt.Fprintf(&b, "\n%s by class (count-all):\n", r.Name)
+		tw := tabwriter.NewWriter(&b, 2, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "class\tsources\trequests\tmisjudged\twrongly allowed\twrongly limited\tavg diff D1\tmissed src (max peak/L)\twrongly limited src\tworst period admitted (×L)\t")
+		for _, cl := range r.Classes {
+			cc := &cl.CountAll
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%d (%.2f)\t%d\t%.2f\t\n", cl.Name, cl.Sources, cl.Requests,
+				pct(cc.MisjudgedFraction), pct(cc.WronglyAllowedFraction), pct(cc.WronglyLimitedFraction),
+				pct(cc.D1), cc.MissedSources, cc.MissedMaxPeakOverLimit, cc.WronglyLimitedCount,
+				cl.CountAdmitted.OvershootApprox)
+		}
+		tw.Flush()
+	}
+	if len(c.Missed) > 0 || len(c.WronglyLimitedSources) > 0 {
+		fmt.Fprintf(&b, "\n%s sources (count-all), highest peak first; peak = most requests in one sliding period:\n", r.Name)
+		for _, s := range c.Missed {
+			fmt.Fprintf(&b, "  missed          %-40s peak %d (%.2f×L)\n", s.Name, s.Peak, s.PeakOverLimit)
+		}
+		if n := c.MissedSources - len(c.Missed); n > 0 {
+			fmt.Fprintf(&b, "  missed          … and %d more\n", n)
+		}
+		for _, s := range c.WronglyLimitedSources {
+			fmt.Fprintf(&b, "  wrongly limited %-40s peak %d (%.2f×L)\n", s.Name, s.Peak, s.PeakOverLimit)
+		}
+		if n := c.WronglyLimitedCount - len(c.WronglyLimitedSources); n > 0 {
+			fmt.Fprintf(&b, "  wrongly limited … and %d more\n", n)
+		}
+	}
+	fmt.Fprintf(&b, "\n%s: D3 (N ≥ L/2) %s, requests near the limit (0.8L ≤ N < 1.2L) %s, peak per source p50 %d p99 %d p99.9 %d max %d",
+		r.Name, pct(c.D3), pct(c.CriticalShare), r.Peaks.P50, r.Peaks.P99, r.Peaks.P999, r.Peaks.Max)
+	if r.Store.Shared && (r.Store.Evicted > 0 || r.Store.Overflowed > 0) {
+		fmt.Fprintf(&b, "; store capacity %d sources: %d evicted, %d overflowed (these distort the comparison)",
+			r.Store.Capacity, r.Store.Evicted, r.Store.Overflowed)
+	}
+	b.WriteString("\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func seconds(s float64) string {
+	if s == math.Trunc(s) {
+		return fmt.Sprintf("%gs", s)
+	}
+	return fmt.Sprintf("%.3fs", s)
+}

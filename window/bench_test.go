@@ -1,0 +1,259 @@
+package window
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+)
+
+func TestShardLayout(t *testing.T) {
+	// The blocked-key cache fills two cache lines of its own; the mutex and
+	// table header share a third. A shard must stay a whole number of lines.
+	if got := unsafe.Sizeof(shard{}); got%64 != 0 {
+		t.Errorf("sizeof(shard) = %d, want a multiple of 64", got)
+	}
+	if got := unsafe.Offsetof(shard{}.mu); got != 128 {
+		t.Errorf("offsetof(shard.mu) = %d, want 128", got)
+	}
+	if got := unsafe.Sizeof(entry{}); got != 24 {
+		t.Errorf("sizeof(entry) = %d, want 24", got)
+	}
+}
+
+// benchKeys returns n distinct keys, as 4-byte client addresses would give.
+func benchKeys(s *Store, n int) []Key {
+	keys := make([]Key, n)
+	var b [4]byte
+	for i := range keys {
+		binary.BigEndian.PutUint32(b[:], uint32(i)*2654435761)
+		keys[i] = s.Key(0, b[:])
+	}
+	return keys
+}
+
+// The stores used by the benchmarks. "allowed" limits are never reached;
+// the "hot" limit is, so a hot key is over its limit, as a key sending tens
+// of millions of requests a second always is.
+var (
+	limitAllowed = Limit{Limit: 1 << 30, Period: time.Minute}
+	limitHot     = Limit{Limit: 100, Period: time.Minute}
+)
+
+type benchCase struct {
+	name  string
+	keys  int
+	limit Limit
+}
+
+var benchCases = []benchCase{
+	{"hot-key-blocked", 1, limitHot},
+	{"hot-key-allowed", 1, limitAllowed},
+	{"1k-keys", 1_000, limitAllowed},
+	{"10M-keys", 10_000_000, limitAllowed},
+}
+
+func (c benchCase) setup(b *testing.B) (*Store, []Key) {
+	b.Helper()
+	s, err := New(Options{Capacity: max(c.keys, 1024), Limits: []Limit{c.limit}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	keys := benchKeys(s, c.keys)
+	for _, k := range keys {
+		s.Allow(k, t0)
+	}
+	return s, keys
+}
+
+// BenchmarkAllow measures one decision (look up or create, estimate, count)
+// on a precomputed key, single-threaded.
+func BenchmarkAllow(b *testing.B) {
+	for _, c := range benchCases {
+		b.Run(c.name, func(b *testing.B) {
+			s, keys := c.setup(b)
+			now := t0.Add(time.Second)
+			// Walk the keys in a shuffled order laid out contiguously, so the
+			// benchmark's own reads are sequential and only the store's
+			// accesses are random.
+			rand.New(rand.NewPCG(1, 1)).Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				if i == len(keys) {
+					i = 0
+				}
+				s.Allow(keys[i], now)
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+		})
+	}
+}
+
+// BenchmarkAllowParallel is BenchmarkAllow with b.RunParallel.
+func BenchmarkAllowParallel(b *testing.B) {
+	for _, c := range benchCases {
+		b.Run(c.name, func(b *testing.B) {
+			s, keys := c.setup(b)
+			now := t0.Add(time.Second)
+			b.ReportAllocs()
+			b.ResetTimer()
+			var seed sync.Mutex
+			seq := uint64(0)
+			b.RunParallel(func(pb *testing.PB) {
+				seed.Lock()
+				seq++
+				rng := rand.New(rand.NewPCG(seq, seq))
+				seed.Unlock()
+				for pb.Next() {
+					s.Allow(keys[rng.IntN(len(keys))], now)
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+		})
+	}
+}
+
+// BenchmarkScaling runs the same number of decisions on one goroutine and
+// then split over GOMAXPROCS goroutines, and reports the speedup measured
+// side by side in one run (the target on 2 cores is at least 1.8×).
+func BenchmarkScaling(b *testing.B) {
+	procs := runtime.GOMAXPROCS(0)
+	for _, c := range benchCases {
+		b.Run(c.name, func(b *testing.B) {
+			s, keys := c.setup(b)
+			now := t0.Add(time.Second)
+			// Each goroutine walks its own precomputed random sequence of
+			// keys, laid out contiguously, so both runs do identical work
+			// per decision and only the store's accesses are random.
+			const n = 1 << 22
+			seqs := make([][]Key, procs)
+			for g := range seqs {
+				rng := rand.New(rand.NewPCG(uint64(g), 9))
+				seqs[g] = make([]Key, n/procs)
+				for i := range seqs[g] {
+					seqs[g][i] = keys[rng.IntN(len(keys))]
+				}
+			}
+			run := func(parts int) time.Duration {
+				var wg sync.WaitGroup
+				start := time.Now()
+				for g := range parts {
+					seq := seqs[g]
+					wg.Go(func() {
+						for range procs / parts {
+							for _, k := range seq {
+								s.Allow(k, now)
+							}
+						}
+					})
+				}
+				wg.Wait()
+				return time.Since(start)
+			}
+			var single, parallel time.Duration
+			for b.Loop() {
+				single += run(1)
+				parallel += run(procs)
+			}
+			b.ReportMetric(float64(n)*float64(b.N)/single.Seconds(), "1-thread-decisions/s")
+			b.ReportMetric(float64(n)*float64(b.N)/parallel.Seconds(), "decisions/s")
+			b.ReportMetric(single.Seconds()/parallel.Seconds(), "speedup")
+		})
+	}
+}
+
+// BenchmarkMemory fills a store with 10 million keys and reports the whole
+// heap after GC divided by the keys tracked, and what a full GC costs with
+// the store resident against an empty store of the same capacity, in the
+// same run.
+func BenchmarkMemory(b *testing.B) {
+	const n = 10_000_000
+	for b.Loop() {
+		empty := newHeap(b)
+		gcEmpty := measureGC()
+		runtime.KeepAlive(empty)
+
+		s, err := New(Options{Capacity: n, Limits: []Limit{limitAllowed}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, k := range benchKeys(s, n) {
+			s.Allow(k, t0)
+		}
+		heap := heapAfterGC()
+		gcFull := measureGC()
+		keys := s.Len()
+		runtime.KeepAlive(s)
+
+		b.ReportMetric(float64(heap)/float64(keys), "bytes/key")
+		b.ReportMetric(float64(keys), "keys")
+		b.ReportMetric(float64(gcEmpty.pause.Nanoseconds()), "gc-pause-ns-empty")
+		b.ReportMetric(float64(gcFull.pause.Nanoseconds()), "gc-pause-ns-10M")
+		b.ReportMetric(float64(gcEmpty.cycle.Microseconds()), "gc-cycle-µs-empty")
+		b.ReportMetric(float64(gcFull.cycle.Microseconds()), "gc-cycle-µs-10M")
+	}
+}
+
+// newHeap returns a small live object so the "empty" GC has the same test
+// scaffolding on the heap as the full one.
+func newHeap(b *testing.B) []byte { return make([]byte, 1<<10) }
+
+func heapAfterGC() uint64 {
+	runtime.GC()
+	debug.FreeOSMemory()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+type gcCost struct{ pause, cycle time.Duration }
+
+// measureGC runs five forced collections and returns the median total
+// stop-the-world pause and wall time of one cycle (mark and sweep).
+func measureGC() gcCost {
+	var pauses, cycles []time.Duration
+	for range 5 {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		start := time.Now()
+		runtime.GC()
+		cycles = append(cycles, time.Since(start))
+		runtime.ReadMemStats(&after)
+		pauses = append(pauses, time.Duration(after.PauseTotalNs-before.PauseTotalNs))
+	}
+	return gcCost{median(pauses), median(cycles)}
+}
+
+func median(d []time.Duration) time.Duration {
+	for i := range d {
+		for j := i + 1; j < len(d); j++ {
+			if d[j] < d[i] {
+				d[i], d[j] = d[j], d[i]
+			}
+		}
+	}
+	return d[len(d)/2]
+}
+
+func ExampleStore() {
+	s, err := New(Options{Capacity: 1000, Limits: []Limit{{Limit: 2, Period: time.Minute}}})
+	if err != nil {
+		panic(err)
+	}
+	k := s.KeyString(0, "198.51.100.7")
+	now := time.Date(2026, 11, 30, 12, 0, 15, 0, time.UTC)
+	for range 3 {
+		d := s.Allow(k, now)
+		fmt.Println(d.Allowed, d.Remaining, d.RetryAfter.Truncate(time.Millisecond))
+	}
+	// Output:
+	// true 1 0s
+	// true 0 0s
+	// false 0 45s
+}

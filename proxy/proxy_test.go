@@ -358,10 +358,11 @@ func TestRuleMatching(t *testing.T) {
 	if resp, _ := e.do("POST", "api.example.com", "/v1/x", nil, ""); resp.StatusCode != 200 {
 		t.Fatalf("first POST /v1/x: got %d, want 200", resp.StatusCode)
 	}
-	// Path tricks normalise to the prefix and are limited too.
-	for _, p := range []string{"/v1/x", "//v1/x", "/v2/../v1/x", "/./v1/x"} {
-		if resp, _ := e.do("POST", "api.example.com", p, nil, ""); resp.StatusCode != 429 {
-			t.Errorf("POST %s: got %d, want 429", p, resp.StatusCode)
+	// Path tricks normalise to the prefix and are limited too, or are
+	// refused (dot segments: see guard.go).
+	for p, want := range map[string]int{"/v1/x": 429, "//v1/x": 429, "/v2/../v1/x": 400, "/./v1/x": 400} {
+		if resp, _ := e.do("POST", "api.example.com", p, nil, ""); resp.StatusCode != want {
+			t.Errorf("POST %s: got %d, want %d", p, resp.StatusCode, want)
 		}
 	}
 }
@@ -675,5 +676,46 @@ func TestBlockedResponseReportsRefundedQuota(t *testing.T) {
 	// (one forwarded request), not 8.
 	if got := resp.Header.Get("Ratelimit"); !strings.Contains(got, `"wide";r=9;`) {
 		t.Errorf("RateLimit = %q, want wide's r=9 after the refund", got)
+	}
+}
+
+// TestDomainFloodCannotEvictAnotherDomain: each domain counts in its own
+// share of max_keys, so a flood of new clients on one domain leaves the
+// counters of another untouched.
+func TestDomainFloodCannotEvictAnotherDomain(t *testing.T) {
+	origin, _ := newOrigin(t, "a")
+	cfg := rules.Config{
+		Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:1",
+		Origin:   origin.URL,
+		MaxKeys:  200,
+		ClientIP: rules.ClientIPConfig{TrustedProxies: []string{"127.0.0.1/32"}},
+		Domains: []rules.DomainConfig{
+			{Hosts: []string{"flooded.test"}, Rules: []rules.RuleConfig{rule("per-ip", 1, time.Minute)}},
+			{Hosts: []string{"quiet.test"}, Rules: []rules.RuleConfig{rule("per-ip", 1, time.Minute)}},
+		},
+	}
+	e := newEnv(t, cfg)
+	quiet := func() int {
+		resp, _ := e.do("GET", "quiet.test", "/", map[string]string{"X-Forwarded-For": "198.51.100.1"}, "")
+		return resp.StatusCode
+	}
+	if got := quiet(); got != 200 {
+		t.Fatalf("quiet client's first request: got %d, want 200", got)
+	}
+	for i := range 2000 {
+		xff := fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255)
+		e.do("GET", "flooded.test", "/", map[string]string{"X-Forwarded-For": xff}, "")
+	}
+	if got := quiet(); got != 429 {
+		t.Errorf("quiet client after the flood on another domain: got %d, want 429 (its counter must survive)", got)
+	}
+	want := `
+# HELP edge_tracked_keys Keys whose counters a domain holds now.
+# TYPE edge_tracked_keys gauge
+edge_tracked_keys{domain="flooded.test"} 100
+edge_tracked_keys{domain="quiet.test"} 1
+`
+	if err := testutil.GatherAndCompare(e.reg, strings.NewReader(want), "edge_tracked_keys"); err != nil {
+		t.Error(err)
 	}
 }

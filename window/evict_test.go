@@ -1,54 +1,10 @@
 package window
 
 import (
-	"encoding/binary"
-	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
 )
-
-// TestFloodCannotEvictABusyClient floods a small store with new source
-// addresses while one client sends at twice its limit: the client must stay
-// held to its limit and the store within its capacity.
-func TestFloodCannotEvictABusyClient(t *testing.T) {
-	const (
-		capacity = 2000
-		limit    = 50
-		period   = 10 * time.Second
-	)
-	s := newStore(t, capacity, Limit{Limit: limit, Period: period})
-	heavy := s.KeyString(0, "203.0.113.9")
-	rng := rand.New(rand.NewPCG(7, 7))
-	var buf [4]byte
-	const periods = 20
-	perPeriodAllowed := make([]int, periods)
-	// Per period: 2×limit requests from the heavy client, spread evenly,
-	// interleaved with 100 flood requests each from a fresh address.
-	for p := range periods {
-		for i := range 2 * limit {
-			now := t0.Add(time.Duration(p)*period + time.Duration(i)*period/(2*limit))
-			if s.Allow(heavy, now).Allowed {
-				perPeriodAllowed[p]++
-			}
-			for range 100 {
-				binary.LittleEndian.PutUint32(buf[:], rng.Uint32())
-				s.Allow(s.Key(0, buf[:]), now)
-			}
-		}
-		if n := s.Len(); n > capacity {
-			t.Fatalf("period %d: Len() = %d, want ≤ %d", p, n, capacity)
-		}
-	}
-	for p, n := range perPeriodAllowed {
-		if n > limit*11/10 {
-			t.Errorf("period %d: heavy client got %d requests through, want ≤ %d", p, n, limit*11/10)
-		}
-	}
-	if st := s.Stats(); st.Evicted == 0 {
-		t.Errorf("Stats() = %+v: the flood should have evicted idle keys", st)
-	}
-}
 
 // TestOverflowWhenEveryKeyIsBusy fills a store with keys at their limit; new
 // keys then share the rule's overflow counter instead of evicting them.

@@ -42,6 +42,7 @@ type Store struct {
 	capacity int
 	overflow []overflow
 
+	live             atomic.Int64 // keys tracked, ≤ capacity
 	expiredEvictions atomic.Uint64
 	pressureEvicts   atomic.Uint64
 	overflowed       atomic.Uint64
@@ -67,7 +68,7 @@ type shard struct {
 	mu      sync.Mutex
 	slots   []entry
 	live    int // occupied slots
-	limit   int // most occupied slots allowed
+	limit   int // most occupied slots allowed (the store's capacity bounds the sum)
 	hand    int // where the next sweep or eviction sample starts
 	_       [8]byte
 }
@@ -165,15 +166,20 @@ func New(opts Options) (*Store, error) {
 		overflow: make([]overflow, len(opts.Limits)),
 	}
 	for i, l := range opts.Limits {
-		s.params[i] = newParams(l)
+		s.params[i].init(l)
 	}
 	for i := range s.shards {
 		sh := &s.shards[i]
-		sh.limit = opts.Capacity / n
+		share := opts.Capacity / n
 		if i < opts.Capacity%n {
-			sh.limit++
+			share++
 		}
-		sh.slots = make([]entry, sh.limit*loadDen/loadNum+1)
+		// Slots for the shard's share at a load of at most 4/5; a shard may
+		// hold up to 9/10 of its slots (12.5% over its share) while the
+		// store as a whole has room, so that uneven hashing does not make
+		// shards evict before the store is full.
+		sh.slots = make([]entry, share*loadDen/loadNum+1)
+		sh.limit = max(len(sh.slots)*9/10, share)
 	}
 	return s, nil
 }
@@ -198,7 +204,7 @@ func (s *Store) KeyString(rule int, str string) Key {
 }
 
 func (s *Store) makeKey(rule int, h uint64) Key {
-	_ = s.params[rule] // bounds check: rule must be one of the store's
+	_ = &s.params[rule] // bounds check: rule must be one of the store's
 	// Mix the rule in so that one client's keys under several rules land in
 	// different shards and slots.
 	h ^= uint64(rule) * 0x9e3779b97f4a7c15
@@ -249,7 +255,11 @@ func (sh *shard) allow(s *Store, fp uint64, p *params, w, e, now int64) (Decisio
 	i := sh.find(fp)
 	if i < 0 {
 		sh.sweep(s, now)
-		if sh.live >= sh.limit && !sh.makeRoom(s, now) {
+		switch {
+		case sh.live < sh.limit && s.take():
+		case sh.live > 0 && sh.makeRoom(s, now):
+			// The freed slot's unit of capacity passes to the new key.
+		default:
 			return Decision{}, false
 		}
 		i = sh.insert(entry{fp: fp, win: uint32(w)})
@@ -305,18 +315,18 @@ func (p *params) refund(ent *entry, d Decision, now int64) Decision {
 	return d
 }
 
+// take reserves room for one more key in the store, if there is any.
+func (s *Store) take() bool {
+	if s.live.Add(1) > int64(s.capacity) {
+		s.live.Add(-1)
+		return false
+	}
+	return true
+}
+
 // Len returns the number of keys tracked now, including keys whose
 // information has expired but whose slots have not been reused yet.
-func (s *Store) Len() int {
-	n := 0
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		n += sh.live
-		sh.mu.Unlock()
-	}
-	return n
-}
+func (s *Store) Len() int { return int(s.live.Load()) }
 
 // Capacity returns the most keys the store tracks at once.
 func (s *Store) Capacity() int { return s.capacity }
@@ -435,12 +445,14 @@ func (sh *shard) sweep(s *Store, now int64) {
 		}
 		if ent := sh.slots[i]; ent.fp != 0 && s.params[ent.fp>>56].expired(ent, now) {
 			sh.remove(i)
+			s.live.Add(-1)
 			s.expiredEvictions.Add(1)
 		}
 	}
 }
 
-// makeRoom frees one slot of a full shard: the first expired entry in a
+// makeRoom frees one slot of the shard for a new key, keeping its unit of
+// the store's capacity for it: the first expired entry in a
 // sample from the hand, else the least pressed sampled entry if it is under
 // evictBelow. It reports whether a slot was freed.
 func (sh *shard) makeRoom(s *Store, now int64) bool {

@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"sync/atomic"
 	"time"
 )
 
@@ -121,26 +122,34 @@ type params struct {
 	periodMillis int64
 	mitigation   int64 // ns
 	countBlocked bool
+
+	// current caches the index of the period holding the latest time seen,
+	// so that most calls of position need no 64-bit division. Any value is
+	// a valid hint: position checks it before use.
+	current atomic.Int64
 }
 
-func newParams(l Limit) params {
-	return params{
-		limit:        uint64(l.Limit),
-		period:       int64(l.Period),
-		periodMillis: int64(l.Period / time.Millisecond),
-		mitigation:   int64(l.Mitigation),
-		countBlocked: l.CountBlocked,
-	}
+func (p *params) init(l Limit) {
+	p.limit = uint64(l.Limit)
+	p.period = int64(l.Period)
+	p.periodMillis = int64(l.Period / time.Millisecond)
+	p.mitigation = int64(l.Mitigation)
+	p.countBlocked = l.CountBlocked
 }
 
 // position returns the index of the period holding t (ns since the epoch)
 // and the time elapsed in it. Floor division keeps e in [0, period) for
 // clocks before 1970 too.
 func (p *params) position(t int64) (w, e int64) {
+	w = p.current.Load()
+	if e = t - w*p.period; e >= 0 && e < p.period {
+		return w, e
+	}
 	w, e = t/p.period, t%p.period
 	if e < 0 {
 		w, e = w-1, e+p.period
 	}
+	p.current.Store(w)
 	return w, e
 }
 
@@ -220,6 +229,9 @@ func below(prev, curr uint32, limit uint64, period, e int64) bool {
 // weighted returns ⌊prev×(P−e)/P⌋, the previous period's share of the
 // estimate. The quotient is at most prev, so Div64 cannot overflow.
 func weighted(prev uint32, period, e int64) uint64 {
+	if prev == 0 {
+		return 0
+	}
 	hi, lo := bits.Mul64(uint64(prev), uint64(period-e))
 	q, _ := bits.Div64(hi, lo, uint64(period))
 	return q

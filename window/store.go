@@ -21,6 +21,9 @@ type Options struct {
 	// Shards is the number of independently locked shards, a power of two;
 	// 0 chooses one from Capacity.
 	Shards int
+	// SeedFrom, if set, gives the new store the hash seed of an existing
+	// one, so that Carry can move counters between them.
+	SeedFrom *Store
 }
 
 // Store holds sliding-window counters for the rules of one domain. It is
@@ -158,7 +161,7 @@ func New(opts Options) (*Store, error) {
 	}
 	n = min(n, 1<<(bits.Len(uint(opts.Capacity))-1)) // every shard holds a key
 	s := &Store{
-		seed:     maphash.MakeSeed(),
+		seed:     seedOf(opts.SeedFrom),
 		params:   make([]params, len(opts.Limits)),
 		shards:   make([]shard, n),
 		shift:    uint(64 - bits.TrailingZeros(uint(n))), // 64 with one shard: x>>64 == 0
@@ -184,6 +187,13 @@ func New(opts Options) (*Store, error) {
 	return s, nil
 }
 
+func seedOf(s *Store) maphash.Seed {
+	if s != nil {
+		return s.seed
+	}
+	return maphash.MakeSeed()
+}
+
 // A Key identifies one client under one rule of a Store. Make it with
 // Store.Key or Store.KeyString; the zero Key is not valid.
 type Key struct{ fp uint64 }
@@ -204,10 +214,10 @@ func (s *Store) KeyString(rule int, str string) Key {
 }
 
 func (s *Store) makeKey(rule int, h uint64) Key {
-	_ = &s.params[rule] // bounds check: rule must be one of the store's
-	// Mix the rule in so that one client's keys under several rules land in
-	// different shards and slots.
-	h ^= uint64(rule) * 0x9e3779b97f4a7c15
+	// Mix the rule's identity in so that one client's keys under several
+	// rules land in different shards and slots. (The index expression also
+	// checks that rule is one of the store's.)
+	h ^= (s.params[rule].identity + 1) * 0x9e3779b97f4a7c15
 	h ^= h >> 32
 	h *= 0xd6e8feb86659fd93
 	h ^= h >> 32

@@ -61,6 +61,13 @@ type Limit struct {
 	// keeps sending while blocked stays blocked. When false a blocked request
 	// does not change the key's counters.
 	CountBlocked bool
+	// Identity is mixed into the hash of every key of the rule, so one
+	// client's keys under several rules land apart. Stores that share a hash
+	// seed (Options.SeedFrom) hash a key the same way under equal
+	// identities, which is what lets Carry move counters to a new store
+	// when a configuration is reloaded: give a rule the same Identity for as
+	// long as its counters stay meaningful. Zero is as good as any value.
+	Identity uint64
 }
 
 func (l Limit) validate() error {
@@ -122,6 +129,7 @@ type params struct {
 	periodMillis int64
 	mitigation   int64 // ns
 	countBlocked bool
+	identity     uint64
 
 	// current caches the index of the period holding the latest time seen,
 	// so that most calls of position need no 64-bit division. Any value is
@@ -135,6 +143,7 @@ func (p *params) init(l Limit) {
 	p.periodMillis = int64(l.Period / time.Millisecond)
 	p.mitigation = int64(l.Mitigation)
 	p.countBlocked = l.CountBlocked
+	p.identity = l.Identity
 }
 
 // position returns the index of the period holding t (ns since the epoch)

@@ -1,0 +1,133 @@
+package window
+
+import (
+	"errors"
+	"time"
+)
+
+// State is one key's counters as the store holds them, for inspection.
+type State struct {
+	// Tracked reports whether the store holds counters for the key.
+	Tracked bool
+	// Previous and Current are the requests counted in the previous and the
+	// current period.
+	Previous, Current int64
+	// Estimate is previous × (P − elapsed)/P + current.
+	Estimate float64
+	// Remaining is how many requests the key may send now.
+	Remaining int64
+	// RetryAfter is how long until a request would be allowed; 0 if one
+	// would be allowed now.
+	RetryAfter time.Duration
+	// MitigatedUntil is when a mitigation in force ends; zero if none.
+	MitigatedUntil time.Time
+}
+
+// Peek returns k's state at now without changing it. Keys counted in the
+// rule's overflow counter are not tracked on their own.
+func (s *Store) Peek(k Key, now time.Time) State {
+	p := &s.params[k.fp>>56]
+	t := now.UnixNano()
+	sh := s.shard(k.fp)
+	sh.mu.Lock()
+	i := sh.find(k.fp)
+	var ent entry
+	if i >= 0 {
+		ent = sh.slots[i]
+	}
+	sh.mu.Unlock()
+	if i < 0 {
+		return State{Remaining: int64(p.limit)}
+	}
+	w, e := p.position(t)
+	e = p.advance(&ent, w, e)
+	st := State{
+		Tracked:   true,
+		Previous:  int64(ent.prev),
+		Current:   int64(ent.curr),
+		Estimate:  float64(ent.prev)*float64(p.period-e)/float64(p.period) + float64(ent.curr),
+		Remaining: p.remaining(ent.prev, ent.curr, e),
+	}
+	mitigation := time.Duration(0)
+	if ent.until != 0 {
+		mitigation = max(time.Duration(int64(ent.until)*int64(time.Millisecond)-e), 0)
+	}
+	if mitigation > 0 {
+		st.MitigatedUntil = now.Add(mitigation)
+		st.Remaining = 0
+	}
+	st.RetryAfter = max(p.retry(ent.prev, ent.curr, e), mitigation)
+	return st
+}
+
+// Reset forgets k's counters and any mitigation, as if it had never sent a
+// request. It reports whether the store tracked k.
+func (s *Store) Reset(k Key) bool {
+	sh := s.shard(k.fp)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.forget(k.fp)
+	i := sh.find(k.fp)
+	if i < 0 {
+		return false
+	}
+	sh.remove(i)
+	s.live.Add(-1)
+	return true
+}
+
+// Carry copies the counters of s into dst, a store made with
+// Options.SeedFrom = s (or from a store s was seeded from), for a new
+// configuration: rules[i] is the rule of dst that continues rule i of s, or
+// -1 for a rule whose counters are dropped. A continued rule must keep its
+// Identity and Period; its limit may change. Entries are copied as they are,
+// mitigations included; those that find no room in dst are dropped. Carry
+// returns how many keys it copied.
+//
+// Requests that s decides while Carry runs are counted in s only: call it
+// just before switching to dst.
+func (s *Store) Carry(dst *Store, rules []int) (int, error) {
+	if s.seed != dst.seed {
+		return 0, errors.New("window: carry needs a store made with SeedFrom")
+	}
+	if len(rules) != len(s.params) {
+		return 0, errors.New("window: carry needs one entry per rule")
+	}
+	for i, r := range rules {
+		if r < -1 || r >= len(dst.params) {
+			return 0, errors.New("window: carry maps to a rule the new store lacks")
+		}
+		if r >= 0 && (s.params[i].period != dst.params[r].period || s.params[i].identity != dst.params[r].identity) {
+			return 0, errors.New("window: carry maps a rule to one with another period or identity")
+		}
+	}
+	carried := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for _, ent := range sh.slots {
+			if ent.fp == 0 || rules[ent.fp>>56] < 0 {
+				continue
+			}
+			ent.fp = uint64(rules[ent.fp>>56])<<56 | ent.fp&(1<<56-1)
+			if dst.put(ent) {
+				carried++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return carried, nil
+}
+
+// put inserts ent, whose key must not be present, if there is room.
+func (s *Store) put(ent entry) bool {
+	sh := s.shard(ent.fp)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.find(ent.fp) >= 0 || sh.live >= sh.limit || !s.take() {
+		return false
+	}
+	sh.insert(ent)
+	return true
+}
+

@@ -35,6 +35,7 @@ package replay
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -146,6 +147,13 @@ type Options struct {
 	// Progress, when set, is called after each source with the number of
 	// sources finished so far. It is called from several goroutines at once.
 	Progress func(done int)
+
+	// observe, when set, sees every production decision of a streaming or
+	// adaptive replay: source i's request at t, its count-all verdict and
+	// its count-admitted decision. Tests check them against a reference.
+	// It is called from several goroutines at once, never twice at once for
+	// one source.
+	observe func(i int, t int64, all bool, adm window.Decision)
 }
 
 // shards is the number of fixed groups sources are reduced in: source i
@@ -154,8 +162,9 @@ type Options struct {
 // the number of workers.
 const shards = 64
 
-// Run replays in and compares the store with the exact logs.
-func Run(in Input, opts Options) (*Report, error) {
+// Run replays in and compares the store with the exact logs. It stops
+// early, with ctx's error, when ctx is done.
+func Run(ctx context.Context, in Input, opts Options) (*Report, error) {
 	if in.times == nil && in.probe == nil {
 		return nil, errors.New("replay: empty Input; use CellInput or SourcesInput")
 	}
@@ -220,7 +229,10 @@ func Run(in Input, opts Options) (*Report, error) {
 		tr := &tracker{p: p, store: store}
 		tr.reset(key(store, 0))
 		in.probe(func(t int64) (bool, time.Duration) {
-			_, d := tr.step(t)
+			all, d := tr.step(t)
+			if opts.observe != nil {
+				opts.observe(0, t, all, d)
+			}
 			return d.Allowed, d.RetryAfter
 		})
 		a, peak := tr.finish()
@@ -240,7 +252,7 @@ func Run(in Input, opts Options) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
-		interleave(in, p, store, func(i int) (window.Key, window.Key) { return key(store, i) }, record, progress)
+		interleave(ctx, in, p, store, func(i int) (window.Key, window.Key) { return key(store, i) }, record, progress)
 		stats = store.Stats()
 	default:
 		// A store per source: the sources are replayed one after another,
@@ -258,13 +270,16 @@ func Run(in Input, opts Options) (*Report, error) {
 				tr := &tracker{p: p}
 				var buf []int64
 				for s := int(next.Add(1) - 1); s < shards; s = int(next.Add(1) - 1) {
-					for i := s; i < in.Sources; i += shards {
+					for i := s; i < in.Sources && ctx.Err() == nil; i += shards {
 						buf = in.times(i, buf[:0])
 						store, _ := newStore(1)
 						tr.store = store
 						tr.reset(key(store, i))
 						for _, t := range buf {
-							tr.step(t)
+							all, d := tr.step(t)
+							if opts.observe != nil {
+								opts.observe(i, t, all, d)
+							}
 						}
 						a, peak := tr.finish()
 						record(i, &a, peak)
@@ -274,6 +289,9 @@ func Run(in Input, opts Options) (*Report, error) {
 			})
 		}
 		wg.Wait()
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("replay: %s: %w", in.Name, err)
 	}
 
 	total := make([]acc, nClass)
@@ -318,7 +336,7 @@ func Run(in Input, opts Options) (*Report, error) {
 
 // interleave replays every source's requests in global time order through
 // one set of trackers.
-func interleave(in Input, p params, store *window.Store, key func(int) (window.Key, window.Key),
+func interleave(ctx context.Context, in Input, p params, store *window.Store, key func(int) (window.Key, window.Key),
 	record func(int, *acc, int64), progress func()) {
 	times := make([][]int64, in.Sources)
 	trs := make([]tracker, in.Sources)
@@ -358,7 +376,10 @@ func interleave(in Input, p params, store *window.Store, key func(int) (window.K
 	for i := len(h)/2 - 1; i >= 0; i-- {
 		down(i)
 	}
-	for len(h) > 0 {
+	for steps := 0; len(h) > 0; steps++ {
+		if steps%(1<<20) == 0 && ctx.Err() != nil {
+			return
+		}
 		i := h[0]
 		trs[i].step(times[i][pos[i]])
 		if pos[i]++; pos[i] == len(times[i]) {

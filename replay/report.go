@@ -153,8 +153,8 @@ func pct(f float64) string {
 // WriteTable prints reports for people: one row per report and mode, and
 // the per-source lists and class breakdown of each report below.
 func WriteTable(w io.Writer, reports []*Report) error {
+	fmt.Fprintln(w, "count-all (count_blocked: true; every request counts):")
 	tw := tabwriter.NewWriter(w, 2, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "count-all (every request counts)\t\t\t\t\t\t\t\t\t\t\t\t\t")
 	fmt.Fprintln(tw, "replay\tlimit/period\tsources\trequests\texact denied\tapprox denied\twrongly allowed\twrongly limited\tmisjudged\tavg diff D1\tD2 (of L)\tbias\tmissed src (max peak/L)\twrongly limited src\t")
 	for _, r := range reports {
 		c := &r.CountAll
@@ -165,12 +165,15 @@ func WriteTable(w io.Writer, reports []*Report) error {
 			pct(c.MisjudgedFraction), pct(c.D1), pct(c.D2), c.Bias,
 			c.MissedSources, c.MissedMaxPeakOverLimit, c.WronglyLimitedCount)
 	}
-	fmt.Fprintln(tw, "\t\t\t\t\t\t\t\t\t\t\t\t\t")
-	fmt.Fprintln(tw, "count-admitted (only admitted requests count)\t\t\t\t\t\t\t\t\t\t\t\t\t")
-	fmt.Fprintln(tw, "replay\tlimit/period\tsources\trequests\tadmitted exact\tadmitted approx\tapprox/exact\tworst period approx (×L)\tworst period exact (×L)\tsrc limited exact\tsrc limited approx\t\t\t\t")
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\ncount-admitted (count_blocked: false; only admitted requests count):")
+	tw = tabwriter.NewWriter(w, 2, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "replay\tlimit/period\tsources\trequests\tadmitted exact\tadmitted approx\tapprox/exact\tworst period approx (×L)\tworst period exact (×L)\tsrc limited exact\tsrc limited approx\t")
 	for _, r := range reports {
 		c := &r.CountAdmitted
-		fmt.Fprintf(tw, "%s\t%d/%s\t%d\t%d\t%d\t%d\t%.4f\t%.2f\t%.2f\t%d\t%d\t\t\t\t\n",
+		fmt.Fprintf(tw, "%s\t%d/%s\t%d\t%d\t%d\t%d\t%.4f\t%.2f\t%.2f\t%d\t%d\t\n",
 			r.Name, r.Rule.Limit, seconds(r.Rule.PeriodSeconds), r.Sources, r.Requests,
 			c.AdmittedExact, c.AdmittedApprox, c.AdmittedRatio, c.OvershootApprox, c.OvershootExact,
 			c.SourcesExactLimited, c.SourcesApproxLimited)

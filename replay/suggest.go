@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"math"
@@ -34,14 +35,14 @@ type Suggestion struct {
 // period, picks the peak at percentile (0 < percentile ≤ 100) over sources,
 // adds headroom (0.2 is 20%), and replays again at that limit to count what
 // it would have blocked.
-func Suggest(in Input, percentile, headroom float64, countBlocked bool, opts Options) (*Suggestion, error) {
+func Suggest(ctx context.Context, in Input, percentile, headroom float64, countBlocked bool, opts Options) (*Suggestion, error) {
 	if !(percentile > 0 && percentile <= 100) {
 		return nil, fmt.Errorf("replay: percentile must be in (0, 100], got %g", percentile)
 	}
 	if !(headroom >= 0) || math.IsInf(headroom, 0) {
 		return nil, fmt.Errorf("replay: headroom must be at least 0, got %g", headroom)
 	}
-	first, err := Run(in, opts)
+	first, err := Run(ctx, in, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -50,7 +51,7 @@ func Suggest(in Input, percentile, headroom float64, countBlocked bool, opts Opt
 	at := rank(sorted, percentile/100)
 	limit := max(int64(math.Ceil(float64(at)*(1+headroom))), 1)
 	in.Rule.Limit = limit
-	second, err := Run(in, opts)
+	second, err := Run(ctx, in, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,560 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"os"
+	"path"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/edgerate/edge/replay"
+	"github.com/edgerate/edge/rules"
+	"github.com/edgerate/edge/trace"
+)
+
+const replayUsage = `Usage:
+  edge replay [flags] LOG...                       replay access logs ("-" is standard input)
+  edge replay -synthetic NAME [-seed N] [-scale S]  replay a synthetic scenario
+
+Replays traffic through edge's production sliding window and through an
+exact sliding log side by side, in both counting modes (count_blocked true
+and false), and reports where they disagree. With -suggest it reports each
+rule's per-source peak rates and a limit suggested from them instead.
+
+Logs: Common and Combined Log Format, JSON lines, or the NASA TSV trace
+(-format auto detects them). A log's source is its client address; IPv6
+addresses are grouped by -ipv6-prefix as the proxy groups them.
+
+Scenarios: %s.
+
+Flags:
+`
+
+// replayFlags are the parsed flags of edge replay.
+type replayFlags struct {
+	limit        int64
+	period       time.Duration
+	mitigation   time.Duration
+	key          string
+	countBlocked bool
+	config       string
+	rule         string
+	format       string
+	ipv6Prefix   int
+	synthetic    string
+	seed         uint64
+	scale        string
+	json         bool
+	progress     bool
+	suggest      bool
+	percentile   float64
+	headroom     float64
+	capacity     int
+	workers      int
+	files        []string
+	set          map[string]bool // flags given on the command line
+
+	countBlockedByRule []bool // per input, for -suggest
+}
+
+// runReplay is `edge replay`. It returns 0 on success, 1 when the input or
+// the configuration cannot be used, 2 for bad flags.
+func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("edge replay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, replayUsage, strings.Join(trace.Scenarios(), ", "))
+		fs.PrintDefaults()
+	}
+	var f replayFlags
+	fs.Int64Var(&f.limit, "limit", 100, "requests allowed per `period` and source")
+	fs.DurationVar(&f.period, "period", time.Minute, "window length (whole milliseconds)")
+	fs.DurationVar(&f.mitigation, "mitigation", 0, "block a source this long once it goes over the limit (0: none)")
+	fs.StringVar(&f.key, "key", "ip", "what identifies a source in logs: comma-separated ip, path, host, header:NAME")
+	fs.BoolVar(&f.countBlocked, "count-blocked", false, "with -suggest: count blocked requests (as the rule's count_blocked)")
+	fs.StringVar(&f.config, "config", "", "take the rules from this configuration `file` instead of -limit, -period, -key")
+	fs.StringVar(&f.rule, "rule", "", "with -config: replay only this `domain/rule` (default: every rule)")
+	fs.StringVar(&f.format, "format", "auto", "log format: auto, clf, json or nasa")
+	fs.IntVar(&f.ipv6Prefix, "ipv6-prefix", rules.DefaultIPv6Prefix, "group IPv6 sources by this prefix length (with -config: the config's)")
+	fs.StringVar(&f.synthetic, "synthetic", "", "replay the synthetic scenario `NAME` instead of logs; \"all\" for every one")
+	fs.Uint64Var(&f.seed, "seed", 0, "synthetic seed (0: the scenario's default)")
+	fs.StringVar(&f.scale, "scale", "ci", "synthetic scale: ci, medium or full")
+	fs.BoolVar(&f.json, "json", false, "write JSON instead of tables")
+	fs.BoolVar(&f.progress, "progress", false, "show a progress bar on standard error even when it is not a terminal")
+	fs.BoolVar(&f.suggest, "suggest", false, "report per-source peak rates and suggest a limit for each rule")
+	fs.Float64Var(&f.percentile, "percentile", 99.9, "with -suggest: the percentile of per-source peaks to start from")
+	fs.Float64Var(&f.headroom, "headroom", 0.2, "with -suggest: headroom over that percentile (0.2 = 20%)")
+	fs.IntVar(&f.capacity, "capacity", 0, "replay every source through one shared store of this many sources, in time order (0: a store per source)")
+	fs.IntVar(&f.workers, "workers", 0, "sources replayed at once (0: GOMAXPROCS); results do not depend on it")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	f.files = fs.Args()
+	f.set = map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
+	if err := f.check(); err != nil {
+		fmt.Fprintf(stderr, "edge replay: %v\n", err)
+		return 2
+	}
+
+	inputs, err := f.inputs(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "edge replay: %v\n", err)
+		return 1
+	}
+	total := 0
+	for _, in := range inputs {
+		total += in.Sources
+		if f.suggest {
+			total += in.Sources // Suggest replays twice
+		}
+	}
+	bar := startProgress(stderr, f.progress, total)
+	opts := replay.Options{Workers: f.workers, Capacity: f.capacity, Interleaved: f.capacity > 0, Progress: bar.update}
+	start := time.Now()
+	out, err := f.replay(ctx, inputs, opts, bar)
+	bar.stop()
+	if err != nil {
+		fmt.Fprintf(stderr, "edge replay: %v\n", err)
+		return 1
+	}
+	if bar.enabled {
+		fmt.Fprintf(stderr, "replayed in %s\n", time.Since(start).Round(time.Millisecond))
+	}
+	if err := out(stdout); err != nil {
+		fmt.Fprintf(stderr, "edge replay: writing output: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// check validates the combination of flags.
+func (f *replayFlags) check() error {
+	var errs []error
+	ruleFlags := []string{"limit", "period", "key", "mitigation"}
+	if f.synthetic != "" {
+		if len(f.files) > 0 {
+			errs = append(errs, fmt.Errorf("-synthetic replays a generated trace; got log files too: %q", f.files))
+		}
+		for _, name := range append(ruleFlags, "config", "rule", "format") {
+			if f.set[name] {
+				errs = append(errs, fmt.Errorf("-%s: not with -synthetic, whose scenarios carry their own rules", name))
+			}
+		}
+		if f.synthetic != "all" {
+			if _, ok := trace.DefaultSeed(f.synthetic); !ok {
+				errs = append(errs, fmt.Errorf("-synthetic: unknown scenario %q; want all or one of %s", f.synthetic, strings.Join(trace.Scenarios(), ", ")))
+			}
+		}
+		if _, err := trace.ParseScale(f.scale); err != nil {
+			errs = append(errs, fmt.Errorf("-%w", err))
+		}
+	} else {
+		if len(f.files) == 0 {
+			errs = append(errs, errors.New("give log files to replay (\"-\" for standard input) or -synthetic NAME"))
+		}
+		for _, name := range []string{"seed", "scale"} {
+			if f.set[name] {
+				errs = append(errs, fmt.Errorf("-%s: only with -synthetic", name))
+			}
+		}
+		if _, err := trace.ParseFormat(f.format); err != nil {
+			errs = append(errs, fmt.Errorf("-%w", err))
+		}
+	}
+	if f.config != "" {
+		for _, name := range ruleFlags {
+			if f.set[name] {
+				errs = append(errs, fmt.Errorf("-%s: not with -config, whose rules say it", name))
+			}
+		}
+	} else {
+		if f.set["rule"] {
+			errs = append(errs, errors.New("-rule: only with -config"))
+		}
+		if f.limit < 1 {
+			errs = append(errs, fmt.Errorf("-limit: must be at least 1, got %d", f.limit))
+		}
+		if f.period < time.Millisecond || f.period%time.Millisecond != 0 {
+			errs = append(errs, fmt.Errorf("-period: must be a whole number of milliseconds, at least 1ms, got %v", f.period))
+		}
+		if f.mitigation < 0 {
+			errs = append(errs, fmt.Errorf("-mitigation: must not be negative, got %v", f.mitigation))
+		}
+		if _, err := parseKey(f.key); err != nil {
+			errs = append(errs, fmt.Errorf("-key: %w", err))
+		}
+	}
+	if f.ipv6Prefix < 32 || f.ipv6Prefix > 128 {
+		errs = append(errs, fmt.Errorf("-ipv6-prefix: must be between 32 and 128, got %d", f.ipv6Prefix))
+	}
+	if !(f.percentile > 0 && f.percentile <= 100) {
+		errs = append(errs, fmt.Errorf("-percentile: must be in (0, 100], got %g", f.percentile))
+	}
+	if !(f.headroom >= 0 && f.headroom < 100) {
+		errs = append(errs, fmt.Errorf("-headroom: must be in [0, 100), got %g", f.headroom))
+	}
+	if f.capacity < 0 || f.workers < 0 {
+		errs = append(errs, errors.New("-capacity and -workers: must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// parseKey parses a -key value with the config's key syntax.
+func parseKey(s string) ([]rules.KeyPart, error) {
+	var parts []rules.KeyPart
+	for p := range strings.SplitSeq(s, ",") {
+		p = strings.TrimSpace(p)
+		switch {
+		case p == "ip":
+			parts = append(parts, rules.KeyPart{Kind: rules.KeyIP})
+		case p == "path":
+			parts = append(parts, rules.KeyPart{Kind: rules.KeyPath})
+		case p == "host":
+			parts = append(parts, rules.KeyPart{Kind: rules.KeyHost})
+		case strings.HasPrefix(p, "header:") && len(p) > len("header:"):
+			parts = append(parts, rules.KeyPart{Kind: rules.KeyHeader, Header: canonicalHeader(p[len("header:"):])})
+		default:
+			return nil, fmt.Errorf("must be ip, path, host or header:NAME, comma-separated; got %q", p)
+		}
+	}
+	return parts, nil
+}
+
+// canonicalHeader is the canonical form rules and trace use.
+func canonicalHeader(h string) string { return http.CanonicalHeaderKey(h) }
+
+// inputs builds what to replay from the flags, reading the logs.
+func (f *replayFlags) inputs(stderr io.Writer) ([]replay.Input, error) {
+	if f.synthetic != "" {
+		scale, _ := trace.ParseScale(f.scale)
+		names := []string{f.synthetic}
+		if f.synthetic == "all" {
+			names = trace.Scenarios()
+		}
+		var ins []replay.Input
+		for _, name := range names {
+			seed := f.seed
+			if seed == 0 {
+				seed, _ = trace.DefaultSeed(name)
+			}
+			cells, err := trace.Scenario(name, seed, scale)
+			if err != nil {
+				return nil, err
+			}
+			for _, c := range cells {
+				ins = append(ins, replay.CellInput(c))
+			}
+		}
+		return ins, nil
+	}
+
+	type ruleSpec struct {
+		name      string
+		rule      replay.Rule
+		key       []rules.KeyPart
+		match     func(method, path string) bool
+		countBlkd bool
+	}
+	var specs []ruleSpec
+	prefix := f.ipv6Prefix
+	if f.config != "" {
+		table, _, err := loadConfig(f.config)
+		if err != nil {
+			return nil, fmt.Errorf("invalid configuration %s:\n%s", f.config, indent(err))
+		}
+		prefix = table.IPv6Prefix
+		for _, d := range table.Domains {
+			for _, r := range d.Rules {
+				name := d.Name + "/" + r.Name
+				if f.rule != "" && f.rule != name {
+					continue
+				}
+				specs = append(specs, ruleSpec{
+					name:      name,
+					rule:      replay.Rule{Name: name, Limit: r.Limit, Period: r.Period, Mitigation: r.MitigationTimeout},
+					key:       r.Key,
+					match:     r.Matches,
+					countBlkd: r.CountBlocked,
+				})
+			}
+		}
+		if len(specs) == 0 {
+			if f.rule != "" {
+				return nil, fmt.Errorf("-rule: %s has no rule %q; rules are named domain/rule", f.config, f.rule)
+			}
+			return nil, fmt.Errorf("%s has no rules", f.config)
+		}
+	} else {
+		key, _ := parseKey(f.key)
+		name := fmt.Sprintf("%d/%v", f.limit, f.period)
+		specs = append(specs, ruleSpec{
+			name:      name,
+			rule:      replay.Rule{Name: name, Limit: f.limit, Period: f.period, Mitigation: f.mitigation},
+			key:       key,
+			countBlkd: f.countBlocked,
+		})
+	}
+
+	format, _ := trace.ParseFormat(f.format)
+	var recs []trace.Record
+	for _, file := range f.files {
+		st, err := readLog(file, format, func(r trace.Record) { recs = append(recs, r) })
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		if st.Skipped > 0 {
+			fmt.Fprintf(stderr, "edge replay: %s: skipped %d malformed of %d lines; first: %v\n", file, st.Skipped, st.Lines, st.FirstError)
+		}
+		if st.Records == 0 {
+			return nil, fmt.Errorf("%s: no requests read (format %s)", file, st.Format)
+		}
+	}
+	var ins []replay.Input
+	for _, sp := range specs {
+		srcs := replay.Group(recs, func(r *trace.Record) (string, bool) {
+			if sp.match != nil && !sp.match(r.Method, matchPath(r.Path)) {
+				return "", false
+			}
+			return sourceKey(r, sp.key, prefix), true
+		})
+		in := replay.SourcesInput(sp.name, sp.rule, srcs)
+		ins = append(ins, in)
+		f.countBlockedByRule = append(f.countBlockedByRule, sp.countBlkd)
+	}
+	return ins, nil
+}
+
+// readLog reads one log file, "-" being standard input.
+func readLog(file string, format trace.Format, each func(trace.Record)) (trace.LogStats, error) {
+	if file == "-" {
+		return trace.ReadLog(os.Stdin, format, each)
+	}
+	fh, err := os.Open(file)
+	if err != nil {
+		return trace.LogStats{}, err
+	}
+	defer fh.Close()
+	return trace.ReadLog(fh, format, each)
+}
+
+// sourceKey names a record's source under a rule's key parts, as the proxy
+// identifies clients: ip is the log's client (an IPv6 address grouped by
+// its prefix), a missing header falls back to the client under its own tag.
+func sourceKey(r *trace.Record, parts []rules.KeyPart, ipv6Prefix int) string {
+	var b strings.Builder
+	for i, p := range parts {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		switch p.Kind {
+		case rules.KeyIP:
+			b.WriteString(clientKey(r.Source, ipv6Prefix))
+		case rules.KeyPath:
+			b.WriteString("path=" + matchPath(r.Path))
+		case rules.KeyHost:
+			host, _ := rules.NormalizeHost(r.Host)
+			b.WriteString("host=" + host)
+		case rules.KeyHeader:
+			if v, ok := r.Headers[p.Header]; ok {
+				fmt.Fprintf(&b, "%s=%q", p.Header, v)
+			} else {
+				b.WriteString("no-" + p.Header + ":" + clientKey(r.Source, ipv6Prefix))
+			}
+		}
+	}
+	return b.String()
+}
+
+// clientKey is an address as the proxy keys it (IPv4-mapped addresses
+// unmapped, IPv6 masked to prefix bits), or a host name as it is.
+func clientKey(src string, ipv6Prefix int) string {
+	a, err := netip.ParseAddr(src)
+	if err != nil {
+		return src
+	}
+	a = a.Unmap()
+	if a.Is6() && ipv6Prefix < 128 {
+		p, _ := a.WithZone("").Prefix(ipv6Prefix)
+		return p.String()
+	}
+	return a.WithZone("").String()
+}
+
+// matchPath cleans a path the way the proxy does before matching rules:
+// "//" runs and dot segments resolved, a trailing slash kept.
+func matchPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] == '/' && !strings.Contains(p, "//") && !strings.Contains(p, "/.") {
+		return p
+	}
+	clean := path.Clean("/" + p)
+	if strings.HasSuffix(p, "/") && clean != "/" {
+		clean += "/"
+	}
+	return clean
+}
+
+// replayOutput is the -json document.
+type replayOutput struct {
+	GoVersion   string               `json:"go_version"`
+	Synthetic   string               `json:"synthetic,omitempty"`
+	Seed        uint64               `json:"seed,omitempty"`
+	Scale       string               `json:"scale,omitempty"`
+	Files       []string             `json:"files,omitempty"`
+	Reports     []*replay.Report     `json:"reports,omitempty"`
+	Suggestions []*replay.Suggestion `json:"suggestions,omitempty"`
+}
+
+// replay runs the inputs and returns what writes the result.
+func (f *replayFlags) replay(ctx context.Context, inputs []replay.Input, opts replay.Options, bar *progressBar) (func(io.Writer) error, error) {
+	doc := replayOutput{GoVersion: runtime.Version(), Files: f.files}
+	if f.synthetic != "" {
+		doc.Synthetic, doc.Seed, doc.Scale = f.synthetic, f.seed, f.scale
+	}
+	for i, in := range inputs {
+		if f.suggest {
+			cb := f.countBlocked
+			if i < len(f.countBlockedByRule) {
+				cb = f.countBlockedByRule[i]
+			}
+			s, err := replay.Suggest(ctx, in, f.percentile, f.headroom, cb, opts)
+			if err != nil {
+				return nil, err
+			}
+			doc.Suggestions = append(doc.Suggestions, s)
+			bar.next(2 * in.Sources)
+			continue
+		}
+		r, err := replay.Run(ctx, in, opts)
+		if err != nil {
+			return nil, err
+		}
+		doc.Reports = append(doc.Reports, r)
+		bar.next(in.Sources)
+	}
+	return func(w io.Writer) error {
+		if f.json {
+			b, err := json.MarshalIndent(doc, "", "  ")
+			if err != nil {
+				return err
+			}
+			_, err = w.Write(append(b, '\n'))
+			return err
+		}
+		if f.synthetic != "" {
+			seed := "default seeds"
+			if f.seed != 0 {
+				seed = fmt.Sprintf("seed %d", f.seed)
+			}
+			fmt.Fprintf(w, "edge replay: synthetic %s, %s, scale %s\n\n", f.synthetic, seed, f.scale)
+		} else {
+			fmt.Fprintf(w, "edge replay: %s\n\n", strings.Join(f.files, ", "))
+		}
+		if f.suggest {
+			return replay.WriteSuggestions(w, doc.Suggestions)
+		}
+		return replay.WriteTable(w, doc.Reports)
+	}, nil
+}
+
+// progressBar draws replay progress on standard error. Its goroutine is
+// started by startProgress and ended by stop.
+type progressBar struct {
+	enabled bool
+	w       io.Writer
+	total   int
+	start   time.Time
+
+	mu   sync.Mutex
+	base int // sources of the inputs already finished
+	cur  int // sources finished of the current input
+
+	quit chan struct{}
+	done chan struct{}
+}
+
+// startProgress starts a progress bar over total sources when force is set
+// or w is a terminal; otherwise it returns a bar that draws nothing.
+func startProgress(w io.Writer, force bool, total int) *progressBar {
+	b := &progressBar{w: w, total: max(total, 1), start: time.Now(), quit: make(chan struct{}), done: make(chan struct{})}
+	b.enabled = force || isTerminal(w)
+	if !b.enabled {
+		close(b.done)
+		return b
+	}
+	go func() {
+		defer close(b.done)
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-b.quit:
+				b.draw()
+				fmt.Fprintln(b.w)
+				return
+			case <-tick.C:
+				b.draw()
+			}
+		}
+	}()
+	return b
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// update records that done sources of the current input are finished. It
+// is safe to call from several goroutines.
+func (b *progressBar) update(done int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.cur = max(b.cur, done)
+}
+
+// next moves on to the next input after n sources.
+func (b *progressBar) next(n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.base += n
+	b.cur = 0
+}
+
+func (b *progressBar) draw() {
+	b.mu.Lock()
+	done := min(b.base+b.cur, b.total)
+	b.mu.Unlock()
+	const width = 30
+	filled := width * done / b.total
+	fmt.Fprintf(b.w, "\r[%s%s] %3d%% %d/%d sources %s ",
+		strings.Repeat("#", filled), strings.Repeat(" ", width-filled),
+		100*done/b.total, done, b.total, time.Since(b.start).Round(time.Second))
+}
+
+// stop ends the bar's goroutine and waits for it.
+func (b *progressBar) stop() {
+	if b.enabled {
+		close(b.quit)
+	}
+	<-b.done
+}

@@ -1,0 +1,220 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// accessLog is a Combined Log Format log: 203.0.113.9 sends 4 requests in
+// one second, 198.51.100.2 one, and 2001:db8::1 and 2001:db8::2 (the same
+// /64) one each, plus one malformed line.
+const accessLog = `203.0.113.9 - - [05/Mar/2024:14:07:09 +0000] "GET /v1/a HTTP/1.1" 200 1 "-" "ua"
+203.0.113.9 - - [05/Mar/2024:14:07:09 +0000] "GET /v1/b HTTP/1.1" 200 1 "-" "ua"
+198.51.100.2 - - [05/Mar/2024:14:07:09 +0000] "GET / HTTP/1.1" 200 1 "-" "ua"
+not a log line
+203.0.113.9 - - [05/Mar/2024:14:07:10 +0000] "POST /v1/c HTTP/1.1" 200 1 "-" "ua"
+2001:db8::1 - - [05/Mar/2024:14:07:10 +0000] "GET /v1/x HTTP/1.1" 200 1 "-" "ua"
+2001:db8::2 - - [05/Mar/2024:14:07:10 +0000] "GET /v1/y HTTP/1.1" 200 1 "-" "ua"
+203.0.113.9 - - [05/Mar/2024:14:07:10 +0000] "GET /v1/d HTTP/1.1" 200 1 "-" "ua"
+`
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func runEdge(args ...string) (code int, stdout, stderr string) {
+	var out, errb bytes.Buffer
+	code = run(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+type replayJSON struct {
+	Reports []struct {
+		Name     string `json:"name"`
+		Sources  int    `json:"sources"`
+		Requests int64  `json:"requests"`
+		CountAll struct {
+			ExactDenied  int64 `json:"exact_denied"`
+			ApproxDenied int64 `json:"approx_denied"`
+		} `json:"count_all"`
+		CountAdmitted struct {
+			AdmittedExact int64 `json:"admitted_exact"`
+		} `json:"count_admitted"`
+	} `json:"reports"`
+	Suggestions []struct {
+		Limit           int64 `json:"suggested_limit"`
+		BlockedSources  int   `json:"blocked_sources"`
+		BlockedRequests int64 `json:"blocked_requests"`
+		Peaks           struct {
+			Max int64 `json:"max"`
+		} `json:"peaks"`
+	} `json:"suggestions"`
+}
+
+func TestReplayLog(t *testing.T) {
+	log := writeFile(t, "access.log", accessLog)
+	code, out, errOut := runEdge("replay", "-limit", "2", "-period", "10s", "-json", log)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %s", code, errOut)
+	}
+	if !strings.Contains(errOut, "skipped 1 malformed of 8 lines") {
+		t.Errorf("stderr %q, want a note of the skipped line", errOut)
+	}
+	var got replayJSON
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, out)
+	}
+	if len(got.Reports) != 1 {
+		t.Fatalf("%d reports, want 1", len(got.Reports))
+	}
+	r := got.Reports[0]
+	// Sources: 203.0.113.9 (4 requests, the last 2 over the limit of 2),
+	// 198.51.100.2, and 2001:db8::/64 (2 requests).
+	if r.Sources != 3 || r.Requests != 7 || r.CountAll.ExactDenied != 2 || r.CountAll.ApproxDenied != 2 || r.CountAdmitted.AdmittedExact != 5 {
+		t.Errorf("got %+v, want 3 sources, 7 requests, 2 denied by each, 5 admitted", r)
+	}
+
+	code, table, _ := runEdge("replay", "-limit", "2", "-period", "10s", log)
+	if code != 0 || !strings.Contains(table, "count-all (count_blocked: true") || !strings.Contains(table, "count-admitted") {
+		t.Errorf("exit %d, table:\n%s", code, table)
+	}
+}
+
+func TestReplayConfigRule(t *testing.T) {
+	log := writeFile(t, "access.log", accessLog)
+	cfg := writeFile(t, "edge.yaml", `
+origin: "http://127.0.0.1:9"
+domains:
+  - name: api
+    hosts: ["api.example"]
+    rules:
+      - name: reads
+        match: {path_prefix: /v1/, methods: [GET]}
+        limit: 2
+        period: 10s
+      - name: all
+        limit: 100
+        period: 1m
+`)
+	code, out, errOut := runEdge("replay", "-config", cfg, "-rule", "api/reads", "-json", log)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %s", code, errOut)
+	}
+	var got replayJSON
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	// GET under /v1/: 203.0.113.9 sends 3 (one over), the /64 sends 2.
+	if len(got.Reports) != 1 || got.Reports[0].Name != "api/reads" || got.Reports[0].Requests != 5 || got.Reports[0].CountAll.ExactDenied != 1 {
+		t.Errorf("got %+v, want api/reads with 5 requests, 1 denied", got.Reports)
+	}
+
+	code, out, _ = runEdge("replay", "-config", cfg, "-json", log)
+	if code != 0 || json.Unmarshal([]byte(out), &got) != nil || len(got.Reports) != 2 {
+		t.Errorf("every rule: exit %d, %d reports, want 2", code, len(got.Reports))
+	}
+	if code, _, errOut := runEdge("replay", "-config", cfg, "-rule", "api/nope", log); code != 1 || !strings.Contains(errOut, `no rule "api/nope"`) {
+		t.Errorf("unknown rule: exit %d, stderr %q", code, errOut)
+	}
+}
+
+func TestReplaySuggest(t *testing.T) {
+	log := writeFile(t, "access.log", accessLog)
+	code, out, errOut := runEdge("replay", "-suggest", "-period", "10s", "-percentile", "50", "-headroom", "0", "-json", log)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %s", code, errOut)
+	}
+	var got replayJSON
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	// Peaks per 10 s: 4, 1, 2; the median is 2, so the limit is 2 and it
+	// blocks the 2 requests of 203.0.113.9 over it.
+	if len(got.Suggestions) != 1 {
+		t.Fatalf("%d suggestions, want 1", len(got.Suggestions))
+	}
+	s := got.Suggestions[0]
+	if s.Peaks.Max != 4 || s.Limit != 2 || s.BlockedSources != 1 || s.BlockedRequests != 2 {
+		t.Errorf("got %+v, want max peak 4, limit 2, 1 source and 2 requests blocked", s)
+	}
+	code, table, _ := runEdge("replay", "-suggest", log)
+	if code != 0 || !strings.Contains(table, "suggested limit") {
+		t.Errorf("exit %d, table:\n%s", code, table)
+	}
+}
+
+// TestReplaySyntheticIsDeterministic runs a synthetic scenario twice and
+// requires the same bytes.
+func TestReplaySyntheticIsDeterministic(t *testing.T) {
+	args := []string{"replay", "-synthetic", "edge", "-json"}
+	code, a, errOut := runEdge(args...)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %s", code, errOut)
+	}
+	_, b, _ := runEdge(args...)
+	if a != b || !strings.Contains(a, `"overshoot_approx": 2`) {
+		t.Errorf("two runs differ or miss the 2× overshoot:\n%s\n%s", a, b)
+	}
+}
+
+func TestReplayBadFlags(t *testing.T) {
+	log := writeFile(t, "access.log", accessLog)
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"replay"}, "give log files"},
+		{[]string{"replay", "-limit", "0", log}, "-limit: must be at least 1, got 0"},
+		{[]string{"replay", "-period", "1500us", log}, "-period: must be a whole number of milliseconds"},
+		{[]string{"replay", "-key", "cookie", log}, `-key: must be ip, path, host or header:NAME`},
+		{[]string{"replay", "-synthetic", "nope"}, `unknown scenario "nope"`},
+		{[]string{"replay", "-synthetic", "edge", "-limit", "5"}, "-limit: not with -synthetic"},
+		{[]string{"replay", "-synthetic", "edge", "-scale", "huge"}, "scale: must be ci, medium or full"},
+		{[]string{"replay", "-seed", "3", log}, "-seed: only with -synthetic"},
+		{[]string{"replay", "-config", "x.yaml", "-limit", "5", log}, "-limit: not with -config"},
+		{[]string{"replay", "-format", "xml", log}, "format: must be auto"},
+		{[]string{"replay", "-percentile", "0", log}, "-percentile: must be in (0, 100]"},
+	} {
+		t.Run(strings.Join(tt.args[1:], " "), func(t *testing.T) {
+			code, _, errOut := runEdge(tt.args...)
+			if code != 2 || !strings.Contains(errOut, tt.want) {
+				t.Errorf("exit %d, stderr %q; want exit 2 and %q", code, errOut, tt.want)
+			}
+		})
+	}
+	if code, _, errOut := runEdge("replay", filepath.Join(t.TempDir(), "missing.log")); code != 1 || !strings.Contains(errOut, "no such file") {
+		t.Errorf("missing file: exit %d, stderr %q; want exit 1", code, errOut)
+	}
+}
+
+// TestReplayProgressStops checks that the progress bar draws when asked
+// and that its goroutine ends with the replay.
+func TestReplayProgressStops(t *testing.T) {
+	var errb bytes.Buffer
+	b := startProgress(&errb, true, 10)
+	b.update(5)
+	b.stop()
+	select {
+	case <-b.done:
+	default:
+		t.Fatal("progress goroutine still running after stop")
+	}
+	if got := errb.String(); !strings.Contains(got, "50% 5/10 sources") {
+		t.Errorf("progress output %q, want 50%% 5/10", got)
+	}
+	quiet := startProgress(&errb, false, 10) // not a terminal: draws nothing
+	quiet.stop()
+	if quiet.enabled {
+		t.Error("progress enabled on a buffer without -progress")
+	}
+}

@@ -115,6 +115,9 @@ func newErrorLog(log *slog.Logger, domain string) *errorLog {
 // handle writes 504 when the origin was too slow, 502 when it could not be
 // reached or answered badly, and nothing when the client went away.
 func (l *errorLog) handle(w http.ResponseWriter, r *http.Request, err error) {
+	if answeredBodyError(w, r) { // guard.go: the client's body failed (which also cancels r), not the origin
+		return
+	}
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 		return // the client is gone; there is nobody to answer
 	}

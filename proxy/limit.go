@@ -18,8 +18,10 @@ import (
 // ruleState is a compiled rule with what the hot path needs ready-made.
 type ruleState struct {
 	*rules.Rule
+	identity uint64 // see ruleIdentity
 	policy   headers.Policy
 	outcomes ruleCounters
+	top      *topTalkers
 }
 
 func newRuleState(r *rules.Rule, c ruleCounters) ruleState {
@@ -27,6 +29,7 @@ func newRuleState(r *rules.Rule, c ruleCounters) ruleState {
 		Rule:     r,
 		policy:   headers.Policy{Name: r.Name, Quota: r.Limit, Window: r.Period},
 		outcomes: c,
+		top:      newTopTalkers(),
 	}
 }
 
@@ -67,6 +70,9 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, st *state, d *doma
 		k := d.store.Key(i, appendKey(kbuf[:0], rs.Key, r, id, reqPath))
 		v := verdict{rule: i, key: k, Decision: d.store.Allow(k, now)}
 		rs.outcomes.observe(v.Decision)
+		if !v.Allowed || v.Remaining*2 <= rs.Limit {
+			rs.top.observe(k, !v.Allowed, func() string { return keyText(rs.Key, r, id, reqPath, st.table.IPv6Prefix) })
+		}
 		if !v.Allowed {
 			if rs.Action == rules.ActionBlock {
 				if blocker < 0 || v.RetryAfter > vs[blocker].RetryAfter {
@@ -94,6 +100,12 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, st *state, d *doma
 	if p.log.Enabled(r.Context(), slog.LevelDebug) {
 		p.log.Debug("request blocked", "domain", d.Name, "rule", d.rules[vs[blocker].rule].Name,
 			"client", id.Key.String(), "retry_after", vs[blocker].RetryAfter)
+	}
+	d.requests.blocked.Inc()
+	if vs[blocker].Mitigated {
+		d.requests.blockedMitigated.Inc()
+	} else {
+		d.requests.blockedLimit.Inc()
 	}
 	writeBlocked(w, r, d, vs, blocker)
 	return nil, false
@@ -154,14 +166,16 @@ func appendString(b []byte, s string) []byte {
 
 // matchPath returns the path rules match against: r.URL.Path with "//" runs
 // and dot segments resolved, so "/a/../v1/x" and "//v1/x" cannot slip past a
-// "/v1/" prefix. It allocates only for paths that need cleaning.
+// "/v1/" prefix, and ";params" cut from each segment (see stripParams), so
+// "/v1;x/y" cannot either. It allocates only for paths that need cleaning.
 func matchPath(p string) string {
 	if p == "" {
 		return "/"
 	}
-	if p[0] == '/' && !strings.Contains(p, "//") && !strings.Contains(p, "/.") {
+	if p[0] == '/' && !strings.Contains(p, "//") && !strings.Contains(p, "/.") && strings.IndexByte(p, ';') < 0 {
 		return p
 	}
+	p = stripParams(p)
 	clean := path.Clean("/" + p)
 	if strings.HasSuffix(p, "/") && clean != "/" {
 		clean += "/"

@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"runtime"
+	"time"
 
 	"github.com/edgerate/edge/rules"
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,6 +17,10 @@ type metrics struct {
 	p            *Proxy
 	requests     *prometheus.CounterVec
 	decisions    *prometheus.CounterVec
+	blocked      *prometheus.CounterVec
+	reloads      *prometheus.CounterVec
+	lastReload   prometheus.Gauge
+	reloadOK     prometheus.Gauge
 	upstream     *prometheus.HistogramVec
 	misdirected  prometheus.Counter
 	xffMalformed prometheus.Counter
@@ -38,6 +43,22 @@ func newMetrics(p *Proxy, version string) *metrics {
 			Name: "edge_rule_decisions_total",
 			Help: "Rule decisions by domain, rule, action and outcome (allowed, limited, mitigated). A log rule counts limited requests that it did not block.",
 		}, []string{"domain", "rule", "action", "outcome"}),
+		blocked: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edge_blocked_requests_total",
+			Help: "Requests refused, by domain and reason: limit (a rule's estimate reached its limit) or mitigation (a mitigation timeout in force).",
+		}, []string{"domain", "reason"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edge_config_reloads_total",
+			Help: "Configuration reloads by result (success or failure). A failed reload leaves the running configuration in place.",
+		}, []string{"result"}),
+		lastReload: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "edge_config_last_reload_success_timestamp_seconds",
+			Help: "When the running configuration took effect (Unix time).",
+		}),
+		reloadOK: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "edge_config_last_reload_successful",
+			Help: "1 if the last reload attempt succeeded (or none was made), 0 if it failed.",
+		}),
 		upstream: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "edge_upstream_request_duration_seconds",
 			Help:    "Time from sending a request to an origin to receiving its response headers, by domain and status class (error when no response came).",
@@ -70,7 +91,7 @@ func newMetrics(p *Proxy, version string) *metrics {
 func (m *metrics) register(reg prometheus.Registerer) error {
 	m.buildInfo.Set(1)
 	var errs []error
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.upstream, m.misdirected, m.xffMalformed, m.buildInfo, storeCollector{m}} {
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.reloads, m.lastReload, m.reloadOK, m.upstream, m.misdirected, m.xffMalformed, m.buildInfo, storeCollector{m}} {
 		errs = append(errs, reg.Register(c))
 	}
 	return errors.Join(errs...)
@@ -78,13 +99,16 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 
 // requestCounters are one domain's request counters.
 type requestCounters struct {
-	served, blocked prometheus.Counter
+	served, blocked                prometheus.Counter
+	blockedLimit, blockedMitigated prometheus.Counter
 }
 
 func (m *metrics) requestCounters(domain string) requestCounters {
 	return requestCounters{
-		served:  m.requests.WithLabelValues(domain, "served"),
-		blocked: m.requests.WithLabelValues(domain, "blocked"),
+		served:           m.requests.WithLabelValues(domain, "served"),
+		blocked:          m.requests.WithLabelValues(domain, "blocked"),
+		blockedLimit:     m.blocked.WithLabelValues(domain, "limit"),
+		blockedMitigated: m.blocked.WithLabelValues(domain, "mitigation"),
 	}
 }
 
@@ -135,4 +159,40 @@ func (c storeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.m.evictions, prometheus.CounterValue, float64(s.Evicted), d.Name, "idle")
 		ch <- prometheus.MustNewConstMetric(c.m.overflowReqs, prometheus.CounterValue, float64(s.Overflowed), d.Name)
 	}
+}
+
+// forget deletes the series of domains and rules that the new state st no
+// longer has (or whose action changed), so that removed configuration does
+// not linger in the exposition. Series of continuing rules keep counting.
+func (m *metrics) forget(old, st *state) {
+	for _, od := range old.domains {
+		d := st.domain(od.Name)
+		if d == nil {
+			m.requests.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
+			m.decisions.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
+			m.upstream.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
+			m.blocked.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
+			continue
+		}
+		if od.Respond == nil && d.Respond != nil {
+			m.upstream.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
+		}
+		for _, or := range od.rules {
+			if r, ok := d.Rule(or.Name); !ok || r.Action != or.Action {
+				m.decisions.DeletePartialMatch(prometheus.Labels{"domain": od.Name, "rule": or.Name, "action": or.Action.String()})
+			}
+		}
+	}
+}
+
+// reloaded records a reload attempt.
+func (m *metrics) reloaded(ok bool, at time.Time) {
+	if ok {
+		m.reloads.WithLabelValues("success").Inc()
+		m.lastReload.Set(float64(at.UnixNano()) / 1e9)
+		m.reloadOK.Set(1)
+		return
+	}
+	m.reloads.WithLabelValues("failure").Inc()
+	m.reloadOK.Set(0)
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -34,6 +35,9 @@ type Options struct {
 	// Transport carries requests to origins; nil builds a pooled transport
 	// with the table's upstream timeout.
 	Transport http.RoundTripper
+	// ConfigHash identifies the configuration Table was compiled from; it is
+	// reported by the admin API.
+	ConfigHash string
 }
 
 // Proxy is the edge request handler. It is safe for concurrent use; make it
@@ -43,6 +47,13 @@ type Proxy struct {
 	log     *slog.Logger
 	metrics *metrics
 	state   atomic.Pointer[state]
+
+	configExtra atomic.Pointer[func() map[string]any]
+	lastErr     atomic.Pointer[error] // why the last reload failed
+
+	reloadMu     sync.Mutex // serialises reloads
+	transport    http.RoundTripper
+	ownTransport bool // built by edge: rebuilt when the upstream timeout changes
 }
 
 // state is everything a request needs from one configuration, swapped as a
@@ -51,12 +62,14 @@ type state struct {
 	table    *rules.Table
 	clientIP *ClientIP
 	domains  []*domain // parallel to table.Domains
+	result   ReloadResult
 }
 
 // domain is a rules.Domain with its counters, upstream and metric handles.
 type domain struct {
 	*rules.Domain
 	store    *window.Store // nil when the domain has no rules
+	carry    []int         // for a reload: carry[i] is this store's rule continuing the old store's rule i
 	upstream http.Handler
 	rules    []ruleState // parallel to Domain.Rules
 	requests requestCounters
@@ -80,21 +93,28 @@ func New(opts Options) (*Proxy, error) {
 			return nil, fmt.Errorf("proxy: registering metrics: %w", err)
 		}
 	}
-	transport := opts.Transport
-	if transport == nil {
-		transport = newTransport(opts.Table.Timeouts)
+	p.transport, p.ownTransport = opts.Transport, opts.Transport == nil
+	if p.ownTransport {
+		p.transport = newTransport(opts.Table.Timeouts)
 	}
-	st, err := p.build(opts.Table, transport)
+	st, err := p.build(opts.Table, nil, p.transport)
 	if err != nil {
 		return nil, err
 	}
+	st.result = ReloadResult{Time: p.now(), Hash: opts.ConfigHash}
 	p.state.Store(st)
+	p.metrics.lastReload.Set(float64(st.result.Time.UnixNano()) / 1e9)
+	p.metrics.reloadOK.Set(1)
 	return p, nil
 }
 
 // build makes the per-configuration state: a counter store and an upstream
 // per domain, metric handles per rule.
-func (p *Proxy) build(t *rules.Table, transport http.RoundTripper) (*state, error) {
+//
+// With old set, each domain's store shares the old store's hash seed and
+// notes which old rules its rules continue (domain.carry), so that Reload
+// can carry their counters over.
+func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (*state, error) {
 	cip, err := NewClientIP(t.TrustedProxies, t.IPv6Prefix)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
@@ -102,6 +122,10 @@ func (p *Proxy) build(t *rules.Table, transport http.RoundTripper) (*state, erro
 	st := &state{table: t, clientIP: cip, domains: make([]*domain, len(t.Domains))}
 	for i, rd := range t.Domains {
 		d := &domain{Domain: rd, requests: p.metrics.requestCounters(rd.Name)}
+		var prev *domain
+		if old != nil {
+			prev = old.domain(rd.Name)
+		}
 		if len(rd.Rules) > 0 {
 			limits := make([]window.Limit, len(rd.Rules))
 			for j, r := range rd.Rules {
@@ -110,15 +134,33 @@ func (p *Proxy) build(t *rules.Table, transport http.RoundTripper) (*state, erro
 					Period:       r.Period,
 					Mitigation:   r.MitigationTimeout,
 					CountBlocked: r.CountBlocked,
+					Identity:     ruleIdentity(rd.Name, r),
 				}
 			}
-			d.store, err = window.New(window.Options{Capacity: rd.MaxKeys, Limits: limits})
+			opts := window.Options{Capacity: rd.MaxKeys, Limits: limits}
+			if prev != nil && prev.store != nil {
+				opts.SeedFrom = prev.store
+			}
+			d.store, err = window.New(opts)
 			if err != nil {
 				return nil, fmt.Errorf("proxy: domain %q: %w", rd.Name, err)
 			}
 			d.rules = make([]ruleState, len(rd.Rules))
 			for j, r := range rd.Rules {
 				d.rules[j] = newRuleState(r, p.metrics.ruleCounters(rd.Name, r))
+				d.rules[j].identity = limits[j].Identity
+			}
+			if prev != nil && prev.store != nil {
+				d.carry = make([]int, len(prev.rules))
+				for i, pr := range prev.rules {
+					d.carry[i] = -1
+					for j := range d.rules {
+						if d.rules[j].identity == pr.identity {
+							d.carry[i] = j
+							d.rules[j].top = pr.top // top talkers continue too
+						}
+					}
+				}
 			}
 		}
 		if rd.Respond != nil {
@@ -135,8 +177,19 @@ func (p *Proxy) build(t *rules.Table, transport http.RoundTripper) (*state, erro
 	return st, nil
 }
 
+// domain returns the domain named name, or nil.
+func (st *state) domain(name string) *domain {
+	if rd, ok := st.table.Domain(name); ok {
+		return st.domains[rd.Index]
+	}
+	return nil
+}
+
 // ServeHTTP decides and serves one request.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r = p.screen(w, r); r == nil { // guard.go: refused requests are never forwarded
+		return
+	}
 	now := p.now()
 	st := p.state.Load()
 	rd, ok := st.table.Lookup(r.Host)
@@ -148,7 +201,6 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if d.store != nil {
 		f, ok := p.limit(w, r, st, d, now)
 		if !ok {
-			d.requests.blocked.Inc()
 			return
 		}
 		if f != nil {
@@ -191,8 +243,12 @@ func writeText(w http.ResponseWriter, status int, body string) {
 // staticResponder serves a domain's fixed response.
 func staticResponder(resp *rules.Response) http.Handler {
 	body := []byte(resp.Body)
+	// One shared value slice: net/http never modifies it, and Add on it
+	// reallocates (its capacity is 1), so sharing is safe and saves an
+	// allocation per response.
+	contentType := []string{resp.ContentType}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header()["Content-Type"] = []string{resp.ContentType}
+		w.Header()["Content-Type"] = contentType
 		w.WriteHeader(resp.Status)
 		if r.Method != http.MethodHead {
 			_, _ = w.Write(body)

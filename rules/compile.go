@@ -46,6 +46,7 @@ func Compile(cfg Config) (*Table, error) {
 		Listen:      cfg.Listen,
 		AdminListen: cfg.AdminListen,
 		Pop:         cfg.Pop,
+		AdminToken:  cfg.AdminToken,
 		exact:       make(map[string]*Domain),
 		wildcard:    make(map[string]*Domain),
 		byName:      make(map[string]*Domain),

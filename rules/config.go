@@ -37,6 +37,11 @@ type Config struct {
 	// AdminListen is the admin (metrics, health) listen address, host:port.
 	// Default "127.0.0.1:9090". It must differ from Listen.
 	AdminListen string `mapstructure:"admin_listen"`
+	// AdminToken, when set, is the bearer token the admin API and /metrics
+	// require (/healthz and /readyz stay open for probes). The environment
+	// variable EDGE_ADMIN_TOKEN overrides it, so the secret need not be in
+	// the file.
+	AdminToken string `mapstructure:"admin_token"`
 	// Pop names this point of presence in metrics. Default "local";
 	// at most 64 bytes of [A-Za-z0-9_.-].
 	Pop string `mapstructure:"pop"`

@@ -16,6 +16,7 @@ import (
 type Table struct {
 	Listen      string // proxy listen address, host:port
 	AdminListen string // admin listen address, host:port
+	AdminToken  string // bearer token for the admin API; "" = none
 	Pop         string // point-of-presence label
 
 	// Origin is the top-level default upstream; nil when none is set.

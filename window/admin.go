@@ -130,4 +130,3 @@ func (s *Store) put(ent entry) bool {
 	sh.insert(ent)
 	return true
 }
-

@@ -16,17 +16,29 @@ import (
 )
 
 // loadConfig reads and compiles the configuration at path, or the embedded
-// default when path is empty. Unknown keys, type mismatches and every
-// validation problem are errors; the returned error lists them all.
-func loadConfig(path string) (*rules.Table, error) {
-	data := configs.Default
-	if path != "" {
-		var err error
-		if data, err = os.ReadFile(path); err != nil {
-			return nil, fmt.Errorf("reading config: %w", err)
-		}
+// default when path is empty, and returns it with its content hash. Unknown
+// keys, type mismatches and every validation problem are errors; the
+// returned error lists them all.
+func loadConfig(path string) (*rules.Table, string, error) {
+	data, err := readConfig(path)
+	if err != nil {
+		return nil, "", err
 	}
-	return parseConfig(data)
+	t, err := parseConfig(data)
+	return t, configHash(data), err
+}
+
+// readConfig returns the bytes of the configuration at path, or of the
+// embedded default when path is empty.
+func readConfig(path string) ([]byte, error) {
+	if path == "" {
+		return configs.Default, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading config: %w", err)
+	}
+	return data, nil
 }
 
 // parseConfig decodes YAML into a rules.Config with viper and compiles it.

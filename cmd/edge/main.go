@@ -8,10 +8,12 @@
 //	edge -config FILE          run FILE
 //	edge -check -config FILE   validate FILE, list every problem, exit
 //	edge -version              print the version
+//	edge replay [flags] LOG... measure the limiter against an exact count (edge replay -h)
 package main
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,6 +21,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"runtime"
@@ -49,6 +52,9 @@ func main() {
 // a passed check, 1 for a bad configuration or a failed start, 2 for bad
 // flags.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "replay" {
+		return runReplay(ctx, args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "configuration `file` (YAML); empty runs the embedded default")
@@ -65,7 +71,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "edge %s (%s)\n", buildVersion(), runtime.Version())
 		return 0
 	}
-	table, err := loadConfig(*configPath)
+	table, hash, err := loadConfig(*configPath)
 	if err != nil {
 		fmt.Fprintf(stderr, "edge: invalid configuration %s:\n%s\n", describe(*configPath), indent(err))
 		return 1
@@ -79,7 +85,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	log := newLogger(stderr, table)
-	if err := serve(ctx, table, log); err != nil {
+	if err := serve(ctx, table, hash, *configPath, log); err != nil {
 		log.Error("edge stopped", "err", err)
 		return 1
 	}
@@ -131,8 +137,10 @@ func newLogger(w io.Writer, t *rules.Table) *slog.Logger {
 }
 
 // serve runs the public and admin listeners until ctx is done, then drains
-// in-flight requests for at most the shutdown timeout.
-func serve(ctx context.Context, table *rules.Table, log *slog.Logger) error {
+// in-flight requests for at most the shutdown timeout. The configuration at
+// path (empty: the embedded default) is reloaded on SIGHUP and when the
+// file changes.
+func serve(ctx context.Context, table *rules.Table, hash, path string, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -143,9 +151,22 @@ func serve(ctx context.Context, table *rules.Table, log *slog.Logger) error {
 		Registerer: prometheus.WrapRegistererWith(prometheus.Labels{"pop": table.Pop}, reg),
 		Logger:     log,
 		Version:    buildVersion(),
+		ConfigHash: hash,
 	})
 	if err != nil {
 		return err
+	}
+	rl := &reloader{path: path, interval: time.Second, proxy: p, log: log, lastHash: hash}
+	if path != "" {
+		if fi, err := os.Stat(path); err == nil {
+			rl.lastStat = stampOf(fi)
+		}
+	}
+	p.SetConfigExtra(rl.status)
+	token := adminToken(table)
+	if token == "" && !isLoopback(table.AdminListen) {
+		log.Warn("the admin listener is not on loopback and has no token: anyone who can reach it can read metrics and reset keys; set admin_token or EDGE_ADMIN_TOKEN",
+			"admin_listen", table.AdminListen)
 	}
 	var ready atomic.Bool
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
@@ -159,7 +180,7 @@ func serve(ctx context.Context, table *rules.Table, log *slog.Logger) error {
 		ErrorLog:          errLog,
 	}
 	admin := &http.Server{
-		Handler:           adminRouter(reg, &ready),
+		Handler:           adminRouter(reg, p, rl, token, &ready),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -178,6 +199,16 @@ func serve(ctx context.Context, table *rules.Table, log *slog.Logger) error {
 	errc := make(chan error, 2)
 	go func() { errc <- public.Serve(publicLn) }()
 	go func() { errc <- admin.Serve(adminLn) }()
+	reloadCtx, stopReloads := context.WithCancel(context.Background())
+	reloadDone := make(chan struct{})
+	go func() {
+		defer close(reloadDone)
+		rl.run(reloadCtx)
+	}()
+	defer func() {
+		stopReloads()
+		<-reloadDone
+	}()
 	ready.Store(true)
 	log.Info("edge started", "version", buildVersion(), "pop", table.Pop,
 		"listen", publicLn.Addr().String(), "admin_listen", adminLn.Addr().String(),
@@ -228,11 +259,11 @@ func boolToInt(b bool) int {
 	return 0
 }
 
-// adminRouter serves the admin listener: metrics and health. It is never
-// mounted on the public listener.
-func adminRouter(reg *prometheus.Registry, ready *atomic.Bool) http.Handler {
+// adminRouter serves the admin listener: metrics, health and the admin
+// API. It is never mounted on the public listener. With a token, /metrics
+// and /v1/* require "Authorization: Bearer <token>"; the probes stay open.
+func adminRouter(reg *prometheus.Registry, p *proxy.Proxy, rl *reloader, token string, ready *atomic.Bool) http.Handler {
 	r := chi.NewRouter()
-	r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "ok\n")
@@ -245,6 +276,54 @@ func adminRouter(reg *prometheus.Registry, ready *atomic.Bool) http.Handler {
 			return
 		}
 		io.WriteString(w, "ready\n")
+		// Still ready (the running configuration serves), but say so.
+		if st := rl.status(); st["last_reload_ok"] == false {
+			fmt.Fprintf(w, "last reload failed; the previous configuration is running:\n%s\n", st["last_reload_error"])
+		}
+	})
+	r.Group(func(r chi.Router) {
+		if token != "" {
+			r.Use(requireToken(token))
+		}
+		r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		r.Handle("/v1/*", p.AdminHandler())
 	})
 	return r
+}
+
+// requireToken refuses requests without the bearer token, comparing in
+// constant time.
+func requireToken(token string) func(http.Handler) http.Handler {
+	want := []byte("Bearer " + token)
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="edge admin"`)
+				http.Error(w, "unauthorized", http.StatusUnauthorized)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// adminToken is the admin bearer token: EDGE_ADMIN_TOKEN, else admin_token.
+func adminToken(t *rules.Table) string {
+	if v := os.Getenv("EDGE_ADMIN_TOKEN"); v != "" {
+		return v
+	}
+	return t.AdminToken
+}
+
+// isLoopback reports whether a listen address binds loopback only.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }

@@ -22,12 +22,12 @@ func TestEveryConfigLoads(t *testing.T) {
 	}
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
-			if _, err := loadConfig(f); err != nil {
+			if _, _, err := loadConfig(f); err != nil {
 				t.Fatalf("%s: %v", f, err)
 			}
 		})
 	}
-	table, err := loadConfig("")
+	table, _, err := loadConfig("")
 	if err != nil {
 		t.Fatalf("embedded default: %v", err)
 	}

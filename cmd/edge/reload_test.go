@@ -1,0 +1,295 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// edgeUnderTest runs edge in-process on free ports with the config at path.
+type edgeUnderTest struct {
+	t             *testing.T
+	public, admin string
+	token         string
+	stop          func() int
+	log           *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func startEdge(t *testing.T, path string, public, admin string) *edgeUnderTest {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	e := &edgeUnderTest{t: t, public: public, admin: admin, log: &syncBuffer{}}
+	go func() { done <- run(ctx, []string{"-config", path}, io.Discard, e.log) }()
+	var once sync.Once
+	code := -1
+	e.stop = func() int {
+		once.Do(func() {
+			cancel()
+			select {
+			case code = <-done:
+			case <-time.After(20 * time.Second):
+				t.Error("edge did not stop")
+			}
+		})
+		return code
+	}
+	t.Cleanup(func() { e.stop() })
+	waitReady(t, "http://"+admin+"/readyz")
+	return e
+}
+
+func (e *edgeUnderTest) get(host, path string) int {
+	e.t.Helper()
+	req, _ := http.NewRequest("GET", "http://"+e.public+path, nil)
+	req.Host = host
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Errorf("GET %s%s: %v", host, path, err)
+		return 0
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func (e *edgeUnderTest) adminGet(path string) (int, string) {
+	e.t.Helper()
+	req, _ := http.NewRequest("GET", "http://"+e.admin+path, nil)
+	if e.token != "" {
+		req.Header.Set("Authorization", "Bearer "+e.token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatalf("GET admin %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// waitFor polls cond until it holds or 10 s pass.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func configWithLimit(public, admin string, limit int, extra string) string {
+	return fmt.Sprintf(`
+listen: %q
+admin_listen: %q
+domains:
+  - name: site
+    hosts: ["*"]
+    respond: {body: "ok"}
+    rules:
+      - {name: per-ip, limit: %d, period: 720h}
+%s`, public, admin, limit, extra)
+}
+
+func loadedHash(t *testing.T, e *edgeUnderTest) string {
+	t.Helper()
+	code, body := e.adminGet("/v1/config")
+	var v struct {
+		Hash string `json:"hash"`
+	}
+	if code != 200 || json.Unmarshal([]byte(body), &v) != nil {
+		t.Fatalf("/v1/config: %d %s", code, body)
+	}
+	return v.Hash
+}
+
+// TestReloadOnFileChange covers the ways a config file is replaced: written
+// in place, renamed over (atomic save), and swapped behind a symlink as
+// Kubernetes does with ConfigMaps; SIGHUP; and an invalid file, which keeps
+// the running configuration and is reported by metrics and /readyz.
+func TestReloadOnFileChange(t *testing.T) {
+	dir := t.TempDir()
+	public, admin := freePort(t), freePort(t)
+	// ConfigMap layout: edge.yaml -> ..data/edge.yaml, ..data -> ..v1
+	os.MkdirAll(filepath.Join(dir, "..v1"), 0o755)
+	os.WriteFile(filepath.Join(dir, "..v1", "edge.yaml"), []byte(configWithLimit(public, admin, 2, "")), 0o644)
+	os.Symlink("..v1", filepath.Join(dir, "..data"))
+	path := filepath.Join(dir, "edge.yaml")
+	os.Symlink(filepath.Join("..data", "edge.yaml"), path)
+
+	e := startEdge(t, path, public, admin)
+	for range 2 {
+		e.get("a.test", "/")
+	}
+	if got := e.get("a.test", "/"); got != 429 {
+		t.Fatalf("over limit 2: got %d, want 429", got)
+	}
+	h1 := loadedHash(t, e)
+
+	// 1. Symlink swap to a config with limit 3: the client's 2 counted
+	// requests survive, so exactly one more is allowed.
+	os.MkdirAll(filepath.Join(dir, "..v2"), 0o755)
+	os.WriteFile(filepath.Join(dir, "..v2", "edge.yaml"), []byte(configWithLimit(public, admin, 3, "")), 0o644)
+	os.Symlink("..v2", filepath.Join(dir, "..data.tmp"))
+	os.Rename(filepath.Join(dir, "..data.tmp"), filepath.Join(dir, "..data"))
+	waitFor(t, "reload after symlink swap", func() bool { return loadedHash(t, e) != h1 })
+	if got := e.get("a.test", "/"); got != 200 {
+		t.Errorf("after raising the limit to 3: got %d, want 200 (one more)", got)
+	}
+	if got := e.get("a.test", "/"); got != 429 {
+		t.Errorf("after raising the limit to 3: 4th request got %d, want 429 (counters kept)", got)
+	}
+	_, body := e.adminGet("/v1/config")
+	if !strings.Contains(body, `"rules_changed": [`) || !strings.Contains(body, "site/per-ip") || !strings.Contains(body, `"keys_carried": 1`) {
+		t.Errorf("/v1/config does not report the change:\n%s", body)
+	}
+
+	// 2. An invalid file: the running config stays; metrics and /readyz say so.
+	h2 := loadedHash(t, e)
+	os.WriteFile(filepath.Join(dir, "..v2", "edge.yaml"), []byte(configWithLimit(public, admin, 0, "")), 0o644)
+	waitFor(t, "the failed reload to be reported", func() bool {
+		_, body := e.adminGet("/readyz")
+		return strings.Contains(body, "last reload failed")
+	})
+	_, body = e.adminGet("/readyz")
+	if !strings.Contains(body, "domains[0].rules[0].limit: must be at least 1, got 0") {
+		t.Errorf("/readyz lacks the problem:\n%s", body)
+	}
+	_, metrics := e.adminGet("/metrics")
+	if !strings.Contains(metrics, `edge_config_reloads_total{pop="local",result="failure"} 1`) ||
+		!strings.Contains(metrics, `edge_config_last_reload_successful{pop="local"} 0`) {
+		t.Errorf("metrics do not report the failed reload")
+	}
+	if loadedHash(t, e) != h2 {
+		t.Errorf("an invalid config replaced the running one")
+	}
+	if !strings.Contains(e.log.String(), "configuration reload failed") {
+		t.Errorf("log lacks the failure")
+	}
+
+	// 3. Atomic rename over the path (an editor's save), fixing the file.
+	tmp := filepath.Join(dir, "..v2", "edge.yaml.tmp")
+	os.WriteFile(tmp, []byte(configWithLimit(public, admin, 10, "")), 0o644)
+	os.Rename(tmp, filepath.Join(dir, "..v2", "edge.yaml"))
+	waitFor(t, "reload after rename", func() bool { return loadedHash(t, e) != h2 })
+	if _, body := e.adminGet("/readyz"); strings.Contains(body, "failed") {
+		t.Errorf("/readyz still reports a failure after a good reload:\n%s", body)
+	}
+
+	// 4. SIGHUP reloads even when nothing changed on disk.
+	before := strings.Count(e.log.String(), "configuration reloaded")
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	waitFor(t, "SIGHUP reload", func() bool { return strings.Count(e.log.String(), "configuration reloaded") > before })
+
+	if code := e.stop(); code != 0 {
+		t.Errorf("exit code %d", code)
+	}
+}
+
+// TestAdminToken: with a token, /metrics and /v1 need it; probes do not.
+func TestAdminToken(t *testing.T) {
+	public, admin := freePort(t), freePort(t)
+	path := filepath.Join(t.TempDir(), "edge.yaml")
+	os.WriteFile(path, []byte(configWithLimit(public, admin, 5, `admin_token: "s3cret"`)), 0o644)
+	e := startEdge(t, path, public, admin)
+	for _, p := range []string{"/metrics", "/v1/config"} {
+		if code, _ := e.adminGet(p); code != 401 {
+			t.Errorf("%s without token: %d, want 401", p, code)
+		}
+	}
+	if code, _ := e.adminGet("/healthz"); code != 200 {
+		t.Errorf("/healthz without token: %d, want 200", code)
+	}
+	e.token = "s3cret"
+	for _, p := range []string{"/metrics", "/v1/config"} {
+		if code, _ := e.adminGet(p); code != 200 {
+			t.Errorf("%s with token: %d, want 200", p, code)
+		}
+	}
+	e.token = "wrong"
+	if code, _ := e.adminGet("/v1/config"); code != 401 {
+		t.Errorf("wrong token: %d, want 401", code)
+	}
+	// The token never appears in the config view.
+	e.token = "s3cret"
+	if _, body := e.adminGet("/v1/config"); strings.Contains(body, "s3cret") {
+		t.Errorf("/v1/config shows the token")
+	}
+}
+
+func TestIsLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:9090": true, "[::1]:9090": true, "localhost:9090": true,
+		":9090": false, "0.0.0.0:9090": false, "10.0.0.1:9090": false, "bad": false,
+	} {
+		if got := isLoopback(addr); got != want {
+			t.Errorf("isLoopback(%q) = %v, want %v", addr, got, want)
+		}
+	}
+}
+
+// TestMetricsPassPromtool runs `promtool check metrics` (Debian package
+// prometheus, installed by .ci/run) on a real scrape after traffic of every
+// kind and a reload.
+func TestMetricsPassPromtool(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("promtool not installed: .ci/run must install the prometheus package")
+		}
+		t.Skip("promtool not installed (apt-get install prometheus)")
+	}
+	public, admin := freePort(t), freePort(t)
+	path := filepath.Join(t.TempDir(), "edge.yaml")
+	os.WriteFile(path, []byte(configWithLimit(public, admin, 1, "")), 0o644)
+	e := startEdge(t, path, public, admin)
+	e.get("a.test", "/")
+	e.get("a.test", "/")
+	os.WriteFile(path, []byte(configWithLimit(public, admin, 2, "")), 0o644)
+	h := loadedHash(t, e)
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	waitFor(t, "reload", func() bool { return loadedHash(t, e) != h })
+	_, body := e.adminGet("/metrics")
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = strings.NewReader(body)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+	for _, name := range []string{"edge_requests_total", "edge_rule_decisions_total", "edge_blocked_requests_total",
+		"edge_tracked_keys", "edge_key_evictions_total", "edge_config_reloads_total",
+		"edge_config_last_reload_success_timestamp_seconds", "edge_build_info"} {
+		if !strings.Contains(body, "\n"+name) {
+			t.Errorf("scrape lacks %s", name)
+		}
+	}
+}

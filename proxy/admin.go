@@ -1,0 +1,386 @@
+package proxy
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/edgerate/edge/rules"
+	"github.com/go-chi/chi/v5"
+)
+
+// Keys in the admin API are written as the rule's key parts in order,
+// joined by "|": an address for ip (an IPv6 client by its prefix, e.g.
+// 2001:db8:1:2::/64, or any address inside it), the header's value for
+// header:NAME (several values joined by ", "), the normalised path for path
+// and host for host. A request that lacked a keyed header is shown with
+// that part as "-" followed by its client address ("-203.0.113.9").
+
+// keyText renders the key of r under ks as the admin API writes it.
+func keyText(ks []rules.KeyPart, r *http.Request, id Identity, reqPath string, v6bits int) string {
+	var b strings.Builder
+	for i, k := range ks {
+		if i > 0 {
+			b.WriteByte('|')
+		}
+		switch k.Kind {
+		case rules.KeyIP:
+			b.WriteString(addrText(id.Key, v6bits))
+		case rules.KeyHeader:
+			if vals := r.Header[k.Header]; !blankValues(vals) {
+				b.WriteString(strings.Join(vals, ", "))
+			} else {
+				b.WriteString("-" + addrText(id.Key, v6bits))
+			}
+		case rules.KeyPath:
+			b.WriteString(reqPath)
+		case rules.KeyHost:
+			host, _ := rules.NormalizeHost(r.Host)
+			b.WriteString(host)
+		}
+	}
+	return b.String()
+}
+
+// addrText writes a key address: IPv6 clients as their prefix.
+func addrText(a netip.Addr, v6bits int) string {
+	if a.Is6() && v6bits < 128 {
+		return netip.PrefixFrom(a, v6bits).String()
+	}
+	return a.String()
+}
+
+// parseKey turns the admin API's text for a key of rule rs back into the
+// bytes the proxy hashes for it (see appendKey).
+func parseKey(st *state, rs *ruleState, text string) ([]byte, error) {
+	parts := strings.Split(text, "|")
+	if len(parts) != len(rs.Key) {
+		return nil, fmt.Errorf("rule %q is keyed by %d parts (%v), got %d", rs.Name, len(rs.Key), rs.Key, len(parts))
+	}
+	var b []byte
+	for i, k := range rs.Key {
+		part := parts[i]
+		switch k.Kind {
+		case rules.KeyIP:
+			id, err := parseAddr(st, part)
+			if err != nil {
+				return nil, err
+			}
+			b = appendIP(append(b, 'i'), id)
+		case rules.KeyHeader:
+			if rest, ok := strings.CutPrefix(part, "-"); ok {
+				if id, err := parseAddr(st, rest); err == nil {
+					b = appendIP(append(b, 'm'), id)
+					continue
+				}
+			}
+			vals := strings.Split(part, ", ")
+			b = append(b, 'h')
+			b = binary.AppendUvarint(b, uint64(len(vals)))
+			for _, v := range vals {
+				b = appendString(b, v)
+			}
+		case rules.KeyPath:
+			b = appendString(append(b, 'p'), part)
+		case rules.KeyHost:
+			host, ok := rules.NormalizeHost(part)
+			if !ok {
+				return nil, fmt.Errorf("invalid host %q", part)
+			}
+			b = appendString(append(b, 'o'), host)
+		}
+	}
+	return b, nil
+}
+
+// parseAddr reads an address or prefix and keys it as the proxy would.
+func parseAddr(st *state, s string) (Identity, error) {
+	var a netip.Addr
+	if p, err := netip.ParsePrefix(s); err == nil {
+		a = p.Addr()
+	} else if a, err = netip.ParseAddr(s); err != nil {
+		return Identity{}, fmt.Errorf("invalid address %q", s)
+	}
+	a = a.Unmap()
+	return Identity{Peer: a, Client: a, Key: st.clientIP.key(a)}, nil
+}
+
+// AdminHandler serves the admin API under /v1:
+//
+//	GET    /v1/config                        the running configuration and its last load
+//	GET    /v1/keys/{domain}/{rule}/{key}    one key's counters
+//	DELETE /v1/keys/{domain}/{rule}/{key}    forget one key's counters (unblock it)
+//
+// {key} is the rest of the path, percent-decoded, so it may hold slashes
+// (a path key, an IPv6 prefix).
+//
+//	GET    /v1/top/{domain}/{rule}?n=20      the heaviest keys right now
+//
+// Responses are JSON; unknown domains, rules and untracked keys are 404,
+// malformed input 400.
+func (p *Proxy) AdminHandler() http.Handler {
+	r := chi.NewRouter()
+	r.Get("/v1/config", p.getConfig)
+	// The key is the rest of the path: path keys and IPv6 prefixes hold
+	// slashes.
+	r.Get("/v1/keys/{domain}/{rule}/*", p.getKey)
+	r.Delete("/v1/keys/{domain}/{rule}/*", p.deleteKey)
+	r.Get("/v1/top/{domain}/{rule}", p.getTop)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, apiError{"not found"})
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusMethodNotAllowed, apiError{"method not allowed"})
+	})
+	return r
+}
+
+type apiError struct {
+	Error string `json:"error"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// lookupRule resolves the {domain} and {rule} of an admin request, writing
+// a 404 if either is unknown.
+func (p *Proxy) lookupRule(w http.ResponseWriter, r *http.Request) (*state, *domain, *ruleState, bool) {
+	st := p.state.Load()
+	d := st.domain(chi.URLParam(r, "domain"))
+	if d == nil {
+		writeJSON(w, http.StatusNotFound, apiError{fmt.Sprintf("no domain %q", chi.URLParam(r, "domain"))})
+		return nil, nil, nil, false
+	}
+	rd, ok := d.Rule(chi.URLParam(r, "rule"))
+	if !ok {
+		writeJSON(w, http.StatusNotFound, apiError{fmt.Sprintf("domain %q has no rule %q", d.Name, chi.URLParam(r, "rule"))})
+		return nil, nil, nil, false
+	}
+	return st, d, &d.rules[rd.Index], true
+}
+
+// keyState is a key's counters as the admin API reports them.
+type keyState struct {
+	Domain         string     `json:"domain"`
+	Rule           string     `json:"rule"`
+	Key            string     `json:"key"`
+	Limit          int64      `json:"limit"`
+	PeriodSeconds  float64    `json:"period_seconds"`
+	Previous       int64      `json:"previous"`
+	Current        int64      `json:"current"`
+	Estimate       float64    `json:"estimate"`
+	Remaining      int64      `json:"remaining"`
+	RetryAfter     float64    `json:"retry_after_seconds"`
+	MitigatedUntil *time.Time `json:"mitigated_until,omitempty"`
+	Count          uint64     `json:"count,omitempty"`   // top talkers: observed requests (upper bound)
+	Blocked        uint64     `json:"blocked,omitempty"` // top talkers: observed blocked requests
+	CountError     uint64     `json:"count_error,omitempty"`
+}
+
+func (p *Proxy) keyState(d *domain, rs *ruleState, text string, key []byte, now time.Time) (keyState, bool) {
+	s := d.store.Peek(d.store.Key(rs.Index, key), now)
+	ks := keyState{
+		Domain: d.Name, Rule: rs.Name, Key: text,
+		Limit: rs.Limit, PeriodSeconds: rs.Period.Seconds(),
+		Previous: s.Previous, Current: s.Current, Estimate: s.Estimate,
+		Remaining: s.Remaining, RetryAfter: s.RetryAfter.Seconds(),
+	}
+	if !s.MitigatedUntil.IsZero() {
+		t := s.MitigatedUntil.UTC()
+		ks.MitigatedUntil = &t
+	}
+	return ks, s.Tracked
+}
+
+// keyParam reads the key at the end of an admin path (percent-decoded),
+// writing a 400 if it does not fit the rule.
+func keyParam(w http.ResponseWriter, r *http.Request, st *state, rs *ruleState) (string, []byte, bool) {
+	text, err := url.PathUnescape(chi.URLParam(r, "*"))
+	if err == nil {
+		var key []byte
+		if key, err = parseKey(st, rs, text); err == nil {
+			return text, key, true
+		}
+	}
+	writeJSON(w, http.StatusBadRequest, apiError{err.Error()})
+	return "", nil, false
+}
+
+func (p *Proxy) getKey(w http.ResponseWriter, r *http.Request) {
+	st, d, rs, ok := p.lookupRule(w, r)
+	if !ok {
+		return
+	}
+	text, key, ok := keyParam(w, r, st, rs)
+	if !ok {
+		return
+	}
+	ks, tracked := p.keyState(d, rs, text, key, p.now())
+	if !tracked {
+		writeJSON(w, http.StatusNotFound, apiError{fmt.Sprintf("key %q is not tracked by %s/%s", text, d.Name, rs.Name)})
+		return
+	}
+	writeJSON(w, http.StatusOK, ks)
+}
+
+func (p *Proxy) deleteKey(w http.ResponseWriter, r *http.Request) {
+	st, d, rs, ok := p.lookupRule(w, r)
+	if !ok {
+		return
+	}
+	text, key, ok := keyParam(w, r, st, rs)
+	if !ok {
+		return
+	}
+	k := d.store.Key(rs.Index, key)
+	if !d.store.Reset(k) {
+		writeJSON(w, http.StatusNotFound, apiError{fmt.Sprintf("key %q is not tracked by %s/%s", text, d.Name, rs.Name)})
+		return
+	}
+	rs.top.forget(k)
+	p.log.Info("key reset through the admin API", "domain", d.Name, "rule", rs.Name, "key", text)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (p *Proxy) getTop(w http.ResponseWriter, r *http.Request) {
+	st, d, rs, ok := p.lookupRule(w, r)
+	if !ok {
+		return
+	}
+	n := 20
+	if q := r.URL.Query().Get("n"); q != "" {
+		v, err := strconv.Atoi(q)
+		if err != nil || v < 1 || v > topSize {
+			writeJSON(w, http.StatusBadRequest, apiError{fmt.Sprintf("n must be an integer from 1 to %d, got %q", topSize, q)})
+			return
+		}
+		n = v
+	}
+	now := p.now()
+	out := []keyState{}
+	for _, t := range rs.top.top(n) {
+		key, err := parseKey(st, rs, t.text)
+		if err != nil {
+			continue // cannot happen for text keyText wrote
+		}
+		ks, _ := p.keyState(d, rs, t.text, key, now)
+		ks.Count, ks.Blocked, ks.CountError = t.count, t.blocked, t.err
+		out = append(out, ks)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// configView is the running configuration as GET /v1/config shows it.
+type configView struct {
+	Hash     string       `json:"hash"`
+	LoadedAt time.Time    `json:"loaded_at"`
+	Result   ReloadResult `json:"last_load"`
+	Pop      string       `json:"pop"`
+	Listen   string       `json:"listen"`
+	Admin    string       `json:"admin_listen"`
+	MaxKeys  int          `json:"max_keys"`
+	ClientIP struct {
+		TrustedProxies []string `json:"trusted_proxies"`
+		IPv6Prefix     int      `json:"ipv6_prefix"`
+	} `json:"client_ip"`
+	Timeouts map[string]string `json:"timeouts"`
+	Domains  []domainView      `json:"domains"`
+	Extra    map[string]any    `json:"extra,omitempty"`
+}
+
+type domainView struct {
+	Name        string     `json:"name"`
+	Hosts       []string   `json:"hosts"`
+	Origin      string     `json:"origin,omitempty"`
+	Respond     bool       `json:"respond,omitempty"`
+	MaxKeys     int        `json:"max_keys"`
+	TrackedKeys int        `json:"tracked_keys"`
+	Rules       []ruleView `json:"rules"`
+}
+
+type ruleView struct {
+	Name              string   `json:"name"`
+	PathPrefix        string   `json:"path_prefix,omitempty"`
+	Methods           []string `json:"methods,omitempty"`
+	Limit             int64    `json:"limit"`
+	Period            string   `json:"period"`
+	Key               []string `json:"key"`
+	Action            string   `json:"action"`
+	MitigationTimeout string   `json:"mitigation_timeout,omitempty"`
+	CountBlocked      bool     `json:"count_blocked"`
+	Headers           string   `json:"headers"`
+	BlockStatus       int      `json:"block_status,omitempty"`
+}
+
+// ConfigExtra, if set, adds fields to GET /v1/config (cmd/edge reports the
+// config file path and the reload state there).
+func (p *Proxy) SetConfigExtra(f func() map[string]any) { p.configExtra.Store(&f) }
+
+func (p *Proxy) getConfig(w http.ResponseWriter, r *http.Request) {
+	st := p.state.Load()
+	t := st.table
+	v := configView{
+		Hash: st.result.Hash, LoadedAt: st.result.Time.UTC(), Result: st.result,
+		Pop: t.Pop, Listen: t.Listen, Admin: t.AdminListen, MaxKeys: t.MaxKeys,
+		Timeouts: map[string]string{
+			"read_header": t.Timeouts.ReadHeader.String(), "read": t.Timeouts.Read.String(),
+			"write": t.Timeouts.Write.String(), "idle": t.Timeouts.Idle.String(),
+			"upstream": t.Timeouts.Upstream.String(), "shutdown": t.Timeouts.Shutdown.String(),
+			"drain_delay": t.Timeouts.DrainDelay.String(),
+		},
+	}
+	v.ClientIP.IPv6Prefix = t.IPv6Prefix
+	v.ClientIP.TrustedProxies = []string{}
+	for _, pfx := range t.TrustedProxies {
+		v.ClientIP.TrustedProxies = append(v.ClientIP.TrustedProxies, pfx.String())
+	}
+	for _, d := range st.domains {
+		dv := domainView{Name: d.Name, Hosts: d.Hosts, Respond: d.Respond != nil, MaxKeys: d.MaxKeys, Rules: []ruleView{}}
+		if d.Respond == nil {
+			o := d.Origin
+			if o == nil {
+				o = t.Origin
+			}
+			if o != nil {
+				dv.Origin = o.Redacted()
+			}
+		}
+		if d.store != nil {
+			dv.TrackedKeys = d.store.Len()
+		}
+		for _, rs := range d.rules {
+			rv := ruleView{
+				Name: rs.Name, PathPrefix: rs.PathPrefix, Methods: rs.Methods, Limit: rs.Limit,
+				Period: rs.Period.String(), Action: rs.Action.String(), CountBlocked: rs.CountBlocked,
+				Headers: rs.Headers.String(),
+			}
+			for _, k := range rs.Key {
+				rv.Key = append(rv.Key, k.String())
+			}
+			if rs.MitigationTimeout > 0 {
+				rv.MitigationTimeout = rs.MitigationTimeout.String()
+			}
+			if rs.BlockResponse != nil {
+				rv.BlockStatus = rs.BlockResponse.Status
+			}
+			dv.Rules = append(dv.Rules, rv)
+		}
+		v.Domains = append(v.Domains, dv)
+	}
+	if f := p.configExtra.Load(); f != nil {
+		v.Extra = (*f)()
+	}
+	writeJSON(w, http.StatusOK, v)
+}

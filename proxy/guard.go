@@ -1,0 +1,310 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/textproto"
+	"strings"
+	"sync"
+)
+
+// This file screens requests for what net/http accepts but a gateway must
+// not pass on: requests whose meaning depends on how the origin resolves an
+// ambiguity that edge resolved one way for its rules. Framing (smuggling)
+// is the Listener's job, because net/http hides it from handlers; this is
+// the part a handler can see.
+//
+// What reaches the origin: the request target exactly as the client sent
+// it (net/http re-escapes only bytes that may not appear raw), while rules
+// match the percent-decoded path with "//" runs merged and ";params" cut
+// (matchPath); merging and cutting only ever make more rules match.
+// A target is refused rather than normalised whenever the two forms could
+// differ in meaning for some origin:
+//
+//   - a dot segment (".", ".."), literal or percent-encoded, or followed
+//     by ";params" ("..;", which Tomcat-style servers resolve): edge and
+//     the origin might resolve it differently (Envoy CVE-2019-9901);
+//   - an encoded separator (%2F, %5C) or a backslash: some origins split
+//     on them, others do not (Envoy CVE-2021-29492);
+//   - a control byte after decoding (%00, %0A, ...), and a fragment ('#');
+//   - the asterisk-form target ("*"), and an absolute-form target that is
+//     not an http(s) URL with an authority, or has userinfo or a
+//     percent-encoded host (net/http decodes it; the Listener compares it
+//     with Host).
+//
+// Also refused: CONNECT (501: edge is not a forward proxy), the HTTP/2
+// preface and h2c upgrades (h2c is not served, and a tunnelled HTTP/2
+// connection would escape per-request limits), methods that are not
+// upper-case (rules match methods exactly, and an origin that folds case
+// would see "post" as POST), and a field name with '_' that an origin using
+// CGI-style names (HTTP_X_FORWARDED_FOR) would read as one of the
+// forwarding fields edge controls.
+//
+// Path case is not folded: path_prefix matches case-sensitively, as paths
+// are (RFC 3986 §6.2.2.1).
+
+// screen checks r before anything else looks at it. It returns the request
+// to serve, or nil if it has answered with 400 (501 for CONNECT) and
+// "Connection: close"; a refused request is never forwarded.
+//
+// It also reads ahead up to prefetchLimit bytes of a chunked body, so that
+// a body whose chunked framing breaks within that limit is refused here
+// rather than after its head reached the origin.
+func (p *Proxy) screen(w http.ResponseWriter, r *http.Request) *http.Request {
+	no := screenRequest(r)
+	if no.status == 0 {
+		r, no = guardBody(r)
+	}
+	if no.status == 0 {
+		return r
+	}
+	no.answer(w)
+	return nil
+}
+
+// A refusal is why edge will not serve a request; the zero value is none.
+// Reasons are constant strings: nothing the client sent is echoed.
+type refusal struct {
+	status int
+	reason string
+}
+
+func badRequest(reason string) refusal { return refusal{http.StatusBadRequest, reason} }
+
+// answer writes the refusal, and closes the connection: a client that sent
+// such a request may not be framing its messages as edge reads them.
+func (no refusal) answer(w http.ResponseWriter) {
+	w.Header()["Connection"] = []string{"close"}
+	writeText(w, no.status, strings.ToLower(http.StatusText(no.status))+": "+no.reason+"\n")
+}
+
+// answeredBodyError answers a forward that failed because the client's
+// body failed (timed out, broke its framing, or ended early), which would
+// otherwise pass for an origin failure (502/504). It reports whether it
+// answered.
+func answeredBodyError(w http.ResponseWriter, r *http.Request) bool {
+	err := bodyError(r)
+	if err == nil {
+		return false
+	}
+	bodyRefusal(err).answer(w)
+	return true
+}
+
+// screenRequest returns why r is refused, if it is.
+func screenRequest(r *http.Request) refusal {
+	switch r.Method {
+	case http.MethodConnect:
+		return refusal{http.StatusNotImplemented, "CONNECT is not supported"}
+	case "PRI":
+		return badRequest("HTTP/2 without TLS is not supported")
+	}
+	if !upperToken(r.Method) {
+		return badRequest("method must be upper-case")
+	}
+	if hasToken(r.Header["Upgrade"], "h2c") || r.Header["Http2-Settings"] != nil {
+		return badRequest("h2c upgrade is not supported")
+	}
+	if reason := screenTarget(r); reason != "" {
+		return badRequest(reason)
+	}
+	for name := range r.Header {
+		if strings.IndexByte(name, '_') >= 0 && forwardingAlias(name) {
+			return badRequest("field name with '_' aliases a forwarding field")
+		}
+	}
+	return refusal{}
+}
+
+// screenTarget returns why r's request target is refused, or "".
+func screenTarget(r *http.Request) string {
+	raw := r.RequestURI
+	if raw == "" { // a client-side request handed to ServeHTTP directly
+		raw = r.URL.RequestURI()
+	}
+	if raw == "*" {
+		return "asterisk-form target"
+	}
+	if raw[0] != '/' {
+		scheme, rest, ok := strings.Cut(raw, "://")
+		if !ok || !(strings.EqualFold(scheme, "http") || strings.EqualFold(scheme, "https")) {
+			return "target must be a path or an http(s) URL"
+		}
+		authority := rest
+		raw = ""
+		if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+			authority, raw = rest[:i], rest[i:]
+		}
+		if strings.ContainsAny(authority, "@%") {
+			return "userinfo or percent-encoding in the target's host"
+		}
+	}
+	if strings.IndexByte(raw, '#') >= 0 {
+		return "fragment in target"
+	}
+	rawPath, _, _ := strings.Cut(raw, "?")
+	if strings.IndexByte(rawPath, '\\') >= 0 {
+		return "backslash in path"
+	}
+	for i := 0; i+2 < len(rawPath); i++ {
+		if rawPath[i] != '%' {
+			continue
+		}
+		if h := rawPath[i+1 : i+3]; strings.EqualFold(h, "2f") || strings.EqualFold(h, "5c") {
+			return "encoded '/' or '\\' in path"
+		}
+	}
+	return screenPath(r.URL.Path)
+}
+
+// screenPath returns why a decoded path is refused, or "".
+func screenPath(p string) string {
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c < ' ' || c == 0x7f {
+			return "control character in path"
+		}
+	}
+	for seg := range strings.SplitSeq(p, "/") {
+		name, _, _ := strings.Cut(seg, ";")
+		if name == "." || name == ".." {
+			return "dot segment in path"
+		}
+	}
+	return ""
+}
+
+// stripParams cuts the ";params" part off every segment of a path, as
+// servlet containers do before they route ("/admin;x=1/y" is "/admin/y"
+// to Tomcat). Matching on the stripped path can only make more rules
+// match: for a prefix without ';', the stripped path has the prefix
+// whenever the path does.
+func stripParams(p string) string {
+	if strings.IndexByte(p, ';') < 0 {
+		return p
+	}
+	segs := strings.Split(p, "/")
+	for i, s := range segs {
+		segs[i], _, _ = strings.Cut(s, ";")
+	}
+	return strings.Join(segs, "/")
+}
+
+// upperToken reports whether a method consists of A-Z, '-' and '_', as
+// nginx requires.
+func upperToken(m string) bool {
+	for i := 0; i < len(m); i++ {
+		if c := m[i]; !('A' <= c && c <= 'Z' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return m != ""
+}
+
+// hasToken reports whether a comma-separated field lists token, ignoring
+// case and any "/version".
+func hasToken(vals []string, token string) bool {
+	for _, v := range vals {
+		for t := range strings.SplitSeq(v, ",") {
+			t, _, _ = strings.Cut(strings.TrimSpace(t), "/")
+			if strings.EqualFold(t, token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// forwardingAlias reports whether a field name containing '_' names, with
+// '_' read as '-', a field that edge sets or removes for the origin.
+func forwardingAlias(name string) bool {
+	switch textproto.CanonicalMIMEHeaderKey(strings.ReplaceAll(name, "_", "-")) {
+	case "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Real-Ip", "Forwarded":
+		return true
+	}
+	return false
+}
+
+// prefetchLimit is how much of a chunked body is read before the request
+// goes on. A body that ends within it is checked whole before its head is
+// sent anywhere; a longer one streams, and if its framing breaks later the
+// origin sees an aborted request (a truncated body and a closed
+// connection, never a complete request) and the client gets 400.
+const prefetchLimit = 64 << 10
+
+// guardBody wraps r's body so that a failed read can be told from an
+// origin failure (see answeredBodyError), and reads ahead a chunked body.
+// It returns the request to go on with, or why r is refused.
+func guardBody(r *http.Request) (*http.Request, refusal) {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return r, refusal{}
+	}
+	gb := &guardedBody{rc: r.Body, r: r.Body}
+	// ReverseProxy hands its error handler a clone of the request with
+	// the body wrapped; the context is what survives.
+	r = r.WithContext(context.WithValue(r.Context(), guardedBodyKey{}, gb))
+	r.Body = gb
+	if len(r.TransferEncoding) == 0 {
+		return r, refusal{}
+	}
+	buf, err := io.ReadAll(io.LimitReader(gb, prefetchLimit+1))
+	if err != nil {
+		return nil, bodyRefusal(err)
+	}
+	gb.r = bytes.NewReader(buf)
+	if len(buf) > prefetchLimit {
+		gb.r = io.MultiReader(gb.r, gb.rc)
+	}
+	return r, refusal{}
+}
+
+// guardedBodyKey carries a request's guardedBody in its context.
+type guardedBodyKey struct{}
+
+// guardedBody is a request body that remembers its first read error.
+type guardedBody struct {
+	rc io.ReadCloser // the server's body
+	r  io.Reader     // what Read reads: rc, or a prefetched part first
+
+	mu  sync.Mutex
+	err error
+}
+
+func (b *guardedBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF {
+		b.mu.Lock()
+		if b.err == nil {
+			b.err = err
+		}
+		b.mu.Unlock()
+	}
+	return n, err
+}
+
+func (b *guardedBody) Close() error { return b.rc.Close() }
+
+// bodyError returns the error the client's body failed with, or nil.
+func bodyError(r *http.Request) error {
+	b, ok := r.Context().Value(guardedBodyKey{}).(*guardedBody)
+	if !ok {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
+}
+
+// bodyRefusal is the answer to a request whose body could not be read:
+// 408 when the client was too slow, 400 when it sent broken framing or
+// stopped early.
+func bodyRefusal(err error) refusal {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return refusal{http.StatusRequestTimeout, "request body not received in time"}
+	}
+	return badRequest("malformed or incomplete request body")
+}

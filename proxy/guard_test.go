@@ -1,0 +1,223 @@
+package proxy
+
+import (
+	"bufio"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+)
+
+func TestScreenRequest(t *testing.T) {
+	tests := []struct {
+		line   string // request line
+		fields []string
+		want   int // 0: accepted
+	}{
+		{"GET /a/b?c=d HTTP/1.1", nil, 0},
+		{"GET //a//b HTTP/1.1", nil, 0},
+		{"GET /a;p=1/b HTTP/1.1", nil, 0},
+		{"GET /%7Euser/%41 HTTP/1.1", nil, 0},
+		{"GET /tags/%23go HTTP/1.1", nil, 0},
+		{"GET http://a.example/x HTTP/1.1", nil, 0},
+		{"GET HTTPS://a.example HTTP/1.1", nil, 0},
+		{"GET /..a/b.. HTTP/1.1", nil, 0},
+		{"GET /a/...;/b HTTP/1.1", nil, 0},
+		{"PUT /x HTTP/1.1", []string{"X_Custom: 1"}, 0},
+		{"GET / HTTP/1.1", []string{"Upgrade: websocket", "Connection: Upgrade"}, 0},
+
+		{"CONNECT a.example:443 HTTP/1.1", nil, 501},
+		{"PRI * HTTP/2.0", nil, 400},
+		{"get / HTTP/1.1", nil, 400},
+		{"GET * HTTP/1.1", nil, 400},
+		{"GET ftp://a.example/ HTTP/1.1", nil, 400},
+		{"GET http://u@a.example/ HTTP/1.1", nil, 400},
+		{"GET /a/./b HTTP/1.1", nil, 400},
+		{"GET /a/../b HTTP/1.1", nil, 400},
+		{"GET /a/%2E%2e/b HTTP/1.1", nil, 400},
+		{"GET /a/..;x/b HTTP/1.1", nil, 400},
+		{"GET /a/. HTTP/1.1", nil, 400},
+		{"GET /a%2Fb HTTP/1.1", nil, 400},
+		{"GET /a%5cb HTTP/1.1", nil, 400},
+		{"GET /a\\b HTTP/1.1", nil, 400},
+		{"GET /a%00 HTTP/1.1", nil, 400},
+		{"GET /a%7f HTTP/1.1", nil, 400},
+		{"GET /a#b HTTP/1.1", nil, 400},
+		{"GET / HTTP/1.1", []string{"Upgrade: h2c"}, 400},
+		{"GET / HTTP/1.1", []string{"Upgrade: websocket, H2C/1"}, 400},
+		{"GET / HTTP/1.1", []string{"HTTP2-Settings: x"}, 400},
+		{"GET / HTTP/1.1", []string{"X_Forwarded_For: 1.2.3.4"}, 400},
+		{"GET / HTTP/1.1", []string{"x_real_ip: 1.2.3.4"}, 400},
+	}
+	for _, tt := range tests {
+		raw := req(append([]string{tt.line, "Host: a.example"}, tt.fields...)...)
+		r, err := http.ReadRequest(bufio.NewReader(strings.NewReader(raw)))
+		if err != nil {
+			t.Fatalf("%q: %v", tt.line, err)
+		}
+		if got := screenRequest(r); got.status != tt.want {
+			t.Errorf("%q %q: got %d (%s), want %d", tt.line, tt.fields, got.status, got.reason, tt.want)
+		}
+	}
+}
+
+func TestMatchPath(t *testing.T) {
+	tests := map[string]string{
+		"":               "/",
+		"/":              "/",
+		"/a/b":           "/a/b",
+		"//a//b/":        "/a/b/",
+		"/a/./b/../c":    "/a/c",
+		"a/b":            "/a/b",
+		"/a;x=1/b;y":     "/a/b",
+		"/a/;x":          "/a/",
+		"/a;x/":          "/a/",
+		"/;x/a":          "/a",
+		"/../../a":       "/a",
+		"/a/b/..":        "/a",
+		"/admin;/x/..;/": "/admin/",
+	}
+	for in, want := range tests {
+		if got := matchPath(in); got != want {
+			t.Errorf("matchPath(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestMatchPathAllocs(t *testing.T) {
+	if n := testing.AllocsPerRun(100, func() { matchPath("/api/v1/items/42") }); n != 0 {
+		t.Errorf("matchPath of a clean path allocates %v times, want 0", n)
+	}
+}
+
+// FuzzMatchPath checks the form rules match on: absolute, without empty,
+// dot or parameter parts, stable when applied again, and keeping a
+// trailing slash.
+func FuzzMatchPath(f *testing.F) {
+	for _, s := range []string{"", "/", "/a/b", "//a//b/", "/a/./b/../c", "a/b", "/a;x/b", "/a/;x", "/..;/a", "/./", ";", "/a;/;b/"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		got := matchPath(p)
+		if got == "" || got[0] != '/' {
+			t.Fatalf("matchPath(%q) = %q: not absolute", p, got)
+		}
+		if strings.Contains(got, "//") || strings.IndexByte(got, ';') >= 0 {
+			t.Fatalf("matchPath(%q) = %q: has an empty segment or params", p, got)
+		}
+		for seg := range strings.SplitSeq(got, "/") {
+			if seg == "." || seg == ".." {
+				t.Fatalf("matchPath(%q) = %q: has a dot segment", p, got)
+			}
+		}
+		if again := matchPath(got); again != got {
+			t.Fatalf("matchPath(%q) = %q, but matchPath(%q) = %q", p, got, got, again)
+		}
+		if s := stripParams(p); strings.HasSuffix(s, "/") && !strings.HasSuffix(got, "/") {
+			t.Fatalf("matchPath(%q) = %q: lost the trailing slash", p, got)
+		}
+	})
+}
+
+// FuzzScreenTarget checks that no request target the screen accepts can
+// mean, to an origin, a path other than the one rules match on. For each
+// accepted target it resolves the path as several kinds of origin do
+// (RFC 3986 dot removal before or after percent-decoding, servlet-style
+// ";params" removal, nginx-style slash merging), and requires each result
+// to equal, once slashes are merged and params cut, the path edge matched.
+// Merging and cutting only ever make more rules match (see stripParams),
+// so any origin's reading of the target is a path edge's rules saw.
+func FuzzScreenTarget(f *testing.F) {
+	for _, c := range hostileCorpus() {
+		if line, _, ok := strings.Cut(c.raw, "\r\n"); ok {
+			if parts := strings.Split(line, " "); len(parts) == 3 {
+				f.Add(parts[1])
+			}
+		}
+	}
+	f.Fuzz(func(t *testing.T, target string) {
+		if strings.ContainsAny(target, " \r\n") {
+			return
+		}
+		r, err := http.ReadRequest(bufio.NewReader(strings.NewReader("GET " + target + " HTTP/1.1\r\nHost: a.example\r\n\r\n")))
+		if err != nil {
+			return // net/http refuses it before edge sees it
+		}
+		if screenRequest(r).status != 0 {
+			return
+		}
+		edge := matchPath(r.URL.Path)
+		raw := r.URL.EscapedPath()
+		if r.URL.Opaque != "" {
+			t.Fatalf("accepted an opaque target %q", target)
+		}
+		decoded, err := url.PathUnescape(raw)
+		if err != nil {
+			t.Fatalf("accepted %q whose path %q does not decode: %v", target, raw, err)
+		}
+		readings := map[string]string{
+			"decode then resolve dots":    removeDotSegments(decoded),
+			"resolve dots then decode":    mustUnescape(t, removeDotSegments(raw)),
+			"cut params, then resolve":    removeDotSegments(stripParams(decoded)),
+			"merge slashes, then resolve": removeDotSegments(mergeSlashes(decoded)),
+			"as received":                 decoded,
+		}
+		for how, origin := range readings {
+			if got := mergeSlashes(stripParams(origin)); got != edge && !(got == "" && edge == "/") {
+				t.Fatalf("target %q: an origin that would %s reads %q (%q); edge matched %q", target, how, origin, got, edge)
+			}
+		}
+	})
+}
+
+func mustUnescape(t *testing.T, s string) string {
+	u, err := url.PathUnescape(s)
+	if err != nil {
+		t.Fatalf("unescape %q: %v", s, err)
+	}
+	return u
+}
+
+// removeDotSegments is RFC 3986 §5.2.4, literally.
+func removeDotSegments(in string) string {
+	var out []string
+	for in != "" {
+		switch {
+		case strings.HasPrefix(in, "../"):
+			in = in[3:]
+		case strings.HasPrefix(in, "./"):
+			in = in[2:]
+		case strings.HasPrefix(in, "/./"):
+			in = in[2:]
+		case in == "/.":
+			in = "/"
+		case strings.HasPrefix(in, "/../"):
+			in = in[3:]
+			if len(out) > 0 {
+				out = out[:len(out)-1]
+			}
+		case in == "/..":
+			in = "/"
+			if len(out) > 0 {
+				out = out[:len(out)-1]
+			}
+		case in == "." || in == "..":
+			in = ""
+		default:
+			i := strings.IndexByte(in[1:], '/')
+			if i < 0 {
+				out, in = append(out, in), ""
+			} else {
+				out, in = append(out, in[:i+1]), in[i+1:]
+			}
+		}
+	}
+	return strings.Join(out, "")
+}
+
+func mergeSlashes(s string) string {
+	for strings.Contains(s, "//") {
+		s = strings.ReplaceAll(s, "//", "/")
+	}
+	return s
+}

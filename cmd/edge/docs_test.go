@@ -1,0 +1,451 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgerate/edge/proxy"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The operator documents checked here, relative to this package.
+const (
+	docsAlerts     = "../../docs/alerts.yaml"
+	docsAlertTests = "../../docs/alerts_test.yaml"
+	docsDashboard  = "../../docs/grafana-dashboard.json"
+)
+
+// docsPromtool returns the path of promtool (Debian package prometheus,
+// installed by .ci/run), skipping the test without it, except in CI.
+func docsPromtool(t *testing.T) string {
+	t.Helper()
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("promtool not installed: .ci/run must install the prometheus package")
+		}
+		t.Skip("promtool not installed (apt-get install prometheus)")
+	}
+	return promtool
+}
+
+// runPromtool runs promtool with args and fails t with its output if it
+// exits non-zero.
+func runPromtool(t *testing.T, promtool string, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, promtool, args...).CombinedOutput()
+	if err != nil {
+		t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// exportedMetricNames returns the name of every edge_* series that a
+// running edge exposes, as PromQL sees them (a histogram as its _bucket,
+// _sum and _count series), from a real proxy registered the way serve
+// registers it. It fails t if a family lacks the pop label.
+func exportedMetricNames(t *testing.T) map[string]bool {
+	t.Helper()
+	const config = `pop: docs
+max_keys: 1000
+domains:
+  - name: site
+    hosts: ["site.test"]
+    respond: {body: "ok\n"}
+    rules: [{name: per-ip, limit: 3, period: 1m}]
+  - name: api
+    hosts: ["api.test"]
+    origin: "http://127.0.0.1:9"
+    rules: [{name: per-ip, limit: 3, period: 1m, action: log}]
+`
+	table, err := parseConfig([]byte(config))
+	if err != nil {
+		t.Fatalf("test configuration: %v", err)
+	}
+	reg := prometheus.NewRegistry()
+	p, err := proxy.New(proxy.Options{
+		Table:      table,
+		Registerer: prometheus.WrapRegistererWith(prometheus.Labels{"pop": table.Pop}, reg),
+	})
+	if err != nil {
+		t.Fatalf("proxy.New: %v", err)
+	}
+	// One reload of each result, so that edge_config_reloads_total has
+	// series: it has none until the first reload attempt.
+	again, err := parseConfig([]byte(config))
+	if err != nil {
+		t.Fatalf("test configuration: %v", err)
+	}
+	if _, err := p.Reload(again, "again"); err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	p.ReloadFailed(errors.New("docs test"))
+
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		name := mf.GetName()
+		if !strings.HasPrefix(name, "edge_") {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "pop" {
+					continue series
+				}
+			}
+			t.Errorf("%s has a series without the pop label", name)
+			break
+		}
+		if mf.GetType().String() == "HISTOGRAM" {
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				names[name+suffix] = true
+			}
+			continue
+		}
+		names[name] = true
+	}
+	if len(names) == 0 {
+		t.Fatal("the registry has no edge_* metrics")
+	}
+	return names
+}
+
+// promqlToken splits a PromQL expression into strings, label matchers,
+// range selectors, numbers (durations included), identifiers and single
+// punctuation characters.
+var promqlToken = regexp.MustCompile(`"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|\{[^}]*\}|\[[^\]]*\]|[0-9][0-9a-zA-Z.]*|[a-zA-Z_:][a-zA-Z0-9_:]*|\S`)
+
+var promqlIdent = regexp.MustCompile(`^[a-zA-Z_:][a-zA-Z0-9_:]*$`)
+
+var (
+	promqlAggregations = map[string]bool{
+		"sum": true, "min": true, "max": true, "avg": true, "group": true, "stddev": true, "stdvar": true,
+		"count": true, "count_values": true, "bottomk": true, "topk": true, "quantile": true,
+		"limitk": true, "limit_ratio": true,
+	}
+	promqlLabelLists = map[string]bool{
+		"by": true, "without": true, "on": true, "ignoring": true, "group_left": true, "group_right": true,
+	}
+	promqlKeywords = map[string]bool{
+		"bool": true, "and": true, "or": true, "unless": true, "offset": true, "atan2": true,
+		"inf": true, "nan": true,
+	}
+)
+
+// promqlMetricNames returns the metric names an expression selects: every
+// identifier that is not a function, an aggregation, a keyword or a label
+// in a grouping or matching list.
+func promqlMetricNames(expr string) []string {
+	toks := promqlToken.FindAllString(expr, -1)
+	var names []string
+	for i := 0; i < len(toks); i++ {
+		tok := toks[i]
+		if !promqlIdent.MatchString(tok) {
+			continue
+		}
+		next := ""
+		if i+1 < len(toks) {
+			next = toks[i+1]
+		}
+		switch {
+		case promqlLabelLists[tok]:
+			if next == "(" {
+				for i++; i < len(toks) && toks[i] != ")"; i++ {
+				}
+			}
+		case next == "(", promqlAggregations[tok] && promqlLabelLists[next], promqlKeywords[strings.ToLower(tok)]:
+		default:
+			names = append(names, tok)
+		}
+	}
+	return names
+}
+
+func TestGrafanaPromQLMetricNames(t *testing.T) {
+	for expr, want := range map[string][]string{
+		`sum by (domain, le) (rate(edge_a_bucket{pop=~"$pop", x="y(z)"}[$__rate_interval]))`: {"edge_a_bucket"},
+		`histogram_quantile(0.99, sum(rate(b[5m])) by (le)) > 1e3`:                           {"b"},
+		`a / on (instance) group_left (version) c offset 5m`:                                 {"a", "c"},
+		`max without (job) (x) * 1000 > bool y`:                                              {"x", "y"},
+		`count by (pop, version) (edge_build_info{pop=~"$pop"})`:                             {"edge_build_info"},
+	} {
+		if got := promqlMetricNames(expr); !slices.Equal(got, want) {
+			t.Errorf("promqlMetricNames(%q) = %q, want %q", expr, got, want)
+		}
+	}
+}
+
+// TestAlertRulesPassPromtool checks docs/alerts.yaml with promtool, runs
+// its unit tests in docs/alerts_test.yaml, and checks that every edge_*
+// name the rules mention is one edge exports.
+func TestAlertRulesPassPromtool(t *testing.T) {
+	data, err := os.ReadFile(docsAlerts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exported := exportedMetricNames(t)
+	for _, name := range regexp.MustCompile(`\bedge_[a-z0-9_]*[a-z0-9]\b`).FindAllString(string(data), -1) {
+		if !exported[name] {
+			t.Errorf("%s mentions %s, which edge does not export", docsAlerts, name)
+		}
+	}
+	promtool := docsPromtool(t)
+	runPromtool(t, promtool, "check", "rules", docsAlerts)
+	runPromtool(t, promtool, "test", "rules", docsAlertTests)
+}
+
+type grafanaDatasource struct {
+	Type string `json:"type"`
+	UID  string `json:"uid"`
+}
+
+type grafanaPanel struct {
+	ID         int                `json:"id"`
+	Type       string             `json:"type"`
+	Title      string             `json:"title"`
+	Datasource *grafanaDatasource `json:"datasource"`
+	GridPos    struct {
+		H, W, X, Y int
+	} `json:"gridPos"`
+	Targets []struct {
+		RefID      string             `json:"refId"`
+		Expr       string             `json:"expr"`
+		Datasource *grafanaDatasource `json:"datasource"`
+	} `json:"targets"`
+	Panels []grafanaPanel `json:"panels"`
+}
+
+type grafanaDashboard struct {
+	UID           string `json:"uid"`
+	Title         string `json:"title"`
+	SchemaVersion int    `json:"schemaVersion"`
+	Templating    struct {
+		List []struct {
+			Name       string             `json:"name"`
+			Type       string             `json:"type"`
+			Query      json.RawMessage    `json:"query"`
+			Definition string             `json:"definition"`
+			Datasource *grafanaDatasource `json:"datasource"`
+		} `json:"list"`
+	} `json:"templating"`
+	Annotations struct {
+		List []struct {
+			Name       string             `json:"name"`
+			Expr       string             `json:"expr"`
+			Datasource *grafanaDatasource `json:"datasource"`
+		} `json:"list"`
+	} `json:"annotations"`
+	Panels []grafanaPanel `json:"panels"`
+}
+
+// dashboardQuery is one PromQL expression of the dashboard and where it is.
+type dashboardQuery struct{ where, expr string }
+
+// TestGrafanaDashboardIsValid checks docs/grafana-dashboard.json: its
+// structure, that every query selects only metrics edge exports and
+// filters edge_* series by $pop, that the panels cover edge's metrics, and
+// (with promtool) that every query parses.
+func TestGrafanaDashboardIsValid(t *testing.T) {
+	data, err := os.ReadFile(docsDashboard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d grafanaDashboard
+	if err := json.Unmarshal(data, &d); err != nil {
+		t.Fatalf("%s: %v", docsDashboard, err)
+	}
+	if d.UID == "" || d.Title == "" {
+		t.Errorf("dashboard uid %q, title %q: want both", d.UID, d.Title)
+	}
+	if d.SchemaVersion < 36 {
+		t.Errorf("schemaVersion %d, want at least 36", d.SchemaVersion)
+	}
+	const dsUID = "${datasource}"
+	var queries []dashboardQuery
+
+	vars := map[string]bool{}
+	for _, v := range d.Templating.List {
+		vars[v.Name] = true
+		switch v.Name {
+		case "datasource":
+			var q string
+			if v.Type != "datasource" || json.Unmarshal(v.Query, &q) != nil || q != "prometheus" {
+				t.Errorf("variable datasource: type %q, query %s; want a prometheus datasource variable", v.Type, v.Query)
+			}
+		case "pop", "domain":
+			m := regexp.MustCompile(`^label_values\((.+),\s*` + v.Name + `\)$`).FindStringSubmatch(v.Definition)
+			if v.Type != "query" || m == nil {
+				t.Errorf("variable %s: type %q, definition %q; want label_values(..., %s)", v.Name, v.Type, v.Definition, v.Name)
+				continue
+			}
+			if !strings.Contains(string(v.Query), v.Definition) && !strings.Contains(string(v.Query), strings.ReplaceAll(v.Definition, `"`, `\"`)) {
+				t.Errorf("variable %s: query %s does not run its definition %q", v.Name, v.Query, v.Definition)
+			}
+			if v.Datasource == nil || v.Datasource.UID != dsUID {
+				t.Errorf("variable %s: datasource %+v, want uid %s", v.Name, v.Datasource, dsUID)
+			}
+			queries = append(queries, dashboardQuery{"variable " + v.Name, m[1]})
+		}
+	}
+	for _, name := range []string{"datasource", "pop", "domain"} {
+		if !vars[name] {
+			t.Errorf("no template variable %q", name)
+		}
+	}
+	for _, a := range d.Annotations.List {
+		if a.Expr == "" {
+			continue
+		}
+		if a.Datasource == nil || a.Datasource.UID != dsUID {
+			t.Errorf("annotation %q: datasource %+v, want uid %s", a.Name, a.Datasource, dsUID)
+		}
+		queries = append(queries, dashboardQuery{"annotation " + a.Name, a.Expr})
+	}
+
+	ids := map[int]bool{}
+	var walk func([]grafanaPanel)
+	walk = func(panels []grafanaPanel) {
+		for _, p := range panels {
+			where := "panel " + strconv.Quote(p.Title)
+			if p.ID == 0 || ids[p.ID] {
+				t.Errorf("%s: id %d missing or not unique", where, p.ID)
+			}
+			ids[p.ID] = true
+			if p.Title == "" {
+				t.Errorf("panel %d has no title", p.ID)
+			}
+			if g := p.GridPos; g.W <= 0 || g.H <= 0 || g.X < 0 || g.X+g.W > 24 {
+				t.Errorf("%s: gridPos %+v outside the 24-column grid", where, g)
+			}
+			walk(p.Panels)
+			if p.Type == "row" {
+				continue
+			}
+			if p.Datasource == nil || p.Datasource.UID != dsUID {
+				t.Errorf("%s: datasource %+v, want uid %s", where, p.Datasource, dsUID)
+			}
+			if len(p.Targets) == 0 {
+				t.Errorf("%s has no queries", where)
+			}
+			refs := map[string]bool{}
+			for _, tg := range p.Targets {
+				if tg.RefID == "" || refs[tg.RefID] {
+					t.Errorf("%s: refId %q missing or not unique", where, tg.RefID)
+				}
+				refs[tg.RefID] = true
+				if tg.Datasource != nil && tg.Datasource.UID != dsUID {
+					t.Errorf("%s/%s: datasource %+v, want uid %s", where, tg.RefID, tg.Datasource, dsUID)
+				}
+				if strings.TrimSpace(tg.Expr) == "" {
+					t.Errorf("%s/%s: empty expr", where, tg.RefID)
+					continue
+				}
+				queries = append(queries, dashboardQuery{where + "/" + tg.RefID, tg.Expr})
+			}
+		}
+	}
+	walk(d.Panels)
+
+	exported := exportedMetricNames(t)
+	used := map[string]bool{}
+	selector := regexp.MustCompile(`\b(edge_[a-zA-Z0-9_:]*)\s*(\{[^}]*\})?`)
+	for _, q := range queries {
+		names := promqlMetricNames(q.expr)
+		if len(names) == 0 {
+			t.Errorf("%s: %q selects no metric", q.where, q.expr)
+		}
+		for _, name := range names {
+			used[name] = true
+			if !exported[name] {
+				t.Errorf("%s: %q selects %s, which edge does not export", q.where, q.expr, name)
+			}
+		}
+		if q.where == "variable pop" {
+			continue // it lists the pops
+		}
+		for _, m := range selector.FindAllStringSubmatch(q.expr, -1) {
+			if !strings.Contains(m[2], `pop=~"$pop"`) {
+				t.Errorf("%s: %s is not filtered by pop=~\"$pop\"", q.where, m[0])
+			}
+		}
+	}
+	for _, name := range []string{
+		"edge_requests_total", "edge_blocked_requests_total", "edge_rule_decisions_total",
+		"edge_upstream_request_duration_seconds_bucket", "edge_upstream_request_duration_seconds_count",
+		"edge_tracked_keys", "edge_key_capacity", "edge_key_evictions_total", "edge_overflow_requests_total",
+		"edge_config_last_reload_successful", "edge_config_last_reload_success_timestamp_seconds",
+		"edge_config_reloads_total", "edge_misdirected_requests_total", "edge_build_info",
+	} {
+		if !used[name] {
+			t.Errorf("no panel shows %s", name)
+		}
+	}
+
+	t.Run("promql parses", func(t *testing.T) {
+		promtool := docsPromtool(t)
+		checkDashboardPromQL(t, promtool, queries)
+	})
+}
+
+// checkDashboardPromQL has promtool parse every query, as recording rules,
+// with Grafana's variables replaced by values of their kind.
+func checkDashboardPromQL(t *testing.T, promtool string, queries []dashboardQuery) {
+	vars := strings.NewReplacer(
+		"$__rate_interval", "5m", "$__interval", "1m", "$__range", "1h",
+		"${pop}", "fra-1", "$pop", "fra-1", "${domain}", "shop", "$domain", "shop",
+	)
+	type rule struct {
+		Record string `json:"record"`
+		Expr   string `json:"expr"`
+	}
+	var rules []rule
+	where := map[string]string{}
+	for i, q := range queries {
+		expr := vars.Replace(q.expr)
+		if strings.Contains(expr, "$") {
+			t.Errorf("%s: unknown Grafana variable in %q", q.where, q.expr)
+			continue
+		}
+		name := fmt.Sprintf("dashboard:query_%03d", i)
+		where[name] = q.where
+		rules = append(rules, rule{name, expr})
+	}
+	sort.Slice(rules, func(i, j int) bool { return rules[i].Record < rules[j].Record })
+	file := map[string]any{"groups": []any{map[string]any{"name": "dashboard", "rules": rules}}}
+	data, err := json.Marshal(file) // JSON is YAML
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "dashboard-rules.yaml")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, promtool, "check", "rules", path).CombinedOutput()
+	if err != nil {
+		report := string(out)
+		for name, w := range where {
+			report = strings.ReplaceAll(report, name, name+" ("+w+")")
+		}
+		t.Errorf("promtool check rules on the dashboard's queries: %v\n%s", err, report)
+	}
+}

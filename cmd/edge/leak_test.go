@@ -1,0 +1,13 @@
+package main
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package's tests if any goroutine they started (a
+// server, the reloader, a signal handler) is still running at the end.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}

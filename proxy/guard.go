@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/textproto"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -62,6 +63,7 @@ func (p *Proxy) screen(w http.ResponseWriter, r *http.Request) *http.Request {
 	if no.status == 0 {
 		return r
 	}
+	p.metrics.refused.WithLabelValues(strconv.Itoa(no.status)).Inc()
 	no.answer(w)
 	return nil
 }

@@ -23,6 +23,7 @@ type metrics struct {
 	reloadOK     prometheus.Gauge
 	upstream     *prometheus.HistogramVec
 	misdirected  prometheus.Counter
+	refused      *prometheus.CounterVec
 	xffMalformed prometheus.Counter
 	buildInfo    prometheus.Gauge
 
@@ -68,6 +69,10 @@ func newMetrics(p *Proxy, version string) *metrics {
 			Name: "edge_misdirected_requests_total",
 			Help: "Requests whose Host no domain claims (answered 421, or 400 for an invalid Host).",
 		}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edge_refused_requests_total",
+			Help: "Requests refused before any rule by the request screen (ambiguous targets, h2c upgrades, bad bodies), by status code. Framing errors refused by the listener before parsing are not counted here.",
+		}, []string{"code"}),
 		xffMalformed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "edge_client_ip_xff_malformed_total",
 			Help: "Requests from a trusted proxy whose X-Forwarded-For could not be read; they were keyed by the proxy's address.",
@@ -91,7 +96,7 @@ func newMetrics(p *Proxy, version string) *metrics {
 func (m *metrics) register(reg prometheus.Registerer) error {
 	m.buildInfo.Set(1)
 	var errs []error
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.reloads, m.lastReload, m.reloadOK, m.upstream, m.misdirected, m.xffMalformed, m.buildInfo, storeCollector{m}} {
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.reloads, m.lastReload, m.reloadOK, m.upstream, m.misdirected, m.refused, m.xffMalformed, m.buildInfo, storeCollector{m}} {
 		errs = append(errs, reg.Register(c))
 	}
 	return errors.Join(errs...)

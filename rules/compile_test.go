@@ -220,6 +220,19 @@ func TestCompileErrors(t *testing.T) {
 			c.Domains[1].Rules = []RuleConfig{{Name: "r", Limit: 1, Period: time.Second}}
 		}, `domains[1].max_keys: must resolve to at least 1, got 0 (0 keys left over / 1 domains without max_keys)`},
 
+		{"path prefix with //", func(c *Config) {
+			c.Domains[0].Rules[0].Match = &MatchConfig{PathPrefix: "/a//b"}
+		}, `domains[0].rules[0].match.path_prefix: must not contain "//" (paths are matched with slashes merged), got "/a//b"`},
+		{"path prefix with escape", func(c *Config) {
+			c.Domains[0].Rules[0].Match = &MatchConfig{PathPrefix: "/a%2Fb"}
+		}, `domains[0].rules[0].match.path_prefix: must be written decoded, without %-escapes (paths are matched decoded), got "/a%2Fb"`},
+		{"path prefix with dot segment", func(c *Config) {
+			c.Domains[0].Rules[0].Match = &MatchConfig{PathPrefix: "/a/../b"}
+		}, `domains[0].rules[0].match.path_prefix: must not contain dot segments (requests with them are refused), got "/a/../b"`},
+		{"path prefix with params", func(c *Config) {
+			c.Domains[0].Rules[0].Match = &MatchConfig{PathPrefix: "/a;x"}
+		}, `domains[0].rules[0].match.path_prefix: must not contain ";" (path parameters are cut before matching), got "/a;x"`},
+
 		// Rules.
 		{"too many rules", func(c *Config) {
 			c.Domains[1].Rules = nil

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"io"
@@ -137,6 +138,25 @@ domains:
 	}
 	if resp := send("unknown.example.com", "/"); resp.StatusCode != 421 {
 		t.Errorf("unknown host: got %d, want 421", resp.StatusCode)
+	}
+	// Smuggling attempts over raw TCP are refused by the real binary's
+	// listener and never reach the origin.
+	for _, raw := range []string{
+		"POST / HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx",
+		"GET / HTTP/1.1\r\nHost: api.example.com\r\nUpgrade: h2c\r\nConnection: Upgrade, HTTP2-Settings\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n",
+	} {
+		conn, err := net.Dial("tcp", public)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		io.WriteString(conn, raw)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil || resp.StatusCode != 400 {
+			t.Errorf("raw %q: got %v, %v; want 400", raw[:40], resp, err)
+		}
+		conn.Close()
 	}
 	if got := originHits.Load(); got != 3 {
 		t.Errorf("origin saw %d requests, want 3", got)

@@ -197,7 +197,15 @@ func serve(ctx context.Context, table *rules.Table, hash, path string, log *slog
 		return fmt.Errorf("admin listener: %w", err)
 	}
 	errc := make(chan error, 2)
-	go func() { errc <- public.Serve(publicLn) }()
+	go func() {
+		// The Listener refuses ambiguous HTTP/1.1 framing that net/http
+		// accepts (proxy/listener.go) and cuts clients that stop reading;
+		// WriteTimeout stays 0 so long streams are not cut.
+		errc <- public.Serve(proxy.NewListener(publicLn, proxy.ListenerOptions{
+			MaxHeaderBytes:   public.MaxHeaderBytes, // must equal the server's
+			WriteIdleTimeout: 30 * time.Second,
+		}))
+	}()
 	go func() { errc <- admin.Serve(adminLn) }()
 	reloadCtx, stopReloads := context.WithCancel(context.Background())
 	reloadDone := make(chan struct{})

@@ -100,6 +100,7 @@ func Compile(cfg Config) (*Table, error) {
 	}
 
 	t.LogLevel, t.LogFormat = compileLog(&p, cfg.Log)
+	t.Cluster = compileCluster(&p, cfg.Cluster)
 
 	compileDomains(&p, t, cfg)
 	if maxKeysOK {
@@ -652,6 +653,10 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 	if m := rc.Match; m != nil {
 		if m.PathPrefix != "" && m.PathPrefix[0] != '/' {
 			p.add(path+".match.path_prefix", "must start with \"/\", got %q", m.PathPrefix)
+		} else if reason := unmatchablePrefix(m.PathPrefix); reason != "" {
+			// Rules match the decoded, cleaned path: such a prefix could
+			// never match, and the rule would silently never apply.
+			p.add(path+".match.path_prefix", "%s, got %q", reason, m.PathPrefix)
 		}
 		r.PathPrefix = m.PathPrefix
 		seen := make(map[string]int)
@@ -764,4 +769,22 @@ func compileResponse(p *problems, path string, rc ResponseConfig, minStatus, max
 		}
 	}
 	return r
+}
+
+// unmatchablePrefix says why a path prefix can never match the normalised
+// path rules see (percent-decoded, "//" merged, dot segments refused,
+// ";params" cut), or "".
+func unmatchablePrefix(p string) string {
+	switch {
+	case strings.Contains(p, "//"):
+		return `must not contain "//" (paths are matched with slashes merged)`
+	case strings.Contains(p, "%"):
+		return "must be written decoded, without %-escapes (paths are matched decoded)"
+	case strings.Contains(p, ";"):
+		return `must not contain ";" (path parameters are cut before matching)`
+	case p == "/." || p == "/.." || strings.Contains(p, "/./") || strings.Contains(p, "/../") ||
+		strings.HasSuffix(p, "/.") || strings.HasSuffix(p, "/.."):
+		return "must not contain dot segments (requests with them are refused)"
+	}
+	return ""
 }

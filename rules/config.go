@@ -60,6 +60,9 @@ type Config struct {
 	MaxHeaderBytes int `mapstructure:"max_header_bytes"`
 	// Log configures the process logger.
 	Log LogConfig `mapstructure:"log"`
+	// Cluster says whether the nodes of a PoP share their counters, and
+	// how. The default, store local, shares nothing.
+	Cluster ClusterConfig `mapstructure:"cluster"`
 	// Domains are the sites served; at least one is required.
 	Domains []DomainConfig `mapstructure:"domains"`
 }
@@ -105,6 +108,53 @@ type LogConfig struct {
 	Level string `mapstructure:"level"`
 	// Format is text or json. Default text.
 	Format string `mapstructure:"format"`
+}
+
+// ClusterConfig is the cluster section: counters shared by the nodes of a
+// PoP through Redis. Zero fields take the defaults given.
+type ClusterConfig struct {
+	// Store is "local" (default: every node counts on its own) or "redis".
+	Store string `mapstructure:"store"`
+	// Redis says how to reach Redis; required with store redis.
+	Redis RedisConfig `mapstructure:"redis"`
+	// Sync is "exact" (default: every decision is one atomic round trip to
+	// Redis) or "batched" (nodes decide locally and share their counts
+	// every BatchInterval).
+	Sync string `mapstructure:"sync"`
+	// BatchInterval is how often batched nodes share their counts.
+	// Default 100ms; valid 10ms..10s.
+	BatchInterval time.Duration `mapstructure:"batch_interval"`
+	// Budget is the longest a request waits for Redis, all of its rules
+	// together. Default 20ms; valid 1ms..1s.
+	Budget time.Duration `mapstructure:"budget"`
+	// OnStoreFailure says how requests are decided while Redis cannot
+	// answer within the budget: "local" (default: node-local counters with
+	// each limit divided by the live nodes), "open" (allow) or "closed"
+	// (answer 503).
+	OnStoreFailure string `mapstructure:"on_store_failure"`
+	// HeartbeatInterval is how often a node registers itself in Redis, so
+	// that every node knows how many its PoP has. Default 1s; valid
+	// 100ms..1m.
+	HeartbeatInterval time.Duration `mapstructure:"heartbeat_interval"`
+}
+
+// RedisConfig says how to reach Redis.
+type RedisConfig struct {
+	// Addresses are host:port. A single Redis server takes exactly one;
+	// with Cluster, the seed nodes of a Redis Cluster.
+	Addresses []string `mapstructure:"addresses"`
+	// Cluster selects Redis Cluster.
+	Cluster bool `mapstructure:"cluster"`
+	// Username and Password authenticate (Redis ACL, or Password alone for
+	// requirepass). The password is never shown by the admin API.
+	Username string `mapstructure:"username"`
+	Password string `mapstructure:"password"`
+	// PoolSize is the most connections per Redis server. Default 32;
+	// valid 1..10000.
+	PoolSize int `mapstructure:"pool_size"`
+	// DialTimeout bounds connecting to Redis in the background; a request
+	// never waits longer than the budget. Default 1s; valid 1ms..30s.
+	DialTimeout time.Duration `mapstructure:"dial_timeout"`
 }
 
 // DomainConfig is one site: the hosts it answers for, where its requests go,

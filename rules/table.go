@@ -35,6 +35,8 @@ type Table struct {
 	LogLevel  slog.Level
 	LogFormat string // "text" or "json"
 
+	Cluster Cluster
+
 	// Domains in config order; Domains[i].Index == i.
 	Domains []*Domain
 

@@ -46,7 +46,7 @@ func (s *Store) Peek(k Key, now time.Time) State {
 		Previous:  int64(ent.prev),
 		Current:   int64(ent.curr),
 		Estimate:  float64(ent.prev)*float64(p.period-e)/float64(p.period) + float64(ent.curr),
-		Remaining: p.remaining(ent.prev, ent.curr, e),
+		Remaining: p.remaining(ent.prev, ent.curr, e, p.limit),
 	}
 	mitigation := time.Duration(0)
 	if ent.until != 0 {
@@ -56,7 +56,7 @@ func (s *Store) Peek(k Key, now time.Time) State {
 		st.MitigatedUntil = now.Add(mitigation)
 		st.Remaining = 0
 	}
-	st.RetryAfter = max(p.retry(ent.prev, ent.curr, e), mitigation)
+	st.RetryAfter = max(p.retry(ent.prev, ent.curr, e, p.limit), mitigation)
 	return st
 }
 

@@ -247,19 +247,21 @@ func (s *Store) Allow(k Key, now time.Time) Decision {
 		}
 	}
 	w, e := p.position(t)
-	if d, ok := sh.allow(s, k.fp, p, w, e, t); ok {
+	if d, ok := sh.allow(s, k.fp, p, w, e, t, p.limit); ok {
 		return d
 	}
 	s.overflowed.Add(1)
 	o := &s.overflow[k.fp>>56]
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	d := p.decide(&o.ent, w, e)
+	d := p.decide(&o.ent, w, e, p.limit)
 	d.Overflow = true
 	return d
 }
 
-func (sh *shard) allow(s *Store, fp uint64, p *params, w, e, now int64) (Decision, bool) {
+// allow decides for fp in the shard with limit in place of p.limit. Only
+// blocks under the rule's own limit are cached: the cache answers Allow.
+func (sh *shard) allow(s *Store, fp uint64, p *params, w, e, now int64, limit uint64) (Decision, bool) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	i := sh.find(fp)
@@ -274,8 +276,8 @@ func (sh *shard) allow(s *Store, fp uint64, p *params, w, e, now int64) (Decisio
 		}
 		i = sh.insert(entry{fp: fp, win: uint32(w)})
 	}
-	d := p.decide(&sh.slots[i], w, e)
-	if !d.Allowed && !p.countBlocked {
+	d := p.decide(&sh.slots[i], w, e, limit)
+	if !d.Allowed && !p.countBlocked && limit == p.limit {
 		sh.remember(fp, now, d)
 	}
 	return d, true
@@ -319,7 +321,7 @@ func (p *params) refund(ent *entry, d Decision, now int64) Decision {
 		view := *ent
 		w, e := p.position(now)
 		e = p.advance(&view, w, e)
-		d.Remaining = p.remaining(view.prev, view.curr, e)
+		d.Remaining = p.remaining(view.prev, view.curr, e, p.limit)
 		d.Reset = p.reset(view.prev, view.curr, e)
 	}
 	return d

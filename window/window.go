@@ -188,18 +188,19 @@ func (p *params) advance(ent *entry, w, e int64) int64 {
 }
 
 // decide judges one request against ent at period w, elapsed e, counting it
-// as the rules say. ent may be modified.
-func (p *params) decide(ent *entry, w, e int64) Decision {
+// as the rules say, with limit in place of p.limit (see Store.AllowLimit).
+// ent may be modified.
+func (p *params) decide(ent *entry, w, e int64, limit uint64) Decision {
 	e = p.advance(ent, w, e)
 	var mitigation int64 // remaining mitigation, ns
 	if ent.until != 0 {
 		mitigation = max(int64(ent.until)*int64(time.Millisecond)-e, 0)
 	}
-	if mitigation == 0 && below(ent.prev, ent.curr, p.limit, p.period, e) {
+	if mitigation == 0 && below(ent.prev, ent.curr, limit, p.period, e) {
 		ent.curr = satInc(ent.curr)
 		return Decision{
 			Allowed:   true,
-			Remaining: p.remaining(ent.prev, ent.curr, e),
+			Remaining: p.remaining(ent.prev, ent.curr, e, limit),
 			Reset:     p.reset(ent.prev, ent.curr, e),
 			counted:   true,
 			win:       ent.win,
@@ -217,7 +218,7 @@ func (p *params) decide(ent *entry, w, e int64) Decision {
 		ent.until = uint32((e + p.mitigation + int64(time.Millisecond) - 1) / int64(time.Millisecond))
 	}
 	d.Mitigated = mitigation > 0
-	d.RetryAfter = max(p.retry(ent.prev, ent.curr, e), time.Duration(mitigation), 1)
+	d.RetryAfter = max(p.retry(ent.prev, ent.curr, e, limit), time.Duration(mitigation), 1)
 	d.Reset = d.RetryAfter
 	return d
 }
@@ -248,12 +249,12 @@ func weighted(prev uint32, period, e int64) uint64 {
 
 // remaining is how many more requests are allowed at e: the largest r with
 // estimate + r − 1 < limit, i.e. limit − curr − ⌊prev×(P−e)/P⌋.
-func (p *params) remaining(prev, curr uint32, e int64) int64 {
+func (p *params) remaining(prev, curr uint32, e int64, limit uint64) int64 {
 	used := uint64(curr) + weighted(prev, p.period, e)
-	if used >= p.limit {
+	if used >= limit {
 		return 0
 	}
-	return int64(p.limit - used)
+	return int64(limit - used)
 }
 
 // reset is how long until the estimate falls back to zero: the end of the
@@ -271,24 +272,24 @@ func (p *params) reset(prev, curr uint32, e int64) time.Duration {
 // retry returns the shortest wait after which one more request is allowed,
 // with no other traffic: 0 if it is allowed now. The result is at most 1ns
 // longer than the exact real-valued answer.
-func (p *params) retry(prev, curr uint32, e int64) time.Duration {
-	if below(prev, curr, p.limit, p.period, e) {
+func (p *params) retry(prev, curr uint32, e int64, limit uint64) time.Duration {
+	if below(prev, curr, limit, p.period, e) {
 		return 0
 	}
 	toEnd := p.period - e
-	if uint64(curr) < p.limit {
+	if uint64(curr) < limit {
 		// Allowed within this period once prev×(P−e−Δ) < (limit−curr)×P,
 		// i.e. Δ > P − e − (limit−curr)×P/prev. Being blocked now means that
 		// quotient is at most P − e, so Div64 cannot overflow. Failing that,
 		// at the next period start, where the estimate is curr < limit.
-		hi, lo := bits.Mul64(p.limit-uint64(curr), uint64(p.period))
+		hi, lo := bits.Mul64(limit-uint64(curr), uint64(p.period))
 		q, _ := bits.Div64(hi, lo, uint64(prev))
 		return time.Duration(min(toEnd-int64(q)+1, toEnd))
 	}
 	// curr ≥ limit: in the next period prev' = curr and the estimate
 	// curr×(P−e')/P falls below the limit once e' > P − limit×P/curr
 	// (quotient ≤ P since curr ≥ limit); two periods on, nothing is left.
-	hi, lo := bits.Mul64(p.limit, uint64(p.period))
+	hi, lo := bits.Mul64(limit, uint64(p.period))
 	q, _ := bits.Div64(hi, lo, uint64(curr))
 	return time.Duration(min(toEnd+p.period-int64(q)+1, toEnd+p.period))
 }

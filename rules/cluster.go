@@ -1,0 +1,190 @@
+package rules
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// Defaults of the cluster section, applied by [Compile].
+const (
+	DefaultBatchInterval     = 100 * time.Millisecond
+	DefaultStoreBudget       = 20 * time.Millisecond
+	DefaultHeartbeatInterval = time.Second
+	DefaultRedisPoolSize     = 32
+	DefaultRedisDialTimeout  = time.Second
+)
+
+// Cluster is a compiled [ClusterConfig]: how the nodes of a PoP share their
+// counters. With Store == StoreLocal nothing else applies.
+type Cluster struct {
+	Store StoreKind
+
+	Addresses    []string // host:port; exactly one unless RedisCluster
+	RedisCluster bool
+	Username     string
+	Password     string // never shown by the admin API
+	PoolSize     int
+	DialTimeout  time.Duration
+
+	Sync              SyncMode
+	BatchInterval     time.Duration
+	Budget            time.Duration
+	OnStoreFailure    FailureMode
+	HeartbeatInterval time.Duration
+}
+
+// Equal reports whether two cluster settings are the same.
+func (c Cluster) Equal(o Cluster) bool {
+	return c.Store == o.Store && slices.Equal(c.Addresses, o.Addresses) && c.RedisCluster == o.RedisCluster &&
+		c.Username == o.Username && c.Password == o.Password && c.PoolSize == o.PoolSize &&
+		c.DialTimeout == o.DialTimeout && c.Sync == o.Sync && c.BatchInterval == o.BatchInterval &&
+		c.Budget == o.Budget && c.OnStoreFailure == o.OnStoreFailure && c.HeartbeatInterval == o.HeartbeatInterval
+}
+
+// StoreKind says where counters live. The zero value is StoreLocal.
+type StoreKind uint8
+
+const (
+	StoreLocal StoreKind = iota // in each node's memory only
+	StoreRedis                  // shared by the PoP's nodes through Redis
+)
+
+// String returns the config spelling, "local" or "redis".
+func (s StoreKind) String() string {
+	switch s {
+	case StoreLocal:
+		return "local"
+	case StoreRedis:
+		return "redis"
+	}
+	return "StoreKind(" + strconv.Itoa(int(s)) + ")"
+}
+
+// SyncMode says how a node shares counts through Redis. The zero value is
+// SyncExact.
+type SyncMode uint8
+
+const (
+	SyncExact   SyncMode = iota // one atomic round trip per decision
+	SyncBatched                 // local decisions, counts shared every batch interval
+)
+
+// String returns the config spelling, "exact" or "batched".
+func (m SyncMode) String() string {
+	switch m {
+	case SyncExact:
+		return "exact"
+	case SyncBatched:
+		return "batched"
+	}
+	return "SyncMode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// FailureMode says how requests are decided while Redis cannot answer. The
+// zero value is FailLocal.
+type FailureMode uint8
+
+const (
+	FailLocal  FailureMode = iota // node-local counters, each limit divided by the live nodes
+	FailOpen                      // allow
+	FailClosed                    // answer 503
+)
+
+// String returns the config spelling, "local", "open" or "closed".
+func (m FailureMode) String() string {
+	switch m {
+	case FailLocal:
+		return "local"
+	case FailOpen:
+		return "open"
+	case FailClosed:
+		return "closed"
+	}
+	return "FailureMode(" + strconv.Itoa(int(m)) + ")"
+}
+
+func compileCluster(p *problems, c ClusterConfig) Cluster {
+	out := Cluster{
+		Addresses:         c.Redis.Addresses,
+		RedisCluster:      c.Redis.Cluster,
+		Username:          c.Redis.Username,
+		Password:          c.Redis.Password,
+		PoolSize:          c.Redis.PoolSize,
+		DialTimeout:       c.Redis.DialTimeout,
+		BatchInterval:     c.BatchInterval,
+		Budget:            c.Budget,
+		HeartbeatInterval: c.HeartbeatInterval,
+	}
+	switch c.Store {
+	case "", "local":
+		out.Store = StoreLocal
+	case "redis":
+		out.Store = StoreRedis
+	default:
+		p.add("cluster.store", "must be local or redis, got %q", c.Store)
+	}
+	switch c.Sync {
+	case "", "exact":
+		out.Sync = SyncExact
+	case "batched":
+		out.Sync = SyncBatched
+	default:
+		p.add("cluster.sync", "must be exact or batched, got %q", c.Sync)
+	}
+	switch c.OnStoreFailure {
+	case "", "local":
+		out.OnStoreFailure = FailLocal
+	case "open":
+		out.OnStoreFailure = FailOpen
+	case "closed":
+		out.OnStoreFailure = FailClosed
+	default:
+		p.add("cluster.on_store_failure", "must be local, open or closed, got %q", c.OnStoreFailure)
+	}
+	for _, f := range []struct {
+		path     string
+		v        *time.Duration
+		def      time.Duration
+		min, max time.Duration
+	}{
+		{"cluster.batch_interval", &out.BatchInterval, DefaultBatchInterval, 10 * time.Millisecond, 10 * time.Second},
+		{"cluster.budget", &out.Budget, DefaultStoreBudget, time.Millisecond, time.Second},
+		{"cluster.heartbeat_interval", &out.HeartbeatInterval, DefaultHeartbeatInterval, 100 * time.Millisecond, time.Minute},
+		{"cluster.redis.dial_timeout", &out.DialTimeout, DefaultRedisDialTimeout, time.Millisecond, 30 * time.Second},
+	} {
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+		if *f.v < f.min || *f.v > f.max {
+			p.add(f.path, "must be between %v and %v, got %v", f.min, f.max, *f.v)
+		}
+	}
+	if out.PoolSize == 0 {
+		out.PoolSize = DefaultRedisPoolSize
+	}
+	if out.PoolSize < 1 || out.PoolSize > 10000 {
+		p.add("cluster.redis.pool_size", "must be between 1 and 10000, got %d", out.PoolSize)
+	}
+	for i, a := range out.Addresses {
+		path := fmt.Sprintf("cluster.redis.addresses[%d]", i)
+		host, port, ok := checkAddr(p, path, a)
+		switch {
+		case !ok:
+		case host == "":
+			p.add(path, "must name a host, got %q", a)
+		case port == 0:
+			p.add(path, "port must be from 1 to 65535, got %q", a)
+		}
+	}
+	if out.Store == StoreRedis {
+		switch n := len(out.Addresses); {
+		case n == 0:
+			p.add("cluster.redis.addresses", "must list the Redis server (host:port) with store redis")
+		case n > 1 && !out.RedisCluster:
+			p.add("cluster.redis.addresses", "must list exactly one server unless cluster is true, got %d", n)
+		}
+	}
+	return out
+}

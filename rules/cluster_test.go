@@ -1,0 +1,114 @@
+package rules
+
+import (
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestCompileClusterDefaults(t *testing.T) {
+	tab, err := Compile(validConfig())
+	if err != nil {
+		t.Fatalf("Compile: %v", err)
+	}
+	want := Cluster{
+		Store: StoreLocal, PoolSize: 32, DialTimeout: time.Second,
+		Sync: SyncExact, BatchInterval: 100 * time.Millisecond, Budget: 20 * time.Millisecond,
+		OnStoreFailure: FailLocal, HeartbeatInterval: time.Second,
+	}
+	if !reflect.DeepEqual(tab.Cluster, want) {
+		t.Errorf("cluster defaults: got %+v, want %+v", tab.Cluster, want)
+	}
+	cfg := validConfig()
+	cfg.Cluster = ClusterConfig{
+		Store: "redis", Sync: "batched", OnStoreFailure: "closed", Budget: 5 * time.Millisecond,
+		Redis: RedisConfig{Addresses: []string{"10.0.0.1:6379", "10.0.0.2:6379"}, Cluster: true, Password: "secret"},
+	}
+	tab, err = Compile(cfg)
+	if err != nil {
+		t.Fatalf("Compile: %v", err)
+	}
+	c := tab.Cluster
+	if c.Store != StoreRedis || c.Sync != SyncBatched || c.OnStoreFailure != FailClosed || c.Budget != 5*time.Millisecond ||
+		!c.RedisCluster || !slices.Equal(c.Addresses, []string{"10.0.0.1:6379", "10.0.0.2:6379"}) || c.Password != "secret" {
+		t.Errorf("cluster: got %+v", c)
+	}
+	if !c.Equal(c) || c.Equal(want) {
+		t.Errorf("Equal: a setting must equal itself and differ from another")
+	}
+}
+
+func TestCompileClusterErrors(t *testing.T) {
+	redis := func(c *Config) { c.Cluster.Store = "redis"; c.Cluster.Redis.Addresses = []string{"127.0.0.1:6379"} }
+	tests := []struct {
+		name   string
+		mutate func(c *Config)
+		want   []string
+	}{
+		{"unknown store", func(c *Config) { c.Cluster.Store = "memcached" },
+			[]string{`cluster.store: must be local or redis, got "memcached"`}},
+		{"redis without addresses", func(c *Config) { c.Cluster.Store = "redis" },
+			[]string{`cluster.redis.addresses: must list the Redis server (host:port) with store redis`}},
+		{"two servers without cluster", func(c *Config) {
+			redis(c)
+			c.Cluster.Redis.Addresses = append(c.Cluster.Redis.Addresses, "127.0.0.2:6379")
+		}, []string{`cluster.redis.addresses: must list exactly one server unless cluster is true, got 2`}},
+		{"bad addresses", func(c *Config) {
+			redis(c)
+			c.Cluster.Redis.Cluster = true
+			c.Cluster.Redis.Addresses = []string{"redis", ":6379", "redis:0"}
+		}, []string{
+			`cluster.redis.addresses[0]: must be host:port, got "redis"`,
+			`cluster.redis.addresses[1]: must name a host, got ":6379"`,
+			`cluster.redis.addresses[2]: port must be from 1 to 65535, got "redis:0"`,
+		}},
+		{"unknown sync", func(c *Config) { redis(c); c.Cluster.Sync = "eventual" },
+			[]string{`cluster.sync: must be exact or batched, got "eventual"`}},
+		{"unknown failure mode", func(c *Config) { redis(c); c.Cluster.OnStoreFailure = "retry" },
+			[]string{`cluster.on_store_failure: must be local, open or closed, got "retry"`}},
+		{"durations out of range", func(c *Config) {
+			redis(c)
+			c.Cluster.BatchInterval = time.Millisecond
+			c.Cluster.Budget = 2 * time.Second
+			c.Cluster.HeartbeatInterval = -time.Second
+			c.Cluster.Redis.DialTimeout = time.Hour
+		}, []string{
+			`cluster.batch_interval: must be between 10ms and 10s, got 1ms`,
+			`cluster.budget: must be between 1ms and 1s, got 2s`,
+			`cluster.heartbeat_interval: must be between 100ms and 1m0s, got -1s`,
+			`cluster.redis.dial_timeout: must be between 1ms and 30s, got 1h0m0s`,
+		}},
+		{"pool size", func(c *Config) { redis(c); c.Cluster.Redis.PoolSize = -1 },
+			[]string{`cluster.redis.pool_size: must be between 1 and 10000, got -1`}},
+		{"redis settings are checked with store local too", func(c *Config) { c.Cluster.Redis.Addresses = []string{"nohost"} },
+			[]string{`cluster.redis.addresses[0]: must be host:port, got "nohost"`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := validConfig()
+			tt.mutate(&cfg)
+			_, err := Compile(cfg)
+			if err == nil {
+				t.Fatalf("Compile = nil error, want %q", tt.want)
+			}
+			if got := errorLines(t, err); !slices.Equal(got, tt.want) {
+				t.Errorf("got errors:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+			}
+		})
+	}
+}
+
+func TestClusterEnumStrings(t *testing.T) {
+	for _, tt := range []struct{ got, want string }{
+		{StoreLocal.String(), "local"}, {StoreRedis.String(), "redis"}, {StoreKind(9).String(), "StoreKind(9)"},
+		{SyncExact.String(), "exact"}, {SyncBatched.String(), "batched"}, {SyncMode(9).String(), "SyncMode(9)"},
+		{FailLocal.String(), "local"}, {FailOpen.String(), "open"}, {FailClosed.String(), "closed"},
+		{FailureMode(9).String(), "FailureMode(9)"},
+	} {
+		if tt.got != tt.want {
+			t.Errorf("got %q, want %q", tt.got, tt.want)
+		}
+	}
+}

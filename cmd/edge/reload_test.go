@@ -293,3 +293,27 @@ func TestMetricsPassPromtool(t *testing.T) {
 		}
 	}
 }
+
+// TestWarnsWhenAdminIsExposed: an admin listener off loopback without a
+// token is logged as a warning at start; on loopback it is not.
+func TestWarnsWhenAdminIsExposed(t *testing.T) {
+	for _, tc := range []struct {
+		name, host string
+		warn       bool
+	}{
+		{"all interfaces", "0.0.0.0", true},
+		{"loopback", "127.0.0.1", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			public, admin := freePort(t), freePort(t)
+			_, port, _ := strings.Cut(admin, ":")
+			path := filepath.Join(t.TempDir(), "edge.yaml")
+			os.WriteFile(path, []byte(configWithLimit(public, tc.host+":"+port, 5, "")), 0o644)
+			e := startEdge(t, path, public, "127.0.0.1:"+port)
+			warned := strings.Contains(e.log.String(), "admin listener is not on loopback")
+			if warned != tc.warn {
+				t.Errorf("warned = %v, want %v; log:\n%s", warned, tc.warn, e.log.String())
+			}
+		})
+	}
+}

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -80,12 +79,7 @@ func parseKey(st *state, rs *ruleState, text string) ([]byte, error) {
 					continue
 				}
 			}
-			vals := strings.Split(part, ", ")
-			b = append(b, 'h')
-			b = binary.AppendUvarint(b, uint64(len(vals)))
-			for _, v := range vals {
-				b = appendString(b, v)
-			}
+			b = appendHeaderPart(b, strings.Split(part, ", "))
 		case rules.KeyPath:
 			b = appendString(append(b, 'p'), part)
 		case rules.KeyHost:

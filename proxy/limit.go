@@ -130,11 +130,7 @@ func appendKey(b []byte, ks []rules.KeyPart, r *http.Request, id Identity, reqPa
 				b = appendIP(append(b, 'm'), id)
 				continue
 			}
-			b = append(b, 'h')
-			b = binary.AppendUvarint(b, uint64(len(vals)))
-			for _, v := range vals {
-				b = appendString(b, v)
-			}
+			b = appendHeaderPart(b, vals)
 		case rules.KeyPath:
 			b = appendString(append(b, 'p'), reqPath)
 		case rules.KeyHost:
@@ -158,6 +154,15 @@ func blankValues(vals []string) bool {
 func appendIP(b []byte, id Identity) []byte {
 	a := id.Key.As16()
 	return append(b, a[:]...)
+}
+
+// appendHeaderPart appends a header key part: its values, counted.
+func appendHeaderPart(b []byte, vals []string) []byte {
+	b = binary.AppendUvarint(append(b, 'h'), uint64(len(vals)))
+	for _, v := range vals {
+		b = appendString(b, v)
+	}
+	return b
 }
 
 func appendString(b []byte, s string) []byte {

@@ -80,43 +80,46 @@ func decodeErrors(err error) error {
 	var out []error
 	var walk func(error)
 	walk = func(err error) {
-		if j, ok := err.(interface{ Unwrap() []error }); ok {
-			for _, e := range j.Unwrap() {
-				walk(e)
+		for _, err := range leafErrors(err) {
+			de, ok := err.(*mapstructure.DecodeError)
+			if !ok {
+				if inner := errors.Unwrap(err); inner != nil && hasDecodeError(inner) {
+					walk(inner) // a wrapper around the list of problems
+					continue
+				}
+				out = append(out, err) // e.g. "invalid keys: listen_port"
+				continue
 			}
-			return
+			out = append(out, decodeError(de)...)
 		}
-		de, ok := err.(*mapstructure.DecodeError)
-		if !ok {
-			if inner := errors.Unwrap(err); inner != nil && hasDecodeError(inner) {
-				walk(inner) // a wrapper around the list of problems
-				return
-			}
-			out = append(out, err) // e.g. "invalid keys: listen_port"
-			return
-		}
-		inner, name := de.Unwrap(), de.Name()
-		if name == reflect.TypeFor[rules.Config]().String() {
-			name = "" // mapstructure names the root by its Go type
-		}
-		if keys, ok := strings.CutPrefix(inner.Error(), "has invalid keys: "); ok {
-			for _, k := range strings.Split(keys, ", ") {
-				out = append(out, fmt.Errorf("%s: unknown key", strings.TrimPrefix(name+"."+k, ".")))
-			}
-			return
-		}
-		var pe *mapstructure.ParseError
-		var ue *mapstructure.UnconvertibleTypeError
-		switch {
-		case errors.As(inner, &pe):
-			inner = fmt.Errorf("must be %s, got %q", kindName(pe.Expected.Type()), fmt.Sprint(pe.Value))
-		case errors.As(inner, &ue):
-			inner = fmt.Errorf("must be %s, got %v", kindName(ue.Expected.Type()), ue.Value)
-		}
-		out = append(out, fmt.Errorf("%s: %w", name, inner))
 	}
 	walk(err)
 	return errors.Join(out...)
+}
+
+// decodeError rewrites one mapstructure error: one error per unknown key,
+// or the field's path with a message naming the value.
+func decodeError(de *mapstructure.DecodeError) []error {
+	inner, name := de.Unwrap(), de.Name()
+	if name == reflect.TypeFor[rules.Config]().String() {
+		name = "" // mapstructure names the root by its Go type
+	}
+	if keys, ok := strings.CutPrefix(inner.Error(), "has invalid keys: "); ok {
+		var out []error
+		for _, k := range strings.Split(keys, ", ") {
+			out = append(out, fmt.Errorf("%s: unknown key", strings.TrimPrefix(name+"."+k, ".")))
+		}
+		return out
+	}
+	var pe *mapstructure.ParseError
+	var ue *mapstructure.UnconvertibleTypeError
+	switch {
+	case errors.As(inner, &pe):
+		inner = fmt.Errorf("must be %s, got %q", kindName(pe.Expected.Type()), fmt.Sprint(pe.Value))
+	case errors.As(inner, &ue):
+		inner = fmt.Errorf("must be %s, got %v", kindName(ue.Expected.Type()), ue.Value)
+	}
+	return []error{fmt.Errorf("%s: %w", name, inner)}
 }
 
 func hasDecodeError(err error) bool {

@@ -26,6 +26,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -101,21 +102,28 @@ func describe(path string) string {
 
 // indent puts each joined error on its own indented line.
 func indent(err error) string {
-	var b []byte
-	var walk func(error)
-	walk = func(err error) {
-		if j, ok := err.(interface{ Unwrap() []error }); ok {
-			for _, e := range j.Unwrap() {
-				walk(e)
-			}
-			return
+	var b strings.Builder
+	for i, e := range leafErrors(err) {
+		if i > 0 {
+			b.WriteByte('\n')
 		}
-		b = append(b, "  - "...)
-		b = append(b, err.Error()...)
-		b = append(b, '\n')
+		b.WriteString("  - " + e.Error())
 	}
-	walk(err)
-	return string(b[:max(len(b)-1, 0)])
+	return b.String()
+}
+
+// leafErrors flattens errors joined with errors.Join, at any depth, into a
+// list in order.
+func leafErrors(err error) []error {
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return []error{err}
+	}
+	var out []error
+	for _, e := range j.Unwrap() {
+		out = append(out, leafErrors(e)...)
+	}
+	return out
 }
 
 func buildVersion() string {

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -239,7 +240,20 @@ func (p *Proxy) deleteKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	k := d.store.Key(rs.Index, key)
-	if !d.store.Reset(k) {
+	tracked := d.store.Reset(k)
+	if d.shared != nil {
+		// The PoP's counters are in Redis: delete them there, whatever
+		// this node tracks.
+		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		err := d.shared.Forget(ctx, rs.Index, k, key, p.now())
+		cancel()
+		if err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, apiError{fmt.Sprintf("deleting the key in redis: %v", err)})
+			return
+		}
+		tracked = true
+	}
+	if !tracked {
 		writeJSON(w, http.StatusNotFound, apiError{fmt.Sprintf("key %q is not tracked by %s/%s", text, d.Name, rs.Name)})
 		return
 	}
@@ -290,8 +304,43 @@ type configView struct {
 		IPv6Prefix     int      `json:"ipv6_prefix"`
 	} `json:"client_ip"`
 	Timeouts map[string]string `json:"timeouts"`
+	Cluster  clusterView       `json:"cluster"`
 	Domains  []domainView      `json:"domains"`
 	Extra    map[string]any    `json:"extra,omitempty"`
+}
+
+// clusterView is the cluster section as it runs (its changes take effect
+// at a restart), with the node's view of its PoP. The password is never
+// shown.
+type clusterView struct {
+	Store             string   `json:"store"`
+	Addresses         []string `json:"addresses,omitempty"`
+	RedisCluster      bool     `json:"redis_cluster,omitempty"`
+	Username          string   `json:"username,omitempty"`
+	PoolSize          int      `json:"pool_size,omitempty"`
+	DialTimeout       string   `json:"dial_timeout,omitempty"`
+	Sync              string   `json:"sync,omitempty"`
+	BatchInterval     string   `json:"batch_interval,omitempty"`
+	Budget            string   `json:"budget,omitempty"`
+	OnStoreFailure    string   `json:"on_store_failure,omitempty"`
+	HeartbeatInterval string   `json:"heartbeat_interval,omitempty"`
+	Node              string   `json:"node,omitempty"`
+	Nodes             int      `json:"nodes,omitempty"`
+	Circuit           string   `json:"circuit,omitempty"`
+}
+
+func (p *Proxy) clusterView() clusterView {
+	if p.cluster == nil {
+		return clusterView{Store: rules.StoreLocal.String()}
+	}
+	c := p.cluster.Config()
+	return clusterView{
+		Store: c.Store.String(), Addresses: c.Addresses, RedisCluster: c.RedisCluster, Username: c.Username,
+		PoolSize: c.PoolSize, DialTimeout: c.DialTimeout.String(), Sync: c.Sync.String(),
+		BatchInterval: c.BatchInterval.String(), Budget: c.Budget.String(),
+		OnStoreFailure: c.OnStoreFailure.String(), HeartbeatInterval: c.HeartbeatInterval.String(),
+		Node: p.cluster.Node(), Nodes: p.cluster.Nodes(), Circuit: p.cluster.State().String(),
+	}
 }
 
 type domainView struct {
@@ -373,6 +422,7 @@ func (p *Proxy) getConfig(w http.ResponseWriter, r *http.Request) {
 		}
 		v.Domains = append(v.Domains, dv)
 	}
+	v.Cluster = p.clusterView()
 	if f := p.configExtra.Load(); f != nil {
 		v.Extra = (*f)()
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/edgerate/edge/cluster"
 	"github.com/edgerate/edge/headers"
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/window"
@@ -61,14 +62,30 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, st *state, d *doma
 		kbuf    [64]byte
 		blocker = -1 // index into vs of the block rule with the longest wait
 		always  bool // some matching rule wants fields on allowed responses
+		call    *cluster.Call
 	)
 	for i := range d.rules {
 		rs := &d.rules[i]
 		if !rs.Matches(r.Method, reqPath) {
 			continue
 		}
-		k := d.store.Key(i, appendKey(kbuf[:0], rs.Key, r, id, reqPath))
-		v := verdict{rule: i, key: k, Decision: d.store.Allow(k, now)}
+		kb := appendKey(kbuf[:0], rs.Key, r, id, reqPath)
+		k := d.store.Key(i, kb)
+		var dec window.Decision
+		if d.shared == nil {
+			dec = d.store.Allow(k, now)
+		} else {
+			// Redis-shared counting (shared.go); the Call is made only
+			// here, so local counting allocates nothing for it.
+			if call == nil {
+				call = new(cluster.Call)
+			}
+			if dec = d.shared.Allow(call, i, k, kb, now); call.Unavailable {
+				p.unavailable(w, r, d, vs, call, now)
+				return nil, false
+			}
+		}
+		v := verdict{rule: i, key: k, Decision: dec}
 		rs.outcomes.observe(v.Decision)
 		if !v.Allowed || v.Remaining*2 <= rs.Limit {
 			rs.top.observe(k, !v.Allowed, func() string { return keyText(rs.Key, r, id, reqPath, st.table.IPv6Prefix) })
@@ -87,14 +104,22 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, st *state, d *doma
 		vs = append(vs, v)
 	}
 	if blocker < 0 {
+		if call != nil {
+			p.sharedDone(d, call)
+		}
 		if always {
 			return newFields(d, vs, -1), true
 		}
 		return nil, true
 	}
-	for i := range vs {
-		if v := &vs[i]; !d.rules[v.rule].CountBlocked {
-			v.Decision = d.store.Refund(v.key, v.Decision, now)
+	if call != nil {
+		refundShared(d, vs, call, now)
+		p.sharedDone(d, call)
+	} else {
+		for i := range vs {
+			if v := &vs[i]; !d.rules[v.rule].CountBlocked {
+				v.Decision = d.store.Refund(v.key, v.Decision, now)
+			}
 		}
 	}
 	if p.log.Enabled(r.Context(), slog.LevelDebug) {

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/edgerate/edge/cluster"
 	"github.com/edgerate/edge/rules"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -26,6 +27,13 @@ type metrics struct {
 	refused      *prometheus.CounterVec
 	xffMalformed prometheus.Counter
 	buildInfo    prometheus.Gauge
+
+	// Redis-shared counting (cluster.store: redis).
+	storeErrors    *prometheus.CounterVec
+	storeRoundTrip *prometheus.HistogramVec
+	storeFallback  *prometheus.CounterVec
+	circuit        *prometheus.Desc
+	nodes          *prometheus.Desc
 
 	trackedKeys  *prometheus.Desc
 	capacity     *prometheus.Desc
@@ -82,6 +90,23 @@ func newMetrics(p *Proxy, version string) *metrics {
 			Help:        "Always 1; labels carry the version of edge and of Go.",
 			ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()},
 		}),
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edge_store_errors_total",
+			Help: "Round trips to Redis that failed, by reason: timeout (the budget ran out), connection, loading, readonly, oom, busy, reply (another error reply) or other.",
+		}, []string{"reason"}),
+		storeRoundTrip: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "edge_store_round_trip_seconds",
+			Help:    "Round trips to Redis by operation (decide, refund, flush, heartbeat, forget), failed ones included.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .02, .05, .1, .25, 1},
+		}, []string{"op"}),
+		storeFallback: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edge_store_fallback_requests_total",
+			Help: "Requests with at least one rule decided without Redis, by domain and on_store_failure mode (open: allowed, closed: answered 503, local: node-local counters).",
+		}, []string{"domain", "mode"}),
+		circuit: prometheus.NewDesc("edge_store_circuit_state",
+			"1 for the state the circuit breaker in front of Redis is in (closed, half_open, open), 0 for the others.", []string{"state"}, nil),
+		nodes: prometheus.NewDesc("edge_cluster_nodes",
+			"Live nodes of the PoP at the last heartbeat Redis answered (at least 1).", nil, nil),
 		trackedKeys: prometheus.NewDesc("edge_tracked_keys",
 			"Keys whose counters a domain holds now.", []string{"domain"}, nil),
 		capacity: prometheus.NewDesc("edge_key_capacity",
@@ -96,7 +121,7 @@ func newMetrics(p *Proxy, version string) *metrics {
 func (m *metrics) register(reg prometheus.Registerer) error {
 	m.buildInfo.Set(1)
 	var errs []error
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.reloads, m.lastReload, m.reloadOK, m.upstream, m.misdirected, m.refused, m.xffMalformed, m.buildInfo, storeCollector{m}} {
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.reloads, m.lastReload, m.reloadOK, m.upstream, m.misdirected, m.refused, m.xffMalformed, m.buildInfo, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
 		errs = append(errs, reg.Register(c))
 	}
 	return errors.Join(errs...)
@@ -106,6 +131,8 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 type requestCounters struct {
 	served, blocked                prometheus.Counter
 	blockedLimit, blockedMitigated prometheus.Counter
+	// Redis-shared counting only (shared.go); nil in local mode.
+	fallback, unavailable prometheus.Counter
 }
 
 func (m *metrics) requestCounters(domain string) requestCounters {
@@ -146,9 +173,22 @@ func (c storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.m.capacity
 	ch <- c.m.evictions
 	ch <- c.m.overflowReqs
+	ch <- c.m.circuit
+	ch <- c.m.nodes
 }
 
 func (c storeCollector) Collect(ch chan<- prometheus.Metric) {
+	if cl := c.m.p.cluster; cl != nil {
+		now := cl.State()
+		for _, s := range []cluster.State{cluster.Closed, cluster.HalfOpen, cluster.Open} {
+			v := 0.0
+			if s == now {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(c.m.circuit, prometheus.GaugeValue, v, s.String())
+		}
+		ch <- prometheus.MustNewConstMetric(c.m.nodes, prometheus.GaugeValue, float64(cl.Nodes()))
+	}
 	st := c.m.p.state.Load()
 	if st == nil {
 		return
@@ -177,6 +217,7 @@ func (m *metrics) forget(old, st *state) {
 			m.decisions.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			m.upstream.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			m.blocked.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
+			m.storeFallback.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			continue
 		}
 		if od.Respond == nil && d.Respond != nil {

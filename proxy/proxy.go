@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/edgerate/edge/cluster"
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/window"
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,6 +39,10 @@ type Options struct {
 	// ConfigHash identifies the configuration Table was compiled from; it is
 	// reported by the admin API.
 	ConfigHash string
+	// Node names this instance among the nodes of its PoP when counters are
+	// shared through Redis; "" makes a name from the host name, the
+	// process id and random bytes.
+	Node string
 }
 
 // Proxy is the edge request handler. It is safe for concurrent use; make it
@@ -54,6 +59,10 @@ type Proxy struct {
 	reloadMu     sync.Mutex // serialises reloads
 	transport    http.RoundTripper
 	ownTransport bool // built by edge: rebuilt when the upstream timeout changes
+
+	// cluster shares counters through Redis; nil in local mode. Made by
+	// New, kept across reloads, closed by Close (shared.go).
+	cluster *cluster.Client
 }
 
 // state is everything a request needs from one configuration, swapped as a
@@ -68,8 +77,9 @@ type state struct {
 // domain is a rules.Domain with its counters, upstream and metric handles.
 type domain struct {
 	*rules.Domain
-	store    *window.Store // nil when the domain has no rules
-	carry    []int         // for a reload: carry[i] is this store's rule continuing the old store's rule i
+	store    *window.Store   // nil when the domain has no rules
+	shared   *cluster.Domain // Redis-shared counting; nil in local mode or without rules
+	carry    []int           // for a reload: carry[i] is this store's rule continuing the old store's rule i
 	upstream http.Handler
 	rules    []ruleState // parallel to Domain.Rules
 	requests requestCounters
@@ -97,8 +107,15 @@ func New(opts Options) (*Proxy, error) {
 	if p.ownTransport {
 		p.transport = newTransport(opts.Table.Timeouts)
 	}
+	var err error
+	if p.cluster, err = p.newCluster(opts.Table, opts.Node); err != nil {
+		return nil, err
+	}
 	st, err := p.build(opts.Table, nil, p.transport)
 	if err != nil {
+		if p.cluster != nil {
+			p.cluster.Close()
+		}
 		return nil, err
 	}
 	st.result = ReloadResult{Time: p.now(), Hash: opts.ConfigHash}
@@ -114,12 +131,17 @@ func New(opts Options) (*Proxy, error) {
 // With old set, each domain's store shares the old store's hash seed and
 // notes which old rules its rules continue (domain.carry), so that Reload
 // can carry their counters over.
-func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (*state, error) {
+func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (st *state, err error) {
 	cip, err := NewClientIP(t.TrustedProxies, t.IPv6Prefix)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
-	st := &state{table: t, clientIP: cip, domains: make([]*domain, len(t.Domains))}
+	st = &state{table: t, clientIP: cip, domains: make([]*domain, len(t.Domains))}
+	defer func() {
+		if err != nil {
+			st.closeShared() // the domains made so far
+		}
+	}()
 	for i, rd := range t.Domains {
 		d := &domain{Domain: rd, requests: p.metrics.requestCounters(rd.Name)}
 		var prev *domain
@@ -149,6 +171,11 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 			for j, r := range rd.Rules {
 				d.rules[j] = newRuleState(r, p.metrics.ruleCounters(rd.Name, r))
 				d.rules[j].identity = limits[j].Identity
+			}
+			if p.cluster != nil {
+				if err := p.sharedDomain(d); err != nil {
+					return nil, err
+				}
 			}
 			if prev != nil && prev.store != nil {
 				d.carry = make([]int, len(prev.rules))

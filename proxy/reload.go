@@ -73,12 +73,14 @@ func (p *Proxy) Reload(t *rules.Table, hash string) (ReloadResult, error) {
 		}
 		n, err := old.domain(d.Name).store.Carry(d.store, d.carry)
 		if err != nil {
+			st.closeShared()
 			return ReloadResult{}, fmt.Errorf("proxy: carrying counters of %q: %w", d.Name, err)
 		}
 		res.KeysCarried += n
 	}
 	st.result = res
 	p.state.Store(st)
+	old.closeShared() // the Redis client stays: only this configuration's domains go
 	p.lastErr.Store(nil)
 	p.metrics.reloaded(true, res.Time)
 	if oldTransport != nil {
@@ -143,6 +145,7 @@ func diff(old, cur *state) ReloadResult {
 		{"timeouts (server)", ot.Timeouts.ReadHeader != nt.Timeouts.ReadHeader || ot.Timeouts.Read != nt.Timeouts.Read ||
 			ot.Timeouts.Write != nt.Timeouts.Write || ot.Timeouts.Idle != nt.Timeouts.Idle},
 		{"log", ot.LogLevel != nt.LogLevel || ot.LogFormat != nt.LogFormat},
+		{"cluster", !ot.Cluster.Equal(nt.Cluster)},
 	} {
 		if c.changed {
 			res.RestartRequired = append(res.RestartRequired, c.name)

@@ -164,6 +164,14 @@ func serve(ctx context.Context, table *rules.Table, hash, path string, log *slog
 	if err != nil {
 		return err
 	}
+	// Runs after the servers have drained: with Redis-shared counters it
+	// flushes batched counts, leaves the PoP's registry and closes the
+	// client's connections.
+	defer func() {
+		if err := p.Close(); err != nil {
+			log.Warn("closing the redis client", "err", err)
+		}
+	}()
 	rl := &reloader{path: path, interval: time.Second, proxy: p, log: log, lastHash: hash}
 	if path != "" {
 		if fi, err := os.Stat(path); err == nil {

@@ -1,0 +1,192 @@
+package cluster
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/edgerate/edge/window"
+	"github.com/redis/go-redis/v9"
+)
+
+// maxPipeline bounds the commands of one flush round trip; a flush of more
+// keys takes several.
+const maxPipeline = 4096
+
+// batch gathers one domain's counts between flushes (batched mode).
+type batch struct {
+	d       *Domain
+	mu      sync.Mutex
+	pending map[pendKey]pend
+	spare   map[pendKey]pend // the map of the flush before, cleared
+}
+
+// pendKey is one key of the domain's store in one period.
+type pendKey struct {
+	k     window.Key
+	start int64 // period start, Unix s
+}
+
+// pend is what a key counted since the last flush.
+type pend struct {
+	rule   int
+	prefix string
+	delta  int64
+}
+
+func newBatch(d *Domain) *batch {
+	return &batch{d: d, pending: make(map[pendKey]pend), spare: make(map[pendKey]pend)}
+}
+
+// add counts delta for k under rule i at now and returns the key's Redis
+// prefix and period start. The prefix is computed once per key and flush.
+func (b *batch) add(r *domainRule, i int, k window.Key, key []byte, now time.Time, delta int64) (string, int64) {
+	pk := pendKey{k: k, start: r.periodStart(now)}
+	b.mu.Lock()
+	if p, ok := b.pending[pk]; ok {
+		p.delta += delta
+		b.pending[pk] = p
+		b.mu.Unlock()
+		return p.prefix, pk.start
+	}
+	b.mu.Unlock()
+	prefix := r.prefix(key) // hashed outside the lock
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := b.pending[pk] // another request may have added it meanwhile
+	if p.prefix == "" {
+		p.rule, p.prefix = i, prefix
+	}
+	p.delta += delta
+	b.pending[pk] = p
+	return p.prefix, pk.start
+}
+
+// refund takes back one count made for k in the period starting at start.
+func (b *batch) refund(r *domainRule, i int, k window.Key, prefix string, start int64) {
+	pk := pendKey{k: k, start: start}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p, ok := b.pending[pk]
+	if !ok {
+		p = pend{rule: i, prefix: prefix}
+	}
+	p.delta--
+	b.pending[pk] = p
+}
+
+// flushItem is one key's counts in a flush.
+type flushItem struct {
+	b   *batch
+	key pendKey
+	p   pend
+}
+
+// take moves the batch's counts into items.
+func (b *batch) take(items []flushItem) []flushItem {
+	b.mu.Lock()
+	m := b.pending
+	b.pending, b.spare = b.spare, nil
+	b.mu.Unlock()
+	for k, p := range m {
+		items = append(items, flushItem{b: b, key: k, p: p})
+	}
+	clear(m)
+	b.mu.Lock()
+	b.spare = m
+	b.mu.Unlock()
+	return items
+}
+
+// merge takes the PoP-wide counts of key into the domain's store, with
+// what this node counted since they were read added to the current period.
+func (b *batch) merge(key pendKey, prev, curr int64) {
+	b.mu.Lock()
+	own := b.pending[key].delta
+	b.mu.Unlock()
+	b.d.store.Merge(key.k, time.Unix(key.start, 0), prev, curr+max(own, 0))
+}
+
+// flusher shares the batched counts every batch interval, and once more
+// when the Client closes.
+func (c *Client) flusher() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.cfg.BatchInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			c.flush()
+			return
+		case <-t.C:
+			c.flush()
+		}
+	}
+}
+
+// flush adds every batch's counts to Redis and merges back the PoP-wide
+// counts, in one pipelined round trip per maxPipeline keys. While the
+// circuit is open the counts are dropped: requests are then decided by the
+// failure mode, and a flush that fails loses one interval's counts.
+func (c *Client) flush() {
+	c.mu.Lock()
+	var items []flushItem
+	for b, retired := range c.batches {
+		items = b.take(items)
+		if retired {
+			delete(c.batches, b)
+		}
+	}
+	c.mu.Unlock()
+	if len(items) == 0 || !c.br.allow(time.Now()) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.BatchInterval)
+	defer cancel()
+	for len(items) > 0 {
+		n := min(len(items), maxPipeline)
+		if err := c.flushChunk(ctx, items[:n]); err != nil {
+			return
+		}
+		items = items[n:]
+	}
+}
+
+func (c *Client) flushChunk(ctx context.Context, items []flushItem) error {
+	start := time.Now()
+	cmds := make([]*redis.Cmd, len(items))
+	run := func(eval bool, only func(int) bool) error {
+		pipe := c.rdb.Pipeline()
+		for i, it := range items {
+			if only != nil && !only(i) {
+				continue
+			}
+			r := &it.b.d.rules[it.p.rule]
+			keys := []string{it.p.prefix}
+			if eval {
+				cmds[i] = flushScript.Eval(ctx, pipe, keys, it.key.start, r.periodSeconds, it.p.delta)
+			} else {
+				cmds[i] = flushScript.EvalSha(ctx, pipe, keys, it.key.start, r.periodSeconds, it.p.delta)
+			}
+		}
+		_, err := pipe.Exec(ctx)
+		return err
+	}
+	err := run(false, nil)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		// Redis restarted or flushed its scripts: send the script with
+		// the commands that missed it (EVAL caches it again).
+		c.scriptsLoaded.Store(false)
+		err = run(true, func(i int) bool { return redis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") })
+	}
+	c.done("flush", start, err)
+	if err != nil {
+		return err
+	}
+	for i, it := range items {
+		if v, err := cmds[i].Int64Slice(); err == nil && len(v) == 2 {
+			it.b.merge(it.key, v[0], v[1])
+		}
+	}
+	return nil
+}

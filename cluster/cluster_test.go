@@ -1,0 +1,361 @@
+package cluster
+
+import (
+	"context"
+	"math/big"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/edgerate/edge/internal/redistest"
+	"github.com/edgerate/edge/rules"
+	"github.com/edgerate/edge/window"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+)
+
+// testConfig is a cluster section for tests: a budget roomy enough for the
+// race detector on two cores, quick heartbeats and flushes.
+func testConfig(addr string, sync rules.SyncMode, fail rules.FailureMode) rules.Cluster {
+	return rules.Cluster{
+		Store: rules.StoreRedis, Addresses: []string{addr}, PoolSize: 16, DialTimeout: time.Second,
+		Sync: sync, BatchInterval: 50 * time.Millisecond, Budget: 50 * time.Millisecond,
+		OnStoreFailure: fail, HeartbeatInterval: 100 * time.Millisecond,
+	}
+}
+
+func newClient(t *testing.T, cfg rules.Cluster, node string) *Client {
+	t.Helper()
+	c, err := New(Options{Config: cfg, Pop: "test", Node: node})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// newDomain returns a domain "site" with one rule "r" and its store.
+func newDomain(t *testing.T, c *Client, l window.Limit) (*Domain, *window.Store) {
+	t.Helper()
+	store, err := window.New(window.Options{Capacity: 1024, Limits: []window.Limit{l}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := c.Domain("site", []Rule{{Name: "r", Key: "ip", Limit: l}}, store)
+	if err != nil {
+		t.Fatalf("Domain: %v", err)
+	}
+	t.Cleanup(d.Close)
+	return d, store
+}
+
+func rdb(t *testing.T, addr string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, DisableIdentity: true})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// allow asks d for one request of client key.
+func allow(d *Domain, store *window.Store, key string) (window.Decision, *Call) {
+	call := new(Call)
+	defer call.Close()
+	k := store.KeyString(0, key)
+	return d.Allow(call, 0, k, []byte(key), time.Now()), call
+}
+
+// checkTTLs fails t if any key in srv has no TTL, and logs how many keys
+// there are.
+func checkTTLs(t *testing.T, srv *redistest.Server) {
+	t.Helper()
+	t.Logf("%d keys in redis, all with a TTL", srv.CheckTTLs(t))
+}
+
+func TestBreaker(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	var b breaker
+	b.probeFor = 50 * time.Millisecond
+	var changes []string
+	b.onChange = func(from, to State) { changes = append(changes, from.String()+">"+to.String()) }
+	steps := []struct {
+		name string
+		do   func()
+		want State
+	}{
+		{"two failures keep it closed", func() { b.failure(t0); b.failure(t0) }, Closed},
+		{"a success resets the count", func() { b.success(); b.failure(t0); b.failure(t0) }, Closed},
+		{"the third failure in a row opens it", func() { b.failure(t0) }, Open},
+		{"no round trip while open", func() {
+			if b.allow(t0.Add(50 * time.Millisecond)) {
+				t.Error("allowed a round trip during the open spell")
+			}
+		}, Open},
+		{"after the spell one probe goes", func() {
+			if !b.allow(t0.Add(minOpen)) {
+				t.Error("no probe after the open spell")
+			}
+			if b.allow(t0.Add(minOpen)) {
+				t.Error("a second probe while the first is out")
+			}
+		}, HalfOpen},
+		{"a failed probe opens it for longer", func() { b.failure(t0.Add(minOpen)) }, Open},
+		{"still open after the first spell's length", func() {
+			if b.allow(t0.Add(minOpen + minOpen)) {
+				t.Error("the second spell was not longer")
+			}
+		}, Open},
+		{"a probe that does not report is given up", func() {
+			at := t0.Add(minOpen + 2*minOpen)
+			if !b.allow(at) || !b.allow(at.Add(b.probeFor)) {
+				t.Error("no new probe after the first was given up")
+			}
+		}, HalfOpen},
+		{"a success closes it", func() {
+			if !b.success() {
+				t.Error("success did not report closing")
+			}
+		}, Closed},
+	}
+	for _, s := range steps {
+		s.do()
+		if got := b.State(); got != s.want {
+			t.Fatalf("%s: state %v, want %v", s.name, got, s.want)
+		}
+	}
+	if got, want := len(changes), 5; got != want {
+		t.Errorf("state changes %v: got %d, want %d", changes, got, want)
+	}
+	for range 20 {
+		b.failure(t0)
+		b.allow(t0.Add(time.Hour))
+		b.failure(t0)
+		if d := b.untilProbe(t0); d > maxOpen {
+			t.Fatalf("open spell %v, want at most %v", d, maxOpen)
+		}
+	}
+}
+
+// TestDecideScriptIsExact checks the Lua estimate against exact integer
+// arithmetic where doubles would round: counts near 10⁹ and the longest
+// period.
+func TestDecideScriptIsExact(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newClient(t, testConfig(srv.Addr, rules.SyncExact, rules.FailLocal), "n1")
+	r := rdb(t, srv.Addr)
+	ctx := context.Background()
+	const period = 720 * time.Hour
+	rng := rand.New(rand.NewPCG(7, 8))
+	for i := range 300 {
+		limit := 1 + rng.Int64N(1_000_000_000)
+		prev := rng.Int64N(2 * limit)
+		curr := rng.Int64N(limit + 1)
+		if i%3 == 0 {
+			prev, curr = limit, limit/2 // near the threshold
+		}
+		prefix := "edge:test:site:r:2592000s:{" + strconv.Itoa(i) + "}"
+		now, err := r.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := now.Unix() / 2592000 * 2592000
+		r.Set(ctx, prefix+":"+strconv.FormatInt(start, 10), curr, time.Hour)
+		r.Set(ctx, prefix+":"+strconv.FormatInt(start-2592000, 10), prev, time.Hour)
+		vals, err := decideScript.Run(ctx, c.rdb, []string{prefix},
+			strconv.FormatInt(limit, 10), strconv.FormatInt(int64(period/time.Microsecond), 10), "0", "0").Int64Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := vals[4]
+		// allowed iff prev×(P−e) < (limit−curr)×P, in exact integers.
+		P := big.NewInt(int64(period / time.Microsecond))
+		lhs := new(big.Int).Mul(big.NewInt(prev), new(big.Int).Sub(P, big.NewInt(e)))
+		rhs := new(big.Int).Mul(big.NewInt(limit-curr), P)
+		want := curr < limit && lhs.Cmp(rhs) < 0
+		if got := vals[0] == 1; got != want {
+			t.Fatalf("limit %d prev %d curr %d elapsed %dµs: script allowed=%v, exact arithmetic says %v", limit, prev, curr, e, got, want)
+		}
+	}
+	checkTTLs(t, srv)
+}
+
+// TestExactAcrossNodes: three nodes share one Redis; requests of one client
+// spread over all three, concurrently, get exactly the limit through.
+func TestExactAcrossNodes(t *testing.T) {
+	srv := redistest.Start(t)
+	l := window.Limit{Limit: 40, Period: time.Hour}
+	var ds [3]*Domain
+	var ss [3]*window.Store
+	for i := range ds {
+		cfg := testConfig(srv.Addr, rules.SyncExact, rules.FailClosed)
+		cfg.Budget = 250 * time.Millisecond // this test is about counting, not latency: no fallback under -race
+		c := newClient(t, cfg, "n"+strconv.Itoa(i))
+		waitFor(t, 2*time.Second, "scripts loaded", c.scriptsLoaded.Load)
+		ds[i], ss[i] = newDomain(t, c, l)
+	}
+	var allowed, fallback atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 12 {
+		wg.Go(func() {
+			for range 10 {
+				d, call := allow(ds[g%3], ss[g%3], "198.51.100.7")
+				if call.Fallback {
+					fallback.Add(1)
+				}
+				if d.Allowed {
+					allowed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if fallback.Load() != 0 {
+		t.Fatalf("%d requests decided without redis", fallback.Load())
+	}
+	if got := allowed.Load(); got != l.Limit {
+		t.Errorf("allowed %d of 120 requests over three nodes, want exactly the limit, %d", got, l.Limit)
+	}
+	checkTTLs(t, srv)
+}
+
+func TestNodesCount(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := testConfig(srv.Addr, rules.SyncExact, rules.FailLocal)
+	a := newClient(t, cfg, "a")
+	b := newClient(t, cfg, "b")
+	c := newClient(t, cfg, "c")
+	waitFor(t, 2*time.Second, "three nodes", func() bool { return a.Nodes() == 3 && b.Nodes() == 3 && c.Nodes() == 3 })
+	c.Close()
+	waitFor(t, 2*time.Second, "two nodes after one left", func() bool { return a.Nodes() == 2 })
+	checkTTLs(t, srv)
+}
+
+func waitFor(t *testing.T, within time.Duration, what string, ok func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !ok() {
+		if time.Since(start) > within {
+			t.Fatalf("no %s within %v", what, within)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// TestBudgetAgainstStoppedRedis: a Redis that stops answering (SIGSTOP)
+// costs a request at most the budget, then the circuit opens and requests
+// cost nothing; when it answers again, shared counting resumes within 2 s.
+func TestBudgetAgainstStoppedRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := testConfig(srv.Addr, rules.SyncExact, rules.FailOpen)
+	c := newClient(t, cfg, "n1")
+	d, store := newDomain(t, c, window.Limit{Limit: 1000, Period: time.Minute})
+	if _, call := allow(d, store, "warm"); call.Fallback {
+		t.Fatal("decided without redis before any fault")
+	}
+	srv.Stop()
+	for i := range 10 {
+		start := time.Now()
+		dec, call := allow(d, store, "client")
+		took := time.Since(start)
+		if !call.Fallback || !dec.Allowed {
+			t.Fatalf("request %d against a stopped redis: fallback %v allowed %v, want an open fallback", i, call.Fallback, dec.Allowed)
+		}
+		if slack := 100 * time.Millisecond; took > cfg.Budget+slack {
+			t.Fatalf("request %d took %v, want at most the budget %v (+%v)", i, took, cfg.Budget, slack)
+		}
+	}
+	if c.State() != Open {
+		t.Fatalf("circuit %v after 10 failures, want open", c.State())
+	}
+	srv.Cont()
+	took := waitFor(t, 2*time.Second, "closed circuit", func() bool { return c.State() == Closed })
+	t.Logf("circuit closed %v after redis resumed", took)
+	if _, call := allow(d, store, "client"); call.Fallback {
+		t.Fatal("decided without redis after it resumed")
+	}
+}
+
+// TestClientStopsItsGoroutines: Close stops the heartbeat and the flusher,
+// in each mode, whether or not Redis is up.
+func TestClientStopsItsGoroutines(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, tt := range []struct {
+		name string
+		addr string
+		sync rules.SyncMode
+	}{
+		{"exact", srv.Addr, rules.SyncExact},
+		{"batched", srv.Addr, rules.SyncBatched},
+		{"batched, redis absent", "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)), rules.SyncBatched},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ignore := goleak.IgnoreCurrent()
+			c, err := New(Options{Config: testConfig(tt.addr, tt.sync, rules.FailLocal), Pop: "test"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, store := newDomain(t, c, window.Limit{Limit: 10, Period: time.Minute})
+			for range 5 {
+				allow(d, store, "client")
+			}
+			time.Sleep(150 * time.Millisecond) // a heartbeat and a few flushes
+			if err := c.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			if err := c.Close(); err != nil {
+				t.Fatalf("second Close: %v", err)
+			}
+			goleak.VerifyNone(t, ignore, goRedisRedial)
+		})
+	}
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		opts Options
+	}{
+		{"local store", Options{Config: rules.Cluster{Store: rules.StoreLocal}, Pop: "p"}},
+		{"no pop", Options{Config: testConfig("127.0.0.1:1", rules.SyncExact, rules.FailLocal)}},
+		{"zero budget", Options{Config: func() rules.Cluster {
+			c := testConfig("127.0.0.1:1", rules.SyncExact, rules.FailLocal)
+			c.Budget = 0
+			return c
+		}(), Pop: "p"}},
+	} {
+		if c, err := New(tt.opts); err == nil {
+			c.Close()
+			t.Errorf("%s: New succeeded, want an error", tt.name)
+		}
+	}
+}
+
+func TestErrorReason(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want string
+	}{
+		{context.DeadlineExceeded, "timeout"},
+		{redis.ErrClosed, "connection"},
+		{proto("LOADING Redis is loading the dataset in memory"), "loading"},
+		{proto("READONLY You can't write against a read only replica."), "readonly"},
+		{proto("OOM command not allowed when used memory > 'maxmemory'."), "oom"},
+		{proto("BUSY Redis is busy running a script."), "busy"},
+		{proto("ERR unknown command"), "reply"},
+	} {
+		if got := ErrorReason(tt.err); got != tt.want {
+			t.Errorf("ErrorReason(%v) = %q, want %q", tt.err, got, tt.want)
+		}
+	}
+}
+
+// proto returns an error reply as go-redis reports it (a redis.Error).
+func proto(msg string) error { return redisError(msg) }
+
+type redisError string
+
+func (e redisError) Error() string { return string(e) }
+func (redisError) RedisError()     {}

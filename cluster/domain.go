@@ -1,0 +1,317 @@
+package cluster
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/edgerate/edge/rules"
+	"github.com/edgerate/edge/window"
+	lru "github.com/hashicorp/golang-lru/v2"
+)
+
+// blockedKeys bounds each domain's cache of blocked keys in exact mode. An
+// entry is about 100 bytes; when the cache is full the least recently used
+// key is forgotten and simply asks Redis again.
+const blockedKeys = 1 << 16
+
+// Rule is one rule of a Domain.
+type Rule struct {
+	// Name is the rule's name; it is part of the rule's keys in Redis.
+	Name string
+	// Key spells the rule's key parts as configured, such as "ip" or
+	// "header:X-Api-Key,path". It is hashed with each client's key bytes,
+	// so a rule whose key changes meaning counts afresh.
+	Key string
+	// Limit says how the rule counts. Its Period must be a whole number of
+	// seconds (rules.Compile ensures it), so that period starts are Unix
+	// seconds on every node.
+	Limit window.Limit
+}
+
+// Domain is one domain's rules counted through a Client. Make it with
+// Client.Domain; the proxy makes one per domain and configuration, and
+// closes the old ones when a reload replaces them. It is safe for
+// concurrent use.
+type Domain struct {
+	c       *Client
+	store   *window.Store
+	rules   []domainRule
+	blocked *lru.Cache[window.Key, blockedUntil] // exact mode
+	batch   *batch                               // batched mode
+}
+
+type domainRule struct {
+	Rule
+	base          string // "edge:<pop>:<domain>:<rule>:<period>s:"
+	periodSeconds int64
+	args          []any // decideScript's ARGV
+}
+
+// blockedUntil is a block remembered in exact mode.
+type blockedUntil struct {
+	until     time.Time
+	mitigated bool
+}
+
+// Domain returns the shared counting of one domain. store is the domain's
+// own window.Store: batched mode decides in it and merges the PoP-wide
+// counts into it; both modes fall back on it while Redis is out of reach
+// (on_store_failure local). rs must be parallel to store's limits.
+func (c *Client) Domain(name string, rs []Rule, store *window.Store) (*Domain, error) {
+	if store == nil || len(rs) == 0 {
+		return nil, errors.New("cluster: a domain needs a store and rules")
+	}
+	d := &Domain{c: c, store: store, rules: make([]domainRule, len(rs))}
+	for i, r := range rs {
+		if r.Limit.Period < time.Second || r.Limit.Period%time.Second != 0 || r.Limit.Limit < 1 {
+			return nil, fmt.Errorf("cluster: domain %q rule %q: period must be whole seconds and limit at least 1, got %v and %d",
+				name, r.Name, r.Limit.Period, r.Limit.Limit)
+		}
+		secs := int64(r.Limit.Period / time.Second)
+		countBlocked := "0"
+		if r.Limit.CountBlocked {
+			countBlocked = "1"
+		}
+		d.rules[i] = domainRule{
+			Rule:          r,
+			base:          "edge:" + c.pop + ":" + name + ":" + r.Name + ":" + strconv.FormatInt(secs, 10) + "s:",
+			periodSeconds: secs,
+			args: []any{
+				strconv.FormatInt(r.Limit.Limit, 10),
+				strconv.FormatInt(int64(r.Limit.Period/time.Microsecond), 10),
+				strconv.FormatInt(int64(r.Limit.Mitigation/time.Microsecond), 10),
+				countBlocked,
+			},
+		}
+	}
+	if c.cfg.Sync == rules.SyncBatched {
+		d.batch = newBatch(d)
+		c.mu.Lock()
+		c.batches[d.batch] = false
+		c.mu.Unlock()
+		return d, nil
+	}
+	var err error
+	if d.blocked, err = lru.New[window.Key, blockedUntil](blockedKeys); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	return d, nil
+}
+
+// Close retires the domain: in batched mode its counts are flushed once
+// more, then it is forgotten. Requests may still use it meanwhile.
+func (d *Domain) Close() {
+	if d.batch == nil {
+		return
+	}
+	d.c.mu.Lock()
+	defer d.c.mu.Unlock()
+	if _, ok := d.c.batches[d.batch]; ok {
+		d.c.batches[d.batch] = true
+	}
+}
+
+// prefix names a client under rule r in Redis: r's base and, as a Redis
+// Cluster hash tag, the first 16 bytes of SHA-256 over r's key spelling and
+// the client's key bytes, in hex. Clients choose header values, so the hash
+// must be one they cannot steer into another client's counter; a seeded
+// hash would do locally, but every node must name the key alike.
+func (r *domainRule) prefix(key []byte) string {
+	var buf [256]byte
+	b := append(append(buf[:0], r.Key...), 0)
+	sum := sha256.Sum256(append(b, key...))
+	out := make([]byte, 0, len(r.base)+2+2*16)
+	out = append(append(out, r.base...), '{')
+	out = append(hex.AppendEncode(out, sum[:16]), '}')
+	return string(out)
+}
+
+// periodStart is the Unix second at which the period of r holding now
+// starts.
+func (r *domainRule) periodStart(now time.Time) int64 {
+	s := now.Unix()
+	w := s / r.periodSeconds
+	if s%r.periodSeconds < 0 {
+		w--
+	}
+	return w * r.periodSeconds
+}
+
+// A Call is one request's use of the shared store: the budget its round
+// trips share, and how its rules were decided. The zero Call is ready; Close
+// it once the request is decided. It is not safe for concurrent use.
+type Call struct {
+	// Fallback reports that the failure mode, not Redis, decided at least
+	// one of the request's rules.
+	Fallback bool
+	// Unavailable reports that Redis could not decide and the failure mode
+	// is closed: the request must be refused with 503 and RetryAfter.
+	Unavailable bool
+	// RetryAfter is, when Unavailable, how long until Redis is tried again.
+	RetryAfter time.Duration
+
+	ctx     context.Context
+	cancel  context.CancelFunc
+	counted []counted
+	buf     [4]counted
+}
+
+// counted is what a Refund needs of a request that a shared decision
+// counted.
+type counted struct {
+	rule    int
+	prefix  string
+	start   int64 // period start, Unix s
+	batched bool  // counted in the batch (else in Redis, exact mode)
+	k       window.Key
+}
+
+// context returns the request's context, bounded by budget from the first
+// round trip on.
+func (call *Call) context(budget time.Duration) context.Context {
+	if call.ctx == nil {
+		call.ctx, call.cancel = context.WithTimeout(context.Background(), budget)
+	}
+	return call.ctx
+}
+
+func (call *Call) record(c counted) {
+	if call.counted == nil {
+		call.counted = call.buf[:0]
+	}
+	call.counted = append(call.counted, c)
+}
+
+func (call *Call) find(rule int) *counted {
+	for i := range call.counted {
+		if call.counted[i].rule == rule {
+			return &call.counted[i]
+		}
+	}
+	return nil
+}
+
+// Close releases the call's budget.
+func (call *Call) Close() {
+	if call.cancel != nil {
+		call.cancel()
+	}
+}
+
+// Allow decides one request under rule i for the client whose key bytes
+// (the bytes the proxy builds for rule i; never a window.Key, whose hash is
+// seeded per process) are key, k being its key in the domain's store. It
+// returns the decision as window.Store.Allow would. If Redis cannot decide
+// and the failure mode is closed, call.Unavailable is set and the decision
+// must be ignored.
+func (d *Domain) Allow(call *Call, i int, k window.Key, key []byte, now time.Time) window.Decision {
+	r := &d.rules[i]
+	if d.batch != nil {
+		if call.Unavailable || d.c.br.State() != Closed {
+			return d.fallback(call, r, k, now)
+		}
+		dec := d.store.Allow(k, now)
+		if dec.Allowed || r.Limit.CountBlocked {
+			prefix, start := d.batch.add(r, i, k, key, now, 1)
+			call.record(counted{rule: i, prefix: prefix, start: start, batched: true, k: k})
+		}
+		return dec
+	}
+	if !r.Limit.CountBlocked {
+		// A blocked key cannot change state until its wait is over: its own
+		// requests are all blocked and counted nowhere.
+		if b, ok := d.blocked.Get(k); ok && now.Before(b.until) {
+			wait := b.until.Sub(now)
+			return window.Decision{RetryAfter: wait, Reset: wait, Mitigated: b.mitigated}
+		}
+	}
+	start := time.Now()
+	if call.Unavailable || !d.c.br.allow(start) {
+		return d.fallback(call, r, k, now)
+	}
+	prefix := r.prefix(key)
+	vals, err := decideScript.Run(call.context(d.c.cfg.Budget), d.c.rdb, []string{prefix}, r.args...).Int64Slice()
+	if err == nil && len(vals) != 7 {
+		err = fmt.Errorf("cluster: decide script returned %d values, want 7", len(vals))
+	}
+	d.c.done("decide", start, err)
+	if err != nil {
+		return d.fallback(call, r, k, now)
+	}
+	dec := r.Limit.Judge(window.Counts{
+		Allowed:    vals[0] == 1,
+		Previous:   vals[2],
+		Current:    vals[3],
+		Elapsed:    time.Duration(vals[4]) * time.Microsecond,
+		Mitigation: time.Duration(vals[5]) * time.Microsecond,
+	})
+	if vals[1] == 1 {
+		call.record(counted{rule: i, prefix: prefix, start: vals[6]})
+	}
+	if !dec.Allowed && !r.Limit.CountBlocked {
+		d.blocked.Add(k, blockedUntil{until: now.Add(dec.RetryAfter), mitigated: dec.Mitigated})
+	}
+	return dec
+}
+
+// fallback decides without Redis, by the failure mode.
+func (d *Domain) fallback(call *Call, r *domainRule, k window.Key, now time.Time) window.Decision {
+	call.Fallback = true
+	switch d.c.cfg.OnStoreFailure {
+	case rules.FailOpen:
+		return window.Decision{Allowed: true, Remaining: r.Limit.Limit - 1}
+	case rules.FailClosed:
+		call.Unavailable = true
+		call.RetryAfter = max(call.RetryAfter, d.c.br.untilProbe(now))
+		return window.Decision{}
+	}
+	// The node's share of the limit, so that the PoP as a whole stays near
+	// the limit without Redis: the last known number of live nodes, each
+	// taking limit/nodes (rounded down, at least 1).
+	return d.store.AllowLimit(k, now, max(r.Limit.Limit/int64(d.c.Nodes()), 1))
+}
+
+// Refund takes back the request that dec (from Allow of the same call)
+// counted under rule i, for a request another rule blocked, and returns dec
+// as it is after the refund. A refund that cannot reach Redis is dropped:
+// the count stays, which errs on the strict side.
+func (d *Domain) Refund(call *Call, i int, k window.Key, dec window.Decision, now time.Time) window.Decision {
+	c := call.find(i)
+	switch {
+	case c == nil: // decided by the failure mode, or counted nothing
+		return d.store.Refund(k, dec, now)
+	case c.batched:
+		d.batch.refund(&d.rules[i], i, k, c.prefix, c.start)
+		return d.store.Refund(k, dec, now)
+	}
+	start := time.Now()
+	if call.Unavailable || !d.c.br.allow(start) {
+		return dec
+	}
+	err := refundScript.Run(call.context(d.c.cfg.Budget), d.c.rdb, []string{c.prefix}, c.start).Err()
+	d.c.done("refund", start, err)
+	if err == nil && dec.Allowed {
+		dec.Remaining = min(dec.Remaining+1, d.rules[i].Limit.Limit)
+	}
+	return dec
+}
+
+// Forget deletes a client's counters and mitigation under rule i in Redis
+// (the current and the previous period at now) and forgets any block
+// remembered for it, for the admin API. The domain's store is not touched.
+func (d *Domain) Forget(ctx context.Context, i int, k window.Key, key []byte, now time.Time) error {
+	r := &d.rules[i]
+	if d.blocked != nil {
+		d.blocked.Remove(k)
+	}
+	cur := r.periodStart(now)
+	start := time.Now()
+	err := forgetScript.Run(ctx, d.c.rdb, []string{r.prefix(key)}, cur, cur-r.periodSeconds).Err()
+	d.c.done("forget", start, err)
+	return err
+}

@@ -1,0 +1,370 @@
+package proxy
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/edgerate/edge/cluster"
+	"github.com/edgerate/edge/internal/redistest"
+	"github.com/edgerate/edge/rules"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// The tests here run edge nodes (Proxy values in this process, on the real
+// clock, as Redis's clock is real) against real redis-server processes.
+
+// testBudget is the store budget in these tests, and budgetSlack what a
+// request may take beyond it under the race detector on two cores.
+const (
+	testBudget  = 50 * time.Millisecond
+	budgetSlack = 100 * time.Millisecond
+)
+
+func sharedConfig(addr, sync, fail string, r rules.RuleConfig) rules.Config {
+	return rules.Config{
+		Pop: "test", Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:1",
+		Cluster: rules.ClusterConfig{
+			Store: "redis", Redis: rules.RedisConfig{Addresses: []string{addr}},
+			Sync: sync, OnStoreFailure: fail, Budget: testBudget,
+			BatchInterval: 100 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond,
+		},
+		Domains: []rules.DomainConfig{{
+			Name: "site", Hosts: []string{"site.test"},
+			Respond: &rules.ResponseConfig{Body: "ok"},
+			Rules:   []rules.RuleConfig{r},
+		}},
+	}
+}
+
+// newNodes starts n edge nodes of one PoP and waits until each knows of
+// all n (when Redis is up) and has sent its scripts.
+func newNodes(t *testing.T, n int, cfg rules.Config, redisUp bool) []*Proxy {
+	t.Helper()
+	table, err := rules.Compile(cfg)
+	if err != nil {
+		t.Fatalf("Compile: %v", err)
+	}
+	ps := make([]*Proxy, n)
+	for i := range ps {
+		ps[i], err = New(Options{Table: table, Registerer: prometheus.NewRegistry(), Version: "test", Node: "node" + strconv.Itoa(i)})
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
+		t.Cleanup(func() { ps[i].Close() })
+	}
+	if redisUp {
+		for _, p := range ps {
+			waitUntil(t, 2*time.Second, "every node registered", func() bool { return p.cluster.Nodes() == n })
+		}
+		// Scripts are loaded by the first heartbeat; give it a moment
+		// more so that the first requests do not pay EVAL.
+		time.Sleep(50 * time.Millisecond)
+	}
+	return ps
+}
+
+func waitUntil(t *testing.T, within time.Duration, what string, ok func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !ok() {
+		if time.Since(start) > within {
+			t.Fatalf("no %s within %v", what, within)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// hit sends one request from ip to p and returns its response and how long
+// edge took.
+func hit(p *Proxy, ip string) (*httptest.ResponseRecorder, time.Duration) {
+	req := httptest.NewRequest("GET", "http://site.test/", nil)
+	req.RemoteAddr = ip + ":40000"
+	w := httptest.NewRecorder()
+	start := time.Now()
+	p.ServeHTTP(w, req)
+	return w, time.Since(start)
+}
+
+// fallbacks is p's count of requests decided without Redis.
+func fallbacks(p *Proxy) int {
+	mode := p.cluster.Config().OnStoreFailure.String()
+	return int(testutil.ToFloat64(p.metrics.storeFallback.WithLabelValues("site", mode)))
+}
+
+// TestSharedExactThreeNodes: one client's requests, concurrent and spread
+// over three nodes, get exactly the limit through in exact mode.
+func TestSharedExactThreeNodes(t *testing.T) {
+	srv := redistest.Start(t)
+	ps := newNodes(t, 3, sharedConfig(srv.Addr, "exact", "closed", rule("per-ip", 30, time.Hour)), true)
+	var ok, limited, other atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 9 {
+		wg.Go(func() {
+			for range 10 {
+				w, _ := hit(ps[g%3], "198.51.100.7")
+				switch w.Code {
+				case 200:
+					ok.Add(1)
+				case 429:
+					limited.Add(1)
+				default:
+					other.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if ok.Load() != 30 || limited.Load() != 60 || other.Load() != 0 {
+		t.Errorf("90 requests over three nodes, limit 30: got %d allowed, %d limited, %d other; want 30, 60, 0",
+			ok.Load(), limited.Load(), other.Load())
+	}
+	for i, p := range ps {
+		if n := fallbacks(p); n != 0 {
+			t.Errorf("node %d decided %d requests without redis", i, n)
+		}
+	}
+	t.Logf("%d keys in redis, all with a TTL", srv.CheckTTLs(t))
+}
+
+// TestSharedExactMitigation: a mitigation started on one node blocks the
+// client on every node, with Retry-After of the mitigation's length.
+func TestSharedExactMitigation(t *testing.T) {
+	srv := redistest.Start(t)
+	r := rule("per-ip", 3, time.Minute)
+	r.MitigationTimeout = time.Hour
+	ps := newNodes(t, 2, sharedConfig(srv.Addr, "exact", "closed", r), true)
+	for i := range 3 {
+		if w, _ := hit(ps[i%2], "203.0.113.5"); w.Code != 200 {
+			t.Fatalf("request %d: status %d, want 200", i, w.Code)
+		}
+	}
+	for i, p := range ps {
+		w, _ := hit(p, "203.0.113.5")
+		ra, _ := strconv.Atoi(w.Header().Get("Retry-After"))
+		if w.Code != 429 || ra < 3599 || ra > 3600 {
+			t.Errorf("node %d after the limit: status %d Retry-After %q, want 429 and 3600 (the mitigation)", i, w.Code, w.Header().Get("Retry-After"))
+		}
+	}
+	if n := srv.CheckTTLs(t); n == 0 {
+		t.Error("no keys in redis")
+	}
+}
+
+// TestSharedBatchedOvershoot: batched nodes share counts every 100 ms; a
+// client sending steadily over three nodes gets the limit through, plus at
+// most what it sends in two intervals (a node learns what the others counted
+// at its own next flush after theirs).
+func TestSharedBatchedOvershoot(t *testing.T) {
+	srv := redistest.Start(t)
+	const limit, rate = 60, 200 // requests per hour; requests per second
+	ps := newNodes(t, 3, sharedConfig(srv.Addr, "batched", "local", rule("per-ip", limit, time.Hour)), true)
+	tick := time.NewTicker(time.Second / rate)
+	defer tick.Stop()
+	allowed := 0
+	for i := range 2 * rate {
+		<-tick.C
+		if w, _ := hit(ps[i%3], "192.0.2.44"); w.Code == 200 {
+			allowed++
+		}
+	}
+	bound := limit + 2*rate*100/1000
+	t.Logf("batched, 3 nodes, limit %d, %d requests/s for 2s: %d allowed (bound %d; each node alone would allow %d)",
+		limit, rate, allowed, bound, 3*limit)
+	if allowed < limit || allowed > bound {
+		t.Errorf("allowed %d, want from %d to %d", allowed, limit, bound)
+	}
+	srv.CheckTTLs(t)
+}
+
+// TestSharedFaults injects Redis faults into running nodes and checks each
+// failure mode: answers within the budget, the documented decisions, the
+// metrics counting exactly the requests decided without Redis, shared
+// counting back within 2 s of Redis answering, and no key without a TTL.
+func TestSharedFaults(t *testing.T) {
+	const ip = "198.51.100.20"
+	// during sends n requests to p while Redis is faulted and checks each
+	// answer's status and that it came within the budget.
+	during := func(t *testing.T, p *Proxy, n int, want func(i, code int) bool) {
+		t.Helper()
+		for i := range n {
+			w, took := hit(p, ip)
+			if !want(i, w.Code) {
+				t.Fatalf("request %d during the fault: status %d", i, w.Code)
+			}
+			if took > testBudget+budgetSlack {
+				t.Fatalf("request %d took %v, want at most the budget %v (+%v)", i, took, testBudget, budgetSlack)
+			}
+			if w.Code == 503 && w.Header().Get("Retry-After") == "" {
+				t.Fatalf("request %d: 503 without Retry-After", i)
+			}
+		}
+	}
+	// recovered waits until p's circuit closes, within 2 s, and checks
+	// that requests are decided by Redis again.
+	recovered := func(t *testing.T, p *Proxy, since time.Time) {
+		t.Helper()
+		waitUntil(t, 2*time.Second-time.Since(since), "closed circuit", func() bool { return p.cluster.State() == cluster.Closed })
+		t.Logf("shared counting back %v after redis", time.Since(since).Round(time.Millisecond))
+		before := fallbacks(p)
+		if w, _ := hit(p, "192.0.2.200"); w.Code != 200 {
+			t.Fatalf("after recovery: status %d, want 200", w.Code)
+		}
+		if fallbacks(p) != before {
+			t.Fatal("after recovery a request was decided without redis")
+		}
+	}
+	tests := []struct {
+		name, sync, fail string
+		limit            int
+		run              func(t *testing.T, srv *redistest.Server, ps []*Proxy)
+	}{
+		{"killed, open", "exact", "open", 5, func(t *testing.T, srv *redistest.Server, ps []*Proxy) {
+			srv.Kill()
+			during(t, ps[0], 20, func(_, code int) bool { return code == 200 })
+			if n := fallbacks(ps[0]); n != 20 {
+				t.Errorf("fallback requests %d, want 20", n)
+			}
+			srv.Restart()
+			recovered(t, ps[0], time.Now())
+			if n := fallbacks(ps[0]); n != 20 {
+				t.Errorf("fallback requests %d after recovery, want still 20", n)
+			}
+		}},
+		{"killed, closed", "exact", "closed", 5, func(t *testing.T, srv *redistest.Server, ps []*Proxy) {
+			srv.Kill()
+			during(t, ps[1], 10, func(_, code int) bool { return code == 503 })
+			if n := fallbacks(ps[1]); n != 10 {
+				t.Errorf("fallback requests %d, want 10", n)
+			}
+			srv.Restart()
+			recovered(t, ps[1], time.Now())
+		}},
+		{"killed, local: each node takes limit/nodes", "exact", "local", 30, func(t *testing.T, srv *redistest.Server, ps []*Proxy) {
+			srv.Kill()
+			// Three live nodes were known: this node allows 30/3.
+			during(t, ps[2], 15, func(i, code int) bool { return (i < 10 && code == 200) || (i >= 10 && code == 429) })
+			if n := fallbacks(ps[2]); n != 15 {
+				t.Errorf("fallback requests %d, want 15", n)
+			}
+			srv.Restart()
+			recovered(t, ps[2], time.Now())
+		}},
+		{"paused past the budget, local", "exact", "local", 30, func(t *testing.T, srv *redistest.Server, ps []*Proxy) {
+			srv.Stop()
+			during(t, ps[0], 12, func(i, code int) bool { return (i < 10 && code == 200) || (i >= 10 && code == 429) })
+			if n := fallbacks(ps[0]); n != 12 {
+				t.Errorf("fallback requests %d, want 12", n)
+			}
+			srv.Cont()
+			recovered(t, ps[0], time.Now())
+		}},
+		{"script cache flushed, exact", "exact", "closed", 5, func(t *testing.T, srv *redistest.Server, ps []*Proxy) {
+			if err := srv.Client().ScriptFlush(t.Context()).Err(); err != nil {
+				t.Fatal(err)
+			}
+			// No client-visible error, and counting goes on across the flush.
+			during(t, ps[0], 8, func(i, code int) bool { return (i < 5 && code == 200) || (i >= 5 && code == 429) })
+			for i, p := range ps {
+				if n := fallbacks(p); n != 0 {
+					t.Errorf("node %d: fallback requests %d, want 0", i, n)
+				}
+			}
+		}},
+		{"restarted empty, batched, local", "batched", "local", 30, func(t *testing.T, srv *redistest.Server, ps []*Proxy) {
+			srv.Kill()
+			waitUntil(t, time.Second, "open circuit", func() bool { return ps[0].cluster.State() != cluster.Closed })
+			during(t, ps[0], 12, func(i, code int) bool { return (i < 10 && code == 200) || (i >= 10 && code == 429) })
+			if n := fallbacks(ps[0]); n != 12 {
+				t.Errorf("fallback requests %d, want 12", n)
+			}
+			srv.Restart()
+			recovered(t, ps[0], time.Now())
+			waitUntil(t, time.Second, "flushed counts in the restarted redis", func() bool { return srv.CheckTTLs(t) > 1 })
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			ps := newNodes(t, 3, sharedConfig(srv.Addr, tt.sync, tt.fail, rule("per-ip", tt.limit, time.Hour)), true)
+			for i, p := range ps {
+				if w, _ := hit(p, "192.0.2.1"); w.Code != 200 || fallbacks(p) != 0 {
+					t.Fatalf("node %d before the fault: status %d, %d fallbacks", i, w.Code, fallbacks(p))
+				}
+			}
+			tt.run(t, srv, ps)
+			srv.CheckTTLs(t)
+		})
+	}
+}
+
+// TestSharedRedisAbsentAtStart: edge starts and serves while Redis is down
+// (by its failure mode), and uses Redis within 2 s of its coming up.
+func TestSharedRedisAbsentAtStart(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Kill()
+	ps := newNodes(t, 1, sharedConfig(srv.Addr, "exact", "closed", rule("per-ip", 5, time.Hour)), false)
+	for i := range 5 {
+		w, took := hit(ps[0], "198.51.100.9")
+		if w.Code != 503 || took > testBudget+budgetSlack {
+			t.Fatalf("request %d with redis absent: status %d after %v, want 503 within the budget", i, w.Code, took)
+		}
+		if ra, _ := strconv.Atoi(w.Header().Get("Retry-After")); ra < 1 {
+			t.Fatalf("request %d: Retry-After %q, want at least 1", i, w.Header().Get("Retry-After"))
+		}
+	}
+	if n := fallbacks(ps[0]); n != 5 {
+		t.Errorf("fallback requests %d, want 5", n)
+	}
+	since := time.Now()
+	srv.Restart()
+	waitUntil(t, 2*time.Second, "closed circuit", func() bool { return ps[0].cluster.State() == cluster.Closed })
+	t.Logf("redis in use %v after it came up", time.Since(since).Round(time.Millisecond))
+	if w, _ := hit(ps[0], "198.51.100.9"); w.Code != http.StatusOK {
+		t.Errorf("after redis came up: status %d, want 200", w.Code)
+	}
+	srv.CheckTTLs(t)
+}
+
+// TestSharedReloadKeepsOneClient: reloads reuse the Proxy's Redis client
+// (no new client or goroutine per reload) and report cluster changes as
+// needing a restart.
+func TestSharedReloadKeepsOneClient(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := sharedConfig(srv.Addr, "batched", "local", rule("per-ip", 5, time.Hour))
+	ps := newNodes(t, 1, cfg, true)
+	p := ps[0]
+	c := p.cluster
+	for i := range 20 {
+		cfg.Domains[0].Rules[0].Limit = 5 + i
+		if i == 19 {
+			cfg.Cluster.OnStoreFailure = "open"
+		}
+		table, err := rules.Compile(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := p.Reload(table, "h"+strconv.Itoa(i))
+		if err != nil {
+			t.Fatalf("Reload: %v", err)
+		}
+		if i == 19 && (len(res.RestartRequired) != 1 || res.RestartRequired[0] != "cluster") {
+			t.Errorf("restart_required %v, want [cluster]", res.RestartRequired)
+		}
+		hit(p, "192.0.2.9")
+	}
+	if p.cluster != c {
+		t.Fatal("a reload replaced the Redis client")
+	}
+	c.Close()
+	// Only the running configuration's batch is left registered.
+	if w, _ := hit(p, "192.0.2.9"); w.Code != 200 && w.Code != 429 {
+		t.Fatalf("status %d", w.Code)
+	}
+}

@@ -21,8 +21,13 @@ import (
 // response headers by the configured upstream timeout (exceeded: 504).
 func newTransport(t rules.Timeouts) *http.Transport {
 	return &http.Transport{
-		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		ForceAttemptHTTP2:     true,
+		DialContext:       (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2: true,
+		// Pass Accept-Encoding through as the client sent it. Otherwise the
+		// transport asks origins for gzip on behalf of clients that did not,
+		// and edge spends CPU decompressing what the origin spent CPU
+		// compressing.
+		DisableCompression:    true,
 		MaxIdleConns:          1024,
 		MaxIdleConnsPerHost:   256,
 		IdleConnTimeout:       90 * time.Second,
@@ -41,9 +46,12 @@ func newTransport(t rules.Timeouts) *http.Transport {
 // trusted proxy: from anyone else X-Forwarded-For is replaced by the peer
 // address, and Forwarded and X-Real-IP are removed, so an origin that reads
 // them cannot be told a client-chosen address.
-func (p *Proxy) newForwarder(domain string, origin *url.URL, cip *ClientIP, transport http.RoundTripper) http.Handler {
+//
+// mergeFields says whether some rule of the domain sends rate-limit fields
+// on allowed responses, which then must be merged into the origin's.
+func (p *Proxy) newForwarder(domain string, origin *url.URL, cip *ClientIP, transport http.RoundTripper, mergeFields bool) http.Handler {
 	errLog := newErrorLog(p.log, domain)
-	return &httputil.ReverseProxy{
+	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(origin)
 			pr.Out.Host = pr.In.Host
@@ -68,16 +76,22 @@ func (p *Proxy) newForwarder(domain string, origin *url.URL, cip *ClientIP, tran
 				delete(pr.Out.Header, "X-Real-Ip")
 			}
 		},
-		ModifyResponse: func(resp *http.Response) error {
+		Transport: timedTransport{rt: transport, obs: p.metrics.upstreamObservers(domain)},
+		// Without a pool ReverseProxy allocates a 32 KiB buffer for every
+		// response body it copies (docs/performance.md).
+		BufferPool:   copyBuffers{},
+		ErrorHandler: errLog.handle,
+		ErrorLog:     slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
+	}
+	if mergeFields {
+		rp.ModifyResponse = func(resp *http.Response) error {
 			if f, ok := resp.Request.Context().Value(fieldsKey{}).(*fields); ok {
 				f.merge(resp.Header)
 			}
 			return nil
-		},
-		Transport:    timedTransport{rt: transport, obs: p.metrics.upstreamObservers(domain)},
-		ErrorHandler: errLog.handle,
-		ErrorLog:     slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
+		}
 	}
+	return rp
 }
 
 // timedTransport observes the time to each origin response's headers.
@@ -141,4 +155,20 @@ func (l *errorLog) logf(r *http.Request, status int, err error) {
 		"domain", l.domain, "method", r.Method, "path", r.URL.Path,
 		"status", status, "err", err, "suppressed", l.suppressed)
 	l.suppressed = 0
+}
+
+// copyBuffers recycles ReverseProxy's response copy buffers. It pools
+// pointers to arrays, so that neither Get nor Put allocates.
+type copyBuffers struct{}
+
+const copyBufferSize = 32 << 10 // ReverseProxy's own size
+
+var copyBufferPool = sync.Pool{New: func() any { return new([copyBufferSize]byte) }}
+
+func (copyBuffers) Get() []byte { return copyBufferPool.Get().(*[copyBufferSize]byte)[:] }
+
+func (copyBuffers) Put(b []byte) {
+	if cap(b) >= copyBufferSize {
+		copyBufferPool.Put((*[copyBufferSize]byte)(b[:copyBufferSize]))
+	}
 }

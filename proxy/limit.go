@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/binary"
+	"io"
 	"log/slog"
 	"net/http"
 	"path"
@@ -21,16 +22,21 @@ type ruleState struct {
 	*rules.Rule
 	identity uint64 // see ruleIdentity
 	policy   headers.Policy
-	outcomes ruleCounters
-	top      *topTalkers
+	// policyText is policy as a RateLimit-Policy member, formatted once:
+	// a response reporting only this rule sends it without formatting.
+	policyText string
+	outcomes   ruleCounters
+	top        *topTalkers
 }
 
 func newRuleState(r *rules.Rule, c ruleCounters) ruleState {
+	p := headers.Policy{Name: r.Name, Quota: r.Limit, Window: r.Period}
 	return ruleState{
-		Rule:     r,
-		policy:   headers.Policy{Name: r.Name, Quota: r.Limit, Window: r.Period},
-		outcomes: c,
-		top:      newTopTalkers(),
+		Rule:       r,
+		policy:     p,
+		policyText: string(headers.AppendPolicy(nil, p)),
+		outcomes:   c,
+		top:        newTopTalkers(),
 	}
 }
 
@@ -108,7 +114,9 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, st *state, d *doma
 			p.sharedDone(d, call)
 		}
 		if always {
-			return newFields(d, vs, -1), true
+			if f, ok := newFields(d, vs, -1); ok {
+				return &f, true
+			}
 		}
 		return nil, true
 	}
@@ -224,11 +232,16 @@ type fields struct {
 // newFields gathers the fields of a response: every rule that wants them in
 // RateLimit-Policy and RateLimit, and X-RateLimit-* for one rule: the
 // blocking rule on a block (vs[blocker]), else the rule with the fewest
-// requests remaining. It returns nil when no rule wants fields.
-func newFields(d *domain, vs []verdict, blocker int) *fields {
+// requests remaining. It reports false when no rule wants fields.
+//
+// It returns fields by value so that the block path keeps them on the
+// stack; only the allowed path, which hands them to the forwarder, moves
+// them to the heap.
+func newFields(d *domain, vs []verdict, blocker int) (fields, bool) {
 	var pbuf, lbuf [256]byte
 	policies, limits := pbuf[:0], lbuf[:0]
 	primary := blocker
+	reported, only := 0, -1
 	for i, v := range vs {
 		rs := &d.rules[v.rule]
 		if rs.Headers == rules.HeadersNone || (blocker < 0 && rs.Headers != rules.HeadersAlways) {
@@ -239,25 +252,33 @@ func newFields(d *domain, vs []verdict, blocker int) *fields {
 			limits = append(limits, ", "...)
 		}
 		policies = headers.AppendPolicy(policies, rs.policy)
+		reported, only = reported+1, v.rule
 		limits = headers.AppendLimit(limits, headers.Limit{Name: rs.Name, Remaining: v.Remaining, Reset: v.Reset})
 		if blocker < 0 && (primary < 0 || v.Remaining < vs[primary].Remaining) {
 			primary = i
 		}
 	}
-	if len(policies) == 0 {
-		return nil
+	if reported == 0 {
+		return fields{}, false
 	}
-	f := &fields{policy: string(policies), limit: string(limits)}
+	f := fields{policy: d.rules[only].policyText, limit: string(limits)}
+	if reported > 1 {
+		f.policy = string(policies)
+	}
 	if v := vs[primary]; d.rules[v.rule].Headers != rules.HeadersNone {
 		f.x, f.xLimit, f.xRemain, f.xReset = true, d.rules[v.rule].Limit, v.Remaining, v.Reset
 	}
-	return f
+	return f, true
 }
 
 // set puts f on a response edge writes itself.
 func (f *fields) set(h http.Header) {
-	h[headers.FieldRateLimitPolicy] = []string{f.policy}
-	h[headers.FieldRateLimit] = []string{f.limit}
+	// One backing array for both value slices, each capped at one element
+	// so that an append by a later handler cannot overwrite its neighbour.
+	vs := make([]string, 2)
+	vs[0], vs[1] = f.policy, f.limit
+	h[headers.FieldRateLimitPolicy] = vs[0:1:1]
+	h[headers.FieldRateLimit] = vs[1:2:2]
 	if f.x {
 		headers.SetXRateLimit(h, f.xLimit, f.xRemain, f.xReset)
 	}
@@ -291,37 +312,47 @@ func writeBlocked(w http.ResponseWriter, r *http.Request, d *domain, vs []verdic
 	rs := &d.rules[v.rule]
 	h := w.Header()
 	headers.SetRetryAfter(h, v.RetryAfter)
-	if f := newFields(d, vs, blocker); f != nil {
+	if f, ok := newFields(d, vs, blocker); ok {
 		f.set(h)
 	}
-	h["Cache-Control"] = []string{"no-store"}
+	h["Cache-Control"] = noStore
 	status := http.StatusTooManyRequests
 	if br := rs.BlockResponse; br != nil {
 		status = br.Status
 		if br.Body != "" {
 			h["Content-Type"] = []string{br.ContentType}
 			w.WriteHeader(status)
-			_, _ = w.Write([]byte(br.Body))
+			_, _ = io.WriteString(w, br.Body)
 			return
 		}
 	}
 	retry := strconv.FormatInt(headers.RetryAfterSeconds(v.RetryAfter), 10)
 	var body string
 	if acceptsJSON(r.Header.Get("Accept")) {
-		h["Content-Type"] = []string{"application/json"}
+		h["Content-Type"] = contentTypeJSON
 		// Rule names are restricted to [A-Za-z0-9_.-] by rules, so they need
 		// no JSON escaping.
 		body = `{"error":"rate_limited","rule":"` + rs.Name + `","retry_after":` + retry + "}\n"
 	} else {
-		h["Content-Type"] = []string{"text/plain; charset=utf-8"}
+		h["Content-Type"] = contentTypeText
 		body = "rate limited: retry in " + retry + "s\n"
 	}
-	h["X-Content-Type-Options"] = []string{"nosniff"}
+	h["X-Content-Type-Options"] = nosniff
 	w.WriteHeader(status)
 	if r.Method != http.MethodHead {
-		_, _ = w.Write([]byte(body))
+		_, _ = io.WriteString(w, body)
 	}
 }
+
+// Field values that never change, shared by every response: net/http only
+// reads them, and an append to a one-element slice reallocates, so a later
+// handler cannot change them for others (see staticResponder).
+var (
+	noStore         = []string{"no-store"}
+	contentTypeText = []string{"text/plain; charset=utf-8"}
+	contentTypeJSON = []string{"application/json"}
+	nosniff         = []string{"nosniff"}
+)
 
 // acceptsJSON reports whether an Accept field names a JSON media type
 // (application/json or a +json suffix) without refusing it with q=0.

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -197,7 +198,8 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 			if origin == nil {
 				origin = t.Origin
 			}
-			d.upstream = p.newForwarder(rd.Name, origin, cip, transport)
+			always := slices.ContainsFunc(rd.Rules, func(r *rules.Rule) bool { return r.Headers == rules.HeadersAlways })
+			d.upstream = p.newForwarder(rd.Name, origin, cip, transport, always)
 		}
 		st.domains[i] = d
 	}

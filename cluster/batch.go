@@ -2,11 +2,12 @@ package cluster
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/edgerate/edge/window"
-	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 )
 
 // maxPipeline bounds the commands of one flush round trip; a flush of more
@@ -154,39 +155,72 @@ func (c *Client) flush() {
 
 func (c *Client) flushChunk(ctx context.Context, items []flushItem) error {
 	start := time.Now()
-	cmds := make([]*redis.Cmd, len(items))
-	run := func(eval bool, only func(int) bool) error {
-		pipe := c.rdb.Pipeline()
-		for i, it := range items {
-			if only != nil && !only(i) {
-				continue
-			}
-			r := &it.b.d.rules[it.p.rule]
-			keys := []string{it.p.prefix}
-			if eval {
-				cmds[i] = flushScript.Eval(ctx, pipe, keys, it.key.start, r.periodSeconds, it.p.delta)
-			} else {
-				cmds[i] = flushScript.EvalSha(ctx, pipe, keys, it.key.start, r.periodSeconds, it.p.delta)
-			}
-		}
-		_, err := pipe.Exec(ctx)
-		return err
+	rdb := c.redis()
+	if rdb == nil {
+		c.done("flush", start, errNotConnected)
+		return errNotConnected
 	}
-	err := run(false, nil)
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+	cmds := make(rueidis.Commands, len(items))
+	for i, it := range items {
+		cmds[i] = flushCommand(rdb, it, false)
+	}
+	res := rdb.DoMulti(ctx, cmds...) // one pipeline (per node in Redis Cluster mode)
+	if anyNoScript(res) {
 		// Redis restarted or flushed its scripts: send the script with
 		// the commands that missed it (EVAL caches it again).
 		c.scriptsLoaded.Store(false)
-		err = run(true, func(i int) bool { return redis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") })
+		var again []int
+		cmds = cmds[:0]
+		for i, r := range res {
+			if isNoScript(r.Error()) {
+				again = append(again, i)
+				cmds = append(cmds, flushCommand(rdb, items[i], true))
+			}
+		}
+		for j, r := range rdb.DoMulti(ctx, cmds...) {
+			res[again[j]] = r
+		}
+	}
+	var err error
+	for _, r := range res {
+		if err = r.Error(); err != nil {
+			break
+		}
 	}
 	c.done("flush", start, err)
 	if err != nil {
 		return err
 	}
 	for i, it := range items {
-		if v, err := cmds[i].Int64Slice(); err == nil && len(v) == 2 {
+		if v, err := res[i].AsIntSlice(); err == nil && len(v) == 2 {
 			it.b.merge(it.key, v[0], v[1])
 		}
 	}
 	return nil
+}
+
+// flushCommand is the flush script for one key: EVALSHA, or EVAL.
+func flushCommand(rdb rueidis.Client, it flushItem, eval bool) rueidis.Completed {
+	r := &it.b.d.rules[it.p.rule]
+	start := strconv.FormatInt(it.key.start, 10)
+	period := strconv.FormatInt(r.periodSeconds, 10)
+	delta := strconv.FormatInt(it.p.delta, 10)
+	if eval {
+		return rdb.B().Eval().Script(flushScript.src).Numkeys(1).Key(it.p.prefix).Arg(start, period, delta).Build()
+	}
+	return rdb.B().Evalsha().Sha1(flushScript.sha).Numkeys(1).Key(it.p.prefix).Arg(start, period, delta).Build()
+}
+
+func anyNoScript(res []rueidis.RedisResult) bool {
+	for _, r := range res {
+		if isNoScript(r.Error()) {
+			return true
+		}
+	}
+	return false
+}
+
+func isNoScript(err error) bool {
+	re, ok := rueidis.IsRedisErr(err)
+	return ok && re.IsNoScript()
 }

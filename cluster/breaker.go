@@ -38,9 +38,8 @@ func (s State) String() string {
 // Breaker settings. An open spell starts at minOpen and doubles with each
 // failed probe up to maxOpen, less up to a fifth at random so that the
 // nodes of a PoP do not probe in step. With maxOpen at 500 ms a Redis that
-// comes back is in use again well within 2 s, even when go-redis's own
-// redial probe (once a second once every dial of the pool has failed) is
-// what notices first.
+// comes back is in use again well within 2 s (rueidis dials again on the
+// next command, within that command's deadline).
 const (
 	failThreshold = 3
 	minOpen       = 100 * time.Millisecond

@@ -13,7 +13,7 @@ import (
 	"github.com/edgerate/edge/internal/redistest"
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/window"
-	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 	"go.uber.org/goleak"
 )
 
@@ -50,13 +50,6 @@ func newDomain(t *testing.T, c *Client, l window.Limit) (*Domain, *window.Store)
 	}
 	t.Cleanup(d.Close)
 	return d, store
-}
-
-func rdb(t *testing.T, addr string) *redis.Client {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, DisableIdentity: true})
-	t.Cleanup(func() { c.Close() })
-	return c
 }
 
 // allow asks d for one request of client key.
@@ -144,7 +137,7 @@ func TestBreaker(t *testing.T) {
 func TestDecideScriptIsExact(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newClient(t, testConfig(srv.Addr, rules.SyncExact, rules.FailLocal), "n1")
-	r := rdb(t, srv.Addr)
+	r := srv.Client()
 	ctx := context.Background()
 	const period = 720 * time.Hour
 	rng := rand.New(rand.NewPCG(7, 8))
@@ -156,15 +149,19 @@ func TestDecideScriptIsExact(t *testing.T) {
 			prev, curr = limit, limit/2 // near the threshold
 		}
 		prefix := "edge:test:site:r:2592000s:{" + strconv.Itoa(i) + "}"
-		now, err := r.Time(ctx).Result()
+		now, err := r.Do(ctx, r.B().Time().Build()).AsIntSlice() // seconds, microseconds
 		if err != nil {
 			t.Fatal(err)
 		}
-		start := now.Unix() / 2592000 * 2592000
-		r.Set(ctx, prefix+":"+strconv.FormatInt(start, 10), curr, time.Hour)
-		r.Set(ctx, prefix+":"+strconv.FormatInt(start-2592000, 10), prev, time.Hour)
-		vals, err := decideScript.Run(ctx, c.rdb, []string{prefix},
-			strconv.FormatInt(limit, 10), strconv.FormatInt(int64(period/time.Microsecond), 10), "0", "0").Int64Slice()
+		start := now[0] / 2592000 * 2592000
+		for k, v := range map[int64]int64{start: curr, start - 2592000: prev} {
+			key, val := prefix+":"+strconv.FormatInt(k, 10), strconv.FormatInt(v, 10)
+			if err := r.Do(ctx, r.B().Set().Key(key).Value(val).Ex(time.Hour).Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		vals, err := c.exec(ctx, decideScript, []string{prefix}, []string{
+			strconv.FormatInt(limit, 10), strconv.FormatInt(int64(period/time.Microsecond), 10), "0", "0"}).AsIntSlice()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -278,6 +275,48 @@ func TestBudgetAgainstStoppedRedis(t *testing.T) {
 	}
 }
 
+// TestFlushAfterScriptFlush: in batched mode, a flush that meets NOSCRIPT
+// (Redis lost its scripts) sends the script with EVAL in the same flush,
+// without an error, and the counts reach Redis.
+func TestFlushAfterScriptFlush(t *testing.T) {
+	srv := redistest.Start(t)
+	var flushes, failed atomic.Int64
+	cfg := testConfig(srv.Addr, rules.SyncBatched, rules.FailLocal)
+	cfg.HeartbeatInterval = time.Hour // no SCRIPT LOAD after the first heartbeat
+	c, err := New(Options{Config: cfg, Pop: "test", Node: "n1", OnRoundTrip: func(op string, _ time.Duration, err error) {
+		if op == "flush" {
+			flushes.Add(1)
+			if err != nil {
+				failed.Add(1)
+			}
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	waitFor(t, 2*time.Second, "scripts loaded", c.scriptsLoaded.Load)
+	d, store := newDomain(t, c, window.Limit{Limit: 100, Period: time.Minute})
+	r := srv.Client()
+	if err := r.Do(t.Context(), r.B().ScriptFlush().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		allow(d, store, "a")
+		allow(d, store, "b")
+	}
+	waitFor(t, time.Second, "a flush", func() bool { return flushes.Load() > 0 })
+	if n := failed.Load(); n != 0 {
+		t.Fatalf("%d flushes failed after SCRIPT FLUSH", n)
+	}
+	if c.scriptsLoaded.Load() {
+		t.Error("NOSCRIPT did not mark the scripts for loading")
+	}
+	if n := srv.CheckTTLs(t); n != 3 {
+		t.Errorf("%d keys in redis after the flush, want 3 (two counters and the node registry)", n)
+	}
+}
+
 // TestClientStopsItsGoroutines: Close stops the heartbeat and the flusher,
 // in each mode, whether or not Redis is up.
 func TestClientStopsItsGoroutines(t *testing.T) {
@@ -308,7 +347,7 @@ func TestClientStopsItsGoroutines(t *testing.T) {
 			if err := c.Close(); err != nil {
 				t.Fatalf("second Close: %v", err)
 			}
-			goleak.VerifyNone(t, ignore, goRedisRedial)
+			goleak.VerifyNone(t, ignore)
 		})
 	}
 }
@@ -333,29 +372,52 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	}
 }
 
+// TestErrorReason classifies errors as rueidis reports them: error replies
+// from a real Redis (a script's redis.error_reply), a refused connection,
+// a closed client and the budget running out.
 func TestErrorReason(t *testing.T) {
+	srv := redistest.Start(t)
+	r := srv.Client()
+	ctx := context.Background()
+	reply := func(msg string) error {
+		err := r.Do(ctx, r.B().Eval().Script("return redis.error_reply(ARGV[1])").Numkeys(0).Arg(msg).Build()).Error()
+		if _, ok := rueidis.IsRedisErr(err); !ok {
+			t.Fatalf("error reply %q came back as %v, not a *rueidis.RedisError", msg, err)
+		}
+		return err
+	}
+	refused := func() error {
+		cfg := testConfig("127.0.0.1:"+strconv.Itoa(redistest.FreePort(t)), rules.SyncExact, rules.FailLocal)
+		c, err := New(Options{Config: cfg, Pop: "test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		return c.exec(ctx, forgetScript, []string{"k"}, []string{"1", "2"}).Error()
+	}
+	closed := func() error {
+		c := redistest.NewClient(t, srv.Addr)
+		c.Close()
+		return c.Do(ctx, c.B().Ping().Build()).Error()
+	}
 	for _, tt := range []struct {
 		err  error
 		want string
 	}{
 		{context.DeadlineExceeded, "timeout"},
-		{redis.ErrClosed, "connection"},
-		{proto("LOADING Redis is loading the dataset in memory"), "loading"},
-		{proto("READONLY You can't write against a read only replica."), "readonly"},
-		{proto("OOM command not allowed when used memory > 'maxmemory'."), "oom"},
-		{proto("BUSY Redis is busy running a script."), "busy"},
-		{proto("ERR unknown command"), "reply"},
+		{rueidis.ErrClosing, "connection"},
+		{closed(), "connection"},
+		{refused(), "connection"},
+		{errNotConnected, "connection"},
+		{reply("LOADING Redis is loading the dataset in memory"), "loading"},
+		{reply("READONLY You can't write against a read only replica."), "readonly"},
+		{reply("OOM command not allowed when used memory > 'maxmemory'."), "oom"},
+		{reply("BUSY Redis is busy running a script."), "busy"},
+		{reply("ERR unknown command"), "reply"},
+		{rueidis.Nil, "reply"},
 	} {
 		if got := ErrorReason(tt.err); got != tt.want {
 			t.Errorf("ErrorReason(%v) = %q, want %q", tt.err, got, tt.want)
 		}
 	}
 }
-
-// proto returns an error reply as go-redis reports it (a redis.Error).
-func proto(msg string) error { return redisError(msg) }
-
-type redisError string
-
-func (e redisError) Error() string { return string(e) }
-func (redisError) RedisError()     {}

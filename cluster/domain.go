@@ -49,7 +49,7 @@ type domainRule struct {
 	Rule
 	base          string // "edge:<pop>:<domain>:<rule>:<period>s:"
 	periodSeconds int64
-	args          []any // decideScript's ARGV
+	args          []string // decideScript's ARGV
 }
 
 // blockedUntil is a block remembered in exact mode.
@@ -81,7 +81,7 @@ func (c *Client) Domain(name string, rs []Rule, store *window.Store) (*Domain, e
 			Rule:          r,
 			base:          "edge:" + c.pop + ":" + name + ":" + r.Name + ":" + strconv.FormatInt(secs, 10) + "s:",
 			periodSeconds: secs,
-			args: []any{
+			args: []string{
 				strconv.FormatInt(r.Limit.Limit, 10),
 				strconv.FormatInt(int64(r.Limit.Period/time.Microsecond), 10),
 				strconv.FormatInt(int64(r.Limit.Mitigation/time.Microsecond), 10),
@@ -235,7 +235,7 @@ func (d *Domain) Allow(call *Call, i int, k window.Key, key []byte, now time.Tim
 		return d.fallback(call, r, k, now)
 	}
 	prefix := r.prefix(key)
-	vals, err := decideScript.Run(call.context(d.c.cfg.Budget), d.c.rdb, []string{prefix}, r.args...).Int64Slice()
+	vals, err := d.c.exec(call.context(d.c.cfg.Budget), decideScript, []string{prefix}, r.args).AsIntSlice()
 	if err == nil && len(vals) != 7 {
 		err = fmt.Errorf("cluster: decide script returned %d values, want 7", len(vals))
 	}
@@ -293,7 +293,7 @@ func (d *Domain) Refund(call *Call, i int, k window.Key, dec window.Decision, no
 	if call.Unavailable || !d.c.br.allow(start) {
 		return dec
 	}
-	err := refundScript.Run(call.context(d.c.cfg.Budget), d.c.rdb, []string{c.prefix}, c.start).Err()
+	err := d.c.exec(call.context(d.c.cfg.Budget), refundScript, []string{c.prefix}, []string{strconv.FormatInt(c.start, 10)}).Error()
 	d.c.done("refund", start, err)
 	if err == nil && dec.Allowed {
 		dec.Remaining = min(dec.Remaining+1, d.rules[i].Limit.Limit)
@@ -311,7 +311,8 @@ func (d *Domain) Forget(ctx context.Context, i int, k window.Key, key []byte, no
 	}
 	cur := r.periodStart(now)
 	start := time.Now()
-	err := forgetScript.Run(ctx, d.c.rdb, []string{r.prefix(key)}, cur, cur-r.periodSeconds).Err()
+	err := d.c.exec(ctx, forgetScript, []string{r.prefix(key)},
+		[]string{strconv.FormatInt(cur, 10), strconv.FormatInt(cur-r.periodSeconds, 10)}).Error()
 	d.c.done("forget", start, err)
 	return err
 }

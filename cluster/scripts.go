@@ -1,11 +1,16 @@
 package cluster
 
-import "github.com/redis/go-redis/v9"
+import (
+	"crypto/sha1"
+	"encoding/hex"
+
+	"github.com/redis/rueidis"
+)
 
 // The Lua scripts edge runs in Redis. Each is sent once per server with
 // SCRIPT LOAD and run with EVALSHA; a server that answers NOSCRIPT (it
 // restarted, or its script cache was flushed) gets the script again, with
-// EVAL, and then SCRIPT LOAD (go-redis Script.Run, and reload in flush).
+// EVAL, and then SCRIPT LOAD (rueidis Lua.Exec, and reload in flush).
 //
 // Keys: every script is passed the key prefix of one client under one rule,
 //
@@ -18,6 +23,19 @@ import "github.com/redis/go-redis/v9"
 // are in one slot, which is what lets one script read and write them
 // atomically there. Every key written gets a TTL in the same script: two
 // periods for counters, the mitigation's length for a mitigation.
+
+// script is one Lua script: rueidis runs it (Lua.Exec) for single round
+// trips; flush pipelines EVALSHA of sha itself, and loadScripts sends src.
+type script struct {
+	lua *rueidis.Lua
+	src string
+	sha string // SHA-1 of src, hex
+}
+
+func newScript(src string) *script {
+	sum := sha1.Sum([]byte(src))
+	return &script{lua: rueidis.NewLuaScript(src), src: src, sha: hex.EncodeToString(sum[:])}
+}
 
 // lessProduct is Lua shared by the scripts that decide: a×b < c×d, exactly,
 // for integers below 2⁵³. Lua 5.1 (Redis's) has only doubles, whose 53-bit
@@ -62,7 +80,7 @@ end
 // count_blocked (0 or 1).
 // Returns {allowed, counted, prev, curr (after counting), elapsed (µs),
 // mitigation left (µs), period start (Unix s)}.
-var decideScript = redis.NewScript(lessProduct + `
+var decideScript = newScript(lessProduct + `
 local limit = tonumber(ARGV[1])
 local period = tonumber(ARGV[2])
 local mitigation = tonumber(ARGV[3])
@@ -102,7 +120,7 @@ return {allowed, counted, prev, curr, e, left, start}
 // ARGV[1] (Unix s), for a request another rule blocked. It never creates a
 // key (DECR of a missing key would make one without a TTL) and keeps the
 // key's TTL.
-var refundScript = redis.NewScript(`
+var refundScript = newScript(`
 local k = KEYS[1] .. ':' .. ARGV[1]
 local n = tonumber(redis.call('GET', k) or '0')
 if n > 0 then redis.call('DECR', k) end
@@ -113,7 +131,7 @@ return n
 // (possibly 0, or negative after refunds), to the period starting at
 // ARGV[1] (Unix s) of a rule with period ARGV[2] (s), and returns the
 // PoP-wide counts {prev, curr} of that period and the one before.
-var flushScript = redis.NewScript(`
+var flushScript = newScript(`
 local start = tonumber(ARGV[1])
 local period = tonumber(ARGV[2])
 local delta = tonumber(ARGV[3])
@@ -137,7 +155,7 @@ return {tonumber(redis.call('GET', pk) or '0'), curr}
 // ('0') in the sorted set KEYS[1] of the PoP's nodes, scored by Redis's
 // clock in ms, drops nodes not seen for ARGV[2] ms, and returns how many
 // are left. The set expires ARGV[2] ms after the last heartbeat.
-var heartbeatScript = redis.NewScript(`
+var heartbeatScript = newScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[2])
@@ -154,8 +172,8 @@ return n
 
 // forgetScript deletes a client's counters and mitigation under one rule
 // (the admin API's DELETE): the periods starting at ARGV[1] and ARGV[2].
-var forgetScript = redis.NewScript(`
+var forgetScript = newScript(`
 return redis.call('DEL', KEYS[1] .. ':' .. ARGV[1], KEYS[1] .. ':' .. ARGV[2], KEYS[1] .. ':m')
 `)
 
-var allScripts = []*redis.Script{decideScript, refundScript, flushScript, heartbeatScript, forgetScript}
+var allScripts = []*script{decideScript, refundScript, flushScript, heartbeatScript, forgetScript}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/edgerate/edge/internal/redistest"
 	"github.com/edgerate/edge/rules"
-	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 )
 
 // BenchmarkServeHTTPShared measures requests through the real proxy (a
@@ -77,9 +77,9 @@ func BenchmarkServeHTTPShared(b *testing.B) {
 // commandCalls returns from INFO commandstats how many commands clients
 // sent Redis (EVALSHA, EVAL, SCRIPT and the rest, INFO excluded) and how
 // many commands ran in all, those the scripts called included.
-func commandCalls(t testing.TB, c *redis.Client) (sent, all int) {
+func commandCalls(t testing.TB, c rueidis.Client) (sent, all int) {
 	t.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
+	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -266,7 +266,8 @@ func TestSharedFaults(t *testing.T) {
 			recovered(t, ps[0], time.Now())
 		}},
 		{"script cache flushed, exact", "exact", "closed", 5, func(t *testing.T, srv *redistest.Server, ps []*Proxy) {
-			if err := srv.Client().ScriptFlush(t.Context()).Err(); err != nil {
+			r := srv.Client()
+			if err := r.Do(t.Context(), r.B().ScriptFlush().Build()).Error(); err != nil {
 				t.Fatal(err)
 			}
 			// No client-visible error, and counting goes on across the flush.

@@ -149,11 +149,13 @@ type RedisConfig struct {
 	// requirepass). The password is never shown by the admin API.
 	Username string `mapstructure:"username"`
 	Password string `mapstructure:"password"`
-	// PoolSize is the most connections per Redis server. Default 32;
-	// valid 1..10000.
+	// PoolSize is the most dedicated connections per Redis server, used
+	// by flushes of over 2000 keys; everything else is pipelined on a few
+	// shared connections. Default 32; valid 1..10000.
 	PoolSize int `mapstructure:"pool_size"`
-	// DialTimeout bounds connecting to Redis in the background; a request
-	// never waits longer than the budget. Default 1s; valid 1ms..30s.
+	// DialTimeout bounds each connection attempt to Redis (dial and
+	// handshake); a request never waits longer than the budget. Default
+	// 1s; valid 1ms..30s.
 	DialTimeout time.Duration `mapstructure:"dial_timeout"`
 }
 

@@ -125,6 +125,10 @@ func (sh *shard) forget(fp uint64) {
 // loadNum/loadDen is the largest fraction of a shard's slots ever occupied.
 const loadNum, loadDen = 4, 5
 
+// shardSlack is how many slots each shard has beyond its share's: 16
+// slots of 24 bytes a shard is 0.04 bytes a key at 10 million keys.
+const shardSlack = 16
+
 // sampleSize is how many occupied slots an eviction looks at.
 const sampleSize = 16
 
@@ -177,11 +181,12 @@ func New(opts Options) (*Store, error) {
 		if i < opts.Capacity%n {
 			share++
 		}
-		// Slots for the shard's share at a load of at most 4/5; a shard may
-		// hold up to 9/10 of its slots (12.5% over its share) while the
-		// store as a whole has room, so that uneven hashing does not make
-		// shards evict before the store is full.
-		sh.slots = make([]entry, share*loadDen/loadNum+1)
+		// Slots for the shard's share at a load of at most 4/5, plus a few
+		// so that small shards, whose fill varies most, have slack too; a
+		// shard may hold up to 9/10 of its slots (12.5% or more over its
+		// share) while the store as a whole has room, so that uneven
+		// hashing does not make shards evict before the store is full.
+		sh.slots = make([]entry, share*loadDen/loadNum+shardSlack)
 		sh.limit = max(len(sh.slots)*9/10, share)
 	}
 	return s, nil

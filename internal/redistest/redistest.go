@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 )
 
 // Server is one redis-server process, restartable on the same port.
@@ -130,11 +130,33 @@ func (s *Server) signal(sig syscall.Signal) {
 	}
 }
 
-// Client returns a go-redis client of the server, closed when the test
-// ends.
-func (s *Server) Client() *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, Protocol: 2, DisableIdentity: true})
-	s.t.Cleanup(func() { c.Close() })
+// Client returns a rueidis client of the server (RESP2, no client-side
+// cache), closed when the test ends.
+func (s *Server) Client() rueidis.Client {
+	s.t.Helper()
+	c := NewClient(s.t, s.Addr)
+	s.t.Cleanup(c.Close)
+	return c
+}
+
+// NewClient returns a rueidis client of the Redis server at addr, for the
+// caller to close. It fails t if the server does not answer.
+func NewClient(t testing.TB, addr string) rueidis.Client {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{
+		InitAddress:       []string{addr},
+		ForceSingleClient: true,
+		AlwaysRESP2:       true,
+		DisableCache:      true,
+		ClientSetInfo:     rueidis.DisableClientSetInfo,
+		Dialer:            net.Dialer{Timeout: time.Second},
+	})
+	if err != nil {
+		if c != nil {
+			c.Close()
+		}
+		t.Fatalf("connecting to redis at %s: %v", addr, err)
+	}
 	return c
 }
 
@@ -145,21 +167,27 @@ func (s *Server) CheckTTLs(t testing.TB) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c := s.Client()
+	c := NewClient(t, s.Addr)
+	defer c.Close()
 	n := 0
-	iter := c.Scan(ctx, 0, "*", 1000).Iterator()
-	for iter.Next(ctx) {
-		n++
-		ttl, err := c.PTTL(ctx, iter.Val()).Result()
+	var cursor uint64
+	for {
+		e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match("*").Count(1000).Build()).AsScanEntry()
 		if err != nil {
-			t.Fatalf("PTTL %s: %v", iter.Val(), err)
+			t.Fatalf("SCAN: %v", err)
 		}
-		if ttl == -1 {
-			t.Errorf("key %q has no TTL", iter.Val())
+		for _, k := range e.Elements {
+			n++
+			ttl, err := c.Do(ctx, c.B().Pttl().Key(k).Build()).AsInt64()
+			if err != nil {
+				t.Fatalf("PTTL %s: %v", k, err)
+			}
+			if ttl == -1 {
+				t.Errorf("key %q has no TTL", k)
+			}
+		}
+		if cursor = e.Cursor; cursor == 0 {
+			return n
 		}
 	}
-	if err := iter.Err(); err != nil {
-		t.Fatalf("SCAN: %v", err)
-	}
-	return n
 }

@@ -177,3 +177,10 @@ return redis.call('DEL', KEYS[1] .. ':' .. ARGV[1], KEYS[1] .. ':' .. ARGV[2], K
 `)
 
 var allScripts = []*script{decideScript, refundScript, flushScript, heartbeatScript, forgetScript}
+
+// ScriptSources returns the Lua source of the scripts behind exact-mode
+// decisions and batched flushes, for tools that replay edge's Redis
+// workload (bench/redisclient compares Redis clients on them).
+func ScriptSources() (decide, flush string) {
+	return decideScript.src, flushScript.src
+}

@@ -29,6 +29,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/edgerate/edge/cluster"
 	"io"
 	"net"
 	"os/exec"
@@ -46,92 +47,9 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// lessProduct, decideLua and flushLua are copied verbatim from
-// cluster/scripts.go (lessProduct, decideScript and flushScript), which does
-// not export them. Keep them in step with that file.
-const lessProduct = `
-local B = 16777216
-local function split(x)
-  local x0 = x % B
-  x = (x - x0) / B
-  local x1 = x % B
-  return x0, x1, (x - x1) / B
-end
-local function mul(a, b)
-  local a0, a1, a2 = split(a)
-  local b0, b1, b2 = split(b)
-  local r = {a0*b0, a0*b1 + a1*b0, a0*b2 + a1*b1 + a2*b0, a1*b2 + a2*b1, a2*b2, 0}
-  for i = 1, 5 do
-    local c = math.floor(r[i] / B)
-    r[i] = r[i] - c * B
-    r[i+1] = r[i+1] + c
-  end
-  return r
-end
-local function lessProduct(a, b, c, d)
-  local x, y = mul(a, b), mul(c, d)
-  for i = 6, 1, -1 do
-    if x[i] ~= y[i] then return x[i] < y[i] end
-  end
-  return false
-end
-`
-
-const decideLua = lessProduct + `
-local limit = tonumber(ARGV[1])
-local period = tonumber(ARGV[2])
-local mitigation = tonumber(ARGV[3])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local w = math.floor(now / period)
-local e = now - w * period
-local start = w * (period / 1000000)
-local ck = KEYS[1] .. ':' .. string.format('%.0f', start)
-local pk = KEYS[1] .. ':' .. string.format('%.0f', start - period / 1000000)
-local mk = KEYS[1] .. ':m'
-local curr = tonumber(redis.call('GET', ck) or '0')
-local prev = tonumber(redis.call('GET', pk) or '0')
-local left = 0
-if mitigation > 0 then
-  local untilT = tonumber(redis.call('GET', mk) or '0')
-  if untilT > now then left = untilT - now end
-end
-local allowed = 0
-if left == 0 and curr < limit and (prev == 0 or lessProduct(prev, period - e, limit - curr, period)) then
-  allowed = 1
-end
-local counted = 0
-if allowed == 1 or ARGV[4] == '1' then
-  curr = redis.call('INCR', ck)
-  redis.call('PEXPIRE', ck, 2 * period / 1000)
-  counted = 1
-end
-if allowed == 0 and left == 0 and mitigation > 0 then
-  left = mitigation
-  redis.call('SET', mk, string.format('%.0f', now + mitigation), 'PX', math.ceil(mitigation / 1000))
-end
-return {allowed, counted, prev, curr, e, left, start}
-`
-
-const flushLua = `
-local start = tonumber(ARGV[1])
-local period = tonumber(ARGV[2])
-local delta = tonumber(ARGV[3])
-local ck = KEYS[1] .. ':' .. ARGV[1]
-local pk = KEYS[1] .. ':' .. string.format('%.0f', start - period)
-local curr
-if delta ~= 0 then
-  curr = redis.call('INCRBY', ck, delta)
-  if curr < 0 then
-    curr = 0
-    redis.call('SET', ck, '0')
-  end
-  redis.call('PEXPIRE', ck, 2000 * period)
-else
-  curr = tonumber(redis.call('GET', ck) or '0')
-end
-return {tonumber(redis.call('GET', pk) or '0'), curr}
-`
+// decideLua and flushLua are the scripts edge runs (cluster/scripts.go),
+// so the clients are compared on edge's own workload.
+var decideLua, flushLua = cluster.ScriptSources()
 
 const (
 	// clients is how many distinct clients (key prefixes) the workloads

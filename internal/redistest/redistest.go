@@ -10,7 +10,9 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -24,6 +26,7 @@ type Server struct {
 	Addr string // 127.0.0.1:port
 	Port int
 	cmd  *exec.Cmd
+	args []string // extra redis-server arguments (StartCluster)
 }
 
 // Start starts a redis-server on a free port and waits until it answers.
@@ -69,6 +72,7 @@ func (s *Server) Restart() {
 	s.t.Helper()
 	cmd := exec.Command(Path(s.t), "--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning")
+	cmd.Args = append(cmd.Args, s.args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		s.t.Fatalf("starting redis-server: %v", err)
@@ -190,4 +194,101 @@ func (s *Server) CheckTTLs(t testing.TB) int {
 			return n
 		}
 	}
+}
+
+// Cluster is a Redis Cluster of masters without replicas, each a Server.
+type Cluster struct {
+	Servers []*Server
+}
+
+// Addrs returns the addresses of the cluster's nodes.
+func (c *Cluster) Addrs() []string {
+	addrs := make([]string, len(c.Servers))
+	for i, s := range c.Servers {
+		addrs[i] = s.Addr
+	}
+	return addrs
+}
+
+// StartCluster starts n (at least 3) redis-server processes in cluster mode
+// on free ports, each with its cluster config in a temporary directory,
+// joins them with redis-cli --cluster create (no replicas, the slots split
+// evenly), and waits until every node reports cluster_state:ok. Every
+// process is killed by its PID when the test ends. Without redis-server or
+// redis-cli the test is skipped, or fails under CI.
+func StartCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	if n < 3 {
+		t.Fatalf("StartCluster: a Redis Cluster needs at least 3 masters, got %d", n)
+	}
+	Path(t)
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("redis-cli not installed: .ci/run must install the redis-server package (redis-tools)")
+		}
+		t.Skip("redis-cli not installed (apt-get install redis-tools); skipping the Redis Cluster tests")
+	}
+	dir := t.TempDir()
+	c := &Cluster{}
+	for range n {
+		s := &Server{t: t, Port: FreePort(t)}
+		s.Addr = "127.0.0.1:" + strconv.Itoa(s.Port)
+		s.args = []string{"--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(dir, "nodes-"+strconv.Itoa(s.Port)+".conf"),
+			"--cluster-node-timeout", "5000", "--dir", dir}
+		t.Cleanup(s.Kill) // registered before Restart, which may fail t
+		s.Restart()
+		c.Servers = append(c.Servers, s)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	args := append([]string{"--cluster", "create"}, c.Addrs()...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, s := range c.Servers {
+		for {
+			out, err := exec.CommandContext(ctx, cli, "-h", "127.0.0.1", "-p", strconv.Itoa(s.Port), "cluster", "info").Output()
+			if err == nil && strings.Contains(string(out), "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("redis cluster node %s not ok within 10s: %v\n%s", s.Addr, err, out)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return c
+}
+
+// CheckTTLs runs Server.CheckTTLs on every node and returns how many keys
+// each holds.
+func (c *Cluster) CheckTTLs(t testing.TB) []int {
+	t.Helper()
+	counts := make([]int, len(c.Servers))
+	for i, s := range c.Servers {
+		counts[i] = s.CheckTTLs(t)
+	}
+	return counts
+}
+
+// Client returns a Redis Cluster client of c (RESP2, no client-side cache),
+// closed when the test ends.
+func (c *Cluster) Client(t testing.TB) rueidis.Client {
+	t.Helper()
+	r, err := rueidis.NewClient(rueidis.ClientOption{
+		InitAddress:   c.Addrs(),
+		AlwaysRESP2:   true,
+		DisableCache:  true,
+		ClientSetInfo: rueidis.DisableClientSetInfo,
+		Dialer:        net.Dialer{Timeout: time.Second},
+	})
+	if err != nil {
+		t.Fatalf("connecting to the redis cluster: %v", err)
+	}
+	t.Cleanup(r.Close)
+	return r
 }

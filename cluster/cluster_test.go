@@ -283,14 +283,7 @@ func TestFlushAfterScriptFlush(t *testing.T) {
 	var flushes, failed atomic.Int64
 	cfg := testConfig(srv.Addr, rules.SyncBatched, rules.FailLocal)
 	cfg.HeartbeatInterval = time.Hour // no SCRIPT LOAD after the first heartbeat
-	c, err := New(Options{Config: cfg, Pop: "test", Node: "n1", OnRoundTrip: func(op string, _ time.Duration, err error) {
-		if op == "flush" {
-			flushes.Add(1)
-			if err != nil {
-				failed.Add(1)
-			}
-		}
-	}})
+	c, err := New(Options{Config: cfg, Pop: "test", Node: "n1", OnRoundTrip: flushCounter(&flushes, &failed)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,6 +411,19 @@ func TestErrorReason(t *testing.T) {
 	} {
 		if got := ErrorReason(tt.err); got != tt.want {
 			t.Errorf("ErrorReason(%v) = %q, want %q", tt.err, got, tt.want)
+		}
+	}
+}
+
+// flushCounter returns an OnRoundTrip hook that counts flushes and the
+// ones that failed.
+func flushCounter(flushes, failed *atomic.Int64) func(string, time.Duration, error) {
+	return func(op string, _ time.Duration, err error) {
+		if op == "flush" {
+			flushes.Add(1)
+			if err != nil {
+				failed.Add(1)
+			}
 		}
 	}
 }

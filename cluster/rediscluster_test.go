@@ -116,14 +116,7 @@ func TestRedisClusterMode(t *testing.T) {
 		var flushes, failed atomic.Int64
 		newBatched := func(node string) *Client {
 			c, err := New(Options{Config: conf(rules.SyncBatched), Pop: "batched", Node: node,
-				OnRoundTrip: func(op string, _ time.Duration, err error) {
-					if op == "flush" {
-						flushes.Add(1)
-						if err != nil {
-							failed.Add(1)
-						}
-					}
-				}})
+				OnRoundTrip: flushCounter(&flushes, &failed)})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -25,6 +25,10 @@ type ListenerOptions struct {
 	// The server's own write deadlines still apply when earlier. 0 means
 	// no bound.
 	WriteIdleTimeout time.Duration
+	// OnReject, if set, is called once for each request the Listener
+	// refuses for its framing (cmd/edge counts them in a metric). It must
+	// be quick and must not block.
+	OnReject func()
 }
 
 // Listener screens the HTTP/1.x framing of every request on its
@@ -55,6 +59,7 @@ type ListenerOptions struct {
 // connection inside the TLS layer, which this type does not do.
 type Listener struct {
 	net.Listener
+	onReject  func()
 	maxHead   int
 	writeIdle time.Duration
 }
@@ -67,7 +72,7 @@ func NewListener(ln net.Listener, opts ListenerOptions) *Listener {
 	}
 	// net/http reads at most MaxHeaderBytes plus its 4 KiB bufio buffer
 	// before it answers 431, so a longer head can never be served.
-	return &Listener{Listener: ln, maxHead: mhb + 4096, writeIdle: max(opts.WriteIdleTimeout, 0)}
+	return &Listener{Listener: ln, maxHead: mhb + 4096, writeIdle: max(opts.WriteIdleTimeout, 0), onReject: opts.OnReject}
 }
 
 // Accept returns the next connection, wrapped.
@@ -76,7 +81,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &guardConn{Conn: c, f: framer{maxHead: l.maxHead}, writeIdle: l.writeIdle}, nil
+	return &guardConn{Conn: c, f: framer{maxHead: l.maxHead, onReject: l.onReject}, writeIdle: l.writeIdle}, nil
 }
 
 // guardConn is a connection whose reads go through a framer.
@@ -260,7 +265,8 @@ const rejectLine = "\x00 / HTTP/1.1\r\n\r\n"
 // bytes on as they come, checking chunked framing. It does no I/O and is
 // not safe for concurrent use.
 type framer struct {
-	maxHead int
+	maxHead  int
+	onReject func() // nil for none
 
 	st     frameState
 	buf    []byte // buf[lo:hi] is received and not yet delivered
@@ -565,6 +571,9 @@ func (f *framer) stepHead(in []byte) bool {
 
 // reject replaces the current head, and drops everything after it.
 func (f *framer) reject(reason string) {
+	if f.onReject != nil {
+		f.onReject()
+	}
 	f.st, f.reason, f.repl = stRejected, reason, rejectLine
 	f.lo, f.hi, f.ready, f.skip = 0, 0, 0, 0
 	f.buf = nil

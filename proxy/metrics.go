@@ -25,6 +25,7 @@ type metrics struct {
 	upstream     *prometheus.HistogramVec
 	misdirected  prometheus.Counter
 	refused      *prometheus.CounterVec
+	framing      prometheus.Counter
 	xffMalformed prometheus.Counter
 	buildInfo    prometheus.Gauge
 
@@ -81,6 +82,10 @@ func newMetrics(p *Proxy, version string) *metrics {
 			Name: "edge_refused_requests_total",
 			Help: "Requests refused before any rule by the request screen (ambiguous targets, h2c upgrades, bad bodies), by status code. Framing errors refused by the listener before parsing are not counted here.",
 		}, []string{"code"}),
+		framing: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edge_framing_refused_total",
+			Help: "Requests the public listener refused for their HTTP/1.1 framing (Transfer-Encoding with Content-Length, duplicate Content-Length, malformed chunks, bare LF, ...) before net/http parsed them; each got 400 and its connection was closed.",
+		}),
 		xffMalformed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "edge_client_ip_xff_malformed_total",
 			Help: "Requests from a trusted proxy whose X-Forwarded-For could not be read; they were keyed by the proxy's address.",
@@ -121,7 +126,7 @@ func newMetrics(p *Proxy, version string) *metrics {
 func (m *metrics) register(reg prometheus.Registerer) error {
 	m.buildInfo.Set(1)
 	var errs []error
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.reloads, m.lastReload, m.reloadOK, m.upstream, m.misdirected, m.refused, m.xffMalformed, m.buildInfo, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.reloads, m.lastReload, m.reloadOK, m.upstream, m.misdirected, m.refused, m.framing, m.xffMalformed, m.buildInfo, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
 		errs = append(errs, reg.Register(c))
 	}
 	return errors.Join(errs...)

@@ -206,6 +206,10 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 	return st, nil
 }
 
+// FramingRefused counts a request the Listener refused for its framing; give
+// it to ListenerOptions.OnReject.
+func (p *Proxy) FramingRefused() { p.metrics.framing.Inc() }
+
 // domain returns the domain named name, or nil.
 func (st *state) domain(name string) *domain {
 	if rd, ok := st.table.Domain(name); ok {

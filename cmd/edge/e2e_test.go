@@ -190,6 +190,11 @@ domains:
 	if families["edge_misdirected_requests_total"].GetMetric()[0].GetCounter().GetValue() != 1 {
 		t.Errorf("edge_misdirected_requests_total != 1")
 	}
+	// The two framing attempts (TE+CL, duplicate Content-Length) were
+	// refused by the listener and counted; the h2c upgrade by the screen.
+	if got := families["edge_framing_refused_total"].GetMetric()[0].GetCounter().GetValue(); got != 2 {
+		t.Errorf("edge_framing_refused_total = %v, want 2", got)
+	}
 
 	// SIGTERM while a request is in flight: it completes, edge exits 0.
 	slow := make(chan int, 1)

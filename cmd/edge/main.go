@@ -220,6 +220,7 @@ func serve(ctx context.Context, table *rules.Table, hash, path string, log *slog
 		errc <- public.Serve(proxy.NewListener(publicLn, proxy.ListenerOptions{
 			MaxHeaderBytes:   public.MaxHeaderBytes, // must equal the server's
 			WriteIdleTimeout: 30 * time.Second,
+			OnReject:         p.FramingRefused,
 		}))
 	}()
 	go func() { errc <- admin.Serve(adminLn) }()

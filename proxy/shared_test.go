@@ -287,7 +287,7 @@ func TestSharedFaults(t *testing.T) {
 			}
 			srv.Restart()
 			recovered(t, ps[0], time.Now())
-			waitUntil(t, time.Second, "flushed counts in the restarted redis", func() bool { return srv.CheckTTLs(t) > 1 })
+			waitUntil(t, 2*time.Second, "flushed counts in the restarted redis", func() bool { return srv.CheckTTLs(t) > 1 })
 		}},
 	}
 	for _, tt := range tests {

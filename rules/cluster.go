@@ -3,7 +3,6 @@ package rules
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 )
 
@@ -52,15 +51,7 @@ const (
 )
 
 // String returns the config spelling, "local" or "redis".
-func (s StoreKind) String() string {
-	switch s {
-	case StoreLocal:
-		return "local"
-	case StoreRedis:
-		return "redis"
-	}
-	return "StoreKind(" + strconv.Itoa(int(s)) + ")"
-}
+func (s StoreKind) String() string { return storeSpelling.name(s) }
 
 // SyncMode says how a node shares counts through Redis. The zero value is
 // SyncExact.
@@ -72,15 +63,7 @@ const (
 )
 
 // String returns the config spelling, "exact" or "batched".
-func (m SyncMode) String() string {
-	switch m {
-	case SyncExact:
-		return "exact"
-	case SyncBatched:
-		return "batched"
-	}
-	return "SyncMode(" + strconv.Itoa(int(m)) + ")"
-}
+func (m SyncMode) String() string { return syncSpelling.name(m) }
 
 // FailureMode says how requests are decided while Redis cannot answer. The
 // zero value is FailLocal.
@@ -93,17 +76,7 @@ const (
 )
 
 // String returns the config spelling, "local", "open" or "closed".
-func (m FailureMode) String() string {
-	switch m {
-	case FailLocal:
-		return "local"
-	case FailOpen:
-		return "open"
-	case FailClosed:
-		return "closed"
-	}
-	return "FailureMode(" + strconv.Itoa(int(m)) + ")"
-}
+func (m FailureMode) String() string { return failureSpelling.name(m) }
 
 func compileCluster(p *problems, c ClusterConfig) Cluster {
 	out := Cluster{
@@ -117,32 +90,9 @@ func compileCluster(p *problems, c ClusterConfig) Cluster {
 		Budget:            c.Budget,
 		HeartbeatInterval: c.HeartbeatInterval,
 	}
-	switch c.Store {
-	case "", "local":
-		out.Store = StoreLocal
-	case "redis":
-		out.Store = StoreRedis
-	default:
-		p.add("cluster.store", "must be local or redis, got %q", c.Store)
-	}
-	switch c.Sync {
-	case "", "exact":
-		out.Sync = SyncExact
-	case "batched":
-		out.Sync = SyncBatched
-	default:
-		p.add("cluster.sync", "must be exact or batched, got %q", c.Sync)
-	}
-	switch c.OnStoreFailure {
-	case "", "local":
-		out.OnStoreFailure = FailLocal
-	case "open":
-		out.OnStoreFailure = FailOpen
-	case "closed":
-		out.OnStoreFailure = FailClosed
-	default:
-		p.add("cluster.on_store_failure", "must be local, open or closed, got %q", c.OnStoreFailure)
-	}
+	out.Store = storeSpelling.parse(p, "cluster.store", c.Store)
+	out.Sync = syncSpelling.parse(p, "cluster.sync", c.Sync)
+	out.OnStoreFailure = failureSpelling.parse(p, "cluster.on_store_failure", c.OnStoreFailure)
 	for _, f := range []struct {
 		path     string
 		v        *time.Duration

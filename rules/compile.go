@@ -623,14 +623,7 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 
 	r.Key = compileKey(p, path+".key", rc.Key)
 
-	switch rc.Action {
-	case "", "block":
-		r.Action = ActionBlock
-	case "log":
-		r.Action = ActionLog
-	default:
-		p.add(path+".action", "must be block or log, got %q", rc.Action)
-	}
+	r.Action = actionSpelling.parse(p, path+".action", rc.Action)
 
 	switch {
 	case rc.MitigationTimeout < 0:
@@ -639,16 +632,7 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 		p.add(path+".mitigation_timeout", "must be at most %v, got %v", maxMitigation, rc.MitigationTimeout)
 	}
 
-	switch rc.Headers {
-	case "", "blocked":
-		r.Headers = HeadersBlocked
-	case "always":
-		r.Headers = HeadersAlways
-	case "none":
-		r.Headers = HeadersNone
-	default:
-		p.add(path+".headers", "must be blocked, always or none, got %q", rc.Headers)
-	}
+	r.Headers = headerSpelling.parse(p, path+".headers", rc.Headers)
 
 	if m := rc.Match; m != nil {
 		if m.PathPrefix != "" && m.PathPrefix[0] != '/' {

@@ -4,7 +4,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -93,15 +92,7 @@ const (
 )
 
 // String returns the config spelling, "block" or "log".
-func (a Action) String() string {
-	switch a {
-	case ActionBlock:
-		return "block"
-	case ActionLog:
-		return "log"
-	}
-	return "Action(" + strconv.Itoa(int(a)) + ")"
-}
+func (a Action) String() string { return actionSpelling.name(a) }
 
 // HeaderMode says when a rule's rate-limit headers are sent. The zero value
 // is HeadersBlocked.
@@ -114,17 +105,7 @@ const (
 )
 
 // String returns the config spelling, "blocked", "always" or "none".
-func (m HeaderMode) String() string {
-	switch m {
-	case HeadersBlocked:
-		return "blocked"
-	case HeadersAlways:
-		return "always"
-	case HeadersNone:
-		return "none"
-	}
-	return "HeaderMode(" + strconv.Itoa(int(m)) + ")"
-}
+func (m HeaderMode) String() string { return headerSpelling.name(m) }
 
 // KeyKind is one component of a rule's client key. The zero value is KeyIP.
 type KeyKind uint8
@@ -137,19 +118,7 @@ const (
 )
 
 // String returns the config spelling: "ip", "header", "path" or "host".
-func (k KeyKind) String() string {
-	switch k {
-	case KeyIP:
-		return "ip"
-	case KeyHeader:
-		return "header"
-	case KeyPath:
-		return "path"
-	case KeyHost:
-		return "host"
-	}
-	return "KeyKind(" + strconv.Itoa(int(k)) + ")"
-}
+func (k KeyKind) String() string { return keyKindSpelling.name(k) }
 
 // KeyPart is one component of a rule's client key.
 type KeyPart struct {

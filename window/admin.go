@@ -31,9 +31,9 @@ func (s *Store) Peek(k Key, now time.Time) State {
 	sh := s.shard(k.fp)
 	sh.mu.Lock()
 	i := sh.find(k.fp)
-	var ent entry
+	var ent counters
 	if i >= 0 {
-		ent = sh.slots[i]
+		ent = sh.counters(i)
 	}
 	sh.mu.Unlock()
 	if i < 0 {
@@ -71,7 +71,10 @@ func (s *Store) Reset(k Key) bool {
 	if i < 0 {
 		return false
 	}
+	sh.seq.Add(1)
+	sh.lock(i)
 	sh.remove(i)
+	sh.seq.Add(1)
 	s.live.Add(-1)
 	return true
 }
@@ -105,12 +108,12 @@ func (s *Store) Carry(dst *Store, rules []int) (int, error) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for _, ent := range sh.slots {
-			if ent.fp == 0 || rules[ent.fp>>56] < 0 {
+		for i := range sh.slots {
+			fp := sh.fp(i)
+			if fp == 0 || rules[fp>>56] < 0 {
 				continue
 			}
-			ent.fp = uint64(rules[ent.fp>>56])<<56 | ent.fp&(1<<56-1)
-			if dst.put(ent) {
+			if dst.put(uint64(rules[fp>>56])<<56|fp&hashMask, sh.counters(i)) {
 				carried++
 			}
 		}
@@ -119,14 +122,16 @@ func (s *Store) Carry(dst *Store, rules []int) (int, error) {
 	return carried, nil
 }
 
-// put inserts ent, whose key must not be present, if there is room.
-func (s *Store) put(ent entry) bool {
-	sh := s.shard(ent.fp)
+// put inserts fp with counters c if fp is not tracked and there is room.
+func (s *Store) put(fp uint64, c counters) bool {
+	sh := s.shard(fp)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if sh.find(ent.fp) >= 0 || sh.live >= sh.limit || !s.take() {
+	if sh.find(fp) >= 0 || sh.live >= sh.limit || !s.take() {
 		return false
 	}
-	sh.insert(ent)
+	sh.seq.Add(1)
+	sh.insert(fp, c)
+	sh.seq.Add(1)
 	return true
 }

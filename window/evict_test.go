@@ -1,6 +1,8 @@
 package window
 
 import (
+	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -62,4 +64,87 @@ func TestConcurrentAllowNeverExceedsLimit(t *testing.T) {
 			t.Errorf("key %v: %d allowed, want exactly 100", k, allowed[k])
 		}
 	}
+}
+
+// TestChurnNeverLosesACount hammers busy keys from several goroutines while
+// others flood the same small shards with new keys, so that inserts and
+// evictions move entries around the busy keys' slots all the time, and
+// admin and cluster calls lock entries under the shard mutex meanwhile.
+// Every request of a busy key must be counted exactly once: exactly the
+// rest of its limit is allowed, and its counter ends at the limit.
+func TestChurnNeverLosesACount(t *testing.T) {
+	const limit = 1000
+	s, err := New(Options{Capacity: 256, Limits: []Limit{{Limit: limit, Period: time.Hour}}, Shards: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy := make([]Key, 8)
+	for i := range busy {
+		busy[i] = s.KeyString(0, fmt.Sprintf("busy-%d", i))
+		// Over half the limit: never evicted for a new key.
+		for range 600 {
+			s.Allow(busy[i], t0)
+		}
+	}
+	stop := make(chan struct{})
+	var churn sync.WaitGroup
+	for g := range 2 {
+		churn.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := s.KeyString(0, fmt.Sprintf("new-%d-%d", g, i))
+				s.Allow(k, t0)
+				switch i % 4 {
+				case 1:
+					s.Reset(k)
+				case 2:
+					s.Peek(busy[i%len(busy)], t0)
+				case 3:
+					s.Merge(busy[i%len(busy)], t0, 0, 1) // lower than counted: no change
+				}
+			}
+		})
+	}
+	// Let the flood fill the table and start evicting before the busy keys
+	// are sent to.
+	for s.Stats().Evicted < 200 {
+		runtime.Gosched()
+	}
+	before := s.Stats()
+	const senders, perSender = 4, 200 * 8 // at least 200 more requests a key from each
+	var wg sync.WaitGroup
+	allowed := make([][]int, senders)
+	for g := range senders {
+		allowed[g] = make([]int, len(busy))
+		wg.Go(func() {
+			// Go on past the quota (every extra request is blocked) until
+			// the flood has evicted plenty meanwhile.
+			for i := 0; i < perSender || s.Stats().Evicted-before.Evicted < 500; i++ {
+				if s.Allow(busy[i%len(busy)], t0).Allowed {
+					allowed[g][i%len(busy)]++
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	churn.Wait()
+
+	for i, k := range busy {
+		n := 0
+		for g := range senders {
+			n += allowed[g][i]
+		}
+		if n != limit-600 {
+			t.Errorf("busy key %d: %d requests allowed, want exactly %d", i, n, limit-600)
+		}
+		if st := s.Peek(k, t0); st.Current != limit {
+			t.Errorf("busy key %d: current count %d, want %d", i, st.Current, limit)
+		}
+	}
+	checkTable(t, s, "after churn")
 }

@@ -21,18 +21,7 @@ func (s *Store) AllowLimit(k Key, now time.Time, limit int64) Decision {
 	if limit < int64(l) {
 		l = uint64(max(limit, 1))
 	}
-	t := now.UnixNano()
-	w, e := p.position(t)
-	if d, ok := s.shard(k.fp).allow(s, k.fp, p, w, e, t, l); ok {
-		return d
-	}
-	s.overflowed.Add(1)
-	o := &s.overflow[k.fp>>56]
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	d := p.decide(&o.ent, w, e, l)
-	d.Overflow = true
-	return d
+	return s.decide(k, p, s.shard(k.fp), now.UnixNano(), l)
 }
 
 // Merge raises k's counters to at least curr requests in the period that
@@ -69,9 +58,13 @@ func (s *Store) Merge(k Key, start time.Time, prev, curr int64) bool {
 		if sh.live >= sh.limit || !s.take() {
 			return false
 		}
-		i = sh.insert(entry{fp: k.fp, win: uint32(w)})
+		sh.seq.Add(1)
+		i = sh.insert(k.fp, counters{win: uint32(w)})
+		sh.seq.Add(1)
 	}
-	ent := &sh.slots[i]
+	sh.lock(i)
+	defer sh.unlock(i)
+	ent := &sh.slots[i].counters
 	switch d := int64(int32(uint32(w) - ent.win)); {
 	case d > 0:
 		p.advance(ent, w, 0) // the merged counts are newer: move on to them

@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"math"
 	"math/bits"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,28 +53,55 @@ type Store struct {
 }
 
 type overflow struct {
-	mu  sync.Mutex
-	ent entry
+	mu sync.Mutex
+	c  counters
 }
 
-// shard is one independently locked Robin Hood table, with a small
-// lock-free cache of blocked keys in front of it.
+// shard is one Robin Hood table, with a small lock-free cache of blocked
+// keys in front of it.
 //
-// The cache makes the hottest key cheap: a key over its limit under a rule
-// that does not count blocked requests cannot change state until its wait
-// is over (its own requests are all blocked, and nothing else touches its
-// counters), so its decision is known in advance. Readers check the cache
-// with atomic loads only, so cores answering the same blocked key share
-// cache lines instead of fighting over the shard's mutex. The cache sits on
-// its own cache lines, apart from the mutex that writers take.
+// # Who may touch what
+//
+// A decision on a key the shard already tracks (nearly every decision) takes
+// no shard-wide lock: it finds the key's slot with atomic loads and locks
+// that entry alone, by setting lockBit in its fp with a compare-and-swap.
+// The only cache line it writes is the entry's own, so cores deciding for
+// different keys never pass a lock's cache line between them: at 10 million
+// keys a decision costs one memory access per core, not that plus a
+// transfer of a shard lock from the other core.
+//
+// Everything else takes the shard's mutex: inserting and removing keys,
+// which move entries (Robin Hood order keeps runs sorted by distance from
+// home, so an insert shifts a run forward and a removal shifts it back), and
+// the slower paths (Refund, Merge, Peek, Reset, Carry). Under the mutex, an
+// entry's counters are still read or changed only with the entry locked.
+// A writer that moves entries makes seq odd first and even again after, and
+// locks every occupied slot before it rewrites it. A lock-free decision
+// reads seq before its search and again once it holds the entry's lock: if
+// seq moved, the entry it locked may not be the one it looked for, so it
+// lets go and takes the mutex instead. It never waits for the mutex while
+// holding an entry, so the two kinds of lock cannot deadlock.
+//
+// The blocked-key cache makes the hottest key cheap: a key over its limit
+// under a rule that does not count blocked requests cannot change state
+// until its wait is over (its own requests are all blocked, and nothing else
+// touches its counters), so its decision is known in advance. Readers check
+// the cache with atomic loads only, so cores answering the same blocked key
+// share cache lines instead of fighting over the entry's. Only holders of
+// the mutex write the cache.
+//
+// The cache fills two cache lines, what lock-free decisions read (seq and
+// the table) a third, and the mutex and what only its holders use a fourth.
 type shard struct {
 	blocked [blockedSlots]blockedSlot
-	mu      sync.Mutex
+	seq     atomic.Uint64 // odd while entries are being moved
 	slots   []entry
+	_       [32]byte
+	mu      sync.Mutex
 	live    int // occupied slots
 	limit   int // most occupied slots allowed (the store's capacity bounds the sum)
 	hand    int // where the next sweep or eviction sample starts
-	_       [8]byte
+	_       [32]byte
 }
 
 // blockedSlots is the size of a shard's blocked-key cache (direct-mapped).
@@ -103,7 +131,9 @@ func (sh *shard) lookup(fp uint64, now int64) (Decision, bool) {
 	return Decision{RetryAfter: wait, Reset: wait, Mitigated: until&1 != 0}, true
 }
 
-// remember caches a block of fp until now+d.RetryAfter. Caller holds sh.mu.
+// remember caches a block of fp until now+d.RetryAfter. Caller holds sh.mu
+// and fp's entry lock, so that no Refund can drop the count the block rests
+// on until the block is in the cache, where Refund's forget finds it.
 func (sh *shard) remember(fp uint64, now int64, d Decision) {
 	until := (now + int64(d.RetryAfter)) << 1
 	if d.Mitigated {
@@ -175,21 +205,35 @@ func New(opts Options) (*Store, error) {
 	for i, l := range opts.Limits {
 		s.params[i].init(l)
 	}
+	// Slots for each shard's share at a load of at most 4/5, plus a few so
+	// that small shards, whose fill varies most, have slack too; a shard may
+	// hold up to 9/10 of its slots (12.5% or more over its share) while the
+	// store as a whole has room, so that uneven hashing does not make shards
+	// evict before the store is full. All shards' slots are cut from one
+	// allocation, which large stores ask the kernel to back with huge pages:
+	// a lookup in a table far larger than the caches then costs one memory
+	// access instead of a page-table walk and a memory access.
+	share := func(i int) int { return opts.Capacity/n + b2i(i < opts.Capacity%n) }
+	total := 0
+	for i := range n {
+		total += share(i)*loadDen/loadNum + shardSlack
+	}
+	slab := make([]entry, total)
+	adviseHugePages(slab)
 	for i := range s.shards {
 		sh := &s.shards[i]
-		share := opts.Capacity / n
-		if i < opts.Capacity%n {
-			share++
-		}
-		// Slots for the shard's share at a load of at most 4/5, plus a few
-		// so that small shards, whose fill varies most, have slack too; a
-		// shard may hold up to 9/10 of its slots (12.5% or more over its
-		// share) while the store as a whole has room, so that uneven
-		// hashing does not make shards evict before the store is full.
-		sh.slots = make([]entry, share*loadDen/loadNum+shardSlack)
-		sh.limit = max(len(sh.slots)*9/10, share)
+		size := share(i)*loadDen/loadNum + shardSlack
+		sh.slots, slab = slab[:size:size], slab[size:]
+		sh.limit = max(size*9/10, share(i))
 	}
 	return s, nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func seedOf(s *Store) maphash.Seed {
@@ -226,17 +270,23 @@ func (s *Store) makeKey(rule int, h uint64) Key {
 	h ^= h >> 32
 	h *= 0xd6e8feb86659fd93
 	h ^= h >> 32
-	fp := uint64(rule)<<56 | h&(1<<56-1)
-	if fp&(1<<56-1) == 0 {
+	fp := uint64(rule)<<56 | h&hashMask
+	if fp&hashMask == 0 {
 		fp |= 1 // keep fp ≠ 0: zero marks an empty slot
 	}
 	return Key{fp: fp}
 }
 
+// An entry's fp is rule<<56 | lockBit | 55-bit hash.
+const (
+	lockBit  = 1 << 55
+	hashMask = lockBit - 1
+)
+
 func (s *Store) shard(fp uint64) *shard {
-	// Bits 0–23 of fp choose the shard (with at most 1024 shards only the
-	// low 10 are used), bits 24–55 the slot.
-	return &s.shards[(fp<<40)>>s.shift]
+	// The top bits of fp's bits 0–22 choose the shard (at most 1024 shards:
+	// bits 13–22), bits 23–54 the slot.
+	return &s.shards[(fp<<41)>>s.shift]
 }
 
 // Allow counts one request of k at now and reports whether it is within
@@ -251,41 +301,151 @@ func (s *Store) Allow(k Key, now time.Time) Decision {
 			return d
 		}
 	}
+	return s.decide(k, p, sh, t, p.limit)
+}
+
+// decide judges a request of k at t with limit in place of p.limit: in
+// k's own entry if the shard has or can make room for it, else in the
+// rule's overflow counter.
+func (s *Store) decide(k Key, p *params, sh *shard, t int64, limit uint64) Decision {
 	w, e := p.position(t)
-	if d, ok := sh.allow(s, k.fp, p, w, e, t, p.limit); ok {
+	if d, ok := sh.allowTracked(k.fp, p, w, e, t, limit); ok {
+		return d
+	}
+	if d, ok := sh.allow(s, k.fp, p, w, e, t, limit); ok {
 		return d
 	}
 	s.overflowed.Add(1)
 	o := &s.overflow[k.fp>>56]
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	d := p.decide(&o.ent, w, e, p.limit)
+	d := p.decide(&o.c, w, e, limit)
 	d.Overflow = true
 	return d
 }
 
-// allow decides for fp in the shard with limit in place of p.limit. Only
-// blocks under the rule's own limit are cached: the cache answers Allow.
+// cacheable reports whether a block may be cached: only blocks under the
+// rule's own limit, since the cache answers Allow, and only where a blocked
+// request changes nothing.
+func cacheable(d Decision, p *params, limit uint64) bool {
+	return !d.Allowed && !p.countBlocked && limit == p.limit
+}
+
+// allowTracked decides for fp without the shard's mutex if the shard tracks
+// fp and no writer is moving entries. It reports false, having changed
+// nothing, when the caller must take the mutex (see shard).
+func (sh *shard) allowTracked(fp uint64, p *params, w, e, now int64, limit uint64) (Decision, bool) {
+	seq := sh.seq.Load()
+	if seq&1 != 0 {
+		return Decision{}, false
+	}
+	i := sh.find(fp)
+	if i < 0 || !sh.tryLock(i, fp) {
+		return Decision{}, false
+	}
+	ent := &sh.slots[i]
+	if sh.seq.Load() != seq {
+		atomic.StoreUint64(&ent.fp, fp)
+		return Decision{}, false
+	}
+	d := p.decide(&ent.counters, w, e, limit)
+	// Caching is best effort: never wait for the mutex holding an entry.
+	if cacheable(d, p, limit) && sh.mu.TryLock() {
+		sh.remember(fp, now, d)
+		sh.mu.Unlock()
+	}
+	atomic.StoreUint64(&ent.fp, fp)
+	return d, true
+}
+
+// allow decides for fp under the shard's mutex, making room for it if the
+// shard does not track it. It reports false if no room could be made.
 func (sh *shard) allow(s *Store, fp uint64, p *params, w, e, now int64, limit uint64) (Decision, bool) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	i := sh.find(fp)
 	if i < 0 {
-		sh.sweep(s, now)
-		switch {
-		case sh.live < sh.limit && s.take():
-		case sh.live > 0 && sh.makeRoom(s, now):
-			// The freed slot's unit of capacity passes to the new key.
-		default:
+		sh.seq.Add(1)
+		i = sh.admit(s, fp, uint32(w), now)
+		sh.seq.Add(1)
+		if i < 0 {
 			return Decision{}, false
 		}
-		i = sh.insert(entry{fp: fp, win: uint32(w)})
 	}
-	d := p.decide(&sh.slots[i], w, e, limit)
-	if !d.Allowed && !p.countBlocked && limit == p.limit {
+	sh.lock(i)
+	d := p.decide(&sh.slots[i].counters, w, e, limit)
+	if cacheable(d, p, limit) {
 		sh.remember(fp, now, d)
 	}
+	sh.unlock(i)
 	return d, true
+}
+
+// admit inserts fp with empty counters at period win if the store has room
+// or the shard can make some, and returns its slot, or -1. The caller holds
+// sh.mu and has made seq odd.
+func (sh *shard) admit(s *Store, fp uint64, win uint32, now int64) int {
+	sh.sweep(s, now)
+	switch {
+	case sh.live < sh.limit && s.take():
+	case sh.live > 0 && sh.makeRoom(s, now):
+		// The freed slot's unit of capacity passes to the new key.
+	default:
+		return -1
+	}
+	return sh.insert(fp, counters{win: win})
+}
+
+// tryLock locks slot i if it holds fp, waiting while another goroutine holds
+// it. It reports false if slot i holds another key (a writer moved fp).
+func (sh *shard) tryLock(i int, fp uint64) bool {
+	p := &sh.slots[i].fp
+	for {
+		switch atomic.LoadUint64(p) {
+		case fp:
+			if atomic.CompareAndSwapUint64(p, fp, fp|lockBit) {
+				return true
+			}
+		case fp | lockBit:
+			// Wait reading, not writing, so that the holder keeps the line.
+			backoff()
+		default:
+			return false
+		}
+	}
+}
+
+// lock locks occupied slot i, waiting while another goroutine holds it.
+// Caller holds sh.mu, so the slot's key cannot change.
+func (sh *shard) lock(i int) {
+	p := &sh.slots[i].fp
+	for {
+		if v := atomic.LoadUint64(p); v&lockBit == 0 && atomic.CompareAndSwapUint64(p, v, v|lockBit) {
+			return
+		}
+		backoff()
+	}
+}
+
+// unlock unlocks slot i, locked by this goroutine. Caller holds sh.mu.
+func (sh *shard) unlock(i int) {
+	p := &sh.slots[i].fp
+	atomic.StoreUint64(p, atomic.LoadUint64(p)&^lockBit)
+}
+
+// backoff waits a little for an entry lock, yielding the processor: holders
+// keep it for tens of nanoseconds unless descheduled, and a waiter that
+// yields leaves the holder's cache line alone meanwhile.
+func backoff() {
+	runtime.Gosched()
+}
+
+// counters reads slot i's counters, locking it meanwhile. Caller holds sh.mu.
+func (sh *shard) counters(i int) counters {
+	sh.lock(i)
+	c := sh.slots[i].counters
+	sh.unlock(i)
+	return c
 }
 
 // Refund takes back a request that d counted for k, for a request finally
@@ -303,21 +463,24 @@ func (s *Store) Refund(k Key, d Decision, now time.Time) Decision {
 		o := &s.overflow[k.fp>>56]
 		o.mu.Lock()
 		defer o.mu.Unlock()
-		return p.refund(&o.ent, d, t)
+		return p.refund(&o.c, d, t)
 	}
 	sh := s.shard(k.fp)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	i := sh.find(k.fp)
+	if i < 0 {
+		return d
+	}
+	sh.lock(i)
+	defer sh.unlock(i)
 	// A block cached by a concurrent request may rest on the count being
 	// taken back: drop it so the next request is judged afresh.
 	sh.forget(k.fp)
-	if i := sh.find(k.fp); i >= 0 {
-		return p.refund(&sh.slots[i], d, t)
-	}
-	return d
+	return p.refund(&sh.slots[i].counters, d, t)
 }
 
-func (p *params) refund(ent *entry, d Decision, now int64) Decision {
+func (p *params) refund(ent *counters, d Decision, now int64) Decision {
 	if ent.win != d.win || ent.curr == 0 || ent.curr == math.MaxUint32 {
 		return d
 	}
@@ -370,9 +533,10 @@ func (s *Store) Stats() Stats {
 	}
 }
 
-// home is the slot fp would occupy in an empty table.
+// home is the slot fp (with or without lockBit) would occupy in an empty
+// table.
 func (sh *shard) home(fp uint64) int {
-	return int((uint64(uint32(fp>>24)) * uint64(len(sh.slots))) >> 32)
+	return int((uint64(uint32(fp>>23)) * uint64(len(sh.slots))) >> 32)
 }
 
 // dist is how far slot i is from fp's home, wrapping around.
@@ -384,13 +548,19 @@ func (sh *shard) dist(fp uint64, i int) int {
 	return d
 }
 
+// fp loads slot i's fp, without lockBit.
+func (sh *shard) fp(i int) uint64 {
+	return atomic.LoadUint64(&sh.slots[i].fp) &^ lockBit
+}
+
 // find returns the slot holding fp, or -1. Robin Hood order lets it stop at
-// the first slot whose occupant is closer to home than fp would be.
+// the first slot whose occupant is closer to home than fp would be. Without
+// sh.mu the answer may be stale: see shard.
 func (sh *shard) find(fp uint64) int {
 	n := len(sh.slots)
 	i := sh.home(fp)
 	for d := 0; ; d++ {
-		got := sh.slots[i].fp
+		got := sh.fp(i)
 		if got == fp {
 			return i
 		}
@@ -403,23 +573,31 @@ func (sh *shard) find(fp uint64) int {
 	}
 }
 
-// insert places x, which must not be present, and returns its slot. The
-// caller ensures there is room.
-func (sh *shard) insert(x entry) int {
+// insert places fp, which must not be present, with counters c and returns
+// its slot. The caller holds sh.mu, has made seq odd and ensures there is
+// room.
+func (sh *shard) insert(fp uint64, c counters) int {
 	n := len(sh.slots)
-	i, d, at := sh.home(x.fp), 0, -1
+	i, d, at := sh.home(fp), 0, -1
 	for {
 		cur := &sh.slots[i]
-		if cur.fp == 0 {
-			*cur = x
+		got := sh.fp(i)
+		if got == 0 {
+			// Nobody locks an empty slot: fill it, then publish its key.
+			cur.counters = c
+			atomic.StoreUint64(&cur.fp, fp)
 			sh.live++
 			if at < 0 {
 				at = i
 			}
 			return at
 		}
-		if cd := sh.dist(cur.fp, i); cd < d {
-			*cur, x = x, *cur // take from the rich: the displaced entry moves on
+		if cd := sh.dist(got, i); cd < d {
+			// Take from the rich: the displaced entry moves on.
+			sh.lock(i)
+			c, cur.counters = cur.counters, c
+			atomic.StoreUint64(&cur.fp, fp) // and unlocks
+			fp = got
 			if at < 0 {
 				at = i
 			}
@@ -433,7 +611,8 @@ func (sh *shard) insert(x entry) int {
 }
 
 // remove empties slot i and shifts the following run back one place, so no
-// tombstones are needed.
+// tombstones are needed. The caller holds sh.mu and slot i's lock, and has
+// made seq odd.
 func (sh *shard) remove(i int) {
 	n := len(sh.slots)
 	for {
@@ -441,29 +620,40 @@ func (sh *shard) remove(i int) {
 		if j == n {
 			j = 0
 		}
-		next := sh.slots[j]
-		if next.fp == 0 || sh.dist(next.fp, j) == 0 {
+		next := sh.fp(j)
+		if next == 0 || sh.dist(next, j) == 0 {
 			break
 		}
-		sh.slots[i] = next
+		sh.lock(j)
+		sh.slots[i].counters = sh.slots[j].counters
+		atomic.StoreUint64(&sh.slots[i].fp, next) // and unlocks
 		i = j
 	}
-	sh.slots[i] = entry{}
+	sh.slots[i].counters = counters{}
+	atomic.StoreUint64(&sh.slots[i].fp, 0)
 	sh.live--
 }
 
 // sweep reclaims expired entries among the next two slots at the hand, so
-// that tracked keys track live clients without a goroutine scanning the table.
+// that tracked keys track live clients without a goroutine scanning the
+// table. The caller holds sh.mu and has made seq odd.
 func (sh *shard) sweep(s *Store, now int64) {
 	for range 2 {
 		i := sh.hand
 		if sh.hand++; sh.hand == len(sh.slots) {
 			sh.hand = 0
 		}
-		if ent := sh.slots[i]; ent.fp != 0 && s.params[ent.fp>>56].expired(ent, now) {
+		fp := sh.fp(i)
+		if fp == 0 {
+			continue
+		}
+		sh.lock(i)
+		if s.params[fp>>56].expired(sh.slots[i].counters, now) {
 			sh.remove(i)
 			s.live.Add(-1)
 			s.expiredEvictions.Add(1)
+		} else {
+			sh.unlock(i)
 		}
 	}
 }
@@ -471,27 +661,31 @@ func (sh *shard) sweep(s *Store, now int64) {
 // makeRoom frees one slot of the shard for a new key, keeping its unit of
 // the store's capacity for it: the first expired entry in a
 // sample from the hand, else the least pressed sampled entry if it is under
-// evictBelow. It reports whether a slot was freed.
+// evictBelow. It reports whether a slot was freed. The caller holds sh.mu
+// and has made seq odd.
 func (sh *shard) makeRoom(s *Store, now int64) bool {
 	best, bestPressure := -1, math.Inf(1)
 	for seen, i := 0, sh.hand; seen < min(sampleSize, sh.live); {
-		ent := sh.slots[i]
+		at := i
 		if i++; i == len(sh.slots) {
 			i = 0
 		}
-		if ent.fp == 0 {
+		fp := sh.fp(at)
+		if fp == 0 {
 			continue
 		}
 		seen++
-		p := &s.params[ent.fp>>56]
-		if p.expired(ent, now) {
+		p := &s.params[fp>>56]
+		c := sh.counters(at)
+		if p.expired(c, now) {
 			sh.hand = i
-			sh.remove(idx(i-1, len(sh.slots)))
+			sh.lock(at)
+			sh.remove(at)
 			s.expiredEvictions.Add(1)
 			return true
 		}
-		if pr := p.pressure(ent, now); pr < bestPressure {
-			best, bestPressure = idx(i-1, len(sh.slots)), pr
+		if pr := p.pressure(c, now); pr < bestPressure {
+			best, bestPressure = at, pr
 		}
 	}
 	// Move the hand on so that the next sample looks at other keys.
@@ -499,14 +693,9 @@ func (sh *shard) makeRoom(s *Store, now int64) bool {
 	if best < 0 || bestPressure >= evictBelow {
 		return false
 	}
+	// With seq odd nobody has changed the sampled counters since.
+	sh.lock(best)
 	sh.remove(best)
 	s.pressureEvicts.Add(1)
 	return true
-}
-
-func idx(i, n int) int {
-	if i < 0 {
-		return i + n
-	}
-	return i
 }

@@ -20,11 +20,11 @@
 // # Memory
 //
 // An entry is 24 bytes with no pointers, so the garbage collector never scans
-// the table. Keys are not stored: an entry holds a 56-bit seeded hash of the
-// key (the other 8 bits name the rule). Two distinct keys of one rule share a
-// counter only if their hashes collide; with a per-process random seed the
-// chance that any two of n keys collide is about n²/2⁵⁷ (under 1 in 1000 at 10
-// million keys) and cannot be steered by clients.
+// the table. Keys are not stored: an entry holds a 55-bit seeded hash of the
+// key (of the other bits, 8 name the rule and one locks the entry). Two
+// distinct keys of one rule share a counter only if their hashes collide; with
+// a per-process random seed the chance that any two of n keys collide is about
+// n²/2⁵⁶ (under 1 in 500 at 10 million keys) and cannot be steered by clients.
 //
 // Each shard is an open-addressing Robin Hood table sized for its share of
 // the capacity at a load factor of at most 0.8, allocated once: a Store's
@@ -115,7 +115,14 @@ type Decision struct {
 
 // entry is one key's state: 24 bytes, no pointers.
 type entry struct {
-	fp    uint64 // rule<<56 | 56-bit key hash; 0 marks an empty slot
+	// fp is rule<<56 | lockBit | 55-bit key hash; 0 marks an empty slot.
+	// It is only read and written atomically (see shard).
+	fp uint64
+	counters
+}
+
+// counters are a key's two counts and mitigation.
+type counters struct {
 	win   uint32 // index of the current period, modulo 2³²
 	until uint32 // mitigation end in ms after the start of period win; 0 = none
 	prev  uint32 // requests counted in period win−1
@@ -166,7 +173,7 @@ func (p *params) position(t int64) (w, e int64) {
 // A clock that went back to an earlier period leaves the entry where it is and
 // judges it at the start of its own period, where its estimate is highest:
 // going back in time never opens a gap in the limit.
-func (p *params) advance(ent *entry, w, e int64) int64 {
+func (p *params) advance(ent *counters, w, e int64) int64 {
 	d := int64(int32(uint32(w) - ent.win))
 	switch {
 	case d < 0:
@@ -190,7 +197,7 @@ func (p *params) advance(ent *entry, w, e int64) int64 {
 // decide judges one request against ent at period w, elapsed e, counting it
 // as the rules say, with limit in place of p.limit (see Store.AllowLimit).
 // ent may be modified.
-func (p *params) decide(ent *entry, w, e int64, limit uint64) Decision {
+func (p *params) decide(ent *counters, w, e int64, limit uint64) Decision {
 	e = p.advance(ent, w, e)
 	var mitigation int64 // remaining mitigation, ns
 	if ent.until != 0 {
@@ -296,7 +303,7 @@ func (p *params) retry(prev, curr uint32, e int64, limit uint64) time.Duration {
 
 // pressure is the key's estimate as a fraction of its limit (+Inf while
 // mitigated), read without changing ent. Eviction prefers low pressure.
-func (p *params) pressure(ent entry, now int64) float64 {
+func (p *params) pressure(ent counters, now int64) float64 {
 	w, e := p.position(now)
 	e = p.advance(&ent, w, e)
 	if ent.until != 0 && int64(ent.until)*int64(time.Millisecond) > e {
@@ -308,7 +315,7 @@ func (p *params) pressure(ent entry, now int64) float64 {
 
 // expired reports whether ent holds no information at now: both of its
 // periods are over and no mitigation is in force.
-func (p *params) expired(ent entry, now int64) bool {
+func (p *params) expired(ent counters, now int64) bool {
 	w, e := p.position(now)
 	e = p.advance(&ent, w, e)
 	return ent.prev == 0 && ent.curr == 0 && int64(ent.until)*int64(time.Millisecond) <= e

@@ -330,30 +330,7 @@ func TestTableStaysConsistent(t *testing.T) {
 		keys[i] = s.KeyString(0, string(rune(i))+"x")
 		s.Allow(keys[i], t0)
 	}
-	check := func(phase string) {
-		t.Helper()
-		live := 0
-		for si := range s.shards {
-			sh := &s.shards[si]
-			n := 0
-			for i, e := range sh.slots {
-				if e.fp == 0 {
-					continue
-				}
-				n++
-				if got := sh.find(e.fp); got != i {
-					t.Fatalf("%s: shard %d: entry at %d found at %d", phase, si, i, got)
-				}
-			}
-			if n != sh.live || n > sh.limit || n >= len(sh.slots) {
-				t.Fatalf("%s: shard %d: %d entries, live=%d, limit=%d", phase, si, n, sh.live, sh.limit)
-			}
-			live += n
-		}
-		if live != s.Len() {
-			t.Fatalf("%s: Len() = %d, counted %d", phase, s.Len(), live)
-		}
-	}
+	check := func(phase string) { t.Helper(); checkTable(t, s, phase) }
 	check("filled")
 	if st := s.Stats(); s.Len() != 1000 || st.Evicted != 0 || st.Overflowed != 0 {
 		t.Fatalf("Len() = %d with %+v after 1000 keys in a store of 1000, want 1000 tracked, nothing evicted", s.Len(), st)
@@ -373,5 +350,41 @@ func TestTableStaysConsistent(t *testing.T) {
 	check("replaced")
 	if st := s.Stats(); st.ExpiredReclaimed < 900 || st.Overflowed != 0 {
 		t.Fatalf("Stats() = %+v, want expired slots reclaimed and no overflow", st)
+	}
+}
+
+// checkTable checks the Robin Hood invariants of every shard of s: each
+// entry is found where it is, no entry is locked, and the counts agree.
+func checkTable(t *testing.T, s *Store, phase string) {
+	t.Helper()
+	live := 0
+	for si := range s.shards {
+		sh := &s.shards[si]
+		n := 0
+		for i, e := range sh.slots {
+			if e.fp&lockBit != 0 {
+				t.Fatalf("%s: shard %d: entry at %d left locked", phase, si, i)
+			}
+			if e.fp == 0 {
+				if e.counters != (counters{}) {
+					t.Fatalf("%s: shard %d: empty slot %d holds %+v", phase, si, i, e.counters)
+				}
+				continue
+			}
+			n++
+			if got := sh.find(e.fp); got != i {
+				t.Fatalf("%s: shard %d: entry at %d found at %d", phase, si, i, got)
+			}
+		}
+		if n != sh.live || n > sh.limit || n >= len(sh.slots) {
+			t.Fatalf("%s: shard %d: %d entries, live=%d, limit=%d", phase, si, n, sh.live, sh.limit)
+		}
+		if sh.seq.Load()&1 != 0 {
+			t.Fatalf("%s: shard %d: seq %d is odd with no writer", phase, si, sh.seq.Load())
+		}
+		live += n
+	}
+	if live != s.Len() {
+		t.Fatalf("%s: Len() = %d, counted %d", phase, s.Len(), live)
 	}
 }

@@ -21,7 +21,9 @@ func (s *Store) AllowLimit(k Key, now time.Time, limit int64) Decision {
 	if limit < int64(l) {
 		l = uint64(max(limit, 1))
 	}
-	return s.decide(k, p, s.shard(k.fp), now.UnixNano(), l)
+	var d Decision
+	s.decide(k, p, s.shard(k.fp), now.UnixNano(), l, &d)
+	return d
 }
 
 // Merge raises k's counters to at least curr requests in the period that

@@ -118,23 +118,25 @@ type blockedSlot struct {
 // then until, then fp; a reader loads fp, until, fp again and believes until
 // only if both loads of fp agree with its key. Any overwrite in between
 // changes fp (to 0 at least), so a torn read is always discarded.
-func (sh *shard) lookup(fp uint64, now int64) (Decision, bool) {
+func (sh *shard) lookup(fp uint64, now int64, d *Decision) bool {
 	b := &sh.blocked[(fp>>24)%blockedSlots]
 	if b.fp.Load() != fp {
-		return Decision{}, false
+		return false
 	}
 	until := b.until.Load()
 	if b.fp.Load() != fp || now >= until>>1 {
-		return Decision{}, false
+		return false
 	}
 	wait := time.Duration(until>>1 - now)
-	return Decision{RetryAfter: wait, Reset: wait, Mitigated: until&1 != 0}, true
+	*d = Decision{} // the caller's zero Decision: nothing to copy
+	d.RetryAfter, d.Reset, d.Mitigated = wait, wait, until&1 != 0
+	return true
 }
 
 // remember caches a block of fp until now+d.RetryAfter. Caller holds sh.mu
 // and fp's entry lock, so that no Refund can drop the count the block rests
 // on until the block is in the cache, where Refund's forget finds it.
-func (sh *shard) remember(fp uint64, now int64, d Decision) {
+func (sh *shard) remember(fp uint64, now int64, d *Decision) {
 	until := (now + int64(d.RetryAfter)) << 1
 	if d.Mitigated {
 		until |= 1
@@ -292,75 +294,70 @@ func (s *Store) shard(fp uint64) *shard {
 // Allow counts one request of k at now and reports whether it is within
 // its rule's limit. A blocked request changes nothing unless the rule counts
 // blocked requests or starts a mitigation.
-func (s *Store) Allow(k Key, now time.Time) Decision {
+func (s *Store) Allow(k Key, now time.Time) (d Decision) {
 	p := &s.params[k.fp>>56]
 	t := now.UnixNano()
 	sh := s.shard(k.fp)
-	if !p.countBlocked {
-		if d, ok := sh.lookup(k.fp, t); ok {
-			return d
-		}
+	if !p.countBlocked && sh.lookup(k.fp, t, &d) {
+		return d
 	}
-	return s.decide(k, p, sh, t, p.limit)
+	s.decide(k, p, sh, t, p.limit, &d)
+	return d
 }
 
 // decide judges a request of k at t with limit in place of p.limit: in
 // k's own entry if the shard has or can make room for it, else in the
 // rule's overflow counter.
-func (s *Store) decide(k Key, p *params, sh *shard, t int64, limit uint64) Decision {
+func (s *Store) decide(k Key, p *params, sh *shard, t int64, limit uint64, d *Decision) {
 	w, e := p.position(t)
-	if d, ok := sh.allowTracked(k.fp, p, w, e, t, limit); ok {
-		return d
-	}
-	if d, ok := sh.allow(s, k.fp, p, w, e, t, limit); ok {
-		return d
+	if sh.allowTracked(k.fp, p, w, e, t, limit, d) || sh.allow(s, k.fp, p, w, e, t, limit, d) {
+		return
 	}
 	s.overflowed.Add(1)
 	o := &s.overflow[k.fp>>56]
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	d := p.decide(&o.c, w, e, limit)
+	p.decide(&o.c, w, e, limit, d)
 	d.Overflow = true
-	return d
 }
 
 // cacheable reports whether a block may be cached: only blocks under the
 // rule's own limit, since the cache answers Allow, and only where a blocked
 // request changes nothing.
-func cacheable(d Decision, p *params, limit uint64) bool {
+func cacheable(d *Decision, p *params, limit uint64) bool {
 	return !d.Allowed && !p.countBlocked && limit == p.limit
 }
 
 // allowTracked decides for fp without the shard's mutex if the shard tracks
 // fp and no writer is moving entries. It reports false, having changed
 // nothing, when the caller must take the mutex (see shard).
-func (sh *shard) allowTracked(fp uint64, p *params, w, e, now int64, limit uint64) (Decision, bool) {
+func (sh *shard) allowTracked(fp uint64, p *params, w, e, now int64, limit uint64, d *Decision) bool {
 	seq := sh.seq.Load()
 	if seq&1 != 0 {
-		return Decision{}, false
+		return false
 	}
 	i := sh.find(fp)
 	if i < 0 || !sh.tryLock(i, fp) {
-		return Decision{}, false
+		return false
 	}
 	ent := &sh.slots[i]
 	if sh.seq.Load() != seq {
 		atomic.StoreUint64(&ent.fp, fp)
-		return Decision{}, false
+		return false
 	}
-	d := p.decide(&ent.counters, w, e, limit)
+	p.decide(&ent.counters, w, e, limit, d)
 	// Caching is best effort: never wait for the mutex holding an entry.
 	if cacheable(d, p, limit) && sh.mu.TryLock() {
 		sh.remember(fp, now, d)
 		sh.mu.Unlock()
 	}
 	atomic.StoreUint64(&ent.fp, fp)
-	return d, true
+	return true
 }
 
 // allow decides for fp under the shard's mutex, making room for it if the
 // shard does not track it. It reports false if no room could be made.
-func (sh *shard) allow(s *Store, fp uint64, p *params, w, e, now int64, limit uint64) (Decision, bool) {
+func (sh *shard) allow(s *Store, fp uint64, p *params, w, e, now int64, limit uint64, d *Decision) bool {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	i := sh.find(fp)
@@ -369,16 +366,16 @@ func (sh *shard) allow(s *Store, fp uint64, p *params, w, e, now int64, limit ui
 		i = sh.admit(s, fp, uint32(w), now)
 		sh.seq.Add(1)
 		if i < 0 {
-			return Decision{}, false
+			return false
 		}
 	}
 	sh.lock(i)
-	d := p.decide(&sh.slots[i].counters, w, e, limit)
+	p.decide(&sh.slots[i].counters, w, e, limit, d)
 	if cacheable(d, p, limit) {
 		sh.remember(fp, now, d)
 	}
 	sh.unlock(i)
-	return d, true
+	return true
 }
 
 // admit inserts fp with empty counters at period win if the store has room

@@ -197,7 +197,7 @@ func (p *params) advance(ent *counters, w, e int64) int64 {
 // decide judges one request against ent at period w, elapsed e, counting it
 // as the rules say, with limit in place of p.limit (see Store.AllowLimit).
 // ent may be modified.
-func (p *params) decide(ent *counters, w, e int64, limit uint64) Decision {
+func (p *params) decide(ent *counters, w, e int64, limit uint64, d *Decision) {
 	e = p.advance(ent, w, e)
 	var mitigation int64 // remaining mitigation, ns
 	if ent.until != 0 {
@@ -205,15 +205,23 @@ func (p *params) decide(ent *counters, w, e int64, limit uint64) Decision {
 	}
 	if mitigation == 0 && below(ent.prev, ent.curr, limit, p.period, e) {
 		ent.curr = satInc(ent.curr)
-		return Decision{
-			Allowed:   true,
-			Remaining: p.remaining(ent.prev, ent.curr, e, limit),
-			Reset:     p.reset(ent.prev, ent.curr, e),
-			counted:   true,
-			win:       ent.win,
-		}
+		// Field by field: a composite literal is built on the stack and
+		// copied, and the copy's wide loads of narrow stores stall.
+		d.Allowed = true
+		d.Remaining = p.remaining(ent.prev, ent.curr, e, limit)
+		d.RetryAfter = 0
+		d.Reset = p.reset(ent.prev, ent.curr, e)
+		d.Mitigated = false
+		d.Overflow = false
+		d.counted = true
+		d.win = ent.win
+		return
 	}
-	d := Decision{win: ent.win}
+	d.Allowed = false
+	d.Remaining = 0
+	d.Overflow = false
+	d.counted = false
+	d.win = ent.win
 	if p.countBlocked {
 		ent.curr = satInc(ent.curr)
 		d.counted = true
@@ -227,7 +235,6 @@ func (p *params) decide(ent *counters, w, e int64, limit uint64) Decision {
 	d.Mitigated = mitigation > 0
 	d.RetryAfter = max(p.retry(ent.prev, ent.curr, e, limit), time.Duration(mitigation), 1)
 	d.Reset = d.RetryAfter
-	return d
 }
 
 // below reports whether prev×(P−e)/P + curr < limit, exactly.

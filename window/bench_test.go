@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -98,28 +99,47 @@ func BenchmarkAllow(b *testing.B) {
 	}
 }
 
-// BenchmarkAllowParallel is BenchmarkAllow with b.RunParallel.
+// BenchmarkAllowParallel is BenchmarkAllow with b.RunParallel: each
+// goroutine walks its own random sequence of the keys, laid out
+// contiguously, so only the store's accesses are random.
 func BenchmarkAllowParallel(b *testing.B) {
 	for _, c := range benchCases {
 		b.Run(c.name, func(b *testing.B) {
 			s, keys := c.setup(b)
 			now := t0.Add(time.Second)
+			seqs := randomWalks(keys, runtime.GOMAXPROCS(0), 1<<22)
 			b.ReportAllocs()
 			b.ResetTimer()
-			var seed sync.Mutex
-			seq := uint64(0)
+			var mu sync.Mutex
+			next := 0
 			b.RunParallel(func(pb *testing.PB) {
-				seed.Lock()
-				seq++
-				rng := rand.New(rand.NewPCG(seq, seq))
-				seed.Unlock()
-				for pb.Next() {
-					s.Allow(keys[rng.IntN(len(keys))], now)
+				mu.Lock()
+				seq := seqs[next%len(seqs)]
+				next++
+				mu.Unlock()
+				for i := 0; pb.Next(); i++ {
+					if i == len(seq) {
+						i = 0
+					}
+					s.Allow(seq[i], now)
 				}
 			})
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 		})
 	}
+}
+
+// randomWalks returns n sequences of keys drawn at random, total keys in all.
+func randomWalks(keys []Key, n, total int) [][]Key {
+	seqs := make([][]Key, n)
+	for g := range seqs {
+		rng := rand.New(rand.NewPCG(uint64(g), 9))
+		seqs[g] = make([]Key, total/n)
+		for i := range seqs[g] {
+			seqs[g][i] = keys[rng.IntN(len(keys))]
+		}
+	}
+	return seqs
 }
 
 // BenchmarkScaling runs the same number of decisions on one goroutine and
@@ -135,14 +155,7 @@ func BenchmarkScaling(b *testing.B) {
 			// keys, laid out contiguously, so both runs do identical work
 			// per decision and only the store's accesses are random.
 			const n = 1 << 22
-			seqs := make([][]Key, procs)
-			for g := range seqs {
-				rng := rand.New(rand.NewPCG(uint64(g), 9))
-				seqs[g] = make([]Key, n/procs)
-				for i := range seqs[g] {
-					seqs[g][i] = keys[rng.IntN(len(keys))]
-				}
-			}
+			seqs := randomWalks(keys, procs, n)
 			run := func(parts int) time.Duration {
 				var wg sync.WaitGroup
 				start := time.Now()
@@ -259,4 +272,29 @@ func ExampleStore() {
 	// true 1 0s
 	// true 0 0s
 	// false 0 45s
+}
+
+// BenchmarkLockFloor is what any store that counts exactly pays per
+// decision before doing anything else: one uncontended lock and unlock, as
+// an entry lock (compare-and-swap, atomic store) and as a sync.Mutex. It is
+// the floor docs/window.md compares the store's figures with.
+func BenchmarkLockFloor(b *testing.B) {
+	b.Run("entry-lock", func(b *testing.B) {
+		var e entry
+		for b.Loop() {
+			if atomic.CompareAndSwapUint64(&e.fp, 0, lockBit) {
+				atomic.StoreUint64(&e.fp, 0)
+			}
+		}
+	})
+	b.Run("mutex", func(b *testing.B) {
+		var mu sync.Mutex
+		n := 0
+		for b.Loop() {
+			mu.Lock()
+			n++
+			mu.Unlock()
+		}
+		runtime.KeepAlive(n)
+	})
 }

@@ -316,3 +316,30 @@ func (d *Domain) Forget(ctx context.Context, i int, k window.Key, key []byte, no
 	d.c.done("forget", start, err)
 	return err
 }
+
+// Exact reports whether the domain decides every request in Redis (exact
+// mode), so that its own store holds only what was decided without Redis.
+func (d *Domain) Exact() bool { return d.batch == nil }
+
+// Peek reads a client's counters under rule i in Redis, on Redis's clock,
+// without changing them, and describes them at now as window.Store.Peek
+// would, for the admin API. The counts are the PoP's: in exact mode all of
+// them; in batched mode all but what the nodes have not flushed yet.
+func (d *Domain) Peek(ctx context.Context, i int, key []byte, now time.Time) (window.State, error) {
+	r := &d.rules[i]
+	start := time.Now()
+	vals, err := d.c.exec(ctx, peekScript, []string{r.prefix(key)}, r.args).AsIntSlice()
+	if err == nil && len(vals) != 4 {
+		err = fmt.Errorf("cluster: peek script returned %d values, want 4", len(vals))
+	}
+	d.c.done("peek", start, err)
+	if err != nil {
+		return window.State{}, err
+	}
+	return r.Limit.State(window.Counts{
+		Previous:   vals[0],
+		Current:    vals[1],
+		Elapsed:    time.Duration(vals[2]) * time.Microsecond,
+		Mitigation: time.Duration(vals[3]) * time.Microsecond,
+	}, now), nil
+}

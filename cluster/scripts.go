@@ -70,20 +70,13 @@ local function lessProduct(a, b, c, d)
 end
 `
 
-// decideScript judges one request in exact mode, on Redis's clock, as
-// window.Store.Allow does: allowed iff no mitigation is in force and
-// prev×(P−e) < (limit−curr)×P. It counts the request if allowed, or if the
-// rule counts blocked requests; a blocked request starts a mitigation when
-// the rule has one and none is in force.
-//
-// KEYS[1] key prefix; ARGV limit, period (µs), mitigation (µs),
-// count_blocked (0 or 1).
-// Returns {allowed, counted, prev, curr (after counting), elapsed (µs),
-// mitigation left (µs), period start (Unix s)}.
-var decideScript = newScript(lessProduct + `
-local limit = tonumber(ARGV[1])
+// readCounts is Lua shared by the scripts that read a client's counters:
+// on Redis's clock, with ARGV[2] the period in µs, it sets now (µs), e (µs
+// into the period), start (the period's start, Unix s), the key names ck,
+// pk and mk of the current and previous periods' counts and of the
+// mitigation, and curr and prev.
+const readCounts = `
 local period = tonumber(ARGV[2])
-local mitigation = tonumber(ARGV[3])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local w = math.floor(now / period)
@@ -94,6 +87,21 @@ local pk = KEYS[1] .. ':' .. string.format('%.0f', start - period / 1000000)
 local mk = KEYS[1] .. ':m'
 local curr = tonumber(redis.call('GET', ck) or '0')
 local prev = tonumber(redis.call('GET', pk) or '0')
+`
+
+// decideScript judges one request in exact mode, on Redis's clock, as
+// window.Store.Allow does: allowed iff no mitigation is in force and
+// prev×(P−e) < (limit−curr)×P. It counts the request if allowed, or if the
+// rule counts blocked requests; a blocked request starts a mitigation when
+// the rule has one and none is in force.
+//
+// KEYS[1] key prefix; ARGV limit, period (µs), mitigation (µs),
+// count_blocked (0 or 1).
+// Returns {allowed, counted, prev, curr (after counting), elapsed (µs),
+// mitigation left (µs), period start (Unix s)}.
+var decideScript = newScript(lessProduct + readCounts + `
+local limit = tonumber(ARGV[1])
+local mitigation = tonumber(ARGV[3])
 local left = 0
 if mitigation > 0 then
   local untilT = tonumber(redis.call('GET', mk) or '0')
@@ -176,7 +184,19 @@ var forgetScript = newScript(`
 return redis.call('DEL', KEYS[1] .. ':' .. ARGV[1], KEYS[1] .. ':' .. ARGV[2], KEYS[1] .. ':m')
 `)
 
-var allScripts = []*script{decideScript, refundScript, flushScript, heartbeatScript, forgetScript}
+// peekScript reads a client's counters under one rule without changing
+// them (the admin API's GET in exact mode), on Redis's clock as
+// decideScript reads them. KEYS[1] key prefix; ARGV as decideScript's (only
+// the period, ARGV[2] in µs, is used). Returns {prev, curr, elapsed (µs),
+// mitigation left (µs)}.
+var peekScript = newScript(readCounts + `
+local left = 0
+local untilT = tonumber(redis.call('GET', mk) or '0')
+if untilT > now then left = untilT - now end
+return {prev, curr, e, left}
+`)
+
+var allScripts = []*script{decideScript, refundScript, flushScript, heartbeatScript, forgetScript, peekScript}
 
 // ScriptSources returns the Lua source of the scripts behind exact-mode
 // decisions and batched flushes, for tools that replay edge's Redis

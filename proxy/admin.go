@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/edgerate/edge/rules"
+	"github.com/edgerate/edge/window"
 	"github.com/go-chi/chi/v5"
 )
 
@@ -179,24 +180,38 @@ type keyState struct {
 	Remaining      int64      `json:"remaining"`
 	RetryAfter     float64    `json:"retry_after_seconds"`
 	MitigatedUntil *time.Time `json:"mitigated_until,omitempty"`
+	Source         string     `json:"source"`            // "node": this node's store; "redis": the PoP's counters (exact mode)
 	Count          uint64     `json:"count,omitempty"`   // top talkers: observed requests (upper bound)
 	Blocked        uint64     `json:"blocked,omitempty"` // top talkers: observed blocked requests
 	CountError     uint64     `json:"count_error,omitempty"`
 }
 
-func (p *Proxy) keyState(d *domain, rs *ruleState, text string, key []byte, now time.Time) (keyState, bool) {
-	s := d.store.Peek(d.store.Key(rs.Index, key), now)
+// keyState reads a key's counters: in exact mode the PoP's, from Redis
+// (an error if Redis does not answer before ctx ends), else this node's.
+func (p *Proxy) keyState(ctx context.Context, d *domain, rs *ruleState, text string, key []byte, now time.Time) (keyState, bool, error) {
+	var s window.State
+	source := "node"
+	if d.shared != nil && d.shared.Exact() {
+		var err error
+		if s, err = d.shared.Peek(ctx, rs.Index, key, now); err != nil {
+			return keyState{}, false, fmt.Errorf("reading the key in redis: %w", err)
+		}
+		source = "redis"
+	} else {
+		s = d.store.Peek(d.store.Key(rs.Index, key), now)
+	}
 	ks := keyState{
 		Domain: d.Name, Rule: rs.Name, Key: text,
 		Limit: rs.Limit, PeriodSeconds: rs.Period.Seconds(),
 		Previous: s.Previous, Current: s.Current, Estimate: s.Estimate,
 		Remaining: s.Remaining, RetryAfter: s.RetryAfter.Seconds(),
+		Source: source,
 	}
 	if !s.MitigatedUntil.IsZero() {
 		t := s.MitigatedUntil.UTC()
 		ks.MitigatedUntil = &t
 	}
-	return ks, s.Tracked
+	return ks, s.Tracked, nil
 }
 
 // keyParam reads the key at the end of an admin path (percent-decoded),
@@ -222,7 +237,13 @@ func (p *Proxy) getKey(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ks, tracked := p.keyState(d, rs, text, key, p.now())
+	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+	defer cancel()
+	ks, tracked, err := p.keyState(ctx, d, rs, text, key, p.now())
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, apiError{err.Error()})
+		return
+	}
 	if !tracked {
 		writeJSON(w, http.StatusNotFound, apiError{fmt.Sprintf("key %q is not tracked by %s/%s", text, d.Name, rs.Name)})
 		return
@@ -277,13 +298,19 @@ func (p *Proxy) getTop(w http.ResponseWriter, r *http.Request) {
 		n = v
 	}
 	now := p.now()
+	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+	defer cancel()
 	out := []keyState{}
 	for _, t := range rs.top.top(n) {
 		key, err := parseKey(st, rs, t.text)
 		if err != nil {
 			continue // cannot happen for text keyText wrote
 		}
-		ks, _ := p.keyState(d, rs, t.text, key, now)
+		ks, _, err := p.keyState(ctx, d, rs, t.text, key, now)
+		if err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, apiError{err.Error()})
+			return
+		}
 		ks.Count, ks.Blocked, ks.CountError = t.count, t.blocked, t.err
 		out = append(out, ks)
 	}

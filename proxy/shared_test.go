@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -368,4 +369,61 @@ func TestSharedReloadKeepsOneClient(t *testing.T) {
 	if w, _ := hit(p, "192.0.2.9"); w.Code != 200 && w.Code != 429 {
 		t.Fatalf("status %d", w.Code)
 	}
+}
+
+// TestSharedAdminGetKey: in exact mode the admin API's GET shows the PoP's
+// counters, read from Redis, on a node that decided none of the client's
+// requests; a mitigation started elsewhere shows too. With Redis gone the
+// GET answers 503 instead of this node's empty store. In batched mode it
+// shows the node's store, which holds the merged counts.
+func TestSharedAdminGetKey(t *testing.T) {
+	get := func(t *testing.T, p *Proxy, key string) (int, keyState) {
+		t.Helper()
+		w := httptest.NewRecorder()
+		p.AdminHandler().ServeHTTP(w, httptest.NewRequest("GET", "/v1/keys/site/per-ip/"+key, nil))
+		var ks keyState
+		if w.Code == 200 {
+			if err := json.Unmarshal(w.Body.Bytes(), &ks); err != nil {
+				t.Fatalf("GET %s: %v in %s", key, err, w.Body)
+			}
+		}
+		return w.Code, ks
+	}
+	t.Run("exact", func(t *testing.T) {
+		srv := redistest.Start(t)
+		r := rule("per-ip", 3, time.Hour)
+		r.MitigationTimeout = 2 * time.Hour
+		ps := newNodes(t, 2, sharedConfig(srv.Addr, "exact", "closed", r), true)
+		for range 2 {
+			hit(ps[0], "203.0.113.5")
+		}
+		code, ks := get(t, ps[1], "203.0.113.5")
+		if code != 200 || ks.Source != "redis" || ks.Current != 2 || ks.Remaining != 1 || ks.MitigatedUntil != nil {
+			t.Fatalf("GET on the other node after 2 requests: %d %+v, want 200 from redis, 2 counted, 1 remaining", code, ks)
+		}
+		for range 2 {
+			hit(ps[0], "203.0.113.5") // the limit, then a block that starts the mitigation
+		}
+		code, ks = get(t, ps[1], "203.0.113.5")
+		if code != 200 || ks.Current != 3 || ks.Remaining != 0 || ks.MitigatedUntil == nil || ks.RetryAfter < 7199 || ks.RetryAfter > 7200 {
+			t.Fatalf("GET on the other node after the block: %d %+v, want 3 counted, mitigated for 2h", code, ks)
+		}
+		if code, ks := get(t, ps[1], "192.0.2.1"); code != 404 {
+			t.Fatalf("GET of a key redis does not hold: %d %+v, want 404", code, ks)
+		}
+		srv.Kill()
+		if code, _ := get(t, ps[1], "203.0.113.5"); code != 503 {
+			t.Fatalf("GET with redis gone: %d, want 503", code)
+		}
+	})
+	t.Run("batched", func(t *testing.T) {
+		srv := redistest.Start(t)
+		ps := newNodes(t, 1, sharedConfig(srv.Addr, "batched", "closed", rule("per-ip", 30, time.Hour)), true)
+		for range 4 {
+			hit(ps[0], "203.0.113.5")
+		}
+		if code, ks := get(t, ps[0], "203.0.113.5"); code != 200 || ks.Source != "node" || ks.Current != 4 {
+			t.Fatalf("GET in batched mode: %d %+v, want 200 from the node, 4 counted", code, ks)
+		}
+	})
 }

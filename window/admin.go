@@ -41,22 +41,46 @@ func (s *Store) Peek(k Key, now time.Time) State {
 	}
 	w, e := p.position(t)
 	e = p.advance(&ent, w, e)
-	st := State{
-		Tracked:   true,
-		Previous:  int64(ent.prev),
-		Current:   int64(ent.curr),
-		Estimate:  float64(ent.prev)*float64(p.period-e)/float64(p.period) + float64(ent.curr),
-		Remaining: p.remaining(ent.prev, ent.curr, e, p.limit),
-	}
-	mitigation := time.Duration(0)
+	var mitigation time.Duration
 	if ent.until != 0 {
 		mitigation = max(time.Duration(int64(ent.until)*int64(time.Millisecond)-e), 0)
+	}
+	st := p.state(ent.prev, ent.curr, e, mitigation, now)
+	st.Tracked = true
+	return st
+}
+
+// State describes counters as a store shared between nodes reports them (c
+// as for Judge; c.Allowed is ignored) at now, as Peek describes a key's:
+// the counters of a key whose counts live elsewhere. Tracked reports
+// whether c holds any count or mitigation. l must be valid, as New
+// requires; an invalid l gives the zero State.
+func (l Limit) State(c Counts, now time.Time) State {
+	var p params
+	prev, curr, e, ok := l.read(c, &p)
+	if !ok {
+		return State{}
+	}
+	mitigation := max(c.Mitigation, 0)
+	st := p.state(prev, curr, e, mitigation, now)
+	st.Tracked = prev > 0 || curr > 0 || mitigation > 0
+	return st
+}
+
+// state describes counts prev and curr at e into the current period, with
+// mitigation left to run, at now.
+func (p *params) state(prev, curr uint32, e int64, mitigation time.Duration, now time.Time) State {
+	st := State{
+		Previous:  int64(prev),
+		Current:   int64(curr),
+		Estimate:  float64(prev)*float64(p.period-e)/float64(p.period) + float64(curr),
+		Remaining: p.remaining(prev, curr, e, p.limit),
 	}
 	if mitigation > 0 {
 		st.MitigatedUntil = now.Add(mitigation)
 		st.Remaining = 0
 	}
-	st.RetryAfter = max(p.retry(ent.prev, ent.curr, e, p.limit), mitigation)
+	st.RetryAfter = max(p.retry(prev, curr, e, p.limit), mitigation)
 	return st
 }
 

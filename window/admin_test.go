@@ -1,6 +1,7 @@
 package window
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -87,5 +88,39 @@ func TestCarry(t *testing.T) {
 		if _, err := old.Carry(b.dst, b.rules); err == nil {
 			t.Errorf("%s: Carry returned no error", b.name)
 		}
+	}
+}
+
+// TestLimitStateMatchesPeek: counts reported by a shared store describe a
+// key exactly as Peek describes the same counts held locally.
+func TestLimitStateMatchesPeek(t *testing.T) {
+	l := Limit{Limit: 50, Period: time.Minute, Mitigation: 10 * time.Minute}
+	rng := rand.New(rand.NewPCG(5, 5))
+	for range 200 {
+		s := newStore(t, 10, l)
+		k := s.KeyString(0, "a")
+		prev, curr := rng.IntN(60), rng.IntN(60)
+		for range prev {
+			s.Allow(k, t0.Add(-time.Minute))
+		}
+		at := t0.Add(time.Duration(rng.Int64N(int64(time.Minute))))
+		for range curr {
+			s.Allow(k, at)
+		}
+		want := s.Peek(k, at)
+		var mitigation time.Duration
+		if !want.MitigatedUntil.IsZero() {
+			mitigation = want.MitigatedUntil.Sub(at)
+		}
+		got := l.State(Counts{Previous: want.Previous, Current: want.Current, Elapsed: at.Sub(t0), Mitigation: mitigation}, at)
+		if got != want {
+			t.Fatalf("prev %d, curr %d requests sent, at %v: State = %+v, Peek = %+v", prev, curr, at.Sub(t0), got, want)
+		}
+	}
+	if st := l.State(Counts{}, t0); st.Tracked || st.Remaining != 50 {
+		t.Errorf("State of no counts = %+v, want untracked with 50 remaining", st)
+	}
+	if st := (Limit{}).State(Counts{Current: 1}, t0); st != (State{}) {
+		t.Errorf("State with an invalid limit = %+v, want the zero State", st)
 	}
 }

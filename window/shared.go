@@ -111,13 +111,11 @@ type Counts struct {
 // requires; an invalid l gives the zero Decision. The Decision counted
 // nothing in any Store, so Refund ignores it.
 func (l Limit) Judge(c Counts) Decision {
-	if l.validate() != nil {
+	var p params
+	prev, curr, e, ok := l.read(c, &p)
+	if !ok {
 		return Decision{}
 	}
-	var p params
-	p.init(l)
-	prev, curr := satCount(c.Previous), satCount(c.Current)
-	e := min(max(int64(c.Elapsed), 0), p.period-1)
 	if c.Allowed {
 		return Decision{
 			Allowed:   true,
@@ -130,4 +128,16 @@ func (l Limit) Judge(c Counts) Decision {
 	d.RetryAfter = max(p.retry(prev, curr, e, p.limit), mitigation, 1)
 	d.Reset = d.RetryAfter
 	return d
+}
+
+// read prepares l in p and the counts of c for judging or describing them;
+// ok is false if l is invalid.
+func (l Limit) read(c Counts, p *params) (prev, curr uint32, e int64, ok bool) {
+	if l.validate() != nil {
+		return 0, 0, 0, false
+	}
+	p.init(l)
+	prev, curr = satCount(c.Previous), satCount(c.Current)
+	e = min(max(int64(c.Elapsed), 0), p.period-1)
+	return prev, curr, e, true
 }

@@ -90,13 +90,15 @@ type overflow struct {
 // share cache lines instead of fighting over the entry's. Only holders of
 // the mutex write the cache.
 //
-// The cache fills two cache lines, what lock-free decisions read (seq and
-// the table) a third, and the mutex and what only its holders use a fourth.
+// The cache fills two cache lines, what every decision reads (seq, the
+// table, and which cache slots are in use) a third, and the mutex and what
+// only its holders use a fourth.
 type shard struct {
 	blocked [blockedSlots]blockedSlot
 	seq     atomic.Uint64 // odd while entries are being moved
 	slots   []entry
-	_       [32]byte
+	cached  atomic.Uint32 // bit i set: blocked[i] may hold a key
+	_       [28]byte
 	mu      sync.Mutex
 	live    int // occupied slots
 	limit   int // most occupied slots allowed (the store's capacity bounds the sum)
@@ -119,7 +121,13 @@ type blockedSlot struct {
 // only if both loads of fp agree with its key. Any overwrite in between
 // changes fp (to 0 at least), so a torn read is always discarded.
 func (sh *shard) lookup(fp uint64, now int64, d *Decision) bool {
-	b := &sh.blocked[(fp>>24)%blockedSlots]
+	i := (fp >> 24) % blockedSlots
+	// The summary shares a cache line with what the decision reads next:
+	// when no block is cached there, the cache's own lines stay untouched.
+	if sh.cached.Load()&(1<<i) == 0 {
+		return false
+	}
+	b := &sh.blocked[i]
 	if b.fp.Load() != fp {
 		return false
 	}
@@ -141,16 +149,20 @@ func (sh *shard) remember(fp uint64, now int64, d *Decision) {
 	if d.Mitigated {
 		until |= 1
 	}
-	b := &sh.blocked[(fp>>24)%blockedSlots]
+	i := (fp >> 24) % blockedSlots
+	b := &sh.blocked[i]
 	b.fp.Store(0)
 	b.until.Store(until)
 	b.fp.Store(fp)
+	sh.cached.Or(1 << i)
 }
 
 // forget drops any cached block of fp. Caller holds sh.mu.
 func (sh *shard) forget(fp uint64) {
-	if b := &sh.blocked[(fp>>24)%blockedSlots]; b.fp.Load() == fp {
+	i := (fp >> 24) % blockedSlots
+	if b := &sh.blocked[i]; b.fp.Load() == fp {
 		b.fp.Store(0)
+		sh.cached.And(^uint32(1 << i))
 	}
 }
 

@@ -99,6 +99,30 @@ func (b *batch) take(items []flushItem) []flushItem {
 	return items
 }
 
+// keep puts back, at now, counts that a flush could not send, for the next
+// flush. Counts of a period before the previous one are dropped (they can
+// no longer change a decision), and so are counts of keys beyond the
+// domain store's capacity, which bounds the batch while Redis is away.
+func (b *batch) keep(items []flushItem, now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, it := range items {
+		r := &b.d.rules[it.p.rule]
+		if it.key.start < r.periodStart(now)-r.periodSeconds {
+			continue
+		}
+		p, ok := b.pending[it.key]
+		if !ok {
+			if len(b.pending) >= b.d.store.Capacity() {
+				continue
+			}
+			p = pend{rule: it.p.rule, prefix: it.p.prefix}
+		}
+		p.delta += it.p.delta
+		b.pending[it.key] = p
+	}
+}
+
 // merge takes the PoP-wide counts of key into the domain's store, with
 // what this node counted since they were read added to the current period.
 func (b *batch) merge(key pendKey, prev, curr int64) {
@@ -126,20 +150,30 @@ func (c *Client) flusher() {
 }
 
 // flush adds every batch's counts to Redis and merges back the PoP-wide
-// counts, in one pipelined round trip per maxPipeline keys. While the
-// circuit is open the counts are dropped: requests are then decided by the
-// failure mode, and a flush that fails loses one interval's counts.
+// counts, in one pipelined round trip per maxPipeline keys. Counts it
+// cannot send (the circuit is open, or the round trip fails) are kept for
+// the next flush, as long as their period can still matter: the counts a
+// node makes while Redis is away, by its failure mode, reach the PoP when
+// Redis is back. A round trip that fails after Redis applied part of it
+// is sent again whole, which can count those requests twice: the strict
+// side.
 func (c *Client) flush() {
 	c.mu.Lock()
 	var items []flushItem
-	for b, retired := range c.batches {
+	retired := make(map[*batch]bool)
+	for b, r := range c.batches {
 		items = b.take(items)
-		if retired {
+		if r {
+			retired[b] = true
 			delete(c.batches, b)
 		}
 	}
 	c.mu.Unlock()
-	if len(items) == 0 || !c.br.allow(time.Now()) {
+	if len(items) == 0 {
+		return
+	}
+	if !c.br.allow(time.Now()) {
+		c.keep(items, retired)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.BatchInterval)
@@ -147,9 +181,30 @@ func (c *Client) flush() {
 	for len(items) > 0 {
 		n := min(len(items), maxPipeline)
 		if err := c.flushChunk(ctx, items[:n]); err != nil {
+			c.keep(items, retired)
 			return
 		}
 		items = items[n:]
+	}
+}
+
+// keep returns unsent items to their batches; a retired batch given counts
+// back is registered again, still retired, until they are sent or over.
+func (c *Client) keep(items []flushItem, retired map[*batch]bool) {
+	now := time.Now()
+	for len(items) > 0 {
+		// Items are grouped by batch, as take appends them.
+		b, n := items[0].b, 1
+		for n < len(items) && items[n].b == b {
+			n++
+		}
+		b.keep(items[:n], now)
+		items = items[n:]
+		if retired[b] {
+			c.mu.Lock()
+			c.batches[b] = true
+			c.mu.Unlock()
+		}
 	}
 }
 

@@ -213,7 +213,15 @@ func (d *Domain) Allow(call *Call, i int, k window.Key, key []byte, now time.Tim
 	r := &d.rules[i]
 	if d.batch != nil {
 		if call.Unavailable || d.c.br.State() != Closed {
-			return d.fallback(call, r, k, now)
+			dec := d.fallback(call, r, k, now)
+			if !call.Unavailable && (dec.Allowed || r.Limit.CountBlocked) {
+				// Counted without Redis: shared once Redis is back (the
+				// flusher keeps what it cannot send), so that the PoP's
+				// counts include the requests of the outage.
+				prefix, start := d.batch.add(r, i, k, key, now, 1)
+				call.record(counted{rule: i, prefix: prefix, start: start, batched: true, k: k})
+			}
+			return dec
 		}
 		dec := d.store.Allow(k, now)
 		if dec.Allowed || r.Limit.CountBlocked {

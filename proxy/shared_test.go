@@ -15,6 +15,7 @@ import (
 	"github.com/edgerate/edge/rules"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/rueidis"
 )
 
 // The tests here run edge nodes (Proxy values in this process, on the real
@@ -279,6 +280,17 @@ func TestSharedFaults(t *testing.T) {
 				}
 			}
 		}},
+		{"killed, batched, local: the outage's counts reach redis", "batched", "local", 30, func(t *testing.T, srv *redistest.Server, ps []*Proxy) {
+			srv.Kill()
+			waitUntil(t, time.Second, "open circuit", func() bool { return ps[0].cluster.State() != cluster.Closed })
+			during(t, ps[0], 12, func(i, code int) bool { return (i < 10 && code == 200) || (i >= 10 && code == 429) })
+			srv.Restart()
+			recovered(t, ps[0], time.Now())
+			// The 10 requests counted without Redis are in its counter of
+			// the client once the flusher is through.
+			c := srv.Client()
+			waitUntil(t, 2*time.Second, "the outage's counts in redis", func() bool { return maxCounter(t, c) == 10 })
+		}},
 		{"restarted empty, batched, local", "batched", "local", 30, func(t *testing.T, srv *redistest.Server, ps []*Proxy) {
 			srv.Kill()
 			waitUntil(t, time.Second, "open circuit", func() bool { return ps[0].cluster.State() != cluster.Closed })
@@ -426,4 +438,23 @@ func TestSharedAdminGetKey(t *testing.T) {
 			t.Fatalf("GET in batched mode: %d %+v, want 200 from the node, 4 counted", code, ks)
 		}
 	})
+}
+
+// maxCounter is the largest request counter in the Redis server of c (keys
+// named "<prefix>:<period start>"), 0 if none.
+func maxCounter(t *testing.T, c rueidis.Client) int64 {
+	t.Helper()
+	keys, err := c.Do(t.Context(), c.B().Keys().Pattern("edge:*}:[0-9]*").Build()).AsStrSlice()
+	if err != nil {
+		t.Fatalf("KEYS: %v", err)
+	}
+	var most int64
+	for _, k := range keys {
+		n, err := c.Do(t.Context(), c.B().Get().Key(k).Build()).AsInt64()
+		if err != nil {
+			t.Fatalf("GET %s: %v", k, err)
+		}
+		most = max(most, n)
+	}
+	return most
 }

@@ -14,7 +14,8 @@ import (
 // keys takes several.
 const maxPipeline = 4096
 
-// batch gathers one domain's counts between flushes (batched mode).
+// batch gathers one domain's counts between flushes: in batched mode all of
+// them, in exact mode those made without Redis.
 type batch struct {
 	d       *Domain
 	mu      sync.Mutex
@@ -126,6 +127,9 @@ func (b *batch) keep(items []flushItem, now time.Time) {
 // merge takes the PoP-wide counts of key into the domain's store, with
 // what this node counted since they were read added to the current period.
 func (b *batch) merge(key pendKey, prev, curr int64) {
+	if b.d.exact {
+		return // the store holds only what was decided without Redis
+	}
 	b.mu.Lock()
 	own := b.pending[key].delta
 	b.mu.Unlock()

@@ -4,7 +4,7 @@
 //
 // A Client holds the connection to Redis, a circuit breaker in front of it,
 // a heartbeat that registers the node so that every node knows how many its
-// PoP has, and (in batched mode) the flusher. A Domain is one domain's rules
+// PoP has, and the flusher of batched counts. A Domain is one domain's rules
 // as counted through a Client: the proxy asks it instead of the domain's
 // window.Store. Two modes:
 //
@@ -26,7 +26,9 @@
 // (node-local counters with each limit divided by the last known number of
 // live nodes), "open" (allow) or "closed" (503). The circuit half-opens to
 // let one probe through, and closes as soon as Redis answers; a Redis that
-// restarted empty or lost its scripts is in use again within 2 s.
+// restarted empty or lost its scripts is in use again within 2 s. What the
+// failure mode counted meanwhile is added to Redis once it is back (except
+// requests whose own round trip failed, which Redis may have counted).
 //
 // Keys in Redis never use window.Key, which is a hash with a per-process
 // seed: they are named from the bytes the proxy builds for a client (see
@@ -97,7 +99,7 @@ type Client struct {
 	scriptsLoaded atomic.Bool
 
 	mu      sync.Mutex
-	batches map[*batch]bool // batched mode: true once retired (flushed once more, then dropped)
+	batches map[*batch]bool // true once retired (flushed once more, then dropped)
 
 	// rdb is the rueidis client; nil only in Redis Cluster mode until a
 	// node has answered (see connect).
@@ -112,7 +114,7 @@ type Client struct {
 }
 
 // New returns a Client for opts and starts its goroutines: the heartbeat
-// and, in batched mode, the flusher. It does not wait for Redis: a Client
+// and the flusher (in exact mode it has work only after an outage). It does not wait for Redis: a Client
 // made while Redis is down serves by its failure mode until Redis answers.
 func New(opts Options) (*Client, error) {
 	cfg := opts.Config
@@ -167,10 +169,8 @@ func New(opts Options) (*Client, error) {
 	c.newRedis()
 	c.wg.Add(1)
 	go c.heartbeats()
-	if cfg.Sync == rules.SyncBatched {
-		c.wg.Add(1)
-		go c.flusher()
-	}
+	c.wg.Add(1)
+	go c.flusher()
 	return c, nil
 }
 

@@ -41,8 +41,12 @@ type Domain struct {
 	c       *Client
 	store   *window.Store
 	rules   []domainRule
+	exact   bool                                 // exact mode, else batched
 	blocked *lru.Cache[window.Key, blockedUntil] // exact mode
-	batch   *batch                               // batched mode
+	// batch gathers counts for Redis: in batched mode every count; in
+	// exact mode those made without Redis (on_store_failure local or
+	// open), sent once Redis is back.
+	batch *batch
 }
 
 type domainRule struct {
@@ -89,26 +93,23 @@ func (c *Client) Domain(name string, rs []Rule, store *window.Store) (*Domain, e
 			},
 		}
 	}
-	if c.cfg.Sync == rules.SyncBatched {
-		d.batch = newBatch(d)
-		c.mu.Lock()
-		c.batches[d.batch] = false
-		c.mu.Unlock()
-		return d, nil
+	d.exact = c.cfg.Sync != rules.SyncBatched
+	if d.exact {
+		var err error
+		if d.blocked, err = lru.New[window.Key, blockedUntil](blockedKeys); err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
 	}
-	var err error
-	if d.blocked, err = lru.New[window.Key, blockedUntil](blockedKeys); err != nil {
-		return nil, fmt.Errorf("cluster: %w", err)
-	}
+	d.batch = newBatch(d)
+	c.mu.Lock()
+	c.batches[d.batch] = false
+	c.mu.Unlock()
 	return d, nil
 }
 
-// Close retires the domain: in batched mode its counts are flushed once
-// more, then it is forgotten. Requests may still use it meanwhile.
+// Close retires the domain: its batched counts are flushed once more, then
+// it is forgotten. Requests may still use it meanwhile.
 func (d *Domain) Close() {
-	if d.batch == nil {
-		return
-	}
 	d.c.mu.Lock()
 	defer d.c.mu.Unlock()
 	if _, ok := d.c.batches[d.batch]; ok {
@@ -211,17 +212,9 @@ func (call *Call) Close() {
 // must be ignored.
 func (d *Domain) Allow(call *Call, i int, k window.Key, key []byte, now time.Time) window.Decision {
 	r := &d.rules[i]
-	if d.batch != nil {
+	if !d.exact {
 		if call.Unavailable || d.c.br.State() != Closed {
-			dec := d.fallback(call, r, k, now)
-			if !call.Unavailable && (dec.Allowed || r.Limit.CountBlocked) {
-				// Counted without Redis: shared once Redis is back (the
-				// flusher keeps what it cannot send), so that the PoP's
-				// counts include the requests of the outage.
-				prefix, start := d.batch.add(r, i, k, key, now, 1)
-				call.record(counted{rule: i, prefix: prefix, start: start, batched: true, k: k})
-			}
-			return dec
+			return d.fallback(call, i, k, key, now, false)
 		}
 		dec := d.store.Allow(k, now)
 		if dec.Allowed || r.Limit.CountBlocked {
@@ -240,7 +233,7 @@ func (d *Domain) Allow(call *Call, i int, k window.Key, key []byte, now time.Tim
 	}
 	start := time.Now()
 	if call.Unavailable || !d.c.br.allow(start) {
-		return d.fallback(call, r, k, now)
+		return d.fallback(call, i, k, key, now, false)
 	}
 	prefix := r.prefix(key)
 	vals, err := d.c.exec(call.context(d.c.cfg.Budget), decideScript, []string{prefix}, r.args).AsIntSlice()
@@ -249,7 +242,7 @@ func (d *Domain) Allow(call *Call, i int, k window.Key, key []byte, now time.Tim
 	}
 	d.c.done("decide", start, err)
 	if err != nil {
-		return d.fallback(call, r, k, now)
+		return d.fallback(call, i, k, key, now, true)
 	}
 	dec := r.Limit.Judge(window.Counts{
 		Allowed:    vals[0] == 1,
@@ -267,21 +260,33 @@ func (d *Domain) Allow(call *Call, i int, k window.Key, key []byte, now time.Tim
 	return dec
 }
 
-// fallback decides without Redis, by the failure mode.
-func (d *Domain) fallback(call *Call, r *domainRule, k window.Key, now time.Time) window.Decision {
+// fallback decides without Redis, by the failure mode. What it counts goes
+// into the batch, for Redis once it is back (the flusher keeps what it
+// cannot send), so that the PoP's counts include the requests of the
+// outage; unless tried is set: the request's own round trip failed, and
+// Redis may have counted it (a reply lost to the budget) or not.
+func (d *Domain) fallback(call *Call, i int, k window.Key, key []byte, now time.Time, tried bool) window.Decision {
+	r := &d.rules[i]
 	call.Fallback = true
+	var dec window.Decision
 	switch d.c.cfg.OnStoreFailure {
 	case rules.FailOpen:
-		return window.Decision{Allowed: true, Remaining: r.Limit.Limit - 1}
+		dec = window.Decision{Allowed: true, Remaining: r.Limit.Limit - 1}
 	case rules.FailClosed:
 		call.Unavailable = true
 		call.RetryAfter = max(call.RetryAfter, d.c.br.untilProbe(now))
 		return window.Decision{}
+	default:
+		// The node's share of the limit, so that the PoP as a whole stays
+		// near the limit without Redis: the last known number of live
+		// nodes, each taking limit/nodes (rounded down, at least 1).
+		dec = d.store.AllowLimit(k, now, max(r.Limit.Limit/int64(d.c.Nodes()), 1))
 	}
-	// The node's share of the limit, so that the PoP as a whole stays near
-	// the limit without Redis: the last known number of live nodes, each
-	// taking limit/nodes (rounded down, at least 1).
-	return d.store.AllowLimit(k, now, max(r.Limit.Limit/int64(d.c.Nodes()), 1))
+	if !tried && (dec.Allowed || r.Limit.CountBlocked) {
+		prefix, start := d.batch.add(r, i, k, key, now, 1)
+		call.record(counted{rule: i, prefix: prefix, start: start, batched: true, k: k})
+	}
+	return dec
 }
 
 // Refund takes back the request that dec (from Allow of the same call)
@@ -327,7 +332,7 @@ func (d *Domain) Forget(ctx context.Context, i int, k window.Key, key []byte, no
 
 // Exact reports whether the domain decides every request in Redis (exact
 // mode), so that its own store holds only what was decided without Redis.
-func (d *Domain) Exact() bool { return d.batch == nil }
+func (d *Domain) Exact() bool { return d.exact }
 
 // Peek reads a client's counters under rule i in Redis, on Redis's clock,
 // without changing them, and describes them at now as window.Store.Peek

@@ -258,6 +258,31 @@ func TestSharedFaults(t *testing.T) {
 			srv.Restart()
 			recovered(t, ps[2], time.Now())
 		}},
+		{"killed, exact, local: the outage's counts reach redis", "exact", "local", 30, func(t *testing.T, srv *redistest.Server, ps []*Proxy) {
+			srv.Kill()
+			waitUntil(t, time.Second, "open circuit", func() bool {
+				hit(ps[1], "192.0.2.99") // a failed round trip, not counted for redis
+				return ps[1].cluster.State() != cluster.Closed
+			})
+			// Decided without trying Redis: this node's share, 30/3.
+			during(t, ps[1], 12, func(i, code int) bool { return (i < 10 && code == 200) || (i >= 10 && code == 429) })
+			srv.Restart()
+			recovered(t, ps[1], time.Now())
+			c := srv.Client()
+			waitUntil(t, 2*time.Second, "the outage's counts in redis", func() bool { return maxCounter(t, c) == 10 })
+			// Redis's count now holds them: 20 more, not 30. (Asked of the
+			// node that has used Redis since: another node's first round
+			// trip after the restart may fail and be decided locally.)
+			allowed := 0
+			for range 30 {
+				if w, _ := hit(ps[1], ip); w.Code == 200 {
+					allowed++
+				}
+			}
+			if allowed != 20 {
+				t.Errorf("after recovery %d of 30 requests allowed, want the 20 the outage left", allowed)
+			}
+		}},
 		{"paused past the budget, local", "exact", "local", 30, func(t *testing.T, srv *redistest.Server, ps []*Proxy) {
 			srv.Stop()
 			during(t, ps[0], 12, func(i, code int) bool { return (i < 10 && code == 200) || (i >= 10 && code == 429) })

@@ -276,8 +276,9 @@ func ExampleStore() {
 
 // BenchmarkLockFloor is what any store that counts exactly pays per
 // decision before doing anything else: one uncontended lock and unlock, as
-// an entry lock (compare-and-swap, atomic store) and as a sync.Mutex. It is
-// the floor docs/window.md compares the store's figures with.
+// an entry lock (compare-and-swap, atomic store) and as a sync.Mutex; and,
+// for one hot key, an atomic add to one shared word from every core. These
+// are the floors docs/window.md compares the store's figures with.
 func BenchmarkLockFloor(b *testing.B) {
 	b.Run("entry-lock", func(b *testing.B) {
 		var e entry
@@ -296,5 +297,15 @@ func BenchmarkLockFloor(b *testing.B) {
 			mu.Unlock()
 		}
 		runtime.KeepAlive(n)
+	})
+	// One word added to from every core: the most decisions a second on
+	// one key that any store counting in shared memory could make.
+	b.Run("shared-add-parallel", func(b *testing.B) {
+		var n atomic.Uint64
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				n.Add(1)
+			}
+		})
 	})
 }

@@ -116,10 +116,11 @@ type blockedSlot struct {
 	until atomic.Int64 // 2×(ns since the epoch) + 1 if mitigated: good to 2116
 }
 
-// lookup returns the cached block of fp at now, if any. A writer stores fp=0,
-// then until, then fp; a reader loads fp, until, fp again and believes until
-// only if both loads of fp agree with its key. Any overwrite in between
-// changes fp (to 0 at least), so a torn read is always discarded.
+// lookup reports whether a cached block of fp holds at now, and if so
+// writes its decision to d. A writer stores fp=0, then until, then fp; a
+// reader loads fp, until, fp again and believes until only if both loads of
+// fp agree with its key. Any overwrite in between changes fp (to 0 at
+// least), so a torn read is always discarded.
 func (sh *shard) lookup(fp uint64, now int64, d *Decision) bool {
 	i := (fp >> 24) % blockedSlots
 	// The summary shares a cache line with what the decision reads next:
@@ -136,7 +137,7 @@ func (sh *shard) lookup(fp uint64, now int64, d *Decision) bool {
 		return false
 	}
 	wait := time.Duration(until>>1 - now)
-	*d = Decision{} // the caller's zero Decision: nothing to copy
+	*d = Decision{} // zeroed in place, then set field by field: see decide
 	d.RetryAfter, d.Reset, d.Mitigated = wait, wait, until&1 != 0
 	return true
 }

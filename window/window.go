@@ -195,8 +195,11 @@ func (p *params) advance(ent *counters, w, e int64) int64 {
 }
 
 // decide judges one request against ent at period w, elapsed e, counting it
-// as the rules say, with limit in place of p.limit (see Store.AllowLimit).
-// ent may be modified.
+// as the rules say, with limit in place of p.limit (see Store.AllowLimit),
+// and writes the decision to d. ent may be modified. d is written field by
+// field, never as a composite literal: a literal is built on the stack and
+// copied with wide loads of narrower stores, which stall store-to-load
+// forwarding (measured: 55 against 31 ns a decision).
 func (p *params) decide(ent *counters, w, e int64, limit uint64, d *Decision) {
 	e = p.advance(ent, w, e)
 	var mitigation int64 // remaining mitigation, ns
@@ -205,8 +208,6 @@ func (p *params) decide(ent *counters, w, e int64, limit uint64, d *Decision) {
 	}
 	if mitigation == 0 && below(ent.prev, ent.curr, limit, p.period, e) {
 		ent.curr = satInc(ent.curr)
-		// Field by field: a composite literal is built on the stack and
-		// copied, and the copy's wide loads of narrow stores stall.
 		d.Allowed = true
 		d.Remaining = p.remaining(ent.prev, ent.curr, e, limit)
 		d.RetryAfter = 0

@@ -298,8 +298,15 @@ func BenchmarkLockFloor(b *testing.B) {
 		}
 		runtime.KeepAlive(n)
 	})
-	// One word added to from every core: the most decisions a second on
-	// one key that any store counting in shared memory could make.
+	// One word added to, from one core and then from every core: the most
+	// decisions a second on one key that any store counting in shared
+	// memory could make, and how that scales.
+	b.Run("shared-add", func(b *testing.B) {
+		var n atomic.Uint64
+		for b.Loop() {
+			n.Add(1)
+		}
+	})
 	b.Run("shared-add-parallel", func(b *testing.B) {
 		var n atomic.Uint64
 		b.RunParallel(func(pb *testing.PB) {

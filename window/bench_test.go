@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -213,6 +214,8 @@ func BenchmarkMemory(b *testing.B) {
 		b.ReportMetric(float64(gcFull.pause.Nanoseconds()), "gc-pause-ns-10M")
 		b.ReportMetric(float64(gcEmpty.cycle.Microseconds()), "gc-cycle-µs-empty")
 		b.ReportMetric(float64(gcFull.cycle.Microseconds()), "gc-cycle-µs-10M")
+		b.ReportMetric(float64(gcEmpty.mark.Microseconds()), "gc-mark-cpu-µs-empty")
+		b.ReportMetric(float64(gcFull.mark.Microseconds()), "gc-mark-cpu-µs-10M")
 	}
 }
 
@@ -228,22 +231,43 @@ func heapAfterGC() uint64 {
 	return ms.HeapAlloc
 }
 
-type gcCost struct{ pause, cycle time.Duration }
+type gcCost struct{ pause, cycle, mark time.Duration }
 
 // measureGC runs five forced collections and returns the median total
-// stop-the-world pause and wall time of one cycle (mark and sweep).
+// stop-the-world pause, wall time of one cycle (mark and sweep) and CPU time
+// spent marking (runtime/metrics' assist, dedicated and idle mark classes).
 func measureGC() gcCost {
-	var pauses, cycles []time.Duration
+	var pauses, cycles, marks []time.Duration
 	for range 5 {
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
+		markBefore := markCPU()
 		start := time.Now()
 		runtime.GC()
 		cycles = append(cycles, time.Since(start))
+		marks = append(marks, markCPU()-markBefore)
 		runtime.ReadMemStats(&after)
 		pauses = append(pauses, time.Duration(after.PauseTotalNs-before.PauseTotalNs))
 	}
-	return gcCost{median(pauses), median(cycles)}
+	return gcCost{median(pauses), median(cycles), median(marks)}
+}
+
+// markCPU is the CPU time the garbage collector has spent marking since the
+// program started.
+func markCPU() time.Duration {
+	samples := []metrics.Sample{
+		{Name: "/cpu/classes/gc/mark/assist:cpu-seconds"},
+		{Name: "/cpu/classes/gc/mark/dedicated:cpu-seconds"},
+		{Name: "/cpu/classes/gc/mark/idle:cpu-seconds"},
+	}
+	metrics.Read(samples)
+	var sec float64
+	for _, s := range samples {
+		if s.Value.Kind() == metrics.KindFloat64 {
+			sec += s.Value.Float64()
+		}
+	}
+	return time.Duration(sec * float64(time.Second))
 }
 
 func median(d []time.Duration) time.Duration {

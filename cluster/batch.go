@@ -100,34 +100,32 @@ func (b *batch) take(items []flushItem) []flushItem {
 	return items
 }
 
-// keep puts back, at now, counts that a flush could not send, for the next
+// keep puts back, at now, a count that a flush could not send, for the next
 // flush. Counts of a period before the previous one are dropped (they can
 // no longer change a decision), and so are counts of keys beyond the
 // domain store's capacity, which bounds the batch while Redis is away.
-func (b *batch) keep(items []flushItem, now time.Time) {
+func (b *batch) keep(it flushItem, now time.Time) {
+	r := &b.d.rules[it.p.rule]
+	if it.key.start < r.periodStart(now)-r.periodSeconds {
+		return
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, it := range items {
-		r := &b.d.rules[it.p.rule]
-		if it.key.start < r.periodStart(now)-r.periodSeconds {
-			continue
+	p, ok := b.pending[it.key]
+	if !ok {
+		if len(b.pending) >= b.d.store.Capacity() {
+			return
 		}
-		p, ok := b.pending[it.key]
-		if !ok {
-			if len(b.pending) >= b.d.store.Capacity() {
-				continue
-			}
-			p = pend{rule: it.p.rule, prefix: it.p.prefix}
-		}
-		p.delta += it.p.delta
-		b.pending[it.key] = p
+		p = pend{rule: it.p.rule, prefix: it.p.prefix}
 	}
+	p.delta += it.p.delta
+	b.pending[it.key] = p
 }
 
 // merge takes the PoP-wide counts of key into the domain's store, with
 // what this node counted since they were read added to the current period.
 func (b *batch) merge(key pendKey, prev, curr int64) {
-	if b.d.exact {
+	if b.d.Exact() {
 		return // the store holds only what was decided without Redis
 	}
 	b.mu.Lock()
@@ -164,11 +162,11 @@ func (c *Client) flusher() {
 func (c *Client) flush() {
 	c.mu.Lock()
 	var items []flushItem
-	retired := make(map[*batch]bool)
+	var retired []*batch
 	for b, r := range c.batches {
 		items = b.take(items)
 		if r {
-			retired[b] = true
+			retired = append(retired, b)
 			delete(c.batches, b)
 		}
 	}
@@ -192,23 +190,18 @@ func (c *Client) flush() {
 	}
 }
 
-// keep returns unsent items to their batches; a retired batch given counts
-// back is registered again, still retired, until they are sent or over.
-func (c *Client) keep(items []flushItem, retired map[*batch]bool) {
+// keep returns unsent items to their batches, and registers the retired
+// batches again, still retired: the next flush sends what they kept, or
+// drops them once they hold nothing.
+func (c *Client) keep(items []flushItem, retired []*batch) {
 	now := time.Now()
-	for len(items) > 0 {
-		// Items are grouped by batch, as take appends them.
-		b, n := items[0].b, 1
-		for n < len(items) && items[n].b == b {
-			n++
-		}
-		b.keep(items[:n], now)
-		items = items[n:]
-		if retired[b] {
-			c.mu.Lock()
-			c.batches[b] = true
-			c.mu.Unlock()
-		}
+	for _, it := range items {
+		it.b.keep(it, now)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, b := range retired {
+		c.batches[b] = true
 	}
 }
 

@@ -41,7 +41,6 @@ type Domain struct {
 	c       *Client
 	store   *window.Store
 	rules   []domainRule
-	exact   bool                                 // exact mode, else batched
 	blocked *lru.Cache[window.Key, blockedUntil] // exact mode
 	// batch gathers counts for Redis: in batched mode every count; in
 	// exact mode those made without Redis (on_store_failure local or
@@ -93,8 +92,7 @@ func (c *Client) Domain(name string, rs []Rule, store *window.Store) (*Domain, e
 			},
 		}
 	}
-	d.exact = c.cfg.Sync != rules.SyncBatched
-	if d.exact {
+	if d.Exact() {
 		var err error
 		if d.blocked, err = lru.New[window.Key, blockedUntil](blockedKeys); err != nil {
 			return nil, fmt.Errorf("cluster: %w", err)
@@ -212,7 +210,7 @@ func (call *Call) Close() {
 // must be ignored.
 func (d *Domain) Allow(call *Call, i int, k window.Key, key []byte, now time.Time) window.Decision {
 	r := &d.rules[i]
-	if !d.exact {
+	if !d.Exact() {
 		if call.Unavailable || d.c.br.State() != Closed {
 			return d.fallback(call, i, k, key, now, false)
 		}
@@ -332,7 +330,7 @@ func (d *Domain) Forget(ctx context.Context, i int, k window.Key, key []byte, no
 
 // Exact reports whether the domain decides every request in Redis (exact
 // mode), so that its own store holds only what was decided without Redis.
-func (d *Domain) Exact() bool { return d.exact }
+func (d *Domain) Exact() bool { return d.c.cfg.Sync != rules.SyncBatched }
 
 // Peek reads a client's counters under rule i in Redis, on Redis's clock,
 // without changing them, and describes them at now as window.Store.Peek

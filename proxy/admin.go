@@ -214,26 +214,25 @@ func (p *Proxy) keyState(ctx context.Context, d *domain, rs *ruleState, text str
 	return ks, s.Tracked, nil
 }
 
-// keyParam reads the key at the end of an admin path (percent-decoded),
-// writing a 400 if it does not fit the rule.
-func keyParam(w http.ResponseWriter, r *http.Request, st *state, rs *ruleState) (string, []byte, bool) {
+// lookupKey resolves the domain, rule and key (percent-decoded) an admin
+// key path names, writing a 404 or 400 if it names none.
+func (p *Proxy) lookupKey(w http.ResponseWriter, r *http.Request) (d *domain, rs *ruleState, text string, key []byte, ok bool) {
+	st, d, rs, ok := p.lookupRule(w, r)
+	if !ok {
+		return nil, nil, "", nil, false
+	}
 	text, err := url.PathUnescape(chi.URLParam(r, "*"))
 	if err == nil {
-		var key []byte
 		if key, err = parseKey(st, rs, text); err == nil {
-			return text, key, true
+			return d, rs, text, key, true
 		}
 	}
 	writeJSON(w, http.StatusBadRequest, apiError{err.Error()})
-	return "", nil, false
+	return nil, nil, "", nil, false
 }
 
 func (p *Proxy) getKey(w http.ResponseWriter, r *http.Request) {
-	st, d, rs, ok := p.lookupRule(w, r)
-	if !ok {
-		return
-	}
-	text, key, ok := keyParam(w, r, st, rs)
+	d, rs, text, key, ok := p.lookupKey(w, r)
 	if !ok {
 		return
 	}
@@ -252,11 +251,7 @@ func (p *Proxy) getKey(w http.ResponseWriter, r *http.Request) {
 }
 
 func (p *Proxy) deleteKey(w http.ResponseWriter, r *http.Request) {
-	st, d, rs, ok := p.lookupRule(w, r)
-	if !ok {
-		return
-	}
-	text, key, ok := keyParam(w, r, st, rs)
+	d, rs, text, key, ok := p.lookupKey(w, r)
 	if !ok {
 		return
 	}

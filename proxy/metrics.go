@@ -101,7 +101,7 @@ func newMetrics(p *Proxy, version string) *metrics {
 		}, []string{"reason"}),
 		storeRoundTrip: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "edge_store_round_trip_seconds",
-			Help:    "Round trips to Redis by operation (decide, refund, flush, heartbeat, forget), failed ones included.",
+			Help:    "Round trips to Redis by operation (decide, refund, flush, heartbeat, forget, peek), failed ones included.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .02, .05, .1, .25, 1},
 		}, []string{"op"}),
 		storeFallback: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -41,11 +41,7 @@ func (s *Store) Peek(k Key, now time.Time) State {
 	}
 	w, e := p.position(t)
 	e = p.advance(&ent, w, e)
-	var mitigation time.Duration
-	if ent.until != 0 {
-		mitigation = max(time.Duration(int64(ent.until)*int64(time.Millisecond)-e), 0)
-	}
-	st := p.state(ent.prev, ent.curr, e, mitigation, now)
+	st := p.state(ent.prev, ent.curr, e, time.Duration(ent.mitigationLeft(e)), now)
 	st.Tracked = true
 	return st
 }

@@ -228,27 +228,25 @@ func New(opts Options) (*Store, error) {
 	// allocation, which large stores ask the kernel to back with huge pages:
 	// a lookup in a table far larger than the caches then costs one memory
 	// access instead of a page-table walk and a memory access.
-	share := func(i int) int { return opts.Capacity/n + b2i(i < opts.Capacity%n) }
+	share := func(i int) int {
+		if i < opts.Capacity%n {
+			return opts.Capacity/n + 1
+		}
+		return opts.Capacity / n
+	}
+	size := func(i int) int { return share(i)*loadDen/loadNum + shardSlack }
 	total := 0
 	for i := range n {
-		total += share(i)*loadDen/loadNum + shardSlack
+		total += size(i)
 	}
 	slab := make([]entry, total)
 	adviseHugePages(slab)
 	for i := range s.shards {
 		sh := &s.shards[i]
-		size := share(i)*loadDen/loadNum + shardSlack
-		sh.slots, slab = slab[:size:size], slab[size:]
-		sh.limit = max(size*9/10, share(i))
+		sh.slots, slab = slab[:size(i):size(i)], slab[size(i):]
+		sh.limit = max(size(i)*9/10, share(i))
 	}
 	return s, nil
-}
-
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 func seedOf(s *Store) maphash.Seed {

@@ -129,6 +129,12 @@ type counters struct {
 	curr  uint32 // requests counted in period win
 }
 
+// mitigationLeft is how long the mitigation in force at e (ns into period
+// win, e ≥ 0) has left to run, in ns; 0 if none.
+func (c *counters) mitigationLeft(e int64) int64 {
+	return max(int64(c.until)*int64(time.Millisecond)-e, 0)
+}
+
 // params is a Limit prepared for the hot path.
 type params struct {
 	limit        uint64
@@ -202,10 +208,7 @@ func (p *params) advance(ent *counters, w, e int64) int64 {
 // forwarding (measured: 55 against 31 ns a decision).
 func (p *params) decide(ent *counters, w, e int64, limit uint64, d *Decision) {
 	e = p.advance(ent, w, e)
-	var mitigation int64 // remaining mitigation, ns
-	if ent.until != 0 {
-		mitigation = max(int64(ent.until)*int64(time.Millisecond)-e, 0)
-	}
+	mitigation := ent.mitigationLeft(e)
 	if mitigation == 0 && below(ent.prev, ent.curr, limit, p.period, e) {
 		ent.curr = satInc(ent.curr)
 		d.Allowed = true
@@ -314,7 +317,7 @@ func (p *params) retry(prev, curr uint32, e int64, limit uint64) time.Duration {
 func (p *params) pressure(ent counters, now int64) float64 {
 	w, e := p.position(now)
 	e = p.advance(&ent, w, e)
-	if ent.until != 0 && int64(ent.until)*int64(time.Millisecond) > e {
+	if ent.mitigationLeft(e) > 0 {
 		return math.Inf(1)
 	}
 	est := float64(ent.prev)*float64(p.period-e)/float64(p.period) + float64(ent.curr)
@@ -326,7 +329,7 @@ func (p *params) pressure(ent counters, now int64) float64 {
 func (p *params) expired(ent counters, now int64) bool {
 	w, e := p.position(now)
 	e = p.advance(&ent, w, e)
-	return ent.prev == 0 && ent.curr == 0 && int64(ent.until)*int64(time.Millisecond) <= e
+	return ent.prev == 0 && ent.curr == 0 && ent.mitigationLeft(e) == 0
 }
 
 func satInc(n uint32) uint32 {

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"encoding"
+	"encoding/json"
+	"net/http/httptest"
 	"reflect"
 	"slices"
 	"strings"
@@ -164,6 +166,19 @@ func TestRestartRequiredStaysUntilRestart(t *testing.T) {
 		}
 		if got := e.proxy.Result().RestartRequired; !slices.Equal(got, s.want) {
 			t.Errorf("%s: Result().RestartRequired got %q, want %q", s.name, got, s.want)
+		}
+		// /v1/config shows the listener edge runs, not the file's.
+		w := httptest.NewRecorder()
+		e.proxy.AdminHandler().ServeHTTP(w, httptest.NewRequest("GET", "/v1/config", nil))
+		var v struct {
+			Listen   string            `json:"listen"`
+			Timeouts map[string]string `json:"timeouts"`
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &v); err != nil {
+			t.Fatalf("%s: /v1/config: %v", s.name, err)
+		}
+		if v.Listen != "127.0.0.1:8001" {
+			t.Errorf("%s: /v1/config listen got %q, want the running 127.0.0.1:8001", s.name, v.Listen)
 		}
 	}
 }

@@ -314,14 +314,15 @@ func (p *Proxy) getTop(w http.ResponseWriter, r *http.Request) {
 
 // configView is the running configuration as GET /v1/config shows it.
 type configView struct {
-	Hash     string       `json:"hash"`
-	LoadedAt time.Time    `json:"loaded_at"`
-	Result   ReloadResult `json:"last_load"`
-	Pop      string       `json:"pop"`
-	Listen   string       `json:"listen"`
-	Admin    string       `json:"admin_listen"`
-	MaxKeys  int          `json:"max_keys"`
-	ClientIP struct {
+	Hash       string       `json:"hash"`
+	LoadedAt   time.Time    `json:"loaded_at"`
+	Result     ReloadResult `json:"last_load"`
+	Pop        string       `json:"pop"`
+	Listen     string       `json:"listen"`
+	Admin      string       `json:"admin_listen"`
+	AdminHosts []string     `json:"admin_hosts"`
+	MaxKeys    int          `json:"max_keys"`
+	ClientIP   struct {
 		TrustedProxies []string `json:"trusted_proxies"`
 		IPv6Prefix     int      `json:"ipv6_prefix"`
 	} `json:"client_ip"`
@@ -395,16 +396,22 @@ func (p *Proxy) SetConfigExtra(f func() map[string]any) { p.configExtra.Store(&f
 
 func (p *Proxy) getConfig(w http.ResponseWriter, r *http.Request) {
 	st := p.state.Load()
-	t := st.table
+	// Settings that take effect only at a restart are shown as they run,
+	// from the configuration edge started with; last_load lists those the
+	// file has changed since.
+	t, run := st.table, p.started
 	v := configView{
 		Hash: st.result.Hash, LoadedAt: st.result.Time.UTC(), Result: st.result,
-		Pop: t.Pop, Listen: t.Listen, Admin: t.AdminListen, MaxKeys: t.MaxKeys,
+		Pop: run.Pop, Listen: run.Listen, Admin: run.AdminListen, AdminHosts: t.AdminHosts, MaxKeys: t.MaxKeys,
 		Timeouts: map[string]string{
-			"read_header": t.Timeouts.ReadHeader.String(), "read": t.Timeouts.Read.String(),
-			"write": t.Timeouts.Write.String(), "idle": t.Timeouts.Idle.String(),
+			"read_header": run.Timeouts.ReadHeader.String(), "read": run.Timeouts.Read.String(),
+			"write": run.Timeouts.Write.String(), "idle": run.Timeouts.Idle.String(),
 			"upstream": t.Timeouts.Upstream.String(), "shutdown": t.Timeouts.Shutdown.String(),
 			"drain_delay": t.Timeouts.DrainDelay.String(),
 		},
+	}
+	if v.AdminHosts == nil {
+		v.AdminHosts = []string{}
 	}
 	v.ClientIP.IPv6Prefix = t.IPv6Prefix
 	v.ClientIP.TrustedProxies = []string{}

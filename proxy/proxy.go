@@ -53,6 +53,9 @@ type Proxy struct {
 	log     *slog.Logger
 	metrics *metrics
 	state   atomic.Pointer[state]
+	// started is the configuration New was given: settings that take
+	// effect only at a restart keep its values (reload.go).
+	started *rules.Table
 
 	configExtra atomic.Pointer[func() map[string]any]
 	lastErr     atomic.Pointer[error] // why the last reload failed
@@ -91,7 +94,7 @@ func New(opts Options) (*Proxy, error) {
 	if opts.Table == nil {
 		return nil, errors.New("proxy: a rules table is required")
 	}
-	p := &Proxy{now: opts.Now, log: opts.Logger}
+	p := &Proxy{now: opts.Now, log: opts.Logger, started: opts.Table}
 	if p.now == nil {
 		p.now = time.Now
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/http"
+	"reflect"
 	"slices"
 	"time"
 
@@ -31,8 +32,11 @@ type ReloadResult struct {
 	// KeysCarried counts the keys whose counters moved to the new
 	// configuration.
 	KeysCarried int `json:"keys_carried"`
-	// RestartRequired lists settings that changed but take effect only
-	// when edge restarts (listeners, server timeouts, pop).
+	// RestartRequired lists, by their path in the file, the settings that
+	// take effect only when edge restarts (see RestartRequiredSettings)
+	// and whose value here differs from the one edge started with. Such a
+	// setting stays listed, reload after reload, until edge restarts or the
+	// file sets it back.
 	RestartRequired []string `json:"restart_required,omitempty"`
 }
 
@@ -65,6 +69,7 @@ func (p *Proxy) Reload(t *rules.Table, hash string) (ReloadResult, error) {
 	}
 	res := diff(old, st)
 	res.Time, res.Hash = p.now(), hash
+	res.RestartRequired = restartRequired(p.started, t)
 	// Carry counters last, just before the switch, so that the fewest
 	// requests are counted in the old stores after their copy.
 	for _, d := range st.domains {
@@ -133,25 +138,118 @@ func diff(old, cur *state) ReloadResult {
 			}
 		}
 	}
-	ot, nt := old.table, cur.table
-	for _, c := range []struct {
-		name    string
-		changed bool
-	}{
-		{"listen", ot.Listen != nt.Listen},
-		{"admin_listen", ot.AdminListen != nt.AdminListen},
-		{"pop", ot.Pop != nt.Pop},
-		{"max_header_bytes", ot.MaxHeaderBytes != nt.MaxHeaderBytes},
-		{"timeouts (server)", ot.Timeouts.ReadHeader != nt.Timeouts.ReadHeader || ot.Timeouts.Read != nt.Timeouts.Read ||
-			ot.Timeouts.Write != nt.Timeouts.Write || ot.Timeouts.Idle != nt.Timeouts.Idle},
-		{"log", ot.LogLevel != nt.LogLevel || ot.LogFormat != nt.LogFormat},
-		{"cluster", !ot.Cluster.Equal(nt.Cluster)},
-	} {
-		if c.changed {
-			res.RestartRequired = append(res.RestartRequired, c.name)
+	return res
+}
+
+// A setting of the configuration file takes effect either on reload or
+// only when edge restarts. settings classifies every one, by its path in the
+// file with list elements written "[]" ("domains[].rules[].limit"); a test
+// walks rules.Config and names any key missing here, so that no key can be
+// added without a decision. A setting that needs a restart says how to read
+// it from a compiled configuration, so that a reload can tell whether it
+// differs from the running value.
+var settings = []setting{
+	// The listeners are bound once, at start.
+	restarts("listen", func(t *rules.Table) any { return t.Listen }),
+	restarts("admin_listen", func(t *rules.Table) any { return t.AdminListen }),
+	reloads("admin_token"),
+	reloads("admin_hosts"),
+	// pop labels every metric series and names the PoP in Redis.
+	restarts("pop", func(t *rules.Table) any { return t.Pop }),
+	reloads("origin"),
+	reloads("max_keys"),
+	reloads("client_ip.trusted_proxies"),
+	reloads("client_ip.ipv6_prefix"),
+	// The public server's own timeouts and header limit are fixed for its
+	// lifetime (net/http reads them without a lock); upstream builds a new
+	// transport, and shutdown and drain_delay are read when a shutdown
+	// begins.
+	restarts("timeouts.read_header", func(t *rules.Table) any { return t.Timeouts.ReadHeader }),
+	restarts("timeouts.read", func(t *rules.Table) any { return t.Timeouts.Read }),
+	restarts("timeouts.write", func(t *rules.Table) any { return t.Timeouts.Write }),
+	restarts("timeouts.idle", func(t *rules.Table) any { return t.Timeouts.Idle }),
+	reloads("timeouts.upstream"),
+	reloads("timeouts.shutdown"),
+	reloads("timeouts.drain_delay"),
+	restarts("max_header_bytes", func(t *rules.Table) any { return t.MaxHeaderBytes }),
+	reloads("log.level"),
+	restarts("log.format", func(t *rules.Table) any { return t.LogFormat }),
+	// One Redis client serves the Proxy's lifetime (shared.go).
+	restarts("cluster.store", func(t *rules.Table) any { return t.Cluster.Store }),
+	restarts("cluster.redis.addresses", func(t *rules.Table) any { return t.Cluster.Addresses }),
+	restarts("cluster.redis.cluster", func(t *rules.Table) any { return t.Cluster.RedisCluster }),
+	restarts("cluster.redis.username", func(t *rules.Table) any { return t.Cluster.Username }),
+	restarts("cluster.redis.password", func(t *rules.Table) any { return t.Cluster.Password }),
+	restarts("cluster.redis.pool_size", func(t *rules.Table) any { return t.Cluster.PoolSize }),
+	restarts("cluster.redis.dial_timeout", func(t *rules.Table) any { return t.Cluster.DialTimeout }),
+	restarts("cluster.sync", func(t *rules.Table) any { return t.Cluster.Sync }),
+	restarts("cluster.batch_interval", func(t *rules.Table) any { return t.Cluster.BatchInterval }),
+	restarts("cluster.budget", func(t *rules.Table) any { return t.Cluster.Budget }),
+	restarts("cluster.on_store_failure", func(t *rules.Table) any { return t.Cluster.OnStoreFailure }),
+	restarts("cluster.heartbeat_interval", func(t *rules.Table) any { return t.Cluster.HeartbeatInterval }),
+	// Domains and rules are rebuilt by every reload (Proxy.build).
+	reloads("domains[].name"),
+	reloads("domains[].hosts"),
+	reloads("domains[].origin"),
+	reloads("domains[].respond.status"),
+	reloads("domains[].respond.body"),
+	reloads("domains[].respond.content_type"),
+	reloads("domains[].max_keys"),
+	reloads("domains[].rules[].name"),
+	reloads("domains[].rules[].match.path_prefix"),
+	reloads("domains[].rules[].match.methods"),
+	reloads("domains[].rules[].limit"),
+	reloads("domains[].rules[].period"),
+	reloads("domains[].rules[].key"),
+	reloads("domains[].rules[].action"),
+	reloads("domains[].rules[].mitigation_timeout"),
+	reloads("domains[].rules[].count_blocked"),
+	reloads("domains[].rules[].headers"),
+	reloads("domains[].rules[].block_response.status"),
+	reloads("domains[].rules[].block_response.body"),
+	reloads("domains[].rules[].block_response.content_type"),
+}
+
+// setting is one key of the configuration file and when it takes effect.
+type setting struct {
+	key     string
+	restart bool // takes effect only when edge restarts
+	// value reads a restart setting from a compiled configuration.
+	value func(*rules.Table) any
+}
+
+// reloads classifies a key that takes effect on reload.
+func reloads(key string) setting { return setting{key: key} }
+
+// restarts classifies a key that takes effect only at a restart; value
+// reads it from a compiled configuration.
+func restarts(key string, value func(*rules.Table) any) setting {
+	return setting{key: key, restart: true, value: value}
+}
+
+// RestartRequiredSettings returns the paths of the settings that take
+// effect only when edge restarts, in the order a reload lists them; every
+// other setting takes effect on reload.
+func RestartRequiredSettings() []string {
+	var out []string
+	for _, s := range settings {
+		if s.restart {
+			out = append(out, s.key)
 		}
 	}
-	return res
+	return out
+}
+
+// restartRequired lists the restart settings whose value in cur differs
+// from the one in running.
+func restartRequired(running, cur *rules.Table) []string {
+	var out []string
+	for _, s := range settings {
+		if s.restart && !reflect.DeepEqual(s.value(running), s.value(cur)) {
+			out = append(out, s.key)
+		}
+	}
+	return out
 }
 
 // sameRule reports whether two rules are configured identically.

@@ -59,6 +59,7 @@ func Compile(cfg Config) (*Table, error) {
 		t.AdminListen = DefaultAdminListen
 	}
 	checkListeners(&p, t.Listen, t.AdminListen)
+	t.AdminHosts = compileAdminHosts(&p, cfg.AdminHosts)
 
 	if t.Pop == "" {
 		t.Pop = DefaultPop
@@ -147,6 +148,31 @@ func checkAddr(p *problems, path, addr string) (host string, port uint64, ok boo
 		return "", 0, false
 	}
 	return host, port, true
+}
+
+// compileAdminHosts validates admin_hosts: exact host names or addresses,
+// as a domain's hosts are written, without wildcards or duplicates.
+func compileAdminHosts(p *problems, hosts []string) []string {
+	var out []string
+	seen := make(map[string]int)
+	for i, raw := range hosts {
+		path := fmt.Sprintf("admin_hosts[%d]", i)
+		h, kind, ok := parseConfigHost(p, path, raw)
+		switch {
+		case !ok:
+			continue
+		case kind != hostExact:
+			p.add(path, "must be a host name, not a wildcard, got %q", raw)
+			continue
+		}
+		if prev, dup := seen[h]; dup {
+			p.add(path, "%q duplicates admin_hosts[%d]", raw, prev)
+			continue
+		}
+		seen[h] = i
+		out = append(out, h)
+	}
+	return out
 }
 
 // parseOrigin validates an upstream URL. It returns nil when raw is invalid.

@@ -69,6 +69,20 @@ func TestCompileErrors(t *testing.T) {
 		{"listeners overlap on ipv6 any", func(c *Config) { c.Listen, c.AdminListen = "127.0.0.1:80", "[::]:80" },
 			`admin_listen: must differ from listen ("127.0.0.1:80"), got "[::]:80"`},
 
+		// admin_hosts.
+		{"admin_hosts wildcard", func(c *Config) { c.AdminHosts = []string{"*.internal"} },
+			`admin_hosts[0]: must be a host name, not a wildcard, got "*.internal"`},
+		{"admin_hosts catch-all", func(c *Config) { c.AdminHosts = []string{"edge.internal", "*"} },
+			`admin_hosts[1]: must be a host name, not a wildcard, got "*"`},
+		{"admin_hosts port", func(c *Config) { c.AdminHosts = []string{"edge.internal:9090"} },
+			`admin_hosts[0]: must not include a port, got "edge.internal:9090"`},
+		{"admin_hosts bad name", func(c *Config) { c.AdminHosts = []string{"edge_admin"} },
+			`admin_hosts[0]: must contain only letters, digits, '-' and '.', got "edge_admin"`},
+		{"admin_hosts empty", func(c *Config) { c.AdminHosts = []string{""} },
+			`admin_hosts[0]: must not be empty, got ""`},
+		{"admin_hosts duplicate", func(c *Config) { c.AdminHosts = []string{"Edge.internal", "edge.internal."} },
+			`admin_hosts[1]: "edge.internal." duplicates admin_hosts[0]`},
+
 		// Top-level scalars.
 		{"pop charset", func(c *Config) { c.Pop = "eu west" },
 			`pop: must contain only [A-Za-z0-9_.-], got "eu west"`},
@@ -424,6 +438,7 @@ func TestCompileNormalises(t *testing.T) {
 		Listen:      "127.0.0.1:80",
 		AdminListen: "127.0.0.2:80",
 		Origin:      "http://origin.internal",
+		AdminHosts:  []string{"Edge.Internal.", "[2001:DB8::9]", "192.0.2.9"},
 		MaxKeys:     10,
 		ClientIP: ClientIPConfig{TrustedProxies: []string{
 			"10.1.2.3/8", "192.0.2.1", "2001:db8::1", "::ffff:10.0.0.0/104", "::ffff:192.0.2.7", "2001:db8::/32",
@@ -458,6 +473,7 @@ func TestCompileNormalises(t *testing.T) {
 			netip.MustParsePrefix("2001:db8::/32"),
 		}},
 		{"ipv6_prefix", tab.IPv6Prefix, 56},
+		{"admin_hosts", tab.AdminHosts, []string{"edge.internal", "[2001:db8::9]", "192.0.2.9"}},
 		{"log level", tab.LogLevel, slog.LevelDebug},
 		{"log format", tab.LogFormat, "json"},
 		{"max_keys explicit and shared", []int{tab.Domains[0].MaxKeys, tab.Domains[1].MaxKeys, tab.Domains[2].MaxKeys}, []int{4, 0, 6}},

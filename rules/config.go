@@ -42,6 +42,13 @@ type Config struct {
 	// variable EDGE_ADMIN_TOKEN overrides it, so the secret need not be in
 	// the file.
 	AdminToken string `mapstructure:"admin_token"`
+	// AdminHosts are the host names, besides localhost and IP addresses,
+	// that an admin listener on a loopback address answers to: a request
+	// whose Host names anything else gets 421, because it may come from a
+	// web page in a browser on the same machine by DNS rebinding. Names
+	// are exact (no wildcards, no port) and matched ignoring case and the
+	// request's port.
+	AdminHosts []string `mapstructure:"admin_hosts"`
 	// Pop names this point of presence in metrics. Default "local";
 	// at most 64 bytes of [A-Za-z0-9_.-].
 	Pop string `mapstructure:"pop"`

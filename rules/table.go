@@ -18,6 +18,10 @@ type Table struct {
 	AdminToken  string // bearer token for the admin API; "" = none
 	Pop         string // point-of-presence label
 
+	// AdminHosts are the extra Host names a loopback admin listener
+	// answers to, normalised like NormalizeHost, in config order.
+	AdminHosts []string
+
 	// Origin is the top-level default upstream; nil when none is set.
 	Origin *url.URL
 

@@ -26,6 +26,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -85,8 +86,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "configuration %s is valid: %d domains, %d rules\n", describe(*configPath), len(table.Domains), rulesN)
 		return 0
 	}
-	log := newLogger(stderr, table)
-	if err := serve(ctx, table, hash, *configPath, log); err != nil {
+	level := new(slog.LevelVar)
+	level.Set(table.LogLevel)
+	log := newLogger(stderr, table.LogFormat, level)
+	if err := serve(ctx, table, hash, *configPath, log, level); err != nil {
 		log.Error("edge stopped", "err", err)
 		return 1
 	}
@@ -136,9 +139,11 @@ func buildVersion() string {
 	return "dev"
 }
 
-func newLogger(w io.Writer, t *rules.Table) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: t.LogLevel}
-	if t.LogFormat == "json" {
+// newLogger writes to w in format ("text" or "json") at level, which a
+// reload may change.
+func newLogger(w io.Writer, format string, level *slog.LevelVar) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	if format == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
@@ -147,8 +152,8 @@ func newLogger(w io.Writer, t *rules.Table) *slog.Logger {
 // serve runs the public and admin listeners until ctx is done, then drains
 // in-flight requests for at most the shutdown timeout. The configuration at
 // path (empty: the embedded default) is reloaded on SIGHUP and when the
-// file changes.
-func serve(ctx context.Context, table *rules.Table, hash, path string, log *slog.Logger) error {
+// file changes; a reload sets level to the new log.level.
+func serve(ctx context.Context, table *rules.Table, hash, path string, log *slog.Logger, level *slog.LevelVar) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -172,18 +177,8 @@ func serve(ctx context.Context, table *rules.Table, hash, path string, log *slog
 			log.Warn("closing the redis client", "err", err)
 		}
 	}()
-	rl := &reloader{path: path, interval: time.Second, proxy: p, log: log, lastHash: hash}
-	if path != "" {
-		if fi, err := os.Stat(path); err == nil {
-			rl.lastStat = stampOf(fi)
-		}
-	}
-	p.SetConfigExtra(rl.status)
-	token := adminToken(table)
-	if token == "" && !isLoopback(table.AdminListen) {
-		log.Warn("the admin listener is not on loopback and has no token: anyone who can reach it can read metrics and reset keys; set admin_token or EDGE_ADMIN_TOKEN",
-			"admin_listen", table.AdminListen)
-	}
+	rl := newReloader(path, hash, p, log, level)
+	warnIfAdminExposed(log, table, table.AdminListen)
 	var ready atomic.Bool
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	public := &http.Server{
@@ -196,7 +191,6 @@ func serve(ctx context.Context, table *rules.Table, hash, path string, log *slog
 		ErrorLog:          errLog,
 	}
 	admin := &http.Server{
-		Handler:           adminRouter(reg, p, rl, token, &ready),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -212,6 +206,8 @@ func serve(ctx context.Context, table *rules.Table, hash, path string, log *slog
 		publicLn.Close()
 		return fmt.Errorf("admin listener: %w", err)
 	}
+	// The bound address decides, not the configured name.
+	admin.Handler = adminRouter(reg, p, rl, &ready, isLoopback(adminLn.Addr().String()))
 	errc := make(chan error, 2)
 	go func() {
 		// The Listener refuses ambiguous HTTP/1.1 framing that net/http
@@ -240,22 +236,25 @@ func serve(ctx context.Context, table *rules.Table, hash, path string, log *slog
 		"domains", len(table.Domains))
 
 	var serveErr error
+	// The running configuration's: a reload may have changed them.
+	timeouts := func() rules.Timeouts { return p.Table().Timeouts }
 	select {
 	case <-ctx.Done():
-		log.Info("shutting down", "drain_delay", table.Timeouts.DrainDelay, "drain_timeout", table.Timeouts.Shutdown)
+		to := timeouts()
+		log.Info("shutting down", "drain_delay", to.DrainDelay, "drain_timeout", to.Shutdown)
 		// Turn /readyz to 503 first and keep serving for the drain delay, so
 		// a load balancer stops sending before the listener closes.
 		ready.Store(false)
-		if table.Timeouts.DrainDelay > 0 {
+		if to.DrainDelay > 0 {
 			select {
-			case <-time.After(table.Timeouts.DrainDelay):
+			case <-time.After(to.DrainDelay):
 			case serveErr = <-errc:
 			}
 		}
 	case serveErr = <-errc:
 	}
 	ready.Store(false)
-	drainCtx, cancel := context.WithTimeout(context.Background(), table.Timeouts.Shutdown)
+	drainCtx, cancel := context.WithTimeout(context.Background(), timeouts().Shutdown)
 	defer cancel()
 	if err := public.Shutdown(drainCtx); err != nil {
 		log.Warn("drain timed out; closing remaining connections", "err", err)
@@ -287,8 +286,14 @@ func boolToInt(b bool) int {
 // adminRouter serves the admin listener: metrics, health and the admin
 // API. It is never mounted on the public listener. With a token, /metrics
 // and /v1/* require "Authorization: Bearer <token>"; the probes stay open.
-func adminRouter(reg *prometheus.Registry, p *proxy.Proxy, rl *reloader, token string, ready *atomic.Bool) http.Handler {
+// The token and admin_hosts are read from the running configuration on
+// every request, so a reload that sets, changes or removes them takes
+// effect at once. On a loopback listener every path checks Host first.
+func adminRouter(reg *prometheus.Registry, p *proxy.Proxy, rl *reloader, ready *atomic.Bool, loopback bool) http.Handler {
 	r := chi.NewRouter()
+	if loopback {
+		r.Use(checkHost(func() []string { return p.Table().AdminHosts }))
+	}
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "ok\n")
@@ -301,28 +306,69 @@ func adminRouter(reg *prometheus.Registry, p *proxy.Proxy, rl *reloader, token s
 			return
 		}
 		io.WriteString(w, "ready\n")
-		// Still ready (the running configuration serves), but say so.
-		if st := rl.status(); st["last_reload_ok"] == false {
-			fmt.Fprintf(w, "last reload failed; the previous configuration is running:\n%s\n", st["last_reload_error"])
+		// Still ready (the running configuration serves), but say so. The
+		// probe is open to anyone who reaches the listener, so it names no
+		// problem: a problem may quote a secret's value.
+		if n := rl.failedProblems(); n > 0 {
+			noun := "problems"
+			if n == 1 {
+				noun = "problem"
+			}
+			fmt.Fprintf(w, "last reload failed with %d %s; the previous configuration is running; details in the log and /v1/config\n", n, noun)
 		}
 	})
 	r.Group(func(r chi.Router) {
-		if token != "" {
-			r.Use(requireToken(token))
-		}
+		r.Use(requireToken(func() string { return adminToken(p.Table()) }))
 		r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 		r.Handle("/v1/*", p.AdminHandler())
 	})
 	return r
 }
 
-// requireToken refuses requests without the bearer token, comparing in
-// constant time.
-func requireToken(token string) func(http.Handler) http.Handler {
-	want := []byte("Bearer " + token)
+// checkHost answers 421 to a request whose Host is not an IP literal,
+// localhost or one of extra's names (port ignored). A browser sends the
+// name it resolved as Host, so a web page that reaches a loopback listener
+// by DNS rebinding (its own name pointed at 127.0.0.1 after the page has
+// loaded) names a host of its own, and is refused before any handler runs.
+func checkHost(extra func() []string) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			if !adminHostAllowed(r.Host, extra()) {
+				w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+				w.WriteHeader(http.StatusMisdirectedRequest)
+				io.WriteString(w, "misdirected request: this admin listener answers only to localhost, IP addresses and the names in admin_hosts\n")
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// adminHostAllowed reports whether host, a request's Host value, is an IP
+// literal (IPv6 in brackets), localhost or one of extra, which are
+// normalised like rules.NormalizeHost.
+func adminHostAllowed(host string, extra []string) bool {
+	h, ok := rules.NormalizeHost(host)
+	switch {
+	case !ok:
+		return false
+	case h == "localhost", h[0] == '[': // NormalizeHost checked the IPv6 literal
+		return true
+	}
+	if a, err := netip.ParseAddr(h); err == nil && a.Is4() {
+		return true
+	}
+	return slices.Contains(extra, h)
+}
+
+// requireToken refuses requests without the bearer token that token returns
+// at the time of the request, comparing in constant time. While token
+// returns "" every request passes.
+func requireToken(token func() string) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			tok := token()
+			if tok != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+tok)) != 1 {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="edge admin"`)
 				http.Error(w, "unauthorized", http.StatusUnauthorized)
 				return
@@ -338,6 +384,15 @@ func adminToken(t *rules.Table) string {
 		return v
 	}
 	return t.AdminToken
+}
+
+// warnIfAdminExposed warns when the admin listener at addr is not on
+// loopback and t sets no token to protect it.
+func warnIfAdminExposed(log *slog.Logger, t *rules.Table, addr string) {
+	if adminToken(t) == "" && !isLoopback(addr) {
+		log.Warn("the admin listener is not on loopback and has no token: anyone who can reach it can read metrics and reset keys; set admin_token or EDGE_ADMIN_TOKEN",
+			"admin_listen", addr)
+	}
 }
 
 // isLoopback reports whether a listen address binds loopback only.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/edgerate/edge/proxy"
+	"github.com/edgerate/edge/rules"
 )
 
 // configHash identifies configuration bytes.
@@ -33,11 +34,15 @@ type reloader struct {
 	interval time.Duration
 	proxy    *proxy.Proxy
 	log      *slog.Logger
+	// applied, if set, is called with each configuration a reload
+	// applies, before the reload is logged.
+	applied func(*rules.Table)
 
 	mu       sync.Mutex // serialises reloads from the signal and the poll
 	lastStat fileStamp
 	lastHash string
 	lastErr  string // the last failed reload's problems, "" after a success
+	problems int    // how many problems lastErr lists
 }
 
 type fileStamp struct {
@@ -52,6 +57,26 @@ func stampOf(fi os.FileInfo) fileStamp {
 		st.ino = sys.Ino
 	}
 	return st
+}
+
+// newReloader returns the reloader of the configuration at path, whose
+// content with the given hash p runs, and has /v1/config show its status.
+// Each configuration it applies sets level to its log.level and warns if it
+// leaves the admin listener exposed.
+func newReloader(path, hash string, p *proxy.Proxy, log *slog.Logger, level *slog.LevelVar) *reloader {
+	rl := &reloader{path: path, interval: time.Second, proxy: p, log: log, lastHash: hash}
+	adminListen := p.Table().AdminListen // a reload does not move the listener
+	rl.applied = func(t *rules.Table) {
+		level.Set(t.LogLevel)
+		warnIfAdminExposed(log, t, adminListen)
+	}
+	if path != "" {
+		if fi, err := os.Stat(path); err == nil {
+			rl.lastStat = stampOf(fi)
+		}
+	}
+	p.SetConfigExtra(rl.status)
+	return rl
 }
 
 // run watches until ctx is done. It returns when ctx is done, having
@@ -111,14 +136,18 @@ func (rl *reloader) reload(force bool) {
 		rl.failed(err, hash)
 		return
 	}
-	rl.lastHash, rl.lastErr = hash, ""
+	rl.lastHash, rl.lastErr, rl.problems = hash, "", 0
+	if rl.applied != nil {
+		rl.applied(table)
+	}
 	rl.log.Info("configuration reloaded", "hash", hash[:12],
 		"domains_added", res.DomainsAdded, "domains_removed", res.DomainsRemoved,
 		"rules_added", res.RulesAdded, "rules_removed", res.RulesRemoved,
 		"rules_kept", len(res.RulesKept), "rules_changed", res.RulesChanged,
 		"rules_reset", res.RulesReset, "keys_carried", res.KeysCarried)
 	if len(res.RestartRequired) > 0 {
-		rl.log.Warn("some changed settings take effect only after a restart", "settings", res.RestartRequired)
+		rl.log.Warn("the running values of these settings differ from the file's and stay until a restart",
+			"restart_required", res.RestartRequired)
 	}
 }
 
@@ -127,19 +156,28 @@ func (rl *reloader) failed(err error, hash string) {
 	if hash != "" {
 		rl.lastHash = hash // do not retry the same broken content every poll
 	}
-	rl.lastErr = indent(err)
+	rl.lastErr, rl.problems = indent(err), max(1, len(leafErrors(err)))
 	rl.proxy.ReloadFailed(err)
 	rl.log.Error("configuration reload failed; the running configuration stays",
 		"path", describe(rl.path), "problems", "\n"+rl.lastErr)
 }
 
-// status is what /readyz and /v1/config say about reloads.
+// status is what /v1/config says about reloads.
 func (rl *reloader) status() map[string]any {
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
 	st := map[string]any{"config_path": describe(rl.path), "last_reload_ok": rl.lastErr == ""}
 	if rl.lastErr != "" {
 		st["last_reload_error"] = rl.lastErr
+		st["last_reload_problems"] = rl.problems
 	}
 	return st
+}
+
+// failedProblems returns how many problems the last reload found, 0 if it
+// succeeded or none was tried. /readyz says only this much.
+func (rl *reloader) failedProblems() int {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	return rl.problems
 }

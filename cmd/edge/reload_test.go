@@ -10,11 +10,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/edgerate/edge/proxy"
 )
 
 // edgeUnderTest runs edge in-process on free ports with the config at path.
@@ -181,9 +185,12 @@ func TestReloadOnFileChange(t *testing.T) {
 		_, body := e.adminGet("/readyz")
 		return strings.Contains(body, "last reload failed")
 	})
-	_, body = e.adminGet("/readyz")
-	if !strings.Contains(body, "domains[0].rules[0].limit: must be at least 1, got 0") {
-		t.Errorf("/readyz lacks the problem:\n%s", body)
+	// /readyz is open to anyone: it counts the problems; /v1/config names them.
+	if _, body = e.adminGet("/readyz"); !strings.Contains(body, "last reload failed with 1 problem;") || strings.Contains(body, "limit") {
+		t.Errorf("/readyz: got %q, want the count of problems only", body)
+	}
+	if _, body = e.adminGet("/v1/config"); !strings.Contains(body, "domains[0].rules[0].limit: must be at least 1, got 0") {
+		t.Errorf("/v1/config lacks the problem:\n%s", body)
 	}
 	_, metrics := e.adminGet("/metrics")
 	if !strings.Contains(metrics, `edge_config_reloads_total{pop="local",result="failure"} 1`) ||
@@ -315,5 +322,141 @@ func TestWarnsWhenAdminIsExposed(t *testing.T) {
 				t.Errorf("warned = %v, want %v; log:\n%s", warned, tc.warn, e.log.String())
 			}
 		})
+	}
+}
+
+// TestReloadRestartRequired: a real reload of a file that changes a
+// setting taking effect only at a restart lists exactly that setting in
+// restart_required and logs it as a warning. Every such setting has a case.
+func TestReloadRestartRequired(t *testing.T) {
+	const redis = `cluster: {redis: {addresses: ["127.0.0.1:1"]}}`
+	tests := []struct {
+		key, from, to string
+	}{
+		{"listen", "", `listen: "127.0.0.1:18080"`},
+		{"admin_listen", "", `admin_listen: "127.0.0.1:19091"`},
+		{"pop", "", "pop: fra1"},
+		{"timeouts.read_header", "", "timeouts: {read_header: 5s}"},
+		{"timeouts.read", "", "timeouts: {read: 5s}"},
+		{"timeouts.write", "", "timeouts: {write: 5s}"},
+		{"timeouts.idle", "", "timeouts: {idle: 5s}"},
+		{"max_header_bytes", "", "max_header_bytes: 4096"},
+		{"log.format", "", "log: {format: json}"},
+		{"cluster.store", redis, `cluster: {store: redis, redis: {addresses: ["127.0.0.1:1"]}}`},
+		{"cluster.redis.addresses", "", redis},
+		{"cluster.redis.cluster", "", "cluster: {redis: {cluster: true}}"},
+		{"cluster.redis.username", "", "cluster: {redis: {username: edge}}"},
+		{"cluster.redis.password", "", "cluster: {redis: {password: n3wSecret}}"},
+		{"cluster.redis.pool_size", "", "cluster: {redis: {pool_size: 8}}"},
+		{"cluster.redis.dial_timeout", "", "cluster: {redis: {dial_timeout: 2s}}"},
+		{"cluster.sync", "", "cluster: {sync: batched}"},
+		{"cluster.batch_interval", "", "cluster: {batch_interval: 50ms}"},
+		{"cluster.budget", "", "cluster: {budget: 10ms}"},
+		{"cluster.on_store_failure", "", "cluster: {on_store_failure: open}"},
+		{"cluster.heartbeat_interval", "", "cluster: {heartbeat_interval: 2s}"},
+	}
+	var keys []string
+	for _, tt := range tests {
+		keys = append(keys, tt.key)
+		t.Run(tt.key, func(t *testing.T) {
+			a := newAdminUnderTest(t, siteConfig(tt.from), true)
+			a.reload(siteConfig(tt.to))
+			if n := a.rl.failedProblems(); n != 0 {
+				t.Fatalf("the reload failed:\n%s", a.log.String())
+			}
+			if got := a.proxy.Result().RestartRequired; !slices.Equal(got, []string{tt.key}) {
+				t.Errorf("restart_required: got %q, want [%s]", got, tt.key)
+			}
+			log := a.log.String()
+			if !strings.Contains(log, "level=WARN") || !strings.Contains(log, "restart_required=["+tt.key+"]") {
+				t.Errorf("the log lacks a warning naming %s:\n%s", tt.key, log)
+			}
+			if strings.Contains(log, "n3wSecret") {
+				t.Errorf("the log shows the password:\n%s", log)
+			}
+		})
+	}
+	if want := proxy.RestartRequiredSettings(); !slices.Equal(keys, want) {
+		t.Errorf("cases cover %q, want every restart setting, in order: %q", keys, want)
+	}
+}
+
+// TestReloadAppliesLogLevel: log.level takes effect on reload: lines of
+// the new level are written at once.
+func TestReloadAppliesLogLevel(t *testing.T) {
+	a := newAdminUnderTest(t, siteConfig("log: {level: error}"), true)
+	a.reload(siteConfig("log: {level: error}\nmax_keys: 500"))
+	if strings.Contains(a.log.String(), "configuration reloaded") {
+		t.Fatalf("at level error an info line was written:\n%s", a.log.String())
+	}
+	a.reload(siteConfig("log: {level: info}"))
+	if got := strings.Count(a.log.String(), "configuration reloaded"); got != 1 {
+		t.Errorf("after the reload to level info: got %d info lines \"configuration reloaded\", want 1:\n%s", got, a.log.String())
+	}
+	if got := a.proxy.Result().RestartRequired; len(got) != 0 {
+		t.Errorf("restart_required: got %q, want none", got)
+	}
+}
+
+// TestReloadAppliesShutdownTimeouts: timeouts.shutdown and drain_delay are
+// read when a shutdown begins, so a reload changes them.
+func TestReloadAppliesShutdownTimeouts(t *testing.T) {
+	public, admin := freePort(t), freePort(t)
+	path := filepath.Join(t.TempDir(), "edge.yaml")
+	if err := os.WriteFile(path, []byte(configWithLimit(public, admin, 5, "")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e := startEdge(t, path, public, admin)
+	h := loadedHash(t, e)
+	if err := os.WriteFile(path, []byte(configWithLimit(public, admin, 5, "timeouts: {shutdown: 7s, drain_delay: 10ms}")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the reload", func() bool { return loadedHash(t, e) != h })
+	if code := e.stop(); code != 0 {
+		t.Errorf("exit code %d", code)
+	}
+	if log := e.log.String(); !strings.Contains(log, "drain_delay=10ms drain_timeout=7s") {
+		t.Errorf("the shutdown did not use the reloaded timeouts:\n%s", log)
+	}
+}
+
+// TestREADMEListsRestartRequiredSettings: README's "What a reload changes"
+// names exactly the settings that take effect only at a restart (a mapping
+// such as `cluster` stands for all its keys), and none of them among the
+// keys it says take effect on reload.
+func TestREADMEListsRestartRequiredSettings(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, para, ok := strings.Cut(string(readme), "**What a reload changes.**")
+	para, _, _ = strings.Cut(para, "\n\n")
+	restartPart, reloadPart, ok2 := strings.Cut(para, "Every other key takes effect on reload")
+	if !ok || !ok2 {
+		t.Fatal(`README lacks the paragraph "**What a reload changes.** ... Every other key takes effect on reload"`)
+	}
+	backticked := regexp.MustCompile("`([^`]+)`")
+	covers := func(doc, key string) bool { return key == doc || strings.HasPrefix(key, doc+".") }
+	want := proxy.RestartRequiredSettings()
+	var named []string
+	for _, m := range backticked.FindAllStringSubmatch(restartPart, -1) {
+		doc := m[1]
+		if doc == "restart_required" || doc == "last_load" || doc == "/v1/config" {
+			continue
+		}
+		named = append(named, doc)
+		if !slices.ContainsFunc(want, func(k string) bool { return covers(doc, k) }) {
+			t.Errorf("README lists `%s` as taking effect only at a restart; it takes effect on reload", doc)
+		}
+	}
+	for _, k := range want {
+		if !slices.ContainsFunc(named, func(doc string) bool { return covers(doc, k) }) {
+			t.Errorf("README does not list %s among the keys that take effect only at a restart", k)
+		}
+	}
+	for _, m := range backticked.FindAllStringSubmatch(reloadPart, -1) {
+		if slices.ContainsFunc(want, func(k string) bool { return covers(m[1], k) }) {
+			t.Errorf("README says `%s` takes effect on reload; it needs a restart", m[1])
+		}
 	}
 }

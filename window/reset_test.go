@@ -56,6 +56,15 @@ func TestResetIsWaitForMoreQuota(t *testing.T) {
 			want:    Decision{Allowed: true, Remaining: 0, Reset: 500*ms + 1},
 		},
 		{
+			// Cloudflare's worked example (see TestCloudflareExample): the
+			// allowed request leaves 50 − 19 − ⌊42×45/60⌋ = 0, and the
+			// estimate falls below 50 once 42×(45s−Δ)/60s < 31.
+			name:    "Cloudflare's example",
+			limit:   Limit{Limit: 50, Period: time.Minute},
+			history: []burst{{0, 42}, {75 * time.Second, 19}},
+			want:    Decision{Allowed: true, Remaining: 0, Reset: 714285715},
+		},
+		{
 			name:    "r=0 allowed, last of an empty history",
 			limit:   Limit{Limit: 5, Period: 10 * time.Second},
 			history: []burst{{2 * time.Second, 5}},

@@ -178,6 +178,82 @@ func TestDecideScriptIsExact(t *testing.T) {
 	checkTTLs(t, srv)
 }
 
+// TestExactResetIsWaitForMoreQuota: in exact mode a decision's Reset (the
+// "t" of the RateLimit field) is the wait until the client's remaining quota
+// grows by one, computed from the counts Redis judged by, as the store
+// computes it from its own; a refund describes the quota without the
+// request taken back.
+func TestExactResetIsWaitForMoreQuota(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := testConfig(srv.Addr, rules.SyncExact, rules.FailClosed)
+	cfg.Budget = 250 * time.Millisecond // no fallback under -race
+	c := newClient(t, cfg, "n1")
+	waitFor(t, 2*time.Second, "scripts loaded", c.scriptsLoaded.Load)
+	const period = time.Hour
+	l := window.Limit{Limit: 3, Period: period}
+	d, store := newDomain(t, c, l)
+	// elapsed is how far into its period Redis counted the call's request.
+	elapsed := func(call *Call) time.Duration {
+		if len(call.counted) != 1 {
+			t.Fatalf("call counted %d requests, want 1", len(call.counted))
+		}
+		return call.counted[0].counts.Elapsed
+	}
+	tests := []struct {
+		name   string
+		client string
+		before int  // requests sent first
+		refund bool // take the request back
+		// want gives Remaining and Reset from the elapsed time of the
+		// request's period (when it was counted).
+		wantRemaining int64
+		wantReset     func(e time.Duration) time.Duration
+	}{
+		// One request in the current period: counted at full weight
+		// until the period ends, then it starts to drain.
+		{"first request", "a", 0, false, 2, func(e time.Duration) time.Duration { return period - e + 1 }},
+		{"last allowed, r=0", "b", 2, false, 0, func(e time.Duration) time.Duration { return period - e + 1 }},
+		{"refunded, nothing left counted", "c", 0, true, 3, func(time.Duration) time.Duration { return 0 }},
+		{"refunded, one left counted", "d", 1, true, 2, func(e time.Duration) time.Duration { return period - e + 1 }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for range tt.before {
+				if dec, call := allow(d, store, tt.client); !dec.Allowed || call.Fallback {
+					t.Fatalf("earlier request: got %+v, fallback %v", dec, call.Fallback)
+				}
+			}
+			call := new(Call)
+			defer call.Close()
+			k := store.KeyString(0, tt.client)
+			dec := d.Allow(call, 0, k, []byte(tt.client), time.Now())
+			if !dec.Allowed || call.Fallback {
+				t.Fatalf("got %+v, fallback %v, want allowed by redis", dec, call.Fallback)
+			}
+			e := elapsed(call)
+			if tt.refund {
+				dec = d.Refund(call, 0, k, dec, time.Now())
+			}
+			if dec.Remaining != tt.wantRemaining || dec.Reset != tt.wantReset(e) {
+				t.Errorf("got Remaining %d, Reset %v; want %d, %v", dec.Remaining, dec.Reset, tt.wantRemaining, tt.wantReset(e))
+			}
+		})
+	}
+	t.Run("blocked", func(t *testing.T) {
+		for range 3 {
+			allow(d, store, "e")
+		}
+		dec, call := allow(d, store, "e")
+		if dec.Allowed || call.Fallback {
+			t.Fatalf("4th request: got %+v, fallback %v, want blocked by redis", dec, call.Fallback)
+		}
+		if dec.Reset != dec.RetryAfter || dec.RetryAfter <= 0 || dec.RetryAfter > period+1 {
+			t.Errorf("got Reset %v, RetryAfter %v: want them equal, in (0, %v]", dec.Reset, dec.RetryAfter, period+1)
+		}
+	})
+	checkTTLs(t, srv)
+}
+
 // TestExactAcrossNodes: three nodes share one Redis; requests of one client
 // spread over all three, concurrently, get exactly the limit through.
 func TestExactAcrossNodes(t *testing.T) {

@@ -168,6 +168,9 @@ type counted struct {
 	start   int64 // period start, Unix s
 	batched bool  // counted in the batch (else in Redis, exact mode)
 	k       window.Key
+	// counts are what Redis judged by (exact mode), so that a refund can
+	// describe the quota left as the store would after taking it back.
+	counts window.Counts
 }
 
 // context returns the request's context, bounded by budget from the first
@@ -242,15 +245,16 @@ func (d *Domain) Allow(call *Call, i int, k window.Key, key []byte, now time.Tim
 	if err != nil {
 		return d.fallback(call, i, k, key, now, true)
 	}
-	dec := r.Limit.Judge(window.Counts{
+	counts := window.Counts{
 		Allowed:    vals[0] == 1,
 		Previous:   vals[2],
 		Current:    vals[3],
 		Elapsed:    time.Duration(vals[4]) * time.Microsecond,
 		Mitigation: time.Duration(vals[5]) * time.Microsecond,
-	})
+	}
+	dec := r.Limit.Judge(counts)
 	if vals[1] == 1 {
-		call.record(counted{rule: i, prefix: prefix, start: vals[6]})
+		call.record(counted{rule: i, prefix: prefix, start: vals[6], counts: counts})
 	}
 	if !dec.Allowed && !r.Limit.CountBlocked {
 		d.blocked.Add(k, blockedUntil{until: now.Add(dec.RetryAfter), mitigated: dec.Mitigated})
@@ -307,7 +311,12 @@ func (d *Domain) Refund(call *Call, i int, k window.Key, dec window.Decision, no
 	err := d.c.exec(call.context(d.c.cfg.Budget), refundScript, []string{c.prefix}, []string{strconv.FormatInt(c.start, 10)}).Error()
 	d.c.done("refund", start, err)
 	if err == nil && dec.Allowed {
-		dec.Remaining = min(dec.Remaining+1, d.rules[i].Limit.Limit)
+		// Described as Judge describes the counts without this request, the
+		// way the store's Refund describes its own.
+		counts := c.counts
+		counts.Current = max(counts.Current-1, 0)
+		after := d.rules[i].Limit.Judge(counts)
+		dec.Remaining, dec.Reset = after.Remaining, after.Reset
 	}
 	return dec
 }

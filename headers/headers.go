@@ -90,9 +90,13 @@ type Limit struct {
 	// parameter. It is clamped to [0, MaxInteger], so an over-spent
 	// counter reads as 0, never as a negative number.
 	Remaining int64
-	// Reset is the time until quota is restored, the "t" parameter, sent in
-	// whole seconds rounded up and clamped to [0, MaxSeconds]. It is always
-	// sent.
+	// Reset is the time until more quota is available, the "t" parameter:
+	// "the number of seconds until additional quota associated with the
+	// quota policy is made available" (draft-ietf-httpapi-ratelimit-headers,
+	// Section 4.1.2), not necessarily the whole quota. It is sent in whole
+	// seconds rounded up and clamped to [0, MaxSeconds], so a positive wait
+	// is never sent as 0. It is always sent; 0 means nothing is due to be
+	// freed (Remaining is the full quota).
 	Reset time.Duration
 }
 

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -269,16 +271,66 @@ func TestHeadersAlwaysAndNone(t *testing.T) {
 	hidden.Headers = "none"
 	e := newEnv(t, oneDomain(origin.URL, always, hidden))
 	resp, _ := e.get("api.example.com", "/")
+	// At a period start: the request counts in full until the period
+	// ends, 10s on, and r grows a nanosecond later.
 	want := map[string]string{
 		"X-Ratelimit-Limit":     "5",
 		"X-Ratelimit-Remaining": "4",
-		"X-Ratelimit-Reset":     "20",
+		"X-Ratelimit-Reset":     "11",
 		"Ratelimit-Policy":      `"burst";q=5;w=10`,
-		"Ratelimit":             `"burst";r=4;t=20`,
+		"Ratelimit":             `"burst";r=4;t=11`,
 	}
 	for k, v := range want {
 		if got := resp.Header.Get(k); got != v {
 			t.Errorf("allowed response: %s = %q, want %q", k, got, v)
+		}
+	}
+}
+
+// TestRateLimitTIsWaitForMoreQuota follows a client through a sliding
+// window: t is the wait until r grows by one, a client that waits t gets
+// through, and on a 429 t equals Retry-After.
+func TestRateLimitTIsWaitForMoreQuota(t *testing.T) {
+	origin, _ := newOrigin(t, "a")
+	burst := rule("burst", 5, 10*time.Second)
+	burst.Headers = "always"
+	e := newEnv(t, oneDomain(origin.URL, burst))
+	const ms = time.Millisecond
+	steps := []struct {
+		name      string
+		advance   time.Duration
+		status    int
+		rateLimit string
+		retry     string // Retry-After; "" for none
+	}{
+		{"first", 0, 200, `"burst";r=4;t=11`, ""},
+		{"second", 0, 200, `"burst";r=3;t=11`, ""},
+		{"third", 0, 200, `"burst";r=2;t=11`, ""},
+		{"fourth", 0, 200, `"burst";r=1;t=11`, ""},
+		{"fifth, r=0", 0, 200, `"burst";r=0;t=11`, ""},
+		// prev 5 at 5.5s into the next period: 2.25 + curr < 5 lets 3
+		// through; each r grows once 5×(10s−e)/10s < used − curr, at 6s.
+		{"next period", 15500 * ms, 200, `"burst";r=2;t=1`, ""},
+		{"next period, second", 0, 200, `"burst";r=1;t=1`, ""},
+		// The time until the estimate empties would say 15: the next
+		// request passes half a second later.
+		{"next period, r=0", 0, 200, `"burst";r=0;t=1`, ""},
+		{"over", 0, 429, `"burst";r=0;t=1`, "1"},
+		{"at 6s, estimate exactly 5", 500 * ms, 429, `"burst";r=0;t=1`, "1"},
+		// 5×3.999/10 + 3 < 5; with curr 4, r grows once 5×(10s−e)/10s < 1,
+		// at 8s: 1.999s on.
+		{"waited t", ms, 200, `"burst";r=0;t=2`, ""},
+	}
+	for _, st := range steps {
+		e.clock.Advance(st.advance)
+		resp, _ := e.get("api.example.com", "/")
+		got := []string{strconv.Itoa(resp.StatusCode), resp.Header.Get("Ratelimit"), resp.Header.Get("Retry-After")}
+		want := []string{strconv.Itoa(st.status), st.rateLimit, st.retry}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: got %q, want %q", st.name, got, want)
+		}
+		if x := resp.Header.Get("X-Ratelimit-Reset"); !strings.HasSuffix(st.rateLimit, ";t="+x) {
+			t.Errorf("%s: X-Ratelimit-Reset = %q, want t of %s", st.name, x, st.rateLimit)
 		}
 	}
 }

@@ -117,11 +117,9 @@ func (l Limit) Judge(c Counts) Decision {
 		return Decision{}
 	}
 	if c.Allowed {
-		return Decision{
-			Allowed:   true,
-			Remaining: p.remaining(prev, curr, e, p.limit),
-			Reset:     p.reset(prev, curr, e),
-		}
+		d := Decision{Allowed: true}
+		d.Remaining, d.Reset = p.quota(prev, curr, e, p.limit)
+		return d
 	}
 	mitigation := max(c.Mitigation, 0)
 	d := Decision{Mitigated: mitigation > 0}

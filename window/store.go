@@ -497,8 +497,7 @@ func (p *params) refund(ent *counters, d Decision, now int64) Decision {
 		view := *ent
 		w, e := p.position(now)
 		e = p.advance(&view, w, e)
-		d.Remaining = p.remaining(view.prev, view.curr, e, p.limit)
-		d.Reset = p.reset(view.prev, view.curr, e)
+		d.Remaining, d.Reset = p.quota(view.prev, view.curr, e, p.limit)
 	}
 	return d
 }

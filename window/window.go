@@ -98,8 +98,14 @@ type Decision struct {
 	// request, with no other traffic from the key, would be allowed (exact to
 	// the nanosecond, before any rounding to seconds). Zero when allowed.
 	RetryAfter time.Duration
-	// Reset is how long until the key's full limit is available again if it
-	// sends nothing more. When blocked it equals RetryAfter.
+	// Reset is how long, if the key sends nothing more, until Remaining
+	// grows by at least one (exact to the nanosecond): the "t" of the
+	// RateLimit field, "the number of seconds until additional quota ... is
+	// made available" (draft-ietf-httpapi-ratelimit-headers-10, Section
+	// 4.1.2). A sliding window frees quota bit by bit, so this is usually
+	// far sooner than the time until the full limit is back. It is zero
+	// only when Remaining is already the full limit. When blocked it equals
+	// RetryAfter: Remaining is 0 and grows once a request would be allowed.
 	Reset time.Duration
 	// Mitigated reports that the key is blocked by a mitigation timeout
 	// (started by this request or earlier).
@@ -212,9 +218,8 @@ func (p *params) decide(ent *counters, w, e int64, limit uint64, d *Decision) {
 	if mitigation == 0 && below(ent.prev, ent.curr, limit, p.period, e) {
 		ent.curr = satInc(ent.curr)
 		d.Allowed = true
-		d.Remaining = p.remaining(ent.prev, ent.curr, e, limit)
+		d.Remaining, d.Reset = p.quota(ent.prev, ent.curr, e, limit)
 		d.RetryAfter = 0
-		d.Reset = p.reset(ent.prev, ent.curr, e)
 		d.Mitigated = false
 		d.Overflow = false
 		d.counted = true
@@ -232,9 +237,11 @@ func (p *params) decide(ent *counters, w, e int64, limit uint64, d *Decision) {
 	}
 	if mitigation == 0 && p.mitigation > 0 {
 		// Over the limit for the first time since any earlier mitigation
-		// ended: start one.
-		mitigation = p.mitigation
+		// ended: start one. It is kept to the millisecond, rounded up, so
+		// the wait reported is the one the entry will enforce, not the
+		// configured length, which can be up to 1ms shorter.
 		ent.until = uint32((e + p.mitigation + int64(time.Millisecond) - 1) / int64(time.Millisecond))
+		mitigation = ent.mitigationLeft(e)
 	}
 	d.Mitigated = mitigation > 0
 	d.RetryAfter = max(p.retry(ent.prev, ent.curr, e, limit), time.Duration(mitigation), 1)
@@ -275,41 +282,70 @@ func (p *params) remaining(prev, curr uint32, e int64, limit uint64) int64 {
 	return int64(limit - used)
 }
 
-// reset is how long until the estimate falls back to zero: the end of the
-// next period if the current one holds requests, else the end of this one.
-func (p *params) reset(prev, curr uint32, e int64) time.Duration {
-	switch {
-	case curr > 0:
-		return time.Duration(2*p.period - e)
-	case prev > 0:
-		return time.Duration(p.period - e)
+// quota returns remaining(prev, curr, e, limit) and how long, with no more
+// requests, until it grows by at least one: 0 if it is already the full
+// limit (nothing is counted that could be freed).
+//
+// With used = curr + ⌊prev×(P−e)/P⌋, remaining is limit − min(used, limit),
+// and it exceeds limit − target, for an integer target ≥ 1, exactly when
+// used < target, that is when the estimate prev×(P−e)/P + curr < target
+// (⌊x⌋ < n iff x < n for integer n). With no more requests the estimate
+// never rises: it falls within a period, is continuous across a boundary
+// (prev′ = curr at e′ = 0) and is 0 two periods on. So the wait is the first
+// instant the estimate drops below target = min(used, limit), which until
+// computes. When used ≥ limit (remaining 0), that is the wait until a
+// request would be allowed, as for RetryAfter.
+func (p *params) quota(prev, curr uint32, e int64, limit uint64) (remaining int64, more time.Duration) {
+	used := uint64(curr) + weighted(prev, p.period, e)
+	if used == 0 {
+		return int64(limit), 0
 	}
-	return 0
+	target := min(used, limit)
+	return int64(limit - target), p.until(prev, curr, e, target)
 }
 
 // retry returns the shortest wait after which one more request is allowed,
-// with no other traffic: 0 if it is allowed now. The result is at most 1ns
-// longer than the exact real-valued answer.
+// with no other traffic: 0 if it is allowed now. It is exact: the first
+// nanosecond at which the store would allow it.
 func (p *params) retry(prev, curr uint32, e int64, limit uint64) time.Duration {
 	if below(prev, curr, limit, p.period, e) {
 		return 0
 	}
+	return p.until(prev, curr, e, limit)
+}
+
+// until returns the shortest wait Δ after which the estimate at e+Δ is
+// below target, given that it is not below target at e (target ≥ 1, so
+// curr > 0 or prev > 0): exact, the first whole nanosecond at which
+// prev×(P−e−Δ) < (target−curr)×P holds (or its form in the next period).
+// Waits stay under 2P + 1ns, which for the longest period (2³² ms) is far
+// below the range of a Duration.
+func (p *params) until(prev, curr uint32, e int64, target uint64) time.Duration {
 	toEnd := p.period - e
-	if uint64(curr) < limit {
-		// Allowed within this period once prev×(P−e−Δ) < (limit−curr)×P,
-		// i.e. Δ > P − e − (limit−curr)×P/prev. Being blocked now means that
-		// quotient is at most P − e, so Div64 cannot overflow. Failing that,
-		// at the next period start, where the estimate is curr < limit.
-		hi, lo := bits.Mul64(limit-uint64(curr), uint64(p.period))
-		q, _ := bits.Div64(hi, lo, uint64(prev))
-		return time.Duration(min(toEnd-int64(q)+1, toEnd))
+	if uint64(curr) < target {
+		// Below within this period once prev×a < N, a = P−e−Δ and
+		// N = (target−curr)×P: a ≤ ⌈N/prev⌉ − 1, i.e. Δ = toEnd − ⌈N/prev⌉ + 1.
+		// Not being below now means N ≤ prev×(P−e), so the quotient is at
+		// most P − e and Div64 cannot overflow. Failing that, at the next
+		// period start, where the estimate is curr < target.
+		hi, lo := bits.Mul64(target-uint64(curr), uint64(p.period))
+		q, r := bits.Div64(hi, lo, uint64(prev))
+		return time.Duration(min(toEnd-ceilQuotient(q, r)+1, toEnd))
 	}
-	// curr ≥ limit: in the next period prev' = curr and the estimate
-	// curr×(P−e')/P falls below the limit once e' > P − limit×P/curr
-	// (quotient ≤ P since curr ≥ limit); two periods on, nothing is left.
-	hi, lo := bits.Mul64(limit, uint64(p.period))
-	q, _ := bits.Div64(hi, lo, uint64(curr))
-	return time.Duration(min(toEnd+p.period-int64(q)+1, toEnd+p.period))
+	// curr ≥ target: in the next period prev′ = curr and the estimate
+	// curr×(P−e′)/P falls below target once P−e′ ≤ ⌈target×P/curr⌉ − 1
+	// (quotient ≤ P since curr ≥ target); two periods on, nothing is left.
+	hi, lo := bits.Mul64(target, uint64(p.period))
+	q, r := bits.Div64(hi, lo, uint64(curr))
+	return time.Duration(min(toEnd+p.period-ceilQuotient(q, r)+1, toEnd+p.period))
+}
+
+// ceilQuotient is ⌈n/d⌉ for the quotient q and remainder r of n/d.
+func ceilQuotient(q, r uint64) int64 {
+	if r != 0 {
+		q++
+	}
+	return int64(q)
 }
 
 // pressure is the key's estimate as a fraction of its limit (+Inf while

@@ -583,3 +583,46 @@ func TestGoneClientAbortsTheForward(t *testing.T) {
 		t.Fatal("the origin's response was not cancelled 10s after the client reset its connection")
 	}
 }
+
+// TestBodyKeysTakeEffectOnReload reloads max_request_body,
+// request_buffering and max_buffered_bytes: the next request follows the
+// new values, and none of them is listed as needing a restart.
+func TestBodyKeysTakeEffectOnReload(t *testing.T) {
+	e := newBodyEnv(t, func(c *rules.Config) {})
+	post := func() int {
+		r := httptest.NewRequest("POST", "http://api.example.com/upload", strings.NewReader(strings.Repeat("x", 2048)))
+		w := httptest.NewRecorder()
+		e.proxy.ServeHTTP(w, r)
+		return w.Code
+	}
+	off := false
+	tests := []struct {
+		name   string
+		mutate func(c *rules.Config)
+		want   int
+	}{
+		{"defaults", func(c *rules.Config) {}, 200},
+		{"max_request_body 1KiB", func(c *rules.Config) { c.MaxRequestBody = rules.KiB }, 413},
+		{"domain max_request_body 4KiB", func(c *rules.Config) {
+			c.MaxRequestBody, c.Domains[0].MaxRequestBody = rules.KiB, 4*rules.KiB
+		}, 200},
+		{"request_buffering false, max_buffered_bytes 1MiB", func(c *rules.Config) {
+			c.Domains[0].RequestBuffering, c.MaxBufferedBytes = &off, rules.MiB
+		}, 200},
+	}
+	for _, tt := range tests {
+		cfg := oneDomain(e.origin.srv.URL, rule("per-ip", 1000, time.Hour))
+		tt.mutate(&cfg)
+		res, err := e.proxy.Reload(compile(t, cfg), tt.name)
+		if err != nil {
+			t.Fatalf("%s: Reload: %v", tt.name, err)
+		}
+		if got := post(); got != tt.want || len(res.RestartRequired) != 0 {
+			t.Errorf("%s: got %d, restart_required %q, want %d and none", tt.name, got, res.RestartRequired, tt.want)
+		}
+		d := e.proxy.state.Load().domains[0]
+		if got := e.proxy.Table().MaxBufferedBytes; d.Body.Buffer != (cfg.Domains[0].RequestBuffering == nil) || (cfg.MaxBufferedBytes != 0 && got != cfg.MaxBufferedBytes) {
+			t.Errorf("%s: running policy %+v, max_buffered_bytes %s", tt.name, d.Body, got)
+		}
+	}
+}

@@ -65,8 +65,11 @@ func (b *bufferBudget) reserve(n, limit int64) bool {
 // when it passes the limit: if that happens after the buffered part went
 // to the origin, the origin sees an aborted request and the client 413.
 func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request, st *state, d *domain) (*http.Request, func()) {
+	if r.ContentLength == 0 {
+		return r, noRelease // no body (guardBody wraps none)
+	}
 	gb, ok := r.Context().Value(guardedBodyKey{}).(*guardedBody)
-	if !ok { // no body
+	if !ok {
 		return r, noRelease
 	}
 	pol := d.Body

@@ -327,9 +327,11 @@ type configView struct {
 		IPv6Prefix     int      `json:"ipv6_prefix"`
 	} `json:"client_ip"`
 	Timeouts map[string]string `json:"timeouts"`
-	Cluster  clusterView       `json:"cluster"`
-	Domains  []domainView      `json:"domains"`
-	Extra    map[string]any    `json:"extra,omitempty"`
+	// MaxBufferedBytes is a size such as "256MiB".
+	MaxBufferedBytes string         `json:"max_buffered_bytes"`
+	Cluster          clusterView    `json:"cluster"`
+	Domains          []domainView   `json:"domains"`
+	Extra            map[string]any `json:"extra,omitempty"`
 }
 
 // clusterView is the cluster section as it runs (its changes take effect
@@ -374,6 +376,11 @@ type domainView struct {
 	MaxKeys     int        `json:"max_keys"`
 	TrackedKeys int        `json:"tracked_keys"`
 	Rules       []ruleView `json:"rules"`
+	// Request bodies; sizes such as "1MiB", max_request_body omitted
+	// when there is no limit.
+	RequestBuffering bool   `json:"request_buffering"`
+	RequestBuffer    string `json:"request_buffer"`
+	MaxRequestBody   string `json:"max_request_body,omitempty"`
 }
 
 type ruleView struct {
@@ -413,13 +420,18 @@ func (p *Proxy) getConfig(w http.ResponseWriter, r *http.Request) {
 	if v.AdminHosts == nil {
 		v.AdminHosts = []string{}
 	}
+	v.MaxBufferedBytes = t.MaxBufferedBytes.String()
 	v.ClientIP.IPv6Prefix = t.IPv6Prefix
 	v.ClientIP.TrustedProxies = []string{}
 	for _, pfx := range t.TrustedProxies {
 		v.ClientIP.TrustedProxies = append(v.ClientIP.TrustedProxies, pfx.String())
 	}
 	for _, d := range st.domains {
-		dv := domainView{Name: d.Name, Hosts: d.Hosts, Respond: d.Respond != nil, MaxKeys: d.MaxKeys, Rules: []ruleView{}}
+		dv := domainView{Name: d.Name, Hosts: d.Hosts, Respond: d.Respond != nil, MaxKeys: d.MaxKeys, Rules: []ruleView{},
+			RequestBuffering: d.Body.Buffer, RequestBuffer: d.Body.BufferSize.String()}
+		if d.Body.MaxSize > 0 {
+			dv.MaxRequestBody = d.Body.MaxSize.String()
+		}
 		if d.Respond == nil {
 			o := d.Origin
 			if o == nil {

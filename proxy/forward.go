@@ -50,7 +50,7 @@ func newTransport(t rules.Timeouts) *http.Transport {
 // mergeFields says whether some rule of the domain sends rate-limit fields
 // on allowed responses, which then must be merged into the origin's.
 func (p *Proxy) newForwarder(domain string, origin *url.URL, cip *ClientIP, transport http.RoundTripper, mergeFields bool) http.Handler {
-	errLog := newErrorLog(p.log, domain)
+	errLog := newErrorLog(p.log, domain, p.refuseBody)
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(origin)
@@ -75,6 +75,12 @@ func (p *Proxy) newForwarder(domain string, origin *url.URL, cip *ClientIP, tran
 				delete(pr.Out.Header, "Forwarded")
 				delete(pr.Out.Header, "X-Real-Ip")
 			}
+			// edge answers "Expect: 100-continue" itself (net/http sends
+			// 100 Continue when the allowed request's body is first
+			// read). Passed on, it would make the transport wait up to
+			// ExpectContinueTimeout for an origin that may never send
+			// 100, with a body it already holds.
+			delete(pr.Out.Header, "Expect")
 		},
 		Transport: timedTransport{rt: transport, obs: p.metrics.upstreamObservers(domain)},
 		// Without a pool ReverseProxy allocates a 32 KiB buffer for every
@@ -91,7 +97,21 @@ func (p *Proxy) newForwarder(domain string, origin *url.URL, cip *ClientIP, tran
 			return nil
 		}
 	}
-	return rp
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// net/http cancels a request's context when it reads the end of
+		// the connection, and a client that half-closes after a complete
+		// request (legal in HTTP/1.1: `nc -N` does it) looks exactly like
+		// one that closed for good: both send a FIN, and only a write
+		// tells them apart. So the forward does not end on that signal,
+		// as HAProxy's default (no "option abortonclose") does not: the
+		// origin's response is delivered, and a client that is really
+		// gone is found by the first write that fails, which aborts the
+		// origin request (ReverseProxy panics with http.ErrAbortHandler).
+		// The wait for the origin stays bounded by timeouts.upstream.
+		ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+		defer cancel()
+		rp.ServeHTTP(w, r.WithContext(ctx))
+	})
 }
 
 // timedTransport observes the time to each origin response's headers.
@@ -117,23 +137,31 @@ func (t timedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 type errorLog struct {
 	log        *slog.Logger
 	domain     string
+	refuseBody func(http.ResponseWriter, error)
 	limiter    *rate.Limiter
 	mu         sync.Mutex
 	suppressed int // errors not logged since the last line
 }
 
-func newErrorLog(log *slog.Logger, domain string) *errorLog {
-	return &errorLog{log: log, domain: domain, limiter: rate.NewLimiter(5, 10)}
+func newErrorLog(log *slog.Logger, domain string, refuseBody func(http.ResponseWriter, error)) *errorLog {
+	return &errorLog{log: log, domain: domain, refuseBody: refuseBody, limiter: rate.NewLimiter(5, 10)}
 }
 
 // handle writes 504 when the origin was too slow, 502 when it could not be
-// reached or answered badly, and nothing when the client went away.
+// reached or answered badly, and 400, 408 or 413 when it was the client's
+// body that failed (which would otherwise pass for an origin failure).
+//
+// It never returns without an answer: net/http would complete an empty
+// 200 for a handler that wrote nothing, a success the origin never sent.
+// When the forward was cancelled (only edge cancels it; see newForwarder)
+// it aborts the connection instead.
 func (l *errorLog) handle(w http.ResponseWriter, r *http.Request, err error) {
-	if answeredBodyError(w, r) { // guard.go: the client's body failed (which also cancels r), not the origin
+	if berr := bodyError(r); berr != nil {
+		l.refuseBody(w, berr)
 		return
 	}
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
-		return // the client is gone; there is nobody to answer
+		panic(http.ErrAbortHandler)
 	}
 	status, body := http.StatusBadGateway, "bad gateway: the origin could not be reached\n"
 	var ne net.Error

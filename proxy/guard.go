@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -48,20 +47,13 @@ import (
 // Path case is not folded: path_prefix matches case-sensitively, as paths
 // are (RFC 3986 §6.2.2.1).
 
-// screen checks r before anything else looks at it. It returns the request
-// to serve, or nil if it has answered with 400 (501 for CONNECT) and
-// "Connection: close"; a refused request is never forwarded.
-//
-// It also reads ahead up to prefetchLimit bytes of a chunked body, so that
-// a body whose chunked framing breaks within that limit is refused here
-// rather than after its head reached the origin.
+// screen checks r's head before anything else looks at it. It returns the
+// request to serve, or nil if it has answered with 400 (501 for CONNECT)
+// and "Connection: close"; a refused request is never forwarded.
 func (p *Proxy) screen(w http.ResponseWriter, r *http.Request) *http.Request {
 	no := screenRequest(r)
 	if no.status == 0 {
-		r, no = guardBody(r)
-	}
-	if no.status == 0 {
-		return r
+		return guardBody(r)
 	}
 	p.metrics.refused.WithLabelValues(strconv.Itoa(no.status)).Inc()
 	no.answer(w)
@@ -82,19 +74,6 @@ func badRequest(reason string) refusal { return refusal{http.StatusBadRequest, r
 func (no refusal) answer(w http.ResponseWriter) {
 	w.Header()["Connection"] = []string{"close"}
 	writeText(w, no.status, strings.ToLower(http.StatusText(no.status))+": "+no.reason+"\n")
-}
-
-// answeredBodyError answers a forward that failed because the client's
-// body failed (timed out, broke its framing, or ended early), which would
-// otherwise pass for an origin failure (502/504). It reports whether it
-// answered.
-func answeredBodyError(w http.ResponseWriter, r *http.Request) bool {
-	err := bodyError(r)
-	if err == nil {
-		return false
-	}
-	bodyRefusal(err).answer(w)
-	return true
 }
 
 // screenRequest returns why r is refused, if it is.
@@ -230,37 +209,19 @@ func forwardingAlias(name string) bool {
 	return false
 }
 
-// prefetchLimit is how much of a chunked body is read before the request
-// goes on. A body that ends within it is checked whole before its head is
-// sent anywhere; a longer one streams, and if its framing breaks later the
-// origin sees an aborted request (a truncated body and a closed
-// connection, never a complete request) and the client gets 400.
-const prefetchLimit = 64 << 10
-
 // guardBody wraps r's body so that a failed read can be told from an
-// origin failure (see answeredBodyError), and reads ahead a chunked body.
-// It returns the request to go on with, or why r is refused.
-func guardBody(r *http.Request) (*http.Request, refusal) {
+// origin failure (see errorLog.handle). It reads nothing: the body is
+// read, or buffered, only once the request is allowed (body.go).
+func guardBody(r *http.Request) *http.Request {
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
-		return r, refusal{}
+		return r
 	}
 	gb := &guardedBody{rc: r.Body, r: r.Body}
 	// ReverseProxy hands its error handler a clone of the request with
 	// the body wrapped; the context is what survives.
 	r = r.WithContext(context.WithValue(r.Context(), guardedBodyKey{}, gb))
 	r.Body = gb
-	if len(r.TransferEncoding) == 0 {
-		return r, refusal{}
-	}
-	buf, err := io.ReadAll(io.LimitReader(gb, prefetchLimit+1))
-	if err != nil {
-		return nil, bodyRefusal(err)
-	}
-	gb.r = bytes.NewReader(buf)
-	if len(buf) > prefetchLimit {
-		gb.r = io.MultiReader(gb.r, gb.rc)
-	}
-	return r, refusal{}
+	return r
 }
 
 // guardedBodyKey carries a request's guardedBody in its context.
@@ -269,7 +230,7 @@ type guardedBodyKey struct{}
 // guardedBody is a request body that remembers its first read error.
 type guardedBody struct {
 	rc io.ReadCloser // the server's body
-	r  io.Reader     // what Read reads: rc, or a prefetched part first
+	r  io.Reader     // what Read reads: rc, or a buffered part first (body.go)
 
 	mu  sync.Mutex
 	err error
@@ -301,10 +262,13 @@ func bodyError(r *http.Request) error {
 }
 
 // bodyRefusal is the answer to a request whose body could not be read:
-// 408 when the client was too slow, 400 when it sent broken framing or
-// stopped early.
+// 413 when it was over the domain's max_request_body, 408 when the client
+// was too slow, 400 when it sent broken framing or stopped early.
 func bodyRefusal(err error) refusal {
 	var ne net.Error
+	if errors.Is(err, errBodyTooLarge) {
+		return refusal{http.StatusRequestEntityTooLarge, "request body over the size limit"}
+	}
 	if errors.As(err, &ne) && ne.Timeout() {
 		return refusal{http.StatusRequestTimeout, "request body not received in time"}
 	}

@@ -29,6 +29,11 @@ type metrics struct {
 	xffMalformed prometheus.Counter
 	buildInfo    prometheus.Gauge
 
+	// Request bodies (body.go).
+	bufferedBytes prometheus.GaugeFunc
+	bufferFull    prometheus.Counter
+	inFlight      prometheus.GaugeFunc
+
 	// Redis-shared counting (cluster.store: redis).
 	storeErrors    *prometheus.CounterVec
 	storeRoundTrip *prometheus.HistogramVec
@@ -80,7 +85,7 @@ func newMetrics(p *Proxy, version string) *metrics {
 		}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_refused_requests_total",
-			Help: "Requests refused before any rule by the request screen (ambiguous targets, h2c upgrades, bad bodies), by status code. Framing errors refused by the listener before parsing are not counted here.",
+			Help: "Requests refused by the request screen before any rule (ambiguous targets, h2c upgrades), or for their body once allowed (400 broken, 408 too slow, 413 over max_request_body), by status code. Framing errors refused by the listener before parsing are not counted here.",
 		}, []string{"code"}),
 		framing: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "edge_framing_refused_total",
@@ -95,6 +100,18 @@ func newMetrics(p *Proxy, version string) *metrics {
 			Help:        "Always 1; labels carry the version of edge and of Go.",
 			ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()},
 		}),
+		bufferedBytes: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "edge_request_body_buffered_bytes",
+			Help: "Request body bytes held in memory now, reserved before reading (bounded by max_buffered_bytes).",
+		}, func() float64 { return float64(p.buffered.held.Load()) }),
+		bufferFull: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edge_request_body_unbuffered_total",
+			Help: "Requests whose body was streamed to the origin unbuffered because max_buffered_bytes was reached.",
+		}),
+		inFlight: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "edge_upstream_requests_in_flight",
+			Help: "Requests sent to an origin (their body buffered, if it is) whose response is not yet complete.",
+		}, func() float64 { return float64(p.inFlight.Load()) }),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_store_errors_total",
 			Help: "Round trips to Redis that failed, by reason: timeout (the budget ran out), connection, loading, readonly, oom, busy, reply (another error reply) or other.",
@@ -126,7 +143,7 @@ func newMetrics(p *Proxy, version string) *metrics {
 func (m *metrics) register(reg prometheus.Registerer) error {
 	m.buildInfo.Set(1)
 	var errs []error
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.reloads, m.lastReload, m.reloadOK, m.upstream, m.misdirected, m.refused, m.framing, m.xffMalformed, m.buildInfo, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.reloads, m.lastReload, m.reloadOK, m.upstream, m.misdirected, m.refused, m.framing, m.xffMalformed, m.buildInfo, m.bufferedBytes, m.bufferFull, m.inFlight, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
 		errs = append(errs, reg.Register(c))
 	}
 	return errors.Join(errs...)

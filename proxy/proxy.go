@@ -67,6 +67,9 @@ type Proxy struct {
 	// cluster shares counters through Redis; nil in local mode. Made by
 	// New, kept across reloads, closed by Close (shared.go).
 	cluster *cluster.Client
+
+	buffered bufferBudget // request body bytes held in memory (body.go)
+	inFlight atomic.Int64 // requests sent to an origin and not yet done
 }
 
 // state is everything a request needs from one configuration, swapped as a
@@ -249,7 +252,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	r, release := p.readBody(w, r, st, d) // body.go: 413, buffering
+	if r == nil {
+		return
+	}
+	defer release()
 	d.requests.served.Inc()
+	if d.Respond == nil {
+		p.inFlight.Add(1)
+		defer p.inFlight.Add(-1)
+	}
 	d.upstream.ServeHTTP(w, r)
 }
 

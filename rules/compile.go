@@ -104,6 +104,7 @@ func Compile(cfg Config) (*Table, error) {
 	t.Cluster = compileCluster(&p, cfg.Cluster)
 
 	compileDomains(&p, t, cfg)
+	compileBodies(&p, t, cfg)
 	if maxKeysOK {
 		shareMaxKeys(&p, t, cfg.Domains)
 	} else {

@@ -17,6 +17,8 @@ const (
 	DefaultIPv6Prefix     = 64
 	DefaultMaxHeaderBytes = 64 << 10
 	DefaultContentType    = "text/plain; charset=utf-8"
+	DefaultRequestBuffer  = 1 * MiB
+	DefaultMaxBuffered    = 256 * MiB
 	DefaultBlockStatus    = 429
 	DefaultRespondStatus  = 200
 
@@ -65,6 +67,17 @@ type Config struct {
 	// MaxHeaderBytes bounds the request header size in bytes.
 	// Default 64 KiB; valid 1024..1 MiB.
 	MaxHeaderBytes int `mapstructure:"max_header_bytes"`
+	// RequestBuffer is how much of a request body edge holds in memory
+	// before it contacts the origin, for domains that do not set their
+	// own. Default 1 MiB; valid 1 KiB..1 GiB.
+	RequestBuffer Size `mapstructure:"request_buffer"`
+	// MaxRequestBody is the largest request body accepted, for domains
+	// that do not set their own; larger ones get 413. Zero means no limit.
+	MaxRequestBody Size `mapstructure:"max_request_body"`
+	// MaxBufferedBytes bounds the request body bytes held in memory by all
+	// requests together; past it, new requests stream their bodies instead.
+	// Default 256 MiB; at least every domain's RequestBuffer.
+	MaxBufferedBytes Size `mapstructure:"max_buffered_bytes"`
 	// Log configures the process logger.
 	Log LogConfig `mapstructure:"log"`
 	// Cluster says whether the nodes of a PoP share their counters, and
@@ -188,6 +201,15 @@ type DomainConfig struct {
 	MaxKeys int `mapstructure:"max_keys"`
 	// Rules are the rate-limit rules; at most 255.
 	Rules []RuleConfig `mapstructure:"rules"`
+	// RequestBuffering says whether request bodies are read (up to
+	// RequestBuffer bytes) before the origin is contacted, so that a slow
+	// client holds no origin connection. nil means true; false streams
+	// bodies as they arrive.
+	RequestBuffering *bool `mapstructure:"request_buffering"`
+	// RequestBuffer overrides Config.RequestBuffer for this domain.
+	RequestBuffer Size `mapstructure:"request_buffer"`
+	// MaxRequestBody overrides Config.MaxRequestBody for this domain.
+	MaxRequestBody Size `mapstructure:"max_request_body"`
 }
 
 // ResponseConfig is a static response: a domain's respond, or a rule's

@@ -35,6 +35,10 @@ type Table struct {
 	Timeouts       Timeouts
 	MaxHeaderBytes int
 
+	// MaxBufferedBytes bounds the request body bytes buffered by all
+	// requests together.
+	MaxBufferedBytes Size
+
 	LogLevel  slog.Level
 	LogFormat string // "text" or "json"
 
@@ -74,6 +78,9 @@ type Domain struct {
 
 	MaxKeys int     // this domain's resolved share of Table.MaxKeys; 0 when it has no rules
 	Rules   []*Rule // config order; Rules[i].Index == i
+
+	// Body says how this domain's request bodies are read.
+	Body BodyPolicy
 
 	byName map[string]*Rule
 }

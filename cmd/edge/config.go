@@ -50,7 +50,7 @@ func parseConfig(data []byte) (*rules.Table, error) {
 	}
 	var cfg rules.Config
 	err := v.UnmarshalExact(&cfg, viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(
-		durationHook,
+		durationHook, sizeHook,
 		// A single string where a list is expected is a list of one
 		// (`key: ip`), never split on commas.
 		mapstructure.StringToSliceHookFunc("\x00"),

@@ -1,0 +1,211 @@
+package proxy
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+)
+
+// This file reads an allowed request's body before the origin sees it.
+//
+// A client that sends its body slowly holds whatever carries the body on:
+// when edge streams it, an origin connection (and, at most origins, a
+// worker) for as long as the client cares to take. So, as nginx does by
+// default (proxy_request_buffering on), edge reads the body into memory
+// first, up to the domain's request_buffer, and contacts the origin only
+// once the body has arrived whole or the buffer is full; then the rest
+// streams after the buffered part. A slow client then costs edge a
+// goroutine and its buffer, which edge's read timeout bounds, and costs
+// the origin nothing.
+//
+// The rate decision comes first, on the head alone: a refused request
+// never buffers, and a client that sent "Expect: 100-continue" is told to
+// continue (by net/http, at the first read of the body) only once its
+// request is allowed.
+
+// prefetchLimit is how much of a chunked body is read before the origin is
+// contacted when the domain does not buffer (request_buffering: false):
+// a body whose chunked framing breaks within it is refused with 400 before
+// its head reaches the origin. A longer body streams, and if its framing
+// breaks later the origin sees an aborted request (a truncated body and a
+// closed connection, never a complete request) and the client gets 400.
+const prefetchLimit = 64 << 10
+
+// errBodyTooLarge is the read error of a body over max_request_body.
+var errBodyTooLarge = errors.New("request body over max_request_body")
+
+// bufferBudget bounds the bytes that request bodies hold in memory at
+// once, across all requests: a reservation that would pass the limit
+// fails, and that request streams its body instead. It is safe for
+// concurrent use; the zero value holds nothing.
+type bufferBudget struct{ held atomic.Int64 }
+
+// reserve takes n bytes if that keeps the total within limit.
+func (b *bufferBudget) reserve(n, limit int64) bool {
+	for {
+		held := b.held.Load()
+		if n > limit-held {
+			return false
+		}
+		if b.held.CompareAndSwap(held, held+n) {
+			return true
+		}
+	}
+}
+
+// readBody enforces the domain's max_request_body and buffers an allowed
+// request's body as the domain says. It returns the request to forward and
+// a function that returns the buffer's reservation (call it once the
+// request is done; it is safe to call twice), or nil if it has answered
+// (413, or 400/408 for a body that failed while being buffered).
+//
+// A body longer than max_request_body whose length is not declared is cut
+// when it passes the limit: if that happens after the buffered part went
+// to the origin, the origin sees an aborted request and the client 413.
+func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request, st *state, d *domain) (*http.Request, func()) {
+	if r.ContentLength == 0 {
+		return r, noRelease // no body (guardBody wraps none)
+	}
+	gb, ok := r.Context().Value(guardedBodyKey{}).(*guardedBody)
+	if !ok {
+		return r, noRelease
+	}
+	pol := d.Body
+	if pol.MaxSize > 0 {
+		if r.ContentLength > int64(pol.MaxSize) {
+			p.refuseBody(w, errBodyTooLarge)
+			return nil, nil
+		}
+		if r.ContentLength < 0 {
+			gb.r = &capReader{r: gb.r, left: int64(pol.MaxSize)}
+		}
+	}
+	if d.Respond != nil {
+		return r, noRelease // a static response does not read the body
+	}
+	limit := int64(0)
+	switch {
+	case pol.Buffer:
+		limit = int64(pol.BufferSize)
+	case r.ContentLength < 0:
+		limit = prefetchLimit
+	}
+	if r.ContentLength >= 0 {
+		limit = min(limit, r.ContentLength)
+	}
+	if limit == 0 {
+		return r, noRelease
+	}
+	if r.ContentLength < 0 {
+		limit++ // one byte more tells a body of exactly limit bytes from a longer one
+	}
+	if !p.buffered.reserve(limit, int64(st.table.MaxBufferedBytes)) {
+		p.metrics.bufferFull.Inc()
+		return r, noRelease
+	}
+	var released atomic.Bool
+	release := func() {
+		if released.CompareAndSwap(false, true) {
+			p.buffered.held.Add(-limit)
+		}
+	}
+	buf, err := readPrefix(gb, r.ContentLength, limit)
+	if err != nil {
+		release()
+		p.refuseBody(w, err)
+		return nil, nil
+	}
+	prefix := &prefixReader{buf: buf, done: release}
+	if int64(len(buf)) < limit || r.ContentLength == int64(len(buf)) {
+		// The whole body is here: the origin gets it at once, with its
+		// length (unless trailers must follow it, which needs chunking).
+		gb.r = prefix
+		if r.Trailer == nil {
+			r.ContentLength = int64(len(buf))
+			r.TransferEncoding = nil
+		}
+	} else {
+		gb.r = io.MultiReader(prefix, gb.r)
+	}
+	return r, release
+}
+
+func noRelease() {}
+
+// refuseBody answers a request whose body is refused or failed.
+func (p *Proxy) refuseBody(w http.ResponseWriter, err error) {
+	no := bodyRefusal(err)
+	p.metrics.refused.WithLabelValues(strconv.Itoa(no.status)).Inc()
+	no.answer(w)
+}
+
+// readPrefix reads the start of a body of length size (-1: unknown) from
+// src: all of it if it has at most limit bytes, else limit bytes. A body
+// of unknown length grows its buffer as it arrives, so a short body costs
+// little whatever the limit.
+func readPrefix(src io.Reader, size, limit int64) ([]byte, error) {
+	if size >= 0 {
+		buf := make([]byte, min(size, limit))
+		_, err := io.ReadFull(src, buf)
+		return buf, err
+	}
+	buf := make([]byte, 0, min(limit, 16<<10))
+	for int64(len(buf)) < limit {
+		if len(buf) == cap(buf) {
+			grown := make([]byte, len(buf), min(2*int64(cap(buf)), limit))
+			copy(grown, buf)
+			buf = grown
+		}
+		n, err := src.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return buf, nil
+}
+
+// prefixReader reads the buffered start of a body, then calls done and
+// lets the buffer go.
+type prefixReader struct {
+	buf  []byte
+	done func()
+}
+
+func (pr *prefixReader) Read(p []byte) (int, error) {
+	if len(pr.buf) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, pr.buf)
+	if pr.buf = pr.buf[n:]; len(pr.buf) == 0 {
+		pr.buf = nil
+		pr.done()
+	}
+	return n, nil
+}
+
+// capReader fails with errBodyTooLarge once more than left bytes have been
+// read from r.
+type capReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (c *capReader) Read(p []byte) (int, error) {
+	if c.left < 0 {
+		return 0, errBodyTooLarge
+	}
+	if int64(len(p)) > c.left+1 {
+		p = p[:c.left+1]
+	}
+	n, err := c.r.Read(p)
+	if c.left -= int64(n); c.left < 0 {
+		return n + int(c.left), errBodyTooLarge
+	}
+	return n, err
+}

@@ -1,0 +1,628 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/edgerate/edge/rules"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// countingOrigin is an origin that counts the connections it accepts and
+// records the requests that reach it, answering "origin".
+type countingOrigin struct {
+	srv   *httptest.Server
+	conns atomic.Int64 // connections accepted
+
+	mu       sync.Mutex
+	complete int // requests whose body arrived whole
+	last     *http.Request
+	lastBody string
+}
+
+func newCountingOrigin(t *testing.T) *countingOrigin {
+	t.Helper()
+	o := &countingOrigin{}
+	o.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, "origin: broken body", http.StatusBadRequest)
+			return
+		}
+		o.mu.Lock()
+		o.complete++
+		o.last, o.lastBody = r, string(body)
+		o.mu.Unlock()
+		io.WriteString(w, "origin")
+	}))
+	o.srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			o.conns.Add(1)
+		}
+	}
+	o.srv.Start()
+	t.Cleanup(o.srv.Close)
+	return o
+}
+
+func (o *countingOrigin) seen() (complete int, last *http.Request, body string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.complete, o.last, o.lastBody
+}
+
+// bodyEnv is a proxy behind a real server and Listener, forwarding to a
+// counting origin.
+type bodyEnv struct {
+	origin *countingOrigin
+	proxy  *Proxy
+	srv    *hostileServer
+}
+
+func newBodyEnv(t *testing.T, mutate func(*rules.Config)) *bodyEnv {
+	t.Helper()
+	o := newCountingOrigin(t)
+	cfg := oneDomain(o.srv.URL, rule("per-ip", 1000, time.Hour))
+	mutate(&cfg)
+	table, err := rules.Compile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	transport := newTransport(table.Timeouts)
+	t.Cleanup(transport.CloseIdleConnections)
+	p, err := New(Options{Table: table, Transport: transport})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startHostileServer(t, p, table, ListenerOptions{WriteIdleTimeout: 5 * time.Second})
+	t.Cleanup(func() { s.stop(t) })
+	return &bodyEnv{origin: o, proxy: p, srv: s}
+}
+
+// dial opens a client connection to edge that the test closes at its end.
+func (e *bodyEnv) dial(t *testing.T) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", e.srv.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// response reads one final response from c (skipping 1xx ones, which it
+// returns as interim) and its body.
+func response(t *testing.T, c net.Conn, method string) (resp *http.Response, body string, interim []int) {
+	t.Helper()
+	br := bufio.NewReader(c)
+	for {
+		var err error
+		resp, err = http.ReadResponse(br, &http.Request{Method: method})
+		if err != nil {
+			t.Fatalf("reading the response: %v", err)
+		}
+		if resp.StatusCode >= 200 {
+			break
+		}
+		interim = append(interim, resp.StatusCode)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b), interim
+}
+
+// TestSlowBodiesHoldNoOriginConnection opens 100 connections that send a
+// request head and part of a body, then stall: with request buffering the
+// origin has no connection from edge (every handler is waiting on its
+// body, as the buffered-bytes gauge shows) until a body completes; without
+// it every request holds an origin connection.
+func TestSlowBodiesHoldNoOriginConnection(t *testing.T) {
+	const clients, size = 100, 1000
+	off := false
+	tests := []struct {
+		name      string
+		buffering *bool
+		// wantConns is the origin connections while every body stalls.
+		wantConns int64
+	}{
+		{"buffering (default)", nil, 0},
+		{"request_buffering: false", &off, clients},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newBodyEnv(t, func(c *rules.Config) { c.Domains[0].RequestBuffering = tt.buffering })
+			head := req("POST /upload HTTP/1.1", hAPI, fmt.Sprintf("Content-Length: %d", size))
+			conns := make([]net.Conn, clients)
+			for i := range conns {
+				conns[i] = e.dial(t)
+				if _, err := io.WriteString(conns[i], head+"first part;"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tt.buffering == nil {
+				// Every handler has reserved its buffer: all heads were
+				// allowed and every body is being read.
+				waitUntil(t, 10*time.Second, "request buffering every body", func() bool {
+					return testutil.ToFloat64(e.proxy.metrics.bufferedBytes) == clients*size
+				})
+			} else {
+				waitUntil(t, 10*time.Second, "origin connection per request", func() bool {
+					return e.origin.conns.Load() >= tt.wantConns
+				})
+			}
+			if got := e.origin.conns.Load(); got != tt.wantConns {
+				t.Fatalf("origin accepted %d connections while bodies stall, want %d", got, tt.wantConns)
+			}
+			if got := testutil.ToFloat64(e.proxy.metrics.inFlight); got != float64(tt.wantConns) {
+				t.Errorf("edge_upstream_requests_in_flight: got %v, want %d", got, tt.wantConns)
+			}
+
+			// One body completes: that request reaches the origin whole.
+			rest := strings.Repeat("x", size-len("first part;"))
+			if _, err := io.WriteString(conns[0], rest); err != nil {
+				t.Fatal(err)
+			}
+			resp, body, _ := response(t, conns[0], "POST")
+			if resp.StatusCode != 200 || body != "origin" {
+				t.Fatalf("completed request: got %d %q, want 200 origin", resp.StatusCode, body)
+			}
+			complete, last, lastBody := e.origin.seen()
+			if complete != 1 || lastBody != "first part;"+rest || last.ContentLength != size {
+				t.Errorf("origin: got %d complete requests, last with %d bytes (Content-Length %d), want 1 with %d",
+					complete, len(lastBody), last.ContentLength, size)
+			}
+			if tt.buffering == nil {
+				if got := e.origin.conns.Load(); got != 1 {
+					t.Errorf("origin accepted %d connections after one body completed, want 1", got)
+				}
+			}
+			for _, c := range conns[1:] {
+				c.Close()
+			}
+			waitUntil(t, 10*time.Second, "buffers released", func() bool {
+				return testutil.ToFloat64(e.proxy.metrics.bufferedBytes) == 0 &&
+					testutil.ToFloat64(e.proxy.metrics.inFlight) == 0
+			})
+		})
+	}
+}
+
+// TestMaxRequestBody sends bodies over and under max_request_body, with and
+// without a declared length: those over get 413 and never reach the
+// origin; those under are forwarded whole, with a Content-Length.
+func TestMaxRequestBody(t *testing.T) {
+	chunk := func(s string) string { return fmt.Sprintf("%x\r\n%s\r\n", len(s), s) }
+	chunked := func(parts ...string) string {
+		b := req("POST /upload HTTP/1.1", hAPI, "Transfer-Encoding: chunked")
+		for _, p := range parts {
+			b += chunk(p)
+		}
+		return b + "0\r\n\r\n"
+	}
+	kib := strings.Repeat("k", 1024)
+	tests := []struct {
+		name      string
+		raw       string
+		max, buf  rules.Size
+		streaming bool
+		want      int
+		// wantOrigin: the origin got the request whole; otherwise no
+		// complete request reached it.
+		wantOrigin bool
+	}{
+		{name: "Content-Length over", raw: req("POST /upload HTTP/1.1", hAPI, "Content-Length: 4097"),
+			max: 4 * rules.KiB, want: 413},
+		{name: "Content-Length over with Expect", raw: req("POST /upload HTTP/1.1", hAPI, "Content-Length: 4097", "Expect: 100-continue"),
+			max: 4 * rules.KiB, want: 413},
+		{name: "Content-Length over, streaming", raw: req("POST /upload HTTP/1.1", hAPI, "Content-Length: 4097"),
+			max: 4 * rules.KiB, streaming: true, want: 413},
+		{name: "Content-Length at the limit", raw: req("POST /upload HTTP/1.1", hAPI, "Content-Length: 4096") + strings.Repeat(kib, 4),
+			max: 4 * rules.KiB, want: 200, wantOrigin: true},
+		{name: "chunked over, within the buffer", raw: chunked(kib, kib, kib, kib, "x"),
+			max: 4 * rules.KiB, want: 413},
+		{name: "chunked over, past the buffer", raw: chunked(kib, kib, kib, kib, kib, kib, kib, kib),
+			max: 4 * rules.KiB, buf: rules.KiB, want: 413},
+		{name: "chunked over, streaming", raw: chunked(kib, kib, kib, kib, kib),
+			max: 4 * rules.KiB, streaming: true, want: 413},
+		{name: "chunked at the limit", raw: chunked(kib, kib, kib, kib),
+			max: 4 * rules.KiB, want: 200, wantOrigin: true},
+		{name: "no limit", raw: chunked(kib, kib, kib, kib, kib),
+			want: 200, wantOrigin: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newBodyEnv(t, func(c *rules.Config) {
+				c.MaxRequestBody = tt.max
+				c.Domains[0].RequestBuffer = tt.buf
+				if tt.streaming {
+					off := false
+					c.Domains[0].RequestBuffering = &off
+				}
+			})
+			c := e.dial(t)
+			if _, err := io.WriteString(c, tt.raw); err != nil {
+				t.Fatal(err)
+			}
+			resp, _, interim := response(t, c, "POST")
+			if resp.StatusCode != tt.want || len(interim) != 0 {
+				t.Errorf("got %d (after interim %v), want %d alone", resp.StatusCode, interim, tt.want)
+			}
+			c.Close()
+			complete, last, body := e.origin.seen()
+			if tt.wantOrigin {
+				if complete != 1 || last.ContentLength != int64(len(body)) || len(last.TransferEncoding) != 0 {
+					t.Errorf("origin: got %d complete requests, last with Content-Length %d, Transfer-Encoding %q, %d bytes; want 1 with a Content-Length",
+						complete, last.ContentLength, last.TransferEncoding, len(body))
+				}
+				return
+			}
+			if complete != 0 {
+				t.Errorf("origin got %d complete requests, want 0", complete)
+			}
+			if !tt.streaming && tt.buf == 0 {
+				if n := e.origin.conns.Load(); n != 0 {
+					t.Errorf("origin accepted %d connections, want 0", n)
+				}
+			}
+			if got := testutil.ToFloat64(e.proxy.metrics.refused.WithLabelValues("413")); tt.want == 413 && got != 1 {
+				t.Errorf("edge_refused_requests_total{code=413}: got %v, want 1", got)
+			}
+		})
+	}
+}
+
+// TestExpectContinue: an allowed request with "Expect: 100-continue" gets
+// 100 Continue from edge, then its response; a refused one gets 429 at
+// once, without 100 Continue and without edge reading (or buffering) its
+// body; the origin never sees Expect.
+func TestExpectContinue(t *testing.T) {
+	e := newBodyEnv(t, func(c *rules.Config) { c.Domains[0].Rules[0].Limit = 1 })
+	head := req("POST /upload HTTP/1.1", hAPI, "Content-Length: 5", "Expect: 100-continue")
+
+	allowed := e.dial(t)
+	if _, err := io.WriteString(allowed, head); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(allowed)
+	line, err := br.ReadString('\n')
+	if err != nil || line != "HTTP/1.1 100 Continue\r\n" {
+		t.Fatalf("allowed request: got %q, %v, want 100 Continue before the body", line, err)
+	}
+	if _, err := io.WriteString(allowed, "hello"); err != nil {
+		t.Fatal(err)
+	}
+	br.ReadString('\n') // the empty line ending the 100 response
+	resp, err := http.ReadResponse(br, &http.Request{Method: "POST"})
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("allowed request: got %v, %v, want 200", resp, err)
+	}
+	resp.Body.Close()
+	if _, last, body := e.origin.seen(); body != "hello" || last.Header.Get("Expect") != "" {
+		t.Errorf("origin got body %q, Expect %q, want hello and none", body, last.Header.Get("Expect"))
+	}
+
+	refused := e.dial(t)
+	if _, err := io.WriteString(refused, head); err != nil { // the body never comes
+		t.Fatal(err)
+	}
+	resp, _, interim := response(t, refused, "POST")
+	if resp.StatusCode != 429 || len(interim) != 0 {
+		t.Errorf("refused request: got %d after interim %v, want 429 alone", resp.StatusCode, interim)
+	}
+	if got := testutil.ToFloat64(e.proxy.metrics.bufferedBytes); got != 0 {
+		t.Errorf("buffered bytes after the refusal: got %v, want 0", got)
+	}
+}
+
+// TestRefusedRequestNeverBuffers: a request over its limit is answered 429
+// on its head alone, while its (complete) body is never read by the proxy.
+func TestRefusedRequestNeverBuffers(t *testing.T) {
+	e := newBodyEnv(t, func(c *rules.Config) { c.Domains[0].Rules[0].Limit = 1 })
+	tests := []struct {
+		name string
+		want int
+	}{{"allowed", 200}, {"refused", 429}}
+	for _, tt := range tests {
+		var read atomic.Int64
+		r := httptest.NewRequest("POST", "http://api.example.com/upload", &countingReader{n: &read, left: 10000})
+		r.ContentLength = -1
+		w := httptest.NewRecorder()
+		e.proxy.ServeHTTP(w, r)
+		wantRead := int64(10000)
+		if tt.want != 200 {
+			wantRead = 0
+		}
+		if w.Code != tt.want || read.Load() != wantRead {
+			t.Errorf("%s: got %d with %d body bytes read, want %d with %d", tt.name, w.Code, read.Load(), tt.want, wantRead)
+		}
+	}
+}
+
+// countingReader yields left bytes, counting those read.
+type countingReader struct {
+	n    *atomic.Int64
+	left int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	if c.left == 0 {
+		return 0, io.EOF
+	}
+	n := min(len(p), c.left)
+	c.left -= n
+	c.n.Add(int64(n))
+	return n, nil
+}
+
+// TestBufferCapFallsBackToStreaming holds max_buffered_bytes with one slow
+// body: the next request streams its body to the origin rather than fail,
+// and is counted as unbuffered.
+func TestBufferCapFallsBackToStreaming(t *testing.T) {
+	e := newBodyEnv(t, func(c *rules.Config) {
+		c.RequestBuffer, c.MaxBufferedBytes = 64*rules.KiB, 64*rules.KiB
+	})
+	holder := e.dial(t)
+	if _, err := io.WriteString(holder, req("POST /upload HTTP/1.1", hAPI, "Content-Length: 65536")+"slow"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the first body buffering", func() bool {
+		return testutil.ToFloat64(e.proxy.metrics.bufferedBytes) == 64<<10
+	})
+
+	streamer := e.dial(t)
+	if _, err := io.WriteString(streamer, req("POST /upload HTTP/1.1", hAPI, "Content-Length: 9")+"slow"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the second request at the origin", func() bool { return e.origin.conns.Load() == 1 })
+	if got := testutil.ToFloat64(e.proxy.metrics.bufferFull); got != 1 {
+		t.Errorf("edge_request_body_unbuffered_total: got %v, want 1", got)
+	}
+	if _, err := io.WriteString(streamer, "still"); err != nil {
+		t.Fatal(err)
+	}
+	if resp, body, _ := response(t, streamer, "POST"); resp.StatusCode != 200 || body != "origin" {
+		t.Errorf("streamed request: got %d %q, want 200 origin", resp.StatusCode, body)
+	}
+	if _, _, body := e.origin.seen(); body != "slowstill" {
+		t.Errorf("origin got %q, want slowstill", body)
+	}
+}
+
+// TestHalfClosedClientGetsTheResponse sends a complete request and then
+// half-closes the connection (as `nc -N` does). net/http cancels the
+// request's context when it reads that end of stream; the origin answers
+// only after that, and the client must still get the origin's response,
+// never an empty 200.
+func TestHalfClosedClientGetsTheResponse(t *testing.T) {
+	off := false
+	tests := []struct {
+		name      string
+		raw       string
+		buffering *bool
+	}{
+		{"GET", rawGet("/slow"), nil},
+		{"chunked POST", req("POST /slow HTTP/1.1", hAPI, "Transfer-Encoding: chunked") + "5\r\nhello\r\n0\r\n\r\n", nil},
+		{"chunked POST, streaming", req("POST /slow HTTP/1.1", hAPI, "Transfer-Encoding: chunked") + "5\r\nhello\r\n0\r\n\r\n", &off},
+		{"Content-Length POST", req("POST /slow HTTP/1.1", hAPI, "Content-Length: 5") + "hello", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			release := make(chan struct{})
+			origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.Copy(io.Discard, r.Body)
+				select {
+				case <-release:
+					io.WriteString(w, "origin response")
+				case <-r.Context().Done():
+				}
+			}))
+			defer origin.Close()
+			cfg := oneDomain(origin.URL)
+			cfg.Domains[0].RequestBuffering = tt.buffering
+			table, err := rules.Compile(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			transport := newTransport(table.Timeouts)
+			defer transport.CloseIdleConnections()
+			p, err := New(Options{Table: table, Transport: transport})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The server's view of the request: its context is cancelled
+			// once net/http reads the client's end of stream.
+			served := make(chan context.Context, 1)
+			addr := startServer(t, table, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				served <- r.Context()
+				p.ServeHTTP(w, r)
+			}))
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			if _, err := io.WriteString(c, tt.raw); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-(<-served).Done():
+			case <-time.After(10 * time.Second):
+				t.Fatal("net/http did not cancel the request's context after the half-close")
+			}
+			close(release)
+			resp, body, _ := response(t, c, "GET")
+			if resp.StatusCode != 200 || body != "origin response" {
+				t.Errorf("got %d %q, want 200 %q", resp.StatusCode, body, "origin response")
+			}
+		})
+	}
+}
+
+// startServer serves h on a real http.Server behind a Listener, configured
+// as startHostileServer configures it, until the test ends.
+func startServer(t *testing.T, table *rules.Table, h http.Handler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: table.Timeouts.ReadHeader,
+		ReadTimeout:       table.Timeouts.Read,
+		IdleTimeout:       table.Timeouts.Idle,
+		MaxHeaderBytes:    table.MaxHeaderBytes,
+		ErrorLog:          discardLog,
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- srv.Serve(NewListener(ln, ListenerOptions{MaxHeaderBytes: table.MaxHeaderBytes, WriteIdleTimeout: 5 * time.Second}))
+	}()
+	t.Cleanup(func() {
+		srv.Close()
+		if err := <-done; !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return ln.Addr().String()
+}
+
+// TestErrorHandlerNeverEndsSilently: a forward that failed gets an answer,
+// or, when it was cancelled, the handler aborts the connection; it never
+// returns having written nothing (net/http would send an empty 200).
+func TestErrorHandlerNeverEndsSilently(t *testing.T) {
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	tests := []struct {
+		name    string
+		ctx     context.Context
+		err     error
+		want    int
+		aborted bool
+	}{
+		{"origin unreachable", context.Background(), errors.New("dial tcp: connection refused"), 502, false},
+		{"origin too slow", context.Background(), context.DeadlineExceeded, 504, false},
+		{"forward cancelled", cancelled, context.Canceled, 0, true},
+	}
+	l := newErrorLog(slog.New(slog.DiscardHandler), "api", func(w http.ResponseWriter, err error) { bodyRefusal(err).answer(w) })
+	for _, tt := range tests {
+		r := httptest.NewRequest("GET", "http://api.example.com/", nil).WithContext(tt.ctx)
+		w := httptest.NewRecorder()
+		aborted := func() (aborted bool) {
+			defer func() {
+				if v := recover(); v != nil {
+					aborted = v == http.ErrAbortHandler
+				}
+			}()
+			l.handle(w, r, tt.err)
+			return false
+		}()
+		if aborted != tt.aborted || (!aborted && w.Code != tt.want) {
+			t.Errorf("%s: got status %d, aborted %v, want %d, aborted %v", tt.name, w.Code, aborted, tt.want, tt.aborted)
+		}
+	}
+}
+
+// TestGoneClientAbortsTheForward: a client that closes its connection for
+// good (here with a reset) while the origin streams a large response is
+// found by the first write that fails, and the origin's request is
+// cancelled: ignoring the end of stream does not keep abandoned forwards.
+func TestGoneClientAbortsTheForward(t *testing.T) {
+	started, aborted := make(chan struct{}), make(chan struct{})
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(started)
+		chunk := make([]byte, 64<<10)
+		for range 1024 { // 64 MiB: more than any socket buffers hold
+			if _, err := w.Write(chunk); err != nil {
+				close(aborted)
+				return
+			}
+		}
+	}))
+	defer origin.Close()
+	table, err := rules.Compile(oneDomain(origin.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	transport := newTransport(table.Timeouts)
+	defer transport.CloseIdleConnections()
+	p, err := New(Options{Table: table, Transport: transport})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := startServer(t, table, p)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(c, rawGet("/big")); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	c.(*net.TCPConn).SetLinger(0)
+	c.Close()
+	select {
+	case <-aborted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the origin's response was not cancelled 10s after the client reset its connection")
+	}
+}
+
+// TestBodyKeysTakeEffectOnReload reloads max_request_body,
+// request_buffering and max_buffered_bytes: the next request follows the
+// new values, and none of them is listed as needing a restart.
+func TestBodyKeysTakeEffectOnReload(t *testing.T) {
+	e := newBodyEnv(t, func(c *rules.Config) {})
+	post := func() int {
+		r := httptest.NewRequest("POST", "http://api.example.com/upload", strings.NewReader(strings.Repeat("x", 2048)))
+		w := httptest.NewRecorder()
+		e.proxy.ServeHTTP(w, r)
+		return w.Code
+	}
+	off := false
+	tests := []struct {
+		name   string
+		mutate func(c *rules.Config)
+		want   int
+	}{
+		{"defaults", func(c *rules.Config) {}, 200},
+		{"max_request_body 1KiB", func(c *rules.Config) { c.MaxRequestBody = rules.KiB }, 413},
+		{"domain max_request_body 4KiB", func(c *rules.Config) {
+			c.MaxRequestBody, c.Domains[0].MaxRequestBody = rules.KiB, 4*rules.KiB
+		}, 200},
+		{"request_buffering false, max_buffered_bytes 1MiB", func(c *rules.Config) {
+			c.Domains[0].RequestBuffering, c.MaxBufferedBytes = &off, rules.MiB
+		}, 200},
+	}
+	for _, tt := range tests {
+		cfg := oneDomain(e.origin.srv.URL, rule("per-ip", 1000, time.Hour))
+		tt.mutate(&cfg)
+		res, err := e.proxy.Reload(compile(t, cfg), tt.name)
+		if err != nil {
+			t.Fatalf("%s: Reload: %v", tt.name, err)
+		}
+		if got := post(); got != tt.want || len(res.RestartRequired) != 0 {
+			t.Errorf("%s: got %d, restart_required %q, want %d and none", tt.name, got, res.RestartRequired, tt.want)
+		}
+		d := e.proxy.state.Load().domains[0]
+		if got := e.proxy.Table().MaxBufferedBytes; d.Body.Buffer != (cfg.Domains[0].RequestBuffering == nil) || (cfg.MaxBufferedBytes != 0 && got != cfg.MaxBufferedBytes) {
+			t.Errorf("%s: running policy %+v, max_buffered_bytes %s", tt.name, d.Body, got)
+		}
+	}
+}

@@ -26,6 +26,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -82,7 +83,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		for _, d := range table.Domains {
 			rulesN += len(d.Rules)
 		}
-		fmt.Fprintf(stdout, "configuration %s is valid: %d domains, %d rules\n", describe(*configPath), len(table.Domains), rulesN)
+		fmt.Fprintf(stdout, "configuration %s is valid: %s, %s\n", describe(*configPath),
+			plural(len(table.Domains), "domain", "domains"), plural(rulesN, "rule", "rules"))
 		return 0
 	}
 	log := newLogger(stderr, table)
@@ -91,6 +93,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// plural writes n with the singular or plural noun: "1 rule", "0 rules".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
 }
 
 func describe(path string) string {
@@ -136,12 +146,24 @@ func buildVersion() string {
 	return "dev"
 }
 
+// newLogger returns the logger of the configured level and format. Both
+// formats write durations as Go duration strings ("20s"): slog's JSON
+// handler would otherwise write them as integer nanoseconds.
 func newLogger(w io.Writer, t *rules.Table) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: t.LogLevel}
+	opts := &slog.HandlerOptions{Level: t.LogLevel, ReplaceAttr: durationString}
 	if t.LogFormat == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// durationString is a slog ReplaceAttr that writes a time.Duration value,
+// at any group depth, as its String form.
+func durationString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
 // serve runs the public and admin listeners until ctx is done, then drains

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -447,5 +448,92 @@ func checkDashboardPromQL(t *testing.T, promtool string, queries []dashboardQuer
 			report = strings.ReplaceAll(report, name, name+" ("+w+")")
 		}
 		t.Errorf("promtool check rules on the dashboard's queries: %v\n%s", err, report)
+	}
+}
+
+// readmeSection returns the text of README.md's "## title" section, up to
+// the next second-level heading.
+func readmeSection(t *testing.T, title string) string {
+	t.Helper()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, s, ok := strings.Cut(string(b), "\n## "+title+"\n")
+	if !ok {
+		t.Fatalf("README.md has no section %q", title)
+	}
+	if i := strings.Index(s, "\n## "); i >= 0 {
+		s = s[:i]
+	}
+	return s
+}
+
+// TestReadmeCommandLine checks README's "Command line" against the binary's
+// own help: the command list of edge -h verbatim, one row per replay flag
+// with the value name -h shows ("-limit N"), and replay examples that parse.
+func TestReadmeCommandLine(t *testing.T) {
+	sec := readmeSection(t, "Command line")
+	if !strings.Contains(sec, "```\n"+edgeCommands+"```\n") {
+		t.Errorf("README's command list differs from edge -h's:\n%s", edgeCommands)
+	}
+	code, _, errOut := runEdge("-h")
+	if code != 0 || !strings.Contains(errOut, edgeCommands) || !strings.Contains(errOut, "-config file") {
+		t.Errorf("edge -h: exit %d, stderr:\n%s", code, errOut)
+	}
+
+	rows := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `(-[^`]+)` \\|").FindAllStringSubmatch(sec, -1) {
+		rows[m[1]] = true
+	}
+	var f replayFlags
+	fs := newReplayFlagSet(&strings.Builder{}, &f)
+	want := map[string]bool{}
+	fs.VisitAll(func(fl *flag.Flag) {
+		name, _ := flag.UnquoteUsage(fl)
+		row := "-" + fl.Name
+		if name != "" {
+			row += " " + name
+		}
+		want[row] = true
+	})
+	for row := range want {
+		if !rows[row] {
+			t.Errorf("README's replay flags have no row `%s`", row)
+		}
+	}
+	for row := range rows {
+		if !want[row] {
+			t.Errorf("README's replay flags have a row `%s`, which edge replay -h does not show", row)
+		}
+	}
+	if !want["-limit N"] {
+		t.Errorf("edge replay -h shows -limit without the value name N: %v", want)
+	}
+
+	examples := 0
+	for line := range strings.SplitSeq(sec, "\n") {
+		args, ok := strings.CutPrefix(line, "edge replay ")
+		if !ok {
+			continue
+		}
+		args, _, _ = strings.Cut(args, "#")
+		examples++
+		t.Run(strings.TrimSpace(args), func(t *testing.T) {
+			var f replayFlags
+			fs := newReplayFlagSet(&strings.Builder{}, &f)
+			if err := fs.Parse(strings.Fields(args)); err != nil {
+				t.Errorf("flags do not parse: %v", err)
+			}
+			f.files = fs.Args()
+			f.set = map[string]bool{}
+			fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
+			if err := f.check(); err != nil {
+				t.Errorf("flags refused: %v", err)
+			}
+		})
+	}
+	if examples == 0 {
+		t.Error("README's Command line has no edge replay example")
 	}
 }

@@ -50,6 +50,16 @@ func main() {
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// edgeCommands is the command list of edge -h, also shown in README's
+// "Command line" (a test keeps the two equal).
+const edgeCommands = `  edge                        run the embedded default configuration
+  edge -config FILE           run FILE (YAML)
+  edge -check -config FILE    validate FILE, print every problem found, and exit
+  edge -version               print the version, e.g. "edge v1.2.3 (go1.26.8)"
+  edge replay [flags] LOG...  replay access logs through the limiter and an exact
+                              count side by side (flags: edge replay -h)
+`
+
 // run is edge's main, returning the exit code: 0 after a clean shutdown or
 // a passed check, 1 for a bad configuration or a failed start, 2 for bad
 // flags.
@@ -59,10 +69,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage:\n%s\nFlags:\n", edgeCommands)
+		fs.PrintDefaults()
+	}
 	configPath := fs.String("config", "", "configuration `file` (YAML); empty runs the embedded default")
 	check := fs.Bool("check", false, "validate the configuration, report every problem, and exit")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
 	}
 	if fs.NArg() > 0 {

@@ -139,6 +139,7 @@ func TestCheckFlag(t *testing.T) {
 		}},
 		{"missing file", []string{"-check", "-config", filepath.Join(dir, "nope.yaml")}, 1, "", []string{"no such file"}},
 		{"version", []string{"-version"}, 0, "edge ", nil},
+		{"help lists replay", []string{"-h"}, 0, "", []string{"edge replay [flags] LOG...", "-check"}},
 		{"bad flag", []string{"-nope"}, 2, "", []string{"flag provided but not defined"}},
 		{"stray argument", []string{"serve"}, 2, "", []string{`unexpected argument "serve"`}},
 	}

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -535,5 +538,70 @@ func TestReadmeCommandLine(t *testing.T) {
 	}
 	if examples == 0 {
 		t.Error("README's Command line has no edge replay example")
+	}
+}
+
+// TestMultiSiteKeyShares checks what configs/multi-site.yaml's comments say
+// of its key shares: the explicit ones kept, 400,000 left over split between
+// the two domains with rules and no max_keys, none for the rule-less status
+// page.
+func TestMultiSiteKeyShares(t *testing.T) {
+	table, _, err := loadConfig("../../configs/multi-site.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"shop": 1_000_000, "tenants": 200_000, "docs": 200_000, "status": 0, "fallback": 200_000}
+	got := map[string]int{}
+	for _, d := range table.Domains {
+		got[d.Name] = d.MaxKeys
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("got shares %v, want %v", got, want)
+	}
+}
+
+// TestReadmeQuickStartLoop checks the quick start's loop: README and
+// configs/edge.yaml suggest the same one, and the embedded default answers
+// it with the status lines README shows.
+func TestReadmeQuickStartLoop(t *testing.T) {
+	sec := readmeSection(t, "Quick start")
+	m := regexp.MustCompile(`(?m)^for i in \$\(seq (\d+)\); do curl -si localhost:8080/ \| head -1; done$`).FindStringSubmatch(sec)
+	if m == nil {
+		t.Fatal("README's quick start has no curl loop")
+	}
+	n, _ := strconv.Atoi(m[1])
+	yaml, err := os.ReadFile("../../configs/edge.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(yaml), "#   "+m[0]+"\n") {
+		t.Errorf("configs/edge.yaml does not suggest README's loop %q", m[0])
+	}
+	_, after, ok := strings.Cut(sec, m[0]+"\n```\n\n```\n")
+	want, _, _ := strings.Cut(after, "```")
+	if !ok || want == "" {
+		t.Fatal("README's quick start shows no output after the loop")
+	}
+
+	table, _, err := loadConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 11, 30, 4, 1, 0, 0, time.UTC)
+	p, err := proxy.New(proxy.Options{Table: table, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var got strings.Builder
+	for range n {
+		req := httptest.NewRequest(http.MethodGet, "http://localhost:8080/", nil)
+		req.RemoteAddr = "127.0.0.1:50000"
+		rec := httptest.NewRecorder()
+		p.ServeHTTP(rec, req)
+		fmt.Fprintf(&got, "HTTP/1.1 %d %s\n", rec.Code, http.StatusText(rec.Code))
+	}
+	if got.String() != want {
+		t.Errorf("the loop against the embedded default got\n%s\nREADME shows\n%s", got.String(), want)
 	}
 }

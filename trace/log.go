@@ -48,9 +48,11 @@ const (
 	FormatCLF
 	// FormatJSON is one JSON object per line (see ReadLog for the fields).
 	FormatJSON
-	// FormatNASA is the tab-separated layout of shared/data/nasa_19950801.tsv:
-	// a header line naming the columns, among them host, time (Unix
-	// seconds), method, url and response.
+	// FormatNASA is a tab-separated layout of the NASA Kennedy Space Center
+	// HTTP logs of 1995 (the Internet Traffic Archive's NASA-HTTP trace), as
+	// in the sample replay/testdata/nasa_19950801.tsv.gz: a header line
+	// naming the columns, among them host, time (Unix seconds), method, url
+	// and response.
 	FormatNASA
 )
 

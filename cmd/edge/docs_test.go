@@ -605,3 +605,51 @@ func TestReadmeQuickStartLoop(t *testing.T) {
 		t.Errorf("the loop against the embedded default got\n%s\nREADME shows\n%s", got.String(), want)
 	}
 }
+
+// outsideReference matches what points a reader outside the repository:
+// issue numbers of a tracker the reader cannot see, and files that are not
+// in the repository. Public references (a GitHub issue link, an RFC) do not
+// match.
+var outsideReference = regexp.MustCompile(`(?i)\bissues? \d+|\(issue\b|\bshared/(data|reference)\b|\baccuracy note\b|/work/`)
+
+// TestNoReferencesOutsideRepository reads every Go, Markdown, YAML and shell
+// file and the Dockerfile for references a reader of the repository cannot
+// follow.
+func TestNoReferencesOutsideRepository(t *testing.T) {
+	root := "../.."
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if d.Name() == ".git" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		switch filepath.Ext(path) {
+		case ".go", ".md", ".yaml", ".yml", ".sh":
+		default:
+			if d.Name() != "Dockerfile" && d.Name() != "run" {
+				return nil
+			}
+		}
+		if d.Name() == "docs_test.go" {
+			return nil // holds the pattern itself
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if m := outsideReference.FindString(line); m != "" {
+				rel, _ := filepath.Rel(root, path)
+				t.Errorf("%s:%d: %q refers outside the repository: %s", rel, i+1, m, strings.TrimSpace(line))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

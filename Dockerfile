@@ -11,9 +11,12 @@
 #
 #   admin_listen: ":9090"
 #
-# and publish 9090 only where the public cannot reach it, e.g.
-# -p 127.0.0.1:9090:9090. The admin listener has no authentication: never
-# expose it publicly.
+# set a token (EDGE_ADMIN_TOKEN in the environment, or admin_token in the
+# config) so that /metrics and /v1/* require "Authorization: Bearer <token>"
+# (/healthz and /readyz stay open), and publish 9090 only where the public
+# cannot reach it, e.g. -p 127.0.0.1:9090:9090 -e EDGE_ADMIN_TOKEN. Without
+# a token anyone who reaches the admin listener can read metrics and the
+# configuration and reset keys.
 
 FROM golang:1.26-bookworm AS build
 WORKDIR /src

@@ -548,7 +548,7 @@ END {
 			ratio(v, go, 1), ratio(v, ng, 2), ratio(v, go, 2)
 	}
 	print ""
-	print "Targets (issue 5), req/s ratios within each round, median (min-max):"
+	print "Targets, req/s ratios within each round, median (min-max):"
 	print ""
 	print "| target | ratio | want | met |"
 	print "|---|---:|---:|---|"

@@ -21,8 +21,8 @@ import (
 	"github.com/edgerate/edge/window"
 )
 
-// These tests follow the accuracy note (shared/reference/accuracy.md §3.7),
-// at ci scale.
+// These tests check the claims of docs/accuracy.md at ci scale (its last
+// section, "How it is checked", lists them).
 
 func cells(t testing.TB, name string, seed uint64) []*trace.Cell {
 	t.Helper()
@@ -267,7 +267,8 @@ func TestProductionEqualsIntegerReference(t *testing.T) {
 
 // TestPoissonAverageDifference checks D1 against the analytic
 // √(2/π)×(π/8)/√λ ≈ 0.313/√λ for Poisson sources of λ requests per period
-// (accuracy note §2 item 1), within ±6% relative, and that the estimate is
+// (derived in docs/accuracy.md, "What the numbers mean"), within ±6%
+// relative, and that the estimate is
 // unbiased: |bias| < 0.02×√λ.
 func TestPoissonAverageDifference(t *testing.T) {
 	const c = 0.31333 // √(2/π) × π/8
@@ -316,8 +317,8 @@ func TestAtLimitMisjudged(t *testing.T) {
 	}
 }
 
-// TestAdversaryDoublesInOnePeriod replays the adversary of accuracy note §2
-// item 3 in count-admitted mode: the store lets through about 2×L in one
+// TestAdversaryDoublesInOnePeriod replays the adversary docs/accuracy.md
+// describes, in count-admitted mode: the store lets through about 2×L in one
 // sliding period, the exact log never more than L, while both admit about L
 // per period on average.
 func TestAdversaryDoublesInOnePeriod(t *testing.T) {
@@ -425,7 +426,7 @@ func subset(in Input, keep []int) Input {
 }
 
 // TestPopulationSmoke checks the ci population (1%: 2,700 sources) against
-// the accuracy note's bounds (§3.7 T8).
+// bounds around the full population's figures in docs/accuracy.md.
 func TestPopulationSmoke(t *testing.T) {
 	r := ci(t).reports["population"]
 	c := r.CountAll
@@ -448,8 +449,8 @@ func TestPopulationSmoke(t *testing.T) {
 	}
 }
 
-// nasa reads testdata/nasa_19950801.tsv.gz, a gzip of
-// shared/data/nasa_19950801.tsv (provenance in testdata/README.md).
+// nasa reads testdata/nasa_19950801.tsv.gz, an extract of the NASA-HTTP
+// trace (provenance in testdata/README.md).
 func nasa(t testing.TB) []trace.Record {
 	t.Helper()
 	f, err := os.Open("testdata/nasa_19950801.tsv.gz")
@@ -474,7 +475,7 @@ func nasa(t testing.TB) []trace.Record {
 
 // TestNASATrace replays the NASA-HTTP extract (1 Aug 1995, 30,969 requests,
 // 2,365 hosts, one-second timestamps) under three rules, keyed by host, and
-// asserts the counts exactly. They are the accuracy note's §3.8 figures.
+// asserts the counts exactly. They are the figures docs/accuracy.md quotes.
 func TestNASATrace(t *testing.T) {
 	srcs := Group(nasa(t), func(r *trace.Record) (string, bool) { return r.Source, true })
 	if len(srcs) != 2365 {

@@ -29,8 +29,8 @@
 //     admitted in any sliding period, over L. The exact log's overshoot is
 //     at most 1 by construction.
 //
-// The definitions are those of the project's accuracy note
-// (shared/reference/accuracy.md §3.2 and §3.5).
+// docs/accuracy.md says how to read these figures and where the method
+// stops.
 package replay
 
 import (

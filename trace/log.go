@@ -48,9 +48,11 @@ const (
 	FormatCLF
 	// FormatJSON is one JSON object per line (see ReadLog for the fields).
 	FormatJSON
-	// FormatNASA is the tab-separated layout of shared/data/nasa_19950801.tsv:
-	// a header line naming the columns, among them host, time (Unix
-	// seconds), method, url and response.
+	// FormatNASA is a tab-separated layout of the NASA Kennedy Space Center
+	// HTTP logs of 1995 (the Internet Traffic Archive's NASA-HTTP trace), as
+	// in the sample replay/testdata/nasa_19950801.tsv.gz: a header line
+	// naming the columns, among them host, time (Unix seconds), method, url
+	// and response.
 	FormatNASA
 )
 
@@ -202,19 +204,13 @@ func parseCLF(line string) (Record, error) {
 	}
 	rec.Time = ts.UnixMicro()
 	rest := strings.TrimLeft(line[open+end+1:], " ")
-	request, rest, ok := quoted(rest)
-	if !ok {
-		return rec, errors.New("no quoted request line")
+	request, status, rest, err := requestStatus(rest)
+	if err != nil {
+		return rec, err
 	}
+	rec.Status = status
 	if f := strings.Fields(request); len(f) >= 2 {
 		rec.Method, rec.Path = f[0], cleanTarget(f[1])
-	}
-	f := strings.Fields(rest)
-	if len(f) < 2 {
-		return rec, errors.New("no status and size")
-	}
-	if rec.Status, err = strconv.Atoi(f[0]); err != nil || rec.Status < 0 || rec.Status > 999 {
-		return rec, fmt.Errorf("status %q: not a number", f[0])
 	}
 	// Combined: the two quoted fields after the size.
 	if i := strings.IndexByte(rest, '"'); i >= 0 {
@@ -225,6 +221,70 @@ func parseCLF(line string) (Record, error) {
 		}
 	}
 	return rec, nil
+}
+
+// requestStatus splits s, the part of a CLF line after the time, into the
+// quoted request line, the status, and what follows the size (the Combined
+// format's Referer and User-Agent).
+//
+// The request line ends at the first quote that the status and the size
+// follow (" 404 -", then the end of the line or a space), not simply at the
+// first quote: old Apache servers wrote quotes inside the request
+// unescaped, as in "GET /a.gifalt=" HTTP/1.0" 404 -. A quote inside a
+// request that is itself followed by something shaped like a status and a
+// size would end the request early; reading logs of both kinds, escaped
+// (\") and not, has that price.
+func requestStatus(s string) (request string, status int, rest string, err error) {
+	if len(s) == 0 || s[0] != '"' {
+		return "", 0, "", errors.New("no quoted request line")
+	}
+	closed := false
+	for i := 1; i < len(s); i++ {
+		if s[i] != '"' {
+			continue
+		}
+		closed = true
+		if status, rest, ok := statusSize(s[i+1:]); ok {
+			return s[1:i], status, rest, nil
+		}
+	}
+	if !closed {
+		return "", 0, "", errors.New("no quoted request line")
+	}
+	return "", 0, "", errors.New("no status and size after the quoted request line")
+}
+
+// statusSize reads " status size" from the start of s: spaces, a
+// three-digit status, spaces, a size in digits or "-", then the end of s
+// or a space. It returns the status and what follows the size.
+func statusSize(s string) (status int, rest string, ok bool) {
+	t := strings.TrimLeft(s, " ")
+	if len(t) == len(s) || len(t) < 3 {
+		return 0, "", false
+	}
+	for i := range 3 {
+		if t[i] < '0' || t[i] > '9' {
+			return 0, "", false
+		}
+		status = status*10 + int(t[i]-'0')
+	}
+	t = t[3:]
+	u := strings.TrimLeft(t, " ")
+	if len(u) == len(t) || len(u) == 0 {
+		return 0, "", false
+	}
+	n := 0
+	if u[0] == '-' {
+		n = 1
+	} else {
+		for n < len(u) && u[n] >= '0' && u[n] <= '9' {
+			n++
+		}
+	}
+	if n == 0 || (n < len(u) && u[n] != ' ') {
+		return 0, "", false
+	}
+	return status, u[n:], true
 }
 
 // quoted splits a leading "…" field (with \" escapes) from s.

@@ -36,6 +36,47 @@ func TestReadLog(t *testing.T) {
 			want:   []Record{{Time: t0, Source: "198.51.100.2", Method: "GET", Path: "/p", Status: 304}},
 		},
 		{
+			name:   "common, unescaped quote in the request (old Apache)",
+			format: FormatAuto,
+			in:     `ppp.example.com - - [05/Mar/2024:14:07:09 +0000] "GET /a.gifalt=" HTTP/1.0" 404 -` + "\n",
+			want:   []Record{{Time: t0, Source: "ppp.example.com", Method: "GET", Path: `/a.gifalt="`, Status: 404}},
+		},
+		{
+			name:   "common, two unescaped quotes and a quote-space in the request",
+			format: FormatCLF,
+			in:     `192.0.2.1 - - [05/Mar/2024:14:07:09 +0000] "GET /q?x=" "y" HTTP/1.0" 200 1839` + "\n",
+			want:   []Record{{Time: t0, Source: "192.0.2.1", Method: "GET", Path: "/q", Status: 200}},
+		},
+		{
+			name:   "combined, unescaped quote in the request",
+			format: FormatCLF,
+			in:     `192.0.2.1 - - [05/Mar/2024:14:07:09 +0000] "GET /a"b HTTP/1.1" 301 0 "http://r.example/" "ua 1"` + "\n",
+			want: []Record{{Time: t0, Source: "192.0.2.1", Method: "GET", Path: `/a"b`, Status: 301,
+				Headers: map[string]string{"Referer": "http://r.example/", "User-Agent": "ua 1"}}},
+		},
+		{
+			name:   "request that is only a quote",
+			format: FormatCLF,
+			in:     `192.0.2.1 - - [05/Mar/2024:14:07:09 +0000] """ 400 -` + "\n",
+			want:   []Record{{Time: t0, Source: "192.0.2.1", Status: 400}},
+		},
+		{
+			name:   "extra fields after the Combined ones",
+			format: FormatCLF,
+			in:     `192.0.2.1 - - [05/Mar/2024:14:07:09 +0000] "GET / HTTP/1.1" 200 5 "-" "ua" 0.003` + "\n",
+			want: []Record{{Time: t0, Source: "192.0.2.1", Method: "GET", Path: "/", Status: 200,
+				Headers: map[string]string{"Referer": "-", "User-Agent": "ua"}}},
+		},
+		{
+			name:   "no status and size after any quote",
+			format: FormatCLF,
+			in: `192.0.2.1 - - [05/Mar/2024:14:07:09 +0000] "GET /a" HTTP/1.0" 404` + "\n" +
+				`192.0.2.1 - - [05/Mar/2024:14:07:09 +0000] "GET / HTTP/1.0" 2000 1` + "\n" +
+				`192.0.2.1 - - [05/Mar/2024:14:07:09 +0000] "GET / HTTP/1.0" 200 1x` + "\n" +
+				`192.0.2.1 - - [05/Mar/2024:14:07:09 +0000] "GET / HTTP/1.0 200 1` + "\n",
+			skipped: 4,
+		},
+		{
 			name:    "malformed lines are skipped",
 			format:  FormatCLF,
 			in:      "garbage\n198.51.100.2 - - [not a time] \"GET / HTTP/1.0\" 200 1\n\n198.51.100.2 - - [05/Mar/2024:14:07:09 +0000] \"GET / HTTP/1.0\" 200 1\n",
@@ -113,11 +154,16 @@ func FuzzReadLog(f *testing.F) {
 	f.Add(`{"ts": 1.5, "request": {"remote_ip": "[::1]:8", "headers": {"A": ["b"]}}}`)
 	f.Add("host\tlogname\ttime\nh\t-\t807256800\n")
 	f.Add(`x - - [05/Mar/2024:15:07:09 +0100] "\" 200 2`)
+	f.Add(`x - - [05/Mar/2024:15:07:09 +0100] "GET /a.gifalt=" HTTP/1.0" 404 -`)
+	f.Add(`x - - [05/Mar/2024:15:07:09 +0100] "GET /a" 1 "b" HTTP/1.0" 200 9 "r" "u"`)
 	f.Fuzz(func(t *testing.T, in string) {
 		for _, format := range []Format{FormatAuto, FormatCLF, FormatJSON, FormatNASA} {
 			_, _ = ReadLog(strings.NewReader(in), format, func(r Record) {
 				if r.Source == "" {
 					t.Errorf("format %v: a record without a source from %q", format, in)
+				}
+				if format == FormatCLF && (r.Status < 0 || r.Status > 999) {
+					t.Errorf("clf: status %d from %q, want three digits", r.Status, in)
 				}
 			})
 		}

@@ -5,8 +5,9 @@ import (
 	"time"
 )
 
-// The population (accuracy note §3.4): a day of traffic under a rule of 100
-// requests per minute, so a source at the limit sends 144,000 a day.
+// The population (docs/accuracy.md, "Headline"): a day of traffic under a
+// rule of 100 requests per minute, so a source at the limit sends 144,000 a
+// day.
 const (
 	popLimit      = 100
 	popAtLimit    = popLimit * 24 * 60 // requests a day at ρ = 1

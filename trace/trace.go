@@ -17,9 +17,9 @@
 // GOMAXPROCS, on one architecture and Go release (math.Log1p, Pow and Sin
 // are pure Go on amd64 but may use FMA elsewhere).
 //
-// The design follows the project's accuracy note
-// (shared/reference/accuracy.md §3.3–3.4); where it leaves a choice open
-// the choice is written next to the code.
+// docs/accuracy.md describes the scenarios, the population and what their
+// figures mean; the exact formulas, and every choice they involve, are
+// written next to the code.
 package trace
 
 import (
@@ -128,7 +128,8 @@ func (c *Cell) Probe(try Try) []int64 {
 	return c.probe(try)
 }
 
-// Default seeds, one per scenario (accuracy note §3.3).
+// Default seeds, one per scenario: a run without -seed replays the traces
+// docs/accuracy.md quotes.
 var defaultSeeds = map[string]uint64{
 	"poisson": 1, "onoff": 2, "clusters": 3, "diurnal": 4, "nearlimit": 5,
 	"edge": 6, "lambda": 7, "population": 11,
@@ -238,8 +239,7 @@ func Scenario(name string, seed uint64, scale Scale) ([]*Cell, error) {
 const minute = time.Minute
 
 // streamID separates the random streams of a scenario's cells: cell c's
-// source i draws from stream c<<32 | i. Cell 0's source i uses stream i, as
-// the accuracy note's NewPCG(seed, keyIndex) does.
+// source i draws from stream c<<32 | i, so cell 0's source i uses stream i.
 func streamID(cell, source int) uint64 { return uint64(cell)<<32 | uint64(source) }
 
 // rateCell is a cell of sources from one generator at ρ times the limit.
@@ -285,7 +285,8 @@ func diurnalCell(seed uint64, idx int, limit int64, sources int) *Cell {
 // edgeTick is the adversary's clock resolution.
 const edgeTick = 1000 // µs
 
-// edgeCell is the adversary of the accuracy note §2 item 3. In even periods
+// edgeCell is the adversary that docs/accuracy.md describes under
+// count-admitted mode (2 × L admitted in one sliding period). In even periods
 // it waits until the last tick and then sends until the limiter refuses; in
 // odd periods it sends from the start, and after each refusal waits for the
 // limiter's own Retry-After (rounded up to a tick) before trying again. It

@@ -158,7 +158,8 @@ func TestPopulationShape(t *testing.T) {
 		}
 	}
 	// Expected daily volume of the full population from the stratified
-	// quantiles alone (no random draws): the accuracy note's ≈391 million.
+	// quantiles alone (no random draws): about the 391 million requests of
+	// the full run docs/accuracy.md quotes.
 	var sum float64
 	n := 269_941
 	for j := range n {

@@ -4,7 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
+	"maps"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -447,5 +451,205 @@ func checkDashboardPromQL(t *testing.T, promtool string, queries []dashboardQuer
 			report = strings.ReplaceAll(report, name, name+" ("+w+")")
 		}
 		t.Errorf("promtool check rules on the dashboard's queries: %v\n%s", err, report)
+	}
+}
+
+// readmeSection returns the text of README.md's "## title" section, up to
+// the next second-level heading.
+func readmeSection(t *testing.T, title string) string {
+	t.Helper()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, s, ok := strings.Cut(string(b), "\n## "+title+"\n")
+	if !ok {
+		t.Fatalf("README.md has no section %q", title)
+	}
+	if i := strings.Index(s, "\n## "); i >= 0 {
+		s = s[:i]
+	}
+	return s
+}
+
+// TestReadmeCommandLine checks README's "Command line" against the binary's
+// own help: the command list of edge -h verbatim, one row per replay flag
+// with the value name -h shows ("-limit N"), and replay examples that parse.
+func TestReadmeCommandLine(t *testing.T) {
+	sec := readmeSection(t, "Command line")
+	if !strings.Contains(sec, "```\n"+edgeCommands+"```\n") {
+		t.Errorf("README's command list differs from edge -h's:\n%s", edgeCommands)
+	}
+	code, _, errOut := runEdge("-h")
+	if code != 0 || !strings.Contains(errOut, edgeCommands) || !strings.Contains(errOut, "-config file") {
+		t.Errorf("edge -h: exit %d, stderr:\n%s", code, errOut)
+	}
+
+	rows := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `(-[^`]+)` \\|").FindAllStringSubmatch(sec, -1) {
+		rows[m[1]] = true
+	}
+	var f replayFlags
+	fs := newReplayFlagSet(&strings.Builder{}, &f)
+	want := map[string]bool{}
+	fs.VisitAll(func(fl *flag.Flag) {
+		name, _ := flag.UnquoteUsage(fl)
+		row := "-" + fl.Name
+		if name != "" {
+			row += " " + name
+		}
+		want[row] = true
+	})
+	for row := range want {
+		if !rows[row] {
+			t.Errorf("README's replay flags have no row `%s`", row)
+		}
+	}
+	for row := range rows {
+		if !want[row] {
+			t.Errorf("README's replay flags have a row `%s`, which edge replay -h does not show", row)
+		}
+	}
+	if !want["-limit N"] {
+		t.Errorf("edge replay -h shows -limit without the value name N: %v", want)
+	}
+
+	examples := 0
+	for line := range strings.SplitSeq(sec, "\n") {
+		args, ok := strings.CutPrefix(line, "edge replay ")
+		if !ok {
+			continue
+		}
+		args, _, _ = strings.Cut(args, "#")
+		examples++
+		t.Run(strings.TrimSpace(args), func(t *testing.T) {
+			var f replayFlags
+			fs := newReplayFlagSet(&strings.Builder{}, &f)
+			if err := fs.Parse(strings.Fields(args)); err != nil {
+				t.Errorf("flags do not parse: %v", err)
+			}
+			f.files = fs.Args()
+			f.set = map[string]bool{}
+			fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
+			if err := f.check(); err != nil {
+				t.Errorf("flags refused: %v", err)
+			}
+		})
+	}
+	if examples == 0 {
+		t.Error("README's Command line has no edge replay example")
+	}
+}
+
+// TestMultiSiteKeyShares checks what configs/multi-site.yaml's comments say
+// of its key shares: the explicit ones kept, 400,000 left over split between
+// the two domains with rules and no max_keys, none for the rule-less status
+// page.
+func TestMultiSiteKeyShares(t *testing.T) {
+	table, _, err := loadConfig("../../configs/multi-site.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"shop": 1_000_000, "tenants": 200_000, "docs": 200_000, "status": 0, "fallback": 200_000}
+	got := map[string]int{}
+	for _, d := range table.Domains {
+		got[d.Name] = d.MaxKeys
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("got shares %v, want %v", got, want)
+	}
+}
+
+// TestReadmeQuickStartLoop checks the quick start's loop: README and
+// configs/edge.yaml suggest the same one, and the embedded default answers
+// it with the status lines README shows.
+func TestReadmeQuickStartLoop(t *testing.T) {
+	sec := readmeSection(t, "Quick start")
+	m := regexp.MustCompile(`(?m)^for i in \$\(seq (\d+)\); do curl -si localhost:8080/ \| head -1; done$`).FindStringSubmatch(sec)
+	if m == nil {
+		t.Fatal("README's quick start has no curl loop")
+	}
+	n, _ := strconv.Atoi(m[1])
+	yaml, err := os.ReadFile("../../configs/edge.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(yaml), "#   "+m[0]+"\n") {
+		t.Errorf("configs/edge.yaml does not suggest README's loop %q", m[0])
+	}
+	_, after, ok := strings.Cut(sec, m[0]+"\n```\n\n```\n")
+	want, _, _ := strings.Cut(after, "```")
+	if !ok || want == "" {
+		t.Fatal("README's quick start shows no output after the loop")
+	}
+
+	table, _, err := loadConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 11, 30, 4, 1, 0, 0, time.UTC)
+	p, err := proxy.New(proxy.Options{Table: table, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var got strings.Builder
+	for range n {
+		req := httptest.NewRequest(http.MethodGet, "http://localhost:8080/", nil)
+		req.RemoteAddr = "127.0.0.1:50000"
+		rec := httptest.NewRecorder()
+		p.ServeHTTP(rec, req)
+		fmt.Fprintf(&got, "HTTP/1.1 %d %s\n", rec.Code, http.StatusText(rec.Code))
+	}
+	if got.String() != want {
+		t.Errorf("the loop against the embedded default got\n%s\nREADME shows\n%s", got.String(), want)
+	}
+}
+
+// outsideReference matches what points a reader outside the repository:
+// issue numbers of a tracker the reader cannot see, and files that are not
+// in the repository. Public references (a GitHub issue link, an RFC) do not
+// match.
+var outsideReference = regexp.MustCompile(`(?i)\bissues? \d+|\(issue\b|\bshared/(data|reference)\b|\baccuracy note\b|/work/`)
+
+// TestNoReferencesOutsideRepository reads every Go, Markdown, YAML and shell
+// file and the Dockerfile for references a reader of the repository cannot
+// follow.
+func TestNoReferencesOutsideRepository(t *testing.T) {
+	root := "../.."
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if d.Name() == ".git" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		switch filepath.Ext(path) {
+		case ".go", ".md", ".yaml", ".yml", ".sh":
+		default:
+			if d.Name() != "Dockerfile" && d.Name() != "run" {
+				return nil
+			}
+		}
+		if d.Name() == "docs_test.go" {
+			return nil // holds the pattern itself
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if m := outsideReference.FindString(line); m != "" {
+				rel, _ := filepath.Rel(root, path)
+				t.Errorf("%s:%d: %q refers outside the repository: %s", rel, i+1, m, strings.TrimSpace(line))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

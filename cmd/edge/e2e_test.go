@@ -78,7 +78,7 @@ domains:
 	}
 
 	// -check first: the same file is valid.
-	if out, err := exec.Command(bin, "-check", "-config", cfgPath).CombinedOutput(); err != nil || !strings.Contains(string(out), "is valid: 2 domains, 1 rules") {
+	if out, err := exec.Command(bin, "-check", "-config", cfgPath).CombinedOutput(); err != nil || !strings.Contains(string(out), "is valid: 2 domains, 1 rule\n") {
 		t.Fatalf("-check: %v: %s", err, out)
 	}
 

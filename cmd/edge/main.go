@@ -27,6 +27,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -50,6 +51,16 @@ func main() {
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// edgeCommands is the command list of edge -h, also shown in README's
+// "Command line" (a test keeps the two equal).
+const edgeCommands = `  edge                        run the embedded default configuration
+  edge -config FILE           run FILE (YAML)
+  edge -check -config FILE    validate FILE, print every problem found, and exit
+  edge -version               print the version, e.g. "edge v1.2.3 (go1.26.8)"
+  edge replay [flags] LOG...  replay access logs through the limiter and an exact
+                              count side by side (flags: edge replay -h)
+`
+
 // run is edge's main, returning the exit code: 0 after a clean shutdown or
 // a passed check, 1 for a bad configuration or a failed start, 2 for bad
 // flags.
@@ -59,10 +70,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage:\n%s\nFlags:\n", edgeCommands)
+		fs.PrintDefaults()
+	}
 	configPath := fs.String("config", "", "configuration `file` (YAML); empty runs the embedded default")
 	check := fs.Bool("check", false, "validate the configuration, report every problem, and exit")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
 	}
 	if fs.NArg() > 0 {
@@ -83,7 +101,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		for _, d := range table.Domains {
 			rulesN += len(d.Rules)
 		}
-		fmt.Fprintf(stdout, "configuration %s is valid: %d domains, %d rules\n", describe(*configPath), len(table.Domains), rulesN)
+		fmt.Fprintf(stdout, "configuration %s is valid: %s, %s\n", describe(*configPath),
+			plural(len(table.Domains), "domain", "domains"), plural(rulesN, "rule", "rules"))
 		return 0
 	}
 	level := new(slog.LevelVar)
@@ -94,6 +113,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// plural writes n with the singular or plural noun: "1 rule", "0 rules".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
 }
 
 func describe(path string) string {
@@ -140,13 +167,23 @@ func buildVersion() string {
 }
 
 // newLogger writes to w in format ("text" or "json") at level, which a
-// reload may change.
+// reload may change. Both formats write durations as Go duration strings
+// ("20s"): slog's JSON handler would otherwise write integer nanoseconds.
 func newLogger(w io.Writer, format string, level *slog.LevelVar) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: durationString}
 	if format == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// durationString is a slog ReplaceAttr that writes a time.Duration value,
+// at any group depth, as its String form.
+func durationString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
 // serve runs the public and admin listeners until ctx is done, then drains

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -109,8 +110,19 @@ func TestCheckFlag(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.yaml")
 	bad := filepath.Join(dir, "bad.yaml")
-	os.WriteFile(good, []byte("domains: [{hosts: [\"*\"], respond: {body: ok}, rules: [{name: a, limit: 1, period: 1s}]}]\n"), 0o644)
-	os.WriteFile(bad, []byte("max_keys: -1\ndomains: [{hosts: [\"*\"], rules: [{name: a, limit: 0, period: 1s}]}]\n"), 0o644)
+	two := filepath.Join(dir, "two.yaml")
+	none := filepath.Join(dir, "none.yaml")
+	for name, content := range map[string]string{
+		good: "domains: [{hosts: [\"*\"], respond: {body: ok}, rules: [{name: a, limit: 1, period: 1s}]}]\n",
+		bad:  "max_keys: -1\ndomains: [{hosts: [\"*\"], rules: [{name: a, limit: 0, period: 1s}]}]\n",
+		two: "domains: [{hosts: [a.example], respond: {body: ok}, rules: [{name: a, limit: 1, period: 1s}, {name: b, limit: 1, period: 1s}]}," +
+			" {hosts: [b.example], respond: {body: ok}}]\n",
+		none: "domains: [{hosts: [\"*\"], respond: {body: ok}}]\n",
+	} {
+		if err := os.WriteFile(name, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	tests := []struct {
 		name     string
 		args     []string
@@ -118,13 +130,16 @@ func TestCheckFlag(t *testing.T) {
 		wantOut  string
 		wantErr  []string
 	}{
-		{"valid", []string{"-check", "-config", good}, 0, "is valid: 1 domains, 1 rules", nil},
+		{"valid", []string{"-check", "-config", good}, 0, "is valid: 1 domain, 1 rule\n", nil},
+		{"valid, plurals", []string{"-check", "-config", two}, 0, "is valid: 2 domains, 2 rules\n", nil},
+		{"valid, no rules", []string{"-check", "-config", none}, 0, "is valid: 1 domain, 0 rules\n", nil},
 		{"embedded default", []string{"-check"}, 0, "(embedded default) is valid", nil},
 		{"invalid lists every problem", []string{"-check", "-config", bad}, 1, "", []string{
 			"max_keys: must be", "domains[0]: no upstream", "domains[0].rules[0].limit: must be at least 1, got 0",
 		}},
 		{"missing file", []string{"-check", "-config", filepath.Join(dir, "nope.yaml")}, 1, "", []string{"no such file"}},
 		{"version", []string{"-version"}, 0, "edge ", nil},
+		{"help lists replay", []string{"-h"}, 0, "", []string{"edge replay [flags] LOG...", "-check"}},
 		{"bad flag", []string{"-nope"}, 2, "", []string{"flag provided but not defined"}},
 		{"stray argument", []string{"serve"}, 2, "", []string{`unexpected argument "serve"`}},
 	}
@@ -284,5 +299,36 @@ domains: [{hosts: ["*"], respond: {body: "static"}}]
 	}
 	if code := <-done; code != 0 {
 		t.Errorf("run returned %d, want 0", code)
+	}
+}
+
+// TestLoggerDurations checks that both log formats write a time.Duration
+// as a duration string, at the top level and inside a group, rather than
+// slog's JSON default of integer nanoseconds.
+func TestLoggerDurations(t *testing.T) {
+	for _, tt := range []struct {
+		format string
+		want   []string
+	}{
+		{"json", []string{`"drain_delay":"20s"`, `"reload":{"took":"1.5ms"}`, `"n":3`}},
+		{"text", []string{"drain_delay=20s", "reload.took=1.5ms", "n=3"}},
+	} {
+		t.Run(tt.format, func(t *testing.T) {
+			table, err := parseConfig([]byte("log: {format: " + tt.format + "}\ndomains: [{hosts: [\"*\"], respond: {body: ok}}]\n"))
+			if err != nil {
+				t.Fatalf("test configuration: %v", err)
+			}
+			var buf bytes.Buffer
+			level := new(slog.LevelVar)
+			level.Set(table.LogLevel)
+			newLogger(&buf, table.LogFormat, level).Info("x", "drain_delay", 20*time.Second,
+				slog.Group("reload", "took", 1500*time.Microsecond), "n", 3)
+			got := buf.String()
+			for _, w := range tt.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("got %s, want it to contain %s", got, w)
+				}
+			}
+		})
 	}
 }

@@ -69,32 +69,8 @@ type replayFlags struct {
 // runReplay is `edge replay`. It returns 0 on success, 1 when the input or
 // the configuration cannot be used, 2 for bad flags.
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("edge replay", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, replayUsage, strings.Join(trace.Scenarios(), ", "))
-		fs.PrintDefaults()
-	}
 	var f replayFlags
-	fs.Int64Var(&f.limit, "limit", 100, "requests allowed per `period` and source")
-	fs.DurationVar(&f.period, "period", time.Minute, "window length (whole milliseconds)")
-	fs.DurationVar(&f.mitigation, "mitigation", 0, "block a source this long once it goes over the limit (0: none)")
-	fs.StringVar(&f.key, "key", "ip", "what identifies a source in logs: comma-separated ip, path, host, header:NAME")
-	fs.BoolVar(&f.countBlocked, "count-blocked", false, "with -suggest: count blocked requests (as the rule's count_blocked)")
-	fs.StringVar(&f.config, "config", "", "take the rules from this configuration `file` instead of -limit, -period, -key")
-	fs.StringVar(&f.rule, "rule", "", "with -config: replay only this `domain/rule` (default: every rule)")
-	fs.StringVar(&f.format, "format", "auto", "log format: auto, clf, json or nasa")
-	fs.IntVar(&f.ipv6Prefix, "ipv6-prefix", rules.DefaultIPv6Prefix, "group IPv6 sources by this prefix length (with -config: the config's)")
-	fs.StringVar(&f.synthetic, "synthetic", "", "replay the synthetic scenario `NAME` instead of logs; \"all\" for every one")
-	fs.Uint64Var(&f.seed, "seed", 0, "synthetic seed (0: the scenario's default)")
-	fs.StringVar(&f.scale, "scale", "ci", "synthetic scale: ci, medium or full")
-	fs.BoolVar(&f.json, "json", false, "write JSON instead of tables")
-	fs.BoolVar(&f.progress, "progress", false, "show a progress bar on standard error even when it is not a terminal")
-	fs.BoolVar(&f.suggest, "suggest", false, "report per-source peak rates and suggest a limit for each rule")
-	fs.Float64Var(&f.percentile, "percentile", 99.9, "with -suggest: the percentile of per-source peaks to start from")
-	fs.Float64Var(&f.headroom, "headroom", 0.2, "with -suggest: headroom over that percentile (0.2 = 20%)")
-	fs.IntVar(&f.capacity, "capacity", 0, "replay every source through one shared store of this many sources, in time order (0: a store per source)")
-	fs.IntVar(&f.workers, "workers", 0, "sources replayed at once (0: GOMAXPROCS); results do not depend on it")
+	fs := newReplayFlagSet(stderr, &f)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -130,7 +106,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "edge replay: %v\n", err)
 		return 1
 	}
-	if bar.enabled {
+	if bar.bar {
 		fmt.Fprintf(stderr, "replayed in %s\n", time.Since(start).Round(time.Millisecond))
 	}
 	if err := out(stdout); err != nil {
@@ -138,6 +114,38 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return 1
 	}
 	return 0
+}
+
+// newReplayFlagSet defines the flags of edge replay into f. A placeholder
+// in backquotes in a usage string is the value's name in -h
+// ("-limit N"), as package flag reads it.
+func newReplayFlagSet(stderr io.Writer, f *replayFlags) *flag.FlagSet {
+	fs := flag.NewFlagSet("edge replay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, replayUsage, strings.Join(trace.Scenarios(), ", "))
+		fs.PrintDefaults()
+	}
+	fs.Int64Var(&f.limit, "limit", 100, "allow at most `N` requests per -period and source")
+	fs.DurationVar(&f.period, "period", time.Minute, "window length (whole milliseconds)")
+	fs.DurationVar(&f.mitigation, "mitigation", 0, "block a source this long once it goes over the limit (0: none)")
+	fs.StringVar(&f.key, "key", "ip", "what identifies a source in logs: comma-separated ip, path, host, header:NAME")
+	fs.BoolVar(&f.countBlocked, "count-blocked", false, "with -suggest: count blocked requests (as the rule's count_blocked)")
+	fs.StringVar(&f.config, "config", "", "take the rules from this configuration `file` instead of -limit, -period, -key")
+	fs.StringVar(&f.rule, "rule", "", "with -config: replay only this `domain/rule` (default: every rule)")
+	fs.StringVar(&f.format, "format", "auto", "log format: auto, clf, json or nasa")
+	fs.IntVar(&f.ipv6Prefix, "ipv6-prefix", rules.DefaultIPv6Prefix, "group IPv6 sources by this prefix length (with -config: the config's)")
+	fs.StringVar(&f.synthetic, "synthetic", "", "replay the synthetic scenario `NAME` instead of logs; \"all\" for every one")
+	fs.Uint64Var(&f.seed, "seed", 0, "synthetic seed `N` (0: the scenario's default)")
+	fs.StringVar(&f.scale, "scale", "ci", "synthetic scale `S`: ci, medium or full")
+	fs.BoolVar(&f.json, "json", false, "write JSON instead of tables")
+	fs.BoolVar(&f.progress, "progress", false, "draw a progress bar on standard error even when it is not a terminal (otherwise: a line every 10s)")
+	fs.BoolVar(&f.suggest, "suggest", false, "report per-source peak rates and suggest a limit for each rule")
+	fs.Float64Var(&f.percentile, "percentile", 99.9, "with -suggest: the percentile of per-source peaks to start from")
+	fs.Float64Var(&f.headroom, "headroom", 0.2, "with -suggest: headroom over that percentile (0.2 = 20%)")
+	fs.IntVar(&f.capacity, "capacity", 0, "replay every source through one shared store of `N` sources, in time order (0: a store per source)")
+	fs.IntVar(&f.workers, "workers", 0, "`N` sources replayed at once (0: GOMAXPROCS); results do not depend on it")
+	return fs
 }
 
 // check validates the combination of flags.
@@ -472,13 +480,16 @@ func (f *replayFlags) replay(ctx context.Context, inputs []replay.Input, opts re
 	}, nil
 }
 
-// progressBar draws replay progress on standard error. Its goroutine is
-// started by startProgress and ended by stop.
+// progressBar reports replay progress on standard error. On a terminal,
+// or with -progress, it redraws a bar four times a second; otherwise it
+// writes a line every progressEvery, so that a log (CI's, say) shows a long
+// replay is alive without filling with redraws. Its goroutine is started
+// by startProgress and ended by stop.
 type progressBar struct {
-	enabled bool
-	w       io.Writer
-	total   int
-	start   time.Time
+	bar   bool // redraw a bar; else write lines
+	w     io.Writer
+	total int
+	start time.Time
 
 	mu   sync.Mutex
 	base int // sources of the inputs already finished
@@ -488,27 +499,37 @@ type progressBar struct {
 	done chan struct{}
 }
 
-// startProgress starts a progress bar over total sources when force is set
-// or w is a terminal; otherwise it returns a bar that draws nothing.
+// progressEvery is how often progress is written when it is not drawn as
+// a bar.
+const progressEvery = 10 * time.Second
+
+// startProgress starts reporting progress over total sources: as a bar when
+// force is set or w is a terminal, else as a line every progressEvery.
 func startProgress(w io.Writer, force bool, total int) *progressBar {
 	b := &progressBar{w: w, total: max(total, 1), start: time.Now(), quit: make(chan struct{}), done: make(chan struct{})}
-	b.enabled = force || isTerminal(w)
-	if !b.enabled {
-		close(b.done)
-		return b
+	b.bar = force || isTerminal(w)
+	every := progressEvery
+	if b.bar {
+		every = 250 * time.Millisecond
 	}
 	go func() {
 		defer close(b.done)
-		tick := time.NewTicker(250 * time.Millisecond)
+		tick := time.NewTicker(every)
 		defer tick.Stop()
 		for {
 			select {
 			case <-b.quit:
-				b.draw()
-				fmt.Fprintln(b.w)
+				if b.bar {
+					b.draw()
+					fmt.Fprintln(b.w)
+				}
 				return
 			case <-tick.C:
-				b.draw()
+				if b.bar {
+					b.draw()
+				} else {
+					b.line()
+				}
 			}
 		}
 	}()
@@ -540,10 +561,15 @@ func (b *progressBar) next(n int) {
 	b.cur = 0
 }
 
-func (b *progressBar) draw() {
+// finished returns the sources finished so far.
+func (b *progressBar) finished() int {
 	b.mu.Lock()
-	done := min(b.base+b.cur, b.total)
-	b.mu.Unlock()
+	defer b.mu.Unlock()
+	return min(b.base+b.cur, b.total)
+}
+
+func (b *progressBar) draw() {
+	done := b.finished()
 	const width = 30
 	filled := width * done / b.total
 	fmt.Fprintf(b.w, "\r[%s%s] %3d%% %d/%d sources %s ",
@@ -551,10 +577,15 @@ func (b *progressBar) draw() {
 		100*done/b.total, done, b.total, time.Since(b.start).Round(time.Second))
 }
 
-// stop ends the bar's goroutine and waits for it.
+// line writes one progress line, for a log rather than a terminal.
+func (b *progressBar) line() {
+	done := b.finished()
+	fmt.Fprintf(b.w, "edge replay: %d/%d sources (%d%%) after %s\n",
+		done, b.total, 100*done/b.total, time.Since(b.start).Round(time.Second))
+}
+
+// stop ends the goroutine and waits for it.
 func (b *progressBar) stop() {
-	if b.enabled {
-		close(b.quit)
-	}
+	close(b.quit)
 	<-b.done
 }

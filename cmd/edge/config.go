@@ -73,6 +73,7 @@ func parseConfig(data []byte) (*rules.Table, error) {
 		)
 	})
 	errs, failed := decodeErrors(err)
+	failed = append(failed, pointerAncestors(failed)...)
 	cfg.Given = givenPaths(v.AllSettings())
 	table, err := rules.Compile(cfg)
 	if err == nil && len(errs) == 0 {
@@ -207,19 +208,10 @@ func quoteLine(b *strings.Builder, line string, n, col int) {
 	if loc := secretOnLine.FindStringIndex(line); loc != nil {
 		runes = []rune(line[:loc[1]] + " " + string(rules.Redacted))
 	}
-	const window = 60
-	start, end, caret := 0, len(runes), col-1
-	if caret > len(runes) {
-		caret = len(runes)
-	}
-	if caret < 0 {
-		caret = 0
-	}
-	if caret > window {
-		start = caret - window
-	}
-	if end > caret+window {
-		end = caret + window
+	const window = 60 // characters either side of the caret on a long line
+	start, end, caret := 0, len(runes), min(max(col-1, 0), len(runes))
+	if len(runes) > 2*window {
+		start, end = max(caret-window, 0), min(caret+window, len(runes))
 	}
 	var text, under strings.Builder
 	if start > 0 {
@@ -294,6 +286,56 @@ func followsFailure(path string, failed []string) bool {
 		}
 	}
 	return false
+}
+
+// pointerAncestors returns the optional sections (pointer fields, such as
+// a domain's respond) that hold a failed path: mapstructure leaves such a
+// section nil when anything in it fails, so it failed as a whole.
+func pointerAncestors(failed []string) []string {
+	var out []string
+	for _, f := range failed {
+		t := reflect.TypeFor[rules.Config]()
+		for i := 0; i < len(f); {
+			// The next segment: ".name", "name" or "[n]".
+			j := strings.IndexAny(f[i+1:], ".[")
+			end := len(f)
+			if j >= 0 {
+				end = i + 1 + j
+			}
+			seg := strings.TrimPrefix(f[i:end], ".")
+			switch {
+			case t.Kind() == reflect.Slice && strings.HasPrefix(seg, "["):
+				t = t.Elem()
+			case t.Kind() == reflect.Struct:
+				field, ok := fieldByKey(t, seg)
+				if !ok {
+					end = len(f) // an unknown key: nothing more to learn
+					break
+				}
+				t = field.Type
+				if t.Kind() == reflect.Pointer {
+					t = t.Elem()
+					if end < len(f) {
+						out = append(out, f[:end])
+					}
+				}
+			default:
+				end = len(f)
+			}
+			i = end
+		}
+	}
+	return out
+}
+
+// fieldByKey returns the field of struct type t whose config key is key.
+func fieldByKey(t reflect.Type, key string) (reflect.StructField, bool) {
+	for i := 0; i < t.NumField(); i++ {
+		if f := t.Field(i); strings.Split(f.Tag.Get("mapstructure"), ",")[0] == key {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
 }
 
 // parentPath returns the path of the section holding path: "domains[0]"

@@ -236,6 +236,18 @@ domains:
 			"  - listen_port: unknown key\n" +
 			"  - domains[0]: no upstream: set origin or respond here, or origin at the top level\n" +
 			"  - domains[0].rules[1].period: required\n"},
+		// The examples of README's "Command line".
+		{"readme example", `
+domains:
+  - hosts: ["*"]
+    respond: {body: ok}
+    rules:
+      - {name: a, limit: 10, period: 60}
+      - {name: b, limit: 10.5, period: 1m}
+      - {name: c, limit: 10, period: 1m, key: ["header:host"]}
+`, "  - domains[0].rules[0].period: a duration needs a unit, such as 30s or 1m; got 60\n" +
+			"  - domains[0].rules[1].limit: must be a whole number, got 10.5\n" +
+			"  - domains[0].rules[2].key[0]: must be host rather than a header, got \"header:host\"\n"},
 		{"yaml syntax", "pop: edge\ndomains:\n  - hosts: [a]\n   origin: x\n",
 			"  - yaml: line 4, column 4: did not find expected '-' indicator (while parsing a block collection at line 3, column 3)\n" +
 				"    4 |    origin: x\n" +

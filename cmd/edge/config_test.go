@@ -200,7 +200,7 @@ domains: [{hosts: ["*"], respond: {body: ok}, rules: [{name: a, limit: 1, period
 		name      string
 		got, want any
 	}{
-		{"timeouts.write", table.Timeouts.Write, table.Timeouts.Write * 0},
+		{"timeouts.write", table.Timeouts.Write.String(), "0s"},
 		{"timeouts.drain_delay", table.Timeouts.DrainDelay.String(), "0s"},
 		{"timeouts.read", table.Timeouts.Read.String(), "1m0s"},
 		{"timeouts.upstream", table.Timeouts.Upstream.String(), "30s"},

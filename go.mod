@@ -12,6 +12,7 @@ require (
 	github.com/redis/rueidis v1.0.79
 	github.com/spf13/viper v1.21.0
 	go.uber.org/goleak v1.3.0
+	go.yaml.in/yaml/v4 v4.0.0
 	golang.org/x/time v0.16.0
 )
 

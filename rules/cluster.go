@@ -104,11 +104,9 @@ func compileCluster(p *problems, c ClusterConfig) Cluster {
 		{"cluster.heartbeat_interval", &out.HeartbeatInterval, DefaultHeartbeatInterval, 100 * time.Millisecond, time.Minute},
 		{"cluster.redis.dial_timeout", &out.DialTimeout, DefaultRedisDialTimeout, time.Millisecond, 30 * time.Second},
 	} {
+		checkDuration(p, f.path, *f.v, f.min, f.max, false)
 		if *f.v == 0 {
 			*f.v = f.def
-		}
-		if *f.v < f.min || *f.v > f.max {
-			p.add(f.path, "must be between %v and %v, got %v", f.min, f.max, *f.v)
 		}
 	}
 	if out.PoolSize == 0 {
@@ -131,7 +129,7 @@ func compileCluster(p *problems, c ClusterConfig) Cluster {
 	if out.Store == StoreRedis {
 		switch n := len(out.Addresses); {
 		case n == 0:
-			p.add("cluster.redis.addresses", "must list the Redis server (host:port) with store redis")
+			p.missing("cluster.redis.addresses", "with store redis", "must list the Redis server (host:port) with store redis")
 		case n > 1 && !out.RedisCluster:
 			p.add("cluster.redis.addresses", "must list exactly one server unless cluster is true, got %d", n)
 		}

@@ -50,7 +50,10 @@ func TestCompileClusterErrors(t *testing.T) {
 		{"unknown store", func(c *Config) { c.Cluster.Store = "memcached" },
 			[]string{`cluster.store: must be local or redis, got "memcached"`}},
 		{"redis without addresses", func(c *Config) { c.Cluster.Store = "redis" },
-			[]string{`cluster.redis.addresses: must list the Redis server (host:port) with store redis`}},
+			[]string{`cluster.redis.addresses: required with store redis`}},
+		{"redis with an empty list of addresses", func(c *Config) {
+			c.Cluster.Store, c.Given = "redis", map[string]bool{"cluster.redis.addresses": true}
+		}, []string{`cluster.redis.addresses: must list the Redis server (host:port) with store redis`}},
 		{"two servers without cluster", func(c *Config) {
 			redis(c)
 			c.Cluster.Redis.Addresses = append(c.Cluster.Redis.Addresses, "127.0.0.2:6379")
@@ -77,8 +80,8 @@ func TestCompileClusterErrors(t *testing.T) {
 		}, []string{
 			`cluster.batch_interval: must be between 10ms and 10s, got 1ms`,
 			`cluster.budget: must be between 1ms and 1s, got 2s`,
-			`cluster.heartbeat_interval: must be between 100ms and 1m0s, got -1s`,
-			`cluster.redis.dial_timeout: must be between 1ms and 30s, got 1h0m0s`,
+			`cluster.heartbeat_interval: must be between 100ms and 1m, got -1s`,
+			`cluster.redis.dial_timeout: must be between 1ms and 30s, got 1h`,
 		}},
 		{"pool size", func(c *Config) { redis(c); c.Cluster.Redis.PoolSize = -1 },
 			[]string{`cluster.redis.pool_size: must be between 1 and 10000, got -1`}},

@@ -20,7 +20,9 @@ const (
 	maxLimit          = 1_000_000_000
 	minPeriod         = time.Second
 	maxPeriod         = 720 * time.Hour
+	minMitigation     = time.Second
 	maxMitigation     = 24 * time.Hour
+	minTimeout        = time.Millisecond
 	maxBodyBytes      = 32 << 10
 	maxLabelBytes     = 64
 	minHeaderBytes    = 1 << 10
@@ -38,10 +40,14 @@ const (
 //
 //	domains[0].rules[1].period: must be at least 1s, got 500ms
 //
+// A required key whose value is zero is reported as "required" unless
+// cfg.Given says the file wrote it. Values at a secret's path ([IsSecret])
+// are never shown.
+//
 // Compile never panics, whatever cfg holds, does not retain cfg, and is safe
 // to call from several goroutines at once (it touches no shared state).
 func Compile(cfg Config) (*Table, error) {
-	var p problems
+	p := problems{given: cfg.Given}
 	t := &Table{
 		Listen:      cfg.Listen,
 		AdminListen: cfg.AdminListen,
@@ -283,24 +289,49 @@ func compileTimeouts(p *problems, c TimeoutsConfig) Timeouts {
 	for _, f := range []struct {
 		name string
 		v    *time.Duration
-		def  time.Duration
+		def  time.Duration // 0: zero means off
+		max  time.Duration
 	}{
-		{"read_header", &t.ReadHeader, DefaultReadHeaderTimeout},
-		{"read", &t.Read, DefaultReadTimeout},
-		{"write", &t.Write, 0},
-		{"idle", &t.Idle, DefaultIdleTimeout},
-		{"upstream", &t.Upstream, DefaultUpstreamTimeout},
-		{"shutdown", &t.Shutdown, DefaultShutdownTimeout},
-		{"drain_delay", &t.DrainDelay, 0},
+		{"read_header", &t.ReadHeader, DefaultReadHeaderTimeout, time.Hour},
+		{"read", &t.Read, DefaultReadTimeout, 24 * time.Hour},
+		{"write", &t.Write, 0, 24 * time.Hour},
+		{"idle", &t.Idle, DefaultIdleTimeout, 24 * time.Hour},
+		{"upstream", &t.Upstream, DefaultUpstreamTimeout, 24 * time.Hour},
+		{"shutdown", &t.Shutdown, DefaultShutdownTimeout, time.Hour},
+		{"drain_delay", &t.DrainDelay, 0, time.Hour},
 	} {
-		switch {
-		case *f.v < 0:
-			p.add("timeouts."+f.name, "must not be negative, got %v", *f.v)
-		case *f.v == 0:
+		checkDuration(p, "timeouts."+f.name, *f.v, minTimeout, f.max, f.def == 0)
+		if *f.v == 0 {
 			*f.v = f.def
 		}
 	}
 	return t
+}
+
+// checkDuration reports a non-zero duration outside min..max. off says
+// whether 0 means off for this key (else 0 means its default, or, for a
+// required key, is reported by the caller).
+func checkDuration(p *problems, path string, v, min, max time.Duration, off bool) {
+	switch {
+	case v == 0 || (v >= min && v <= max):
+	case off:
+		p.add(path, "must be 0 (off) or between %s and %s, got %s", fmtDuration(min), fmtDuration(max), fmtDuration(v))
+	default:
+		p.add(path, "must be between %s and %s, got %s", fmtDuration(min), fmtDuration(max), fmtDuration(v))
+	}
+}
+
+// fmtDuration writes d as a config file would: "1h" and "1m" rather than
+// Go's "1h0m0s" and "1m0s".
+func fmtDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
 }
 
 func compileLog(p *problems, c LogConfig) (slog.Level, string) {
@@ -333,7 +364,7 @@ type hostClaim struct{ domain, host int }
 
 func compileDomains(p *problems, t *Table, cfg Config) {
 	if len(cfg.Domains) == 0 {
-		p.add("domains", "must list at least one domain")
+		p.missing("domains", "", "must list at least one domain")
 		return
 	}
 	claims := make(map[string]hostClaim)
@@ -382,7 +413,7 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 // returns hosts[0] normalised, or "" when hosts[0] is in error.
 func claimHosts(p *problems, t *Table, d *Domain, path string, hosts []string, claims map[string]hostClaim) (first string) {
 	if len(hosts) == 0 {
-		p.add(path+".hosts", "must list at least one host")
+		p.missing(path+".hosts", "", "must list at least one host")
 	}
 	for j, raw := range hosts {
 		hpath := fmt.Sprintf("%s.hosts[%d]", path, j)
@@ -624,7 +655,9 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 		CountBlocked:      rc.CountBlocked,
 	}
 
-	if checkLabel(p, path+".name", rc.Name) {
+	if rc.Name == "" {
+		p.missing(path+".name", "", "must not be empty")
+	} else if checkLabel(p, path+".name", rc.Name) {
 		if prev, dup := names[rc.Name]; dup {
 			p.add(path+".name", "%q is used by %s.rules[%d]", rc.Name, domainPath, prev)
 		} else {
@@ -633,6 +666,8 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 	}
 
 	switch {
+	case rc.Limit == 0:
+		p.missing(path+".limit", "", "must be at least 1, got 0")
 	case rc.Limit < 1:
 		p.add(path+".limit", "must be at least 1, got %d", rc.Limit)
 	case rc.Limit > maxLimit:
@@ -640,24 +675,21 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 	}
 
 	switch {
+	case rc.Period == 0:
+		p.missing(path+".period", "", "must be at least %s, got 0s", fmtDuration(minPeriod))
 	case rc.Period < minPeriod:
-		p.add(path+".period", "must be at least %v, got %v", minPeriod, rc.Period)
+		p.add(path+".period", "must be at least %s, got %s", fmtDuration(minPeriod), fmtDuration(rc.Period))
 	case rc.Period > maxPeriod:
-		p.add(path+".period", "must be at most %v, got %v", maxPeriod, rc.Period)
+		p.add(path+".period", "must be at most %s, got %s", fmtDuration(maxPeriod), fmtDuration(rc.Period))
 	case rc.Period%time.Second != 0:
-		p.add(path+".period", "must be a whole number of seconds, got %v", rc.Period)
+		p.add(path+".period", "must be a whole number of seconds, got %s", fmtDuration(rc.Period))
 	}
 
 	r.Key = compileKey(p, path+".key", rc.Key)
 
 	r.Action = actionSpelling.parse(p, path+".action", rc.Action)
 
-	switch {
-	case rc.MitigationTimeout < 0:
-		p.add(path+".mitigation_timeout", "must not be negative, got %v", rc.MitigationTimeout)
-	case rc.MitigationTimeout > maxMitigation:
-		p.add(path+".mitigation_timeout", "must be at most %v, got %v", maxMitigation, rc.MitigationTimeout)
-	}
+	checkDuration(p, path+".mitigation_timeout", rc.MitigationTimeout, minMitigation, maxMitigation, true)
 
 	r.Headers = headerSpelling.parse(p, path+".headers", rc.Headers)
 

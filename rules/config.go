@@ -85,6 +85,13 @@ type Config struct {
 	Cluster ClusterConfig `mapstructure:"cluster"`
 	// Domains are the sites served; at least one is required.
 	Domains []DomainConfig `mapstructure:"domains"`
+
+	// Given, when not nil, holds the path of every key the file gives a
+	// value, spelled as in errors ("domains[0].rules[0].limit"); cmd/edge
+	// fills it in as it decodes. It only words errors: a required key left
+	// out is "required", one written with a zero value is out of range. Nil
+	// means every zero field was left out.
+	Given map[string]bool `mapstructure:"-"`
 }
 
 // ClientIPConfig says which peers may report the client address in
@@ -98,27 +105,31 @@ type ClientIPConfig struct {
 	IPv6Prefix int `mapstructure:"ipv6_prefix"`
 }
 
-// TimeoutsConfig bounds the phases of a request. Zero means the default;
-// none may be negative.
+// TimeoutsConfig bounds the phases of a request. Zero means the default
+// (for Write and DrainDelay, off); a non-zero value is at least 1ms and at
+// most the maximum given.
 type TimeoutsConfig struct {
-	// ReadHeader bounds reading the request headers. Default 10s.
+	// ReadHeader bounds reading the request headers. Default 10s; at most
+	// 1h.
 	ReadHeader time.Duration `mapstructure:"read_header"`
-	// Read bounds reading the whole request, body included. Default 60s.
+	// Read bounds reading the whole request, body included. Default 60s;
+	// at most 24h.
 	Read time.Duration `mapstructure:"read"`
 	// Write bounds writing the response. Default 0, meaning no bound, so
-	// that streaming responses are not cut off.
+	// that streaming responses are not cut off; at most 24h.
 	Write time.Duration `mapstructure:"write"`
 	// Idle bounds how long a keep-alive connection waits for the next
-	// request. Default 120s.
+	// request. Default 120s; at most 24h.
 	Idle time.Duration `mapstructure:"idle"`
 	// Upstream bounds the wait for the origin's response headers; when it
-	// is exceeded the client gets 504. Default 30s.
+	// is exceeded the client gets 504. Default 30s; at most 24h.
 	Upstream time.Duration `mapstructure:"upstream"`
-	// Shutdown bounds draining in-flight requests on SIGTERM. Default 15s.
+	// Shutdown bounds draining in-flight requests on SIGTERM. Default 15s;
+	// at most 1h.
 	Shutdown time.Duration `mapstructure:"shutdown"`
 	// DrainDelay is how long, on SIGTERM, /readyz answers 503 while edge
 	// still serves, so that a load balancer stops sending new requests
-	// before the listener closes. Default 0.
+	// before the listener closes. Default 0 (off); at most 1h.
 	DrainDelay time.Duration `mapstructure:"drain_delay"`
 }
 
@@ -244,8 +255,10 @@ type RuleConfig struct {
 	// Match selects the requests the rule counts; nil means all of them.
 	Match *MatchConfig `mapstructure:"match"`
 	// Limit is the number of requests allowed per Period; 1..1_000_000_000.
+	// Required.
 	Limit int `mapstructure:"limit"`
 	// Period is the window length: a whole number of seconds, 1s..720h.
+	// Required.
 	Period time.Duration `mapstructure:"period"`
 	// Key lists what identifies a client: "ip", "path", "host" or
 	// "header:NAME". Default ["ip"].
@@ -253,7 +266,7 @@ type RuleConfig struct {
 	// Action is "block" (default) or "log" (count and report, never block).
 	Action string `mapstructure:"action"`
 	// MitigationTimeout, when non-zero, keeps blocking a key for this long
-	// after it first exceeds the limit; 0..24h.
+	// after it first exceeds the limit; 0 (off) or 1s..24h.
 	MitigationTimeout time.Duration `mapstructure:"mitigation_timeout"`
 	// CountBlocked says whether blocked requests count against the limit.
 	CountBlocked bool `mapstructure:"count_blocked"`

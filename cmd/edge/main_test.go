@@ -88,7 +88,7 @@ domains:
 		{
 			name: "not YAML",
 			yaml: "domains: [\n",
-			want: []string{"parsing config"},
+			want: []string{"yaml: line 2, column 1: did not find expected node content"},
 		},
 	}
 	for _, tt := range tests {

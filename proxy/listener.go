@@ -513,24 +513,25 @@ func (f *framer) stepHead(in []byte) bool {
 		}
 		nl := f.scan + i
 		f.scan = nl + 1
+		// Refuse a bare LF as soon as it arrives, not at a head end that
+		// may never come.
+		if nl == 0 || in[nl-1] != '\r' {
+			f.reject("bare LF line end")
+			return true
+		}
 		if !f.lineOK {
 			// Refuse a malformed request line (binary garbage, a TLS
-			// handshake) as soon as it is complete, not at a head end
-			// that may never come.
-			line := in[:nl]
-			if nl > 0 && line[nl-1] == '\r' {
-				line = line[:nl-1]
-			}
-			if _, _, reason := parseRequestLine(line); reason != "" {
+			// handshake) as soon as it is complete, too.
+			if _, _, reason := parseRequestLine(in[:nl-1]); reason != "" {
 				f.reject(reason)
 				return true
 			}
 			f.lineOK = true
 			continue
 		}
-		// The line before this LF is empty (or a lone CR) when the LF
-		// follows another LF, directly or through a CR.
-		if in[nl-1] == '\n' || in[nl-1] == '\r' && in[nl-2] == '\n' {
+		// The line before this CRLF is empty when the CR follows the
+		// previous line's LF.
+		if in[nl-2] == '\n' {
 			end = nl + 1
 			break
 		}
@@ -669,9 +670,11 @@ type head struct {
 // parseHead checks a complete request head (request line, field lines,
 // empty line) and returns its framing, or the reason to reject it.
 //
-// Lines end in LF, optionally preceded by CR, as net/http reads them. A
-// head is rejected for: a malformed request line; the HTTP/2 preface; a CR
-// inside a line; an obs-fold line (RFC 9112 §5.2 lets a server reject it,
+// A head is rejected for: a line that ends in a bare LF (RFC 9112 §2.2
+// lets a recipient accept one; net/http does, and so might an origin that
+// reads the head differently, so edge refuses it); a malformed request
+// line, or the asterisk-form target; the HTTP/2 preface; a CR inside a
+// line; an obs-fold line (RFC 9112 §5.2 lets a server reject it,
 // and a proxy that unfolds it differently from its origin is a smuggling
 // risk); a field line without a colon or with an invalid name; more than
 // one Host; more than one Content-Length, even with equal values (RFC 9110
@@ -693,9 +696,11 @@ func parseHead(h []byte) (head, string) {
 	for len(rest) > 0 {
 		i := bytes.IndexByte(rest, '\n')
 		line, rest = rest[:i], rest[i+1:]
-		if n := len(line); n > 0 && line[n-1] == '\r' {
-			line = line[:n-1]
+		n := len(line)
+		if n == 0 || line[n-1] != '\r' {
+			return out, "bare LF line end"
 		}
+		line = line[:n-1]
 		if bytes.IndexByte(line, '\r') >= 0 {
 			return out, "CR inside a line"
 		}
@@ -768,6 +773,12 @@ func parseHead(h []byte) (head, string) {
 // target and version, or returns why it is malformed. The version is
 // "HTTP/" DIGIT "." DIGIT; the HTTP/2 preface is refused, since this
 // listener does not serve h2c.
+//
+// The asterisk-form target ("OPTIONS *") is refused too: it asks about
+// the server as a whole, which edge cannot answer for an origin, and
+// net/http would answer it itself (200, for any Host) unless its
+// DisableGeneralOptionsHandler is set. Refusing it here counts it with
+// the other framing refusals.
 func parseRequestLine(line []byte) (target, version []byte, reason string) {
 	if bytes.IndexByte(line, '\r') >= 0 {
 		return nil, nil, "CR inside a line"
@@ -779,6 +790,9 @@ func parseRequestLine(line []byte) (target, version []byte, reason string) {
 	}
 	if version[5] == '2' && string(method) == "PRI" {
 		return nil, nil, "HTTP/2 preface (h2c is not served)"
+	}
+	if string(target) == "*" {
+		return nil, nil, "asterisk-form target"
 	}
 	return target, version, ""
 }

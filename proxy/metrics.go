@@ -84,7 +84,7 @@ func newMetrics(p *Proxy, version string) *metrics {
 		}, []string{"code"}),
 		framing: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "edge_framing_refused_total",
-			Help: "Requests the public listener refused for their HTTP/1.1 framing (Transfer-Encoding with Content-Length, duplicate Content-Length, malformed chunks, bare LF, ...) before net/http parsed them; each got 400 and its connection was closed.",
+			Help: "Requests the public listener refused for their HTTP/1.1 framing (Transfer-Encoding with Content-Length, duplicate Content-Length, malformed chunks, bare-LF line ends, the asterisk-form target of OPTIONS *, ...) before net/http parsed them; each got 400 and its connection was closed.",
 		}),
 		xffMalformed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "edge_client_ip_xff_malformed_total",

@@ -194,6 +194,9 @@ func serve(ctx context.Context, table *rules.Table, hash, path string, log *slog
 		IdleTimeout:       table.Timeouts.Idle,
 		MaxHeaderBytes:    table.MaxHeaderBytes,
 		ErrorLog:          errLog,
+		// net/http would answer OPTIONS * itself (200, for any Host); the
+		// Listener refuses it, and so would the proxy's screen.
+		DisableGeneralOptionsHandler: true,
 	}
 	admin := &http.Server{
 		Handler:           adminRouter(reg, p, rl, token, &ready),

@@ -461,7 +461,10 @@ func startHostileServer(t *testing.T, p *Proxy, table *rules.Table, lo ListenerO
 		addr: ln.Addr().String(),
 		done: make(chan error, 1),
 	}
+	lo.MaxHeaderBytes = table.MaxHeaderBytes
+	l := NewListener(ln, lo)
 	s.srv.ConnState = func(c net.Conn, st http.ConnState) {
+		l.ConnState(c, st) // as cmd/edge installs it
 		switch st {
 		case http.StateNew:
 			s.conns.Add(1)
@@ -470,8 +473,7 @@ func startHostileServer(t *testing.T, p *Proxy, table *rules.Table, lo ListenerO
 			s.conns.Done()
 		}
 	}
-	lo.MaxHeaderBytes = table.MaxHeaderBytes
-	go func() { s.done <- s.srv.Serve(NewListener(ln, lo)) }()
+	go func() { s.done <- s.srv.Serve(l) }()
 	return s
 }
 

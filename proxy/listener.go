@@ -475,7 +475,14 @@ func (f *framer) space(n int) []byte {
 			f.lo = 0
 		}
 		if f.hi+n > len(f.buf) {
-			nb := make([]byte, max(2*len(f.buf), f.hi+n, 4096))
+			// Double, but never past what the longest head that is held
+			// needs (a longer one passes through): a slow client holding
+			// an unfinished 64 KB head then costs 72 KiB here, not 128.
+			size := max(2*len(f.buf), 4096)
+			if f.maxHead > 0 {
+				size = min(size, f.maxHead+4096)
+			}
+			nb := make([]byte, max(size, f.hi+n))
 			copy(nb, f.buf[:f.hi])
 			f.buf = nb
 		}

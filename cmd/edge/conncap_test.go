@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/edgerate/edge/rules"
 )
 
 // TestRunConnectionCap runs edge in-process with max_connections: 2. Two
@@ -121,4 +124,30 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+func TestConnectionCap(t *testing.T) {
+	limit := openFileLimit()
+	if limit == 0 || limit >= 1<<20 {
+		t.Skipf("open-file limit %d: cannot set max_connections above it", limit)
+	}
+	tests := []struct {
+		name     string
+		max      int
+		want     int
+		wantWarn bool
+	}{
+		{"default", 0, rules.DefaultMaxConnections(limit), false},
+		{"below the limit", 5, 5, false},
+		{"at the limit", int(limit), int(limit), true},
+		{"above the limit", int(limit) + 1, int(limit) + 1, true},
+	}
+	for _, tt := range tests {
+		var logs bytes.Buffer
+		got := connectionCap(&rules.Table{MaxConnections: tt.max}, slog.New(slog.NewTextHandler(&logs, nil)))
+		warned := strings.Contains(logs.String(), "max_connections is not below the open-file limit")
+		if got != tt.want || warned != tt.wantWarn {
+			t.Errorf("%s: got %d (warned %v), want %d (warned %v)", tt.name, got, warned, tt.want, tt.wantWarn)
+		}
+	}
 }

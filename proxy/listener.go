@@ -65,7 +65,8 @@ type CapEvent struct {
 // allows that, and says the message "ought to be handled as an error"),
 // merges duplicate Content-Length fields, ignores Transfer-Encoding in
 // HTTP/1.0 (then reads what was the chunked body as the next request), and
-// keeps only the target's authority when it disagrees with Host. Listener
+// keeps only the target's authority when it disagrees with Host; it also
+// reads a bare LF as a line end, and answers OPTIONS * itself. Listener
 // rejects each of these, and checks chunked bodies strictly (CRLF line
 // ends, hex sizes, a bounded trailer with CRLF lines) as they stream.
 //

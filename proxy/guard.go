@@ -31,7 +31,8 @@ import (
 //   - an encoded separator (%2F, %5C) or a backslash: some origins split
 //     on them, others do not (Envoy CVE-2021-29492);
 //   - a control byte after decoding (%00, %0A, ...), and a fragment ('#');
-//   - the asterisk-form target ("*"), and an absolute-form target that is
+//   - the asterisk-form target ("*", which the Listener refuses first), and
+//     an absolute-form target that is
 //     not an http(s) URL with an authority, or has userinfo or a
 //     percent-encoded host (net/http decodes it; the Listener compares it
 //     with Host).

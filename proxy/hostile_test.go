@@ -102,8 +102,6 @@ func hostileCorpus() []hostileCase {
 	add("valid", "POST chunked", chunked("5\r\nhello\r\n0\r\n\r\n"), 200)
 	add("valid", "HTTP/1.0 with Host", req("GET / HTTP/1.0", hAPI), 200)
 	add("valid", "HTTP/1.2 is HTTP/1.1", req("GET / HTTP/1.2", hAPI), 200)
-	add("valid", "bare LF line ends", "GET / HTTP/1.1\n"+hAPI+"\n\n", 200)
-	add("valid", "mixed line ends", "GET / HTTP/1.1\r\n"+hAPI+"\nAccept: */*\r\n\n", 200)
 	add("valid", "pipelined", get("/")+get("/public"), 200, 200)
 	add("valid", "TE: trailers", get("/", "TE: trailers"), 200)
 	add("valid", "Expect 100-continue", req("POST /public HTTP/1.1", hAPI, "Expect: 100-continue", "Content-Length: 3")+"abc", 200)
@@ -205,8 +203,8 @@ func hostileCorpus() []hostileCase {
 	for _, p := range []string{"/admin/x%", "/admin/x%zz", "/admin/x%2", "admin/x", "\\admin\\x", "/admin/x y", "/admin/\x01"} {
 		add("path", fmt.Sprintf("malformed %q", p), get(p), 400)
 	}
-	// net/http answers OPTIONS * itself, with 200 and no body.
-	add("path", "asterisk-form OPTIONS", req("OPTIONS * HTTP/1.1", hAPI), 200).local = true
+	add("path", "asterisk-form OPTIONS", req("OPTIONS * HTTP/1.1", hAPI), 400)
+	add("path", "asterisk-form OPTIONS, invalid Host", req("OPTIONS * HTTP/1.1", "Host: a b"), 400)
 	add("path", "asterisk-form GET", get("*"), 400)
 	add("path", "prefix without its slash", get("/admin"), 200).originURI = "/admin"
 	add("path", "case differs (case-sensitive rule)", get("/ADMIN/x"), 200).originURI = "/ADMIN/x"
@@ -283,6 +281,10 @@ func hostileCorpus() []hostileCase {
 	add("framing", "TE with tab", req("POST /public HTTP/1.1", hAPI, "Transfer-Encoding:\tchunked")+"3\r\nabc\r\n0\r\n\r\n", 200)
 	add("framing", "TE in HTTP/1.0", req("POST /public HTTP/1.0", hAPI, te)+"3\r\nabc\r\n0\r\n\r\n", 400)
 	add("framing", "TE in HTTP/1.0 keep-alive", req("POST /public HTTP/1.0", hAPI, "Connection: keep-alive", te)+"3\r\nabc\r\n0\r\n\r\n", 400)
+	add("framing", "bare LF line ends", "GET / HTTP/1.1\n"+hAPI+"\n\n", 400)
+	add("framing", "bare LF after the request line", "GET / HTTP/1.1\r\n"+hAPI+"\nAccept: */*\r\n\r\n", 400)
+	add("framing", "bare LF ending the head", "GET / HTTP/1.1\r\n"+hAPI+"\r\n\n", 400)
+	add("framing", "bare LF request line", "GET / HTTP/1.1\n"+hAPI+"\r\n\r\n", 400)
 	add("framing", "chunk lines with bare LF", chunked("3\nabc\n0\n\n"), 400)
 	add("framing", "chunk size negative", chunked("-3\r\nabc\r\n0\r\n\r\n"), 400)
 	add("framing", "chunk size with 0x", chunked("0x3\r\nabc\r\n0\r\n\r\n"), 400)
@@ -424,6 +426,7 @@ type hostileServer struct {
 	addr   string
 	done   chan error
 	closed sync.Map // client address → time.Time the server closed its connection
+	conns  sync.WaitGroup
 }
 
 // closedAt returns when the server closed (or handed off) the connection
@@ -451,27 +454,39 @@ func startHostileServer(t *testing.T, p *Proxy, table *rules.Table, lo ListenerO
 			IdleTimeout:       table.Timeouts.Idle,
 			MaxHeaderBytes:    table.MaxHeaderBytes,
 			ErrorLog:          discardLog,
+			// As cmd/edge sets it: OPTIONS * goes to the handler (the
+			// Listener refuses it before that).
+			DisableGeneralOptionsHandler: true,
 		},
 		addr: ln.Addr().String(),
 		done: make(chan error, 1),
 	}
+	lo.MaxHeaderBytes = table.MaxHeaderBytes
+	l := NewListener(ln, lo)
 	s.srv.ConnState = func(c net.Conn, st http.ConnState) {
-		if st == http.StateClosed || st == http.StateHijacked {
+		l.ConnState(c, st) // as cmd/edge installs it
+		switch st {
+		case http.StateNew:
+			s.conns.Add(1)
+		case http.StateClosed, http.StateHijacked:
 			s.closed.Store(c.RemoteAddr().String(), time.Now())
+			s.conns.Done()
 		}
 	}
-	lo.MaxHeaderBytes = table.MaxHeaderBytes
-	go func() { s.done <- s.srv.Serve(NewListener(ln, lo)) }()
+	go func() { s.done <- s.srv.Serve(l) }()
 	return s
 }
 
-// stop closes the server and waits for Serve to return.
+// stop closes the server and waits for Serve to return and for every
+// connection's goroutine to finish (net/http lingers up to 500 ms after a
+// 400 before it closes).
 func (s *hostileServer) stop(t *testing.T) {
 	t.Helper()
 	s.srv.Close()
 	if err := <-s.done; !errors.Is(err, http.ErrServerClosed) {
 		t.Errorf("Serve: %v", err)
 	}
+	s.conns.Wait()
 }
 
 // exchange sends raw on a new connection and reads len(want) responses

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"container/list"
 	"io"
 	"net"
 	"net/http"
@@ -29,6 +30,32 @@ type ListenerOptions struct {
 	// refuses for its framing (cmd/edge counts them in a metric). It must
 	// be quick and must not block.
 	OnReject func()
+
+	// MaxConnections bounds the connections open at once; 0 means no
+	// bound. When a connection arrives while MaxConnections are open,
+	// Accept closes the connection that has been idle longest between
+	// requests, if there is one (the server must report idle connections
+	// through [Listener.ConnState]); otherwise it holds the new connection,
+	// unserved, and accepts nothing more until a connection closes. Clients
+	// that arrive meanwhile wait in the kernel's listen queue.
+	MaxConnections int
+	// OnCapped, if set, is called for each connection that arrives while
+	// MaxConnections are open, before Accept closes an idle connection or
+	// starts to wait. It must be quick and must not block.
+	OnCapped func(CapEvent)
+	// OnConnections, if set, is called with 1 when Accept returns a
+	// connection and with -1 when that connection closes, so that a gauge
+	// can follow the connections open. It must be quick and must not block.
+	OnConnections func(delta int)
+}
+
+// CapEvent describes a connection that arrived while a Listener had its
+// MaxConnections open.
+type CapEvent struct {
+	Max int // the Listener's MaxConnections
+	// ClosedIdle is true when an idle keep-alive connection was closed to
+	// admit the new one, false when Accept waits for a connection to close.
+	ClosedIdle bool
 }
 
 // Listener screens the HTTP/1.x framing of every request on its
@@ -38,7 +65,8 @@ type ListenerOptions struct {
 // allows that, and says the message "ought to be handled as an error"),
 // merges duplicate Content-Length fields, ignores Transfer-Encoding in
 // HTTP/1.0 (then reads what was the chunked body as the next request), and
-// keeps only the target's authority when it disagrees with Host. Listener
+// keeps only the target's authority when it disagrees with Host; it also
+// reads a bare LF as a line end, and answers OPTIONS * itself. Listener
 // rejects each of these, and checks chunked bodies strictly (CRLF line
 // ends, hex sizes, a bounded trailer with CRLF lines) as they stream.
 //
@@ -55,6 +83,9 @@ type ListenerOptions struct {
 // and close the connection on (a Transfer-Encoding other than chunked, a
 // version other than HTTP/1.x).
 //
+// Listener also bounds the connections open at once (see
+// ListenerOptions.MaxConnections).
+//
 // Listener serves plain-text HTTP/1.x: behind TLS it must wrap the
 // connection inside the TLS layer, which this type does not do.
 type Listener struct {
@@ -62,6 +93,16 @@ type Listener struct {
 	onReject  func()
 	maxHead   int
 	writeIdle time.Duration
+
+	maxConns int
+	onCapped func(CapEvent)
+	onConns  func(delta int)
+
+	mu     sync.Mutex
+	freed  *sync.Cond // signalled when a connection closes or becomes idle, and on Close
+	open   int        // connections returned by Accept and not closed
+	idle   list.List  // of *guardConn idle between requests, longest idle first
+	closed bool
 }
 
 // NewListener returns ln with every accepted connection screened.
@@ -70,18 +111,133 @@ func NewListener(ln net.Listener, opts ListenerOptions) *Listener {
 	if mhb <= 0 {
 		mhb = http.DefaultMaxHeaderBytes
 	}
-	// net/http reads at most MaxHeaderBytes plus its 4 KiB bufio buffer
-	// before it answers 431, so a longer head can never be served.
-	return &Listener{Listener: ln, maxHead: mhb + 4096, writeIdle: max(opts.WriteIdleTimeout, 0), onReject: opts.OnReject}
+	l := &Listener{
+		Listener: ln,
+		// net/http reads at most MaxHeaderBytes plus its 4 KiB bufio
+		// buffer before it answers 431, so a longer head can never be
+		// served.
+		maxHead:   mhb + 4096,
+		writeIdle: max(opts.WriteIdleTimeout, 0),
+		onReject:  opts.OnReject,
+		maxConns:  max(opts.MaxConnections, 0),
+		onCapped:  opts.OnCapped,
+		onConns:   opts.OnConnections,
+	}
+	l.freed = sync.NewCond(&l.mu)
+	return l
 }
 
-// Accept returns the next connection, wrapped.
+// Accept returns the next connection, wrapped. At MaxConnections it first
+// makes room (see ListenerOptions.MaxConnections); it returns net.ErrClosed
+// if the Listener is closed while it waits.
+//
+// The connection that arrives at the cap is accepted from the kernel before
+// the cap is checked, so that an idle connection is closed only for a
+// client that is really there: at most MaxConnections+1 sockets are open.
 func (l *Listener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
 	}
-	return &guardConn{Conn: c, f: framer{maxHead: l.maxHead, onReject: l.onReject}, writeIdle: l.writeIdle}, nil
+	g := &guardConn{Conn: c, f: framer{maxHead: l.maxHead, onReject: l.onReject}, writeIdle: l.writeIdle, l: l}
+	if err := l.admit(); err != nil {
+		c.Close()
+		return nil, err
+	}
+	if l.onConns != nil {
+		l.onConns(1)
+	}
+	return g, nil
+}
+
+// admit counts a new connection in, once there is room for it.
+func (l *Listener) admit() error {
+	l.mu.Lock()
+	reported := false
+	for !l.closed && l.maxConns > 0 && l.open >= l.maxConns {
+		var victim *guardConn
+		if e := l.idle.Front(); e != nil {
+			victim = l.idle.Remove(e).(*guardConn)
+			victim.idleAt = nil
+		}
+		if !reported && l.onCapped != nil {
+			reported = true
+			l.mu.Unlock()
+			l.onCapped(CapEvent{Max: l.maxConns, ClosedIdle: victim != nil})
+			l.mu.Lock()
+		}
+		if victim != nil {
+			l.mu.Unlock()
+			victim.evict()
+			l.mu.Lock()
+			continue
+		}
+		l.freed.Wait()
+	}
+	if l.closed {
+		l.mu.Unlock()
+		return net.ErrClosed
+	}
+	l.open++
+	l.mu.Unlock()
+	return nil
+}
+
+// Close closes the listener; an Accept waiting for room returns
+// net.ErrClosed. Connections already accepted stay open.
+func (l *Listener) Close() error {
+	l.mu.Lock()
+	l.closed = true
+	l.freed.Broadcast()
+	l.mu.Unlock()
+	return l.Listener.Close()
+}
+
+// ConnState records which connections are idle between requests, the ones
+// Accept may close at MaxConnections. Install it as the http.Server's
+// ConnState (or call it from that hook). Connections that did not come
+// from this Listener are ignored.
+func (l *Listener) ConnState(c net.Conn, st http.ConnState) {
+	g, ok := c.(*guardConn)
+	if !ok || g.l != l {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if g.gone {
+		return
+	}
+	if st == http.StateIdle {
+		if g.idleAt == nil {
+			g.idleAt = l.idle.PushBack(g)
+			l.freed.Signal() // an Accept waiting at the cap can close it
+		}
+		return
+	}
+	if g.idleAt != nil {
+		l.idle.Remove(g.idleAt)
+		g.idleAt = nil
+	}
+}
+
+// release counts g out, once.
+func (l *Listener) release(g *guardConn) {
+	l.mu.Lock()
+	if g.gone {
+		l.mu.Unlock()
+		return
+	}
+	g.gone = true
+	if g.idleAt != nil {
+		l.idle.Remove(g.idleAt)
+		g.idleAt = nil
+	}
+	l.open--
+	l.freed.Signal()
+	l.mu.Unlock()
+	if l.onConns != nil {
+		l.onConns(-1)
+	}
 }
 
 // guardConn is a connection whose reads go through a framer.
@@ -93,6 +249,12 @@ func (l *Listener) Accept() (net.Conn, error) {
 type guardConn struct {
 	net.Conn
 	writeIdle time.Duration
+
+	// l counted this connection in; nil for none. l.mu guards idleAt and
+	// gone.
+	l      *Listener
+	idleAt *list.Element // in l.idle while idle between requests
+	gone   bool          // closed and counted out
 
 	mu       sync.Mutex
 	f        framer
@@ -220,7 +382,19 @@ func (c *guardConn) Close() error {
 			_, _ = io.CopyN(io.Discard, c.Conn, 256<<10)
 		}
 	}
-	return c.Conn.Close()
+	err := c.Conn.Close()
+	if c.l != nil {
+		c.l.release(c)
+	}
+	return err
+}
+
+// evict closes an idle connection to make room for a new one. The server's
+// read waiting for the next request fails, and the server then closes the
+// connection (again) and forgets it, as when its idle timeout expires.
+func (c *guardConn) evict() {
+	c.Conn.Close()
+	c.l.release(c)
 }
 
 // CloseWrite shuts down the sending side, for net/http's and
@@ -302,7 +476,14 @@ func (f *framer) space(n int) []byte {
 			f.lo = 0
 		}
 		if f.hi+n > len(f.buf) {
-			nb := make([]byte, max(2*len(f.buf), f.hi+n, 4096))
+			// Double, but never past what the longest head that is held
+			// needs (a longer one passes through): a slow client holding
+			// an unfinished 64 KB head then costs 72 KiB here, not 128.
+			size := max(2*len(f.buf), 4096)
+			if f.maxHead > 0 {
+				size = min(size, f.maxHead+4096)
+			}
+			nb := make([]byte, max(size, f.hi+n))
 			copy(nb, f.buf[:f.hi])
 			f.buf = nb
 		}
@@ -513,24 +694,25 @@ func (f *framer) stepHead(in []byte) bool {
 		}
 		nl := f.scan + i
 		f.scan = nl + 1
+		// Refuse a bare LF as soon as it arrives, not at a head end that
+		// may never come.
+		if nl == 0 || in[nl-1] != '\r' {
+			f.reject("bare LF line end")
+			return true
+		}
 		if !f.lineOK {
 			// Refuse a malformed request line (binary garbage, a TLS
-			// handshake) as soon as it is complete, not at a head end
-			// that may never come.
-			line := in[:nl]
-			if nl > 0 && line[nl-1] == '\r' {
-				line = line[:nl-1]
-			}
-			if _, _, reason := parseRequestLine(line); reason != "" {
+			// handshake) as soon as it is complete, too.
+			if _, _, reason := parseRequestLine(in[:nl-1]); reason != "" {
 				f.reject(reason)
 				return true
 			}
 			f.lineOK = true
 			continue
 		}
-		// The line before this LF is empty (or a lone CR) when the LF
-		// follows another LF, directly or through a CR.
-		if in[nl-1] == '\n' || in[nl-1] == '\r' && in[nl-2] == '\n' {
+		// The line before this CRLF is empty when the CR follows the
+		// previous line's LF.
+		if in[nl-2] == '\n' {
 			end = nl + 1
 			break
 		}
@@ -669,9 +851,11 @@ type head struct {
 // parseHead checks a complete request head (request line, field lines,
 // empty line) and returns its framing, or the reason to reject it.
 //
-// Lines end in LF, optionally preceded by CR, as net/http reads them. A
-// head is rejected for: a malformed request line; the HTTP/2 preface; a CR
-// inside a line; an obs-fold line (RFC 9112 §5.2 lets a server reject it,
+// A head is rejected for: a line that ends in a bare LF (RFC 9112 §2.2
+// lets a recipient accept one; net/http does, and so might an origin that
+// reads the head differently, so edge refuses it); a malformed request
+// line, or the asterisk-form target; the HTTP/2 preface; a CR inside a
+// line; an obs-fold line (RFC 9112 §5.2 lets a server reject it,
 // and a proxy that unfolds it differently from its origin is a smuggling
 // risk); a field line without a colon or with an invalid name; more than
 // one Host; more than one Content-Length, even with equal values (RFC 9110
@@ -693,9 +877,11 @@ func parseHead(h []byte) (head, string) {
 	for len(rest) > 0 {
 		i := bytes.IndexByte(rest, '\n')
 		line, rest = rest[:i], rest[i+1:]
-		if n := len(line); n > 0 && line[n-1] == '\r' {
-			line = line[:n-1]
+		n := len(line)
+		if n == 0 || line[n-1] != '\r' {
+			return out, "bare LF line end"
 		}
+		line = line[:n-1]
 		if bytes.IndexByte(line, '\r') >= 0 {
 			return out, "CR inside a line"
 		}
@@ -768,6 +954,12 @@ func parseHead(h []byte) (head, string) {
 // target and version, or returns why it is malformed. The version is
 // "HTTP/" DIGIT "." DIGIT; the HTTP/2 preface is refused, since this
 // listener does not serve h2c.
+//
+// The asterisk-form target ("OPTIONS *") is refused too: it asks about
+// the server as a whole, which edge cannot answer for an origin, and
+// net/http would answer it itself (200, for any Host) unless its
+// DisableGeneralOptionsHandler is set. Refusing it here counts it with
+// the other framing refusals.
 func parseRequestLine(line []byte) (target, version []byte, reason string) {
 	if bytes.IndexByte(line, '\r') >= 0 {
 		return nil, nil, "CR inside a line"
@@ -779,6 +971,9 @@ func parseRequestLine(line []byte) (target, version []byte, reason string) {
 	}
 	if version[5] == '2' && string(method) == "PRI" {
 		return nil, nil, "HTTP/2 preface (h2c is not served)"
+	}
+	if string(target) == "*" {
+		return nil, nil, "asterisk-form target"
 	}
 	return target, version, ""
 }

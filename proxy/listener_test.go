@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/edgerate/edge/rules"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func TestParseHead(t *testing.T) {
@@ -30,7 +33,13 @@ func TestParseHead(t *testing.T) {
 		{"chunked", req("POST / HTTP/1.1", hAPI, "transfer-encoding: Chunked"), -1, false, false, false},
 		{"HTTP/1.0 content-length", req("POST / HTTP/1.0", "Content-Length: 1"), 1, false, false, false},
 		{"upgrade", req("GET / HTTP/1.1", hAPI, "Upgrade: websocket", "Connection: Upgrade"), 0, true, false, false},
-		{"bare LF", "GET / HTTP/1.1\nHost: a\n\n", 0, false, false, false},
+		{"bare LF", "GET / HTTP/1.1\nHost: a\n\n", 0, false, false, true},
+		{"bare LF request line", "GET / HTTP/1.1\nHost: a\r\n\r\n", 0, false, false, true},
+		{"bare LF field line", "GET / HTTP/1.1\r\nHost: a\n\r\n", 0, false, false, true},
+		{"bare LF empty line", "GET / HTTP/1.1\r\nHost: a\r\n\n", 0, false, false, true},
+		{"OPTIONS *", req("OPTIONS * HTTP/1.1", hAPI), 0, false, false, true},
+		{"GET *", req("GET * HTTP/1.1", hAPI), 0, false, false, true},
+		{"OPTIONS path", req("OPTIONS /* HTTP/1.1", hAPI), 0, false, false, false},
 		{"unsupported coding", req("POST / HTTP/1.1", hAPI, "Transfer-Encoding: gzip"), 0, false, true, false},
 		{"two codings", req("POST / HTTP/1.1", hAPI, "Transfer-Encoding: chunked", "Transfer-Encoding: chunked"), 0, false, true, false},
 		{"HTTP/2.0", req("GET / HTTP/2.0", hAPI), 0, false, true, false},
@@ -286,6 +295,68 @@ func TestListenerWebSocket(t *testing.T) {
 					t.Fatalf("echo: got %q, %v, want %q", got, err, "echo:"+l)
 				}
 			}
+		}
+	}
+}
+
+// TestListenerRefusalsCounted sends over raw TCP, to a server configured
+// as cmd/edge configures its public one, what the Listener refuses before
+// net/http parses it: the asterisk-form target (net/http's own OPTIONS *
+// answer is off) and heads with bare-LF line ends. Each gets 400, is
+// counted in edge_framing_refused_total and not in the screen's
+// edge_refused_requests_total, and nothing reaches the origin.
+func TestListenerRefusalsCounted(t *testing.T) {
+	origin := newHostileOrigin(t)
+	table, err := rules.Compile(hostileConfig(origin.srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	transport := newTransport(table.Timeouts)
+	t.Cleanup(transport.CloseIdleConnections)
+	p, err := New(Options{Table: table, Registerer: prometheus.NewRegistry(), Transport: transport})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startHostileServer(t, p, table, ListenerOptions{OnReject: p.FramingRefused})
+	t.Cleanup(func() { s.stop(t) })
+
+	tests := []struct {
+		name      string
+		raw       string
+		want      []int // statuses, in order
+		refused   float64
+		forwarded int
+	}{
+		{"OPTIONS *", req("OPTIONS * HTTP/1.1", hAPI), []int{400}, 1, 0},
+		{"OPTIONS * with an invalid Host", req("OPTIONS * HTTP/1.1", "Host: a b"), []int{400}, 1, 0},
+		{"OPTIONS * without Host", req("OPTIONS * HTTP/1.1"), []int{400}, 1, 0},
+		{"OPTIONS * in HTTP/1.0", req("OPTIONS * HTTP/1.0"), []int{400}, 1, 0},
+		{"GET *", req("GET * HTTP/1.1", hAPI), []int{400}, 1, 0},
+		{"bare LF everywhere", "GET / HTTP/1.1\n" + hAPI + "\n\n", []int{400}, 1, 0},
+		{"bare LF ends the request line", "GET / HTTP/1.1\n" + hAPI + "\r\n\r\n", []int{400}, 1, 0},
+		{"bare LF ends a field line", "GET / HTTP/1.1\r\n" + hAPI + "\nAccept: */*\r\n\r\n", []int{400}, 1, 0},
+		{"bare LF ends the head", "GET / HTTP/1.1\r\n" + hAPI + "\r\n\n", []int{400}, 1, 0},
+		{"bare LF in a pipelined second request", rawGet("/") + "GET / HTTP/1.1\n" + hAPI + "\n\n", []int{200, 400}, 1, 1},
+		{"CRLF throughout", rawGet("/") + req("OPTIONS /x HTTP/1.1", hAPI), []int{200, 200}, 0, 2},
+	}
+	for _, tt := range tests {
+		framing0 := testutil.ToFloat64(p.metrics.framing)
+		screen0 := testutil.ToFloat64(p.metrics.refused.WithLabelValues("400"))
+		origin.settle(t)
+		_, c0, _ := origin.counts()
+		got, bodies := exchange(t, s.addr, hostileCase{raw: tt.raw, want: tt.want})
+		if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+			t.Errorf("%s: got %v (%q), want %v", tt.name, got, bodies, tt.want)
+		}
+		if got := testutil.ToFloat64(p.metrics.framing) - framing0; got != tt.refused {
+			t.Errorf("%s: edge_framing_refused_total grew by %v, want %v", tt.name, got, tt.refused)
+		}
+		if got := testutil.ToFloat64(p.metrics.refused.WithLabelValues("400")) - screen0; got != 0 {
+			t.Errorf("%s: edge_refused_requests_total{code=\"400\"} grew by %v, want 0", tt.name, got)
+		}
+		origin.settle(t)
+		if _, c1, _ := origin.counts(); c1-c0 != tt.forwarded {
+			t.Errorf("%s: origin got %d requests, want %d", tt.name, c1-c0, tt.forwarded)
 		}
 	}
 }

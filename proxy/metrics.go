@@ -26,6 +26,8 @@ type metrics struct {
 	misdirected  prometheus.Counter
 	refused      *prometheus.CounterVec
 	framing      prometheus.Counter
+	capped       prometheus.Counter
+	connsOpen    prometheus.Gauge
 	xffMalformed prometheus.Counter
 	buildInfo    prometheus.Gauge
 
@@ -89,7 +91,15 @@ func newMetrics(p *Proxy, version string) *metrics {
 		}, []string{"code"}),
 		framing: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "edge_framing_refused_total",
-			Help: "Requests the public listener refused for their HTTP/1.1 framing (Transfer-Encoding with Content-Length, duplicate Content-Length, malformed chunks, bare LF, ...) before net/http parsed them; each got 400 and its connection was closed.",
+			Help: "Requests the public listener refused for their HTTP/1.1 framing (Transfer-Encoding with Content-Length, duplicate Content-Length, malformed chunks, bare-LF line ends, the asterisk-form target of OPTIONS *, ...) before net/http parsed them; each got 400 and its connection was closed.",
+		}),
+		capped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edge_connections_capped_total",
+			Help: "Connections that arrived while max_connections were open on the public listener: for each, edge closed an idle keep-alive connection or, with none idle, stopped accepting until a connection closed.",
+		}),
+		connsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "edge_connections_open",
+			Help: "Connections open on the public listener (counted against max_connections).",
 		}),
 		xffMalformed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "edge_client_ip_xff_malformed_total",
@@ -143,7 +153,7 @@ func newMetrics(p *Proxy, version string) *metrics {
 func (m *metrics) register(reg prometheus.Registerer) error {
 	m.buildInfo.Set(1)
 	var errs []error
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.reloads, m.lastReload, m.reloadOK, m.upstream, m.misdirected, m.refused, m.framing, m.xffMalformed, m.buildInfo, m.bufferedBytes, m.bufferFull, m.inFlight, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.reloads, m.lastReload, m.reloadOK, m.upstream, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.xffMalformed, m.buildInfo, m.bufferedBytes, m.bufferFull, m.inFlight, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
 		errs = append(errs, reg.Register(c))
 	}
 	return errors.Join(errs...)

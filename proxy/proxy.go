@@ -64,6 +64,8 @@ type Proxy struct {
 	transport    http.RoundTripper
 	ownTransport bool // built by edge: rebuilt when the upstream timeout changes
 
+	capLog onceASecond // logs of the connection cap
+
 	// cluster shares counters through Redis; nil in local mode. Made by
 	// New, kept across reloads, closed by Close (shared.go).
 	cluster *cluster.Client
@@ -215,6 +217,47 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 // FramingRefused counts a request the Listener refused for its framing; give
 // it to ListenerOptions.OnReject.
 func (p *Proxy) FramingRefused() { p.metrics.framing.Inc() }
+
+// ConnectionsOpen follows the connections open on the Listener; give it to
+// ListenerOptions.OnConnections.
+func (p *Proxy) ConnectionsOpen(delta int) { p.metrics.connsOpen.Add(float64(delta)) }
+
+// ConnectionsCapped counts a connection that arrived at the Listener's
+// connection cap, and logs it at most once a second (a flood at the cap
+// would otherwise log a line per connection); give it to
+// ListenerOptions.OnCapped.
+func (p *Proxy) ConnectionsCapped(ev CapEvent) {
+	p.metrics.capped.Inc()
+	suppressed, ok := p.capLog.allow(p.now())
+	if !ok {
+		return
+	}
+	p.log.Warn("connection cap reached: closing idle keep-alive connections, then accepting none until one closes",
+		"max_connections", ev.Max, "closed_idle", ev.ClosedIdle, "suppressed", suppressed)
+}
+
+// onceASecond lets an event through at most once a second and counts the
+// others. It is safe for concurrent use; the zero value is ready.
+type onceASecond struct {
+	mu         sync.Mutex
+	last       time.Time // when an event last went through; zero for never
+	suppressed int       // events held back since then
+}
+
+// allow reports whether the event at now goes through and, if it does, how
+// many were held back since the last one that did.
+func (o *onceASecond) allow(now time.Time) (suppressed int, ok bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	// A clock that went back lets the event through rather than hold
+	// every event back until it catches up.
+	if !o.last.IsZero() && !now.Before(o.last) && now.Before(o.last.Add(time.Second)) {
+		o.suppressed++
+		return 0, false
+	}
+	o.last, suppressed, o.suppressed = now, o.suppressed, 0
+	return suppressed, true
+}
 
 // domain returns the domain named name, or nil.
 func (st *state) domain(name string) *domain {

@@ -29,6 +29,9 @@ const (
 	maxHeaderBytes    = 1 << 20
 	minIPv6Prefix     = 32
 	maxIPv6Prefix     = 128
+	// maxConnections is Linux's default ceiling on open files per
+	// process (fs.nr_open): a cap above it could never be reached.
+	maxConnections = 1 << 20
 )
 
 // Compile applies defaults to the zero fields of cfg, validates it and
@@ -104,6 +107,11 @@ func Compile(cfg Config) (*Table, error) {
 	if t.MaxHeaderBytes < minHeaderBytes || t.MaxHeaderBytes > maxHeaderBytes {
 		p.add("max_header_bytes", "must be between %d and %d, got %d",
 			minHeaderBytes, maxHeaderBytes, t.MaxHeaderBytes)
+	}
+
+	t.MaxConnections = cfg.MaxConnections
+	if cfg.MaxConnections < 0 || cfg.MaxConnections > maxConnections {
+		p.add("max_connections", "must be between 1 and %d, got %d", maxConnections, cfg.MaxConnections)
 	}
 
 	t.LogLevel, t.LogFormat = compileLog(&p, cfg.Log)

@@ -146,6 +146,10 @@ func TestCompileErrors(t *testing.T) {
 			`max_header_bytes: must be between 1024 and 1048576, got 100`},
 		{"max_header_bytes too large", func(c *Config) { c.MaxHeaderBytes = 2 << 20 },
 			`max_header_bytes: must be between 1024 and 1048576, got 2097152`},
+		{"max_connections negative", func(c *Config) { c.MaxConnections = -1 },
+			`max_connections: must be between 1 and 1048576, got -1`},
+		{"max_connections too large", func(c *Config) { c.MaxConnections = 1<<20 + 1 },
+			`max_connections: must be between 1 and 1048576, got 1048577`},
 		{"log level", func(c *Config) { c.Log.Level = "verbose" },
 			`log.level: must be debug, info, warn or error, got "verbose"`},
 		{"log format", func(c *Config) { c.Log.Format = "xml" },
@@ -434,6 +438,7 @@ func TestCompileDefaults(t *testing.T) {
 			Idle: 120 * time.Second, Upstream: 30 * time.Second, Shutdown: 15 * time.Second,
 		}},
 		{"max_header_bytes", tab.MaxHeaderBytes, 64 << 10},
+		{"max_connections (0: from the open-file limit at start)", tab.MaxConnections, 0},
 		{"log.level", tab.LogLevel, slog.LevelInfo},
 		{"log.format", tab.LogFormat, "text"},
 		{"domain index", tab.Domains[1].Index, 1},
@@ -584,4 +589,27 @@ func FuzzCompile(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestDefaultMaxConnections(t *testing.T) {
+	tests := []struct {
+		name  string
+		limit uint64
+		want  int
+	}{
+		{"unknown", 0, 10_000},
+		{"one file", 1, 1},
+		{"two files", 2, 1},
+		{"ulimit -n 1024", 1024, 921},
+		{"ulimit -n 4096", 4096, 3686},
+		{"just under the top", 11_111, 9_999},
+		{"at the top", 11_112, 10_000},
+		{"systemd's 524288", 524_288, 10_000},
+		{"unlimited", ^uint64(0), 10_000},
+	}
+	for _, tt := range tests {
+		if got := DefaultMaxConnections(tt.limit); got != tt.want {
+			t.Errorf("%s: DefaultMaxConnections(%d) = %d, want %d", tt.name, tt.limit, got, tt.want)
+		}
+	}
 }

@@ -29,6 +29,19 @@ const (
 	DefaultShutdownTimeout   = 15 * time.Second
 )
 
+// DefaultMaxConnections is the connection cap when max_connections is not
+// set: the smaller of 10,000 and 90% of openFileLimit, the process's
+// open-file limit (RLIMIT_NOFILE, soft), leaving a tenth of the
+// descriptors for origin connections, the admin listener and files.
+// A limit of 0 means unknown, and gives 10,000.
+func DefaultMaxConnections(openFileLimit uint64) int {
+	const most = 10_000
+	if openFileLimit == 0 || openFileLimit/10*9 >= most {
+		return most
+	}
+	return max(int(openFileLimit/10*9+openFileLimit%10*9/10), 1)
+}
+
 // Config is the configuration file as decoded by cmd/edge. It is plain data:
 // the mapstructure tags are the public YAML keys, and a zero field means
 // "use the default" (see [Compile] for each default). A Config is never used
@@ -78,6 +91,10 @@ type Config struct {
 	// requests together; past it, new requests stream their bodies instead.
 	// Default 256 MiB; at least every domain's RequestBuffer.
 	MaxBufferedBytes Size `mapstructure:"max_buffered_bytes"`
+	// MaxConnections bounds the connections open at once on the public
+	// listener; valid 1..1048576. Zero means the default, which depends on
+	// the process's open-file limit (see [DefaultMaxConnections]).
+	MaxConnections int `mapstructure:"max_connections"`
 	// Log configures the process logger.
 	Log LogConfig `mapstructure:"log"`
 	// Cluster says whether the nodes of a PoP share their counters, and

@@ -34,6 +34,10 @@ type Table struct {
 
 	Timeouts       Timeouts
 	MaxHeaderBytes int
+	// MaxConnections caps the public listener's open connections; 0
+	// means [DefaultMaxConnections] of the open-file limit, which only
+	// the process that listens can read.
+	MaxConnections int
 
 	// MaxBufferedBytes bounds the request body bytes buffered by all
 	// requests together.

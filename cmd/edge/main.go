@@ -226,6 +226,9 @@ func serve(ctx context.Context, table *rules.Table, hash, path string, log *slog
 		IdleTimeout:       table.Timeouts.Idle,
 		MaxHeaderBytes:    table.MaxHeaderBytes,
 		ErrorLog:          errLog,
+		// net/http would answer OPTIONS * itself (200, for any Host); the
+		// Listener refuses it, and so would the proxy's screen.
+		DisableGeneralOptionsHandler: true,
 	}
 	admin := &http.Server{
 		ReadHeaderTimeout: 5 * time.Second,
@@ -245,17 +248,21 @@ func serve(ctx context.Context, table *rules.Table, hash, path string, log *slog
 	}
 	// The bound address decides, not the configured name.
 	admin.Handler = adminRouter(reg, p, rl, &ready, isLoopback(adminLn.Addr().String()))
+	// The Listener refuses ambiguous HTTP/1.1 framing that net/http
+	// accepts (proxy/listener.go), cuts clients that stop reading
+	// (WriteTimeout stays 0 so long streams are not cut), and caps the
+	// connections open, closing idle ones first (hence ConnState).
+	guard := proxy.NewListener(publicLn, proxy.ListenerOptions{
+		MaxHeaderBytes:   public.MaxHeaderBytes, // must equal the server's
+		WriteIdleTimeout: 30 * time.Second,
+		OnReject:         p.FramingRefused,
+		MaxConnections:   connectionCap(table, log),
+		OnCapped:         p.ConnectionsCapped,
+		OnConnections:    p.ConnectionsOpen,
+	})
+	public.ConnState = guard.ConnState
 	errc := make(chan error, 2)
-	go func() {
-		// The Listener refuses ambiguous HTTP/1.1 framing that net/http
-		// accepts (proxy/listener.go) and cuts clients that stop reading;
-		// WriteTimeout stays 0 so long streams are not cut.
-		errc <- public.Serve(proxy.NewListener(publicLn, proxy.ListenerOptions{
-			MaxHeaderBytes:   public.MaxHeaderBytes, // must equal the server's
-			WriteIdleTimeout: 30 * time.Second,
-			OnReject:         p.FramingRefused,
-		}))
-	}()
+	go func() { errc <- public.Serve(guard) }()
 	go func() { errc <- admin.Serve(adminLn) }()
 	reloadCtx, stopReloads := context.WithCancel(context.Background())
 	reloadDone := make(chan struct{})

@@ -341,6 +341,7 @@ func TestReloadRestartRequired(t *testing.T) {
 		{"timeouts.write", "", "timeouts: {write: 5s}"},
 		{"timeouts.idle", "", "timeouts: {idle: 5s}"},
 		{"max_header_bytes", "", "max_header_bytes: 4096"},
+		{"max_connections", "", "max_connections: 500"},
 		{"log.format", "", "log: {format: json}"},
 		{"cluster.store", redis, `cluster: {store: redis, redis: {addresses: ["127.0.0.1:1"]}}`},
 		{"cluster.redis.addresses", "", redis},

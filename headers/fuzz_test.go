@@ -58,9 +58,9 @@ func FuzzPolicy(f *testing.F) {
 			}
 		}
 
-		ps, err := headers.ParsePolicies(v)
+		ps, err := refPolicies(v)
 		if err != nil || len(ps) != 1 || ps[0] != want {
-			t.Errorf("ParsePolicies(%s) = %+v, %v, want [%+v]", v, ps, err, want)
+			t.Errorf("httpsfv reads %s as %+v, %v, want [%+v]", v, ps, err, want)
 		}
 	})
 }
@@ -106,9 +106,9 @@ func FuzzLimit(f *testing.F) {
 			t.Errorf("%s: t = %#v, want %d", v, got, wantSeconds(l.Reset))
 		}
 
-		ls, err := headers.ParseLimits(v)
+		ls, err := refLimits(v)
 		if err != nil || len(ls) != 1 || ls[0] != want {
-			t.Errorf("ParseLimits(%s) = %+v, %v, want [%+v]", v, ls, err, want)
+			t.Errorf("httpsfv reads %s as %+v, %v, want [%+v]", v, ls, err, want)
 		}
 	})
 }
@@ -142,4 +142,42 @@ func wantSeconds(d time.Duration) int64 {
 		return 0
 	}
 	return min(int64((d-1)/time.Second)+1, 1<<31-1)
+}
+
+// FuzzRoundTrip reads arbitrary RateLimit-Policy and RateLimit values with
+// httpsfv as a client would and checks that what it accepts, written again
+// by AppendPolicies and AppendLimits, is a List httpsfv reads as the same
+// values (windows and resets capped at MaxSeconds).
+func FuzzRoundTrip(f *testing.F) {
+	for _, v := range []string{
+		`"burst";q=100;w=60, "daily";q=1000;w=86400`,
+		`"default";r=50;t=30`,
+		`"peruser";q=65535;qu="content-bytes";w=10;pk=:sdfjLJUOUH==:`,
+		`"a";q=1;acme-x=1.5;acme-y=?0;acme-z=@1700000000;acme-d=%"caf%c3%a9";acme-t=tok/en:x;acme-flag`,
+		`tok;r=1;t=2, "b\"c";r=3`,
+		`("a" "b";x=1);y=2, "c";q=1`,
+		`"a";q=999999999999999;w=999999999999999`,
+	} {
+		f.Add(v)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		if ps, err := refPolicies(v); err == nil && len(ps) > 0 {
+			out := string(headers.AppendPolicies(nil, ps...))
+			for i := range ps {
+				ps[i].Window = min(ps[i].Window, headers.MaxSeconds*time.Second)
+			}
+			if again, err := refPolicies(out); err != nil || !slices.Equal(again, ps) {
+				t.Fatalf("%q written as %s, read back as %+v, %v, want %+v", v, out, again, err, ps)
+			}
+		}
+		if ls, err := refLimits(v); err == nil && len(ls) > 0 {
+			out := string(headers.AppendLimits(nil, ls...))
+			for i := range ls {
+				ls[i].Reset = min(ls[i].Reset, headers.MaxSeconds*time.Second)
+			}
+			if again, err := refLimits(out); err != nil || !slices.Equal(again, ls) {
+				t.Fatalf("%q written as %s, read back as %+v, %v, want %+v", v, out, again, err, ls)
+			}
+		}
+	})
 }

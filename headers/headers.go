@@ -2,8 +2,7 @@
 // Retry-After (RFC 9110, Section 10.2.3), the de-facto X-RateLimit-Limit,
 // X-RateLimit-Remaining and X-RateLimit-Reset triple, and the RateLimit and
 // RateLimit-Policy fields of draft-ietf-httpapi-ratelimit-headers, which are
-// RFC 9651 Structured Field Lists. It also parses the latter two, so that
-// tests can check the output and the proxy can read an origin's fields.
+// RFC 9651 Structured Field Lists.
 //
 // The package knows nothing about counters or rules: it turns plain values
 // into bytes. Formatting is on the hot path of every response, so the Append

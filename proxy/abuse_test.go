@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgerate/edge/guard"
+	"github.com/edgerate/edge/internal/hostile"
 	"github.com/edgerate/edge/rules"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -57,7 +59,7 @@ func TestSlowClients(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := startHostileServer(t, p, table, ListenerOptions{WriteIdleTimeout: writeIdle})
+	s := startHostileServer(t, p, table, guard.ListenerOptions{WriteIdleTimeout: writeIdle})
 	defer s.stop(t)
 
 	// Each attacker runs until the server closes its connection, which
@@ -86,15 +88,15 @@ func TestSlowClients(t *testing.T) {
 			return drip(c, "GET / HTTP/1.1\r\nHost: api.example.com\r\nX-A: ", 50*time.Millisecond, 'a')
 		}},
 		{"slow body", 10, 2500 * time.Millisecond, func(c net.Conn) error {
-			return drip(c, req("POST / HTTP/1.1", hAPI, "Content-Length: 100000"), 50*time.Millisecond, 'a')
+			return drip(c, hostile.Req("POST / HTTP/1.1", hostile.HostAPI, "Content-Length: 100000"), 50*time.Millisecond, 'a')
 		}},
 		{"slow chunked body", 10, 2500 * time.Millisecond, func(c net.Conn) error {
-			return drip(c, req("POST / HTTP/1.1", hAPI, "Transfer-Encoding: chunked")+"100000\r\n", 50*time.Millisecond, 'a')
+			return drip(c, hostile.Req("POST / HTTP/1.1", hostile.HostAPI, "Transfer-Encoding: chunked")+"100000\r\n", 50*time.Millisecond, 'a')
 		}},
 		{"slow read", 5, 2500 * time.Millisecond, func(c net.Conn) error {
 			// Ask for a big response and never read it.
 			c.(*net.TCPConn).SetReadBuffer(4 << 10)
-			_, err := io.WriteString(c, rawGet("/big"))
+			_, err := io.WriteString(c, hostile.Get("/big"))
 			return err
 		}},
 	}

@@ -1,11 +1,7 @@
 package proxy
 
 import (
-	"errors"
-	"net"
 	"net/http"
-	"runtime"
-	"sync"
 	"testing"
 	"time"
 
@@ -70,119 +66,5 @@ func BenchmarkServeHTTP(b *testing.B) {
 				b.Fatalf("status %d, want %d", w.status, c.status)
 			}
 		})
-	}
-}
-
-// BenchmarkConnMemory measures what one connection costs edge's process
-// while its client holds an unfinished request head of 64 KB (64,000
-// bytes of fields, the head's end never sent), the slow-client attack that
-// max_connections bounds. 500 connections (a bounded local test: run with
-// -benchtime=1x) go to a real http.Server configured as cmd/edge's public
-// one, serving the Proxy through the Listener; the figures are the growth
-// of live heap and of goroutine stacks after a full GC, divided by the
-// connections. The clients' ends of the connections are in this process
-// too and are included (their share is under 1 KB each: a socket and its
-// poll descriptor); kernel socket buffers are not.
-//
-//	head-bytes/conn   heap and stacks, unfinished 64 KB head
-//	idle-bytes/conn   heap and stacks, connected, nothing sent
-func BenchmarkConnMemory(b *testing.B) {
-	const conns = 500
-	table, err := rules.Compile(rules.Config{Domains: []rules.DomainConfig{{
-		Hosts: []string{"api.example.com"}, Respond: &rules.ResponseConfig{Body: "ok"},
-	}}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	p, err := New(Options{Table: table})
-	if err != nil {
-		b.Fatal(err)
-	}
-	head := []byte("GET / HTTP/1.1\r\nHost: api.example.com\r\n")
-	for len(head) < 64_000 {
-		head = append(head, "X-Filler: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n"...)
-	}
-	head = head[:64_000-2]
-	head = append(head, "\r\n"...) // a complete field line; the empty line never comes
-
-	live := func() uint64 {
-		runtime.GC()
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		return ms.HeapAlloc + ms.StackInuse
-	}
-	for range b.N {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		var mu sync.Mutex
-		var guards []*guardConn
-		l := NewListener(ln, ListenerOptions{MaxHeaderBytes: table.MaxHeaderBytes})
-		srv := &http.Server{
-			Handler: p, ReadHeaderTimeout: table.Timeouts.ReadHeader, IdleTimeout: table.Timeouts.Idle,
-			MaxHeaderBytes: table.MaxHeaderBytes, DisableGeneralOptionsHandler: true,
-			ConnState: func(c net.Conn, st http.ConnState) {
-				l.ConnState(c, st)
-				if st == http.StateNew {
-					mu.Lock()
-					guards = append(guards, c.(*guardConn))
-					mu.Unlock()
-				}
-			},
-		}
-		done := make(chan error, 1)
-		go func() { done <- srv.Serve(l) }()
-		// received is how many head bytes the server holds.
-		received := func() int {
-			mu.Lock()
-			defer mu.Unlock()
-			n := 0
-			for _, g := range guards {
-				g.mu.Lock()
-				n += g.f.hi - g.f.lo
-				g.mu.Unlock()
-			}
-			return n
-		}
-		waitFor := func(what string, ok func() bool) {
-			deadline := time.Now().Add(30 * time.Second)
-			for !ok() {
-				if time.Now().After(deadline) {
-					b.Fatalf("timed out waiting for %s", what)
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-		}
-
-		before := live()
-		clients := make([]net.Conn, 0, conns)
-		for range conns {
-			c, err := net.Dial("tcp", ln.Addr().String())
-			if err != nil {
-				b.Fatal(err)
-			}
-			clients = append(clients, c)
-		}
-		waitFor("the server to see every connection", func() bool { mu.Lock(); defer mu.Unlock(); return len(guards) == conns })
-		connected := live()
-		for _, c := range clients {
-			if _, err := c.Write(head); err != nil {
-				b.Fatal(err)
-			}
-		}
-		waitFor("the server to read every head", func() bool { return received() == conns*len(head) })
-		held := live()
-		b.ReportMetric(float64(connected-before)/conns, "idle-bytes/conn")
-		b.ReportMetric(float64(held-before)/conns, "head-bytes/conn")
-
-		for _, c := range clients {
-			c.Close()
-		}
-		srv.Close()
-		if err := <-done; !errors.Is(err, http.ErrServerClosed) {
-			b.Fatal(err)
-		}
 	}
 }

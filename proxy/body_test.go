@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgerate/edge/guard"
+	"github.com/edgerate/edge/internal/hostile"
 	"github.com/edgerate/edge/rules"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -86,7 +88,7 @@ func newBodyEnv(t *testing.T, mutate func(*rules.Config)) *bodyEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := startHostileServer(t, p, table, ListenerOptions{WriteIdleTimeout: 5 * time.Second})
+	s := startHostileServer(t, p, table, guard.ListenerOptions{WriteIdleTimeout: 5 * time.Second})
 	t.Cleanup(func() { s.stop(t) })
 	return &bodyEnv{origin: o, proxy: p, srv: s}
 }
@@ -143,7 +145,7 @@ func TestSlowBodiesHoldNoOriginConnection(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newBodyEnv(t, func(c *rules.Config) { c.Domains[0].RequestBuffering = tt.buffering })
-			head := req("POST /upload HTTP/1.1", hAPI, fmt.Sprintf("Content-Length: %d", size))
+			head := hostile.Req("POST /upload HTTP/1.1", hostile.HostAPI, fmt.Sprintf("Content-Length: %d", size))
 			conns := make([]net.Conn, clients)
 			for i := range conns {
 				conns[i] = e.dial(t)
@@ -205,7 +207,7 @@ func TestSlowBodiesHoldNoOriginConnection(t *testing.T) {
 func TestMaxRequestBody(t *testing.T) {
 	chunk := func(s string) string { return fmt.Sprintf("%x\r\n%s\r\n", len(s), s) }
 	chunked := func(parts ...string) string {
-		b := req("POST /upload HTTP/1.1", hAPI, "Transfer-Encoding: chunked")
+		b := hostile.Req("POST /upload HTTP/1.1", hostile.HostAPI, "Transfer-Encoding: chunked")
 		for _, p := range parts {
 			b += chunk(p)
 		}
@@ -222,13 +224,13 @@ func TestMaxRequestBody(t *testing.T) {
 		// complete request reached it.
 		wantOrigin bool
 	}{
-		{name: "Content-Length over", raw: req("POST /upload HTTP/1.1", hAPI, "Content-Length: 4097"),
+		{name: "Content-Length over", raw: hostile.Req("POST /upload HTTP/1.1", hostile.HostAPI, "Content-Length: 4097"),
 			max: 4 * rules.KiB, want: 413},
-		{name: "Content-Length over with Expect", raw: req("POST /upload HTTP/1.1", hAPI, "Content-Length: 4097", "Expect: 100-continue"),
+		{name: "Content-Length over with Expect", raw: hostile.Req("POST /upload HTTP/1.1", hostile.HostAPI, "Content-Length: 4097", "Expect: 100-continue"),
 			max: 4 * rules.KiB, want: 413},
-		{name: "Content-Length over, streaming", raw: req("POST /upload HTTP/1.1", hAPI, "Content-Length: 4097"),
+		{name: "Content-Length over, streaming", raw: hostile.Req("POST /upload HTTP/1.1", hostile.HostAPI, "Content-Length: 4097"),
 			max: 4 * rules.KiB, streaming: true, want: 413},
-		{name: "Content-Length at the limit", raw: req("POST /upload HTTP/1.1", hAPI, "Content-Length: 4096") + strings.Repeat(kib, 4),
+		{name: "Content-Length at the limit", raw: hostile.Req("POST /upload HTTP/1.1", hostile.HostAPI, "Content-Length: 4096") + strings.Repeat(kib, 4),
 			max: 4 * rules.KiB, want: 200, wantOrigin: true},
 		{name: "chunked over, within the buffer", raw: chunked(kib, kib, kib, kib, "x"),
 			max: 4 * rules.KiB, want: 413},
@@ -289,7 +291,7 @@ func TestMaxRequestBody(t *testing.T) {
 // body; the origin never sees Expect.
 func TestExpectContinue(t *testing.T) {
 	e := newBodyEnv(t, func(c *rules.Config) { c.Domains[0].Rules[0].Limit = 1 })
-	head := req("POST /upload HTTP/1.1", hAPI, "Content-Length: 5", "Expect: 100-continue")
+	head := hostile.Req("POST /upload HTTP/1.1", hostile.HostAPI, "Content-Length: 5", "Expect: 100-continue")
 
 	allowed := e.dial(t)
 	if _, err := io.WriteString(allowed, head); err != nil {
@@ -374,7 +376,7 @@ func TestBufferCapFallsBackToStreaming(t *testing.T) {
 		c.RequestBuffer, c.MaxBufferedBytes = 64*rules.KiB, 64*rules.KiB
 	})
 	holder := e.dial(t)
-	if _, err := io.WriteString(holder, req("POST /upload HTTP/1.1", hAPI, "Content-Length: 65536")+"slow"); err != nil {
+	if _, err := io.WriteString(holder, hostile.Req("POST /upload HTTP/1.1", hostile.HostAPI, "Content-Length: 65536")+"slow"); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, 10*time.Second, "the first body buffering", func() bool {
@@ -382,7 +384,7 @@ func TestBufferCapFallsBackToStreaming(t *testing.T) {
 	})
 
 	streamer := e.dial(t)
-	if _, err := io.WriteString(streamer, req("POST /upload HTTP/1.1", hAPI, "Content-Length: 9")+"slow"); err != nil {
+	if _, err := io.WriteString(streamer, hostile.Req("POST /upload HTTP/1.1", hostile.HostAPI, "Content-Length: 9")+"slow"); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, 10*time.Second, "the second request at the origin", func() bool { return e.origin.conns.Load() == 1 })
@@ -412,10 +414,10 @@ func TestHalfClosedClientGetsTheResponse(t *testing.T) {
 		raw       string
 		buffering *bool
 	}{
-		{"GET", rawGet("/slow"), nil},
-		{"chunked POST", req("POST /slow HTTP/1.1", hAPI, "Transfer-Encoding: chunked") + "5\r\nhello\r\n0\r\n\r\n", nil},
-		{"chunked POST, streaming", req("POST /slow HTTP/1.1", hAPI, "Transfer-Encoding: chunked") + "5\r\nhello\r\n0\r\n\r\n", &off},
-		{"Content-Length POST", req("POST /slow HTTP/1.1", hAPI, "Content-Length: 5") + "hello", nil},
+		{"GET", hostile.Get("/slow"), nil},
+		{"chunked POST", hostile.Req("POST /slow HTTP/1.1", hostile.HostAPI, "Transfer-Encoding: chunked") + "5\r\nhello\r\n0\r\n\r\n", nil},
+		{"chunked POST, streaming", hostile.Req("POST /slow HTTP/1.1", hostile.HostAPI, "Transfer-Encoding: chunked") + "5\r\nhello\r\n0\r\n\r\n", &off},
+		{"Content-Length POST", hostile.Req("POST /slow HTTP/1.1", hostile.HostAPI, "Content-Length: 5") + "hello", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -492,7 +494,7 @@ func startServer(t *testing.T, table *rules.Table, h http.Handler) string {
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- srv.Serve(NewListener(ln, ListenerOptions{MaxHeaderBytes: table.MaxHeaderBytes, WriteIdleTimeout: 5 * time.Second}))
+		done <- srv.Serve(guard.NewListener(ln, guard.ListenerOptions{MaxHeaderBytes: table.MaxHeaderBytes, WriteIdleTimeout: 5 * time.Second}))
 	}()
 	t.Cleanup(func() {
 		srv.Close()
@@ -571,7 +573,7 @@ func TestGoneClientAbortsTheForward(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := io.WriteString(c, rawGet("/big")); err != nil {
+	if _, err := io.WriteString(c, hostile.Get("/big")); err != nil {
 		t.Fatal(err)
 	}
 	<-started

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"github.com/edgerate/edge/rules"
 )
 
 // Limits on the X-Forwarded-For work done for one request from a trusted
@@ -199,7 +201,7 @@ func (c *ClientIP) walkXFF(xff []string) (client netip.Addr, malformed bool) {
 		line := xff[li]
 		for {
 			i := strings.LastIndexByte(line, ',')
-			elem := trimOWS(line[i+1:]) // i == -1: the whole line
+			elem := rules.TrimOWS(line[i+1:]) // i == -1: the whole line
 			examined++
 			if examined > xffMaxElements {
 				return netip.Addr{}, true
@@ -221,19 +223,6 @@ func (c *ClientIP) walkXFF(xff []string) (client netip.Addr, malformed bool) {
 		}
 	}
 	return leftmost, false
-}
-
-// trimOWS removes RFC 9110 optional whitespace (spaces and tabs) from both
-// ends of s. strings.TrimSpace would also accept Unicode spaces, which no
-// proxy writes around a list element.
-func trimOWS(s string) string {
-	for s != "" && (s[0] == ' ' || s[0] == '\t') {
-		s = s[1:]
-	}
-	for s != "" && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
-		s = s[:len(s)-1]
-	}
-	return s
 }
 
 // parseXFFElement parses one trimmed, non-empty X-Forwarded-For element as
@@ -302,7 +291,7 @@ func parseZonedAddr(s string) (netip.Addr, bool) {
 		return netip.Addr{}, false
 	}
 	for i := 0; i < len(s); i++ {
-		if d := s[i]; !isHexDigit(d) && d != '.' && d != ':' {
+		if d := s[i]; !rules.IsHexDigit(d) && d != '.' && d != ':' {
 			return netip.Addr{}, false
 		}
 	}
@@ -331,8 +320,4 @@ func validPort(s string) bool {
 		}
 	}
 	return true
-}
-
-func isHexDigit(d byte) bool {
-	return '0' <= d && d <= '9' || 'a' <= d && d <= 'f' || 'A' <= d && d <= 'F'
 }

@@ -15,8 +15,8 @@ import (
 // This file screens requests for what net/http accepts but a gateway must
 // not pass on: requests whose meaning depends on how the origin resolves an
 // ambiguity that edge resolved one way for its rules. Framing (smuggling)
-// is the Listener's job, because net/http hides it from handlers; this is
-// the part a handler can see.
+// is the job of package guard, because net/http hides it from handlers;
+// this is the part a handler can see.
 //
 // What reaches the origin: the request target exactly as the client sent
 // it (net/http re-escapes only bytes that may not appear raw), while rules
@@ -31,10 +31,10 @@ import (
 //   - an encoded separator (%2F, %5C) or a backslash: some origins split
 //     on them, others do not (Envoy CVE-2021-29492);
 //   - a control byte after decoding (%00, %0A, ...), and a fragment ('#');
-//   - the asterisk-form target ("*", which the Listener refuses first), and
+//   - the asterisk-form target ("*", which guard.Listener refuses first), and
 //     an absolute-form target that is
 //     not an http(s) URL with an authority, or has userinfo or a
-//     percent-encoded host (net/http decodes it; the Listener compares it
+//     percent-encoded host (net/http decodes it; guard.Listener compares it
 //     with Host).
 //
 // Also refused: CONNECT (501: edge is not a forward proxy), the HTTP/2

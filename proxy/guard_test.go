@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/edgerate/edge/internal/hostile"
 )
 
 func TestScreenRequest(t *testing.T) {
@@ -50,7 +52,7 @@ func TestScreenRequest(t *testing.T) {
 		{"GET / HTTP/1.1", []string{"x_real_ip: 1.2.3.4"}, 400},
 	}
 	for _, tt := range tests {
-		raw := req(append([]string{tt.line, "Host: a.example"}, tt.fields...)...)
+		raw := hostile.Req(append([]string{tt.line, "Host: a.example"}, tt.fields...)...)
 		r, err := http.ReadRequest(bufio.NewReader(strings.NewReader(raw)))
 		if err != nil {
 			t.Fatalf("%q: %v", tt.line, err)
@@ -128,8 +130,8 @@ func FuzzMatchPath(f *testing.F) {
 // Merging and cutting only ever make more rules match (see stripParams),
 // so any origin's reading of the target is a path edge's rules saw.
 func FuzzScreenTarget(f *testing.F) {
-	for _, c := range hostileCorpus() {
-		if line, _, ok := strings.Cut(c.raw, "\r\n"); ok {
+	for _, c := range hostile.Corpus() {
+		if line, _, ok := strings.Cut(c.Raw, "\r\n"); ok {
 			if parts := strings.Split(line, " "); len(parts) == 3 {
 				f.Add(parts[1])
 			}

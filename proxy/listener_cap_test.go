@@ -3,7 +3,6 @@ package proxy
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -16,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgerate/edge/guard"
+	"github.com/edgerate/edge/internal/hostile"
 	"github.com/edgerate/edge/rules"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -33,11 +34,11 @@ type capEnv struct {
 	done    chan error
 	logs    *syncBuffer
 	clk     *clock
-	idle    chan string   // remote address of each connection the server saw go idle
-	capped  chan CapEvent // each OnCapped call
-	blocked chan struct{} // one per /block request that reached the origin
-	release chan struct{} // one per /block request allowed to finish
-	served  atomic.Int64  // requests other than /block that reached the origin
+	idle    chan string         // remote address of each connection the server saw go idle
+	capped  chan guard.CapEvent // each OnCapped call
+	blocked chan struct{}       // one per /block request that reached the origin
+	release chan struct{}       // one per /block request allowed to finish
+	served  atomic.Int64        // requests other than /block that reached the origin
 }
 
 // syncBuffer is a bytes.Buffer safe for concurrent use, for logs.
@@ -66,7 +67,7 @@ func startCapEnv(t *testing.T, maxConns int) *capEnv {
 		logs:    &syncBuffer{},
 		clk:     newClock(),
 		idle:    make(chan string, 16),
-		capped:  make(chan CapEvent, 16),
+		capped:  make(chan guard.CapEvent, 16),
 		blocked: make(chan struct{}, 16),
 		release: make(chan struct{}, 16),
 	}
@@ -96,11 +97,11 @@ func startCapEnv(t *testing.T, maxConns int) *capEnv {
 		t.Fatal(err)
 	}
 	e.addr = ln.Addr().String()
-	l := NewListener(ln, ListenerOptions{
+	l := guard.NewListener(ln, guard.ListenerOptions{
 		MaxConnections: maxConns,
 		OnReject:       e.p.FramingRefused,
-		OnCapped: func(ev CapEvent) {
-			e.p.ConnectionsCapped(ev)
+		OnCapped: func(ev guard.CapEvent) {
+			e.p.ConnectionsCapped(ev.Max, ev.ClosedIdle)
 			e.capped <- ev
 		},
 		OnConnections: e.p.ConnectionsOpen,
@@ -153,7 +154,7 @@ func (e *capEnv) dial() *capClient {
 // send writes a keep-alive GET of path.
 func (c *capClient) send(t *testing.T, path string) {
 	t.Helper()
-	if _, err := io.WriteString(c.conn, rawGet(path)); err != nil {
+	if _, err := io.WriteString(c.conn, hostile.Get(path)); err != nil {
 		t.Fatalf("writing GET %s: %v", path, err)
 	}
 }
@@ -210,7 +211,7 @@ func TestListenerCapClosesIdleConnections(t *testing.T) {
 	if got, body := fourth.get(t, "/b"); got != 200 || body != "origin /b" {
 		t.Fatalf("fourth: got %d %q, want 200 %q", got, body, "origin /b")
 	}
-	if ev := <-e.capped; ev != (CapEvent{Max: 3, ClosedIdle: true}) {
+	if ev := <-e.capped; ev != (guard.CapEvent{Max: 3, ClosedIdle: true}) {
 		t.Errorf("cap event: got %+v, want {Max:3 ClosedIdle:true}", ev)
 	}
 	if n, err := clients[0].conn.Read(make([]byte, 1)); err != io.EOF {
@@ -255,7 +256,7 @@ func TestListenerCapWaitsForAConnectionToClose(t *testing.T) {
 	// and accepts nothing more. Its request does not reach the origin.
 	fourth := e.dial()
 	fourth.send(t, "/d")
-	if ev := <-e.capped; ev != (CapEvent{Max: 3, ClosedIdle: false}) {
+	if ev := <-e.capped; ev != (guard.CapEvent{Max: 3, ClosedIdle: false}) {
 		t.Errorf("cap event: got %+v, want {Max:3 ClosedIdle:false}", ev)
 	}
 	if got := testutil.ToFloat64(e.p.metrics.connsOpen); got != 3 {
@@ -280,78 +281,6 @@ func TestListenerCapWaitsForAConnectionToClose(t *testing.T) {
 	}
 	if !strings.Contains(e.logs.String(), "max_connections=3 closed_idle=false") {
 		t.Errorf("cap log: got %q, want max_connections=3 closed_idle=false", e.logs)
-	}
-}
-
-// TestListenerCapCloseWhileWaiting: an Accept waiting for room returns when
-// the listener closes, so that Serve, and shutdown, do not hang.
-func TestListenerCapCloseWhileWaiting(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	tests := []struct {
-		name string
-		stop func(srv *http.Server) error
-	}{
-		{"Close", func(srv *http.Server) error { return srv.Close() }},
-		{"Shutdown", func(srv *http.Server) error {
-			// Shutdown closes the listener first; with its context already
-			// canceled it then returns at once instead of waiting for the
-			// held handler, which Close ends.
-			ctx, cancel := context.WithCancel(context.Background())
-			cancel()
-			if err := srv.Shutdown(ctx); !errors.Is(err, context.Canceled) {
-				return err
-			}
-			return srv.Close()
-		}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			capped := make(chan CapEvent, 1)
-			l := NewListener(ln, ListenerOptions{MaxConnections: 1, OnCapped: func(ev CapEvent) { capped <- ev }})
-			hold := make(chan struct{})
-			entered := make(chan struct{}, 1)
-			srv := &http.Server{
-				ErrorLog:  discardLog,
-				ConnState: l.ConnState,
-				Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					entered <- struct{}{}
-					<-hold
-				}),
-			}
-			done := make(chan error, 1)
-			go func() { done <- srv.Serve(l) }()
-			c1, err := net.Dial("tcp", ln.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c1.Close()
-			io.WriteString(c1, rawGet("/"))
-			<-entered
-			c2, err := net.Dial("tcp", ln.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c2.Close()
-			<-capped // Accept now waits for room
-			stopped := make(chan error, 1)
-			go func() { stopped <- tt.stop(srv) }()
-			if err := <-done; !errors.Is(err, http.ErrServerClosed) {
-				t.Errorf("Serve: got %v, want http.ErrServerClosed", err)
-			}
-			close(hold)
-			if err := <-stopped; err != nil {
-				t.Errorf("%s: %v", tt.name, err)
-			}
-			// The held connection was closed, never served.
-			c2.SetReadDeadline(time.Now().Add(5 * time.Second))
-			if n, err := c2.Read(make([]byte, 1)); n != 0 || err == nil {
-				t.Errorf("held connection: read %d, %v, want 0 and an error", n, err)
-			}
-		})
 	}
 }
 
@@ -391,7 +320,7 @@ func TestConnectionsCappedLogsOnceASecond(t *testing.T) {
 		}
 		clk.Advance(s.advance)
 		for range s.events {
-			p.ConnectionsCapped(CapEvent{Max: 10})
+			p.ConnectionsCapped(10, false)
 		}
 		total += s.events
 		var got []string

@@ -214,26 +214,27 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 	return st, nil
 }
 
-// FramingRefused counts a request the Listener refused for its framing; give
-// it to ListenerOptions.OnReject.
+// FramingRefused counts a request the framing guard (guard.Listener)
+// refused for its framing; give it to guard.ListenerOptions.OnReject.
 func (p *Proxy) FramingRefused() { p.metrics.framing.Inc() }
 
-// ConnectionsOpen follows the connections open on the Listener; give it to
-// ListenerOptions.OnConnections.
+// ConnectionsOpen follows the connections open on the framing guard; give
+// it to guard.ListenerOptions.OnConnections.
 func (p *Proxy) ConnectionsOpen(delta int) { p.metrics.connsOpen.Add(float64(delta)) }
 
-// ConnectionsCapped counts a connection that arrived at the Listener's
-// connection cap, and logs it at most once a second (a flood at the cap
-// would otherwise log a line per connection); give it to
-// ListenerOptions.OnCapped.
-func (p *Proxy) ConnectionsCapped(ev CapEvent) {
+// ConnectionsCapped counts a connection that arrived at the framing guard's
+// connection cap of maxConns, and logs it at most once a second (a flood at
+// the cap would otherwise log a line per connection). closedIdle tells
+// whether an idle keep-alive connection was closed to admit it. Call it
+// from guard.ListenerOptions.OnCapped with the fields of the CapEvent.
+func (p *Proxy) ConnectionsCapped(maxConns int, closedIdle bool) {
 	p.metrics.capped.Inc()
 	suppressed, ok := p.capLog.allow(p.now())
 	if !ok {
 		return
 	}
 	p.log.Warn("connection cap reached: closing idle keep-alive connections, then accepting none until one closes",
-		"max_connections", ev.Max, "closed_idle", ev.ClosedIdle, "suppressed", suppressed)
+		"max_connections", maxConns, "closed_idle", closedIdle, "suppressed", suppressed)
 }
 
 // onceASecond lets an event through at most once a second and counts the

@@ -713,7 +713,7 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 		seen := make(map[string]int)
 		for k, raw := range m.Methods {
 			mpath := fmt.Sprintf("%s.match.methods[%d]", path, k)
-			if !isToken(raw) {
+			if !IsToken(raw) {
 				p.add(mpath, "must be an HTTP method (a token), got %q", raw)
 				continue
 			}
@@ -751,7 +751,7 @@ func compileKey(p *problems, path string, keys []string) []KeyPart {
 			kp.Kind = KeyHost
 		case strings.HasPrefix(raw, "header:"):
 			name := raw[len("header:"):]
-			if !isToken(name) {
+			if !IsToken(name) {
 				p.add(kpath, "header name must be an HTTP token, got %q", raw)
 				continue
 			}
@@ -774,23 +774,6 @@ func compileKey(p *problems, path string, keys []string) []KeyPart {
 		out = append(out, kp)
 	}
 	return out
-}
-
-// isToken reports whether s is an HTTP token (RFC 9110 §5.6.2).
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
-			continue
-		}
-		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
-			return false
-		}
-	}
-	return true
 }
 
 // compileResponse validates a static response. alwaysType says whether the

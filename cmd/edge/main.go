@@ -33,6 +33,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/edgerate/edge/guard"
 	"github.com/edgerate/edge/proxy"
 	"github.com/edgerate/edge/rules"
 	"github.com/go-chi/chi/v5"
@@ -227,7 +228,7 @@ func serve(ctx context.Context, table *rules.Table, hash, path string, log *slog
 		MaxHeaderBytes:    table.MaxHeaderBytes,
 		ErrorLog:          errLog,
 		// net/http would answer OPTIONS * itself (200, for any Host); the
-		// Listener refuses it, and so would the proxy's screen.
+		// framing guard refuses it, and so would the proxy's screen.
 		DisableGeneralOptionsHandler: true,
 	}
 	admin := &http.Server{
@@ -248,21 +249,21 @@ func serve(ctx context.Context, table *rules.Table, hash, path string, log *slog
 	}
 	// The bound address decides, not the configured name.
 	admin.Handler = adminRouter(reg, p, rl, &ready, isLoopback(adminLn.Addr().String()))
-	// The Listener refuses ambiguous HTTP/1.1 framing that net/http
-	// accepts (proxy/listener.go), cuts clients that stop reading
-	// (WriteTimeout stays 0 so long streams are not cut), and caps the
-	// connections open, closing idle ones first (hence ConnState).
-	guard := proxy.NewListener(publicLn, proxy.ListenerOptions{
+	// The framing guard refuses ambiguous HTTP/1.1 framing that net/http
+	// accepts, cuts clients that stop reading (WriteTimeout stays 0 so
+	// long streams are not cut), and caps the connections open, closing
+	// idle ones first (hence ConnState).
+	guarded := guard.NewListener(publicLn, guard.ListenerOptions{
 		MaxHeaderBytes:   public.MaxHeaderBytes, // must equal the server's
 		WriteIdleTimeout: 30 * time.Second,
 		OnReject:         p.FramingRefused,
 		MaxConnections:   connectionCap(table, log),
-		OnCapped:         p.ConnectionsCapped,
+		OnCapped:         func(ev guard.CapEvent) { p.ConnectionsCapped(ev.Max, ev.ClosedIdle) },
 		OnConnections:    p.ConnectionsOpen,
 	})
-	public.ConnState = guard.ConnState
+	public.ConnState = guarded.ConnState
 	errc := make(chan error, 2)
-	go func() { errc <- public.Serve(guard) }()
+	go func() { errc <- public.Serve(guarded) }()
 	go func() { errc <- admin.Serve(adminLn) }()
 	reloadCtx, stopReloads := context.WithCancel(context.Background())
 	reloadDone := make(chan struct{})

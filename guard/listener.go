@@ -1,0 +1,248 @@
+// Package guard screens the HTTP/1.x framing of requests on raw
+// connections, before net/http parses them, and bounds the connections a
+// server holds: see Listener. It is split by job: the Listener and its
+// connection cap (listener.go), the connection wrapper with its write
+// deadlines (conn.go), the framing state machine that follows every message
+// on a connection (framer.go), and the request-head parser (head.go).
+//
+// The package knows nothing of rate limiting. It imports only the standard
+// library and package rules, for the syntax of hosts and of HTTP bytes; the
+// server above it observes refusals and the cap through the func hooks of
+// ListenerOptions, and counts or logs them itself.
+package guard
+
+import (
+	"container/list"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// ListenerOptions configure a Listener. The zero value is usable.
+type ListenerOptions struct {
+	// MaxHeaderBytes must be the MaxHeaderBytes of the http.Server that
+	// serves the listener; 0 means http.DefaultMaxHeaderBytes, as for the
+	// server. A request head longer than net/http could accept is not
+	// screened but handed on whole, for net/http to answer 431.
+	MaxHeaderBytes int
+	// WriteIdleTimeout bounds each write to a client: a connection whose
+	// client reads nothing for this long is closed, however long the
+	// response is allowed to stream. It is what cuts off a slow reader
+	// when http.Server.WriteTimeout is 0 (so that streams are not cut).
+	// The server's own write deadlines still apply when earlier. 0 means
+	// no bound.
+	WriteIdleTimeout time.Duration
+	// OnReject, if set, is called once for each request the Listener
+	// refuses for its framing (cmd/edge counts them in a metric). It must
+	// be quick and must not block.
+	OnReject func()
+
+	// MaxConnections bounds the connections open at once; 0 means no
+	// bound. When a connection arrives while MaxConnections are open,
+	// Accept closes the connection that has been idle longest between
+	// requests, if there is one (the server must report idle connections
+	// through [Listener.ConnState]); otherwise it holds the new connection,
+	// unserved, and accepts nothing more until a connection closes. Clients
+	// that arrive meanwhile wait in the kernel's listen queue.
+	MaxConnections int
+	// OnCapped, if set, is called for each connection that arrives while
+	// MaxConnections are open, before Accept closes an idle connection or
+	// starts to wait. It must be quick and must not block.
+	OnCapped func(CapEvent)
+	// OnConnections, if set, is called with 1 when Accept returns a
+	// connection and with -1 when that connection closes, so that a gauge
+	// can follow the connections open. It must be quick and must not block.
+	OnConnections func(delta int)
+}
+
+// CapEvent describes a connection that arrived while a Listener had its
+// MaxConnections open.
+type CapEvent struct {
+	Max int // the Listener's MaxConnections
+	// ClosedIdle is true when an idle keep-alive connection was closed to
+	// admit the new one, false when Accept waits for a connection to close.
+	ClosedIdle bool
+}
+
+// Listener screens the HTTP/1.x framing of every request on its
+// connections before net/http parses it. net/http is lenient where a
+// gateway must not be, and loses the evidence before a handler runs: it
+// drops Content-Length when Transfer-Encoding is present (RFC 9112 §6.3
+// allows that, and says the message "ought to be handled as an error"),
+// merges duplicate Content-Length fields, ignores Transfer-Encoding in
+// HTTP/1.0 (then reads what was the chunked body as the next request), and
+// keeps only the target's authority when it disagrees with Host; it also
+// reads a bare LF as a line end, and answers OPTIONS * itself. Listener
+// rejects each of these, and checks chunked bodies strictly (CRLF line
+// ends, hex sizes, a bounded trailer with CRLF lines) as they stream.
+//
+// A rejected head never reaches net/http: Listener hands it an invalid
+// request line instead, which net/http answers with 400 Bad Request and
+// "Connection: close" before closing, so no handler runs and nothing is
+// forwarded. A chunked body that breaks its framing fails the handler's
+// body read with an error, and the connection is closed.
+//
+// To know where each request starts, Listener follows the framing of every
+// message on the connection exactly as RFC 9112 §6 defines it; it stops
+// screening (passes bytes through) after a 101 Switching Protocols, after a
+// head longer than net/http accepts, and after a head net/http will refuse
+// and close the connection on (a Transfer-Encoding other than chunked, a
+// version other than HTTP/1.x).
+//
+// Listener also bounds the connections open at once (see
+// ListenerOptions.MaxConnections).
+//
+// Listener serves plain-text HTTP/1.x: behind TLS it must wrap the
+// connection inside the TLS layer, which this type does not do.
+type Listener struct {
+	net.Listener
+	onReject  func()
+	maxHead   int
+	writeIdle time.Duration
+
+	maxConns int
+	onCapped func(CapEvent)
+	onConns  func(delta int)
+
+	mu     sync.Mutex
+	freed  *sync.Cond // signalled when a connection closes or becomes idle, and on Close
+	open   int        // connections returned by Accept and not closed
+	idle   list.List  // of *guardConn idle between requests, longest idle first
+	closed bool
+}
+
+// NewListener returns ln with every accepted connection screened.
+func NewListener(ln net.Listener, opts ListenerOptions) *Listener {
+	mhb := opts.MaxHeaderBytes
+	if mhb <= 0 {
+		mhb = http.DefaultMaxHeaderBytes
+	}
+	l := &Listener{
+		Listener: ln,
+		// net/http reads at most MaxHeaderBytes plus its 4 KiB bufio
+		// buffer before it answers 431, so a longer head can never be
+		// served.
+		maxHead:   mhb + 4096,
+		writeIdle: max(opts.WriteIdleTimeout, 0),
+		onReject:  opts.OnReject,
+		maxConns:  max(opts.MaxConnections, 0),
+		onCapped:  opts.OnCapped,
+		onConns:   opts.OnConnections,
+	}
+	l.freed = sync.NewCond(&l.mu)
+	return l
+}
+
+// Accept returns the next connection, wrapped. At MaxConnections it first
+// makes room (see ListenerOptions.MaxConnections); it returns net.ErrClosed
+// if the Listener is closed while it waits.
+//
+// The connection that arrives at the cap is accepted from the kernel before
+// the cap is checked, so that an idle connection is closed only for a
+// client that is really there: at most MaxConnections+1 sockets are open.
+func (l *Listener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	g := &guardConn{Conn: c, f: framer{maxHead: l.maxHead, onReject: l.onReject}, writeIdle: l.writeIdle, l: l}
+	if err := l.admit(); err != nil {
+		c.Close()
+		return nil, err
+	}
+	if l.onConns != nil {
+		l.onConns(1)
+	}
+	return g, nil
+}
+
+// admit counts a new connection in, once there is room for it.
+func (l *Listener) admit() error {
+	l.mu.Lock()
+	reported := false
+	for !l.closed && l.maxConns > 0 && l.open >= l.maxConns {
+		var victim *guardConn
+		if e := l.idle.Front(); e != nil {
+			victim = l.idle.Remove(e).(*guardConn)
+			victim.idleAt = nil
+		}
+		if !reported && l.onCapped != nil {
+			reported = true
+			l.mu.Unlock()
+			l.onCapped(CapEvent{Max: l.maxConns, ClosedIdle: victim != nil})
+			l.mu.Lock()
+		}
+		if victim != nil {
+			l.mu.Unlock()
+			victim.evict()
+			l.mu.Lock()
+			continue
+		}
+		l.freed.Wait()
+	}
+	if l.closed {
+		l.mu.Unlock()
+		return net.ErrClosed
+	}
+	l.open++
+	l.mu.Unlock()
+	return nil
+}
+
+// Close closes the listener; an Accept waiting for room returns
+// net.ErrClosed. Connections already accepted stay open.
+func (l *Listener) Close() error {
+	l.mu.Lock()
+	l.closed = true
+	l.freed.Broadcast()
+	l.mu.Unlock()
+	return l.Listener.Close()
+}
+
+// ConnState records which connections are idle between requests, the ones
+// Accept may close at MaxConnections. Install it as the http.Server's
+// ConnState (or call it from that hook). Connections that did not come
+// from this Listener are ignored.
+func (l *Listener) ConnState(c net.Conn, st http.ConnState) {
+	g, ok := c.(*guardConn)
+	if !ok || g.l != l {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if g.gone {
+		return
+	}
+	if st == http.StateIdle {
+		if g.idleAt == nil {
+			g.idleAt = l.idle.PushBack(g)
+			l.freed.Signal() // an Accept waiting at the cap can close it
+		}
+		return
+	}
+	if g.idleAt != nil {
+		l.idle.Remove(g.idleAt)
+		g.idleAt = nil
+	}
+}
+
+// release counts g out, once.
+func (l *Listener) release(g *guardConn) {
+	l.mu.Lock()
+	if g.gone {
+		l.mu.Unlock()
+		return
+	}
+	g.gone = true
+	if g.idleAt != nil {
+		l.idle.Remove(g.idleAt)
+		g.idleAt = nil
+	}
+	l.open--
+	l.freed.Signal()
+	l.mu.Unlock()
+	if l.onConns != nil {
+		l.onConns(-1)
+	}
+}

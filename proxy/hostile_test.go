@@ -17,6 +17,7 @@ import (
 
 	"github.com/edgerate/edge/guard"
 	"github.com/edgerate/edge/internal/hostile"
+	"github.com/edgerate/edge/internal/wait"
 	"github.com/edgerate/edge/rules"
 	"go.uber.org/goleak"
 )
@@ -70,13 +71,7 @@ func newHostileOrigin(t *testing.T) *hostileOrigin {
 // final.
 func (o *hostileOrigin) settle(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for o.active.Load() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("origin handlers still running after 5s")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	wait.For(t, 5*time.Second, "the origin's handlers to end", func() bool { return o.active.Load() == 0 })
 }
 
 func (o *hostileOrigin) counts() (started, complete int, last *http.Request) {

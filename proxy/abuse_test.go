@@ -96,7 +96,9 @@ func TestSlowClients(t *testing.T) {
 		}},
 		{"slow read", 5, 2500 * time.Millisecond, func(c net.Conn) error {
 			// Ask for a big response and never read it.
-			c.(*net.TCPConn).SetReadBuffer(4 << 10)
+			if err := c.(*net.TCPConn).SetReadBuffer(4 << 10); err != nil {
+				return err
+			}
 			_, err := io.WriteString(c, hostile.Get("/big"))
 			return err
 		}},

@@ -101,7 +101,9 @@ func (e *bodyEnv) dial(t *testing.T) net.Conn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.SetDeadline(time.Now().Add(20 * time.Second))
+	if err := c.SetDeadline(time.Now().Add(20 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -456,7 +458,9 @@ func TestHalfClosedClientGetsTheResponse(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			c.SetDeadline(time.Now().Add(10 * time.Second))
+			if err := c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+				t.Fatal(err)
+			}
 			if _, err := io.WriteString(c, tt.raw); err != nil {
 				t.Fatal(err)
 			}
@@ -578,7 +582,9 @@ func TestGoneClientAbortsTheForward(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-started
-	c.(*net.TCPConn).SetLinger(0)
+	if err := c.(*net.TCPConn).SetLinger(0); err != nil {
+		t.Fatal(err)
+	}
 	c.Close()
 	select {
 	case <-aborted:

@@ -178,7 +178,9 @@ func exchange(t *testing.T, addr string, c hostile.Case) (got []int, bodies []st
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := conn.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
 	// Write concurrently: the server may answer (and stop reading) before
 	// a long input is written.
 	werr := make(chan error, 1)

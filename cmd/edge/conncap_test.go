@@ -58,7 +58,9 @@ domains:
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { conn.Close() })
-		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		if err := conn.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
 		return client{conn, bufio.NewReader(conn)}
 	}
 	get := func(c client) (int, error) {

@@ -97,7 +97,7 @@ func FreePort(t testing.TB) int {
 }
 
 // RefusingAddr returns a loopback address that refuses connections, as
-// one where Redis is down: a TCP socket is bound there and never listens,
+// one where Redis (or an origin) is down: a TCP socket is bound there and never listens,
 // which holds the port until the test ends, so that no other process can
 // start listening on it meanwhile.
 func RefusingAddr(t testing.TB) string {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/edgerate/edge/internal/redistest"
+	"github.com/edgerate/edge/internal/wait"
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/window"
 	"github.com/redis/rueidis"
@@ -188,7 +189,7 @@ func TestExactResetIsWaitForMoreQuota(t *testing.T) {
 	cfg := testConfig(srv.Addr, rules.SyncExact, rules.FailClosed)
 	cfg.Budget = 250 * time.Millisecond // no fallback under -race
 	c := newClient(t, cfg, "n1")
-	waitFor(t, 2*time.Second, "scripts loaded", c.scriptsLoaded.Load)
+	wait.For(t, 2*time.Second, "scripts loaded", c.scriptsLoaded.Load)
 	const period = time.Hour
 	l := window.Limit{Limit: 3, Period: period}
 	d, store := newDomain(t, c, l)
@@ -265,7 +266,7 @@ func TestExactAcrossNodes(t *testing.T) {
 		cfg := testConfig(srv.Addr, rules.SyncExact, rules.FailClosed)
 		cfg.Budget = 250 * time.Millisecond // this test is about counting, not latency: no fallback under -race
 		c := newClient(t, cfg, "n"+strconv.Itoa(i))
-		waitFor(t, 2*time.Second, "scripts loaded", c.scriptsLoaded.Load)
+		wait.For(t, 2*time.Second, "scripts loaded", c.scriptsLoaded.Load)
 		ds[i], ss[i] = newDomain(t, c, l)
 	}
 	var allowed, fallback atomic.Int64
@@ -299,22 +300,10 @@ func TestNodesCount(t *testing.T) {
 	a := newClient(t, cfg, "a")
 	b := newClient(t, cfg, "b")
 	c := newClient(t, cfg, "c")
-	waitFor(t, 2*time.Second, "three nodes", func() bool { return a.Nodes() == 3 && b.Nodes() == 3 && c.Nodes() == 3 })
+	wait.For(t, 2*time.Second, "three nodes", func() bool { return a.Nodes() == 3 && b.Nodes() == 3 && c.Nodes() == 3 })
 	c.Close()
-	waitFor(t, 2*time.Second, "two nodes after one left", func() bool { return a.Nodes() == 2 })
+	wait.For(t, 2*time.Second, "two nodes after one left", func() bool { return a.Nodes() == 2 })
 	checkTTLs(t, srv)
-}
-
-func waitFor(t *testing.T, within time.Duration, what string, ok func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !ok() {
-		if time.Since(start) > within {
-			t.Fatalf("no %s within %v", what, within)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return time.Since(start)
 }
 
 // TestBudgetAgainstStoppedRedis: a Redis that stops answering (SIGSTOP)
@@ -344,7 +333,7 @@ func TestBudgetAgainstStoppedRedis(t *testing.T) {
 		t.Fatalf("circuit %v after 10 failures, want open", c.State())
 	}
 	srv.Cont()
-	took := waitFor(t, 2*time.Second, "closed circuit", func() bool { return c.State() == Closed })
+	took := wait.For(t, 2*time.Second, "closed circuit", func() bool { return c.State() == Closed })
 	t.Logf("circuit closed %v after redis resumed", took)
 	if _, call := allow(d, store, "client"); call.Fallback {
 		t.Fatal("decided without redis after it resumed")
@@ -364,7 +353,7 @@ func TestFlushAfterScriptFlush(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	waitFor(t, 2*time.Second, "scripts loaded", c.scriptsLoaded.Load)
+	wait.For(t, 2*time.Second, "scripts loaded", c.scriptsLoaded.Load)
 	d, store := newDomain(t, c, window.Limit{Limit: 100, Period: time.Minute})
 	r := srv.Client()
 	if err := r.Do(t.Context(), r.B().ScriptFlush().Build()).Error(); err != nil {
@@ -374,7 +363,7 @@ func TestFlushAfterScriptFlush(t *testing.T) {
 		allow(d, store, "a")
 		allow(d, store, "b")
 	}
-	waitFor(t, time.Second, "a flush", func() bool { return flushes.Load() > 0 })
+	wait.For(t, time.Second, "a flush", func() bool { return flushes.Load() > 0 })
 	if n := failed.Load(); n != 0 {
 		t.Fatalf("%d flushes failed after SCRIPT FLUSH", n)
 	}
@@ -397,11 +386,20 @@ func TestClientStopsItsGoroutines(t *testing.T) {
 	}{
 		{"exact", srv.Addr, rules.SyncExact},
 		{"batched", srv.Addr, rules.SyncBatched},
-		{"batched, redis absent", "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)), rules.SyncBatched},
+		{"batched, redis absent", redistest.RefusingAddr(t), rules.SyncBatched},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ignore := goleak.IgnoreCurrent()
-			c, err := New(Options{Config: testConfig(tt.addr, tt.sync, rules.FailLocal), Pop: "test"})
+			var heartbeats, flushes atomic.Int64
+			count := func(op string, _ time.Duration, _ error) {
+				switch op {
+				case "heartbeat":
+					heartbeats.Add(1)
+				case "flush":
+					flushes.Add(1)
+				}
+			}
+			c, err := New(Options{Config: testConfig(tt.addr, tt.sync, rules.FailLocal), Pop: "test", OnRoundTrip: count})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -409,7 +407,11 @@ func TestClientStopsItsGoroutines(t *testing.T) {
 			for range 5 {
 				allow(d, store, "client")
 			}
-			time.Sleep(150 * time.Millisecond) // a heartbeat and a few flushes
+			// Close while both goroutines are at work.
+			wait.For(t, 5*time.Second, "a heartbeat", func() bool { return heartbeats.Load() > 0 })
+			if tt.sync == rules.SyncBatched {
+				wait.For(t, 5*time.Second, "a flush", func() bool { return flushes.Load() > 0 })
+			}
 			if err := c.Close(); err != nil {
 				t.Fatalf("Close: %v", err)
 			}
@@ -456,7 +458,7 @@ func TestErrorReason(t *testing.T) {
 		return err
 	}
 	refused := func() error {
-		cfg := testConfig("127.0.0.1:"+strconv.Itoa(redistest.FreePort(t)), rules.SyncExact, rules.FailLocal)
+		cfg := testConfig(redistest.RefusingAddr(t), rules.SyncExact, rules.FailLocal)
 		c, err := New(Options{Config: cfg, Pop: "test"})
 		if err != nil {
 			t.Fatal(err)

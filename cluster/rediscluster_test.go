@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/edgerate/edge/internal/redistest"
+	"github.com/edgerate/edge/internal/wait"
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/window"
 	"github.com/redis/rueidis"
@@ -59,9 +60,9 @@ func TestRedisClusterMode(t *testing.T) {
 			ds[i], ss[i] = newDomain(t, cs[i], l)
 		}
 		for i, c := range cs {
-			waitFor(t, 5*time.Second, "scripts loaded on node "+strconv.Itoa(i), c.scriptsLoaded.Load)
+			wait.For(t, 5*time.Second, "scripts loaded on node "+strconv.Itoa(i), c.scriptsLoaded.Load)
 		}
-		waitFor(t, 2*time.Second, "three nodes", func() bool {
+		wait.For(t, 2*time.Second, "three nodes", func() bool {
 			return cs[0].Nodes() == 3 && cs[1].Nodes() == 3 && cs[2].Nodes() == 3
 		})
 		var fallback atomic.Int64
@@ -100,7 +101,7 @@ func TestRedisClusterMode(t *testing.T) {
 			t.Errorf("the clients' counters are on %d masters, want all %d", len(on), len(rc.Servers))
 		}
 		cs[2].Close()
-		waitFor(t, 2*time.Second, "two nodes after one left", func() bool { return cs[0].Nodes() == 2 })
+		wait.For(t, 2*time.Second, "two nodes after one left", func() bool { return cs[0].Nodes() == 2 })
 		// Forget, a script deleting three keys of one slot, works too (it
 		// clears the block that node remembers; the others keep theirs).
 		if err := ds[0].Forget(ctx, 0, ss[0].KeyString(0, keys[0]), []byte(keys[0]), time.Now()); err != nil {
@@ -124,8 +125,8 @@ func TestRedisClusterMode(t *testing.T) {
 			return c
 		}
 		a, b := newBatched("a"), newBatched("b")
-		waitFor(t, 5*time.Second, "scripts loaded", func() bool { return a.scriptsLoaded.Load() && b.scriptsLoaded.Load() })
-		waitFor(t, 2*time.Second, "two nodes", func() bool { return a.Nodes() == 2 && b.Nodes() == 2 })
+		wait.For(t, 5*time.Second, "scripts loaded", func() bool { return a.scriptsLoaded.Load() && b.scriptsLoaded.Load() })
+		wait.For(t, 2*time.Second, "two nodes", func() bool { return a.Nodes() == 2 && b.Nodes() == 2 })
 		da, sa := newDomain(t, a, l)
 		db, sb := newDomain(t, b, l)
 		r := rc.Client(t)
@@ -153,7 +154,7 @@ func TestRedisClusterMode(t *testing.T) {
 				allow(db, sb, key)
 			}
 		}
-		waitFor(t, 3*time.Second, "both nodes' counts in redis", func() bool {
+		wait.For(t, 3*time.Second, "both nodes' counts in redis", func() bool {
 			for _, key := range keys {
 				if count(key) != 8 {
 					return false
@@ -175,7 +176,7 @@ func TestRedisClusterMode(t *testing.T) {
 		for _, key := range keys {
 			allow(db, sb, key)
 		}
-		waitFor(t, 3*time.Second, "merged PoP-wide counts", func() bool {
+		wait.For(t, 3*time.Second, "merged PoP-wide counts", func() bool {
 			for _, key := range keys {
 				if sb.Peek(sb.KeyString(0, key), time.Now()).Current != 9 {
 					return false

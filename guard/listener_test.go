@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/edgerate/edge/internal/hostile"
+	"github.com/edgerate/edge/internal/wait"
 	"github.com/edgerate/edge/rules"
 	"go.uber.org/goleak"
 )
@@ -161,15 +162,6 @@ func BenchmarkConnMemory(b *testing.B) {
 			}
 			return n
 		}
-		waitFor := func(what string, ok func() bool) {
-			deadline := time.Now().Add(30 * time.Second)
-			for !ok() {
-				if time.Now().After(deadline) {
-					b.Fatalf("timed out waiting for %s", what)
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-		}
 
 		before := live()
 		clients := make([]net.Conn, 0, conns)
@@ -180,14 +172,14 @@ func BenchmarkConnMemory(b *testing.B) {
 			}
 			clients = append(clients, c)
 		}
-		waitFor("the server to see every connection", func() bool { mu.Lock(); defer mu.Unlock(); return len(guards) == conns })
+		wait.For(b, 30*time.Second, "the server to see every connection", func() bool { mu.Lock(); defer mu.Unlock(); return len(guards) == conns })
 		connected := live()
 		for _, c := range clients {
 			if _, err := c.Write(head); err != nil {
 				b.Fatal(err)
 			}
 		}
-		waitFor("the server to read every head", func() bool { return received() == conns*len(head) })
+		wait.For(b, 30*time.Second, "the server to read every head", func() bool { return received() == conns*len(head) })
 		held := live()
 		b.ReportMetric(float64(connected-before)/conns, "idle-bytes/conn")
 		b.ReportMetric(float64(held-before)/conns, "head-bytes/conn")

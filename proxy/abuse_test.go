@@ -16,6 +16,7 @@ import (
 
 	"github.com/edgerate/edge/guard"
 	"github.com/edgerate/edge/internal/hostile"
+	"github.com/edgerate/edge/internal/wait"
 	"github.com/edgerate/edge/rules"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -95,7 +96,9 @@ func TestSlowClients(t *testing.T) {
 		}},
 		{"slow read", 5, 2500 * time.Millisecond, func(c net.Conn) error {
 			// Ask for a big response and never read it.
-			c.(*net.TCPConn).SetReadBuffer(4 << 10)
+			if err := c.(*net.TCPConn).SetReadBuffer(4 << 10); err != nil {
+				return err
+			}
 			_, err := io.WriteString(c, hostile.Get("/big"))
 			return err
 		}},
@@ -161,10 +164,7 @@ func TestSlowClients(t *testing.T) {
 	if slowest > time.Second {
 		t.Errorf("slowest normal request took %v during the attack, want under 1s", slowest)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for bigCancelled.Load() < 5 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	wait.For(t, 5*time.Second, "the origin to see 5 slow readers' responses cancelled", func() bool { return bigCancelled.Load() >= 5 })
 	if n := bigCancelled.Load(); n != 5 {
 		t.Errorf("origin saw %d of 5 slow readers' responses cancelled", n)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/edgerate/edge/guard"
 	"github.com/edgerate/edge/internal/hostile"
+	"github.com/edgerate/edge/internal/wait"
 	"github.com/edgerate/edge/rules"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -100,7 +101,9 @@ func (e *bodyEnv) dial(t *testing.T) net.Conn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.SetDeadline(time.Now().Add(20 * time.Second))
+	if err := c.SetDeadline(time.Now().Add(20 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -156,11 +159,11 @@ func TestSlowBodiesHoldNoOriginConnection(t *testing.T) {
 			if tt.buffering == nil {
 				// Every handler has reserved its buffer: all heads were
 				// allowed and every body is being read.
-				waitUntil(t, 10*time.Second, "request buffering every body", func() bool {
+				wait.For(t, 10*time.Second, "request buffering every body", func() bool {
 					return testutil.ToFloat64(e.proxy.metrics.bufferedBytes) == clients*size
 				})
 			} else {
-				waitUntil(t, 10*time.Second, "origin connection per request", func() bool {
+				wait.For(t, 10*time.Second, "origin connection per request", func() bool {
 					return e.origin.conns.Load() >= tt.wantConns
 				})
 			}
@@ -193,7 +196,7 @@ func TestSlowBodiesHoldNoOriginConnection(t *testing.T) {
 			for _, c := range conns[1:] {
 				c.Close()
 			}
-			waitUntil(t, 10*time.Second, "buffers released", func() bool {
+			wait.For(t, 10*time.Second, "buffers released", func() bool {
 				return testutil.ToFloat64(e.proxy.metrics.bufferedBytes) == 0 &&
 					testutil.ToFloat64(e.proxy.metrics.inFlight) == 0
 			})
@@ -379,7 +382,7 @@ func TestBufferCapFallsBackToStreaming(t *testing.T) {
 	if _, err := io.WriteString(holder, hostile.Req("POST /upload HTTP/1.1", hostile.HostAPI, "Content-Length: 65536")+"slow"); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 10*time.Second, "the first body buffering", func() bool {
+	wait.For(t, 10*time.Second, "the first body buffering", func() bool {
 		return testutil.ToFloat64(e.proxy.metrics.bufferedBytes) == 64<<10
 	})
 
@@ -387,7 +390,7 @@ func TestBufferCapFallsBackToStreaming(t *testing.T) {
 	if _, err := io.WriteString(streamer, hostile.Req("POST /upload HTTP/1.1", hostile.HostAPI, "Content-Length: 9")+"slow"); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 10*time.Second, "the second request at the origin", func() bool { return e.origin.conns.Load() == 1 })
+	wait.For(t, 10*time.Second, "the second request at the origin", func() bool { return e.origin.conns.Load() == 1 })
 	if got := testutil.ToFloat64(e.proxy.metrics.bufferFull); got != 1 {
 		t.Errorf("edge_request_body_unbuffered_total: got %v, want 1", got)
 	}
@@ -455,7 +458,9 @@ func TestHalfClosedClientGetsTheResponse(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			c.SetDeadline(time.Now().Add(10 * time.Second))
+			if err := c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+				t.Fatal(err)
+			}
 			if _, err := io.WriteString(c, tt.raw); err != nil {
 				t.Fatal(err)
 			}
@@ -577,7 +582,9 @@ func TestGoneClientAbortsTheForward(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-started
-	c.(*net.TCPConn).SetLinger(0)
+	if err := c.(*net.TCPConn).SetLinger(0); err != nil {
+		t.Fatal(err)
+	}
 	c.Close()
 	select {
 	case <-aborted:

@@ -61,7 +61,7 @@ type Identity struct {
 	// XFFMalformed reports that a trusted peer sent an X-Forwarded-For that
 	// was rejected (a malformed element on the walk, more than 8 KiB, or
 	// more than 64 elements before the client) and Client fell back to
-	// Peer. It is for the client_ip_parse_errors_total counter.
+	// Peer. It is for the edge_client_ip_xff_malformed_total counter.
 	XFFMalformed bool
 }
 

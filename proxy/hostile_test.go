@@ -17,6 +17,7 @@ import (
 
 	"github.com/edgerate/edge/guard"
 	"github.com/edgerate/edge/internal/hostile"
+	"github.com/edgerate/edge/internal/wait"
 	"github.com/edgerate/edge/rules"
 	"go.uber.org/goleak"
 )
@@ -70,13 +71,7 @@ func newHostileOrigin(t *testing.T) *hostileOrigin {
 // final.
 func (o *hostileOrigin) settle(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for o.active.Load() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("origin handlers still running after 5s")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	wait.For(t, 5*time.Second, "the origin's handlers to end", func() bool { return o.active.Load() == 0 })
 }
 
 func (o *hostileOrigin) counts() (started, complete int, last *http.Request) {
@@ -183,7 +178,9 @@ func exchange(t *testing.T, addr string, c hostile.Case) (got []int, bodies []st
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := conn.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
 	// Write concurrently: the server may answer (and stop reading) before
 	// a long input is written.
 	werr := make(chan error, 1)

@@ -147,7 +147,9 @@ func (e *capEnv) dial() *capClient {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { conn.Close() })
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := conn.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		e.t.Fatal(err)
+	}
 	return &capClient{conn: conn, br: bufio.NewReader(conn)}
 }
 

@@ -72,7 +72,9 @@ func TestListenerWebSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := conn.SetDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
 	io.WriteString(conn, hostile.Get("/ws", "Upgrade: websocket", "Connection: Upgrade"))
 	br := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(br, nil)

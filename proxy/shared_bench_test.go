@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/edgerate/edge/internal/redistest"
+	"github.com/edgerate/edge/internal/wait"
 	"github.com/edgerate/edge/rules"
 	"github.com/redis/rueidis"
 )
@@ -41,7 +42,7 @@ func BenchmarkServeHTTPShared(b *testing.B) {
 			}
 			defer p.Close()
 			if p.cluster != nil {
-				time.Sleep(200 * time.Millisecond) // the first heartbeat loads the scripts
+				waitScripts(b, p)
 			}
 			reqs := make([]*http.Request, 1024)
 			for i := range reqs {
@@ -123,7 +124,11 @@ func TestBatchedCommandsPerRequest(t *testing.T) {
 				sent++
 			}
 		}
-		time.Sleep(150 * time.Millisecond) // the last flush
+		// The next flush to end sends what the last requests counted (or,
+		// if one was under way, all but the last tick's: a few commands in
+		// thousands, in either rate's favour).
+		flushed := roundTrips(t, ps[0], "flush")
+		wait.For(t, 2*time.Second, "the last flush", func() bool { return roundTrips(t, ps[0], "flush") > flushed })
 		sent1, all1 := commandCalls(t, rdb)
 		got := float64(sent1-sent0) / float64(sent)
 		t.Logf("batched, 50 clients, %d requests/s: %.4f commands sent to redis per request (%.4f run, with those inside scripts)",

@@ -13,6 +13,7 @@ import (
 
 	"github.com/edgerate/edge/cluster"
 	"github.com/edgerate/edge/internal/redistest"
+	"github.com/edgerate/edge/internal/wait"
 	"github.com/edgerate/edge/rules"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -63,25 +64,44 @@ func newNodes(t *testing.T, n int, cfg rules.Config, redisUp bool) []*Proxy {
 	}
 	if redisUp {
 		for _, p := range ps {
-			waitUntil(t, 2*time.Second, "every node registered", func() bool { return p.cluster.Nodes() == n })
+			wait.For(t, 2*time.Second, "every node registered", func() bool { return p.cluster.Nodes() == n })
+			waitScripts(t, p)
 		}
-		// Scripts are loaded by the first heartbeat; give it a moment
-		// more so that the first requests do not pay EVAL.
-		time.Sleep(50 * time.Millisecond)
 	}
 	return ps
 }
 
-func waitUntil(t *testing.T, within time.Duration, what string, ok func() bool) time.Duration {
+// waitScripts waits until p has loaded its scripts into Redis, so that its
+// first requests do not pay EVAL: the first heartbeat Redis answers is
+// followed by loading them, so once a second heartbeat is seen that is
+// done.
+func waitScripts(t testing.TB, p *Proxy) {
 	t.Helper()
-	start := time.Now()
-	for !ok() {
-		if time.Since(start) > within {
-			t.Fatalf("no %s within %v", what, within)
-		}
-		time.Sleep(5 * time.Millisecond)
+	wait.For(t, 2*time.Second, "a second heartbeat", func() bool { return roundTrips(t, p, "heartbeat") >= 2 })
+}
+
+// roundTrips is how many round trips to Redis for op ("heartbeat",
+// "flush", ...) p has made, read from its edge_store_round_trip_seconds.
+func roundTrips(t testing.TB, p *Proxy, op string) uint64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(p.metrics.storeRoundTrip); err != nil {
+		t.Fatalf("registering the round trip histogram: %v", err)
 	}
-	return time.Since(start)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gathering metrics: %v", err)
+	}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "op" && l.GetValue() == op {
+					return m.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // hit sends one request from ip to p and returns its response and how long
@@ -202,19 +222,15 @@ func TestSharedFaults(t *testing.T) {
 	// with status 200 (2 s at most), and counts the others in base.
 	byRedis := func(t *testing.T, p *Proxy, ip, what string) {
 		t.Helper()
-		deadline := time.Now().Add(2 * time.Second)
-		for {
+		wait.For(t, 2*time.Second, what+": a request decided by redis with status 200", func() bool {
 			before := fallbacks(p)
 			w, _ := hit(p, ip)
 			if w.Code == 200 && fallbacks(p) == before {
-				return
+				return true
 			}
 			base[p] += fallbacks(p) - before
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: no request decided by redis within 2 s (last status %d)", what, w.Code)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return false
+		})
 	}
 	// during sends n requests to p while Redis is faulted and checks each
 	// answer's status and that it came within the budget.
@@ -237,7 +253,7 @@ func TestSharedFaults(t *testing.T) {
 	// that requests are decided by Redis again.
 	recovered := func(t *testing.T, p *Proxy, since time.Time) {
 		t.Helper()
-		waitUntil(t, 2*time.Second-time.Since(since), "closed circuit", func() bool { return p.cluster.State() == cluster.Closed })
+		wait.For(t, 2*time.Second-time.Since(since), "closed circuit", func() bool { return p.cluster.State() == cluster.Closed })
 		t.Logf("shared counting back %v after redis", time.Since(since).Round(time.Millisecond))
 		byRedis(t, p, "192.0.2.200", "after recovery")
 	}
@@ -279,7 +295,7 @@ func TestSharedFaults(t *testing.T) {
 		}},
 		{"killed, exact, local: the outage's counts reach redis", "exact", "local", 30, func(t *testing.T, srv *redistest.Server, ps []*Proxy) {
 			srv.Kill()
-			waitUntil(t, time.Second, "open circuit", func() bool {
+			wait.For(t, time.Second, "open circuit", func() bool {
 				hit(ps[1], "192.0.2.99") // a failed round trip, not counted for redis
 				return ps[1].cluster.State() != cluster.Closed
 			})
@@ -288,7 +304,7 @@ func TestSharedFaults(t *testing.T) {
 			srv.Restart()
 			recovered(t, ps[1], time.Now())
 			c := srv.Client()
-			waitUntil(t, 2*time.Second, "the outage's counts in redis", func() bool { return maxCounter(t, c) == 10 })
+			wait.For(t, 2*time.Second, "the outage's counts in redis", func() bool { return maxCounter(t, c) == 10 })
 			// Redis's count now holds them: 20 more, not 30. (Asked of the
 			// node that has used Redis since: another node's first round
 			// trip after the restart may fail and be decided locally.)
@@ -332,25 +348,25 @@ func TestSharedFaults(t *testing.T) {
 		}},
 		{"killed, batched, local: the outage's counts reach redis", "batched", "local", 30, func(t *testing.T, srv *redistest.Server, ps []*Proxy) {
 			srv.Kill()
-			waitUntil(t, time.Second, "open circuit", func() bool { return ps[0].cluster.State() != cluster.Closed })
+			wait.For(t, time.Second, "open circuit", func() bool { return ps[0].cluster.State() != cluster.Closed })
 			during(t, ps[0], 12, func(i, code int) bool { return (i < 10 && code == 200) || (i >= 10 && code == 429) })
 			srv.Restart()
 			recovered(t, ps[0], time.Now())
 			// The 10 requests counted without Redis are in its counter of
 			// the client once the flusher is through.
 			c := srv.Client()
-			waitUntil(t, 2*time.Second, "the outage's counts in redis", func() bool { return maxCounter(t, c) == 10 })
+			wait.For(t, 2*time.Second, "the outage's counts in redis", func() bool { return maxCounter(t, c) == 10 })
 		}},
 		{"restarted empty, batched, local", "batched", "local", 30, func(t *testing.T, srv *redistest.Server, ps []*Proxy) {
 			srv.Kill()
-			waitUntil(t, time.Second, "open circuit", func() bool { return ps[0].cluster.State() != cluster.Closed })
+			wait.For(t, time.Second, "open circuit", func() bool { return ps[0].cluster.State() != cluster.Closed })
 			during(t, ps[0], 12, func(i, code int) bool { return (i < 10 && code == 200) || (i >= 10 && code == 429) })
 			if n := fell(ps[0]); n != 12 {
 				t.Errorf("fallback requests %d, want 12", n)
 			}
 			srv.Restart()
 			recovered(t, ps[0], time.Now())
-			waitUntil(t, 5*time.Second, "flushed counts in the restarted redis", func() bool { return srv.CheckTTLs(t) > 1 })
+			wait.For(t, 5*time.Second, "flushed counts in the restarted redis", func() bool { return srv.CheckTTLs(t) > 1 })
 		}},
 	}
 	for _, tt := range tests {
@@ -387,7 +403,7 @@ func TestSharedRedisAbsentAtStart(t *testing.T) {
 	}
 	since := time.Now()
 	srv.Restart()
-	waitUntil(t, 2*time.Second, "closed circuit", func() bool { return ps[0].cluster.State() == cluster.Closed })
+	wait.For(t, 2*time.Second, "closed circuit", func() bool { return ps[0].cluster.State() == cluster.Closed })
 	t.Logf("redis in use %v after it came up", time.Since(since).Round(time.Millisecond))
 	if w, _ := hit(ps[0], "198.51.100.9"); w.Code != http.StatusOK {
 		t.Errorf("after redis came up: status %d, want 200", w.Code)

@@ -324,6 +324,8 @@ func startServer(b *testing.B) *server {
 	if err != nil {
 		b.Skip("redis-server not installed (apt-get install redis-server)")
 	}
+	// redis-server must be told its port (it cannot be handed a listener,
+	// and port 0 turns its TCP listener off): a port free a moment ago.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatalf("finding a free port: %v", err)

@@ -12,7 +12,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/edgerate/edge/internal/wait"
 	"github.com/edgerate/edge/proxy"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -221,16 +223,16 @@ func TestAdminHostAllowed(t *testing.T) {
 // with such a Host leaves the key in place. admin_hosts takes effect on
 // reload.
 func TestAdminChecksHost(t *testing.T) {
-	public, admin := freePort(t), freePort(t)
-	_, port, _ := strings.Cut(admin, ":")
 	path := filepath.Join(t.TempDir(), "edge.yaml")
 	config := func(extra string) string {
-		return configWithLimit(public, admin, 5, extra)
+		return configWithLimit(5, extra)
 	}
 	if err := os.WriteFile(path, []byte(config("")), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e := startEdge(t, path, public, admin)
+	e := startEdge(t, path)
+	admin := e.admin
+	_, port, _ := strings.Cut(admin, ":")
 	if got := e.get("a.test", "/"); got != 200 {
 		t.Fatalf("public GET: got %d, want 200", got)
 	}
@@ -283,14 +285,14 @@ func TestAdminChecksHost(t *testing.T) {
 	if err := os.WriteFile(path, []byte(config(`admin_hosts: ["Edge-Admin.internal"]`)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "admin_hosts to take effect", func() bool { return do("GET", "edge-admin.internal:"+port, "/healthz") == 200 })
+	wait.For(t, 10*time.Second, "admin_hosts to take effect", func() bool { return do("GET", "edge-admin.internal:"+port, "/healthz") == 200 })
 	if got := do("GET", "rebound.example", "/healthz"); got != 421 {
 		t.Errorf("with admin_hosts, an unlisted host: got %d, want 421", got)
 	}
 	if err := os.WriteFile(path, []byte(config("")), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the removal of admin_hosts to take effect", func() bool { return do("GET", "edge-admin.internal", "/healthz") == 421 })
+	wait.For(t, 10*time.Second, "the removal of admin_hosts to take effect", func() bool { return do("GET", "edge-admin.internal", "/healthz") == 421 })
 
 	if got := do("DELETE", "127.0.0.1:"+port, key); got != 204 {
 		t.Errorf("DELETE with an IP Host: got %d, want 204", got)

@@ -29,7 +29,6 @@ func TestRunConnectionCap(t *testing.T) {
 		fmt.Fprint(w, "origin")
 	}))
 	t.Cleanup(origin.Close)
-	public, admin := freePort(t), freePort(t)
 	cfg := filepath.Join(t.TempDir(), "edge.yaml")
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
 listen: %q
@@ -38,15 +37,15 @@ origin: %q
 max_connections: 2
 domains:
   - hosts: ["api.example.com"]
-`, public, admin, origin.URL)), 0o644); err != nil {
+`, publicAnyPort, adminAnyPort, origin.URL)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan int, 1)
-	var stderr bytes.Buffer
-	go func() { done <- run(ctx, []string{"-config", cfg}, io.Discard, &stderr) }()
-	waitReady(t, "http://"+admin+"/readyz")
+	stderr := newEdgeLog()
+	go func() { done <- run(ctx, []string{"-config", cfg}, io.Discard, stderr) }()
+	public, admin := stderr.waitStarted(t)
 
 	type client struct {
 		conn net.Conn
@@ -59,7 +58,9 @@ domains:
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { conn.Close() })
-		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		if err := conn.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
 		return client{conn, bufio.NewReader(conn)}
 	}
 	get := func(c client) (int, error) {

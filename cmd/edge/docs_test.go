@@ -617,29 +617,17 @@ var outsideReference = regexp.MustCompile(`(?i)\bissues? \d+|\(issue\b|\bshared/
 // follow.
 func TestNoReferencesOutsideRepository(t *testing.T) {
 	root := "../.."
-	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if d.Name() == ".git" {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		switch filepath.Ext(path) {
+	read := func(name string) bool {
+		switch filepath.Ext(name) {
 		case ".go", ".md", ".yaml", ".yml", ".sh":
-		default:
-			if d.Name() != "Dockerfile" && d.Name() != "run" {
-				return nil
-			}
+			return name != "docs_test.go" // holds the pattern itself
 		}
-		if d.Name() == "docs_test.go" {
-			return nil // holds the pattern itself
-		}
+		return name == "Dockerfile" || name == "run"
+	}
+	for _, path := range repoFiles(t, root, read) {
 		b, err := os.ReadFile(path)
 		if err != nil {
-			return err
+			t.Fatal(err)
 		}
 		for i, line := range strings.Split(string(b), "\n") {
 			if m := outsideReference.FindString(line); m != "" {
@@ -647,9 +635,5 @@ func TestNoReferencesOutsideRepository(t *testing.T) {
 				t.Errorf("%s:%d: %q refers outside the repository: %s", rel, i+1, m, strings.TrimSpace(line))
 			}
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"net"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dunglas/httpsfv"
+	"github.com/edgerate/edge/internal/wait"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
@@ -45,16 +45,24 @@ func TestEndToEnd(t *testing.T) {
 	bin := buildEdge(t)
 
 	var originHits atomic.Int64
+	arrived, release := make(chan struct{}), make(chan struct{})
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		originHits.Add(1)
 		if r.URL.Path == "/slow" {
-			time.Sleep(500 * time.Millisecond)
+			close(arrived)
+			<-release
 		}
 		fmt.Fprintf(w, "origin saw %s %s from %s", r.Method, r.URL.Path, r.Header.Get("X-Forwarded-For"))
 	}))
 	defer origin.Close()
+	defer func() { // unblock the slow handler if the test ends before it does
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
 
-	public, admin := freePort(t), freePort(t)
 	cfgPath := filepath.Join(t.TempDir(), "edge.yaml")
 	// A 30-day period: no test run crosses a period boundary between the
 	// few requests below, so no clock needs to be controlled.
@@ -72,7 +80,7 @@ domains:
         headers: always
   - name: drain
     hosts: ["slow.example.com"]
-`, public, admin, origin.URL)
+`, publicAnyPort, adminAnyPort, origin.URL)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -82,9 +90,9 @@ domains:
 		t.Fatalf("-check: %v: %s", err, out)
 	}
 
-	var stderr bytes.Buffer
+	stderr := newEdgeLog()
 	cmd := exec.Command(bin, "-config", cfgPath)
-	cmd.Stderr = &stderr
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +104,7 @@ domains:
 			<-exited
 		}
 	}()
-	waitReady(t, "http://"+admin+"/readyz")
+	public, admin := stderr.waitStarted(t)
 
 	send := func(host, path string) *http.Response {
 		t.Helper()
@@ -152,7 +160,9 @@ domains:
 		if err != nil {
 			t.Fatal(err)
 		}
-		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		if err := conn.SetDeadline(time.Now().Add(5 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
 		io.WriteString(conn, raw)
 		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 		if err != nil || resp.StatusCode != 400 {
@@ -212,12 +222,14 @@ domains:
 		resp.Body.Close()
 		slow <- resp.StatusCode
 	}()
-	for originHits.Load() < 4 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	<-arrived
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
+	// The public listener closes when the drain begins; the request at the
+	// origin is still in flight and must be answered.
+	wait.For(t, 10*time.Second, "the public listener to close", func() bool { return !accepting(public) })
+	close(release) // the deferred close then does nothing
 	if code := <-slow; code != 200 {
 		t.Errorf("in-flight request across SIGTERM: got %d, want 200", code)
 	}
@@ -229,7 +241,7 @@ domains:
 	case <-time.After(15 * time.Second):
 		t.Fatalf("edge did not exit after SIGTERM")
 	}
-	if _, err := net.DialTimeout("tcp", public, time.Second); err == nil {
+	if accepting(public) {
 		t.Errorf("public listener still accepting after exit")
 	}
 	if !strings.Contains(stderr.String(), "edge stopped") {

@@ -109,7 +109,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	level := new(slog.LevelVar)
 	level.Set(table.LogLevel)
 	log := newLogger(stderr, table.LogFormat, level)
-	if err := serve(ctx, table, hash, *configPath, log, level); err != nil {
+	if err := serve(ctx, table, hash, *configPath, log, level, time.After); err != nil {
 		log.Error("edge stopped", "err", err)
 		return 1
 	}
@@ -190,8 +190,10 @@ func durationString(_ []string, a slog.Attr) slog.Attr {
 // serve runs the public and admin listeners until ctx is done, then drains
 // in-flight requests for at most the shutdown timeout. The configuration at
 // path (empty: the embedded default) is reloaded on SIGHUP and when the
-// file changes; a reload sets level to the new log.level.
-func serve(ctx context.Context, table *rules.Table, hash, path string, log *slog.Logger, level *slog.LevelVar) error {
+// file changes; a reload sets level to the new log.level. The drain delay
+// ends when drainTimer's channel delivers: time.After, or a test's own.
+func serve(ctx context.Context, table *rules.Table, hash, path string, log *slog.Logger, level *slog.LevelVar,
+	drainTimer func(time.Duration) <-chan time.Time) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -292,7 +294,7 @@ func serve(ctx context.Context, table *rules.Table, hash, path string, log *slog
 		ready.Store(false)
 		if to.DrainDelay > 0 {
 			select {
-			case <-time.After(to.DrainDelay):
+			case <-drainTimer(to.DrainDelay):
 			case serveErr = <-errc:
 			}
 		}

@@ -4,14 +4,21 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/edgerate/edge/internal/wait"
 )
 
 // TestEveryConfigLoads loads each file in configs/ so that no example can
@@ -162,39 +169,41 @@ func TestCheckFlag(t *testing.T) {
 	}
 }
 
-// TestRunServesAndDrains runs edge in-process on free ports: it serves,
-// keeps its admin endpoints off the public listener, and on cancellation
-// finishes an in-flight request before returning 0.
+// TestRunServesAndDrains runs edge in-process on ports the kernel chose:
+// it serves, keeps its admin endpoints off the public listener, and on
+// cancellation finishes an in-flight request before returning 0.
 func TestRunServesAndDrains(t *testing.T) {
-	origin := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	arrived, release := make(chan struct{}), make(chan struct{})
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/slow" {
-			time.Sleep(300 * time.Millisecond)
+			close(arrived)
+			<-release
 		}
 		fmt.Fprint(w, "origin")
-	})}
-	oln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go origin.Serve(oln)
-	t.Cleanup(func() { origin.Close() })
+	}))
+	t.Cleanup(origin.Close)
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(unblock) // before origin.Close, if the test ends early
 
-	public, admin := freePort(t), freePort(t)
 	cfg := filepath.Join(t.TempDir(), "edge.yaml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf(`
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
 listen: %q
 admin_listen: %q
-origin: "http://%s"
+origin: %q
 domains:
   - hosts: ["*"]
     rules: [{name: per-ip, limit: 100, period: 1m}]
-`, public, admin, oln.Addr())), 0o644)
+`, publicAnyPort, adminAnyPort, origin.URL)), 0o644); err != nil {
+		t.Fatal(err)
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	done := make(chan int, 1)
-	var stderr bytes.Buffer
-	go func() { done <- run(ctx, []string{"-config", cfg}, &bytes.Buffer{}, &stderr) }()
-	waitReady(t, "http://"+admin+"/readyz")
+	log := newEdgeLog()
+	go func() { done <- run(ctx, []string{"-config", cfg}, io.Discard, log) }()
+	public, admin := log.waitStarted(t)
 
 	if code, body := httpGet(t, "http://"+public+"/"); code != 200 || body != "origin" {
 		t.Fatalf("public: got %d %q, want 200 origin", code, body)
@@ -213,44 +222,139 @@ domains:
 		code, _ := httpGet(t, "http://"+public+"/slow")
 		slow <- code
 	}()
-	time.Sleep(100 * time.Millisecond) // let the slow request reach the origin
+	<-arrived
 	cancel()
+	// The public listener closes when the drain begins; the request at the
+	// origin is still in flight and must be answered.
+	wait.For(t, 10*time.Second, "the public listener to close", func() bool { return !accepting(public) })
+	unblock()
 	if code := <-slow; code != 200 {
 		t.Errorf("in-flight request during shutdown: got %d, want 200", code)
 	}
 	select {
 	case code := <-done:
 		if code != 0 {
-			t.Fatalf("run returned %d, want 0; stderr:\n%s", code, stderr.String())
+			t.Fatalf("run returned %d, want 0; log:\n%s", code, log)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("run did not return after cancellation")
 	}
 }
 
-func freePort(t *testing.T) string {
+// The listen and admin_listen addresses of every edge a test starts: the
+// kernel picks a free port when edge binds, and the test reads it from the
+// "edge started" log line (edgeLog). A port chosen by the test beforehand
+// could be taken by another process before edge binds it. The two are
+// written differently because a config may not name one address twice;
+// both bind 127.0.0.1.
+const (
+	publicAnyPort = "localhost:0"
+	adminAnyPort  = "127.0.0.1:0"
+)
+
+// edgeLog is an edge's log, written by run or serve in-process or copied
+// from the binary's stderr. At the "edge started" line it learns the
+// addresses the listeners bound.
+type edgeLog struct {
+	mu            sync.Mutex
+	b             bytes.Buffer
+	scanned       int           // bytes of b searched for the start line
+	started       chan struct{} // closed at the start line, or at a failure to start
+	public, admin string        // dialable addresses of the listeners
+}
+
+func newEdgeLog() *edgeLog { return &edgeLog{started: make(chan struct{})} }
+
+// listenAttr matches the listen and admin_listen attributes of a text or
+// JSON log line.
+var listenAttr = regexp.MustCompile(`\b(listen|admin_listen)(?:=|":")([^\s"]+)`)
+
+func (l *edgeLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n, err := l.b.Write(p)
+	select {
+	case <-l.started:
+		return n, err
+	default:
+	}
+	text := l.b.String()
+	end := strings.LastIndexByte(text, '\n') + 1
+	for _, line := range strings.Split(text[l.scanned:end], "\n") {
+		switch {
+		case strings.Contains(line, "edge started"):
+			for _, m := range listenAttr.FindAllStringSubmatch(line, -1) {
+				addr := dialable(m[2])
+				if m[1] == "listen" {
+					l.public = addr
+				} else {
+					l.admin = addr
+				}
+			}
+			close(l.started)
+			return n, err
+		case strings.Contains(line, "edge stopped"), strings.HasPrefix(line, "edge: "):
+			close(l.started) // no addresses: waitStarted fails
+			return n, err
+		}
+	}
+	l.scanned = end
+	return n, err
+}
+
+func (l *edgeLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// waitStarted waits for edge to start and returns the addresses its public
+// and admin listeners bound, with 127.0.0.1 for an unspecified host.
+func (l *edgeLog) waitStarted(t *testing.T) (public, admin string) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	select {
+	case <-l.started:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("edge did not start within 20s; log:\n%s", l)
+	}
+	l.mu.Lock()
+	public, admin = l.public, l.admin
+	l.mu.Unlock()
+	if public == "" || admin == "" {
+		t.Fatalf("edge did not start; log:\n%s", l)
+	}
+	return public, admin
+}
+
+// dialable turns a bound address into one to dial: 127.0.0.1 for an
+// unspecified host (0.0.0.0, [::]).
+func dialable(bound string) string {
+	host, port, err := net.SplitHostPort(bound)
+	if err != nil {
+		return bound
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && ip.IsUnspecified() {
+		return net.JoinHostPort("127.0.0.1", port)
+	}
+	return bound
+}
+
+// accepting reports whether a TCP connection to addr is accepted.
+func accepting(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
+// must fails t at once if a setup step failed.
+func must(t testing.TB, err error) {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-func waitReady(t *testing.T, url string) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		if resp, err := http.Get(url); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("%s never became ready", url)
 }
 
 func httpGet(t *testing.T, url string) (int, string) {
@@ -268,37 +372,68 @@ func httpGet(t *testing.T, url string) (int, string) {
 }
 
 // TestDrainDelay: on shutdown /readyz turns 503 while the public listener
-// still serves, for timeouts.drain_delay.
+// still serves, for timeouts.drain_delay. The test stands in for the
+// drain delay's timer, so that it checks edge during the delay and then
+// ends it, instead of waiting for it.
 func TestDrainDelay(t *testing.T) {
-	public, admin := freePort(t), freePort(t)
 	cfg := filepath.Join(t.TempDir(), "edge.yaml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf(`
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
 listen: %q
 admin_listen: %q
 timeouts: {drain_delay: 2s}
 domains: [{hosts: ["*"], respond: {body: "static"}}]
-`, public, admin)), 0o644)
+`, publicAnyPort, adminAnyPort)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	table, hash, err := loadConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked := make(chan time.Duration, 1)
+	expire := make(chan time.Time)
+	drainTimer := func(d time.Duration) <-chan time.Time {
+		asked <- d
+		return expire
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"-config", cfg}, &bytes.Buffer{}, &bytes.Buffer{}) }()
-	waitReady(t, "http://"+admin+"/readyz")
+	defer cancel()
+	done := make(chan error, 1)
+	log := newEdgeLog()
+	level := new(slog.LevelVar)
+	go func() { done <- serve(ctx, table, hash, cfg, newLogger(log, "text", level), level, drainTimer) }()
+	public, admin := log.waitStarted(t)
+	if code, _ := httpGet(t, "http://"+admin+"/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz before shutdown: got %d, want 200", code)
+	}
+
 	cancel()
-	deadline := time.Now().Add(time.Second)
-	for {
-		code, _ := httpGet(t, "http://"+admin+"/readyz")
-		if code == http.StatusServiceUnavailable {
-			break
+	select {
+	case d := <-asked:
+		if d != 2*time.Second {
+			t.Errorf("drain delay: got %v, want 2s", d)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz still %d after shutdown began", code)
-		}
-		time.Sleep(10 * time.Millisecond)
+	case err := <-done:
+		t.Fatalf("serve returned %v without a drain delay", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no drain delay within 10s of the shutdown")
+	}
+	if code, _ := httpGet(t, "http://"+admin+"/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz during the drain delay: got %d, want 503", code)
 	}
 	if code, body := httpGet(t, "http://"+public+"/"); code != 200 || body != "static" {
 		t.Errorf("public during the drain delay: got %d %q, want 200 static", code, body)
 	}
-	if code := <-done; code != 0 {
-		t.Errorf("run returned %d, want 0", code)
+	close(expire)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("serve: %v, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not return after the drain delay")
+	}
+	if accepting(public) {
+		t.Errorf("public listener still accepting after serve returned")
 	}
 }
 

@@ -12,24 +12,28 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/edgerate/edge/internal/wait"
 	"github.com/edgerate/edge/proxy"
 )
 
-// edgeUnderTest runs edge in-process on free ports with the config at path.
+// edgeUnderTest runs edge in-process, on the ports its config's listen
+// addresses (publicAnyPort, adminAnyPort) let the kernel choose, with the config at path.
 type edgeUnderTest struct {
 	t             *testing.T
 	public, admin string
 	token         string
 	stop          func() int
-	log           *syncBuffer
+	log           *edgeLog
 }
 
+// syncBuffer is a log that a test reads while edge writes it.
 type syncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
@@ -47,11 +51,11 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func startEdge(t *testing.T, path string, public, admin string) *edgeUnderTest {
+func startEdge(t *testing.T, path string) *edgeUnderTest {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
-	e := &edgeUnderTest{t: t, public: public, admin: admin, log: &syncBuffer{}}
+	e := &edgeUnderTest{t: t, log: newEdgeLog()}
 	go func() { done <- run(ctx, []string{"-config", path}, io.Discard, e.log) }()
 	var once sync.Once
 	code := -1
@@ -67,7 +71,7 @@ func startEdge(t *testing.T, path string, public, admin string) *edgeUnderTest {
 		return code
 	}
 	t.Cleanup(func() { e.stop() })
-	waitReady(t, "http://"+admin+"/readyz")
+	e.public, e.admin = e.log.waitStarted(t)
 	return e
 }
 
@@ -100,19 +104,9 @@ func (e *edgeUnderTest) adminGet(path string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// waitFor polls cond until it holds or 10 s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func configWithLimit(public, admin string, limit int, extra string) string {
+// configWithLimit is a config of one site with a rule of limit requests
+// per 30 days, listening on publicAnyPort and adminAnyPort, with extra top-level keys.
+func configWithLimit(limit int, extra string) string {
 	return fmt.Sprintf(`
 listen: %q
 admin_listen: %q
@@ -122,7 +116,7 @@ domains:
     respond: {body: "ok"}
     rules:
       - {name: per-ip, limit: %d, period: 720h}
-%s`, public, admin, limit, extra)
+%s`, publicAnyPort, adminAnyPort, limit, extra)
 }
 
 func loadedHash(t *testing.T, e *edgeUnderTest) string {
@@ -143,15 +137,14 @@ func loadedHash(t *testing.T, e *edgeUnderTest) string {
 // the running configuration and is reported by metrics and /readyz.
 func TestReloadOnFileChange(t *testing.T) {
 	dir := t.TempDir()
-	public, admin := freePort(t), freePort(t)
 	// ConfigMap layout: edge.yaml -> ..data/edge.yaml, ..data -> ..v1
-	os.MkdirAll(filepath.Join(dir, "..v1"), 0o755)
-	os.WriteFile(filepath.Join(dir, "..v1", "edge.yaml"), []byte(configWithLimit(public, admin, 2, "")), 0o644)
-	os.Symlink("..v1", filepath.Join(dir, "..data"))
+	must(t, os.MkdirAll(filepath.Join(dir, "..v1"), 0o755))
+	must(t, os.WriteFile(filepath.Join(dir, "..v1", "edge.yaml"), []byte(configWithLimit(2, "")), 0o644))
+	must(t, os.Symlink("..v1", filepath.Join(dir, "..data")))
 	path := filepath.Join(dir, "edge.yaml")
-	os.Symlink(filepath.Join("..data", "edge.yaml"), path)
+	must(t, os.Symlink(filepath.Join("..data", "edge.yaml"), path))
 
-	e := startEdge(t, path, public, admin)
+	e := startEdge(t, path)
 	for range 2 {
 		e.get("a.test", "/")
 	}
@@ -162,11 +155,11 @@ func TestReloadOnFileChange(t *testing.T) {
 
 	// 1. Symlink swap to a config with limit 3: the client's 2 counted
 	// requests survive, so exactly one more is allowed.
-	os.MkdirAll(filepath.Join(dir, "..v2"), 0o755)
-	os.WriteFile(filepath.Join(dir, "..v2", "edge.yaml"), []byte(configWithLimit(public, admin, 3, "")), 0o644)
-	os.Symlink("..v2", filepath.Join(dir, "..data.tmp"))
-	os.Rename(filepath.Join(dir, "..data.tmp"), filepath.Join(dir, "..data"))
-	waitFor(t, "reload after symlink swap", func() bool { return loadedHash(t, e) != h1 })
+	must(t, os.MkdirAll(filepath.Join(dir, "..v2"), 0o755))
+	must(t, os.WriteFile(filepath.Join(dir, "..v2", "edge.yaml"), []byte(configWithLimit(3, "")), 0o644))
+	must(t, os.Symlink("..v2", filepath.Join(dir, "..data.tmp")))
+	must(t, os.Rename(filepath.Join(dir, "..data.tmp"), filepath.Join(dir, "..data")))
+	wait.For(t, 10*time.Second, "reload after symlink swap", func() bool { return loadedHash(t, e) != h1 })
 	if got := e.get("a.test", "/"); got != 200 {
 		t.Errorf("after raising the limit to 3: got %d, want 200 (one more)", got)
 	}
@@ -180,8 +173,8 @@ func TestReloadOnFileChange(t *testing.T) {
 
 	// 2. An invalid file: the running config stays; metrics and /readyz say so.
 	h2 := loadedHash(t, e)
-	os.WriteFile(filepath.Join(dir, "..v2", "edge.yaml"), []byte(configWithLimit(public, admin, 0, "")), 0o644)
-	waitFor(t, "the failed reload to be reported", func() bool {
+	must(t, os.WriteFile(filepath.Join(dir, "..v2", "edge.yaml"), []byte(configWithLimit(0, "")), 0o644))
+	wait.For(t, 10*time.Second, "the failed reload to be reported", func() bool {
 		_, body := e.adminGet("/readyz")
 		return strings.Contains(body, "last reload failed")
 	})
@@ -206,17 +199,17 @@ func TestReloadOnFileChange(t *testing.T) {
 
 	// 3. Atomic rename over the path (an editor's save), fixing the file.
 	tmp := filepath.Join(dir, "..v2", "edge.yaml.tmp")
-	os.WriteFile(tmp, []byte(configWithLimit(public, admin, 10, "")), 0o644)
-	os.Rename(tmp, filepath.Join(dir, "..v2", "edge.yaml"))
-	waitFor(t, "reload after rename", func() bool { return loadedHash(t, e) != h2 })
+	must(t, os.WriteFile(tmp, []byte(configWithLimit(10, "")), 0o644))
+	must(t, os.Rename(tmp, filepath.Join(dir, "..v2", "edge.yaml")))
+	wait.For(t, 10*time.Second, "reload after rename", func() bool { return loadedHash(t, e) != h2 })
 	if _, body := e.adminGet("/readyz"); strings.Contains(body, "failed") {
 		t.Errorf("/readyz still reports a failure after a good reload:\n%s", body)
 	}
 
 	// 4. SIGHUP reloads even when nothing changed on disk.
 	before := strings.Count(e.log.String(), "configuration reloaded")
-	syscall.Kill(os.Getpid(), syscall.SIGHUP)
-	waitFor(t, "SIGHUP reload", func() bool { return strings.Count(e.log.String(), "configuration reloaded") > before })
+	must(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+	wait.For(t, 10*time.Second, "SIGHUP reload", func() bool { return strings.Count(e.log.String(), "configuration reloaded") > before })
 
 	if code := e.stop(); code != 0 {
 		t.Errorf("exit code %d", code)
@@ -225,10 +218,9 @@ func TestReloadOnFileChange(t *testing.T) {
 
 // TestAdminToken: with a token, /metrics and /v1 need it; probes do not.
 func TestAdminToken(t *testing.T) {
-	public, admin := freePort(t), freePort(t)
 	path := filepath.Join(t.TempDir(), "edge.yaml")
-	os.WriteFile(path, []byte(configWithLimit(public, admin, 5, `admin_token: "s3cret"`)), 0o644)
-	e := startEdge(t, path, public, admin)
+	must(t, os.WriteFile(path, []byte(configWithLimit(5, `admin_token: "s3cret"`)), 0o644))
+	e := startEdge(t, path)
 	for _, p := range []string{"/metrics", "/v1/config"} {
 		if code, _ := e.adminGet(p); code != 401 {
 			t.Errorf("%s without token: %d, want 401", p, code)
@@ -276,16 +268,15 @@ func TestMetricsPassPromtool(t *testing.T) {
 		}
 		t.Skip("promtool not installed (apt-get install prometheus)")
 	}
-	public, admin := freePort(t), freePort(t)
 	path := filepath.Join(t.TempDir(), "edge.yaml")
-	os.WriteFile(path, []byte(configWithLimit(public, admin, 1, "")), 0o644)
-	e := startEdge(t, path, public, admin)
+	must(t, os.WriteFile(path, []byte(configWithLimit(1, "")), 0o644))
+	e := startEdge(t, path)
 	e.get("a.test", "/")
 	e.get("a.test", "/")
-	os.WriteFile(path, []byte(configWithLimit(public, admin, 2, "")), 0o644)
+	must(t, os.WriteFile(path, []byte(configWithLimit(2, "")), 0o644))
 	h := loadedHash(t, e)
-	syscall.Kill(os.Getpid(), syscall.SIGHUP)
-	waitFor(t, "reload", func() bool { return loadedHash(t, e) != h })
+	must(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+	wait.For(t, 10*time.Second, "reload", func() bool { return loadedHash(t, e) != h })
 	_, body := e.adminGet("/metrics")
 	cmd := exec.Command(promtool, "check", "metrics")
 	cmd.Stdin = strings.NewReader(body)
@@ -312,11 +303,10 @@ func TestWarnsWhenAdminIsExposed(t *testing.T) {
 		{"loopback", "127.0.0.1", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			public, admin := freePort(t), freePort(t)
-			_, port, _ := strings.Cut(admin, ":")
 			path := filepath.Join(t.TempDir(), "edge.yaml")
-			os.WriteFile(path, []byte(configWithLimit(public, tc.host+":"+port, 5, "")), 0o644)
-			e := startEdge(t, path, public, "127.0.0.1:"+port)
+			config := strings.Replace(configWithLimit(5, ""), "admin_listen: "+strconv.Quote(adminAnyPort), "admin_listen: "+strconv.Quote(tc.host+":0"), 1)
+			must(t, os.WriteFile(path, []byte(config), 0o644))
+			e := startEdge(t, path)
 			warned := strings.Contains(e.log.String(), "admin listener is not on loopback")
 			if warned != tc.warn {
 				t.Errorf("warned = %v, want %v; log:\n%s", warned, tc.warn, e.log.String())
@@ -402,17 +392,16 @@ func TestReloadAppliesLogLevel(t *testing.T) {
 // TestReloadAppliesShutdownTimeouts: timeouts.shutdown and drain_delay are
 // read when a shutdown begins, so a reload changes them.
 func TestReloadAppliesShutdownTimeouts(t *testing.T) {
-	public, admin := freePort(t), freePort(t)
 	path := filepath.Join(t.TempDir(), "edge.yaml")
-	if err := os.WriteFile(path, []byte(configWithLimit(public, admin, 5, "")), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(configWithLimit(5, "")), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e := startEdge(t, path, public, admin)
+	e := startEdge(t, path)
 	h := loadedHash(t, e)
-	if err := os.WriteFile(path, []byte(configWithLimit(public, admin, 5, "timeouts: {shutdown: 7s, drain_delay: 10ms}")), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(configWithLimit(5, "timeouts: {shutdown: 7s, drain_delay: 10ms}")), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the reload", func() bool { return loadedHash(t, e) != h })
+	wait.For(t, 10*time.Second, "the reload", func() bool { return loadedHash(t, e) != h })
 	if code := e.stop(); code != 0 {
 		t.Errorf("exit code %d", code)
 	}

@@ -1,6 +1,12 @@
 // Package redistest runs real redis-server processes for tests: each on a
 // free loopback port, without persistence, killed by its PID when the test
 // ends. It is for tests only.
+//
+// redis-server cannot be handed a listener, nor report a port the kernel
+// chose (port 0 turns its TCP listener off), so the port is picked here
+// with FreePort and passed on: another process could take it in between,
+// and then redis-server exits at once; Start and StartCluster then try
+// again on another port.
 package redistest
 
 import (
@@ -17,28 +23,50 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgerate/edge/internal/wait"
 	"github.com/redis/rueidis"
 )
 
 // Server is one redis-server process, restartable on the same port.
 type Server struct {
-	t    testing.TB
-	Addr string // 127.0.0.1:port
-	Port int
-	cmd  *exec.Cmd
-	args []string // extra redis-server arguments (StartCluster)
+	t      testing.TB
+	Addr   string // 127.0.0.1:port
+	Port   int
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has exited and been waited for
+	args   []string      // extra redis-server arguments (StartCluster)
 }
+
+// attempts is how many free ports Start and StartCluster try for one
+// server before failing the test.
+const attempts = 3
 
 // Start starts a redis-server on a free port and waits until it answers.
 // Without redis-server the test is skipped, unless the CI environment
 // variable is set, where it fails: CI must install it (.ci/run does).
 func Start(t testing.TB) *Server {
 	t.Helper()
-	s := &Server{t: t, Port: FreePort(t)}
-	s.Addr = "127.0.0.1:" + strconv.Itoa(s.Port)
-	s.Restart()
-	t.Cleanup(s.Kill)
-	return s
+	return startOnFreePort(t, nil)
+}
+
+// startOnFreePort starts a redis-server with args on a free port, trying
+// another port if it exits before answering (the port was taken).
+func startOnFreePort(t testing.TB, args func(port int) []string) *Server {
+	t.Helper()
+	var err error
+	for range attempts {
+		s := &Server{t: t, Port: FreePort(t)}
+		s.Addr = "127.0.0.1:" + strconv.Itoa(s.Port)
+		if args != nil {
+			s.args = args(s.Port)
+		}
+		t.Cleanup(s.Kill) // registered before start, which may fail t
+		if err = s.start(); err == nil {
+			return s
+		}
+	}
+	t.Fatalf("redis-server did not start on any of %d free ports: %v", attempts, err)
+	return nil
 }
 
 // Path returns redis-server's path, skipping or failing t without it.
@@ -55,7 +83,9 @@ func Path(t testing.TB) string {
 }
 
 // FreePort returns a loopback TCP port that nothing listened on a moment
-// ago.
+// ago, for a process that must be told its port (see the package
+// comment). To dial an address that refuses connections, use
+// RefusingAddr.
 func FreePort(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -66,9 +96,41 @@ func FreePort(t testing.TB) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
+// RefusingAddr returns a loopback address that refuses connections, as
+// one where Redis (or an origin) is down: a TCP socket is bound there and never listens,
+// which holds the port until the test ends, so that no other process can
+// start listening on it meanwhile.
+func RefusingAddr(t testing.TB) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatalf("refusing address: socket: %v", err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatalf("refusing address: bind: %v", err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatalf("refusing address: getsockname: %v", err)
+	}
+	return "127.0.0.1:" + strconv.Itoa(sa.(*syscall.SockaddrInet4).Port)
+}
+
 // Restart starts the server again on its port, empty, after Kill (or for
 // the first time), and waits until it answers PING.
 func (s *Server) Restart() {
+	s.t.Helper()
+	if err := s.start(); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// start starts the server on its port and waits until it answers PING. It
+// returns an error if the process exits first, as it does when the port is
+// taken; it fails the test if the server neither answers nor exits within
+// 5 s.
+func (s *Server) start() error {
 	s.t.Helper()
 	cmd := exec.Command(Path(s.t), "--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning")
@@ -77,18 +139,27 @@ func (s *Server) Restart() {
 	if err := cmd.Start(); err != nil {
 		s.t.Fatalf("starting redis-server: %v", err)
 	}
-	s.cmd = cmd
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if s.ping() {
-			return
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait() // a killed server's error is expected
+		close(exited)
+	}()
+	s.cmd, s.exited = cmd, exited
+	gone := false
+	wait.For(s.t, 5*time.Second, "redis-server on port "+strconv.Itoa(s.Port)+" to answer", func() bool {
+		select {
+		case <-exited:
+			gone = true
+			return true
+		default:
+			return s.ping()
 		}
-		if time.Now().After(deadline) {
-			s.Kill()
-			s.t.Fatalf("redis-server on port %d did not answer within 5s", s.Port)
-		}
-		time.Sleep(10 * time.Millisecond)
+	})
+	if gone {
+		s.cmd = nil
+		return fmt.Errorf("redis-server on port %d exited before answering", s.Port)
 	}
+	return nil
 }
 
 func (s *Server) ping() bool {
@@ -113,7 +184,7 @@ func (s *Server) Kill() {
 	}
 	_ = s.cmd.Process.Signal(syscall.SIGCONT) // a stopped process dies on SIGKILL too, but be sure
 	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
+	<-s.exited
 	s.cmd = nil
 }
 
@@ -232,14 +303,11 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	dir := t.TempDir()
 	c := &Cluster{}
 	for range n {
-		s := &Server{t: t, Port: FreePort(t)}
-		s.Addr = "127.0.0.1:" + strconv.Itoa(s.Port)
-		s.args = []string{"--cluster-enabled", "yes",
-			"--cluster-config-file", filepath.Join(dir, "nodes-"+strconv.Itoa(s.Port)+".conf"),
-			"--cluster-node-timeout", "5000", "--dir", dir}
-		t.Cleanup(s.Kill) // registered before Restart, which may fail t
-		s.Restart()
-		c.Servers = append(c.Servers, s)
+		c.Servers = append(c.Servers, startOnFreePort(t, func(port int) []string {
+			return []string{"--cluster-enabled", "yes",
+				"--cluster-config-file", filepath.Join(dir, "nodes-"+strconv.Itoa(port)+".conf"),
+				"--cluster-node-timeout", "5000", "--dir", dir}
+		}))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -248,18 +316,11 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
-	deadline := time.Now().Add(10 * time.Second)
 	for _, s := range c.Servers {
-		for {
+		wait.For(t, 10*time.Second, "cluster_state:ok on redis cluster node "+s.Addr, func() bool {
 			out, err := exec.CommandContext(ctx, cli, "-h", "127.0.0.1", "-p", strconv.Itoa(s.Port), "cluster", "info").Output()
-			if err == nil && strings.Contains(string(out), "cluster_state:ok") {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("redis cluster node %s not ok within 10s: %v\n%s", s.Addr, err, out)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return err == nil && strings.Contains(string(out), "cluster_state:ok")
+		})
 	}
 	return c
 }

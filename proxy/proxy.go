@@ -86,9 +86,9 @@ type state struct {
 // domain is a rules.Domain with its counters, upstream and metric handles.
 type domain struct {
 	*rules.Domain
-	store    *window.Store   // nil when the domain has no rules
-	shared   *cluster.Domain // Redis-shared counting; nil in local mode or without rules
-	carry    []int           // for a reload: carry[i] is this store's rule continuing the old store's rule i
+	store    *window.Store  // nil when the domain has no rules
+	counter  window.Counter // store's, or Redis-shared counting (shared.go); nil without rules
+	carry    []int          // for a reload: carry[i] is this store's rule continuing the old store's rule i
 	upstream http.Handler
 	rules    []ruleState // parallel to Domain.Rules
 	requests requestCounters
@@ -181,6 +181,7 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 				d.rules[j] = newRuleState(r, p.metrics.ruleCounters(rd.Name, r))
 				d.rules[j].identity = limits[j].Identity
 			}
+			d.counter = d.store.Counter()
 			if p.cluster != nil {
 				if err := p.sharedDomain(d); err != nil {
 					return nil, err

@@ -21,6 +21,9 @@ type State struct {
 	RetryAfter time.Duration
 	// MitigatedUntil is when a mitigation in force ends; zero if none.
 	MitigatedUntil time.Time
+	// Shared reports that the counts were read from a store shared between
+	// nodes (a Counter's Peek): the PoP's, not this node's.
+	Shared bool
 }
 
 // Peek returns k's state at now without changing it. Keys counted in the

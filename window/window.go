@@ -87,7 +87,7 @@ func (l Limit) validate() error {
 	return errors.Join(errs...)
 }
 
-// A Decision is the outcome of one Allow call.
+// A Decision is the outcome of one Allow call, or of a Counter's Decide.
 type Decision struct {
 	// Allowed reports whether the request is within the limit.
 	Allowed bool
@@ -114,6 +114,14 @@ type Decision struct {
 	// the request was counted in the rule's shared overflow counter instead
 	// of its own.
 	Overflow bool
+	// Fallback reports that a counter shared between nodes decided without
+	// its shared store, by its failure mode (see Counter).
+	Fallback bool
+	// Unavailable reports that a counter shared between nodes could not
+	// decide at all: its shared store is out of reach and it fails closed.
+	// The request is to be refused as undecided; RetryAfter is how long
+	// until the store is tried again. Nothing else in the Decision holds.
+	Unavailable bool
 
 	counted bool   // the request was added to curr (what Refund undoes)
 	win     uint32 // the period it was added to

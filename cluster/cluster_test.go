@@ -44,7 +44,7 @@ func newDomain(t *testing.T, c *Client, l window.Limit) (*Domain, *window.Store)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := c.Domain("site", []Rule{{Name: "r", Key: "ip", Limit: l}}, store)
+	d, err := c.Domain("site", []Rule{{Name: "r", Key: "ip"}}, store)
 	if err != nil {
 		t.Fatalf("Domain: %v", err)
 	}

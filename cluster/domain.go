@@ -27,10 +27,6 @@ type Rule struct {
 	// "header:X-Api-Key,path". It is hashed with each client's key bytes,
 	// so a rule whose key changes meaning counts afresh.
 	Key string
-	// Limit says how the rule counts. Its Period must be a whole number of
-	// seconds (rules.Compile ensures it), so that period starts are Unix
-	// seconds on every node.
-	Limit window.Limit
 }
 
 // Domain is one domain's rules counted through a Client: the domain's
@@ -53,7 +49,8 @@ var _ window.Counter = (*Domain)(nil)
 
 type domainRule struct {
 	Rule
-	base          string // "edge:<pop>:<domain>:<rule>:<period>s:"
+	Limit         window.Limit // as the domain's store counts the rule
+	base          string       // "edge:<pop>:<domain>:<rule>:<period>s:"
 	periodSeconds int64
 	args          []string // decideScript's ARGV
 }
@@ -67,30 +64,31 @@ type blockedUntil struct {
 // Domain returns the shared counting of one domain. store is the domain's
 // own window.Store: batched mode decides in it and merges the PoP-wide
 // counts into it; both modes fall back on it while Redis is out of reach
-// (on_store_failure local). rs must be parallel to store's limits.
+// (on_store_failure local). rs must be parallel to store's limits, which
+// the rules are counted by in Redis too. The limits are compiled values:
+// their periods whole seconds (rules.Compile ensures it), so that period
+// starts are Unix seconds on every node; a shorter one would count as 1s.
 func (c *Client) Domain(name string, rs []Rule, store *window.Store) (*Domain, error) {
 	if store == nil || len(rs) == 0 {
 		return nil, errors.New("cluster: a domain needs a store and rules")
 	}
 	d := &Domain{c: c, store: store, rules: make([]domainRule, len(rs))}
 	for i, r := range rs {
-		if r.Limit.Period < time.Second || r.Limit.Period%time.Second != 0 || r.Limit.Limit < 1 {
-			return nil, fmt.Errorf("cluster: domain %q rule %q: period must be whole seconds and limit at least 1, got %v and %d",
-				name, r.Name, r.Limit.Period, r.Limit.Limit)
-		}
-		secs := int64(r.Limit.Period / time.Second)
+		l := store.Limit(i)
+		secs := max(int64(l.Period/time.Second), 1)
 		countBlocked := "0"
-		if r.Limit.CountBlocked {
+		if l.CountBlocked {
 			countBlocked = "1"
 		}
 		d.rules[i] = domainRule{
 			Rule:          r,
+			Limit:         l,
 			base:          "edge:" + c.pop + ":" + name + ":" + r.Name + ":" + strconv.FormatInt(secs, 10) + "s:",
 			periodSeconds: secs,
 			args: []string{
-				strconv.FormatInt(r.Limit.Limit, 10),
-				strconv.FormatInt(int64(r.Limit.Period/time.Microsecond), 10),
-				strconv.FormatInt(int64(r.Limit.Mitigation/time.Microsecond), 10),
+				strconv.FormatInt(l.Limit, 10),
+				strconv.FormatInt(int64(l.Period/time.Microsecond), 10),
+				strconv.FormatInt(int64(l.Mitigation/time.Microsecond), 10),
 				countBlocked,
 			},
 		}

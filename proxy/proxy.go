@@ -134,6 +134,15 @@ func New(opts Options) (*Proxy, error) {
 	return p, nil
 }
 
+// A compiled rule is handed to the counters as it is: rules' bounds must
+// stay within what window can count. Each constant below fails to compile
+// (a negative constant converted to an unsigned type) if they do not.
+const (
+	_ = uint(window.MaxRules - rules.MaxRulesPerDomain)
+	_ = uint64(window.MaxLimit - rules.MaxLimit)
+	_ = uint64(window.MaxSpan - rules.MaxPeriod - rules.MaxMitigation)
+)
+
 // build makes the per-configuration state: a counter store and an upstream
 // per domain, metric handles per rule.
 //

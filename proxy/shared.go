@@ -44,8 +44,8 @@ func (p *Proxy) newCluster(t *rules.Table, node string) (*cluster.Client, error)
 	return c, nil
 }
 
-// sharedDomain makes d's shared counting. Caller has made d.store and
-// d.rules.
+// sharedDomain makes d's shared counting, which counts each rule by the
+// limit d.store counts it by. Caller has made d.store and d.rules.
 func (p *Proxy) sharedDomain(d *domain) error {
 	rs := make([]cluster.Rule, len(d.rules))
 	for i, r := range d.rules {
@@ -53,16 +53,7 @@ func (p *Proxy) sharedDomain(d *domain) error {
 		for j, k := range r.Key {
 			key[j] = k.String()
 		}
-		rs[i] = cluster.Rule{
-			Name: r.Name,
-			Key:  strings.Join(key, ","),
-			Limit: window.Limit{
-				Limit:        r.Limit,
-				Period:       r.Period,
-				Mitigation:   r.MitigationTimeout,
-				CountBlocked: r.CountBlocked,
-			},
-		}
+		rs[i] = cluster.Rule{Name: r.Name, Key: strings.Join(key, ",")}
 	}
 	sd, err := p.cluster.Domain(d.Name, rs, d.store)
 	if err != nil {

@@ -126,12 +126,10 @@ func (s *Store) Charge(k Key, n int64, now time.Time) {
 	defer sh.mu.Unlock()
 	i := sh.find(k.fp)
 	if i < 0 {
-		if sh.live >= sh.limit || !s.take() {
-			return
-		}
-		sh.seq.Add(1)
-		i = sh.insert(k.fp, counters{win: uint32(w)})
-		sh.seq.Add(1)
+		i = s.insertFree(sh, k.fp, w)
+	}
+	if i < 0 {
+		return
 	}
 	sh.lock(i)
 	defer sh.unlock(i)
@@ -141,4 +139,17 @@ func (s *Store) Charge(k Key, n int64, now time.Time) {
 	}
 	p.advance(ent, w, 0)
 	ent.curr = uint32(min(int64(ent.curr)+n, math.MaxUint32))
+}
+
+// insertFree inserts fp, which sh does not track, with empty counters at
+// period w if the shard and the store have room, never evicting, and
+// returns its slot, or -1. Caller holds sh.mu.
+func (s *Store) insertFree(sh *shard, fp uint64, w int64) int {
+	if sh.live >= sh.limit || !s.take() {
+		return -1
+	}
+	sh.seq.Add(1)
+	i := sh.insert(fp, counters{win: uint32(w)})
+	sh.seq.Add(1)
+	return i
 }

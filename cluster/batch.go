@@ -125,7 +125,7 @@ func (b *batch) keep(it flushItem, now time.Time) {
 // merge takes the PoP-wide counts of key into the domain's store, with
 // what this node counted since they were read added to the current period.
 func (b *batch) merge(key pendKey, prev, curr int64) {
-	if b.d.Exact() {
+	if b.d.exact() {
 		return // the store holds only what was decided without Redis
 	}
 	b.mu.Lock()

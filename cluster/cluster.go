@@ -5,8 +5,8 @@
 // A Client holds the connection to Redis, a circuit breaker in front of it,
 // a heartbeat that registers the node so that every node knows how many its
 // PoP has, and the flusher of batched counts. A Domain is one domain's rules
-// as counted through a Client: the proxy asks it instead of the domain's
-// window.Store. Two modes:
+// as counted through a Client, a window.Counter that the proxy asks as it
+// would the domain's own window.Store. Two modes:
 //
 //   - exact: every decision is one atomic round trip, a Lua script that reads
 //     both counters, judges on Redis's clock with the estimate the window
@@ -32,7 +32,7 @@
 //
 // Keys in Redis never use window.Key, which is a hash with a per-process
 // seed: they are named from the bytes the proxy builds for a client (see
-// Domain.Allow), identical on every node.
+// window.ID), identical on every node.
 package cluster
 
 import (

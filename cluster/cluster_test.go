@@ -45,7 +45,7 @@ func newDomain(t *testing.T, c *Client, l window.Limit) (*Domain, *window.Store)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := c.Domain("site", []Rule{{Name: "r", Key: "ip", Limit: l}}, store)
+	d, err := c.Domain("site", []Rule{{Name: "r", Key: "ip"}}, store)
 	if err != nil {
 		t.Fatalf("Domain: %v", err)
 	}
@@ -54,11 +54,15 @@ func newDomain(t *testing.T, c *Client, l window.Limit) (*Domain, *window.Store)
 }
 
 // allow asks d for one request of client key.
-func allow(d *Domain, store *window.Store, key string) (window.Decision, *Call) {
-	call := new(Call)
-	defer call.Close()
-	k := store.KeyString(0, key)
-	return d.Allow(call, 0, k, []byte(key), time.Now()), call
+func allow(d *Domain, store *window.Store, key string) (window.Decision, *tally) {
+	call := d.Begin().(*tally)
+	defer call.End()
+	return call.Decide(id(store, key), 1, time.Now()), call
+}
+
+// id is client key's ID under rule 0 of store.
+func id(store *window.Store, key string) window.ID {
+	return window.ID{Key: store.KeyString(0, key), Name: []byte(key)}
 }
 
 // checkTTLs fails t if any key in srv has no TTL, and logs how many keys
@@ -194,7 +198,7 @@ func TestExactResetIsWaitForMoreQuota(t *testing.T) {
 	l := window.Limit{Limit: 3, Period: period}
 	d, store := newDomain(t, c, l)
 	// elapsed is how far into its period Redis counted the call's request.
-	elapsed := func(call *Call) time.Duration {
+	elapsed := func(call *tally) time.Duration {
 		if len(call.counted) != 1 {
 			t.Fatalf("call counted %d requests, want 1", len(call.counted))
 		}
@@ -220,20 +224,19 @@ func TestExactResetIsWaitForMoreQuota(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			for range tt.before {
-				if dec, call := allow(d, store, tt.client); !dec.Allowed || call.Fallback {
-					t.Fatalf("earlier request: got %+v, fallback %v", dec, call.Fallback)
+				if dec, _ := allow(d, store, tt.client); !dec.Allowed || dec.Fallback {
+					t.Fatalf("earlier request: got %+v, fallback %v", dec, dec.Fallback)
 				}
 			}
-			call := new(Call)
-			defer call.Close()
-			k := store.KeyString(0, tt.client)
-			dec := d.Allow(call, 0, k, []byte(tt.client), time.Now())
-			if !dec.Allowed || call.Fallback {
-				t.Fatalf("got %+v, fallback %v, want allowed by redis", dec, call.Fallback)
+			call := d.Begin().(*tally)
+			defer call.End()
+			dec := call.Decide(id(store, tt.client), 1, time.Now())
+			if !dec.Allowed || dec.Fallback {
+				t.Fatalf("got %+v, fallback %v, want allowed by redis", dec, dec.Fallback)
 			}
 			e := elapsed(call)
 			if tt.refund {
-				dec = d.Refund(call, 0, k, dec, time.Now())
+				dec = call.Refund(id(store, tt.client), dec, time.Now())
 			}
 			if dec.Remaining != tt.wantRemaining || dec.Reset != tt.wantReset(e) {
 				t.Errorf("got Remaining %d, Reset %v; want %d, %v", dec.Remaining, dec.Reset, tt.wantRemaining, tt.wantReset(e))
@@ -244,9 +247,9 @@ func TestExactResetIsWaitForMoreQuota(t *testing.T) {
 		for range 3 {
 			allow(d, store, "e")
 		}
-		dec, call := allow(d, store, "e")
-		if dec.Allowed || call.Fallback {
-			t.Fatalf("4th request: got %+v, fallback %v, want blocked by redis", dec, call.Fallback)
+		dec, _ := allow(d, store, "e")
+		if dec.Allowed || dec.Fallback {
+			t.Fatalf("4th request: got %+v, fallback %v, want blocked by redis", dec, dec.Fallback)
 		}
 		if dec.Reset != dec.RetryAfter || dec.RetryAfter <= 0 || dec.RetryAfter > period+1 {
 			t.Errorf("got Reset %v, RetryAfter %v: want them equal, in (0, %v]", dec.Reset, dec.RetryAfter, period+1)
@@ -274,8 +277,8 @@ func TestExactAcrossNodes(t *testing.T) {
 	for g := range 12 {
 		wg.Go(func() {
 			for range 10 {
-				d, call := allow(ds[g%3], ss[g%3], "198.51.100.7")
-				if call.Fallback {
+				d, _ := allow(ds[g%3], ss[g%3], "198.51.100.7")
+				if d.Fallback {
 					fallback.Add(1)
 				}
 				if d.Allowed {
@@ -314,16 +317,16 @@ func TestBudgetAgainstStoppedRedis(t *testing.T) {
 	cfg := testConfig(srv.Addr, rules.SyncExact, rules.FailOpen)
 	c := newClient(t, cfg, "n1")
 	d, store := newDomain(t, c, window.Limit{Limit: 1000, Period: time.Minute})
-	if _, call := allow(d, store, "warm"); call.Fallback {
+	if dec, _ := allow(d, store, "warm"); dec.Fallback {
 		t.Fatal("decided without redis before any fault")
 	}
 	srv.Stop()
 	for i := range 10 {
 		start := time.Now()
-		dec, call := allow(d, store, "client")
+		dec, _ := allow(d, store, "client")
 		took := time.Since(start)
-		if !call.Fallback || !dec.Allowed {
-			t.Fatalf("request %d against a stopped redis: fallback %v allowed %v, want an open fallback", i, call.Fallback, dec.Allowed)
+		if !dec.Fallback || !dec.Allowed {
+			t.Fatalf("request %d against a stopped redis: fallback %v allowed %v, want an open fallback", i, dec.Fallback, dec.Allowed)
 		}
 		if slack := 100 * time.Millisecond; took > cfg.Budget+slack {
 			t.Fatalf("request %d took %v, want at most the budget %v (+%v)", i, took, cfg.Budget, slack)
@@ -335,7 +338,7 @@ func TestBudgetAgainstStoppedRedis(t *testing.T) {
 	srv.Cont()
 	took := wait.For(t, 2*time.Second, "closed circuit", func() bool { return c.State() == Closed })
 	t.Logf("circuit closed %v after redis resumed", took)
-	if _, call := allow(d, store, "client"); call.Fallback {
+	if dec, _ := allow(d, store, "client"); dec.Fallback {
 		t.Fatal("decided without redis after it resumed")
 	}
 }
@@ -503,5 +506,60 @@ func flushCounter(flushes, failed *atomic.Int64) func(string, time.Duration, err
 				failed.Add(1)
 			}
 		}
+	}
+}
+
+// TestCharge: units charged after the fact reach Redis with the next flush
+// in both modes (batched mode counts them in the node's store at once), and
+// later decisions count them.
+func TestCharge(t *testing.T) {
+	srv := redistest.Start(t)
+	tests := []struct {
+		name      string
+		sync      rules.SyncMode
+		wantLocal int64 // the node's store's count right after the charge
+	}{
+		{"exact", rules.SyncExact, 0},
+		{"batched", rules.SyncBatched, 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testConfig(srv.Addr, tt.sync, rules.FailClosed)
+			cfg.Budget = 250 * time.Millisecond // no fallback under -race
+			c := newClient(t, cfg, "n-"+tt.name)
+			wait.For(t, 2*time.Second, "scripts loaded", c.scriptsLoaded.Load)
+			d, store := newDomain(t, c, window.Limit{Limit: 10, Period: time.Hour})
+			client := "charged-" + tt.name
+			tally := d.Begin()
+			now := time.Now()
+			if dec := tally.Decide(id(store, client), 1, now); !dec.Allowed || dec.Fallback {
+				t.Fatalf("first request: got %+v, want allowed by redis", dec)
+			}
+			tally.Charge(id(store, client), 4, now)
+			tally.Charge(id(store, client), 0, now) // nothing
+			tally.Release(id(store, client), now)   // holds nothing
+			tally.End()
+			if got := store.Peek(store.KeyString(0, client), now).Current; got != tt.wantLocal {
+				t.Errorf("node's count after the charge: got %d, want %d", got, tt.wantLocal)
+			}
+			key := d.rules[0].prefix([]byte(client)) + ":" + strconv.FormatInt(d.rules[0].periodStart(now), 10)
+			rdb := srv.Client()
+			wait.For(t, 2*time.Second, "the charge in redis", func() bool {
+				n, err := rdb.Do(context.Background(), rdb.B().Get().Key(key).Build()).AsInt64()
+				return err == nil && n == 5
+			})
+			allowed := 0
+			for range 10 {
+				if dec, _ := allow(d, store, client); dec.Allowed {
+					allowed++
+				}
+			}
+			if tt.sync == rules.SyncExact && allowed != 5 {
+				t.Errorf("allowed %d of 10 after 5 counted, want 5", allowed)
+			}
+			if tt.sync == rules.SyncBatched && allowed > 5 {
+				t.Errorf("allowed %d of 10 after 5 counted, want at most 5", allowed)
+			}
+		})
 	}
 }

@@ -27,13 +27,10 @@ type Rule struct {
 	// "header:X-Api-Key,path". It is hashed with each client's key bytes,
 	// so a rule whose key changes meaning counts afresh.
 	Key string
-	// Limit says how the rule counts. Its Period must be a whole number of
-	// seconds (rules.Compile ensures it), so that period starts are Unix
-	// seconds on every node.
-	Limit window.Limit
 }
 
-// Domain is one domain's rules counted through a Client. Make it with
+// Domain is one domain's rules counted through a Client: the domain's
+// window.Counter in cluster mode, failure modes included. Make it with
 // Client.Domain; the proxy makes one per domain and configuration, and
 // closes the old ones when a reload replaces them. It is safe for
 // concurrent use.
@@ -48,9 +45,12 @@ type Domain struct {
 	batch *batch
 }
 
+var _ window.Counter = (*Domain)(nil)
+
 type domainRule struct {
 	Rule
-	base          string // "edge:<pop>:<domain>:<rule>:<period>s:"
+	Limit         window.Limit // as the domain's store counts the rule
+	base          string       // "edge:<pop>:<domain>:<rule>:<period>s:"
 	periodSeconds int64
 	args          []string // decideScript's ARGV
 }
@@ -64,35 +64,36 @@ type blockedUntil struct {
 // Domain returns the shared counting of one domain. store is the domain's
 // own window.Store: batched mode decides in it and merges the PoP-wide
 // counts into it; both modes fall back on it while Redis is out of reach
-// (on_store_failure local). rs must be parallel to store's limits.
+// (on_store_failure local). rs must be parallel to store's limits, which
+// the rules are counted by in Redis too. The limits are compiled values:
+// their periods whole seconds (rules.Compile ensures it), so that period
+// starts are Unix seconds on every node; a shorter one would count as 1s.
 func (c *Client) Domain(name string, rs []Rule, store *window.Store) (*Domain, error) {
 	if store == nil || len(rs) == 0 {
 		return nil, errors.New("cluster: a domain needs a store and rules")
 	}
 	d := &Domain{c: c, store: store, rules: make([]domainRule, len(rs))}
 	for i, r := range rs {
-		if r.Limit.Period < time.Second || r.Limit.Period%time.Second != 0 || r.Limit.Limit < 1 {
-			return nil, fmt.Errorf("cluster: domain %q rule %q: period must be whole seconds and limit at least 1, got %v and %d",
-				name, r.Name, r.Limit.Period, r.Limit.Limit)
-		}
-		secs := int64(r.Limit.Period / time.Second)
+		l := store.Limit(i)
+		secs := max(int64(l.Period/time.Second), 1)
 		countBlocked := "0"
-		if r.Limit.CountBlocked {
+		if l.CountBlocked {
 			countBlocked = "1"
 		}
 		d.rules[i] = domainRule{
 			Rule:          r,
+			Limit:         l,
 			base:          "edge:" + c.pop + ":" + name + ":" + r.Name + ":" + strconv.FormatInt(secs, 10) + "s:",
 			periodSeconds: secs,
 			args: []string{
-				strconv.FormatInt(r.Limit.Limit, 10),
-				strconv.FormatInt(int64(r.Limit.Period/time.Microsecond), 10),
-				strconv.FormatInt(int64(r.Limit.Mitigation/time.Microsecond), 10),
+				strconv.FormatInt(l.Limit, 10),
+				strconv.FormatInt(int64(l.Period/time.Microsecond), 10),
+				strconv.FormatInt(int64(l.Mitigation/time.Microsecond), 10),
 				countBlocked,
 			},
 		}
 	}
-	if d.Exact() {
+	if d.exact() {
 		var err error
 		if d.blocked, err = lru.New[window.Key, blockedUntil](blockedKeys); err != nil {
 			return nil, fmt.Errorf("cluster: %w", err)
@@ -141,23 +142,20 @@ func (r *domainRule) periodStart(now time.Time) int64 {
 	return w * r.periodSeconds
 }
 
-// A Call is one request's use of the shared store: the budget its round
-// trips share, and how its rules were decided. The zero Call is ready; Close
-// it once the request is decided. It is not safe for concurrent use.
-type Call struct {
-	// Fallback reports that the failure mode, not Redis, decided at least
-	// one of the request's rules.
-	Fallback bool
-	// Unavailable reports that Redis could not decide and the failure mode
-	// is closed: the request must be refused with 503 and RetryAfter.
-	Unavailable bool
-	// RetryAfter is, when Unavailable, how long until Redis is tried again.
-	RetryAfter time.Duration
+// Begin opens one request's tally: its decisions share one time budget
+// for their round trips to Redis, from the first on.
+func (d *Domain) Begin() window.Tally { return &tally{d: d} }
 
-	ctx     context.Context
-	cancel  context.CancelFunc
-	counted []counted
-	buf     [4]counted
+// tally is one request's use of the shared store: the budget its round
+// trips share, and what its rules counted where. It is not safe for
+// concurrent use.
+type tally struct {
+	d           *Domain
+	unavailable bool // a decision found Redis out of reach, failing closed
+	ctx         context.Context
+	cancel      context.CancelFunc
+	counted     []counted
+	buf         [4]counted
 }
 
 // counted is what a Refund needs of a request that a shared decision
@@ -175,52 +173,56 @@ type counted struct {
 
 // context returns the request's context, bounded by budget from the first
 // round trip on.
-func (call *Call) context(budget time.Duration) context.Context {
-	if call.ctx == nil {
-		call.ctx, call.cancel = context.WithTimeout(context.Background(), budget)
+func (t *tally) context(budget time.Duration) context.Context {
+	if t.ctx == nil {
+		t.ctx, t.cancel = context.WithTimeout(context.Background(), budget)
 	}
-	return call.ctx
+	return t.ctx
 }
 
-func (call *Call) record(c counted) {
-	if call.counted == nil {
-		call.counted = call.buf[:0]
+func (t *tally) record(c counted) {
+	if t.counted == nil {
+		t.counted = t.buf[:0]
 	}
-	call.counted = append(call.counted, c)
+	t.counted = append(t.counted, c)
 }
 
-func (call *Call) find(rule int) *counted {
-	for i := range call.counted {
-		if call.counted[i].rule == rule {
-			return &call.counted[i]
+func (t *tally) find(rule int) *counted {
+	for i := range t.counted {
+		if t.counted[i].rule == rule {
+			return &t.counted[i]
 		}
 	}
 	return nil
 }
 
-// Close releases the call's budget.
-func (call *Call) Close() {
-	if call.cancel != nil {
-		call.cancel()
+// End releases the request's budget.
+func (t *tally) End() {
+	if t.cancel != nil {
+		t.cancel()
 	}
 }
 
-// Allow decides one request under rule i for the client whose key bytes
-// (the bytes the proxy builds for rule i; never a window.Key, whose hash is
-// seeded per process) are key, k being its key in the domain's store. It
-// returns the decision as window.Store.Allow would. If Redis cannot decide
-// and the failure mode is closed, call.Unavailable is set and the decision
-// must be ignored.
-func (d *Domain) Allow(call *Call, i int, k window.Key, key []byte, now time.Time) window.Decision {
+// Decide decides one request under the rule of id.Key for the client named
+// id.Name (the bytes the proxy builds for the rule; never id.Key, whose
+// hash is seeded per process), as window.Store.Allow would. Like the
+// store's own counter it takes cost 1 only. If Redis cannot decide, the
+// failure mode does (Decision.Fallback); failing closed, the Decision is
+// Unavailable.
+func (t *tally) Decide(id window.ID, cost int64, now time.Time) window.Decision {
+	if cost != 1 {
+		return window.Decision{}
+	}
+	d, i, k := t.d, id.Key.Rule(), id.Key
 	r := &d.rules[i]
-	if !d.Exact() {
-		if call.Unavailable || d.c.br.State() != Closed {
-			return d.fallback(call, i, k, key, now, false)
+	if !d.exact() {
+		if t.unavailable || d.c.br.State() != Closed {
+			return t.fallback(i, k, id.Name, now, false)
 		}
 		dec := d.store.Allow(k, now)
 		if dec.Allowed || r.Limit.CountBlocked {
-			prefix, start := d.batch.add(r, i, k, key, now, 1)
-			call.record(counted{rule: i, prefix: prefix, start: start, batched: true, k: k})
+			prefix, start := d.batch.add(r, i, k, id.Name, now, 1)
+			t.record(counted{rule: i, prefix: prefix, start: start, batched: true, k: k})
 		}
 		return dec
 	}
@@ -233,17 +235,17 @@ func (d *Domain) Allow(call *Call, i int, k window.Key, key []byte, now time.Tim
 		}
 	}
 	start := time.Now()
-	if call.Unavailable || !d.c.br.allow(start) {
-		return d.fallback(call, i, k, key, now, false)
+	if t.unavailable || !d.c.br.allow(start) {
+		return t.fallback(i, k, id.Name, now, false)
 	}
-	prefix := r.prefix(key)
-	vals, err := d.c.exec(call.context(d.c.cfg.Budget), decideScript, []string{prefix}, r.args).AsIntSlice()
+	prefix := r.prefix(id.Name)
+	vals, err := d.c.exec(t.context(d.c.cfg.Budget), decideScript, []string{prefix}, r.args).AsIntSlice()
 	if err == nil && len(vals) != 7 {
 		err = fmt.Errorf("cluster: decide script returned %d values, want 7", len(vals))
 	}
 	d.c.done("decide", start, err)
 	if err != nil {
-		return d.fallback(call, i, k, key, now, true)
+		return t.fallback(i, k, id.Name, now, true)
 	}
 	counts := window.Counts{
 		Allowed:    vals[0] == 1,
@@ -254,7 +256,7 @@ func (d *Domain) Allow(call *Call, i int, k window.Key, key []byte, now time.Tim
 	}
 	dec := r.Limit.Judge(counts)
 	if vals[1] == 1 {
-		call.record(counted{rule: i, prefix: prefix, start: vals[6], counts: counts})
+		t.record(counted{rule: i, prefix: prefix, start: vals[6], counts: counts})
 	}
 	if !dec.Allowed && !r.Limit.CountBlocked {
 		d.blocked.Add(k, blockedUntil{until: now.Add(dec.RetryAfter), mitigated: dec.Mitigated})
@@ -267,36 +269,37 @@ func (d *Domain) Allow(call *Call, i int, k window.Key, key []byte, now time.Tim
 // cannot send), so that the PoP's counts include the requests of the
 // outage; unless tried is set: the request's own round trip failed, and
 // Redis may have counted it (a reply lost to the budget) or not.
-func (d *Domain) fallback(call *Call, i int, k window.Key, key []byte, now time.Time, tried bool) window.Decision {
+func (t *tally) fallback(i int, k window.Key, key []byte, now time.Time, tried bool) window.Decision {
+	d := t.d
 	r := &d.rules[i]
-	call.Fallback = true
 	var dec window.Decision
 	switch d.c.cfg.OnStoreFailure {
 	case rules.FailOpen:
 		dec = window.Decision{Allowed: true, Remaining: r.Limit.Limit - 1}
 	case rules.FailClosed:
-		call.Unavailable = true
-		call.RetryAfter = max(call.RetryAfter, d.c.br.untilProbe(now))
-		return window.Decision{}
+		t.unavailable = true
+		return window.Decision{Fallback: true, Unavailable: true, RetryAfter: d.c.br.untilProbe(now)}
 	default:
 		// The node's share of the limit, so that the PoP as a whole stays
 		// near the limit without Redis: the last known number of live
 		// nodes, each taking limit/nodes (rounded down, at least 1).
 		dec = d.store.AllowLimit(k, now, max(r.Limit.Limit/int64(d.c.Nodes()), 1))
 	}
+	dec.Fallback = true
 	if !tried && (dec.Allowed || r.Limit.CountBlocked) {
 		prefix, start := d.batch.add(r, i, k, key, now, 1)
-		call.record(counted{rule: i, prefix: prefix, start: start, batched: true, k: k})
+		t.record(counted{rule: i, prefix: prefix, start: start, batched: true, k: k})
 	}
 	return dec
 }
 
-// Refund takes back the request that dec (from Allow of the same call)
-// counted under rule i, for a request another rule blocked, and returns dec
+// Refund takes back the request that dec (from Decide of the same tally)
+// counted under id, for a request another rule blocked, and returns dec
 // as it is after the refund. A refund that cannot reach Redis is dropped:
 // the count stays, which errs on the strict side.
-func (d *Domain) Refund(call *Call, i int, k window.Key, dec window.Decision, now time.Time) window.Decision {
-	c := call.find(i)
+func (t *tally) Refund(id window.ID, dec window.Decision, now time.Time) window.Decision {
+	d, i, k := t.d, id.Key.Rule(), id.Key
+	c := t.find(i)
 	switch {
 	case c == nil: // decided by the failure mode, or counted nothing
 		return d.store.Refund(k, dec, now)
@@ -305,10 +308,10 @@ func (d *Domain) Refund(call *Call, i int, k window.Key, dec window.Decision, no
 		return d.store.Refund(k, dec, now)
 	}
 	start := time.Now()
-	if call.Unavailable || !d.c.br.allow(start) {
+	if t.unavailable || !d.c.br.allow(start) {
 		return dec
 	}
-	err := d.c.exec(call.context(d.c.cfg.Budget), refundScript, []string{c.prefix}, []string{strconv.FormatInt(c.start, 10)}).Error()
+	err := d.c.exec(t.context(d.c.cfg.Budget), refundScript, []string{c.prefix}, []string{strconv.FormatInt(c.start, 10)}).Error()
 	d.c.done("refund", start, err)
 	if err == nil && dec.Allowed {
 		// Described as Judge describes the counts without this request, the
@@ -321,34 +324,60 @@ func (d *Domain) Refund(call *Call, i int, k window.Key, dec window.Decision, no
 	return dec
 }
 
-// Forget deletes a client's counters and mitigation under rule i in Redis
-// (the current and the previous period at now) and forgets any block
-// remembered for it, for the admin API. The domain's store is not touched.
-func (d *Domain) Forget(ctx context.Context, i int, k window.Key, key []byte, now time.Time) error {
-	r := &d.rules[i]
+// Charge counts n more requests for id at now, after the fact. They reach
+// Redis with the batch, in the next flush (within the batch interval),
+// never on the request's path; batched mode counts them in the domain's
+// store at once, and exact mode does too while Redis is out of reach, for
+// the failure mode's decisions.
+func (t *tally) Charge(id window.ID, n int64, now time.Time) {
+	if n < 1 {
+		return
+	}
+	d, i := t.d, id.Key.Rule()
+	if !d.exact() || d.c.br.State() != Closed {
+		d.store.Charge(id.Key, n, now)
+	}
+	d.batch.add(&d.rules[i], i, id.Key, id.Name, now, n)
+}
+
+// Release does nothing: a sliding window holds no slots.
+func (*tally) Release(window.ID, time.Time) {}
+
+// Reset deletes a client's counters and mitigation in this node's store
+// and, under the client's rule, in Redis (the current and the previous
+// period at now), and forgets any block remembered for it, for the admin
+// API. The counts in Redis are the PoP's, so it reports true once Redis has
+// deleted them, whatever this node tracked.
+func (d *Domain) Reset(ctx context.Context, id window.ID, now time.Time) (bool, error) {
+	d.store.Reset(id.Key)
+	r := &d.rules[id.Key.Rule()]
 	if d.blocked != nil {
-		d.blocked.Remove(k)
+		d.blocked.Remove(id.Key)
 	}
 	cur := r.periodStart(now)
 	start := time.Now()
-	err := d.c.exec(ctx, forgetScript, []string{r.prefix(key)},
+	err := d.c.exec(ctx, forgetScript, []string{r.prefix(id.Name)},
 		[]string{strconv.FormatInt(cur, 10), strconv.FormatInt(cur-r.periodSeconds, 10)}).Error()
 	d.c.done("forget", start, err)
-	return err
+	return err == nil, err
 }
 
-// Exact reports whether the domain decides every request in Redis (exact
+// exact reports whether the domain decides every request in Redis (exact
 // mode), so that its own store holds only what was decided without Redis.
-func (d *Domain) Exact() bool { return d.c.cfg.Sync != rules.SyncBatched }
+func (d *Domain) exact() bool { return d.c.cfg.Sync != rules.SyncBatched }
 
-// Peek reads a client's counters under rule i in Redis, on Redis's clock,
-// without changing them, and describes them at now as window.Store.Peek
-// would, for the admin API. The counts are the PoP's: in exact mode all of
-// them; in batched mode all but what the nodes have not flushed yet.
-func (d *Domain) Peek(ctx context.Context, i int, key []byte, now time.Time) (window.State, error) {
-	r := &d.rules[i]
+// Peek reads a client's counters, for the admin API. In exact mode they
+// are read in Redis, on Redis's clock, without changing them, and
+// described at now as window.Store.Peek would (State.Shared): the PoP's
+// counts. In batched mode they are this node's store's, which holds the
+// PoP's counts as of the last flush and this node's since.
+func (d *Domain) Peek(ctx context.Context, id window.ID, now time.Time) (window.State, error) {
+	if !d.exact() {
+		return d.store.Peek(id.Key, now), nil
+	}
+	r := &d.rules[id.Key.Rule()]
 	start := time.Now()
-	vals, err := d.c.exec(ctx, peekScript, []string{r.prefix(key)}, r.args).AsIntSlice()
+	vals, err := d.c.exec(ctx, peekScript, []string{r.prefix(id.Name)}, r.args).AsIntSlice()
 	if err == nil && len(vals) != 4 {
 		err = fmt.Errorf("cluster: peek script returned %d values, want 4", len(vals))
 	}
@@ -356,10 +385,12 @@ func (d *Domain) Peek(ctx context.Context, i int, key []byte, now time.Time) (wi
 	if err != nil {
 		return window.State{}, err
 	}
-	return r.Limit.State(window.Counts{
+	st := r.Limit.State(window.Counts{
 		Previous:   vals[0],
 		Current:    vals[1],
 		Elapsed:    time.Duration(vals[2]) * time.Microsecond,
 		Mitigation: time.Duration(vals[3]) * time.Microsecond,
-	}, now), nil
+	}, now)
+	st.Shared = true
+	return st, nil
 }

@@ -186,19 +186,17 @@ type keyState struct {
 	CountError     uint64     `json:"count_error,omitempty"`
 }
 
-// keyState reads a key's counters: in exact mode the PoP's, from Redis
-// (an error if Redis does not answer before ctx ends), else this node's.
+// keyState reads a key's counters from the domain's counter: in exact
+// mode the PoP's, from Redis (an error if Redis does not answer before ctx
+// ends), else this node's.
 func (p *Proxy) keyState(ctx context.Context, d *domain, rs *ruleState, text string, key []byte, now time.Time) (keyState, bool, error) {
-	var s window.State
+	s, err := d.counter.Peek(ctx, window.ID{Key: d.store.Key(rs.Index, key), Name: key}, now)
+	if err != nil {
+		return keyState{}, false, fmt.Errorf("reading the key in redis: %w", err)
+	}
 	source := "node"
-	if d.shared != nil && d.shared.Exact() {
-		var err error
-		if s, err = d.shared.Peek(ctx, rs.Index, key, now); err != nil {
-			return keyState{}, false, fmt.Errorf("reading the key in redis: %w", err)
-		}
+	if s.Shared {
 		source = "redis"
-	} else {
-		s = d.store.Peek(d.store.Key(rs.Index, key), now)
 	}
 	ks := keyState{
 		Domain: d.Name, Rule: rs.Name, Key: text,
@@ -255,19 +253,15 @@ func (p *Proxy) deleteKey(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	// In cluster mode the PoP's counters are in Redis: the counter deletes
+	// them there, whatever this node tracks.
 	k := d.store.Key(rs.Index, key)
-	tracked := d.store.Reset(k)
-	if d.shared != nil {
-		// The PoP's counters are in Redis: delete them there, whatever
-		// this node tracks.
-		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
-		err := d.shared.Forget(ctx, rs.Index, k, key, p.now())
-		cancel()
-		if err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, apiError{fmt.Sprintf("deleting the key in redis: %v", err)})
-			return
-		}
-		tracked = true
+	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+	tracked, err := d.counter.Reset(ctx, window.ID{Key: k, Name: key}, p.now())
+	cancel()
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, apiError{fmt.Sprintf("deleting the key in redis: %v", err)})
+		return
 	}
 	if !tracked {
 		writeJSON(w, http.StatusNotFound, apiError{fmt.Sprintf("key %q is not tracked by %s/%s", text, d.Name, rs.Name)})

@@ -8,9 +8,9 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
-	"github.com/edgerate/edge/cluster"
 	"github.com/edgerate/edge/headers"
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/window"
@@ -42,9 +42,28 @@ func newRuleState(r *rules.Rule, c ruleCounters) ruleState {
 
 // verdict is one matching rule's decision for a request.
 type verdict struct {
-	rule int // index into domain.rules
-	key  window.Key
+	rule int       // index into domain.rules
+	id   window.ID // Name is in the request's keyBuffer
 	window.Decision
+}
+
+// keyBuffers hold the bytes of a request's client keys while its rules are
+// decided. The keys are handed to the domain's window.Counter, an
+// interface, so the compiler cannot keep them on the stack; a pooled buffer
+// keeps the decision path free of allocations.
+var keyBuffers = sync.Pool{New: func() any { return &keyBuffer{b: make([]byte, 0, 512)} }}
+
+type keyBuffer struct{ b []byte }
+
+// maxKeyBuffer is the largest buffer kept for reuse: a request with huge
+// header values keys must not pin its buffer in the pool.
+const maxKeyBuffer = 64 << 10
+
+func putKeyBuffer(kb *keyBuffer) {
+	if cap(kb.b) <= maxKeyBuffer {
+		kb.b = kb.b[:0]
+		keyBuffers.Put(kb)
+	}
 }
 
 // limit checks every rule of d that matches r, at now. It returns ok=true
@@ -62,39 +81,34 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, st *state, d *doma
 		p.metrics.xffMalformed.Inc()
 	}
 	reqPath := matchPath(r.URL.Path)
+	keys := keyBuffers.Get().(*keyBuffer)
+	defer putKeyBuffer(keys)
 	var (
-		vbuf    [8]verdict
-		vs      = vbuf[:0]
-		kbuf    [64]byte
-		blocker = -1 // index into vs of the block rule with the longest wait
-		always  bool // some matching rule wants fields on allowed responses
-		call    *cluster.Call
+		vbuf     [8]verdict
+		vs       = vbuf[:0]
+		blocker  = -1 // index into vs of the block rule with the longest wait
+		always   bool // some matching rule wants fields on allowed responses
+		fellBack bool // some rule was decided by a shared counter's failure mode
+		tally    = d.counter.Begin()
 	)
 	for i := range d.rules {
 		rs := &d.rules[i]
 		if !rs.Matches(r.Method, reqPath) {
 			continue
 		}
-		kb := appendKey(kbuf[:0], rs.Key, r, id, reqPath)
-		k := d.store.Key(i, kb)
-		var dec window.Decision
-		if d.shared == nil {
-			dec = d.store.Allow(k, now)
-		} else {
-			// Redis-shared counting (shared.go); the Call is made only
-			// here, so local counting allocates nothing for it.
-			if call == nil {
-				call = new(cluster.Call)
-			}
-			if dec = d.shared.Allow(call, i, k, kb, now); call.Unavailable {
-				p.unavailable(w, r, d, vs, call, now)
-				return nil, false
-			}
+		start := len(keys.b)
+		keys.b = appendKey(keys.b, rs.Key, r, id, reqPath)
+		name := keys.b[start:len(keys.b):len(keys.b)]
+		v := verdict{rule: i, id: window.ID{Key: d.store.Key(i, name), Name: name}}
+		v.Decision = tally.Decide(v.id, 1, now)
+		fellBack = fellBack || v.Fallback
+		if v.Unavailable {
+			p.unavailable(w, d, vs, tally, v.RetryAfter, now)
+			return nil, false
 		}
-		v := verdict{rule: i, key: k, Decision: dec}
 		rs.outcomes.observe(v.Decision)
 		if !v.Allowed || v.Remaining*2 <= rs.Limit {
-			rs.top.observe(k, !v.Allowed, func() string { return keyText(rs.Key, r, id, reqPath, st.table.IPv6Prefix) })
+			rs.top.observe(v.id.Key, !v.Allowed, func() string { return keyText(rs.Key, r, id, reqPath, st.table.IPv6Prefix) })
 		}
 		if !v.Allowed {
 			if rs.Action == rules.ActionBlock {
@@ -110,9 +124,7 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, st *state, d *doma
 		vs = append(vs, v)
 	}
 	if blocker < 0 {
-		if call != nil {
-			p.sharedDone(d, call)
-		}
+		endTally(d, tally, fellBack)
 		if always {
 			if f, ok := newFields(d, vs, -1); ok {
 				return &f, true
@@ -120,16 +132,8 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, st *state, d *doma
 		}
 		return nil, true
 	}
-	if call != nil {
-		refundShared(d, vs, call, now)
-		p.sharedDone(d, call)
-	} else {
-		for i := range vs {
-			if v := &vs[i]; !d.rules[v.rule].CountBlocked {
-				v.Decision = d.store.Refund(v.key, v.Decision, now)
-			}
-		}
-	}
+	refund(d, vs, tally, now)
+	endTally(d, tally, fellBack)
 	if p.log.Enabled(r.Context(), slog.LevelDebug) {
 		p.log.Debug("request blocked", "domain", d.Name, "rule", d.rules[vs[blocker].rule].Name,
 			"client", id.Key.String(), "retry_after", vs[blocker].RetryAfter)
@@ -142,6 +146,25 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, st *state, d *doma
 	}
 	writeBlocked(w, r, d, vs, blocker)
 	return nil, false
+}
+
+// refund gives back what the rules that do not count blocked requests
+// counted for a request that is refused.
+func refund(d *domain, vs []verdict, tally window.Tally, now time.Time) {
+	for i := range vs {
+		if v := &vs[i]; !d.rules[v.rule].CountBlocked {
+			v.Decision = tally.Refund(v.id, v.Decision, now)
+		}
+	}
+}
+
+// endTally ends a request's use of d's counter; fellBack counts it as
+// decided by a shared counter's failure mode.
+func endTally(d *domain, tally window.Tally, fellBack bool) {
+	tally.End()
+	if fellBack {
+		d.requests.fallback.Inc()
+	}
 }
 
 // appendKey appends the identity of r under the key parts ks. Each part is

@@ -86,9 +86,9 @@ type state struct {
 // domain is a rules.Domain with its counters, upstream and metric handles.
 type domain struct {
 	*rules.Domain
-	store    *window.Store   // nil when the domain has no rules
-	shared   *cluster.Domain // Redis-shared counting; nil in local mode or without rules
-	carry    []int           // for a reload: carry[i] is this store's rule continuing the old store's rule i
+	store    *window.Store  // nil when the domain has no rules
+	counter  window.Counter // store's, or Redis-shared counting (shared.go); nil without rules
+	carry    []int          // for a reload: carry[i] is this store's rule continuing the old store's rule i
 	upstream http.Handler
 	rules    []ruleState // parallel to Domain.Rules
 	requests requestCounters
@@ -133,6 +133,15 @@ func New(opts Options) (*Proxy, error) {
 	p.metrics.reloadOK.Set(1)
 	return p, nil
 }
+
+// A compiled rule is handed to the counters as it is: rules' bounds must
+// stay within what window can count. Each constant below fails to compile
+// (a negative constant converted to an unsigned type) if they do not.
+const (
+	_ = uint(window.MaxRules - rules.MaxRulesPerDomain)
+	_ = uint64(window.MaxLimit - rules.MaxLimit)
+	_ = uint64(window.MaxSpan - rules.MaxPeriod - rules.MaxMitigation)
+)
 
 // build makes the per-configuration state: a counter store and an upstream
 // per domain, metric handles per rule.
@@ -181,6 +190,7 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 				d.rules[j] = newRuleState(r, p.metrics.ruleCounters(rd.Name, r))
 				d.rules[j].identity = limits[j].Identity
 			}
+			d.counter = d.store.Counter()
 			if p.cluster != nil {
 				if err := p.sharedDomain(d); err != nil {
 					return nil, err

@@ -17,9 +17,8 @@ import (
 // redis). The Proxy makes one cluster.Client when it starts and keeps it for
 // its lifetime: a reload never makes another (changes to the cluster section
 // need a restart), so reloads cannot leak Redis clients or their goroutines.
-// Each configuration gives each domain with rules a cluster.Domain, which
-// limit asks instead of the domain's window.Store; in local mode
-// domain.shared is nil and limit is exactly what it was.
+// Each configuration gives each domain with rules a cluster.Domain as its
+// window.Counter, in place of the domain's own window.Store.
 
 // newCluster makes the Proxy's Redis client for table t, or nil in local
 // mode.
@@ -45,8 +44,8 @@ func (p *Proxy) newCluster(t *rules.Table, node string) (*cluster.Client, error)
 	return c, nil
 }
 
-// sharedDomain makes d's shared counting. Caller has made d.store and
-// d.rules.
+// sharedDomain makes d's shared counting, which counts each rule by the
+// limit d.store counts it by. Caller has made d.store and d.rules.
 func (p *Proxy) sharedDomain(d *domain) error {
 	rs := make([]cluster.Rule, len(d.rules))
 	for i, r := range d.rules {
@@ -54,22 +53,13 @@ func (p *Proxy) sharedDomain(d *domain) error {
 		for j, k := range r.Key {
 			key[j] = k.String()
 		}
-		rs[i] = cluster.Rule{
-			Name: r.Name,
-			Key:  strings.Join(key, ","),
-			Limit: window.Limit{
-				Limit:        r.Limit,
-				Period:       r.Period,
-				Mitigation:   r.MitigationTimeout,
-				CountBlocked: r.CountBlocked,
-			},
-		}
+		rs[i] = cluster.Rule{Name: r.Name, Key: strings.Join(key, ",")}
 	}
 	sd, err := p.cluster.Domain(d.Name, rs, d.store)
 	if err != nil {
 		return fmt.Errorf("proxy: domain %q: %w", d.Name, err)
 	}
-	d.shared = sd
+	d.counter = sd
 	mode := p.cluster.Config().OnStoreFailure.String()
 	d.requests.fallback = p.metrics.storeFallback.WithLabelValues(d.Name, mode)
 	d.requests.unavailable = p.metrics.requests.WithLabelValues(d.Name, "unavailable")
@@ -79,43 +69,29 @@ func (p *Proxy) sharedDomain(d *domain) error {
 // closeShared retires the shared counting of every domain of st.
 func (st *state) closeShared() {
 	for _, d := range st.domains {
-		if d != nil && d.shared != nil {
-			d.shared.Close()
+		if d == nil {
+			continue
+		}
+		if c, ok := d.counter.(interface{ Close() }); ok {
+			c.Close()
 		}
 	}
 }
 
-// sharedDone ends a request's use of the shared store.
-func (p *Proxy) sharedDone(d *domain, call *cluster.Call) {
-	call.Close()
-	if call.Fallback {
-		d.requests.fallback.Inc()
-	}
-}
-
-// refundShared gives back what the rules that do not count blocked requests
-// counted for a request that is refused.
-func refundShared(d *domain, vs []verdict, call *cluster.Call, now time.Time) {
-	for i := range vs {
-		if v := &vs[i]; !d.rules[v.rule].CountBlocked {
-			v.Decision = d.shared.Refund(call, v.rule, v.key, v.Decision, now)
-		}
-	}
-}
-
-// unavailable answers a request that Redis could not decide under
-// on_store_failure: closed: 503 with a Retry-After of the time until Redis
-// is tried again (at least 1 s). What the request's earlier rules counted
-// is given back where Redis still answers.
-func (p *Proxy) unavailable(w http.ResponseWriter, r *http.Request, d *domain, vs []verdict, call *cluster.Call, now time.Time) {
-	refundShared(d, vs, call, now)
-	p.sharedDone(d, call)
+// unavailable answers a request that its domain's counter could not decide
+// (Redis out of reach under on_store_failure: closed): 503 with a
+// Retry-After of retry, the time until Redis is tried again (at least 1 s).
+// What the request's earlier rules counted is given back where Redis still
+// answers.
+func (p *Proxy) unavailable(w http.ResponseWriter, d *domain, vs []verdict, tally window.Tally, retry time.Duration, now time.Time) {
+	refund(d, vs, tally, now)
+	endTally(d, tally, true)
 	d.requests.unavailable.Inc()
 	h := w.Header()
-	headers.SetRetryAfter(h, call.RetryAfter)
+	headers.SetRetryAfter(h, retry)
 	h["Cache-Control"] = []string{"no-store"}
 	writeText(w, http.StatusServiceUnavailable, "rate limit store unavailable: retry in "+
-		strconv.FormatInt(headers.RetryAfterSeconds(call.RetryAfter), 10)+"s\n")
+		strconv.FormatInt(headers.RetryAfterSeconds(retry), 10)+"s\n")
 }
 
 // Close releases what the Proxy holds beyond memory: the Redis client and

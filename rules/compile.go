@@ -14,21 +14,31 @@ import (
 	"time"
 )
 
+// Bounds of a rule, enforced by [Compile]: a compiled rule is counted as
+// it is, so they must stay within what the counters can hold (the proxy,
+// which hands rules to the counters, checks that at compile time).
+const (
+	// MaxRulesPerDomain is the most rules one domain may have.
+	MaxRulesPerDomain = 255
+	// MaxLimit is the largest limit of a rule.
+	MaxLimit = 1_000_000_000
+	// MaxPeriod is the longest period of a rule.
+	MaxPeriod = 720 * time.Hour
+	// MaxMitigation is the longest mitigation_timeout of a rule.
+	MaxMitigation = 24 * time.Hour
+)
+
 // Bounds enforced by [Compile].
 const (
-	maxRulesPerDomain = 255
-	maxLimit          = 1_000_000_000
-	minPeriod         = time.Second
-	maxPeriod         = 720 * time.Hour
-	minMitigation     = time.Second
-	maxMitigation     = 24 * time.Hour
-	minTimeout        = time.Millisecond
-	maxBodyBytes      = 32 << 10
-	maxLabelBytes     = 64
-	minHeaderBytes    = 1 << 10
-	maxHeaderBytes    = 1 << 20
-	minIPv6Prefix     = 32
-	maxIPv6Prefix     = 128
+	minPeriod      = time.Second
+	minMitigation  = time.Second
+	minTimeout     = time.Millisecond
+	maxBodyBytes   = 32 << 10
+	maxLabelBytes  = 64
+	minHeaderBytes = 1 << 10
+	maxHeaderBytes = 1 << 20
+	minIPv6Prefix  = 32
+	maxIPv6Prefix  = 128
 	// maxConnections is Linux's default ceiling on open files per
 	// process (fs.nr_open): a cap above it could never be reached.
 	maxConnections = 1 << 20
@@ -401,8 +411,8 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 			p.add(path, "no upstream: set origin or respond here, or origin at the top level")
 		}
 
-		if len(dc.Rules) > maxRulesPerDomain {
-			p.add(path+".rules", "must have at most %d rules, got %d", maxRulesPerDomain, len(dc.Rules))
+		if len(dc.Rules) > MaxRulesPerDomain {
+			p.add(path+".rules", "must have at most %d rules, got %d", MaxRulesPerDomain, len(dc.Rules))
 		}
 		ruleNames := make(map[string]int)
 		for j, rc := range dc.Rules {
@@ -678,8 +688,8 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 		p.missing(path+".limit", "", "must be at least 1, got 0")
 	case rc.Limit < 1:
 		p.add(path+".limit", "must be at least 1, got %d", rc.Limit)
-	case rc.Limit > maxLimit:
-		p.add(path+".limit", "must be at most %d, got %d", maxLimit, rc.Limit)
+	case rc.Limit > MaxLimit:
+		p.add(path+".limit", "must be at most %d, got %d", MaxLimit, rc.Limit)
 	}
 
 	switch {
@@ -687,8 +697,8 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 		p.missing(path+".period", "", "must be at least %s, got 0s", fmtDuration(minPeriod))
 	case rc.Period < minPeriod:
 		p.add(path+".period", "must be at least %s, got %s", fmtDuration(minPeriod), fmtDuration(rc.Period))
-	case rc.Period > maxPeriod:
-		p.add(path+".period", "must be at most %s, got %s", fmtDuration(maxPeriod), fmtDuration(rc.Period))
+	case rc.Period > MaxPeriod:
+		p.add(path+".period", "must be at most %s, got %s", fmtDuration(MaxPeriod), fmtDuration(rc.Period))
 	case rc.Period%time.Second != 0:
 		p.add(path+".period", "must be a whole number of seconds, got %s", fmtDuration(rc.Period))
 	}
@@ -697,7 +707,7 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 
 	r.Action = actionSpelling.parse(p, path+".action", rc.Action)
 
-	checkDuration(p, path+".mitigation_timeout", rc.MitigationTimeout, minMitigation, maxMitigation, true)
+	checkDuration(p, path+".mitigation_timeout", rc.MitigationTimeout, minMitigation, MaxMitigation, true)
 
 	r.Headers = headerSpelling.parse(p, path+".headers", rc.Headers)
 

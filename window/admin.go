@@ -21,6 +21,9 @@ type State struct {
 	RetryAfter time.Duration
 	// MitigatedUntil is when a mitigation in force ends; zero if none.
 	MitigatedUntil time.Time
+	// Shared reports that the counts were read from a store shared between
+	// nodes (a Counter's Peek): the PoP's, not this node's.
+	Shared bool
 }
 
 // Peek returns k's state at now without changing it. Keys counted in the
@@ -49,14 +52,10 @@ func (s *Store) Peek(k Key, now time.Time) State {
 // State describes counters as a store shared between nodes reports them (c
 // as for Judge; c.Allowed is ignored) at now, as Peek describes a key's:
 // the counters of a key whose counts live elsewhere. Tracked reports
-// whether c holds any count or mitigation. l must be valid, as New
-// requires; an invalid l gives the zero State.
+// whether c holds any count or mitigation. l is clamped as New clamps it.
 func (l Limit) State(c Counts, now time.Time) State {
 	var p params
-	prev, curr, e, ok := l.read(c, &p)
-	if !ok {
-		return State{}
-	}
+	prev, curr, e := l.read(c, &p)
 	mitigation := max(c.Mitigation, 0)
 	st := p.state(prev, curr, e, mitigation, now)
 	st.Tracked = prev > 0 || curr > 0 || mitigation > 0

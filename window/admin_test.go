@@ -120,7 +120,4 @@ func TestLimitStateMatchesPeek(t *testing.T) {
 	if st := l.State(Counts{}, t0); st.Tracked || st.Remaining != 50 {
 		t.Errorf("State of no counts = %+v, want untracked with 50 remaining", st)
 	}
-	if st := (Limit{}).State(Counts{Current: 1}, t0); st != (State{}) {
-		t.Errorf("State with an invalid limit = %+v, want the zero State", st)
-	}
 }

@@ -53,16 +53,11 @@ func (s *Store) Merge(k Key, start time.Time, prev, curr int64) bool {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	i := sh.find(k.fp)
+	if i < 0 && (pc != 0 || cc != 0) {
+		i = s.insertFree(sh, k.fp, w)
+	}
 	if i < 0 {
-		if pc == 0 && cc == 0 {
-			return false
-		}
-		if sh.live >= sh.limit || !s.take() {
-			return false
-		}
-		sh.seq.Add(1)
-		i = sh.insert(k.fp, counters{win: uint32(w)})
-		sh.seq.Add(1)
+		return false
 	}
 	sh.lock(i)
 	defer sh.unlock(i)
@@ -107,15 +102,11 @@ type Counts struct {
 // says: Remaining and Reset when it was allowed, the exact RetryAfter (at
 // least 1ns) when it was blocked. It is for counters kept in a shared store
 // that judges with the same estimate (estimate = prev×(P−e)/P + curr <
-// limit) and reports the counts it judged by. l must be valid, as New
-// requires; an invalid l gives the zero Decision. The Decision counted
-// nothing in any Store, so Refund ignores it.
+// limit) and reports the counts it judged by. l is clamped as New clamps
+// it. The Decision counted nothing in any Store, so Refund ignores it.
 func (l Limit) Judge(c Counts) Decision {
 	var p params
-	prev, curr, e, ok := l.read(c, &p)
-	if !ok {
-		return Decision{}
-	}
+	prev, curr, e := l.read(c, &p)
 	if c.Allowed {
 		d := Decision{Allowed: true}
 		d.Remaining, d.Reset = p.quota(prev, curr, e, p.limit)
@@ -128,14 +119,10 @@ func (l Limit) Judge(c Counts) Decision {
 	return d
 }
 
-// read prepares l in p and the counts of c for judging or describing them;
-// ok is false if l is invalid.
-func (l Limit) read(c Counts, p *params) (prev, curr uint32, e int64, ok bool) {
-	if l.validate() != nil {
-		return 0, 0, 0, false
-	}
+// read prepares l in p and the counts of c for judging or describing them.
+func (l Limit) read(c Counts, p *params) (prev, curr uint32, e int64) {
 	p.init(l)
 	prev, curr = satCount(c.Previous), satCount(c.Current)
 	e = min(max(int64(c.Elapsed), 0), p.period-1)
-	return prev, curr, e, true
+	return prev, curr, e
 }

@@ -18,6 +18,7 @@ type Options struct {
 	// for all of them is reserved by New.
 	Capacity int
 	// Limits holds one Limit per rule, indexed by rule number; 1 to MaxRules.
+	// They are compiled values, taken as they are (see Limit).
 	Limits []Limit
 	// Shards is the number of independently locked shards, a power of two;
 	// 0 chooses one from Capacity.
@@ -181,7 +182,9 @@ const sampleSize = 16
 // evicted for a new one.
 const evictBelow = 0.5
 
-// New returns a Store for opts, with all its memory reserved.
+// New returns a Store for opts, with all its memory reserved. Its errors
+// are misuse that no configuration can cause: it does not validate limits
+// (see Limit), which package rules does.
 func New(opts Options) (*Store, error) {
 	var errs []error
 	if opts.Capacity < 1 {
@@ -189,11 +192,6 @@ func New(opts Options) (*Store, error) {
 	}
 	if n := len(opts.Limits); n < 1 || n > MaxRules {
 		errs = append(errs, fmt.Errorf("window: need 1 to %d limits, got %d", MaxRules, n))
-	}
-	for i, l := range opts.Limits {
-		if err := l.validate(); err != nil {
-			errs = append(errs, fmt.Errorf("window: limits[%d]: %w", i, err))
-		}
 	}
 	if opts.Shards < 0 || opts.Shards&(opts.Shards-1) != 0 {
 		errs = append(errs, fmt.Errorf("window: shards must be a power of two, got %d", opts.Shards))
@@ -510,6 +508,10 @@ func (s *Store) take() bool {
 	}
 	return true
 }
+
+// Limit returns the Limit the store counts rule by (as New clamped it).
+// It panics if rule is out of range, which is a programming error.
+func (s *Store) Limit(rule int) Limit { return s.params[rule].limitOf() }
 
 // Len returns the number of keys tracked now, including keys whose
 // information has expired but whose slots have not been reused yet.

@@ -32,30 +32,38 @@
 package window
 
 import (
-	"errors"
-	"fmt"
 	"math"
 	"math/bits"
 	"sync/atomic"
 	"time"
 )
 
-// MaxRules is the number of distinct rules one Store can count for.
-const MaxRules = 256
+// Bounds of what a Store can count. A Limit is a compiled value (package
+// rules validates the configuration it comes from, within these bounds);
+// New takes it as it is, and a value beyond them is clamped, never an
+// error or a panic.
+const (
+	// MaxRules is the number of distinct rules one Store can count for.
+	MaxRules = 256
+	// MaxLimit is the largest Limit.Limit: counts are 32-bit.
+	MaxLimit = math.MaxUint32
+	// MaxSpan bounds Period+Mitigation, so that a mitigation end, kept as
+	// milliseconds after the start of an entry's period, fits in 32 bits.
+	MaxSpan = time.Duration(math.MaxUint32) * time.Millisecond
+)
 
-// maxWindowMillis bounds Period+Mitigation so that a mitigation end, kept as
-// milliseconds after the start of an entry's period, fits in 32 bits.
-const maxWindowMillis = math.MaxUint32
-
-// A Limit says how one rule counts. The zero Limit is invalid.
+// A Limit says how one rule counts: a compiled value. Values out of range
+// are clamped as each field says.
 type Limit struct {
-	// Limit is the number of requests allowed per Period; at least 1.
+	// Limit is the number of requests allowed per Period, 1 to MaxLimit
+	// (smaller limits count as 1, larger ones as MaxLimit).
 	Limit int64
-	// Period is the window length: at least 1ms, a whole number of
-	// milliseconds.
+	// Period is the window length, a whole number of milliseconds from 1ms
+	// to MaxSpan (rounded down to one, and to at least 1ms).
 	Period time.Duration
 	// Mitigation, when positive, blocks a key for this long once it goes over
-	// the limit, whatever its estimate does meanwhile.
+	// the limit, whatever its estimate does meanwhile; at most MaxSpan −
+	// Period.
 	Mitigation time.Duration
 	// CountBlocked makes blocked requests count too, so that a client that
 	// keeps sending while blocked stays blocked. When false a blocked request
@@ -70,24 +78,7 @@ type Limit struct {
 	Identity uint64
 }
 
-func (l Limit) validate() error {
-	var errs []error
-	if l.Limit < 1 || l.Limit > math.MaxUint32 {
-		errs = append(errs, fmt.Errorf("limit: must be between 1 and %d, got %d", uint32(math.MaxUint32), l.Limit))
-	}
-	if l.Period < time.Millisecond || l.Period%time.Millisecond != 0 {
-		errs = append(errs, fmt.Errorf("period: must be a whole number of milliseconds, at least 1ms, got %v", l.Period))
-	}
-	if l.Mitigation < 0 {
-		errs = append(errs, fmt.Errorf("mitigation: must not be negative, got %v", l.Mitigation))
-	}
-	if l.Period > 0 && l.Mitigation >= 0 && (l.Period+l.Mitigation)/time.Millisecond > maxWindowMillis {
-		errs = append(errs, fmt.Errorf("period+mitigation: must be under %v, got %v", time.Duration(maxWindowMillis)*time.Millisecond, l.Period+l.Mitigation))
-	}
-	return errors.Join(errs...)
-}
-
-// A Decision is the outcome of one Allow call.
+// A Decision is the outcome of one Allow call, or of a Counter's Decide.
 type Decision struct {
 	// Allowed reports whether the request is within the limit.
 	Allowed bool
@@ -114,6 +105,14 @@ type Decision struct {
 	// the request was counted in the rule's shared overflow counter instead
 	// of its own.
 	Overflow bool
+	// Fallback reports that a counter shared between nodes decided without
+	// its shared store, by its failure mode (see Counter).
+	Fallback bool
+	// Unavailable reports that a counter shared between nodes could not
+	// decide at all: its shared store is out of reach and it fails closed.
+	// The request is to be refused as undecided; RetryAfter is how long
+	// until the store is tried again. Nothing else in the Decision holds.
+	Unavailable bool
 
 	counted bool   // the request was added to curr (what Refund undoes)
 	win     uint32 // the period it was added to
@@ -156,13 +155,26 @@ type params struct {
 	current atomic.Int64
 }
 
+// init prepares l, clamped to what the store can count (see Limit).
 func (p *params) init(l Limit) {
-	p.limit = uint64(l.Limit)
-	p.period = int64(l.Period)
-	p.periodMillis = int64(l.Period / time.Millisecond)
-	p.mitigation = int64(l.Mitigation)
+	period := min(max(l.Period.Truncate(time.Millisecond), time.Millisecond), MaxSpan)
+	p.limit = uint64(min(max(l.Limit, 1), MaxLimit))
+	p.period = int64(period)
+	p.periodMillis = int64(period / time.Millisecond)
+	p.mitigation = int64(min(max(l.Mitigation, 0), MaxSpan-period))
 	p.countBlocked = l.CountBlocked
 	p.identity = l.Identity
+}
+
+// limitOf is the Limit p counts by: l as init clamped it.
+func (p *params) limitOf() Limit {
+	return Limit{
+		Limit:        int64(p.limit),
+		Period:       time.Duration(p.period),
+		Mitigation:   time.Duration(p.mitigation),
+		CountBlocked: p.countBlocked,
+		Identity:     p.identity,
+	}
 }
 
 // position returns the index of the period holding t (ns since the epoch)

@@ -30,11 +30,6 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{"zero capacity", Options{Capacity: 0, Limits: []Limit{ok}}, "capacity must be at least 1, got 0"},
 		{"no limits", Options{Capacity: 10}, "need 1 to 256 limits, got 0"},
 		{"too many limits", Options{Capacity: 10, Limits: make([]Limit, 257)}, "got 257"},
-		{"zero limit", Options{Capacity: 10, Limits: []Limit{{Limit: 0, Period: time.Second}}}, "limits[0]: limit: must be between 1"},
-		{"huge limit", Options{Capacity: 10, Limits: []Limit{{Limit: math.MaxInt64, Period: time.Second}}}, "limit: must be between 1"},
-		{"sub-millisecond period", Options{Capacity: 10, Limits: []Limit{{Limit: 1, Period: 1500 * time.Microsecond}}}, "period: must be a whole number of milliseconds"},
-		{"negative mitigation", Options{Capacity: 10, Limits: []Limit{{Limit: 1, Period: time.Second, Mitigation: -1}}}, "mitigation: must not be negative"},
-		{"period+mitigation overflow", Options{Capacity: 10, Limits: []Limit{{Limit: 1, Period: 40 * 24 * time.Hour, Mitigation: 20 * 24 * time.Hour}}}, "period+mitigation: must be under"},
 		{"shards not a power of two", Options{Capacity: 10, Limits: []Limit{ok}, Shards: 3}, "shards must be a power of two, got 3"},
 	}
 	for _, tt := range tests {
@@ -42,6 +37,47 @@ func TestNewRejectsBadOptions(t *testing.T) {
 			_, err := New(tt.opts)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("New() error = %v, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestLimitsAreClamped: New takes limits as compiled (package rules
+// validates them); a value no store can count is clamped, not refused, and
+// Judge and State clamp as New does.
+func TestLimitsAreClamped(t *testing.T) {
+	tests := []struct {
+		name string
+		l    Limit
+		want Limit
+	}{
+		{"in range", Limit{Limit: 10, Period: time.Minute, Mitigation: time.Hour}, Limit{Limit: 10, Period: time.Minute, Mitigation: time.Hour}},
+		{"zero limit", Limit{Limit: 0, Period: time.Second}, Limit{Limit: 1, Period: time.Second}},
+		{"negative limit", Limit{Limit: -5, Period: time.Second}, Limit{Limit: 1, Period: time.Second}},
+		{"huge limit", Limit{Limit: math.MaxInt64, Period: time.Second}, Limit{Limit: MaxLimit, Period: time.Second}},
+		{"zero Limit", Limit{}, Limit{Limit: 1, Period: time.Millisecond}},
+		{"sub-millisecond period", Limit{Limit: 1, Period: 1500 * time.Microsecond}, Limit{Limit: 1, Period: time.Millisecond}},
+		{"huge period", Limit{Limit: 1, Period: math.MaxInt64}, Limit{Limit: 1, Period: MaxSpan}},
+		{"negative mitigation", Limit{Limit: 1, Period: time.Second, Mitigation: -1}, Limit{Limit: 1, Period: time.Second}},
+		{"period+mitigation overflow", Limit{Limit: 1, Period: 40 * 24 * time.Hour, Mitigation: 20 * 24 * time.Hour},
+			Limit{Limit: 1, Period: 40 * 24 * time.Hour, Mitigation: MaxSpan - 40*24*time.Hour}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newStore(t, 10, tt.l)
+			if got := s.params[0].limitOf(); got != tt.want {
+				t.Fatalf("New counts by %+v, want %+v", got, tt.want)
+			}
+			var p params
+			if tt.l.read(Counts{}, &p); p.limitOf() != tt.want {
+				t.Fatalf("Judge and State count by %+v, want %+v", p.limitOf(), tt.want)
+			}
+			k := s.KeyString(0, "a")
+			for i := range 3 {
+				got := s.Allow(k, t0)
+				if want := int64(i) < tt.want.Limit; got.Allowed != want {
+					t.Fatalf("request %d: allowed %v, want %v", i, got.Allowed, want)
+				}
 			}
 		})
 	}
@@ -235,7 +271,7 @@ func TestGapOfSeveralPeriods(t *testing.T) {
 }
 
 func TestHugeValuesDoNotOverflow(t *testing.T) {
-	maxPeriod := time.Duration(maxWindowMillis) * time.Millisecond
+	maxPeriod := MaxSpan
 	s := newStore(t, 10,
 		Limit{Limit: math.MaxUint32, Period: maxPeriod},
 		Limit{Limit: 1, Period: time.Millisecond, CountBlocked: true},

@@ -5,7 +5,7 @@
 // the benchmark starts on a free loopback port:
 //
 //   - exact: one EVALSHA of edge's decide script per decision (exact mode,
-//     cluster.Domain.Allow), keys and arguments shaped as edge sends them;
+//     cluster.Domain's Decide), keys and arguments shaped as edge sends them;
 //   - flush: one pipeline of 100 EVALSHA of edge's flush script, each adding
 //     a key's count (INCRBY + PEXPIRE inside the script) and returning the
 //     PoP-wide counts of both periods (batched mode, cluster.flushChunk);
@@ -122,7 +122,7 @@ func newGoRedis(addr string) *goRedis {
 
 func (g *goRedis) Close() { _ = g.rdb.Close() }
 
-// decide is cluster.Domain.Allow's round trip: Script.Run (EVALSHA, EVAL on
+// decide is the round trip of a cluster.Domain's Decide: Script.Run (EVALSHA, EVAL on
 // NOSCRIPT) and Int64Slice.
 func (g *goRedis) decide(ctx context.Context, prefix string) error {
 	vals, err := g.decideSc.Run(ctx, g.rdb, []string{prefix}, g.args...).Int64Slice()

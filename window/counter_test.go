@@ -1,0 +1,140 @@
+package window
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+)
+
+// TestStoreCounterIsTheStore: a Store's Counter decides, refunds, peeks and
+// resets exactly as the Store does, one request a unit.
+func TestStoreCounterIsTheStore(t *testing.T) {
+	l := Limit{Limit: 3, Period: time.Minute}
+	direct, counted := newStore(t, 100, l), newStore(t, 100, l)
+	c := counted.Counter()
+	ctx := context.Background()
+	for i := range 6 {
+		now := t0.Add(time.Duration(i) * 7 * time.Second)
+		tally := c.Begin()
+		k := counted.KeyString(0, "client")
+		id := ID{Key: k, Name: []byte("client")}
+		got, want := tally.Decide(id, 1, now), direct.Allow(direct.KeyString(0, "client"), now)
+		if got != want {
+			t.Fatalf("request %d: Decide = %+v, Allow = %+v", i, got, want)
+		}
+		if i == 4 {
+			got = tally.Refund(id, got, now)
+			want = direct.Refund(direct.KeyString(0, "client"), want, now)
+			if got != want {
+				t.Fatalf("request %d: Refund = %+v, want %+v", i, got, want)
+			}
+		}
+		tally.End()
+		st, err := c.Peek(ctx, id, now)
+		if err != nil {
+			t.Fatalf("Peek: %v", err)
+		}
+		if wantSt := direct.Peek(direct.KeyString(0, "client"), now); st != wantSt {
+			t.Fatalf("request %d: Peek = %+v, want %+v", i, st, wantSt)
+		}
+	}
+	id := ID{Key: counted.KeyString(0, "client"), Name: []byte("client")}
+	tracked, err := c.Reset(ctx, id, t0)
+	if err != nil || !tracked {
+		t.Fatalf("Reset = %v, %v; want true, nil", tracked, err)
+	}
+	if tracked, _ := c.Reset(ctx, id, t0); tracked {
+		t.Fatal("second Reset found the key still tracked")
+	}
+}
+
+// TestStoreCounterCost: the sliding window counts one unit a request; any
+// other cost is refused and counts nothing.
+func TestStoreCounterCost(t *testing.T) {
+	s := newStore(t, 100, Limit{Limit: 5, Period: time.Minute})
+	tally := s.Counter().Begin()
+	defer tally.End()
+	id := ID{Key: s.KeyString(0, "client"), Name: []byte("client")}
+	for _, cost := range []int64{0, 2, -1, math.MaxInt64} {
+		if d := tally.Decide(id, cost, t0); d.Allowed || d.RetryAfter != 0 {
+			t.Errorf("cost %d: got %+v, want refused with no RetryAfter", cost, d)
+		}
+	}
+	if st := s.Peek(id.Key, t0); st.Tracked {
+		t.Errorf("refused costs left state %+v, want none", st)
+	}
+	if d := tally.Decide(id, 1, t0); !d.Allowed || d.Remaining != 4 {
+		t.Errorf("cost 1: got %+v, want allowed with 4 remaining", d)
+	}
+}
+
+// TestCharge: a charge adds to the current period's count after the fact,
+// whatever the limit, and blocks later requests; charges of less than one,
+// and charges for a period the key has moved past, change nothing; Release
+// holds nothing to give back.
+func TestCharge(t *testing.T) {
+	l := Limit{Limit: 10, Period: time.Minute}
+	tests := []struct {
+		name        string
+		before      int           // requests allowed first, at t0
+		charges     []int64       // then charged, at t0 + at
+		at          time.Duration // when the charges are made
+		wantCurrent int64         // count in at's period, read at at
+		wantAllowed bool          // a request at at
+	}{
+		{"untracked key", 0, []int64{4}, 0, 4, true},
+		{"onto requests", 3, []int64{4}, 0, 7, true},
+		{"past the limit", 3, []int64{20}, 0, 23, false},
+		{"several", 1, []int64{3, 3, 3}, 0, 10, false},
+		{"zero and negative do nothing", 2, []int64{0, -5}, 0, 2, true},
+		{"saturates", 1, []int64{math.MaxInt64, math.MaxInt64}, 0, math.MaxUint32, false},
+		{"in the next period", 3, []int64{4}, time.Minute, 4, true},
+		{"for a period the key has left", 3, []int64{4}, -time.Minute, 3, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newStore(t, 100, l)
+			tally := s.Counter().Begin()
+			defer tally.End()
+			id := ID{Key: s.KeyString(0, "client"), Name: []byte("client")}
+			for range tt.before {
+				if d := s.Allow(id.Key, t0); !d.Allowed {
+					t.Fatalf("setup request blocked: %+v", d)
+				}
+			}
+			at := t0.Add(tt.at)
+			for _, n := range tt.charges {
+				tally.Charge(id, n, at)
+				tally.Release(id, at)
+			}
+			read := at
+			if tt.at < 0 {
+				read = t0
+			}
+			if got := s.Peek(id.Key, read).Current; got != tt.wantCurrent {
+				t.Errorf("current count: got %d, want %d", got, tt.wantCurrent)
+			}
+			if got := tally.Decide(id, 1, read).Allowed; got != tt.wantAllowed {
+				t.Errorf("next request allowed: got %v, want %v", got, tt.wantAllowed)
+			}
+		})
+	}
+}
+
+// TestStoreCounterAllocates nothing a decision.
+func TestStoreCounterAllocatesNothing(t *testing.T) {
+	s := newStore(t, 100, Limit{Limit: 1_000_000, Period: time.Minute})
+	c := s.Counter()
+	name := []byte("client")
+	id := ID{Key: s.Key(0, name), Name: name}
+	got := testing.AllocsPerRun(100, func() {
+		tally := c.Begin()
+		d := tally.Decide(id, 1, t0)
+		tally.Refund(id, d, t0)
+		tally.End()
+	})
+	if got != 0 {
+		t.Errorf("allocations a decision: got %v, want 0", got)
+	}
+}

@@ -21,7 +21,7 @@ import (
 // What reaches the origin: the request target exactly as the client sent
 // it (net/http re-escapes only bytes that may not appear raw), while rules
 // match the percent-decoded path with "//" runs merged and ";params" cut
-// (matchPath); merging and cutting only ever make more rules match.
+// (rules.CleanPath); merging and cutting only ever make more rules match.
 // A target is refused rather than normalised whenever the two forms could
 // differ in meaning for some origin:
 //

@@ -274,14 +274,17 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	now := p.now()
 	st := p.state.Load()
-	rd, ok := st.table.Lookup(r.Host)
+	// The host is normalised once: the domain is looked up by it and
+	// rules keyed by host count it.
+	host, validHost := rules.NormalizeHost(r.Host)
+	rd, ok := st.table.LookupHost(host)
 	if !ok {
-		p.misdirected(w, r)
+		p.misdirected(w, validHost)
 		return
 	}
 	d := st.domains[rd.Index]
 	if d.store != nil {
-		f, ok := p.limit(w, r, st, d, now)
+		f, ok := p.limit(w, r, st, d, host, now)
 		if !ok {
 			return
 		}
@@ -309,10 +312,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // misdirected answers a request whose Host no domain claims: 421, or 400 if
-// the Host is not a valid host at all. It is never forwarded.
-func (p *Proxy) misdirected(w http.ResponseWriter, r *http.Request) {
+// the Host is not a valid host at all (validHost false). It is never forwarded.
+func (p *Proxy) misdirected(w http.ResponseWriter, validHost bool) {
 	p.metrics.misdirected.Inc()
-	if _, ok := rules.NormalizeHost(r.Host); !ok {
+	if !validHost {
 		writeText(w, http.StatusBadRequest, "bad request: invalid host\n")
 		return
 	}

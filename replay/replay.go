@@ -515,29 +515,3 @@ func rank(s []int64, q float64) int64 {
 	i := int(math.Ceil(q*float64(len(s)))) - 1
 	return s[min(max(i, 0), len(s)-1)]
 }
-
-// Group collects records into sources, in order of first appearance. key
-// names a record's source, or reports false to leave the record out (a rule
-// that does not match it). Each source's times are sorted, equal times
-// keeping file order.
-func Group(recs []trace.Record, key func(*trace.Record) (string, bool)) []Source {
-	index := make(map[string]int)
-	var srcs []Source
-	for i := range recs {
-		k, ok := key(&recs[i])
-		if !ok {
-			continue
-		}
-		j, seen := index[k]
-		if !seen {
-			j = len(srcs)
-			index[k] = j
-			srcs = append(srcs, Source{Name: k})
-		}
-		srcs[j].Times = append(srcs[j].Times, recs[i].Time)
-	}
-	for i := range srcs {
-		slices.Sort(srcs[i].Times) // equal int64s are interchangeable
-	}
-	return srcs
-}

@@ -245,10 +245,20 @@ type configView struct {
 	} `json:"client_ip"`
 	Timeouts map[string]string `json:"timeouts"`
 	// MaxBufferedBytes is a size such as "256MiB".
-	MaxBufferedBytes string         `json:"max_buffered_bytes"`
-	Cluster          clusterView    `json:"cluster"`
-	Domains          []domainView   `json:"domains"`
-	Extra            map[string]any `json:"extra,omitempty"`
+	MaxBufferedBytes string       `json:"max_buffered_bytes"`
+	Cluster          clusterView  `json:"cluster"`
+	Domains          []domainView `json:"domains"`
+	// Reload is under "extra", the name the API has always used for it.
+	Reload reloadView `json:"extra"`
+}
+
+// reloadView is how reloads stand (ReloadStatus), as GET /v1/config shows
+// it: the error is every problem on its own line.
+type reloadView struct {
+	ConfigPath string `json:"config_path"`
+	OK         bool   `json:"last_reload_ok"`
+	Error      string `json:"last_reload_error,omitempty"`
+	Problems   int    `json:"last_reload_problems,omitempty"`
 }
 
 // clusterView is the cluster section as it runs (its changes take effect
@@ -314,10 +324,6 @@ type ruleView struct {
 	BlockStatus       int      `json:"block_status,omitempty"`
 }
 
-// ConfigExtra, if set, adds fields to GET /v1/config (cmd/edge reports the
-// config file path and the reload state there).
-func (p *Proxy) SetConfigExtra(f func() map[string]any) { p.configExtra.Store(&f) }
-
 func (p *Proxy) getConfig(w http.ResponseWriter, r *http.Request) {
 	st := p.state.Load()
 	// Settings that take effect only at a restart are shown as they run,
@@ -381,8 +387,10 @@ func (p *Proxy) getConfig(w http.ResponseWriter, r *http.Request) {
 		v.Domains = append(v.Domains, dv)
 	}
 	v.Cluster = p.clusterView()
-	if f := p.configExtra.Load(); f != nil {
-		v.Extra = (*f)()
+	rs := p.ReloadStatus()
+	v.Reload = reloadView{ConfigPath: rs.ConfigPath, OK: rs.Err == nil, Problems: len(rs.Problems)}
+	if rs.Err != nil {
+		v.Reload.Error = rules.ProblemText(rs.Err)
 	}
 	writeJSON(w, http.StatusOK, v)
 }

@@ -255,7 +255,7 @@ func (f *replayFlags) logRules() ([]replay.LogRule, int, error) {
 	}
 	table, _, err := loadConfig(f.config)
 	if err != nil {
-		return nil, 0, fmt.Errorf("invalid configuration %s:\n%s", f.config, indent(err))
+		return nil, 0, fmt.Errorf("invalid configuration %s:\n%s", f.config, rules.ProblemText(err))
 	}
 	lrs := replay.TableRules(table, f.rule)
 	if len(lrs) == 0 {

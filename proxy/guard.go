@@ -159,22 +159,6 @@ func screenPath(p string) string {
 	return ""
 }
 
-// stripParams cuts the ";params" part off every segment of a path, as
-// servlet containers do before they route ("/admin;x=1/y" is "/admin/y"
-// to Tomcat). Matching on the stripped path can only make more rules
-// match: for a prefix without ';', the stripped path has the prefix
-// whenever the path does.
-func stripParams(p string) string {
-	if strings.IndexByte(p, ';') < 0 {
-		return p
-	}
-	segs := strings.Split(p, "/")
-	for i, s := range segs {
-		segs[i], _, _ = strings.Cut(s, ";")
-	}
-	return strings.Join(segs, "/")
-}
-
 // upperToken reports whether a method consists of A-Z, '-' and '_', as
 // nginx requires.
 func upperToken(m string) bool {

@@ -5,10 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/edgerate/edge/rules"
@@ -16,95 +14,14 @@ import (
 	"github.com/go-chi/chi/v5"
 )
 
-// Keys in the admin API are written as the rule's key parts in order,
-// joined by "|": an address for ip (an IPv6 client by its prefix, e.g.
-// 2001:db8:1:2::/64, or any address inside it), the header's value for
-// header:NAME (several values joined by ", "), the normalised path for path
-// and host for host. A request that lacked a keyed header is shown with
-// that part as "-" followed by its client address ("-203.0.113.9").
-
-// keyText renders the key of r under ks as the admin API writes it.
-func keyText(ks []rules.KeyPart, r *http.Request, id Identity, reqPath string, v6bits int) string {
-	var b strings.Builder
-	for i, k := range ks {
-		if i > 0 {
-			b.WriteByte('|')
-		}
-		switch k.Kind {
-		case rules.KeyIP:
-			b.WriteString(addrText(id.Key, v6bits))
-		case rules.KeyHeader:
-			if vals := r.Header[k.Header]; !blankValues(vals) {
-				b.WriteString(strings.Join(vals, ", "))
-			} else {
-				b.WriteString("-" + addrText(id.Key, v6bits))
-			}
-		case rules.KeyPath:
-			b.WriteString(reqPath)
-		case rules.KeyHost:
-			host, _ := rules.NormalizeHost(r.Host)
-			b.WriteString(host)
-		}
-	}
-	return b.String()
-}
-
-// addrText writes a key address: IPv6 clients as their prefix.
-func addrText(a netip.Addr, v6bits int) string {
-	if a.Is6() && v6bits < 128 {
-		return netip.PrefixFrom(a, v6bits).String()
-	}
-	return a.String()
-}
-
-// parseKey turns the admin API's text for a key of rule rs back into the
-// bytes the proxy hashes for it (see appendKey).
+// parseKey turns the admin API's text for a key of rule rs, as
+// rules.KeyText writes it, back into the bytes the proxy counts it by.
 func parseKey(st *state, rs *ruleState, text string) ([]byte, error) {
-	parts := strings.Split(text, "|")
-	if len(parts) != len(rs.Key) {
-		return nil, fmt.Errorf("rule %q is keyed by %d parts (%v), got %d", rs.Name, len(rs.Key), rs.Key, len(parts))
-	}
-	var b []byte
-	for i, k := range rs.Key {
-		part := parts[i]
-		switch k.Kind {
-		case rules.KeyIP:
-			id, err := parseAddr(st, part)
-			if err != nil {
-				return nil, err
-			}
-			b = appendIP(append(b, 'i'), id)
-		case rules.KeyHeader:
-			if rest, ok := strings.CutPrefix(part, "-"); ok {
-				if id, err := parseAddr(st, rest); err == nil {
-					b = appendIP(append(b, 'm'), id)
-					continue
-				}
-			}
-			b = appendHeaderPart(b, strings.Split(part, ", "))
-		case rules.KeyPath:
-			b = appendString(append(b, 'p'), part)
-		case rules.KeyHost:
-			host, ok := rules.NormalizeHost(part)
-			if !ok {
-				return nil, fmt.Errorf("invalid host %q", part)
-			}
-			b = appendString(append(b, 'o'), host)
-		}
+	b, err := rules.ParseKey(rs.Key, text, st.table.IPv6Prefix)
+	if err != nil {
+		return nil, fmt.Errorf("rule %q: %w", rs.Name, err)
 	}
 	return b, nil
-}
-
-// parseAddr reads an address or prefix and keys it as the proxy would.
-func parseAddr(st *state, s string) (Identity, error) {
-	var a netip.Addr
-	if p, err := netip.ParsePrefix(s); err == nil {
-		a = p.Addr()
-	} else if a, err = netip.ParseAddr(s); err != nil {
-		return Identity{}, fmt.Errorf("invalid address %q", s)
-	}
-	a = a.Unmap()
-	return Identity{Peer: a, Client: a, Key: st.clientIP.key(a)}, nil
 }
 
 // AdminHandler serves the admin API under /v1:
@@ -293,7 +210,7 @@ func (p *Proxy) getTop(w http.ResponseWriter, r *http.Request) {
 	for _, t := range rs.top.top(n) {
 		key, err := parseKey(st, rs, t.text)
 		if err != nil {
-			continue // cannot happen for text keyText wrote
+			continue // cannot happen for text rules.KeyText wrote
 		}
 		ks, _, err := p.keyState(ctx, d, rs, t.text, key, now)
 		if err != nil {
@@ -322,10 +239,20 @@ type configView struct {
 	} `json:"client_ip"`
 	Timeouts map[string]string `json:"timeouts"`
 	// MaxBufferedBytes is a size such as "256MiB".
-	MaxBufferedBytes string         `json:"max_buffered_bytes"`
-	Cluster          clusterView    `json:"cluster"`
-	Domains          []domainView   `json:"domains"`
-	Extra            map[string]any `json:"extra,omitempty"`
+	MaxBufferedBytes string       `json:"max_buffered_bytes"`
+	Cluster          clusterView  `json:"cluster"`
+	Domains          []domainView `json:"domains"`
+	// Reload is under "extra", the name the API has always used for it.
+	Reload reloadView `json:"extra"`
+}
+
+// reloadView is how reloads stand (ReloadStatus), as GET /v1/config shows
+// it: the error is every problem on its own line.
+type reloadView struct {
+	ConfigPath string `json:"config_path"`
+	OK         bool   `json:"last_reload_ok"`
+	Error      string `json:"last_reload_error,omitempty"`
+	Problems   int    `json:"last_reload_problems,omitempty"`
 }
 
 // clusterView is the cluster section as it runs (its changes take effect
@@ -391,10 +318,6 @@ type ruleView struct {
 	BlockStatus       int      `json:"block_status,omitempty"`
 }
 
-// ConfigExtra, if set, adds fields to GET /v1/config (cmd/edge reports the
-// config file path and the reload state there).
-func (p *Proxy) SetConfigExtra(f func() map[string]any) { p.configExtra.Store(&f) }
-
 func (p *Proxy) getConfig(w http.ResponseWriter, r *http.Request) {
 	st := p.state.Load()
 	// Settings that take effect only at a restart are shown as they run,
@@ -458,8 +381,10 @@ func (p *Proxy) getConfig(w http.ResponseWriter, r *http.Request) {
 		v.Domains = append(v.Domains, dv)
 	}
 	v.Cluster = p.clusterView()
-	if f := p.configExtra.Load(); f != nil {
-		v.Extra = (*f)()
+	rs := p.ReloadStatus()
+	v.Reload = reloadView{ConfigPath: rs.ConfigPath, OK: rs.Err == nil, Problems: len(rs.Problems)}
+	if rs.Err != nil {
+		v.Reload.Error = rules.ProblemText(rs.Err)
 	}
 	writeJSON(w, http.StatusOK, v)
 }

@@ -166,17 +166,10 @@ func (c *ClientIP) Resolve(remoteAddr string, xff []string) Identity {
 	return id
 }
 
-// key returns the rate-limit key of a normalised client address.
+// key returns the rate-limit key of a normalised client address
+// (ipv6Prefix 0 keeps all 128 bits, as rules.ClientPrefix does).
 func (c *ClientIP) key(a netip.Addr) netip.Addr {
-	if !a.Is6() {
-		return a
-	}
-	bits := c.ipv6Prefix
-	if bits == 0 {
-		bits = 128
-	}
-	p, _ := a.Prefix(bits) // cannot fail: bits is in 0..128 and a is IPv6
-	return p.Addr()
+	return rules.ClientPrefix(a, c.ipv6Prefix).Addr()
 }
 
 // walkXFF finds the client in the X-Forwarded-For lines of a trusted peer.

@@ -21,7 +21,7 @@ import (
 // What reaches the origin: the request target exactly as the client sent
 // it (net/http re-escapes only bytes that may not appear raw), while rules
 // match the percent-decoded path with "//" runs merged and ";params" cut
-// (matchPath); merging and cutting only ever make more rules match.
+// (rules.CleanPath); merging and cutting only ever make more rules match.
 // A target is refused rather than normalised whenever the two forms could
 // differ in meaning for some origin:
 //
@@ -157,22 +157,6 @@ func screenPath(p string) string {
 		}
 	}
 	return ""
-}
-
-// stripParams cuts the ";params" part off every segment of a path, as
-// servlet containers do before they route ("/admin;x=1/y" is "/admin/y"
-// to Tomcat). Matching on the stripped path can only make more rules
-// match: for a prefix without ';', the stripped path has the prefix
-// whenever the path does.
-func stripParams(p string) string {
-	if strings.IndexByte(p, ';') < 0 {
-		return p
-	}
-	segs := strings.Split(p, "/")
-	for i, s := range segs {
-		segs[i], _, _ = strings.Cut(s, ";")
-	}
-	return strings.Join(segs, "/")
 }
 
 // upperToken reports whether a method consists of A-Z, '-' and '_', as

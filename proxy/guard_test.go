@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"github.com/edgerate/edge/rules"
 	"net/http"
 	"net/url"
 	"strings"
@@ -63,71 +64,13 @@ func TestScreenRequest(t *testing.T) {
 	}
 }
 
-func TestMatchPath(t *testing.T) {
-	tests := map[string]string{
-		"":               "/",
-		"/":              "/",
-		"/a/b":           "/a/b",
-		"//a//b/":        "/a/b/",
-		"/a/./b/../c":    "/a/c",
-		"a/b":            "/a/b",
-		"/a;x=1/b;y":     "/a/b",
-		"/a/;x":          "/a/",
-		"/a;x/":          "/a/",
-		"/;x/a":          "/a",
-		"/../../a":       "/a",
-		"/a/b/..":        "/a",
-		"/admin;/x/..;/": "/admin/",
-	}
-	for in, want := range tests {
-		if got := matchPath(in); got != want {
-			t.Errorf("matchPath(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
-func TestMatchPathAllocs(t *testing.T) {
-	if n := testing.AllocsPerRun(100, func() { matchPath("/api/v1/items/42") }); n != 0 {
-		t.Errorf("matchPath of a clean path allocates %v times, want 0", n)
-	}
-}
-
-// FuzzMatchPath checks the form rules match on: absolute, without empty,
-// dot or parameter parts, stable when applied again, and keeping a
-// trailing slash.
-func FuzzMatchPath(f *testing.F) {
-	for _, s := range []string{"", "/", "/a/b", "//a//b/", "/a/./b/../c", "a/b", "/a;x/b", "/a/;x", "/..;/a", "/./", ";", "/a;/;b/"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, p string) {
-		got := matchPath(p)
-		if got == "" || got[0] != '/' {
-			t.Fatalf("matchPath(%q) = %q: not absolute", p, got)
-		}
-		if strings.Contains(got, "//") || strings.IndexByte(got, ';') >= 0 {
-			t.Fatalf("matchPath(%q) = %q: has an empty segment or params", p, got)
-		}
-		for seg := range strings.SplitSeq(got, "/") {
-			if seg == "." || seg == ".." {
-				t.Fatalf("matchPath(%q) = %q: has a dot segment", p, got)
-			}
-		}
-		if again := matchPath(got); again != got {
-			t.Fatalf("matchPath(%q) = %q, but matchPath(%q) = %q", p, got, got, again)
-		}
-		if s := stripParams(p); strings.HasSuffix(s, "/") && !strings.HasSuffix(got, "/") {
-			t.Fatalf("matchPath(%q) = %q: lost the trailing slash", p, got)
-		}
-	})
-}
-
 // FuzzScreenTarget checks that no request target the screen accepts can
 // mean, to an origin, a path other than the one rules match on. For each
 // accepted target it resolves the path as several kinds of origin do
 // (RFC 3986 dot removal before or after percent-decoding, servlet-style
 // ";params" removal, nginx-style slash merging), and requires each result
 // to equal, once slashes are merged and params cut, the path edge matched.
-// Merging and cutting only ever make more rules match (see stripParams),
+// Merging and cutting only ever make more rules match (see rules.CleanPath),
 // so any origin's reading of the target is a path edge's rules saw.
 func FuzzScreenTarget(f *testing.F) {
 	for _, c := range hostile.Corpus() {
@@ -148,7 +91,7 @@ func FuzzScreenTarget(f *testing.F) {
 		if screenRequest(r).status != 0 {
 			return
 		}
-		edge := matchPath(r.URL.Path)
+		edge := rules.CleanPath(r.URL.Path)
 		raw := r.URL.EscapedPath()
 		if r.URL.Opaque != "" {
 			t.Fatalf("accepted an opaque target %q", target)
@@ -160,12 +103,12 @@ func FuzzScreenTarget(f *testing.F) {
 		readings := map[string]string{
 			"decode then resolve dots":    removeDotSegments(decoded),
 			"resolve dots then decode":    mustUnescape(t, removeDotSegments(raw)),
-			"cut params, then resolve":    removeDotSegments(stripParams(decoded)),
+			"cut params, then resolve":    removeDotSegments(cutParams(decoded)),
 			"merge slashes, then resolve": removeDotSegments(mergeSlashes(decoded)),
 			"as received":                 decoded,
 		}
 		for how, origin := range readings {
-			if got := mergeSlashes(stripParams(origin)); got != edge && !(got == "" && edge == "/") {
+			if got := mergeSlashes(cutParams(origin)); got != edge && !(got == "" && edge == "/") {
 				t.Fatalf("target %q: an origin that would %s reads %q (%q); edge matched %q", target, how, origin, got, edge)
 			}
 		}
@@ -222,4 +165,14 @@ func mergeSlashes(s string) string {
 		s = strings.ReplaceAll(s, "//", "/")
 	}
 	return s
+}
+
+// cutParams cuts ";params" off every segment, as a servlet container reads
+// a path.
+func cutParams(p string) string {
+	segs := strings.Split(p, "/")
+	for i, s := range segs {
+		segs[i], _, _ = strings.Cut(s, ";")
+	}
+	return strings.Join(segs, "/")
 }

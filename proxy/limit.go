@@ -1,11 +1,9 @@
 package proxy
 
 import (
-	"encoding/binary"
 	"io"
 	"log/slog"
 	"net/http"
-	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -75,12 +73,17 @@ func putKeyBuffer(kb *keyBuffer) {
 // blocked requests give back what they counted: a blocked request uses up no
 // quota anywhere, so a client that sends too fast still gets its limit
 // through in every sliding period.
-func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, st *state, d *domain, now time.Time) (*fields, bool) {
+func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, st *state, d *domain, host string, now time.Time) (*fields, bool) {
 	id := st.clientIP.Resolve(r.RemoteAddr, r.Header.Values("X-Forwarded-For"))
 	if id.XFFMalformed {
 		p.metrics.xffMalformed.Inc()
 	}
-	reqPath := matchPath(r.URL.Path)
+	src := rules.KeySource{
+		Client: rules.ClientPrefix(id.Key, st.table.IPv6Prefix),
+		Path:   rules.CleanPath(r.URL.Path),
+		Host:   host,
+		Header: r.Header,
+	}
 	keys := keyBuffers.Get().(*keyBuffer)
 	defer putKeyBuffer(keys)
 	var (
@@ -93,11 +96,11 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, st *state, d *doma
 	)
 	for i := range d.rules {
 		rs := &d.rules[i]
-		if !rs.Matches(r.Method, reqPath) {
+		if !rs.Matches(r.Method, src.Path) {
 			continue
 		}
 		start := len(keys.b)
-		keys.b = appendKey(keys.b, rs.Key, r, id, reqPath)
+		keys.b = rules.AppendKey(keys.b, rs.Key, &src)
 		name := keys.b[start:len(keys.b):len(keys.b)]
 		v := verdict{rule: i, id: window.ID{Key: d.store.Key(i, name), Name: name}}
 		v.Decision = tally.Decide(v.id, 1, now)
@@ -108,7 +111,7 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, st *state, d *doma
 		}
 		rs.outcomes.observe(v.Decision)
 		if !v.Allowed || v.Remaining*2 <= rs.Limit {
-			rs.top.observe(v.id.Key, !v.Allowed, func() string { return keyText(rs.Key, r, id, reqPath, st.table.IPv6Prefix) })
+			rs.top.observe(v.id.Key, !v.Allowed, func() string { return rules.KeyText(rs.Key, &src) })
 		}
 		if !v.Allowed {
 			if rs.Action == rules.ActionBlock {
@@ -165,83 +168,6 @@ func endTally(d *domain, tally window.Tally, fellBack bool) {
 	if fellBack {
 		d.requests.fallback.Inc()
 	}
-}
-
-// appendKey appends the identity of r under the key parts ks. Each part is
-// tagged and length-prefixed so that no two different identities encode the
-// same bytes.
-//
-// A rule keyed by a header the request lacks (or sends empty) keys that part by the client
-// address instead, under its own tag: clients without the header are limited
-// one by one, never together in one bucket shared by everyone (nor can they
-// collide with a client whose header value happens to spell an address).
-func appendKey(b []byte, ks []rules.KeyPart, r *http.Request, id Identity, reqPath string) []byte {
-	for _, k := range ks {
-		switch k.Kind {
-		case rules.KeyIP:
-			b = appendIP(append(b, 'i'), id)
-		case rules.KeyHeader:
-			vals := r.Header[k.Header]
-			if blankValues(vals) {
-				b = appendIP(append(b, 'm'), id)
-				continue
-			}
-			b = appendHeaderPart(b, vals)
-		case rules.KeyPath:
-			b = appendString(append(b, 'p'), reqPath)
-		case rules.KeyHost:
-			host, _ := rules.NormalizeHost(r.Host)
-			b = appendString(append(b, 'o'), host)
-		}
-	}
-	return b
-}
-
-// blankValues reports whether a field is absent or has only empty values.
-func blankValues(vals []string) bool {
-	for _, v := range vals {
-		if strings.TrimSpace(v) != "" {
-			return false
-		}
-	}
-	return true
-}
-
-func appendIP(b []byte, id Identity) []byte {
-	a := id.Key.As16()
-	return append(b, a[:]...)
-}
-
-// appendHeaderPart appends a header key part: its values, counted.
-func appendHeaderPart(b []byte, vals []string) []byte {
-	b = binary.AppendUvarint(append(b, 'h'), uint64(len(vals)))
-	for _, v := range vals {
-		b = appendString(b, v)
-	}
-	return b
-}
-
-func appendString(b []byte, s string) []byte {
-	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
-}
-
-// matchPath returns the path rules match against: r.URL.Path with "//" runs
-// and dot segments resolved, so "/a/../v1/x" and "//v1/x" cannot slip past a
-// "/v1/" prefix, and ";params" cut from each segment (see stripParams), so
-// "/v1;x/y" cannot either. It allocates only for paths that need cleaning.
-func matchPath(p string) string {
-	if p == "" {
-		return "/"
-	}
-	if p[0] == '/' && !strings.Contains(p, "//") && !strings.Contains(p, "/.") && strings.IndexByte(p, ';') < 0 {
-		return p
-	}
-	p = stripParams(p)
-	clean := path.Clean("/" + p)
-	if strings.HasSuffix(p, "/") && clean != "/" {
-		clean += "/"
-	}
-	return clean
 }
 
 // fields are the rate-limit fields of one response.

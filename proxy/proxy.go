@@ -40,6 +40,10 @@ type Options struct {
 	// ConfigHash identifies the configuration Table was compiled from; it is
 	// reported by the admin API.
 	ConfigHash string
+	// ConfigPath says where the configuration is read from on a reload,
+	// as GET /v1/config shows it: a file path, or a description such as
+	// "(embedded default)".
+	ConfigPath string
 	// Node names this instance among the nodes of its PoP when counters are
 	// shared through Redis; "" makes a name from the host name, the
 	// process id and random bytes.
@@ -57,8 +61,8 @@ type Proxy struct {
 	// effect only at a restart keep its values (reload.go).
 	started *rules.Table
 
-	configExtra atomic.Pointer[func() map[string]any]
-	lastErr     atomic.Pointer[error] // why the last reload failed
+	configPath string                // Options.ConfigPath
+	lastErr    atomic.Pointer[error] // why the last reload failed
 
 	reloadMu     sync.Mutex // serialises reloads
 	transport    http.RoundTripper
@@ -99,7 +103,7 @@ func New(opts Options) (*Proxy, error) {
 	if opts.Table == nil {
 		return nil, errors.New("proxy: a rules table is required")
 	}
-	p := &Proxy{now: opts.Now, log: opts.Logger, started: opts.Table}
+	p := &Proxy{now: opts.Now, log: opts.Logger, started: opts.Table, configPath: opts.ConfigPath}
 	if p.now == nil {
 		p.now = time.Now
 	}
@@ -285,14 +289,17 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	now := p.now()
 	st := p.state.Load()
-	rd, ok := st.table.Lookup(r.Host)
+	// The host is normalised once: the domain is looked up by it and
+	// rules keyed by host count it.
+	host, validHost := rules.NormalizeHost(r.Host)
+	rd, ok := st.table.LookupHost(host)
 	if !ok {
-		p.misdirected(w, r)
+		p.misdirected(w, validHost)
 		return
 	}
 	d := st.domains[rd.Index]
 	if d.store != nil {
-		f, ok := p.limit(w, r, st, d, now)
+		f, ok := p.limit(w, r, st, d, host, now)
 		if !ok {
 			return
 		}
@@ -320,10 +327,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // misdirected answers a request whose Host no domain claims: 421, or 400 if
-// the Host is not a valid host at all. It is never forwarded.
-func (p *Proxy) misdirected(w http.ResponseWriter, r *http.Request) {
+// the Host is not a valid host at all (validHost false). It is never forwarded.
+func (p *Proxy) misdirected(w http.ResponseWriter, validHost bool) {
 	p.metrics.misdirected.Inc()
-	if _, ok := rules.NormalizeHost(r.Host); !ok {
+	if !validHost {
 		writeText(w, http.StatusBadRequest, "bad request: invalid host\n")
 		return
 	}

@@ -292,6 +292,23 @@ func (p *Proxy) LastReloadError() error {
 	return nil
 }
 
+// ReloadStatus is how configuration reloads stand, as GET /v1/config and
+// edge's readiness probe report them.
+type ReloadStatus struct {
+	// ConfigPath is Options.ConfigPath: where reloads read from.
+	ConfigPath string
+	// Err is why the last reload failed; nil if it succeeded or none was
+	// tried. Problems are the problems it joins, in order (rules.Problems).
+	Err      error
+	Problems []error
+}
+
+// ReloadStatus returns how reloads stand now.
+func (p *Proxy) ReloadStatus() ReloadStatus {
+	err := p.LastReloadError()
+	return ReloadStatus{ConfigPath: p.configPath, Err: err, Problems: rules.Problems(err)}
+}
+
 // Result returns what the running configuration's load did.
 func (p *Proxy) Result() ReloadResult { return p.state.Load().result }
 

@@ -171,179 +171,224 @@ func Run(ctx context.Context, in Input, opts Options) (*Report, error) {
 	if in.probe != nil && in.Sources != 1 {
 		return nil, fmt.Errorf("replay: an adaptive input has 1 source, got %d", in.Sources)
 	}
-	lim := window.Limit{Limit: in.Rule.Limit, Period: in.Rule.Period, Mitigation: in.Rule.Mitigation}
-	allLim, admLim := lim, lim
-	allLim.CountBlocked = true
-	limits := []window.Limit{allLim, admLim}
-	// newStore makes a store for n sources (two keys each).
-	newStore := func(n int) (*window.Store, error) {
-		s, err := window.New(window.Options{Capacity: 2 * n, Limits: limits})
-		if err != nil {
-			return nil, fmt.Errorf("replay: rule %s: %w", in.Rule.Name, err)
-		}
-		return s, nil
-	}
-	if _, err := newStore(1); err != nil {
+	r := newRunner(in, opts)
+	if _, err := r.newStore(1); err != nil {
 		return nil, err
-	}
-	p := params{
-		limit:      in.Rule.Limit,
-		period:     in.Rule.Period.Microseconds(),
-		mitigation: in.Rule.Mitigation.Microseconds(),
-	}
-	nClass := max(len(in.Classes), 1)
-	classOf := func(i int) int {
-		if in.class == nil {
-			return 0
-		}
-		return in.class(i)
-	}
-	peaks := make([]int64, in.Sources)
-	verdicts := make([]uint8, in.Sources)
-	sums := make([][]acc, shards) // [shard][class]
-	for i := range sums {
-		sums[i] = make([]acc, nClass)
-	}
-	var done atomic.Int64
-	progress := func() {
-		n := done.Add(1)
-		if opts.Progress != nil {
-			opts.Progress(int(n))
-		}
-	}
-	key := func(s *window.Store, i int) (window.Key, window.Key) {
-		id := strconv.Itoa(i) // distinct per source; the store hashes it
-		return s.KeyString(ruleAll, id), s.KeyString(ruleAdmitted, id)
 	}
 	var stats window.Stats
 	capacity := 0
-	record := func(i int, a *acc, peak int64) {
-		peaks[i] = peak
-		verdicts[i] = verdict(a)
-		sums[i%shards][classOf(i)].add(a)
-	}
-
 	switch {
 	case in.probe != nil:
-		store, _ := newStore(1)
-		tr := &tracker{p: p, store: store}
-		tr.reset(key(store, 0))
-		in.probe(func(t int64) (bool, time.Duration) {
-			all, d := tr.step(t)
-			if opts.observe != nil {
-				opts.observe(0, t, all, d)
-			}
-			return d.Allowed, d.RetryAfter
-		})
-		a, peak := tr.finish()
-		record(0, &a, peak)
-		progress()
+		r.adaptive()
 	case opts.Interleaved:
-		// One store for every source, in global time order, as in the
-		// proxy. Shards fill unevenly, so the default capacity has 25%
-		// slack: the comparison must not be shaped by eviction unless asked.
-		capacity = opts.Capacity
-		n := capacity
-		if n <= 0 {
-			capacity = in.Sources
-			n = in.Sources + in.Sources/4 + 32
-		}
-		store, err := newStore(n)
-		if err != nil {
+		var err error
+		if stats, capacity, err = r.interleaved(ctx); err != nil {
 			return nil, err
 		}
-		interleave(ctx, in, p, store, func(i int) (window.Key, window.Key) { return key(store, i) }, record, progress)
-		stats = store.Stats()
 	default:
-		// A store per source: the sources are replayed one after another,
-		// each from the start of the trace, so a shared store would see
-		// time jump back and forth between them and evict or expire one
-		// source's counters on another's clock.
-		workers := opts.Workers
-		if workers <= 0 {
-			workers = runtime.GOMAXPROCS(0)
-		}
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		for range min(workers, shards) {
-			wg.Go(func() {
-				tr := &tracker{p: p}
-				var buf []int64
-				for s := int(next.Add(1) - 1); s < shards; s = int(next.Add(1) - 1) {
-					for i := s; i < in.Sources && ctx.Err() == nil; i += shards {
-						buf = in.times(i, buf[:0])
-						store, _ := newStore(1)
-						tr.store = store
-						tr.reset(key(store, i))
-						for _, t := range buf {
-							all, d := tr.step(t)
-							if opts.observe != nil {
-								opts.observe(i, t, all, d)
-							}
-						}
-						a, peak := tr.finish()
-						record(i, &a, peak)
-						progress()
-					}
-				}
-			})
-		}
-		wg.Wait()
+		r.perSource(ctx)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("replay: %s: %w", in.Name, err)
 	}
+	return r.report(stats, capacity), nil
+}
 
-	total := make([]acc, nClass)
+// runner is one Run: the rule, and the per-source results it gathers.
+// record may be called from several goroutines at once for different
+// sources, as long as one shard's sources are recorded by one goroutine.
+type runner struct {
+	in     Input
+	opts   Options
+	p      params
+	limits []window.Limit // ruleAll and ruleAdmitted
+
+	peaks    []int64
+	verdicts []uint8
+	sums     [][]acc // [shard][class]
+	done     atomic.Int64
+}
+
+func newRunner(in Input, opts Options) *runner {
+	lim := window.Limit{Limit: in.Rule.Limit, Period: in.Rule.Period, Mitigation: in.Rule.Mitigation}
+	allLim, admLim := lim, lim
+	allLim.CountBlocked = true
+	r := &runner{
+		in:     in,
+		opts:   opts,
+		limits: []window.Limit{allLim, admLim},
+		p: params{
+			limit:      in.Rule.Limit,
+			period:     in.Rule.Period.Microseconds(),
+			mitigation: in.Rule.Mitigation.Microseconds(),
+		},
+		peaks:    make([]int64, in.Sources),
+		verdicts: make([]uint8, in.Sources),
+		sums:     make([][]acc, shards),
+	}
+	for i := range r.sums {
+		r.sums[i] = make([]acc, max(len(in.Classes), 1))
+	}
+	return r
+}
+
+// newStore makes a store for n sources (two keys each).
+func (r *runner) newStore(n int) (*window.Store, error) {
+	s, err := window.New(window.Options{Capacity: 2 * n, Limits: r.limits})
+	if err != nil {
+		return nil, fmt.Errorf("replay: rule %s: %w", r.in.Rule.Name, err)
+	}
+	return s, nil
+}
+
+// keys are source i's keys in s under both rules.
+func (r *runner) keys(s *window.Store, i int) (window.Key, window.Key) {
+	id := strconv.Itoa(i) // distinct per source; the store hashes it
+	return s.KeyString(ruleAll, id), s.KeyString(ruleAdmitted, id)
+}
+
+// record adds source i's results and reports progress.
+func (r *runner) record(i int, tr *tracker) {
+	a, peak := tr.finish()
+	r.peaks[i] = peak
+	r.verdicts[i] = verdict(&a)
+	class := 0
+	if r.in.class != nil {
+		class = r.in.class(i)
+	}
+	r.sums[i%shards][class].add(&a)
+	n := r.done.Add(1)
+	if r.opts.Progress != nil {
+		r.opts.Progress(int(n))
+	}
+}
+
+// adaptive replays the one source of an adaptive input, which reacts to
+// each decision.
+func (r *runner) adaptive() {
+	store, _ := r.newStore(1)
+	tr := &tracker{p: r.p, store: store}
+	tr.reset(r.keys(store, 0))
+	r.in.probe(func(t int64) (bool, time.Duration) {
+		all, d := tr.step(t)
+		if r.opts.observe != nil {
+			r.opts.observe(0, t, all, d)
+		}
+		return d.Allowed, d.RetryAfter
+	})
+	r.record(0, tr)
+}
+
+// interleaved replays every source through one store, in global time
+// order, as in the proxy. It returns the store's statistics and capacity.
+func (r *runner) interleaved(ctx context.Context) (window.Stats, int, error) {
+	// Shards fill unevenly, so the default capacity has 25% slack: the
+	// comparison must not be shaped by eviction unless asked.
+	capacity := r.opts.Capacity
+	n := capacity
+	if n <= 0 {
+		capacity = r.in.Sources
+		n = r.in.Sources + r.in.Sources/4 + 32
+	}
+	store, err := r.newStore(n)
+	if err != nil {
+		return window.Stats{}, 0, err
+	}
+	r.interleave(ctx, store)
+	return store.Stats(), capacity, nil
+}
+
+// perSource replays the sources one after another on a store each, each
+// from the start of the trace: a shared store would see time jump back and
+// forth between them and evict or expire one source's counters on
+// another's clock. Workers take whole shards, so that each shard's sums
+// are added by one goroutine, in source order.
+func (r *runner) perSource(ctx context.Context) {
+	workers := r.opts.Workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(workers, shards) {
+		wg.Go(func() {
+			tr := &tracker{p: r.p}
+			var buf []int64
+			for s := int(next.Add(1) - 1); s < shards; s = int(next.Add(1) - 1) {
+				for i := s; i < r.in.Sources && ctx.Err() == nil; i += shards {
+					buf = r.in.times(i, buf[:0])
+					r.replaySource(tr, i, buf)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// replaySource replays source i's times through tr on a store of its own.
+func (r *runner) replaySource(tr *tracker, i int, times []int64) {
+	store, _ := r.newStore(1)
+	tr.store = store
+	tr.reset(r.keys(store, i))
+	for _, t := range times {
+		all, d := tr.step(t)
+		if r.opts.observe != nil {
+			r.opts.observe(i, t, all, d)
+		}
+	}
+	r.record(i, tr)
+}
+
+// report adds up the sources' results.
+func (r *runner) report(stats window.Stats, capacity int) *Report {
+	in := r.in
+	total := make([]acc, max(len(in.Classes), 1))
 	var all acc
-	for s := range sums {
-		for c := range sums[s] {
-			total[c].add(&sums[s][c])
+	for s := range r.sums {
+		for c := range r.sums[s] {
+			total[c].add(&r.sums[s][c])
 		}
 	}
 	for c := range total {
 		all.add(&total[c])
 	}
-	st := stats
-	r := &Report{
+	rep := &Report{
 		Name:     in.Name,
 		Rule:     ruleReport(in.Rule),
 		Sources:  in.Sources,
 		Requests: all.requests,
 		Store: StoreReport{
-			Shared: opts.Interleaved, Capacity: capacity, Evicted: st.Evicted, Overflowed: st.Overflowed,
+			Shared: r.opts.Interleaved, Capacity: capacity, Evicted: stats.Evicted, Overflowed: stats.Overflowed,
 		},
 		CountAll:      countAll(&all, in.Rule.Limit),
 		CountAdmitted: countAdmitted(&all, in.Rule.Limit),
-		Peaks:         peakStats(peaks),
-		peaks:         peaks,
+		Peaks:         peakStats(r.peaks),
+		peaks:         r.peaks,
 	}
-	r.CountAll.Missed = listSources(in, peaks, verdicts, verdictFN, in.Rule.Limit)
-	r.CountAll.WronglyLimitedSources = listSources(in, peaks, verdicts, verdictFP, in.Rule.Limit)
-	if in.Classes != nil {
-		for c, name := range in.Classes {
-			r.Classes = append(r.Classes, ClassReport{
-				Name:          name,
-				Sources:       total[c].sources,
-				Requests:      total[c].requests,
-				CountAll:      countAll(&total[c], in.Rule.Limit),
-				CountAdmitted: countAdmitted(&total[c], in.Rule.Limit),
-			})
-		}
+	rep.CountAll.Missed = listSources(in, r.peaks, r.verdicts, verdictFN, in.Rule.Limit)
+	rep.CountAll.WronglyLimitedSources = listSources(in, r.peaks, r.verdicts, verdictFP, in.Rule.Limit)
+	for c, name := range in.Classes {
+		rep.Classes = append(rep.Classes, ClassReport{
+			Name:          name,
+			Sources:       total[c].sources,
+			Requests:      total[c].requests,
+			CountAll:      countAll(&total[c], in.Rule.Limit),
+			CountAdmitted: countAdmitted(&total[c], in.Rule.Limit),
+		})
 	}
-	return r, nil
+	return rep
 }
 
 // interleave replays every source's requests in global time order through
-// one set of trackers.
-func interleave(ctx context.Context, in Input, p params, store *window.Store, key func(int) (window.Key, window.Key),
-	record func(int, *acc, int64), progress func()) {
+// one set of trackers on store.
+func (r *runner) interleave(ctx context.Context, store *window.Store) {
+	in := r.in
 	times := make([][]int64, in.Sources)
 	trs := make([]tracker, in.Sources)
 	for i := range times {
 		times[i] = in.times(i, nil)
-		trs[i] = tracker{p: p, store: store}
-		trs[i].reset(key(i))
+		trs[i] = tracker{p: r.p, store: store}
+		trs[i].reset(r.keys(store, i))
 	}
 	// A k-way merge on (time, source): a binary heap of source indices.
 	pos := make([]int, in.Sources)
@@ -389,9 +434,7 @@ func interleave(ctx context.Context, in Input, p params, store *window.Store, ke
 		down(0)
 	}
 	for i := range trs {
-		a, peak := trs[i].finish()
-		record(i, &a, peak)
-		progress()
+		r.record(i, &trs[i])
 	}
 }
 
@@ -514,30 +557,4 @@ func rank(s []int64, q float64) int64 {
 	}
 	i := int(math.Ceil(q*float64(len(s)))) - 1
 	return s[min(max(i, 0), len(s)-1)]
-}
-
-// Group collects records into sources, in order of first appearance. key
-// names a record's source, or reports false to leave the record out (a rule
-// that does not match it). Each source's times are sorted, equal times
-// keeping file order.
-func Group(recs []trace.Record, key func(*trace.Record) (string, bool)) []Source {
-	index := make(map[string]int)
-	var srcs []Source
-	for i := range recs {
-		k, ok := key(&recs[i])
-		if !ok {
-			continue
-		}
-		j, seen := index[k]
-		if !seen {
-			j = len(srcs)
-			index[k] = j
-			srcs = append(srcs, Source{Name: k})
-		}
-		srcs[j].Times = append(srcs[j].Times, recs[i].Time)
-	}
-	for i := range srcs {
-		slices.Sort(srcs[i].Times) // equal int64s are interchangeable
-	}
-	return srcs
 }

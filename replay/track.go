@@ -112,12 +112,18 @@ func ceilMillis(t int64) int64 {
 // returns the production store's count-all verdict and its count-admitted
 // decision, the one an adaptive source reacts to.
 func (t *tracker) step(at int64) (allAllowed bool, adm window.Decision) {
-	p := &t.p
 	now := time.UnixMicro(at)
-	a := &t.a
-	a.requests++
+	t.a.requests++
+	allAllowed = t.stepAll(at, now)
+	return allAllowed, t.stepAdmitted(at, now)
+}
 
-	// Count-all, exact: N = earlier requests in (at − W, at].
+// stepAll judges a request at in count-all mode: by the exact log, by the
+// store, and by the estimate's own counters, whose value (not decision) is
+// compared with the exact count. It returns the store's decision.
+func (t *tracker) stepAll(at int64, now time.Time) bool {
+	p := &t.p
+	// Exact: N = earlier requests in (at − W, at].
 	t.all.expire(at - p.period)
 	n := int64(t.all.len())
 	exAllow := n < p.limit
@@ -126,8 +132,8 @@ func (t *tracker) step(at int64) (allAllowed bool, adm window.Decision) {
 	} else if !exAllow && p.mitigation > 0 {
 		t.allMitOn, t.allMit = true, ceilMillis(at+p.mitigation)
 	}
-	// Count-all, the estimate's own counters (for its value, not the
-	// decision, which is the store's).
+	// The estimate's own counters (for its value, not the decision, which
+	// is the store's).
 	w, e := floorDiv(at, p.period)
 	switch {
 	case !t.started:
@@ -142,7 +148,14 @@ func (t *tracker) step(at int64) (allAllowed bool, adm window.Decision) {
 	apAllow := t.store.Allow(t.kAll, now).Allowed
 	t.all.push(at)
 	t.curr++
+	t.tallyAll(n, est, exAllow, apAllow)
+	return apAllow
+}
 
+// tallyAll adds one count-all request to the tallies: the exact count n
+// before it, the estimate est, and both decisions.
+func (t *tracker) tallyAll(n int64, est float64, exAllow, apAllow bool) {
+	p, a := &t.p, &t.a
 	if !exAllow {
 		a.exactDenied++
 		t.exDenied = true
@@ -173,8 +186,12 @@ func (t *tracker) step(at int64) (allAllowed bool, adm window.Decision) {
 		a.critical++
 	}
 	t.maxN = max(t.maxN, n)
+}
 
-	// Count-admitted: each side counts only what it admitted.
+// stepAdmitted judges a request at in count-admitted mode, where each side
+// counts only what it admitted, and returns the store's decision.
+func (t *tracker) stepAdmitted(at int64, now time.Time) window.Decision {
+	p, a := &t.p, &t.a
 	t.exAdm.expire(at - p.period)
 	exAdm := int64(t.exAdm.len()) < p.limit
 	if t.admMitOn && at < t.admMit {
@@ -204,7 +221,7 @@ func (t *tracker) step(at int64) (allAllowed bool, adm window.Decision) {
 	case !d.Allowed && exAdm:
 		a.admWronglyLimited++
 	}
-	return apAllow, d
+	return d
 }
 
 // finish closes the source: its per-source verdicts go into its acc.

@@ -7,7 +7,6 @@ import (
 	"mime"
 	"net"
 	"net/netip"
-	"net/textproto"
 	"net/url"
 	"strconv"
 	"strings"
@@ -751,29 +750,9 @@ func compileKey(p *problems, path string, keys []string) []KeyPart {
 	seen := make(map[KeyPart]int)
 	for i, raw := range keys {
 		kpath := fmt.Sprintf("%s[%d]", path, i)
-		var kp KeyPart
-		switch {
-		case raw == "ip":
-			kp.Kind = KeyIP
-		case raw == "path":
-			kp.Kind = KeyPath
-		case raw == "host":
-			kp.Kind = KeyHost
-		case strings.HasPrefix(raw, "header:"):
-			name := raw[len("header:"):]
-			if !IsToken(name) {
-				p.add(kpath, "header name must be an HTTP token, got %q", raw)
-				continue
-			}
-			kp = KeyPart{Kind: KeyHeader, Header: textproto.CanonicalMIMEHeaderKey(name)}
-			if kp.Header == "Host" {
-				// Go's server moves Host out of Request.Header, so this key
-				// would be empty for every request: one shared bucket.
-				p.add(kpath, "must be host rather than a header, got %q", raw)
-				continue
-			}
-		default:
-			p.add(kpath, "must be ip, path, host or header:NAME, got %q", raw)
+		kp, err := ParseKeyPart(raw)
+		if err != nil {
+			p.add(kpath, "%s", err)
 			continue
 		}
 		if prev, dup := seen[kp]; dup {

@@ -83,3 +83,34 @@ func (p *problems) missing(path, why, format string, args ...any) {
 func (p *problems) err() error {
 	return errors.Join(p.list...)
 }
+
+// Problems lists the problems err joins (with errors.Join, at any depth),
+// in order: the [FieldError]s of a Compile error, say. An error that joins
+// nothing is its own one problem; a nil error has none.
+func Problems(err error) []error {
+	if err == nil {
+		return nil
+	}
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return []error{err}
+	}
+	var out []error
+	for _, e := range j.Unwrap() {
+		out = append(out, Problems(e)...)
+	}
+	return out
+}
+
+// ProblemText writes the problems of err one per line, each as "  - "
+// and its text, as edge reports an invalid configuration.
+func ProblemText(err error) string {
+	var b strings.Builder
+	for i, e := range Problems(err) {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString("  - " + e.Error())
+	}
+	return b.String()
+}

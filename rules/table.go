@@ -208,11 +208,18 @@ func (t *Table) Domain(name string) (*Domain, bool) {
 // claims it. Lookup does not allocate for an already-normalised host and is
 // safe for concurrent use.
 func (t *Table) Lookup(host string) (*Domain, bool) {
-	if t == nil {
-		return nil, false
-	}
 	h, ok := NormalizeHost(host)
 	if !ok {
+		return nil, false
+	}
+	return t.LookupHost(h)
+}
+
+// LookupHost is [Table.Lookup] for a host already normalised with
+// [NormalizeHost], for a caller that keeps the normalised host (a request
+// normalises its Host once). It does not allocate.
+func (t *Table) LookupHost(h string) (*Domain, bool) {
+	if t == nil || h == "" {
 		return nil, false
 	}
 	if d, ok := t.exact[h]; ok {

@@ -48,21 +48,16 @@ func newAdminUnderTest(t *testing.T, config string, loopback bool) *adminUnderTe
 	level.Set(table.LogLevel)
 	log := newLogger(a.log, table.LogFormat, level)
 	reg := prometheus.NewRegistry()
-	a.proxy, err = proxy.New(proxy.Options{
-		Table:      table,
-		Registerer: prometheus.WrapRegistererWith(prometheus.Labels{"pop": table.Pop}, reg),
-		Logger:     log,
-		ConfigHash: hash,
-	})
+	a.proxy, err = newProxy(table, hash, a.path, log, reg)
 	if err != nil {
-		t.Fatalf("proxy.New: %v", err)
+		t.Fatalf("newProxy: %v", err)
 	}
 	t.Cleanup(func() { a.proxy.Close() })
 	a.rl = newReloader(a.path, hash, a.proxy, log, level)
 	a.rl.interval = 0 // the test reloads
 	var ready atomic.Bool
 	ready.Store(true)
-	srv := httptest.NewServer(adminRouter(reg, a.proxy, a.rl, &ready, loopback))
+	srv := httptest.NewServer(adminRouter(reg, a.proxy, &ready, loopback))
 	t.Cleanup(srv.Close)
 	a.url = srv.URL
 	return a
@@ -154,7 +149,7 @@ func TestAdminTokenFollowsReloads(t *testing.T) {
 			for i, s := range tt.steps {
 				if i > 0 {
 					a.reload(config(s.token))
-					if n := a.rl.failedProblems(); n != 0 {
+					if n := len(a.proxy.ReloadStatus().Problems); n != 0 {
 						t.Fatalf("%s: the reload failed with %d problems:\n%s", s.name, n, a.log.String())
 					}
 				}

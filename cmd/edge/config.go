@@ -81,7 +81,7 @@ func parseConfig(data []byte) (*rules.Table, error) {
 		return table, nil
 	}
 	if err != nil {
-		for _, e := range leafErrors(err) {
+		for _, e := range rules.Problems(err) {
 			var fe *rules.FieldError
 			if errors.As(e, &fe) && followsFailure(fe.Path, failed) {
 				continue
@@ -470,7 +470,7 @@ func decodeErrors(err error) ([]error, []string) {
 	var failed []string
 	var walk func(error)
 	walk = func(err error) {
-		for _, err := range leafErrors(err) {
+		for _, err := range rules.Problems(err) {
 			de, ok := err.(*mapstructure.DecodeError)
 			if !ok {
 				if inner := errors.Unwrap(err); inner != nil && hasDecodeError(inner) {

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/edgerate/edge/rules"
 )
 
 // configLines returns parseConfig's problems with data, one per line (a
@@ -21,7 +23,7 @@ func configLines(t *testing.T, data string) []string {
 		t.Errorf("parseConfig returned a table along with its error")
 	}
 	var lines []string
-	for _, e := range leafErrors(err) {
+	for _, e := range rules.Problems(err) {
 		lines = append(lines, e.Error())
 	}
 	return lines

@@ -28,7 +28,6 @@ import (
 	"runtime/debug"
 	"slices"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -94,7 +93,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	table, hash, err := loadConfig(*configPath)
 	if err != nil {
-		fmt.Fprintf(stderr, "edge: invalid configuration %s:\n%s\n", describe(*configPath), indent(err))
+		fmt.Fprintf(stderr, "edge: invalid configuration %s:\n%s\n", describe(*configPath), rules.ProblemText(err))
 		return 1
 	}
 	if *check {
@@ -129,32 +128,6 @@ func describe(path string) string {
 		return "(embedded default)"
 	}
 	return path
-}
-
-// indent puts each joined error on its own indented line.
-func indent(err error) string {
-	var b strings.Builder
-	for i, e := range leafErrors(err) {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		b.WriteString("  - " + e.Error())
-	}
-	return b.String()
-}
-
-// leafErrors flattens errors joined with errors.Join, at any depth, into a
-// list in order.
-func leafErrors(err error) []error {
-	j, ok := err.(interface{ Unwrap() []error })
-	if !ok {
-		return []error{err}
-	}
-	var out []error
-	for _, e := range j.Unwrap() {
-		out = append(out, leafErrors(e)...)
-	}
-	return out
 }
 
 func buildVersion() string {
@@ -199,13 +172,7 @@ func serve(ctx context.Context, table *rules.Table, hash, path string, log *slog
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
-	p, err := proxy.New(proxy.Options{
-		Table:      table,
-		Registerer: prometheus.WrapRegistererWith(prometheus.Labels{"pop": table.Pop}, reg),
-		Logger:     log,
-		Version:    buildVersion(),
-		ConfigHash: hash,
-	})
+	p, err := newProxy(table, hash, path, log, reg)
 	if err != nil {
 		return err
 	}
@@ -220,98 +187,171 @@ func serve(ctx context.Context, table *rules.Table, hash, path string, log *slog
 	rl := newReloader(path, hash, p, log, level)
 	warnIfAdminExposed(log, table, table.AdminListen)
 	var ready atomic.Bool
-	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
-	public := &http.Server{
-		Handler:           p,
-		ReadHeaderTimeout: table.Timeouts.ReadHeader,
-		ReadTimeout:       table.Timeouts.Read,
-		WriteTimeout:      table.Timeouts.Write,
-		IdleTimeout:       table.Timeouts.Idle,
-		MaxHeaderBytes:    table.MaxHeaderBytes,
-		ErrorLog:          errLog,
-		// net/http would answer OPTIONS * itself (200, for any Host); the
-		// framing guard refuses it, and so would the proxy's screen.
-		DisableGeneralOptionsHandler: true,
+	srv, err := listen(table, p, reg, &ready, log)
+	if err != nil {
+		return err
 	}
-	admin := &http.Server{
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       table.Timeouts.Idle,
-		ErrorLog:          errLog,
+	errc := srv.start()
+	defer startReloads(rl)()
+	ready.Store(true)
+	log.Info("edge started", "version", buildVersion(), "pop", table.Pop,
+		"listen", srv.publicLn.Addr().String(), "admin_listen", srv.adminLn.Addr().String(),
+		"domains", len(table.Domains))
+	serveErr := waitForStop(ctx, p, &ready, errc, drainTimer, log)
+	ready.Store(false)
+	if err := srv.shutdown(p.Table().Timeouts.Shutdown, serveErr, errc, log); err != nil {
+		return err
+	}
+	log.Info("edge stopped")
+	return nil
+}
+
+// newProxy makes the proxy serving table, whose content has the given
+// hash, read from path, with its metrics in reg.
+func newProxy(table *rules.Table, hash, path string, log *slog.Logger, reg prometheus.Registerer) (*proxy.Proxy, error) {
+	return proxy.New(proxy.Options{
+		Table:      table,
+		Registerer: prometheus.WrapRegistererWith(prometheus.Labels{"pop": table.Pop}, reg),
+		Logger:     log,
+		Version:    buildVersion(),
+		ConfigHash: hash,
+		ConfigPath: describe(path),
+	})
+}
+
+// servers are edge's public and admin HTTP servers with their listeners.
+type servers struct {
+	public, admin     *http.Server
+	publicLn, adminLn net.Listener // publicLn is the framing guard's
+}
+
+// listen binds the public and admin listeners of table and makes their
+// servers: the public one serves p behind the framing guard, the admin one
+// adminRouter.
+func listen(table *rules.Table, p *proxy.Proxy, reg *prometheus.Registry, ready *atomic.Bool, log *slog.Logger) (*servers, error) {
+	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	s := &servers{
+		public: &http.Server{
+			Handler:           p,
+			ReadHeaderTimeout: table.Timeouts.ReadHeader,
+			ReadTimeout:       table.Timeouts.Read,
+			WriteTimeout:      table.Timeouts.Write,
+			IdleTimeout:       table.Timeouts.Idle,
+			MaxHeaderBytes:    table.MaxHeaderBytes,
+			ErrorLog:          errLog,
+			// net/http would answer OPTIONS * itself (200, for any Host); the
+			// framing guard refuses it, and so would the proxy's screen.
+			DisableGeneralOptionsHandler: true,
+		},
+		admin: &http.Server{
+			ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout:       10 * time.Second,
+			WriteTimeout:      30 * time.Second,
+			IdleTimeout:       table.Timeouts.Idle,
+			ErrorLog:          errLog,
+		},
 	}
 	publicLn, err := net.Listen("tcp", table.Listen)
 	if err != nil {
-		return fmt.Errorf("public listener: %w", err)
+		return nil, fmt.Errorf("public listener: %w", err)
 	}
-	adminLn, err := net.Listen("tcp", table.AdminListen)
-	if err != nil {
+	if s.adminLn, err = net.Listen("tcp", table.AdminListen); err != nil {
 		publicLn.Close()
-		return fmt.Errorf("admin listener: %w", err)
+		return nil, fmt.Errorf("admin listener: %w", err)
 	}
 	// The bound address decides, not the configured name.
-	admin.Handler = adminRouter(reg, p, rl, &ready, isLoopback(adminLn.Addr().String()))
-	// The framing guard refuses ambiguous HTTP/1.1 framing that net/http
-	// accepts, cuts clients that stop reading (WriteTimeout stays 0 so
-	// long streams are not cut), and caps the connections open, closing
-	// idle ones first (hence ConnState).
-	guarded := guard.NewListener(publicLn, guard.ListenerOptions{
-		MaxHeaderBytes:   public.MaxHeaderBytes, // must equal the server's
+	s.admin.Handler = adminRouter(reg, p, ready, isLoopback(s.adminLn.Addr().String()))
+	s.publicLn = guardListener(publicLn, s.public, p, table, log)
+	return s, nil
+}
+
+// guardListener wraps the public socket ln for server srv in the framing
+// guard: it refuses ambiguous HTTP/1.1 framing that net/http accepts, cuts
+// clients that stop reading (WriteTimeout stays 0 so long streams are not
+// cut), and caps the connections open, closing idle ones first (hence
+// ConnState).
+func guardListener(ln net.Listener, srv *http.Server, p *proxy.Proxy, table *rules.Table, log *slog.Logger) net.Listener {
+	guarded := guard.NewListener(ln, guard.ListenerOptions{
+		MaxHeaderBytes:   srv.MaxHeaderBytes, // must equal the server's
 		WriteIdleTimeout: 30 * time.Second,
 		OnReject:         p.FramingRefused,
 		MaxConnections:   connectionCap(table, log),
 		OnCapped:         func(ev guard.CapEvent) { p.ConnectionsCapped(ev.Max, ev.ClosedIdle) },
 		OnConnections:    p.ConnectionsOpen,
 	})
-	public.ConnState = guarded.ConnState
-	errc := make(chan error, 2)
-	go func() { errc <- public.Serve(guarded) }()
-	go func() { errc <- admin.Serve(adminLn) }()
-	reloadCtx, stopReloads := context.WithCancel(context.Background())
-	reloadDone := make(chan struct{})
-	go func() {
-		defer close(reloadDone)
-		rl.run(reloadCtx)
-	}()
-	defer func() {
-		stopReloads()
-		<-reloadDone
-	}()
-	ready.Store(true)
-	log.Info("edge started", "version", buildVersion(), "pop", table.Pop,
-		"listen", publicLn.Addr().String(), "admin_listen", adminLn.Addr().String(),
-		"domains", len(table.Domains))
+	srv.ConnState = guarded.ConnState
+	return guarded
+}
 
-	var serveErr error
-	// The running configuration's: a reload may have changed them.
-	timeouts := func() rules.Timeouts { return p.Table().Timeouts }
+// start serves both servers, each in a goroutine that sends Serve's result
+// on the returned channel.
+func (s *servers) start() <-chan error {
+	errc := make(chan error, 2)
+	go func() { errc <- s.public.Serve(s.publicLn) }()
+	go func() { errc <- s.admin.Serve(s.adminLn) }()
+	return errc
+}
+
+// startReloads runs rl until the returned function is called; that
+// function returns once rl has stopped.
+func startReloads(rl *reloader) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rl.run(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// waitForStop returns when ctx is done, after the drain delay, or when a
+// server fails, with that server's error. When ctx is done it turns
+// /readyz to 503 first and keeps serving for the drain delay, so that a
+// load balancer stops sending before the listener closes.
+func waitForStop(ctx context.Context, p *proxy.Proxy, ready *atomic.Bool, errc <-chan error,
+	drainTimer func(time.Duration) <-chan time.Time, log *slog.Logger) error {
 	select {
+	case err := <-errc:
+		return err
 	case <-ctx.Done():
-		to := timeouts()
-		log.Info("shutting down", "drain_delay", to.DrainDelay, "drain_timeout", to.Shutdown)
-		// Turn /readyz to 503 first and keep serving for the drain delay, so
-		// a load balancer stops sending before the listener closes.
-		ready.Store(false)
-		if to.DrainDelay > 0 {
-			select {
-			case <-drainTimer(to.DrainDelay):
-			case serveErr = <-errc:
-			}
-		}
-	case serveErr = <-errc:
 	}
+	// The running configuration's: a reload may have changed them.
+	to := p.Table().Timeouts
+	log.Info("shutting down", "drain_delay", to.DrainDelay, "drain_timeout", to.Shutdown)
 	ready.Store(false)
-	drainCtx, cancel := context.WithTimeout(context.Background(), timeouts().Shutdown)
-	defer cancel()
-	if err := public.Shutdown(drainCtx); err != nil {
-		log.Warn("drain timed out; closing remaining connections", "err", err)
-		public.Close()
+	if to.DrainDelay > 0 {
+		select {
+		case <-drainTimer(to.DrainDelay):
+		case err := <-errc:
+			return err
+		}
 	}
-	admin.Shutdown(drainCtx)
-	admin.Close()
+	return nil
+}
+
+// shutdown drains the public server for at most timeout, then closes
+// both, and collects what the Serve goroutines still owe on errc (one
+// already came as serveErr if it is set). It returns the first error other
+// than http.ErrServerClosed.
+func (s *servers) shutdown(timeout time.Duration, serveErr error, errc <-chan error, log *slog.Logger) error {
+	drainCtx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := s.public.Shutdown(drainCtx); err != nil {
+		log.Warn("drain timed out; closing remaining connections", "err", err)
+		s.public.Close()
+	}
+	s.admin.Shutdown(drainCtx)
+	s.admin.Close()
 	// Both Serve goroutines have returned once Shutdown/Close returned;
 	// collect their results so none outlives serve.
-	for range 2 - boolToInt(serveErr != nil) {
+	pending := 2
+	if serveErr != nil {
+		pending--
+	}
+	for range pending {
 		if err := <-errc; serveErr == nil && !errors.Is(err, http.ErrServerClosed) {
 			serveErr = err
 		}
@@ -319,15 +359,7 @@ func serve(ctx context.Context, table *rules.Table, hash, path string, log *slog
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return serveErr
 	}
-	log.Info("edge stopped")
 	return nil
-}
-
-func boolToInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // adminRouter serves the admin listener: metrics, health and the admin
@@ -336,7 +368,7 @@ func boolToInt(b bool) int {
 // The token and admin_hosts are read from the running configuration on
 // every request, so a reload that sets, changes or removes them takes
 // effect at once. On a loopback listener every path checks Host first.
-func adminRouter(reg *prometheus.Registry, p *proxy.Proxy, rl *reloader, ready *atomic.Bool, loopback bool) http.Handler {
+func adminRouter(reg *prometheus.Registry, p *proxy.Proxy, ready *atomic.Bool, loopback bool) http.Handler {
 	r := chi.NewRouter()
 	if loopback {
 		r.Use(checkHost(func() []string { return p.Table().AdminHosts }))
@@ -356,7 +388,7 @@ func adminRouter(reg *prometheus.Registry, p *proxy.Proxy, rl *reloader, ready *
 		// Still ready (the running configuration serves), but say so. The
 		// probe is open to anyone who reaches the listener, so it names no
 		// problem: a problem may quote a secret's value.
-		if n := rl.failedProblems(); n > 0 {
+		if n := len(p.ReloadStatus().Problems); n > 0 {
 			noun := "problems"
 			if n == 1 {
 				noun = "problem"

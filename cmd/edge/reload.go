@@ -41,8 +41,6 @@ type reloader struct {
 	mu       sync.Mutex // serialises reloads from the signal and the poll
 	lastStat fileStamp
 	lastHash string
-	lastErr  string // the last failed reload's problems, "" after a success
-	problems int    // how many problems lastErr lists
 }
 
 type fileStamp struct {
@@ -60,8 +58,7 @@ func stampOf(fi os.FileInfo) fileStamp {
 }
 
 // newReloader returns the reloader of the configuration at path, whose
-// content with the given hash p runs, and has /v1/config show its status.
-// Each configuration it applies sets level to its log.level and warns if it
+// content with the given hash p runs; p keeps how reloads stand. Each configuration it applies sets level to its log.level and warns if it
 // leaves the admin listener exposed.
 func newReloader(path, hash string, p *proxy.Proxy, log *slog.Logger, level *slog.LevelVar) *reloader {
 	rl := &reloader{path: path, interval: time.Second, proxy: p, log: log, lastHash: hash}
@@ -75,7 +72,6 @@ func newReloader(path, hash string, p *proxy.Proxy, log *slog.Logger, level *slo
 			rl.lastStat = stampOf(fi)
 		}
 	}
-	p.SetConfigExtra(rl.status)
 	return rl
 }
 
@@ -136,7 +132,7 @@ func (rl *reloader) reload(force bool) {
 		rl.failed(err, hash)
 		return
 	}
-	rl.lastHash, rl.lastErr, rl.problems = hash, "", 0
+	rl.lastHash = hash
 	if rl.applied != nil {
 		rl.applied(table)
 	}
@@ -156,28 +152,7 @@ func (rl *reloader) failed(err error, hash string) {
 	if hash != "" {
 		rl.lastHash = hash // do not retry the same broken content every poll
 	}
-	rl.lastErr, rl.problems = indent(err), max(1, len(leafErrors(err)))
 	rl.proxy.ReloadFailed(err)
 	rl.log.Error("configuration reload failed; the running configuration stays",
-		"path", describe(rl.path), "problems", "\n"+rl.lastErr)
-}
-
-// status is what /v1/config says about reloads.
-func (rl *reloader) status() map[string]any {
-	rl.mu.Lock()
-	defer rl.mu.Unlock()
-	st := map[string]any{"config_path": describe(rl.path), "last_reload_ok": rl.lastErr == ""}
-	if rl.lastErr != "" {
-		st["last_reload_error"] = rl.lastErr
-		st["last_reload_problems"] = rl.problems
-	}
-	return st
-}
-
-// failedProblems returns how many problems the last reload found, 0 if it
-// succeeded or none was tried. /readyz says only this much.
-func (rl *reloader) failedProblems() int {
-	rl.mu.Lock()
-	defer rl.mu.Unlock()
-	return rl.problems
+		"path", describe(rl.path), "problems", "\n"+rules.ProblemText(err))
 }

@@ -352,7 +352,7 @@ func TestReloadRestartRequired(t *testing.T) {
 		t.Run(tt.key, func(t *testing.T) {
 			a := newAdminUnderTest(t, siteConfig(tt.from), true)
 			a.reload(siteConfig(tt.to))
-			if n := a.rl.failedProblems(); n != 0 {
+			if n := len(a.proxy.ReloadStatus().Problems); n != 0 {
 				t.Fatalf("the reload failed:\n%s", a.log.String())
 			}
 			if got := a.proxy.Result().RestartRequired; !slices.Equal(got, []string{tt.key}) {

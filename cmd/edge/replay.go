@@ -7,10 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
-	"net/netip"
 	"os"
-	"path"
 	"runtime"
 	"strings"
 	"sync"
@@ -201,7 +198,7 @@ func (f *replayFlags) check() error {
 		if f.mitigation < 0 {
 			errs = append(errs, fmt.Errorf("-mitigation: must not be negative, got %v", f.mitigation))
 		}
-		if _, err := parseKey(f.key); err != nil {
+		if _, err := replay.ParseKeyList(f.key); err != nil {
 			errs = append(errs, fmt.Errorf("-key: %w", err))
 		}
 	}
@@ -220,201 +217,54 @@ func (f *replayFlags) check() error {
 	return errors.Join(errs...)
 }
 
-// parseKey parses a -key value with the config's key syntax.
-func parseKey(s string) ([]rules.KeyPart, error) {
-	var parts []rules.KeyPart
-	for p := range strings.SplitSeq(s, ",") {
-		p = strings.TrimSpace(p)
-		switch {
-		case p == "ip":
-			parts = append(parts, rules.KeyPart{Kind: rules.KeyIP})
-		case p == "path":
-			parts = append(parts, rules.KeyPart{Kind: rules.KeyPath})
-		case p == "host":
-			parts = append(parts, rules.KeyPart{Kind: rules.KeyHost})
-		case strings.HasPrefix(p, "header:") && len(p) > len("header:"):
-			parts = append(parts, rules.KeyPart{Kind: rules.KeyHeader, Header: canonicalHeader(p[len("header:"):])})
-		default:
-			return nil, fmt.Errorf("must be ip, path, host or header:NAME, comma-separated; got %q", p)
-		}
-	}
-	return parts, nil
-}
-
-// canonicalHeader is the canonical form rules and trace use.
-func canonicalHeader(h string) string { return http.CanonicalHeaderKey(h) }
-
 // inputs builds what to replay from the flags, reading the logs.
 func (f *replayFlags) inputs(stderr io.Writer) ([]replay.Input, error) {
 	if f.synthetic != "" {
 		scale, _ := trace.ParseScale(f.scale)
-		names := []string{f.synthetic}
-		if f.synthetic == "all" {
-			names = trace.Scenarios()
-		}
-		var ins []replay.Input
-		for _, name := range names {
-			seed := f.seed
-			if seed == 0 {
-				seed, _ = trace.DefaultSeed(name)
-			}
-			cells, err := trace.Scenario(name, seed, scale)
-			if err != nil {
-				return nil, err
-			}
-			for _, c := range cells {
-				ins = append(ins, replay.CellInput(c))
-			}
-		}
-		return ins, nil
+		return replay.SyntheticInputs(f.synthetic, f.seed, scale)
 	}
-
-	type ruleSpec struct {
-		name      string
-		rule      replay.Rule
-		key       []rules.KeyPart
-		match     func(method, path string) bool
-		countBlkd bool
+	lrs, prefix, err := f.logRules()
+	if err != nil {
+		return nil, err
 	}
-	var specs []ruleSpec
-	prefix := f.ipv6Prefix
-	if f.config != "" {
-		table, _, err := loadConfig(f.config)
-		if err != nil {
-			return nil, fmt.Errorf("invalid configuration %s:\n%s", f.config, indent(err))
-		}
-		prefix = table.IPv6Prefix
-		for _, d := range table.Domains {
-			for _, r := range d.Rules {
-				name := d.Name + "/" + r.Name
-				if f.rule != "" && f.rule != name {
-					continue
-				}
-				specs = append(specs, ruleSpec{
-					name:      name,
-					rule:      replay.Rule{Name: name, Limit: r.Limit, Period: r.Period, Mitigation: r.MitigationTimeout},
-					key:       r.Key,
-					match:     r.Matches,
-					countBlkd: r.CountBlocked,
-				})
-			}
-		}
-		if len(specs) == 0 {
-			if f.rule != "" {
-				return nil, fmt.Errorf("-rule: %s has no rule %q; rules are named domain/rule", f.config, f.rule)
-			}
-			return nil, fmt.Errorf("%s has no rules", f.config)
-		}
-	} else {
-		key, _ := parseKey(f.key)
-		name := fmt.Sprintf("%d/%v", f.limit, f.period)
-		specs = append(specs, ruleSpec{
-			name:      name,
-			rule:      replay.Rule{Name: name, Limit: f.limit, Period: f.period, Mitigation: f.mitigation},
-			key:       key,
-			countBlkd: f.countBlocked,
-		})
-	}
-
 	format, _ := trace.ParseFormat(f.format)
-	var recs []trace.Record
-	for _, file := range f.files {
-		st, err := readLog(file, format, func(r trace.Record) { recs = append(recs, r) })
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", file, err)
-		}
-		if st.Skipped > 0 {
-			fmt.Fprintf(stderr, "edge replay: %s: skipped %d malformed of %d lines; first: %v\n", file, st.Skipped, st.Lines, st.FirstError)
-		}
-		if st.Records == 0 {
-			return nil, fmt.Errorf("%s: no requests read (format %s)", file, st.Format)
-		}
-	}
-	var ins []replay.Input
-	for _, sp := range specs {
-		srcs := replay.Group(recs, func(r *trace.Record) (string, bool) {
-			if sp.match != nil && !sp.match(r.Method, matchPath(r.Path)) {
-				return "", false
-			}
-			return sourceKey(r, sp.key, prefix), true
-		})
-		in := replay.SourcesInput(sp.name, sp.rule, srcs)
-		ins = append(ins, in)
-		f.countBlockedByRule = append(f.countBlockedByRule, sp.countBlkd)
-	}
-	return ins, nil
-}
-
-// readLog reads one log file, "-" being standard input.
-func readLog(file string, format trace.Format, each func(trace.Record)) (trace.LogStats, error) {
-	if file == "-" {
-		return trace.ReadLog(os.Stdin, format, each)
-	}
-	fh, err := os.Open(file)
+	recs, err := replay.ReadLogs(f.files, format, os.Stdin, func(file string, st trace.LogStats) {
+		fmt.Fprintf(stderr, "edge replay: %s: skipped %d malformed of %d lines; first: %v\n", file, st.Skipped, st.Lines, st.FirstError)
+	})
 	if err != nil {
-		return trace.LogStats{}, err
+		return nil, err
 	}
-	defer fh.Close()
-	return trace.ReadLog(fh, format, each)
+	for _, lr := range lrs {
+		f.countBlockedByRule = append(f.countBlockedByRule, lr.CountBlocked)
+	}
+	return replay.LogInputs(recs, lrs, prefix), nil
 }
 
-// sourceKey names a record's source under a rule's key parts, as the proxy
-// identifies clients: ip is the log's client (an IPv6 address grouped by
-// its prefix), a missing header falls back to the client under its own tag.
-func sourceKey(r *trace.Record, parts []rules.KeyPart, ipv6Prefix int) string {
-	var b strings.Builder
-	for i, p := range parts {
-		if i > 0 {
-			b.WriteByte(' ')
-		}
-		switch p.Kind {
-		case rules.KeyIP:
-			b.WriteString(clientKey(r.Source, ipv6Prefix))
-		case rules.KeyPath:
-			b.WriteString("path=" + matchPath(r.Path))
-		case rules.KeyHost:
-			host, _ := rules.NormalizeHost(r.Host)
-			b.WriteString("host=" + host)
-		case rules.KeyHeader:
-			if v, ok := r.Headers[p.Header]; ok {
-				fmt.Fprintf(&b, "%s=%q", p.Header, v)
-			} else {
-				b.WriteString("no-" + p.Header + ":" + clientKey(r.Source, ipv6Prefix))
-			}
-		}
+// logRules returns the rules to replay logs against, from -config (and
+// -rule) or from -limit, -period, -mitigation and -key, and the IPv6
+// prefix sources are keyed by.
+func (f *replayFlags) logRules() ([]replay.LogRule, int, error) {
+	if f.config == "" {
+		key, _ := replay.ParseKeyList(f.key)
+		name := fmt.Sprintf("%d/%v", f.limit, f.period)
+		return []replay.LogRule{{
+			Rule:         replay.Rule{Name: name, Limit: f.limit, Period: f.period, Mitigation: f.mitigation},
+			Key:          key,
+			CountBlocked: f.countBlocked,
+		}}, f.ipv6Prefix, nil
 	}
-	return b.String()
-}
-
-// clientKey is an address as the proxy keys it (IPv4-mapped addresses
-// unmapped, IPv6 masked to prefix bits), or a host name as it is.
-func clientKey(src string, ipv6Prefix int) string {
-	a, err := netip.ParseAddr(src)
+	table, _, err := loadConfig(f.config)
 	if err != nil {
-		return src
+		return nil, 0, fmt.Errorf("invalid configuration %s:\n%s", f.config, rules.ProblemText(err))
 	}
-	a = a.Unmap()
-	if a.Is6() && ipv6Prefix < 128 {
-		p, _ := a.WithZone("").Prefix(ipv6Prefix)
-		return p.String()
+	lrs := replay.TableRules(table, f.rule)
+	if len(lrs) == 0 {
+		if f.rule != "" {
+			return nil, 0, fmt.Errorf("-rule: %s has no rule %q; rules are named domain/rule", f.config, f.rule)
+		}
+		return nil, 0, fmt.Errorf("%s has no rules", f.config)
 	}
-	return a.WithZone("").String()
-}
-
-// matchPath cleans a path the way the proxy does before matching rules:
-// "//" runs and dot segments resolved, a trailing slash kept.
-func matchPath(p string) string {
-	if p == "" {
-		return "/"
-	}
-	if p[0] == '/' && !strings.Contains(p, "//") && !strings.Contains(p, "/.") {
-		return p
-	}
-	clean := path.Clean("/" + p)
-	if strings.HasSuffix(p, "/") && clean != "/" {
-		clean += "/"
-	}
-	return clean
+	return lrs, table.IPv6Prefix, nil
 }
 
 // replayOutput is the -json document.

@@ -1,0 +1,203 @@
+package replay
+
+import (
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/edgerate/edge/rules"
+	"github.com/edgerate/edge/trace"
+)
+
+// A LogRule is a rule replayed against access logs: what it enforces, what
+// names a source, and which requests it counts.
+type LogRule struct {
+	Rule Rule
+	// Key names a source, as the rule's key names a client in the proxy.
+	Key []rules.KeyPart
+	// Match reports whether the rule counts a request with this method
+	// and cleaned path; nil counts every request.
+	Match func(method, path string) bool
+	// CountBlocked is the rule's count_blocked, for Suggest.
+	CountBlocked bool
+}
+
+// TableRules returns the rules of t, named "domain/rule", in config order;
+// with only set, just the rule so named (none if there is no such rule).
+func TableRules(t *rules.Table, only string) []LogRule {
+	var out []LogRule
+	for _, d := range t.Domains {
+		for _, r := range d.Rules {
+			name := d.Name + "/" + r.Name
+			if only != "" && only != name {
+				continue
+			}
+			out = append(out, LogRule{
+				Rule:         Rule{Name: name, Limit: r.Limit, Period: r.Period, Mitigation: r.MitigationTimeout},
+				Key:          r.Key,
+				Match:        r.Matches,
+				CountBlocked: r.CountBlocked,
+			})
+		}
+	}
+	return out
+}
+
+// ParseKeyList reads a comma-separated list of key parts in the config's
+// spelling ("ip,header:X-Api-Key").
+func ParseKeyList(s string) ([]rules.KeyPart, error) {
+	var parts []rules.KeyPart
+	for p := range strings.SplitSeq(s, ",") {
+		kp, err := rules.ParseKeyPart(strings.TrimSpace(p))
+		if err != nil {
+			return nil, err
+		}
+		parts = append(parts, kp)
+	}
+	return parts, nil
+}
+
+// ReadLogs reads the access logs files in format, "-" being stdin. It
+// reports each file's skipped lines to skipped and fails for a file with
+// no request in it.
+func ReadLogs(files []string, format trace.Format, stdin io.Reader, skipped func(file string, st trace.LogStats)) ([]trace.Record, error) {
+	var recs []trace.Record
+	for _, file := range files {
+		st, err := readLog(file, format, stdin, func(r trace.Record) { recs = append(recs, r) })
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		if st.Skipped > 0 {
+			skipped(file, st)
+		}
+		if st.Records == 0 {
+			return nil, fmt.Errorf("%s: no requests read (format %s)", file, st.Format)
+		}
+	}
+	return recs, nil
+}
+
+// readLog reads one log file, "-" being stdin.
+func readLog(file string, format trace.Format, stdin io.Reader, each func(trace.Record)) (trace.LogStats, error) {
+	if file == "-" {
+		return trace.ReadLog(stdin, format, each)
+	}
+	fh, err := os.Open(file)
+	if err != nil {
+		return trace.LogStats{}, err
+	}
+	defer fh.Close()
+	return trace.ReadLog(fh, format, each)
+}
+
+// LogInputs groups recs into the sources of each rule, one Input per rule,
+// in order. A record counts for a rule as a request does in the proxy: its
+// path cleaned with rules.CleanPath is matched, and its source is its key
+// under the rule, IPv6 clients keyed by their first ipv6Bits bits. Sources
+// are named as rules.KeyText writes keys.
+func LogInputs(recs []trace.Record, rs []LogRule, ipv6Bits int) []Input {
+	srcs := make([]rules.KeySource, len(recs))
+	for i := range recs {
+		srcs[i] = RecordSource(&recs[i], ipv6Bits)
+	}
+	var ins []Input
+	var buf []byte
+	for _, lr := range rs {
+		grouped := group(recs, func(i int) (string, bool) {
+			if lr.Match != nil && !lr.Match(recs[i].Method, srcs[i].Path) {
+				return "", false
+			}
+			buf = rules.AppendKey(buf[:0], lr.Key, &srcs[i])
+			return string(buf), true
+		}, func(i int) string { return rules.KeyText(lr.Key, &srcs[i]) })
+		ins = append(ins, SourcesInput(lr.Rule.Name, lr.Rule, grouped))
+	}
+	return ins
+}
+
+// RecordSource is what a log record offers to a client key, normalised as
+// the proxy normalises a request: the client an address (IPv4-mapped
+// unmapped, IPv6 masked to ipv6Bits) or, when the log names it otherwise, a
+// host name as it is; the path cleaned; the host normalised.
+func RecordSource(r *trace.Record, ipv6Bits int) rules.KeySource {
+	src := rules.KeySource{Path: rules.CleanPath(r.Path), Header: recordHeaders(r.Headers)}
+	src.Host, _ = rules.NormalizeHost(r.Host)
+	if a, err := netip.ParseAddr(r.Source); err == nil {
+		src.Client = rules.ClientPrefix(a, ipv6Bits)
+	} else {
+		src.ClientName = r.Source
+	}
+	return src
+}
+
+// recordHeaders are a log record's header fields, one value each.
+type recordHeaders map[string]string
+
+// Values returns the field's value, nil if the log lacks it.
+func (h recordHeaders) Values(name string) []string {
+	if v, ok := h[name]; ok {
+		return []string{v}
+	}
+	return nil
+}
+
+// Group collects records into sources, in order of first appearance. key
+// names a record's source, or reports false to leave the record out (a rule
+// that does not match it). Each source's times are sorted, equal times
+// keeping file order.
+func Group(recs []trace.Record, key func(*trace.Record) (string, bool)) []Source {
+	return group(recs, func(i int) (string, bool) { return key(&recs[i]) }, func(i int) string {
+		k, _ := key(&recs[i])
+		return k
+	})
+}
+
+// group is Group for sources identified by id and named, once, by name.
+func group(recs []trace.Record, id func(i int) (string, bool), name func(i int) string) []Source {
+	index := make(map[string]int)
+	var srcs []Source
+	for i := range recs {
+		k, ok := id(i)
+		if !ok {
+			continue
+		}
+		j, seen := index[k]
+		if !seen {
+			j = len(srcs)
+			index[k] = j
+			srcs = append(srcs, Source{Name: name(i)})
+		}
+		srcs[j].Times = append(srcs[j].Times, recs[i].Time)
+	}
+	for i := range srcs {
+		slices.Sort(srcs[i].Times) // equal int64s are interchangeable
+	}
+	return srcs
+}
+
+// SyntheticInputs returns the inputs of the synthetic scenario name, or of
+// every scenario for "all", at scale; seed 0 takes each scenario's default.
+func SyntheticInputs(name string, seed uint64, scale trace.Scale) ([]Input, error) {
+	names := []string{name}
+	if name == "all" {
+		names = trace.Scenarios()
+	}
+	var ins []Input
+	for _, name := range names {
+		s := seed
+		if s == 0 {
+			s, _ = trace.DefaultSeed(name)
+		}
+		cells, err := trace.Scenario(name, s, scale)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range cells {
+			ins = append(ins, CellInput(c))
+		}
+	}
+	return ins, nil
+}

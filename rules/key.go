@@ -1,0 +1,283 @@
+package rules
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"net/textproto"
+	"path"
+	"strings"
+)
+
+// A client key is what a rule counts requests by: the request's parts named
+// by the rule's []KeyPart, in order. The proxy and the replay lab build a
+// [KeySource] from a request (or a log record) and compose the key with
+// [AppendKey]; people see it as [KeyText] writes it (admin API, top
+// talkers, logs, replay reports) and name it back in an admin URL, which
+// [ParseKey] turns into the same bytes.
+
+// KeySource holds the parts of one request a client key may use, each
+// already normalised. Build it once per request; a KeySource is read,
+// never changed, by the functions here.
+type KeySource struct {
+	// Client is the address the client is counted by, from
+	// [ClientPrefix]: an IPv4 address as a /32, an IPv6 address masked
+	// to the configured prefix.
+	Client netip.Prefix
+	// ClientName names a client known by no address, such as a host name
+	// in an access log. It is used only when Client is not valid.
+	ClientName string
+	// Path is the request path cleaned with [CleanPath].
+	Path string
+	// Host is the request host normalised with [NormalizeHost]; "" if
+	// the host is invalid.
+	Host string
+	// Header gives the request's header field values by canonical name;
+	// nil when the request has none.
+	Header HeaderValues
+}
+
+// HeaderValues gives a request's header field values by canonical name, as
+// net/http's Header does.
+type HeaderValues interface {
+	Values(name string) []string
+}
+
+// ClientPrefix returns the prefix a client address is counted by: an IPv4
+// address (IPv4-mapped ones unmapped) as a /32, an IPv6 address as its
+// first ipv6Bits bits (32 to 128), without its zone. It does not allocate.
+func ClientPrefix(a netip.Addr, ipv6Bits int) netip.Prefix {
+	a = a.Unmap().WithZone("")
+	if !a.Is6() || ipv6Bits <= 0 || ipv6Bits > 128 {
+		ipv6Bits = a.BitLen()
+	}
+	p, _ := a.Prefix(ipv6Bits) // cannot fail: bits is within the address's length
+	return p
+}
+
+// AppendKey appends the key of src under the key parts ks to b. Each part
+// is tagged and length-prefixed, so that no two different keys encode the
+// same bytes. It does not allocate beyond growing b.
+//
+// A rule keyed by a header the request lacks (or sends empty) keys that
+// part by the client instead, under its own tag: clients without the
+// header are limited one by one, never together in one bucket shared by
+// everyone (nor can they collide with a client whose header value happens
+// to spell an address).
+func AppendKey(b []byte, ks []KeyPart, src *KeySource) []byte {
+	for _, k := range ks {
+		switch k.Kind {
+		case KeyIP:
+			b = src.appendClient(b, 'i')
+		case KeyHeader:
+			vals := src.headerValues(k.Header)
+			if blankValues(vals) {
+				b = src.appendClient(b, 'm')
+				continue
+			}
+			b = appendHeaderPart(b, vals)
+		case KeyPath:
+			b = appendString(append(b, 'p'), src.Path)
+		case KeyHost:
+			b = appendString(append(b, 'o'), src.Host)
+		}
+	}
+	return b
+}
+
+// appendClient appends the client under tag: its address's 16 bytes, or,
+// for a client known by name, its name under the upper-case tag.
+func (src *KeySource) appendClient(b []byte, tag byte) []byte {
+	if !src.Client.IsValid() {
+		return appendString(append(b, tag-'a'+'A'), src.ClientName)
+	}
+	a := src.Client.Addr().As16()
+	return append(append(b, tag), a[:]...)
+}
+
+func (src *KeySource) headerValues(name string) []string {
+	if src.Header == nil {
+		return nil
+	}
+	return src.Header.Values(name)
+}
+
+// blankValues reports whether a field is absent or has only empty values.
+func blankValues(vals []string) bool {
+	for _, v := range vals {
+		if strings.TrimSpace(v) != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// appendHeaderPart appends a header key part: its values, counted.
+func appendHeaderPart(b []byte, vals []string) []byte {
+	b = binary.AppendUvarint(append(b, 'h'), uint64(len(vals)))
+	for _, v := range vals {
+		b = appendString(b, v)
+	}
+	return b
+}
+
+func appendString(b []byte, s string) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
+}
+
+// KeyText writes the key of src under ks for people: the parts in order,
+// joined by "|". The client is its address (an IPv6 client by its prefix,
+// e.g. 2001:db8:1:2::/64) or its name, a header part the header's values
+// joined by ", ", a path or host part the cleaned path or normalised host.
+// A request that lacked a keyed header shows that part as "-" followed by
+// its client ("-203.0.113.9"). [ParseKey] reads the text back.
+func KeyText(ks []KeyPart, src *KeySource) string {
+	var b strings.Builder
+	for i, k := range ks {
+		if i > 0 {
+			b.WriteByte('|')
+		}
+		switch k.Kind {
+		case KeyIP:
+			b.WriteString(src.clientText())
+		case KeyHeader:
+			if vals := src.headerValues(k.Header); !blankValues(vals) {
+				b.WriteString(strings.Join(vals, ", "))
+			} else {
+				b.WriteString("-" + src.clientText())
+			}
+		case KeyPath:
+			b.WriteString(src.Path)
+		case KeyHost:
+			b.WriteString(src.Host)
+		}
+	}
+	return b.String()
+}
+
+// clientText writes the client: an address, a masked IPv6 client as its
+// prefix, or its name.
+func (src *KeySource) clientText() string {
+	p := src.Client
+	switch {
+	case !p.IsValid():
+		return src.ClientName
+	case p.Bits() < p.Addr().BitLen():
+		return p.String()
+	}
+	return p.Addr().String()
+}
+
+// ParseKey turns the text of a key under ks, as [KeyText] writes it, back
+// into the bytes [AppendKey] composes for it. A client may be written as
+// any address inside its prefix; it is keyed by its first ipv6Bits bits as
+// [ClientPrefix] keys it. A host is normalised.
+func ParseKey(ks []KeyPart, text string, ipv6Bits int) ([]byte, error) {
+	parts := strings.Split(text, "|")
+	if len(parts) != len(ks) {
+		return nil, fmt.Errorf("keyed by %d parts (%v), got %d", len(ks), ks, len(parts))
+	}
+	var b []byte
+	for i, k := range ks {
+		part := parts[i]
+		switch k.Kind {
+		case KeyIP:
+			src, err := parseClient(part, ipv6Bits)
+			if err != nil {
+				return nil, err
+			}
+			b = src.appendClient(b, 'i')
+		case KeyHeader:
+			if rest, ok := strings.CutPrefix(part, "-"); ok {
+				if src, err := parseClient(rest, ipv6Bits); err == nil {
+					b = src.appendClient(b, 'm')
+					continue
+				}
+			}
+			b = appendHeaderPart(b, strings.Split(part, ", "))
+		case KeyPath:
+			b = appendString(append(b, 'p'), part)
+		case KeyHost:
+			host, ok := NormalizeHost(part)
+			if !ok {
+				return nil, fmt.Errorf("invalid host %q", part)
+			}
+			b = appendString(append(b, 'o'), host)
+		}
+	}
+	return b, nil
+}
+
+// parseClient reads an address or a prefix as a client keyed by ipv6Bits.
+func parseClient(s string, ipv6Bits int) (KeySource, error) {
+	var a netip.Addr
+	if p, err := netip.ParsePrefix(s); err == nil {
+		a = p.Addr()
+	} else if a, err = netip.ParseAddr(s); err != nil {
+		return KeySource{}, fmt.Errorf("invalid address %q", s)
+	}
+	return KeySource{Client: ClientPrefix(a, ipv6Bits)}, nil
+}
+
+// CleanPath returns the path rules match against and keys use: p with "//"
+// runs and dot segments resolved, so that "/a/../v1/x" and "//v1/x" cannot
+// slip past a "/v1/" prefix, and ";params" cut from each segment (see
+// stripParams), so that "/v1;x/y" cannot either; a trailing slash is kept
+// and "" is "/". It allocates only for paths that need cleaning.
+func CleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] == '/' && !strings.Contains(p, "//") && !strings.Contains(p, "/.") && strings.IndexByte(p, ';') < 0 {
+		return p
+	}
+	p = stripParams(p)
+	clean := path.Clean("/" + p)
+	if strings.HasSuffix(p, "/") && clean != "/" {
+		clean += "/"
+	}
+	return clean
+}
+
+// stripParams cuts the ";params" part off every segment of a path, as
+// servlet containers do before they route ("/admin;x=1/y" is "/admin/y"
+// to Tomcat). Matching on the stripped path can only make more rules
+// match: for a prefix without ';', the stripped path has the prefix
+// whenever the path does.
+func stripParams(p string) string {
+	if strings.IndexByte(p, ';') < 0 {
+		return p
+	}
+	segs := strings.Split(p, "/")
+	for i, s := range segs {
+		segs[i], _, _ = strings.Cut(s, ";")
+	}
+	return strings.Join(segs, "/")
+}
+
+// ParseKeyPart reads one key part in the config's spelling: ip, path,
+// host or header:NAME (NAME an HTTP token other than Host, returned in
+// canonical form).
+func ParseKeyPart(s string) (KeyPart, error) {
+	switch {
+	case s == "ip":
+		return KeyPart{Kind: KeyIP}, nil
+	case s == "path":
+		return KeyPart{Kind: KeyPath}, nil
+	case s == "host":
+		return KeyPart{Kind: KeyHost}, nil
+	case strings.HasPrefix(s, "header:"):
+		name := s[len("header:"):]
+		if !IsToken(name) {
+			return KeyPart{}, fmt.Errorf("header name must be an HTTP token, got %q", s)
+		}
+		kp := KeyPart{Kind: KeyHeader, Header: textproto.CanonicalMIMEHeaderKey(name)}
+		if kp.Header == "Host" {
+			// Go's server moves Host out of Request.Header, so this key
+			// would be empty for every request: one shared bucket.
+			return KeyPart{}, fmt.Errorf("must be host rather than a header, got %q", s)
+		}
+		return kp, nil
+	}
+	return KeyPart{}, fmt.Errorf("must be ip, path, host or header:NAME, got %q", s)
+}

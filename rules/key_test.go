@@ -1,0 +1,208 @@
+package rules
+
+import (
+	"bytes"
+	"net/http"
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+// TestKeyRoundTrip checks the three faces of a client key against each
+// other: KeyText writes what ParseKey reads back into AppendKey's bytes.
+func TestKeyRoundTrip(t *testing.T) {
+	v4 := ClientPrefix(netip.MustParseAddr("203.0.113.9"), 64)
+	v6 := ClientPrefix(netip.MustParseAddr("2001:db8:1:2:3:4:5:6"), 64)
+	hdr := http.Header{"X-Api-Key": {"k1"}, "X-Two": {"a", "b"}, "X-Blank": {" "}}
+	ip := KeyPart{Kind: KeyIP}
+	tests := []struct {
+		name string
+		ks   []KeyPart
+		src  KeySource
+		want string // KeyText
+	}{
+		{"ipv4", []KeyPart{ip}, KeySource{Client: v4}, "203.0.113.9"},
+		{"ipv6 by its prefix", []KeyPart{ip}, KeySource{Client: v6}, "2001:db8:1:2::/64"},
+		{"client by name", []KeyPart{ip}, KeySource{ClientName: "lpr.example"}, "lpr.example"},
+		{"header", []KeyPart{{Kind: KeyHeader, Header: "X-Api-Key"}}, KeySource{Client: v4, Header: hdr}, "k1"},
+		{"header with two values", []KeyPart{{Kind: KeyHeader, Header: "X-Two"}}, KeySource{Client: v4, Header: hdr}, "a, b"},
+		{"missing header", []KeyPart{{Kind: KeyHeader, Header: "X-None"}}, KeySource{Client: v4, Header: hdr}, "-203.0.113.9"},
+		{"blank header", []KeyPart{{Kind: KeyHeader, Header: "X-Blank"}}, KeySource{Client: v6, Header: hdr}, "-2001:db8:1:2::/64"},
+		{"no headers at all", []KeyPart{{Kind: KeyHeader, Header: "X-Api-Key"}}, KeySource{Client: v4}, "-203.0.113.9"},
+		{"path and host", []KeyPart{ip, {Kind: KeyPath}, {Kind: KeyHost}}, KeySource{Client: v4, Path: "/v1/x", Host: "api.example"},
+			"203.0.113.9|/v1/x|api.example"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := KeyText(tt.ks, &tt.src); got != tt.want {
+				t.Fatalf("KeyText: got %q, want %q", got, tt.want)
+			}
+			if !tt.src.Client.IsValid() {
+				return // a named client has no admin URL
+			}
+			got, err := ParseKey(tt.ks, tt.want, 64)
+			if want := AppendKey(nil, tt.ks, &tt.src); err != nil || !bytes.Equal(got, want) {
+				t.Errorf("ParseKey(%q): got %x, %v, want %x", tt.want, got, err, want)
+			}
+		})
+	}
+}
+
+// TestKeyDistinct checks that keys of different sources never share bytes.
+func TestKeyDistinct(t *testing.T) {
+	a := ClientPrefix(netip.MustParseAddr("192.0.2.1"), 64)
+	h := KeyPart{Kind: KeyHeader, Header: "X-K"}
+	tests := []struct {
+		name string
+		ks   []KeyPart
+		x, y KeySource
+	}{
+		{"missing header vs its address as a value", []KeyPart{h},
+			KeySource{Client: a}, KeySource{Client: a, Header: http.Header{"X-K": {"192.0.2.1"}}}},
+		{"one value vs two", []KeyPart{h},
+			KeySource{Header: http.Header{"X-K": {"a, b"}}}, KeySource{Header: http.Header{"X-K": {"a", "b"}}}},
+		{"path vs host", []KeyPart{{Kind: KeyPath}, {Kind: KeyHost}},
+			KeySource{Path: "/ab", Host: "c"}, KeySource{Path: "/a", Host: "bc"}},
+		{"address vs name", []KeyPart{{Kind: KeyIP}},
+			KeySource{Client: a}, KeySource{ClientName: "192.0.2.1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if x, y := AppendKey(nil, tt.ks, &tt.x), AppendKey(nil, tt.ks, &tt.y); bytes.Equal(x, y) {
+				t.Errorf("got the same key %x for both, want two", x)
+			}
+		})
+	}
+}
+
+func TestParseKeyErrors(t *testing.T) {
+	ip := KeyPart{Kind: KeyIP}
+	tests := []struct {
+		name string
+		ks   []KeyPart
+		text string
+		want string
+	}{
+		{"too many parts", []KeyPart{ip}, "1.2.3.4|x", "keyed by 1 parts ([ip]), got 2"},
+		{"not an address", []KeyPart{ip}, "nobody", `invalid address "nobody"`},
+		{"bad host", []KeyPart{{Kind: KeyHost}}, "a b", `invalid host "a b"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := ParseKey(tt.ks, tt.text, 64); err == nil || err.Error() != tt.want {
+				t.Errorf("got %v, want %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestParseKeyAnyAddressInPrefix: an IPv6 client may be named by any
+// address of its prefix, or an IPv4-mapped address.
+func TestParseKeyAnyAddressInPrefix(t *testing.T) {
+	ks := []KeyPart{{Kind: KeyIP}}
+	for _, text := range []string{"2001:db8:1:2::/64", "2001:db8:1:2::9", "2001:db8:1:2:ffff::1/64"} {
+		got, _ := ParseKey(ks, text, 64)
+		want, _ := ParseKey(ks, "2001:db8:1:2::", 64)
+		if !bytes.Equal(got, want) {
+			t.Errorf("ParseKey(%q): got %x, want %x", text, got, want)
+		}
+	}
+	got, _ := ParseKey(ks, "::ffff:192.0.2.1", 64)
+	if want, _ := ParseKey(ks, "192.0.2.1", 64); !bytes.Equal(got, want) {
+		t.Errorf("an IPv4-mapped address: got %x, want %x", got, want)
+	}
+}
+
+func TestKeyAllocs(t *testing.T) {
+	src := KeySource{Client: ClientPrefix(netip.MustParseAddr("2001:db8::1"), 64), Path: "/v1/x", Host: "api.example",
+		Header: http.Header{"X-Api-Key": {"k"}}}
+	ks := []KeyPart{{Kind: KeyIP}, {Kind: KeyHeader, Header: "X-Api-Key"}, {Kind: KeyPath}, {Kind: KeyHost}}
+	buf := make([]byte, 0, 128)
+	if n := testing.AllocsPerRun(100, func() { AppendKey(buf[:0], ks, &src) }); n != 0 {
+		t.Errorf("AppendKey allocates %v times, want 0", n)
+	}
+}
+
+func TestParseKeyPart(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    KeyPart
+		wantErr string
+	}{
+		{"ip", KeyPart{Kind: KeyIP}, ""},
+		{"header:x-api-key", KeyPart{Kind: KeyHeader, Header: "X-Api-Key"}, ""},
+		{"header:host", KeyPart{}, `must be host rather than a header, got "header:host"`},
+		{"header:a b", KeyPart{}, `header name must be an HTTP token, got "header:a b"`},
+		{"cookie", KeyPart{}, `must be ip, path, host or header:NAME, got "cookie"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := ParseKeyPart(tt.in)
+			gotErr := ""
+			if err != nil {
+				gotErr = err.Error()
+			}
+			if got != tt.want || gotErr != tt.wantErr {
+				t.Errorf("got %v, %q, want %v, %q", got, gotErr, tt.want, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestMatchPath(t *testing.T) {
+	tests := map[string]string{
+		"":               "/",
+		"/":              "/",
+		"/a/b":           "/a/b",
+		"//a//b/":        "/a/b/",
+		"/a/./b/../c":    "/a/c",
+		"a/b":            "/a/b",
+		"/a;x=1/b;y":     "/a/b",
+		"/a/;x":          "/a/",
+		"/a;x/":          "/a/",
+		"/;x/a":          "/a",
+		"/../../a":       "/a",
+		"/a/b/..":        "/a",
+		"/admin;/x/..;/": "/admin/",
+	}
+	for in, want := range tests {
+		if got := CleanPath(in); got != want {
+			t.Errorf("CleanPath(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestMatchPathAllocs(t *testing.T) {
+	if n := testing.AllocsPerRun(100, func() { CleanPath("/api/v1/items/42") }); n != 0 {
+		t.Errorf("CleanPath of a clean path allocates %v times, want 0", n)
+	}
+}
+
+// FuzzMatchPath checks the form rules match on: absolute, without empty,
+// dot or parameter parts, stable when applied again, and keeping a
+// trailing slash.
+func FuzzMatchPath(f *testing.F) {
+	for _, s := range []string{"", "/", "/a/b", "//a//b/", "/a/./b/../c", "a/b", "/a;x/b", "/a/;x", "/..;/a", "/./", ";", "/a;/;b/"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		got := CleanPath(p)
+		if got == "" || got[0] != '/' {
+			t.Fatalf("CleanPath(%q) = %q: not absolute", p, got)
+		}
+		if strings.Contains(got, "//") || strings.IndexByte(got, ';') >= 0 {
+			t.Fatalf("CleanPath(%q) = %q: has an empty segment or params", p, got)
+		}
+		for seg := range strings.SplitSeq(got, "/") {
+			if seg == "." || seg == ".." {
+				t.Fatalf("CleanPath(%q) = %q: has a dot segment", p, got)
+			}
+		}
+		if again := CleanPath(got); again != got {
+			t.Fatalf("CleanPath(%q) = %q, but CleanPath(%q) = %q", p, got, got, again)
+		}
+		if s := stripParams(p); strings.HasSuffix(s, "/") && !strings.HasSuffix(got, "/") {
+			t.Fatalf("CleanPath(%q) = %q: lost the trailing slash", p, got)
+		}
+	})
+}

@@ -284,7 +284,7 @@ func (st *state) domain(name string) *domain {
 
 // ServeHTTP decides and serves one request.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r = p.screen(w, r); r == nil { // guard.go: refused requests are never forwarded
+	if r = p.screen(w, r); r == nil { // screen.go: refused requests are never forwarded
 		return
 	}
 	now := p.now()

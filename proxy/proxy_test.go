@@ -412,7 +412,7 @@ func TestRuleMatching(t *testing.T) {
 		t.Fatalf("first POST /v1/x: got %d, want 200", resp.StatusCode)
 	}
 	// Path tricks normalise to the prefix and are limited too, or are
-	// refused (dot segments: see guard.go).
+	// refused (dot segments: see screen.go).
 	for p, want := range map[string]int{"/v1/x": 429, "//v1/x": 429, "/v2/../v1/x": 400, "/./v1/x": 400} {
 		if resp, _ := e.do("POST", "api.example.com", p, nil, ""); resp.StatusCode != want {
 			t.Errorf("POST %s: got %d, want %d", p, resp.StatusCode, want)

@@ -2,7 +2,10 @@ package proxy
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgerate/edge/guard"
+	"github.com/edgerate/edge/internal/hostile"
 	"github.com/edgerate/edge/internal/redistest"
 	"github.com/edgerate/edge/rules"
 )
@@ -172,5 +177,193 @@ func TestWebSocketUpgrade(t *testing.T) {
 	io.WriteString(conn, "hello\n")
 	if line, err := br.ReadString('\n'); err != nil || line != "echo:hello\n" {
 		t.Fatalf("echo: got %q, %v", line, err)
+	}
+}
+
+// TestHalfClosedClientGetsTheResponse sends a complete request and then
+// half-closes the connection (as `nc -N` does). net/http cancels the
+// request's context when it reads that end of stream; the origin answers
+// only after that, and the client must still get the origin's response,
+// never an empty 200.
+func TestHalfClosedClientGetsTheResponse(t *testing.T) {
+	off := false
+	tests := []struct {
+		name      string
+		raw       string
+		buffering *bool
+	}{
+		{"GET", hostile.Get("/slow"), nil},
+		{"chunked POST", hostile.Req("POST /slow HTTP/1.1", hostile.HostAPI, "Transfer-Encoding: chunked") + "5\r\nhello\r\n0\r\n\r\n", nil},
+		{"chunked POST, streaming", hostile.Req("POST /slow HTTP/1.1", hostile.HostAPI, "Transfer-Encoding: chunked") + "5\r\nhello\r\n0\r\n\r\n", &off},
+		{"Content-Length POST", hostile.Req("POST /slow HTTP/1.1", hostile.HostAPI, "Content-Length: 5") + "hello", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			release := make(chan struct{})
+			origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.Copy(io.Discard, r.Body)
+				select {
+				case <-release:
+					io.WriteString(w, "origin response")
+				case <-r.Context().Done():
+				}
+			}))
+			defer origin.Close()
+			cfg := oneDomain(origin.URL)
+			cfg.Domains[0].RequestBuffering = tt.buffering
+			table, err := rules.Compile(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			transport := newTransport(table.Timeouts)
+			defer transport.CloseIdleConnections()
+			p, err := New(Options{Table: table, Transport: transport})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The server's view of the request: its context is cancelled
+			// once net/http reads the client's end of stream.
+			served := make(chan context.Context, 1)
+			addr := startServer(t, table, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				served <- r.Context()
+				p.ServeHTTP(w, r)
+			}))
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if err := c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.WriteString(c, tt.raw); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-(<-served).Done():
+			case <-time.After(10 * time.Second):
+				t.Fatal("net/http did not cancel the request's context after the half-close")
+			}
+			close(release)
+			resp, body, _ := response(t, c, "GET")
+			if resp.StatusCode != 200 || body != "origin response" {
+				t.Errorf("got %d %q, want 200 %q", resp.StatusCode, body, "origin response")
+			}
+		})
+	}
+}
+
+// startServer serves h on a real http.Server behind a Listener, configured
+// as startHostileServer configures it, until the test ends.
+func startServer(t *testing.T, table *rules.Table, h http.Handler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: table.Timeouts.ReadHeader,
+		ReadTimeout:       table.Timeouts.Read,
+		IdleTimeout:       table.Timeouts.Idle,
+		MaxHeaderBytes:    table.MaxHeaderBytes,
+		ErrorLog:          discardLog,
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- srv.Serve(guard.NewListener(ln, guard.ListenerOptions{MaxHeaderBytes: table.MaxHeaderBytes, WriteIdleTimeout: 5 * time.Second}))
+	}()
+	t.Cleanup(func() {
+		srv.Close()
+		if err := <-done; !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return ln.Addr().String()
+}
+
+// TestErrorHandlerNeverEndsSilently: a forward that failed gets an answer,
+// or, when it was cancelled, the handler aborts the connection; it never
+// returns having written nothing (net/http would send an empty 200).
+func TestErrorHandlerNeverEndsSilently(t *testing.T) {
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	tests := []struct {
+		name    string
+		ctx     context.Context
+		err     error
+		want    int
+		aborted bool
+	}{
+		{"origin unreachable", context.Background(), errors.New("dial tcp: connection refused"), 502, false},
+		{"origin too slow", context.Background(), context.DeadlineExceeded, 504, false},
+		{"forward cancelled", cancelled, context.Canceled, 0, true},
+	}
+	l := newErrorLog(slog.New(slog.DiscardHandler), "api", func(w http.ResponseWriter, err error) { bodyRefusal(err).answer(w) })
+	for _, tt := range tests {
+		r := httptest.NewRequest("GET", "http://api.example.com/", nil).WithContext(tt.ctx)
+		w := httptest.NewRecorder()
+		aborted := func() (aborted bool) {
+			defer func() {
+				if v := recover(); v != nil {
+					aborted = v == http.ErrAbortHandler
+				}
+			}()
+			l.handle(w, r, tt.err)
+			return false
+		}()
+		if aborted != tt.aborted || (!aborted && w.Code != tt.want) {
+			t.Errorf("%s: got status %d, aborted %v, want %d, aborted %v", tt.name, w.Code, aborted, tt.want, tt.aborted)
+		}
+	}
+}
+
+// TestGoneClientAbortsTheForward: a client that closes its connection for
+// good (here with a reset) while the origin streams a large response is
+// found by the first write that fails, and the origin's request is
+// cancelled: ignoring the end of stream does not keep abandoned forwards.
+func TestGoneClientAbortsTheForward(t *testing.T) {
+	started, aborted := make(chan struct{}), make(chan struct{})
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(started)
+		chunk := make([]byte, 64<<10)
+		for range 1024 { // 64 MiB: more than any socket buffers hold
+			if _, err := w.Write(chunk); err != nil {
+				close(aborted)
+				return
+			}
+		}
+	}))
+	defer origin.Close()
+	table, err := rules.Compile(oneDomain(origin.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	transport := newTransport(table.Timeouts)
+	defer transport.CloseIdleConnections()
+	p, err := New(Options{Table: table, Transport: transport})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := startServer(t, table, p)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(c, hostile.Get("/big")); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	if err := c.(*net.TCPConn).SetLinger(0); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	select {
+	case <-aborted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the origin's response was not cancelled 10s after the client reset its connection")
 	}
 }

@@ -14,7 +14,8 @@ import (
 // its lifetime: a reload never makes another (changes to the cluster section
 // need a restart), so reloads cannot leak Redis clients or their goroutines.
 // Each configuration gives each domain with rules a cluster.Domain as its
-// window.Counter, in place of the domain's own window.Store.
+// window.Counter, in place of the domain's own window.Store; a request
+// its counter cannot decide is answered by unavailable (refuse.go).
 
 // newCluster makes the Proxy's Redis client for table t, or nil in local
 // mode.

@@ -1,10 +1,13 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
 )
 
@@ -65,12 +68,9 @@ func (b *bufferBudget) reserve(n, limit int64) bool {
 // when it passes the limit: if that happens after the buffered part went
 // to the origin, the origin sees an aborted request and the client 413.
 func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request, st *state, d *domain) (*http.Request, func()) {
-	if r.ContentLength == 0 {
-		return r, noRelease // no body (guardBody wraps none)
-	}
-	gb, ok := r.Context().Value(guardedBodyKey{}).(*guardedBody)
-	if !ok {
-		return r, noRelease
+	r, cb := wrapBody(r)
+	if cb == nil {
+		return r, noRelease // no body
 	}
 	pol := d.Body
 	if pol.MaxSize > 0 {
@@ -79,7 +79,7 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request, st *state, d *d
 			return nil, nil
 		}
 		if r.ContentLength < 0 {
-			gb.r = &capReader{r: gb.r, left: int64(pol.MaxSize)}
+			cb.r = &capReader{r: cb.r, left: int64(pol.MaxSize)}
 		}
 	}
 	if d.Respond != nil {
@@ -111,7 +111,7 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request, st *state, d *d
 			p.buffered.held.Add(-limit)
 		}
 	}
-	buf, err := readPrefix(gb, r.ContentLength, limit)
+	buf, err := readPrefix(cb, r.ContentLength, limit)
 	if err != nil {
 		release()
 		p.refuseBody(w, err)
@@ -121,24 +121,91 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request, st *state, d *d
 	if int64(len(buf)) < limit || r.ContentLength == int64(len(buf)) {
 		// The whole body is here: the origin gets it at once, with its
 		// length (unless trailers must follow it, which needs chunking).
-		gb.r = prefix
+		cb.r = prefix
 		if r.Trailer == nil {
 			r.ContentLength = int64(len(buf))
 			r.TransferEncoding = nil
 		}
 	} else {
-		gb.r = io.MultiReader(prefix, gb.r)
+		cb.r = io.MultiReader(prefix, cb.r)
 	}
 	return r, release
 }
 
 func noRelease() {}
 
+// wrapBody wraps r's body, if it has one, so that a failed read can be
+// told from an origin failure (see errorLog.handle). It returns the
+// request to go on with and the wrapped body, nil for none. It reads
+// nothing.
+func wrapBody(r *http.Request) (*http.Request, *clientBody) {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return r, nil
+	}
+	cb := &clientBody{rc: r.Body, r: r.Body}
+	// ReverseProxy hands its error handler a clone of the request with
+	// the body wrapped; the context is what survives.
+	r = r.WithContext(context.WithValue(r.Context(), clientBodyKey{}, cb))
+	r.Body = cb
+	return r, cb
+}
+
+// clientBodyKey carries a request's clientBody in its context.
+type clientBodyKey struct{}
+
+// clientBody is a request body that remembers its first read error.
+type clientBody struct {
+	rc io.ReadCloser // the server's body
+	r  io.Reader     // what Read reads: rc, or a buffered part first (readBody)
+
+	mu  sync.Mutex
+	err error
+}
+
+func (b *clientBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF {
+		b.mu.Lock()
+		if b.err == nil {
+			b.err = err
+		}
+		b.mu.Unlock()
+	}
+	return n, err
+}
+
+func (b *clientBody) Close() error { return b.rc.Close() }
+
+// bodyError returns the error the client's body failed with, or nil.
+func bodyError(r *http.Request) error {
+	b, ok := r.Context().Value(clientBodyKey{}).(*clientBody)
+	if !ok {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
+}
+
 // refuseBody answers a request whose body is refused or failed.
 func (p *Proxy) refuseBody(w http.ResponseWriter, err error) {
 	no := bodyRefusal(err)
 	p.metrics.refused.WithLabelValues(strconv.Itoa(no.status)).Inc()
 	no.answer(w)
+}
+
+// bodyRefusal is the answer to a request whose body could not be read:
+// 413 when it was over the domain's max_request_body, 408 when the client
+// was too slow, 400 when it sent broken framing or stopped early.
+func bodyRefusal(err error) refusal {
+	var ne net.Error
+	if errors.Is(err, errBodyTooLarge) {
+		return refusal{http.StatusRequestEntityTooLarge, "request body over the size limit"}
+	}
+	if errors.As(err, &ne) && ne.Timeout() {
+		return refusal{http.StatusRequestTimeout, "request body not received in time"}
+	}
+	return badRequest("malformed or incomplete request body")
 }
 
 // readPrefix reads the start of a body of length size (-1: unknown) from

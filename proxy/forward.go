@@ -16,6 +16,18 @@ import (
 	"golang.org/x/time/rate"
 )
 
+// forward hands an allowed request to its domain's upstream: the origin,
+// through the domain's forwarder (newForwarder), or the domain's static
+// response (staticResponder).
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, d *domain) {
+	d.requests.served.Inc()
+	if d.Respond == nil {
+		p.inFlight.Add(1)
+		defer p.inFlight.Add(-1)
+	}
+	d.upstream.ServeHTTP(w, r)
+}
+
 // newTransport returns the pooled transport shared by every origin. It never
 // uses proxies from the environment, and bounds the wait for an origin's
 // response headers by the configured upstream timeout (exceeded: 504).
@@ -199,4 +211,20 @@ func (copyBuffers) Put(b []byte) {
 	if cap(b) >= copyBufferSize {
 		copyBufferPool.Put((*[copyBufferSize]byte)(b[:copyBufferSize]))
 	}
+}
+
+// staticResponder serves a domain's fixed response.
+func staticResponder(resp *rules.Response) http.Handler {
+	body := []byte(resp.Body)
+	// One shared value slice: net/http never modifies it, and Add on it
+	// reallocates (its capacity is 1), so sharing is safe and saves an
+	// allocation per response.
+	contentType := []string{resp.ContentType}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header()["Content-Type"] = contentType
+		w.WriteHeader(resp.Status)
+		if r.Method != http.MethodHead {
+			_, _ = w.Write(body)
+		}
+	})
 }

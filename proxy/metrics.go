@@ -7,6 +7,7 @@ import (
 
 	"github.com/edgerate/edge/cluster"
 	"github.com/edgerate/edge/rules"
+	"github.com/edgerate/edge/window"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -173,6 +174,23 @@ func (m *metrics) requestCounters(domain string) requestCounters {
 		blocked:          m.requests.WithLabelValues(domain, "blocked"),
 		blockedLimit:     m.blocked.WithLabelValues(domain, "limit"),
 		blockedMitigated: m.blocked.WithLabelValues(domain, "mitigation"),
+	}
+}
+
+// ruleCounters are one rule's decision counters, resolved once per
+// configuration so the hot path does no label lookups.
+type ruleCounters struct {
+	allowed, limited, mitigated prometheus.Counter
+}
+
+func (c ruleCounters) observe(d window.Decision) {
+	switch {
+	case d.Allowed:
+		c.allowed.Inc()
+	case d.Mitigated:
+		c.mitigated.Inc()
+	default:
+		c.limited.Inc()
 	}
 }
 

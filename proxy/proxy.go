@@ -2,10 +2,29 @@
 // domain, derives the client's identity, checks every matching rule against
 // the domain's sliding-window counters, and either answers 429 with
 // rate-limit fields or forwards the request to the domain's origin.
+//
+// The files follow a request in the order it passes them, one step each:
+//
+//   - serve.go: ServeHTTP, which calls the steps below in order;
+//   - screen.go: refuse what net/http accepts but a gateway must not pass on;
+//   - route.go: the domain that serves the request's Host;
+//   - identify.go: the client's address and the parts of the request its
+//     rules may key it by;
+//   - limit.go: every matching rule decided by the domain's window.Counter;
+//   - fields.go: the rate-limit fields of the response;
+//   - refuse.go: the answer to a blocked request (429), or to one the
+//     counters could not decide (503);
+//   - body.go: an allowed request's body, checked and buffered;
+//   - forward.go: the request sent to the origin, or the domain's static
+//     response.
+//
+// Off the request's path: proxy.go (New and the state a configuration
+// builds), shared.go (counters shared through Redis), reload.go, metrics.go,
+// listener.go (hooks for the framing guard's listener), admin.go (the admin
+// API) and top.go (top talkers).
 package proxy
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +35,7 @@ import (
 	"time"
 
 	"github.com/edgerate/edge/cluster"
+	"github.com/edgerate/edge/headers"
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/window"
 	"github.com/prometheus/client_golang/prometheus"
@@ -96,6 +116,30 @@ type domain struct {
 	upstream http.Handler
 	rules    []ruleState // parallel to Domain.Rules
 	requests requestCounters
+}
+
+// ruleState is a compiled rule with what limit and its answers need
+// ready-made.
+type ruleState struct {
+	*rules.Rule
+	identity uint64 // see ruleIdentity
+	policy   headers.Policy
+	// policyText is policy as a RateLimit-Policy member, formatted once:
+	// a response reporting only this rule sends it without formatting.
+	policyText string
+	outcomes   ruleCounters
+	top        *topTalkers
+}
+
+func newRuleState(r *rules.Rule, c ruleCounters) ruleState {
+	p := headers.Policy{Name: r.Name, Quota: r.Limit, Window: r.Period}
+	return ruleState{
+		Rule:       r,
+		policy:     p,
+		policyText: string(headers.AppendPolicy(nil, p)),
+		outcomes:   c,
+		top:        newTopTalkers(),
+	}
 }
 
 // New returns a Proxy serving opts.Table.
@@ -228,139 +272,10 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 	return st, nil
 }
 
-// FramingRefused counts a request the framing guard (guard.Listener)
-// refused for its framing; give it to guard.ListenerOptions.OnReject.
-func (p *Proxy) FramingRefused() { p.metrics.framing.Inc() }
-
-// ConnectionsOpen follows the connections open on the framing guard; give
-// it to guard.ListenerOptions.OnConnections.
-func (p *Proxy) ConnectionsOpen(delta int) { p.metrics.connsOpen.Add(float64(delta)) }
-
-// ConnectionsCapped counts a connection that arrived at the framing guard's
-// connection cap of maxConns, and logs it at most once a second (a flood at
-// the cap would otherwise log a line per connection). closedIdle tells
-// whether an idle keep-alive connection was closed to admit it. Call it
-// from guard.ListenerOptions.OnCapped with the fields of the CapEvent.
-func (p *Proxy) ConnectionsCapped(maxConns int, closedIdle bool) {
-	p.metrics.capped.Inc()
-	suppressed, ok := p.capLog.allow(p.now())
-	if !ok {
-		return
-	}
-	p.log.Warn("connection cap reached: closing idle keep-alive connections, then accepting none until one closes",
-		"max_connections", maxConns, "closed_idle", closedIdle, "suppressed", suppressed)
-}
-
-// onceASecond lets an event through at most once a second and counts the
-// others. It is safe for concurrent use; the zero value is ready.
-type onceASecond struct {
-	mu         sync.Mutex
-	last       time.Time // when an event last went through; zero for never
-	suppressed int       // events held back since then
-}
-
-// allow reports whether the event at now goes through and, if it does, how
-// many were held back since the last one that did.
-func (o *onceASecond) allow(now time.Time) (suppressed int, ok bool) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	// A clock that went back lets the event through rather than hold
-	// every event back until it catches up.
-	if !o.last.IsZero() && !now.Before(o.last) && now.Before(o.last.Add(time.Second)) {
-		o.suppressed++
-		return 0, false
-	}
-	o.last, suppressed, o.suppressed = now, o.suppressed, 0
-	return suppressed, true
-}
-
 // domain returns the domain named name, or nil.
 func (st *state) domain(name string) *domain {
 	if rd, ok := st.table.Domain(name); ok {
 		return st.domains[rd.Index]
 	}
 	return nil
-}
-
-// ServeHTTP decides and serves one request.
-func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r = p.screen(w, r); r == nil { // guard.go: refused requests are never forwarded
-		return
-	}
-	now := p.now()
-	st := p.state.Load()
-	// The host is normalised once: the domain is looked up by it and
-	// rules keyed by host count it.
-	host, validHost := rules.NormalizeHost(r.Host)
-	rd, ok := st.table.LookupHost(host)
-	if !ok {
-		p.misdirected(w, validHost)
-		return
-	}
-	d := st.domains[rd.Index]
-	if d.store != nil {
-		f, ok := p.limit(w, r, st, d, host, now)
-		if !ok {
-			return
-		}
-		if f != nil {
-			if d.Respond != nil {
-				f.set(w.Header())
-			} else {
-				// The origin's response may carry fields of its own: the
-				// forwarder merges ours into it (see fields.merge).
-				r = r.WithContext(context.WithValue(r.Context(), fieldsKey{}, f))
-			}
-		}
-	}
-	r, release := p.readBody(w, r, st, d) // body.go: 413, buffering
-	if r == nil {
-		return
-	}
-	defer release()
-	d.requests.served.Inc()
-	if d.Respond == nil {
-		p.inFlight.Add(1)
-		defer p.inFlight.Add(-1)
-	}
-	d.upstream.ServeHTTP(w, r)
-}
-
-// misdirected answers a request whose Host no domain claims: 421, or 400 if
-// the Host is not a valid host at all (validHost false). It is never forwarded.
-func (p *Proxy) misdirected(w http.ResponseWriter, validHost bool) {
-	p.metrics.misdirected.Inc()
-	if !validHost {
-		writeText(w, http.StatusBadRequest, "bad request: invalid host\n")
-		return
-	}
-	writeText(w, http.StatusMisdirectedRequest, "misdirected request: no site is configured for this host\n")
-}
-
-// fieldsKey carries a request's rate-limit fields to the forwarder.
-type fieldsKey struct{}
-
-// writeText writes a short plain-text response.
-func writeText(w http.ResponseWriter, status int, body string) {
-	h := w.Header()
-	h["Content-Type"] = []string{"text/plain; charset=utf-8"}
-	h["X-Content-Type-Options"] = []string{"nosniff"}
-	w.WriteHeader(status)
-	_, _ = w.Write([]byte(body))
-}
-
-// staticResponder serves a domain's fixed response.
-func staticResponder(resp *rules.Response) http.Handler {
-	body := []byte(resp.Body)
-	// One shared value slice: net/http never modifies it, and Add on it
-	// reallocates (its capacity is 1), so sharing is safe and saves an
-	// allocation per response.
-	contentType := []string{resp.ContentType}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header()["Content-Type"] = contentType
-		w.WriteHeader(resp.Status)
-		if r.Method != http.MethodHead {
-			_, _ = w.Write(body)
-		}
-	})
 }

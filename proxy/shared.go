@@ -2,15 +2,11 @@ package proxy
 
 import (
 	"fmt"
-	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/edgerate/edge/cluster"
-	"github.com/edgerate/edge/headers"
 	"github.com/edgerate/edge/rules"
-	"github.com/edgerate/edge/window"
 )
 
 // Counting shared by the nodes of a PoP through Redis (cluster.store:
@@ -18,7 +14,8 @@ import (
 // its lifetime: a reload never makes another (changes to the cluster section
 // need a restart), so reloads cannot leak Redis clients or their goroutines.
 // Each configuration gives each domain with rules a cluster.Domain as its
-// window.Counter, in place of the domain's own window.Store.
+// window.Counter, in place of the domain's own window.Store; a request
+// its counter cannot decide is answered by unavailable (refuse.go).
 
 // newCluster makes the Proxy's Redis client for table t, or nil in local
 // mode.
@@ -76,22 +73,6 @@ func (st *state) closeShared() {
 			c.Close()
 		}
 	}
-}
-
-// unavailable answers a request that its domain's counter could not decide
-// (Redis out of reach under on_store_failure: closed): 503 with a
-// Retry-After of retry, the time until Redis is tried again (at least 1 s).
-// What the request's earlier rules counted is given back where Redis still
-// answers.
-func (p *Proxy) unavailable(w http.ResponseWriter, d *domain, vs []verdict, tally window.Tally, retry time.Duration, now time.Time) {
-	refund(d, vs, tally, now)
-	endTally(d, tally, true)
-	d.requests.unavailable.Inc()
-	h := w.Header()
-	headers.SetRetryAfter(h, retry)
-	h["Cache-Control"] = []string{"no-store"}
-	writeText(w, http.StatusServiceUnavailable, "rate limit store unavailable: retry in "+
-		strconv.FormatInt(headers.RetryAfterSeconds(retry), 10)+"s\n")
 }
 
 // Close releases what the Proxy holds beyond memory: the Redis client and

@@ -3,11 +3,29 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"strings"
 
 	"github.com/edgerate/edge/rules"
 )
+
+// identify derives what r's rules may key it by, in one step: the client's
+// address as rules count it (from the peer, or X-Forwarded-For from a
+// trusted proxy; see ClientIP), the cleaned path, host (normalised by
+// route) and header fields.
+func (p *Proxy) identify(r *http.Request, st *state, host string) rules.KeySource {
+	id := st.clientIP.Resolve(r.RemoteAddr, r.Header.Values("X-Forwarded-For"))
+	if id.XFFMalformed {
+		p.metrics.xffMalformed.Inc()
+	}
+	return rules.KeySource{
+		Client: rules.ClientPrefix(id.Key, st.table.IPv6Prefix),
+		Path:   rules.CleanPath(r.URL.Path),
+		Host:   host,
+		Header: r.Header,
+	}
+}
 
 // Limits on the X-Forwarded-For work done for one request from a trusted
 // peer. A header over either limit is treated like a malformed one: Client

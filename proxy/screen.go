@@ -1,15 +1,10 @@
 package proxy
 
 import (
-	"context"
-	"errors"
-	"io"
-	"net"
 	"net/http"
 	"net/textproto"
 	"strconv"
 	"strings"
-	"sync"
 )
 
 // This file screens requests for what net/http accepts but a gateway must
@@ -48,17 +43,17 @@ import (
 // Path case is not folded: path_prefix matches case-sensitively, as paths
 // are (RFC 3986 §6.2.2.1).
 
-// screen checks r's head before anything else looks at it. It returns the
-// request to serve, or nil if it has answered with 400 (501 for CONNECT)
-// and "Connection: close"; a refused request is never forwarded.
-func (p *Proxy) screen(w http.ResponseWriter, r *http.Request) *http.Request {
+// screen checks r's head before anything else looks at it. It reports
+// whether r may go on; if not, it has answered with 400 (501 for CONNECT)
+// and "Connection: close", and r is never forwarded.
+func (p *Proxy) screen(w http.ResponseWriter, r *http.Request) bool {
 	no := screenRequest(r)
 	if no.status == 0 {
-		return guardBody(r)
+		return true
 	}
 	p.metrics.refused.WithLabelValues(strconv.Itoa(no.status)).Inc()
 	no.answer(w)
-	return nil
+	return false
 }
 
 // A refusal is why edge will not serve a request; the zero value is none.
@@ -192,70 +187,4 @@ func forwardingAlias(name string) bool {
 		return true
 	}
 	return false
-}
-
-// guardBody wraps r's body so that a failed read can be told from an
-// origin failure (see errorLog.handle). It reads nothing: the body is
-// read, or buffered, only once the request is allowed (body.go).
-func guardBody(r *http.Request) *http.Request {
-	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
-		return r
-	}
-	gb := &guardedBody{rc: r.Body, r: r.Body}
-	// ReverseProxy hands its error handler a clone of the request with
-	// the body wrapped; the context is what survives.
-	r = r.WithContext(context.WithValue(r.Context(), guardedBodyKey{}, gb))
-	r.Body = gb
-	return r
-}
-
-// guardedBodyKey carries a request's guardedBody in its context.
-type guardedBodyKey struct{}
-
-// guardedBody is a request body that remembers its first read error.
-type guardedBody struct {
-	rc io.ReadCloser // the server's body
-	r  io.Reader     // what Read reads: rc, or a buffered part first (body.go)
-
-	mu  sync.Mutex
-	err error
-}
-
-func (b *guardedBody) Read(p []byte) (int, error) {
-	n, err := b.r.Read(p)
-	if err != nil && err != io.EOF {
-		b.mu.Lock()
-		if b.err == nil {
-			b.err = err
-		}
-		b.mu.Unlock()
-	}
-	return n, err
-}
-
-func (b *guardedBody) Close() error { return b.rc.Close() }
-
-// bodyError returns the error the client's body failed with, or nil.
-func bodyError(r *http.Request) error {
-	b, ok := r.Context().Value(guardedBodyKey{}).(*guardedBody)
-	if !ok {
-		return nil
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.err
-}
-
-// bodyRefusal is the answer to a request whose body could not be read:
-// 413 when it was over the domain's max_request_body, 408 when the client
-// was too slow, 400 when it sent broken framing or stopped early.
-func bodyRefusal(err error) refusal {
-	var ne net.Error
-	if errors.Is(err, errBodyTooLarge) {
-		return refusal{http.StatusRequestEntityTooLarge, "request body over the size limit"}
-	}
-	if errors.As(err, &ne) && ne.Timeout() {
-		return refusal{http.StatusRequestTimeout, "request body not received in time"}
-	}
-	return badRequest("malformed or incomplete request body")
 }

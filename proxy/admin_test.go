@@ -1,0 +1,112 @@
+package proxy
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestAdminAPI(t *testing.T) {
+	origin, _ := newOrigin(t, "a")
+	penalty := rule("per-ip", 2, time.Minute)
+	penalty.MitigationTimeout = 10 * time.Minute
+	byKey := rule("per-key", 100, time.Minute)
+	byKey.Key = []string{"header:X-Api-Key", "ip"}
+	cfg := oneDomain(origin.URL, penalty, byKey)
+	cfg.ClientIP.TrustedProxies = []string{"127.0.0.1/32"}
+	e := newEnv(t, cfg)
+	admin := httptest.NewServer(e.proxy.AdminHandler())
+	t.Cleanup(admin.Close)
+	call := func(method, path string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, admin.URL+path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	send := func(xff string, n int) {
+		for range n {
+			e.do("GET", "api.example.com", "/", map[string]string{"X-Forwarded-For": xff, "X-Api-Key": "k1"}, "")
+		}
+	}
+	send("203.0.113.7", 5)  // 2 allowed, then mitigated
+	send("198.51.100.1", 1) // light
+	send("2001:db8:1:2::7", 3)
+
+	code, body := call("GET", "/v1/keys/api.example.com/per-ip/203.0.113.7")
+	var ks keyState
+	if err := json.Unmarshal([]byte(body), &ks); code != 200 || err != nil {
+		t.Fatalf("GET key: %d %s", code, body)
+	}
+	if ks.Current != 2 || ks.Remaining != 0 || ks.MitigatedUntil == nil || ks.RetryAfter != 600 {
+		t.Errorf("key state = %+v, want 2 counted, mitigated for 600s", ks)
+	}
+	// IPv6 clients are keyed by their /64: any address inside it, or the
+	// prefix, names the key.
+	for _, k := range []string{"2001:db8:1:2::/64", "2001:db8:1:2::99"} {
+		if code, body := call("GET", "/v1/keys/api.example.com/per-ip/"+k); code != 200 || !strings.Contains(body, `"current": 2`) {
+			t.Errorf("GET IPv6 key %s: %d %s", k, code, body)
+		}
+	}
+	if code, _ := call("GET", "/v1/keys/api.example.com/per-key/k1|203.0.113.7"); code != 200 {
+		t.Errorf("GET two-part key: %d", code)
+	}
+
+	code, body = call("GET", "/v1/top/api.example.com/per-ip?n=2")
+	var top []keyState
+	if err := json.Unmarshal([]byte(body), &top); code != 200 || err != nil || len(top) != 2 {
+		t.Fatalf("GET top: %d %s", code, body)
+	}
+	if top[0].Key != "203.0.113.7" || top[0].Count != 5 || top[0].Blocked != 3 || top[1].Key != "2001:db8:1:2::/64" {
+		t.Errorf("top = %+v, want 203.0.113.7 (5 seen, 3 blocked) then 2001:db8:1:2::/64", top)
+	}
+
+	if code, _ := call("DELETE", "/v1/keys/api.example.com/per-ip/203.0.113.7"); code != 204 {
+		t.Errorf("DELETE key: %d, want 204", code)
+	}
+	if resp, _ := e.do("GET", "api.example.com", "/", map[string]string{"X-Forwarded-For": "203.0.113.7"}, ""); resp.StatusCode != 200 {
+		t.Errorf("after DELETE the client is still refused: %d", resp.StatusCode)
+	}
+
+	errorCases := []struct {
+		method, path string
+		want         int
+	}{
+		{"GET", "/v1/keys/nope.example/per-ip/1.2.3.4", 404},
+		{"GET", "/v1/keys/api.example.com/nope/1.2.3.4", 404},
+		{"GET", "/v1/keys/api.example.com/per-ip/192.0.2.1", 404}, // never seen
+		{"DELETE", "/v1/keys/api.example.com/per-ip/192.0.2.1", 404},
+		{"GET", "/v1/keys/api.example.com/per-ip/not-an-ip", 400},
+		{"GET", "/v1/keys/api.example.com/per-key/only-one-part", 400},
+		{"GET", "/v1/top/api.example.com/per-ip?n=0", 400},
+		{"GET", "/v1/top/api.example.com/per-ip?n=x", 400},
+		{"POST", "/v1/config", 405},
+		{"GET", "/v1/nothing", 404},
+	}
+	for _, c := range errorCases {
+		if code, body := call(c.method, c.path); code != c.want || !strings.Contains(body, `"error"`) {
+			t.Errorf("%s %s: got %d %s, want %d with a JSON error", c.method, c.path, code, body, c.want)
+		}
+	}
+
+	code, body = call("GET", "/v1/config")
+	var cv configView
+	if err := json.Unmarshal([]byte(body), &cv); code != 200 || err != nil {
+		t.Fatalf("GET config: %d %v", code, err)
+	}
+	if len(cv.Domains) != 1 || len(cv.Domains[0].Rules) != 2 || !slices.Equal(cv.Domains[0].Rules[1].Key, []string{"header:X-Api-Key", "ip"}) {
+		t.Errorf("config view = %+v", cv.Domains)
+	}
+	if cv.Hash != "" && !strings.Contains(body, `"last_load"`) {
+		t.Errorf("config view lacks last_load")
+	}
+}

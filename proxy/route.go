@@ -1,0 +1,33 @@
+package proxy
+
+import (
+	"net/http"
+
+	"github.com/edgerate/edge/rules"
+)
+
+// route finds the domain that serves r's Host. It returns the domain and
+// the host normalised, or nil if it has answered: no domain claims the
+// host (misdirected).
+func (p *Proxy) route(w http.ResponseWriter, r *http.Request, st *state) (*domain, string) {
+	// The host is normalised once: the domain is looked up by it and
+	// rules keyed by host count it.
+	host, validHost := rules.NormalizeHost(r.Host)
+	rd, ok := st.table.LookupHost(host)
+	if !ok {
+		p.misdirected(w, validHost)
+		return nil, ""
+	}
+	return st.domains[rd.Index], host
+}
+
+// misdirected answers a request whose Host no domain claims: 421, or 400 if
+// the Host is not a valid host at all (validHost false). It is never forwarded.
+func (p *Proxy) misdirected(w http.ResponseWriter, validHost bool) {
+	p.metrics.misdirected.Inc()
+	if !validHost {
+		writeText(w, http.StatusBadRequest, "bad request: invalid host\n")
+		return
+	}
+	writeText(w, http.StatusMisdirectedRequest, "misdirected request: no site is configured for this host\n")
+}

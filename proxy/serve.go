@@ -1,0 +1,32 @@
+package proxy
+
+import "net/http"
+
+// ServeHTTP carries one request through edge. Each step is one function in
+// its own file, called here in the order the request passes them; a step
+// that answers the request itself returns nil (or false), and the request
+// goes no further.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !p.screen(w, r) { // screen.go: refused requests are never forwarded
+		return
+	}
+	now := p.now()
+	st := p.state.Load()
+	d, host := p.route(w, r, st) // route.go: 421, or 400 for an invalid Host
+	if d == nil {
+		return
+	}
+	if d.store != nil {
+		src := p.identify(r, st, host) // identify.go
+		// limit.go decides; refuse.go answers what a rule blocks.
+		if r = p.limit(w, r, d, &src, now); r == nil {
+			return
+		}
+	}
+	r, release := p.readBody(w, r, st, d) // body.go: 413, buffering
+	if r == nil {
+		return
+	}
+	defer release()
+	p.forward(w, r, d) // forward.go
+}

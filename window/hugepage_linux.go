@@ -1,3 +1,5 @@
+//go:build linux && !nohugepage
+
 package window
 
 import (

@@ -1,3 +1,5 @@
+//go:build !lockfree
+
 package window
 
 import (
@@ -60,12 +62,8 @@ func (s *Store) Merge(k Key, start time.Time, prev, curr int64) bool {
 		if sh.live >= sh.limit || !s.take() {
 			return false
 		}
-		sh.seq.Add(1)
 		i = sh.insert(k.fp, counters{win: uint32(w)})
-		sh.seq.Add(1)
 	}
-	sh.lock(i)
-	defer sh.unlock(i)
 	ent := &sh.slots[i].counters
 	switch d := int64(int32(uint32(w) - ent.win)); {
 	case d > 0:

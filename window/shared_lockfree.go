@@ -1,0 +1,143 @@
+//go:build lockfree
+
+package window
+
+import (
+	"math"
+	"time"
+)
+
+// This file holds what a store shared between several nodes (package
+// cluster) needs from a node's own Store: deciding with a smaller limit while
+// the shared store is out of reach, taking in the counts the other nodes
+// made, and describing a decision that the shared store made.
+
+// AllowLimit is Allow with limit in place of the rule's own limit (at least
+// 1; larger than the rule's limit counts as the rule's limit). A node that
+// cannot reach the store its PoP shares decides with its share of the limit.
+// Its blocks are not cached for Allow, which judges by the full limit; Refund
+// takes its counts back as it does Allow's.
+func (s *Store) AllowLimit(k Key, now time.Time, limit int64) Decision {
+	p := &s.params[k.fp>>56]
+	l := p.limit
+	if limit < int64(l) {
+		l = uint64(max(limit, 1))
+	}
+	var d Decision
+	s.decide(k, p, s.shard(k.fp), now.UnixNano(), l, &d)
+	return d
+}
+
+// Merge raises k's counters to at least curr requests in the period that
+// starts at start and prev in the period before it: counts a shared store
+// holds for the whole PoP, so that this store's decisions see the requests
+// other nodes counted. Counts are never lowered (a count this node made and
+// has not yet shared stays), and saturate at 2³²−1. Counts for a period
+// this store has already moved past are ignored, as is a k that is not
+// tracked and finds no free slot (Merge never evicts). It reports whether
+// the counts were taken in.
+//
+// Raising counts can only make decisions stricter, so a block the store has
+// cached for k stays right; Merge may be called at any time, concurrently
+// with Allow.
+func (s *Store) Merge(k Key, start time.Time, prev, curr int64) bool {
+	p := &s.params[k.fp>>56]
+	t := start.UnixNano()
+	w := t / p.period
+	if t%p.period < 0 {
+		w--
+	}
+	if w < p.current.Load()-1 {
+		return false // over before the latest period this store has seen began
+	}
+	pc, cc := satCount(prev), satCount(curr)
+	sh := s.shard(k.fp)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i := sh.find(k.fp)
+	if i < 0 {
+		if pc == 0 && cc == 0 {
+			return false
+		}
+		if sh.live >= sh.limit || !s.take() {
+			return false
+		}
+		sh.seq.Add(1)
+		i = sh.insert(k.fp, counters{win: uint32(w)})
+		sh.seq.Add(1)
+	}
+	sh.lock(i)
+	defer sh.unlock(i)
+	ent := &sh.slots[i].counters
+	switch d := int64(int32(uint32(w) - ent.win)); {
+	case d > 0:
+		p.advance(ent, w, 0) // the merged counts are newer: move on to them
+	case d == -1:
+		// The entry is one period further on: the merged current period
+		// is its previous one.
+		ent.prev = max(ent.prev, cc)
+		return true
+	case d < -1:
+		return false
+	}
+	ent.prev = max(ent.prev, pc)
+	ent.curr = max(ent.curr, cc)
+	return true
+}
+
+func satCount(n int64) uint32 {
+	return uint32(min(max(n, 0), math.MaxUint32))
+}
+
+// Counts are a key's counters as a store shared between nodes reports them
+// after it judged one request, for Limit.Judge.
+type Counts struct {
+	// Allowed reports whether the shared store allowed the request.
+	Allowed bool
+	// Previous and Current are the requests counted in the previous and
+	// the current period, the judged request included if it was counted.
+	Previous, Current int64
+	// Elapsed is how far into the current period the request was judged,
+	// on the shared store's clock.
+	Elapsed time.Duration
+	// Mitigation is how long a mitigation in force (or started by this
+	// request) has left to run; zero if none.
+	Mitigation time.Duration
+}
+
+// Judge returns the Decision that Allow returns for a request judged as c
+// says: Remaining and Reset when it was allowed, the exact RetryAfter (at
+// least 1ns) when it was blocked. It is for counters kept in a shared store
+// that judges with the same estimate (estimate = prev×(P−e)/P + curr <
+// limit) and reports the counts it judged by. l must be valid, as New
+// requires; an invalid l gives the zero Decision. The Decision counted
+// nothing in any Store, so Refund ignores it.
+func (l Limit) Judge(c Counts) Decision {
+	var p params
+	prev, curr, e, ok := l.read(c, &p)
+	if !ok {
+		return Decision{}
+	}
+	if c.Allowed {
+		d := Decision{Allowed: true}
+		d.Remaining, d.Reset = p.quota(prev, curr, e, p.limit)
+		return d
+	}
+	mitigation := max(c.Mitigation, 0)
+	d := Decision{Mitigated: mitigation > 0}
+	d.RetryAfter = max(p.retry(prev, curr, e, p.limit), mitigation, 1)
+	d.Reset = d.RetryAfter
+	return d
+}
+
+// read prepares l in p and the counts of c for judging or describing them;
+// ok is false if l is invalid.
+func (l Limit) read(c Counts, p *params) (prev, curr uint32, e int64, ok bool) {
+	if l.validate() != nil {
+		return 0, 0, 0, false
+	}
+	p.init(l)
+	prev, curr = satCount(c.Previous), satCount(c.Current)
+	e = min(max(int64(c.Elapsed), 0), p.period-1)
+	return prev, curr, e, true
+}

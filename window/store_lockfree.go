@@ -1,0 +1,710 @@
+//go:build lockfree
+
+package window
+
+import (
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"math"
+	"math/bits"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Options configure a Store.
+type Options struct {
+	// Capacity is the most keys the store tracks at once; at least 1. Memory
+	// for all of them is reserved by New.
+	Capacity int
+	// Limits holds one Limit per rule, indexed by rule number; 1 to MaxRules.
+	Limits []Limit
+	// Shards is the number of independently locked shards, a power of two;
+	// 0 chooses one from Capacity.
+	Shards int
+	// SeedFrom, if set, gives the new store the hash seed of an existing
+	// one, so that Carry can move counters between them.
+	SeedFrom *Store
+}
+
+// Store holds sliding-window counters for the rules of one domain. It is
+// safe for concurrent use. The zero value is not usable; call New.
+//
+// When the store is full a new key takes the slot of one that holds no
+// information (both periods over, no mitigation) or, failing that, of the
+// least busy of a sample of keys, but only if that key's estimate is under
+// half its limit. Keys near or over their limit, and mitigated keys, are
+// never evicted: evicting them would hand an abusive client a fresh budget.
+// When no slot can be freed the new key is counted in its rule's shared
+// overflow counter until room frees up, so a flood of new keys is limited as
+// one client instead of pushing out the clients it competes with.
+type Store struct {
+	seed     maphash.Seed
+	params   []params
+	shards   []shard
+	shift    uint // 64 − log2(len(shards)): shard = hash >> shift
+	capacity int
+	overflow []overflow
+
+	live             atomic.Int64 // keys tracked, ≤ capacity
+	expiredEvictions atomic.Uint64
+	pressureEvicts   atomic.Uint64
+	overflowed       atomic.Uint64
+}
+
+type overflow struct {
+	mu sync.Mutex
+	c  counters
+}
+
+// shard is one Robin Hood table, with a small lock-free cache of blocked
+// keys in front of it.
+//
+// # Who may touch what
+//
+// A decision on a key the shard already tracks (nearly every decision) takes
+// no shard-wide lock: it finds the key's slot with atomic loads and locks
+// that entry alone, by setting lockBit in its fp with a compare-and-swap.
+// The only cache line it writes is the entry's own, so cores deciding for
+// different keys never pass a lock's cache line between them: at 10 million
+// keys a decision costs one memory access per core, not that plus a
+// transfer of a shard lock from the other core.
+//
+// Everything else takes the shard's mutex: inserting and removing keys,
+// which move entries (Robin Hood order keeps runs sorted by distance from
+// home, so an insert shifts a run forward and a removal shifts it back), and
+// the slower paths (Refund, Merge, Peek, Reset, Carry). Under the mutex, an
+// entry's counters are still read or changed only with the entry locked.
+// A writer that moves entries makes seq odd first and even again after, and
+// locks every occupied slot before it rewrites it. A lock-free decision
+// reads seq before its search and again once it holds the entry's lock: if
+// seq moved, the entry it locked may not be the one it looked for, so it
+// lets go and takes the mutex instead. It never waits for the mutex while
+// holding an entry, so the two kinds of lock cannot deadlock.
+//
+// The blocked-key cache makes the hottest key cheap: a key over its limit
+// under a rule that does not count blocked requests cannot change state
+// until its wait is over (its own requests are all blocked, and nothing else
+// touches its counters), so its decision is known in advance. Readers check
+// the cache with atomic loads only, so cores answering the same blocked key
+// share cache lines instead of fighting over the entry's. Only holders of
+// the mutex write the cache.
+//
+// The cache fills two cache lines, what every decision reads (seq, the
+// table, and which cache slots are in use) a third, and the mutex and what
+// only its holders use a fourth.
+type shard struct {
+	blocked [blockedSlots]blockedSlot
+	seq     atomic.Uint64 // odd while entries are being moved
+	slots   []entry
+	cached  atomic.Uint32 // bit i set: blocked[i] may hold a key
+	_       [28]byte
+	mu      sync.Mutex
+	live    int // occupied slots
+	limit   int // most occupied slots allowed (the store's capacity bounds the sum)
+	hand    int // where the next sweep or eviction sample starts
+	_       [32]byte
+}
+
+// blockedSlots is the size of a shard's blocked-key cache (direct-mapped).
+const blockedSlots = 8
+
+// blockedSlot caches "key fp is blocked until until". Written only under the
+// shard lock, read without it: see lookup for why two words suffice.
+type blockedSlot struct {
+	fp    atomic.Uint64
+	until atomic.Int64 // 2×(ns since the epoch) + 1 if mitigated: good to 2116
+}
+
+// lookup reports whether a cached block of fp holds at now, and if so
+// writes its decision to d. A writer stores fp=0, then until, then fp; a
+// reader loads fp, until, fp again and believes until only if both loads of
+// fp agree with its key. Any overwrite in between changes fp (to 0 at
+// least), so a torn read is always discarded.
+func (sh *shard) lookup(fp uint64, now int64, d *Decision) bool {
+	i := (fp >> 24) % blockedSlots
+	// The summary shares a cache line with what the decision reads next:
+	// when no block is cached there, the cache's own lines stay untouched.
+	if sh.cached.Load()&(1<<i) == 0 {
+		return false
+	}
+	b := &sh.blocked[i]
+	if b.fp.Load() != fp {
+		return false
+	}
+	until := b.until.Load()
+	if b.fp.Load() != fp || now >= until>>1 {
+		return false
+	}
+	wait := time.Duration(until>>1 - now)
+	*d = Decision{} // zeroed in place, then set field by field: see decide
+	d.RetryAfter, d.Reset, d.Mitigated = wait, wait, until&1 != 0
+	return true
+}
+
+// remember caches a block of fp until now+d.RetryAfter. Caller holds sh.mu
+// and fp's entry lock, so that no Refund can drop the count the block rests
+// on until the block is in the cache, where Refund's forget finds it.
+func (sh *shard) remember(fp uint64, now int64, d *Decision) {
+	until := (now + int64(d.RetryAfter)) << 1
+	if d.Mitigated {
+		until |= 1
+	}
+	i := (fp >> 24) % blockedSlots
+	b := &sh.blocked[i]
+	b.fp.Store(0)
+	b.until.Store(until)
+	b.fp.Store(fp)
+	sh.cached.Or(1 << i)
+}
+
+// forget drops any cached block of fp. Caller holds sh.mu.
+func (sh *shard) forget(fp uint64) {
+	i := (fp >> 24) % blockedSlots
+	if b := &sh.blocked[i]; b.fp.Load() == fp {
+		b.fp.Store(0)
+		sh.cached.And(^uint32(1 << i))
+	}
+}
+
+// loadNum/loadDen is the largest fraction of a shard's slots ever occupied.
+const loadNum, loadDen = 4, 5
+
+// shardSlack is how many slots each shard has beyond its share's: 16
+// slots of 24 bytes a shard is 0.04 bytes a key at 10 million keys.
+const shardSlack = 16
+
+// sampleSize is how many occupied slots an eviction looks at.
+const sampleSize = 16
+
+// evictBelow is the pressure (estimate ÷ limit) under which a live key may be
+// evicted for a new one.
+const evictBelow = 0.5
+
+// New returns a Store for opts, with all its memory reserved.
+func New(opts Options) (*Store, error) {
+	var errs []error
+	if opts.Capacity < 1 {
+		errs = append(errs, fmt.Errorf("window: capacity must be at least 1, got %d", opts.Capacity))
+	}
+	if n := len(opts.Limits); n < 1 || n > MaxRules {
+		errs = append(errs, fmt.Errorf("window: need 1 to %d limits, got %d", MaxRules, n))
+	}
+	for i, l := range opts.Limits {
+		if err := l.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("window: limits[%d]: %w", i, err))
+		}
+	}
+	if opts.Shards < 0 || opts.Shards&(opts.Shards-1) != 0 {
+		errs = append(errs, fmt.Errorf("window: shards must be a power of two, got %d", opts.Shards))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	n := opts.Shards
+	if n == 0 {
+		// At least 64 keys a shard, at most 1024 shards: enough locks that
+		// cores rarely meet, while each shard's share of the capacity is
+		// large enough that uneven hashing fills shards at similar times.
+		n = 1 << min(bits.Len(uint(opts.Capacity-1)>>6), 10)
+	}
+	n = min(n, 1<<(bits.Len(uint(opts.Capacity))-1)) // every shard holds a key
+	s := &Store{
+		seed:     seedOf(opts.SeedFrom),
+		params:   make([]params, len(opts.Limits)),
+		shards:   make([]shard, n),
+		shift:    uint(64 - bits.TrailingZeros(uint(n))), // 64 with one shard: x>>64 == 0
+		capacity: opts.Capacity,
+		overflow: make([]overflow, len(opts.Limits)),
+	}
+	for i, l := range opts.Limits {
+		s.params[i].init(l)
+	}
+	// Slots for each shard's share at a load of at most 4/5, plus a few so
+	// that small shards, whose fill varies most, have slack too; a shard may
+	// hold up to 9/10 of its slots (12.5% or more over its share) while the
+	// store as a whole has room, so that uneven hashing does not make shards
+	// evict before the store is full. All shards' slots are cut from one
+	// allocation, which large stores ask the kernel to back with huge pages:
+	// a lookup in a table far larger than the caches then costs one memory
+	// access instead of a page-table walk and a memory access.
+	share := func(i int) int {
+		if i < opts.Capacity%n {
+			return opts.Capacity/n + 1
+		}
+		return opts.Capacity / n
+	}
+	size := func(i int) int { return share(i)*loadDen/loadNum + shardSlack }
+	total := 0
+	for i := range n {
+		total += size(i)
+	}
+	slab := make([]entry, total)
+	adviseHugePages(slab)
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.slots, slab = slab[:size(i):size(i)], slab[size(i):]
+		sh.limit = max(size(i)*9/10, share(i))
+	}
+	return s, nil
+}
+
+func seedOf(s *Store) maphash.Seed {
+	if s != nil {
+		return s.seed
+	}
+	return maphash.MakeSeed()
+}
+
+// A Key identifies one client under one rule of a Store. Make it with
+// Store.Key or Store.KeyString; the zero Key is not valid.
+type Key struct{ fp uint64 }
+
+// Rule returns the rule number the key was made for.
+func (k Key) Rule() int { return int(k.fp >> 56) }
+
+// Key returns the key of client b under rule, a number below len(Limits).
+// It does not retain b. It panics if rule is out of range, which is a
+// programming error, not an input error.
+func (s *Store) Key(rule int, b []byte) Key {
+	return s.makeKey(rule, maphash.Bytes(s.seed, b))
+}
+
+// KeyString is Key for a string.
+func (s *Store) KeyString(rule int, str string) Key {
+	return s.makeKey(rule, maphash.String(s.seed, str))
+}
+
+func (s *Store) makeKey(rule int, h uint64) Key {
+	// Mix the rule's identity in so that one client's keys under several
+	// rules land in different shards and slots. (The index expression also
+	// checks that rule is one of the store's.)
+	h ^= (s.params[rule].identity + 1) * 0x9e3779b97f4a7c15
+	h ^= h >> 32
+	h *= 0xd6e8feb86659fd93
+	h ^= h >> 32
+	fp := uint64(rule)<<56 | h&hashMask
+	if fp&hashMask == 0 {
+		fp |= 1 // keep fp ≠ 0: zero marks an empty slot
+	}
+	return Key{fp: fp}
+}
+
+// An entry's fp is rule<<56 | lockBit | 55-bit hash.
+const (
+	lockBit  = 1 << 55
+	hashMask = lockBit - 1
+)
+
+func (s *Store) shard(fp uint64) *shard {
+	// The top bits of fp's bits 0–22 choose the shard (at most 1024 shards:
+	// bits 13–22), bits 23–54 the slot.
+	return &s.shards[(fp<<41)>>s.shift]
+}
+
+// Allow counts one request of k at now and reports whether it is within
+// its rule's limit. A blocked request changes nothing unless the rule counts
+// blocked requests or starts a mitigation.
+func (s *Store) Allow(k Key, now time.Time) (d Decision) {
+	p := &s.params[k.fp>>56]
+	t := now.UnixNano()
+	sh := s.shard(k.fp)
+	if !p.countBlocked && sh.lookup(k.fp, t, &d) {
+		return d
+	}
+	s.decide(k, p, sh, t, p.limit, &d)
+	return d
+}
+
+// decide judges a request of k at t with limit in place of p.limit: in
+// k's own entry if the shard has or can make room for it, else in the
+// rule's overflow counter.
+func (s *Store) decide(k Key, p *params, sh *shard, t int64, limit uint64, d *Decision) {
+	w, e := p.position(t)
+	if sh.allowTracked(k.fp, p, w, e, t, limit, d) || sh.allow(s, k.fp, p, w, e, t, limit, d) {
+		return
+	}
+	s.overflowed.Add(1)
+	o := &s.overflow[k.fp>>56]
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	p.decide(&o.c, w, e, limit, d)
+	d.Overflow = true
+}
+
+// cacheable reports whether a block may be cached: only blocks under the
+// rule's own limit, since the cache answers Allow, and only where a blocked
+// request changes nothing.
+func cacheable(d *Decision, p *params, limit uint64) bool {
+	return !d.Allowed && !p.countBlocked && limit == p.limit
+}
+
+// allowTracked decides for fp without the shard's mutex if the shard tracks
+// fp and no writer is moving entries. It reports false, having changed
+// nothing, when the caller must take the mutex (see shard).
+func (sh *shard) allowTracked(fp uint64, p *params, w, e, now int64, limit uint64, d *Decision) bool {
+	seq := sh.seq.Load()
+	if seq&1 != 0 {
+		return false
+	}
+	i := sh.find(fp)
+	if i < 0 || !sh.tryLock(i, fp) {
+		return false
+	}
+	ent := &sh.slots[i]
+	if sh.seq.Load() != seq {
+		atomic.StoreUint64(&ent.fp, fp)
+		return false
+	}
+	p.decide(&ent.counters, w, e, limit, d)
+	// Caching is best effort: never wait for the mutex holding an entry.
+	if cacheable(d, p, limit) && sh.mu.TryLock() {
+		sh.remember(fp, now, d)
+		sh.mu.Unlock()
+	}
+	atomic.StoreUint64(&ent.fp, fp)
+	return true
+}
+
+// allow decides for fp under the shard's mutex, making room for it if the
+// shard does not track it. It reports false if no room could be made.
+func (sh *shard) allow(s *Store, fp uint64, p *params, w, e, now int64, limit uint64, d *Decision) bool {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i := sh.find(fp)
+	if i < 0 {
+		sh.seq.Add(1)
+		i = sh.admit(s, fp, uint32(w), now)
+		sh.seq.Add(1)
+		if i < 0 {
+			return false
+		}
+	}
+	sh.lock(i)
+	p.decide(&sh.slots[i].counters, w, e, limit, d)
+	if cacheable(d, p, limit) {
+		sh.remember(fp, now, d)
+	}
+	sh.unlock(i)
+	return true
+}
+
+// admit inserts fp with empty counters at period win if the store has room
+// or the shard can make some, and returns its slot, or -1. The caller holds
+// sh.mu and has made seq odd.
+func (sh *shard) admit(s *Store, fp uint64, win uint32, now int64) int {
+	sh.sweep(s, now)
+	switch {
+	case sh.live < sh.limit && s.take():
+	case sh.live > 0 && sh.makeRoom(s, now):
+		// The freed slot's unit of capacity passes to the new key.
+	default:
+		return -1
+	}
+	return sh.insert(fp, counters{win: win})
+}
+
+// tryLock locks slot i if it holds fp, waiting while another goroutine holds
+// it. It reports false if slot i holds another key (a writer moved fp).
+func (sh *shard) tryLock(i int, fp uint64) bool {
+	p := &sh.slots[i].fp
+	for {
+		switch atomic.LoadUint64(p) {
+		case fp:
+			if atomic.CompareAndSwapUint64(p, fp, fp|lockBit) {
+				return true
+			}
+		case fp | lockBit:
+			// Wait reading, not writing, so that the holder keeps the line.
+			backoff()
+		default:
+			return false
+		}
+	}
+}
+
+// lock locks occupied slot i, waiting while another goroutine holds it.
+// Caller holds sh.mu, so the slot's key cannot change.
+func (sh *shard) lock(i int) {
+	p := &sh.slots[i].fp
+	for {
+		if v := atomic.LoadUint64(p); v&lockBit == 0 && atomic.CompareAndSwapUint64(p, v, v|lockBit) {
+			return
+		}
+		backoff()
+	}
+}
+
+// unlock unlocks slot i, locked by this goroutine. Caller holds sh.mu.
+func (sh *shard) unlock(i int) {
+	p := &sh.slots[i].fp
+	atomic.StoreUint64(p, atomic.LoadUint64(p)&^lockBit)
+}
+
+// backoff waits a little for an entry lock, yielding the processor: holders
+// keep it for tens of nanoseconds unless descheduled, and a waiter that
+// yields leaves the holder's cache line alone meanwhile.
+func backoff() {
+	runtime.Gosched()
+}
+
+// counters reads slot i's counters, locking it meanwhile. Caller holds sh.mu.
+func (sh *shard) counters(i int) counters {
+	sh.lock(i)
+	c := sh.slots[i].counters
+	sh.unlock(i)
+	return c
+}
+
+// Refund takes back a request that d counted for k, for a request finally
+// blocked by another rule: a blocked request must not use up quota. It
+// returns d with Remaining and Reset as they are after the refund, at now.
+// It changes nothing if d counted nothing, or if k's period has moved on.
+func (s *Store) Refund(k Key, d Decision, now time.Time) Decision {
+	if !d.counted {
+		return d
+	}
+	d.counted = false
+	p := &s.params[k.fp>>56]
+	t := now.UnixNano()
+	if d.Overflow {
+		o := &s.overflow[k.fp>>56]
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		return p.refund(&o.c, d, t)
+	}
+	sh := s.shard(k.fp)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i := sh.find(k.fp)
+	if i < 0 {
+		return d
+	}
+	sh.lock(i)
+	defer sh.unlock(i)
+	// A block cached by a concurrent request may rest on the count being
+	// taken back: drop it so the next request is judged afresh.
+	sh.forget(k.fp)
+	return p.refund(&sh.slots[i].counters, d, t)
+}
+
+func (p *params) refund(ent *counters, d Decision, now int64) Decision {
+	if ent.win != d.win || ent.curr == 0 || ent.curr == math.MaxUint32 {
+		return d
+	}
+	ent.curr--
+	if d.Allowed {
+		view := *ent
+		w, e := p.position(now)
+		e = p.advance(&view, w, e)
+		d.Remaining, d.Reset = p.quota(view.prev, view.curr, e, p.limit)
+	}
+	return d
+}
+
+// take reserves room for one more key in the store, if there is any.
+func (s *Store) take() bool {
+	if s.live.Add(1) > int64(s.capacity) {
+		s.live.Add(-1)
+		return false
+	}
+	return true
+}
+
+// Len returns the number of keys tracked now, including keys whose
+// information has expired but whose slots have not been reused yet.
+func (s *Store) Len() int { return int(s.live.Load()) }
+
+// Capacity returns the most keys the store tracks at once.
+func (s *Store) Capacity() int { return s.capacity }
+
+// Stats counts what the store did to stay within its capacity.
+type Stats struct {
+	// ExpiredReclaimed counts slots reused because their key held no
+	// information any more.
+	ExpiredReclaimed uint64
+	// Evicted counts live keys, all under half their limit, removed to make
+	// room for a new key.
+	Evicted uint64
+	// Overflowed counts requests counted in a rule's shared overflow counter
+	// because no slot could be freed.
+	Overflowed uint64
+}
+
+// Stats returns the store's counters since New.
+func (s *Store) Stats() Stats {
+	return Stats{
+		ExpiredReclaimed: s.expiredEvictions.Load(),
+		Evicted:          s.pressureEvicts.Load(),
+		Overflowed:       s.overflowed.Load(),
+	}
+}
+
+// home is the slot fp (with or without lockBit) would occupy in an empty
+// table.
+func (sh *shard) home(fp uint64) int {
+	return int((uint64(uint32(fp>>23)) * uint64(len(sh.slots))) >> 32)
+}
+
+// dist is how far slot i is from fp's home, wrapping around.
+func (sh *shard) dist(fp uint64, i int) int {
+	d := i - sh.home(fp)
+	if d < 0 {
+		d += len(sh.slots)
+	}
+	return d
+}
+
+// fp loads slot i's fp, without lockBit.
+func (sh *shard) fp(i int) uint64 {
+	return atomic.LoadUint64(&sh.slots[i].fp) &^ lockBit
+}
+
+// find returns the slot holding fp, or -1. Robin Hood order lets it stop at
+// the first slot whose occupant is closer to home than fp would be. Without
+// sh.mu the answer may be stale: see shard.
+func (sh *shard) find(fp uint64) int {
+	n := len(sh.slots)
+	i := sh.home(fp)
+	for d := 0; ; d++ {
+		got := sh.fp(i)
+		if got == fp {
+			return i
+		}
+		if got == 0 || sh.dist(got, i) < d {
+			return -1
+		}
+		if i++; i == n {
+			i = 0
+		}
+	}
+}
+
+// insert places fp, which must not be present, with counters c and returns
+// its slot. The caller holds sh.mu, has made seq odd and ensures there is
+// room.
+func (sh *shard) insert(fp uint64, c counters) int {
+	n := len(sh.slots)
+	i, d, at := sh.home(fp), 0, -1
+	for {
+		cur := &sh.slots[i]
+		got := sh.fp(i)
+		if got == 0 {
+			// Nobody locks an empty slot: fill it, then publish its key.
+			cur.counters = c
+			atomic.StoreUint64(&cur.fp, fp)
+			sh.live++
+			if at < 0 {
+				at = i
+			}
+			return at
+		}
+		if cd := sh.dist(got, i); cd < d {
+			// Take from the rich: the displaced entry moves on.
+			sh.lock(i)
+			c, cur.counters = cur.counters, c
+			atomic.StoreUint64(&cur.fp, fp) // and unlocks
+			fp = got
+			if at < 0 {
+				at = i
+			}
+			d = cd
+		}
+		if i++; i == n {
+			i = 0
+		}
+		d++
+	}
+}
+
+// remove empties slot i and shifts the following run back one place, so no
+// tombstones are needed. The caller holds sh.mu and slot i's lock, and has
+// made seq odd.
+func (sh *shard) remove(i int) {
+	n := len(sh.slots)
+	for {
+		j := i + 1
+		if j == n {
+			j = 0
+		}
+		next := sh.fp(j)
+		if next == 0 || sh.dist(next, j) == 0 {
+			break
+		}
+		sh.lock(j)
+		sh.slots[i].counters = sh.slots[j].counters
+		atomic.StoreUint64(&sh.slots[i].fp, next) // and unlocks
+		i = j
+	}
+	sh.slots[i].counters = counters{}
+	atomic.StoreUint64(&sh.slots[i].fp, 0)
+	sh.live--
+}
+
+// sweep reclaims expired entries among the next two slots at the hand, so
+// that tracked keys track live clients without a goroutine scanning the
+// table. The caller holds sh.mu and has made seq odd.
+func (sh *shard) sweep(s *Store, now int64) {
+	for range 2 {
+		i := sh.hand
+		if sh.hand++; sh.hand == len(sh.slots) {
+			sh.hand = 0
+		}
+		fp := sh.fp(i)
+		if fp == 0 {
+			continue
+		}
+		sh.lock(i)
+		if s.params[fp>>56].expired(sh.slots[i].counters, now) {
+			sh.remove(i)
+			s.live.Add(-1)
+			s.expiredEvictions.Add(1)
+		} else {
+			sh.unlock(i)
+		}
+	}
+}
+
+// makeRoom frees one slot of the shard for a new key, keeping its unit of
+// the store's capacity for it: the first expired entry in a
+// sample from the hand, else the least pressed sampled entry if it is under
+// evictBelow. It reports whether a slot was freed. The caller holds sh.mu
+// and has made seq odd.
+func (sh *shard) makeRoom(s *Store, now int64) bool {
+	best, bestPressure := -1, math.Inf(1)
+	for seen, i := 0, sh.hand; seen < min(sampleSize, sh.live); {
+		at := i
+		if i++; i == len(sh.slots) {
+			i = 0
+		}
+		fp := sh.fp(at)
+		if fp == 0 {
+			continue
+		}
+		seen++
+		p := &s.params[fp>>56]
+		c := sh.counters(at)
+		if p.expired(c, now) {
+			sh.hand = i
+			sh.lock(at)
+			sh.remove(at)
+			s.expiredEvictions.Add(1)
+			return true
+		}
+		if pr := p.pressure(c, now); pr < bestPressure {
+			best, bestPressure = at, pr
+		}
+	}
+	// Move the hand on so that the next sample looks at other keys.
+	sh.hand = (sh.hand + sampleSize) % len(sh.slots)
+	if best < 0 || bestPressure >= evictBelow {
+		return false
+	}
+	// With seq odd nobody has changed the sampled counters since.
+	sh.lock(best)
+	sh.remove(best)
+	s.pressureEvicts.Add(1)
+	return true
+}

@@ -31,21 +31,7 @@ import (
 //	go test -run='^$' -bench=Refuse -cpu 1,2 -count 10 ./proxy/
 func BenchmarkRefuse(b *testing.B) {
 	const clients = 100_000
-	table, err := rules.Compile(rules.Config{
-		Domains: []rules.DomainConfig{{
-			Hosts:   []string{"api.example.com"},
-			Respond: &rules.ResponseConfig{Body: "ok"},
-			Rules:   []rules.RuleConfig{{Name: "per-ip", Limit: 1, Period: time.Minute}},
-		}},
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	now := time.Unix(1_800_000_000, 0)
-	p, err := New(Options{Table: table, Now: func() time.Time { return now }})
-	if err != nil {
-		b.Fatal(err)
-	}
+	p := benchProxy(b, rules.RuleConfig{Name: "per-ip", Limit: 1, Period: time.Minute})
 	defer p.Close()
 	addrs := make([]string, clients)
 	for i := range addrs {

@@ -1,5 +1,3 @@
-//go:build linux && !nohugepage
-
 package window
 
 import (

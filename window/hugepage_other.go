@@ -1,4 +1,4 @@
-//go:build !linux || nohugepage
+//go:build !linux
 
 package window
 

@@ -1,5 +1,3 @@
-//go:build !lockfree
-
 package window
 
 import (

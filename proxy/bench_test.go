@@ -35,22 +35,7 @@ func BenchmarkServeHTTP(b *testing.B) {
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
-			r := rules.RuleConfig{Name: "per-ip", Limit: c.limit, Period: time.Minute, Headers: c.headers}
-			table, err := rules.Compile(rules.Config{
-				Domains: []rules.DomainConfig{{
-					Hosts:   []string{"api.example.com"},
-					Respond: &rules.ResponseConfig{Body: "ok"},
-					Rules:   []rules.RuleConfig{r},
-				}},
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
-			now := time.Unix(1_800_000_000, 0)
-			p, err := New(Options{Table: table, Now: func() time.Time { return now }})
-			if err != nil {
-				b.Fatal(err)
-			}
+			p := benchProxy(b, rules.RuleConfig{Name: "per-ip", Limit: c.limit, Period: time.Minute, Headers: c.headers})
 			req, _ := http.NewRequest("GET", "http://api.example.com/v1/items", nil)
 			req.RemoteAddr = "203.0.113.9:41000"
 			w := &nopWriter{h: make(http.Header)}
@@ -67,4 +52,26 @@ func BenchmarkServeHTTP(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchProxy returns a Proxy answering api.example.com with a static
+// response under rule r, on a clock that stands still.
+func benchProxy(b *testing.B, r rules.RuleConfig) *Proxy {
+	b.Helper()
+	table, err := rules.Compile(rules.Config{
+		Domains: []rules.DomainConfig{{
+			Hosts:   []string{"api.example.com"},
+			Respond: &rules.ResponseConfig{Body: "ok"},
+			Rules:   []rules.RuleConfig{r},
+		}},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Unix(1_800_000_000, 0)
+	p, err := New(Options{Table: table, Now: func() time.Time { return now }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return p
 }

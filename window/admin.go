@@ -36,7 +36,7 @@ func (s *Store) Peek(k Key, now time.Time) State {
 	i := sh.find(k.fp)
 	var ent counters
 	if i >= 0 {
-		ent = sh.counters(i)
+		ent = sh.slots[i].counters
 	}
 	sh.mu.Unlock()
 	if i < 0 {
@@ -90,10 +90,7 @@ func (s *Store) Reset(k Key) bool {
 	if i < 0 {
 		return false
 	}
-	sh.seq.Add(1)
-	sh.lock(i)
 	sh.remove(i)
-	sh.seq.Add(1)
 	s.live.Add(-1)
 	return true
 }
@@ -127,12 +124,11 @@ func (s *Store) Carry(dst *Store, rules []int) (int, error) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for i := range sh.slots {
-			fp := sh.fp(i)
-			if fp == 0 || rules[fp>>56] < 0 {
+		for _, ent := range sh.slots {
+			if ent.fp == 0 || rules[ent.fp>>56] < 0 {
 				continue
 			}
-			if dst.put(uint64(rules[fp>>56])<<56|fp&hashMask, sh.counters(i)) {
+			if dst.put(uint64(rules[ent.fp>>56])<<56|ent.fp&hashMask, ent.counters) {
 				carried++
 			}
 		}
@@ -149,8 +145,6 @@ func (s *Store) put(fp uint64, c counters) bool {
 	if sh.find(fp) >= 0 || sh.live >= sh.limit || !s.take() {
 		return false
 	}
-	sh.seq.Add(1)
 	sh.insert(fp, c)
-	sh.seq.Add(1)
 	return true
 }

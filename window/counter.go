@@ -131,8 +131,6 @@ func (s *Store) Charge(k Key, n int64, now time.Time) {
 	if i < 0 {
 		return
 	}
-	sh.lock(i)
-	defer sh.unlock(i)
 	ent := &sh.slots[i].counters
 	if int32(uint32(w)-ent.win) < 0 {
 		return
@@ -148,8 +146,5 @@ func (s *Store) insertFree(sh *shard, fp uint64, w int64) int {
 	if sh.live >= sh.limit || !s.take() {
 		return -1
 	}
-	sh.seq.Add(1)
-	i := sh.insert(fp, counters{win: uint32(w)})
-	sh.seq.Add(1)
-	return i
+	return sh.insert(fp, counters{win: uint32(w)})
 }

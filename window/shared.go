@@ -59,8 +59,6 @@ func (s *Store) Merge(k Key, start time.Time, prev, curr int64) bool {
 	if i < 0 {
 		return false
 	}
-	sh.lock(i)
-	defer sh.unlock(i)
 	ent := &sh.slots[i].counters
 	switch d := int64(int32(uint32(w) - ent.win)); {
 	case d > 0:

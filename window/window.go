@@ -20,11 +20,11 @@
 // # Memory
 //
 // An entry is 24 bytes with no pointers, so the garbage collector never scans
-// the table. Keys are not stored: an entry holds a 55-bit seeded hash of the
-// key (of the other bits, 8 name the rule and one locks the entry). Two
-// distinct keys of one rule share a counter only if their hashes collide; with
-// a per-process random seed the chance that any two of n keys collide is about
-// n²/2⁵⁶ (under 1 in 500 at 10 million keys) and cannot be steered by clients.
+// the table. Keys are not stored: an entry holds a 56-bit seeded hash of the
+// key (the other 8 bits name the rule). Two distinct keys of one rule share a
+// counter only if their hashes collide; with a per-process random seed the
+// chance that any two of n keys collide is about n²/2⁵⁷ (under 1 in 1,000 at
+// 10 million keys) and cannot be steered by clients.
 //
 // Each shard is an open-addressing Robin Hood table sized for its share of
 // the capacity at a load factor of at most 0.8, allocated once: a Store's
@@ -120,8 +120,7 @@ type Decision struct {
 
 // entry is one key's state: 24 bytes, no pointers.
 type entry struct {
-	// fp is rule<<56 | lockBit | 55-bit key hash; 0 marks an empty slot.
-	// It is only read and written atomically (see shard).
+	// fp is rule<<56 | 56-bit key hash; 0 marks an empty slot.
 	fp uint64
 	counters
 }

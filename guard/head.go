@@ -28,6 +28,11 @@ type head struct {
 // with Content-Length, or in HTTP/1.0; an invalid Content-Length; and an
 // absolute-form target with userinfo, or whose authority is not the Host
 // field's host once both are normalised like a domain lookup.
+//
+// It is one function, longer than most, because it is one pass over the
+// head's lines whose checks share what earlier lines said (Host seen,
+// lengths, Transfer-Encoding); split up, that state would travel between
+// the parts.
 func parseHead(h []byte) (head, string) {
 	var (
 		out                 head

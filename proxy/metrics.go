@@ -50,6 +50,9 @@ type metrics struct {
 	overflowReqs *prometheus.Desc
 }
 
+// newMetrics declares every metric the proxy exports. It is long because
+// it is a list, one declaration a metric with its help text, which reads
+// best in one place beside README's metrics table.
 func newMetrics(p *Proxy, version string) *metrics {
 	return &metrics{
 		p: p,

@@ -58,6 +58,11 @@ const (
 //
 // Compile never panics, whatever cfg holds, does not retain cfg, and is safe
 // to call from several goroutines at once (it touches no shared state).
+//
+// Compile is longer than most functions because it walks the file in its
+// own order, top-level keys and then each section, so that problems are
+// reported in the order a reader meets them; each section's checks are
+// functions of their own.
 func Compile(cfg Config) (*Table, error) {
 	p := problems{given: cfg.Given}
 	t := &Table{

@@ -68,6 +68,7 @@ const (
 
 // Corpus returns the corpus, in classes (valid, identity, host, path,
 // method, header, framing, upgrade).
+// It is long because it is a table: one literal per case, no logic.
 func Corpus() []Case {
 	var cs []Case
 	add := func(class, name, raw string, want ...int) *Case {

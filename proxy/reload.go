@@ -215,6 +215,9 @@ var settings = []setting{
 	reloads("domains[].rules[].block_response.status"),
 	reloads("domains[].rules[].block_response.body"),
 	reloads("domains[].rules[].block_response.content_type"),
+	reloads("domains[].rules[].allow.cidrs"),
+	reloads("domains[].rules[].count_status"),
+	reloads("domains[].rules[].response_cost_header"),
 }
 
 // setting is one key of the configuration file and when it takes effect.
@@ -265,7 +268,14 @@ func sameRule(a, b *rules.Rule) bool {
 		a.Limit == b.Limit && a.Period == b.Period && slices.Equal(a.Key, b.Key) &&
 		a.Action == b.Action && a.MitigationTimeout == b.MitigationTimeout &&
 		a.CountBlocked == b.CountBlocked && a.Headers == b.Headers &&
-		equalResponse(a.BlockResponse, b.BlockResponse)
+		equalResponse(a.BlockResponse, b.BlockResponse) && sameWhatCounts(a, b)
+}
+
+// sameWhatCounts reports whether two rules count the same requests at the
+// same moments: allow, count_status and response_cost_header.
+func sameWhatCounts(a, b *rules.Rule) bool {
+	return slices.Equal(a.Allow, b.Allow) && slices.Equal(a.CountStatus, b.CountStatus) &&
+		a.ResponseCostHeader == b.ResponseCostHeader
 }
 
 func equalResponse(a, b *rules.Response) bool {

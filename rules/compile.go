@@ -7,6 +7,7 @@ import (
 	"mime"
 	"net"
 	"net/netip"
+	"net/textproto"
 	"net/url"
 	"strconv"
 	"strings"
@@ -257,9 +258,16 @@ func isLabelByte(c byte) bool {
 }
 
 func compileTrustedProxies(p *problems, list []string) []netip.Prefix {
+	return compilePrefixes(p, "client_ip.trusted_proxies", list)
+}
+
+// compilePrefixes compiles the list at path of CIDR prefixes or bare IPs
+// (a bare IP is a /32 or /128) that client addresses are compared with:
+// masked, and IPv4-mapped ones unmapped.
+func compilePrefixes(p *problems, path string, list []string) []netip.Prefix {
 	var out []netip.Prefix
 	for i, s := range list {
-		path := fmt.Sprintf("client_ip.trusted_proxies[%d]", i)
+		path := fmt.Sprintf("%s[%d]", path, i)
 		var pfx netip.Prefix
 		if strings.Contains(s, "/") {
 			var err error
@@ -416,6 +424,7 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 		ruleNames := make(map[string]int)
 		for j, rc := range dc.Rules {
 			r := compileRule(p, path, j, rc, ruleNames)
+			checkCountsAfter(p, t, fmt.Sprintf("%s.rules[%d]", path, j), r, dc.Respond != nil)
 			d.Rules = append(d.Rules, r)
 			if _, dup := d.byName[r.Name]; !dup && r.Name != "" {
 				d.byName[r.Name] = r
@@ -739,7 +748,81 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 	if rc.BlockResponse != nil {
 		r.BlockResponse = compileResponse(p, path+".block_response", *rc.BlockResponse, 400, 499, DefaultBlockStatus, false)
 	}
+	compileWhatCounts(p, path, rc, r)
 	return r
+}
+
+// compileWhatCounts compiles the keys that say which requests a rule
+// counts, and when: allow, count_status and response_cost_header.
+func compileWhatCounts(p *problems, path string, rc RuleConfig, r *Rule) {
+	if rc.Allow != nil {
+		if len(rc.Allow.CIDRs) == 0 {
+			p.add(path+".allow.cidrs", "must list at least one IP address or CIDR prefix")
+		}
+		r.Allow = compilePrefixes(p, path+".allow.cidrs", rc.Allow.CIDRs)
+	}
+
+	seen := make(map[int]int)
+	for i, status := range rc.CountStatus {
+		spath := fmt.Sprintf("%s.count_status[%d]", path, i)
+		if status < 100 || status > 599 {
+			p.add(spath, "must be an HTTP status from 100 to 599, got %d", status)
+			continue
+		}
+		if prev, dup := seen[status]; dup {
+			p.add(spath, "%d duplicates count_status[%d]", status, prev)
+			continue
+		}
+		seen[status] = i
+		r.CountStatus = append(r.CountStatus, status)
+	}
+	if len(rc.CountStatus) > 0 && rc.CountBlocked {
+		// A refused request never reaches the origin: it has no status
+		// that could say whether it counts.
+		p.add(path+".count_blocked", "must be false with count_status (a refused request gets no status from the origin), got true")
+	}
+
+	if h := rc.ResponseCostHeader; h != "" {
+		name := textproto.CanonicalMIMEHeaderKey(h)
+		switch {
+		case !IsToken(h):
+			p.add(path+".response_cost_header", "must be a header field name, got %q", h)
+		case reservedResponseFields[name]:
+			p.add(path+".response_cost_header", "must not be a field that HTTP or edge itself uses, got %q", h)
+		default:
+			r.ResponseCostHeader = name
+		}
+	}
+}
+
+// reservedResponseFields are response fields that HTTP framing, the
+// proxy's hop-by-hop handling or edge's own rate-limit answers need:
+// response_cost_header removes its field from responses, so it must not
+// name one of them.
+var reservedResponseFields = map[string]bool{
+	"Connection": true, "Content-Length": true, "Content-Type": true, "Keep-Alive": true,
+	"Proxy-Connection": true, "Te": true, "Trailer": true, "Transfer-Encoding": true,
+	"Upgrade": true, "Retry-After": true, "Ratelimit": true, "Ratelimit-Policy": true,
+	"X-Ratelimit-Limit": true, "X-Ratelimit-Remaining": true, "X-Ratelimit-Reset": true,
+}
+
+// checkCountsAfter refuses a rule r, at path, that counts after the
+// origin's response where there is none (its domain answers with respond)
+// or where the counters cannot yet take it.
+func checkCountsAfter(p *problems, t *Table, path string, r *Rule, respond bool) {
+	for _, k := range []struct {
+		key string
+		set bool
+	}{{"count_status", r.CountStatus != nil}, {"response_cost_header", r.ResponseCostHeader != ""}} {
+		if k.set && respond {
+			p.add(path+"."+k.key, "needs an origin's response, but the domain answers with respond")
+		}
+	}
+	// The check before forwarding is a decision of cost 0, which the
+	// Redis counters cannot make yet.
+	if r.CountStatus != nil && t.Cluster.Store == StoreRedis {
+		p.add(path+".count_status", "is not supported with cluster.store redis yet")
+	}
 }
 
 func compileKey(p *problems, path string, keys []string) []KeyPart {

@@ -293,4 +293,29 @@ type RuleConfig struct {
 	// BlockResponse replaces the default 429 response. Its status must be
 	// 400..499; default 429.
 	BlockResponse *ResponseConfig `mapstructure:"block_response"`
+	// Allow exempts clients from the rule; nil exempts no one.
+	Allow *AllowConfig `mapstructure:"allow"`
+	// CountStatus, when set, makes the rule count a request only once the
+	// origin answers it with one of these statuses (100..599, no
+	// duplicates), as the response headers arrive: 401 and 403 count
+	// failed logins and not successful ones. Requests are still refused
+	// before they are forwarded, from the counts so far. Empty counts every
+	// request as it is decided.
+	CountStatus []int `mapstructure:"count_status"`
+	// ResponseCostHeader, when set, names a response field in which the
+	// origin reports what a request really cost, as a non-negative integer
+	// of units charged to the client's key when the response headers (or
+	// the trailers, where the origin sends it as a trailer) arrive, on top
+	// of what the request counted when it was decided. The field is removed
+	// from the response the client sees.
+	ResponseCostHeader string `mapstructure:"response_cost_header"`
+}
+
+// AllowConfig lists the clients a rule neither counts nor refuses.
+type AllowConfig struct {
+	// CIDRs are CIDR prefixes or bare IPs (a bare IP is a /32 or /128),
+	// written as client_ip.trusted_proxies are; at least one. They are
+	// compared with the client's address as edge derives it (see
+	// client_ip), in full, not its ipv6_prefix.
+	CIDRs []string `mapstructure:"cidrs"`
 }

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 )
@@ -168,6 +169,42 @@ type Rule struct {
 
 	// BlockResponse is nil when the proxy's default 429 response applies.
 	BlockResponse *Response
+
+	// Allow are the clients the rule neither counts nor refuses: masked
+	// prefixes, IPv4-mapped ones unmapped, in config order; nil for none.
+	Allow []netip.Prefix
+	// CountStatus lists the origin response statuses that count, in
+	// config order; nil counts every request as it is decided.
+	CountStatus []int
+	// ResponseCostHeader is the response field the origin reports a
+	// request's cost in, in canonical form ("X-Edge-Cost"); "" for none.
+	ResponseCostHeader string
+}
+
+// Exempt reports whether the rule lets the client at addr through
+// uncounted (Allow). An IPv4-mapped addr is checked as IPv4 and a zone is
+// ignored; the zero Addr is never exempt. Exempt does not allocate.
+func (r *Rule) Exempt(addr netip.Addr) bool {
+	if r.Allow == nil {
+		return false
+	}
+	addr = addr.Unmap().WithZone("")
+	for _, p := range r.Allow {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// CountsAfter reports whether the rule counts some of a request only once
+// the origin has answered (CountStatus or ResponseCostHeader).
+func (r *Rule) CountsAfter() bool { return r.CountStatus != nil || r.ResponseCostHeader != "" }
+
+// Counts reports whether a response with this status counts under the
+// rule: always, unless CountStatus is set and does not list it.
+func (r *Rule) Counts(status int) bool {
+	return r.CountStatus == nil || slices.Contains(r.CountStatus, status)
 }
 
 // Matches reports whether the rule applies to a request. path must already

@@ -16,6 +16,9 @@ import (
 // rule refused it (refuse), or the domain's counter could not decide
 // (unavailable).
 //
+// A rule whose allow list holds the client does not match: it neither
+// counts nor refuses the request.
+//
 // Every matching rule counts the request as its own decision says. If a
 // block rule refuses it, the request is blocked, and rules that do not count
 // blocked requests give back what they counted: a blocked request uses up no
@@ -34,7 +37,7 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, d *domain, src *ru
 	)
 	for i := range d.rules {
 		rs := &d.rules[i]
-		if !rs.Matches(r.Method, src.Path) {
+		if !rs.Matches(r.Method, src.Path) || rs.Exempt(src.Addr) {
 			continue
 		}
 		start := len(keys.b)

@@ -44,7 +44,7 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, d *domain, src *ru
 		keys.b = rules.AppendKey(keys.b, rs.Key, src)
 		name := keys.b[start:len(keys.b):len(keys.b)]
 		v := verdict{rule: i, id: window.ID{Key: d.store.Key(i, name), Name: name}}
-		v.Decision = tally.Decide(v.id, 1, now)
+		v.Decision = tally.Decide(v.id, v.upfront(rs, 1), now)
 		fellBack = fellBack || v.Fallback
 		if v.Unavailable {
 			refund(d, vs, tally, now)
@@ -70,7 +70,7 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, d *domain, src *ru
 		vs = append(vs, v)
 	}
 	if blocker < 0 {
-		endTally(d, tally, fellBack)
+		r = holdTally(r, d, tally, vs, fellBack) // charge.go
 		if always {
 			return withFields(w, r, d, vs)
 		}
@@ -87,6 +87,7 @@ type verdict struct {
 	rule int       // index into domain.rules
 	id   window.ID // Name is in the request's keyBuffer
 	window.Decision
+	later int64 // cost to charge if the origin's status counts (charge.go)
 }
 
 // keyBuffers hold the bytes of a request's client keys while its rules are

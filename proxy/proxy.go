@@ -88,7 +88,8 @@ type Proxy struct {
 	transport    http.RoundTripper
 	ownTransport bool // built by edge: rebuilt when the upstream timeout changes
 
-	capLog onceASecond // logs of the connection cap
+	capLog  onceASecond // logs of the connection cap
+	costLog onceASecond // logs of invalid costs reported by origins (charge.go)
 
 	// cluster shares counters through Redis; nil in local mode. Made by
 	// New, kept across reloads, closed by Close (shared.go).
@@ -116,6 +117,11 @@ type domain struct {
 	upstream http.Handler
 	rules    []ruleState // parallel to Domain.Rules
 	requests requestCounters
+	// countsAfter: some rule counts after the origin's response (charge.go).
+	countsAfter bool
+	// costFields are the rules' response_cost_header fields, removed from
+	// every response of the domain.
+	costFields []string
 }
 
 // ruleState is a compiled rule with what limit and its answers need
@@ -129,6 +135,9 @@ type ruleState struct {
 	policyText string
 	outcomes   ruleCounters
 	top        *topTalkers
+	// invalidCost counts the invalid costs the origin reported in the
+	// rule's response_cost_header; nil for a rule without one.
+	invalidCost prometheus.Counter
 }
 
 func newRuleState(r *rules.Rule, c ruleCounters) ruleState {
@@ -237,6 +246,9 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 			for j, r := range rd.Rules {
 				d.rules[j] = newRuleState(r, p.metrics.ruleCounters(rd.Name, r))
 				d.rules[j].identity = limits[j].Identity
+				if r.ResponseCostHeader != "" {
+					d.rules[j].invalidCost = p.metrics.responseCostInvalid.WithLabelValues(rd.Name, r.Name)
+				}
 			}
 			d.counter = d.store.Counter()
 			if p.cluster != nil {
@@ -265,7 +277,9 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 				origin = t.Origin
 			}
 			always := slices.ContainsFunc(rd.Rules, func(r *rules.Rule) bool { return r.Headers == rules.HeadersAlways })
-			d.upstream = p.newForwarder(rd.Name, origin, cip, transport, always)
+			d.costFields = costFields(rd.Rules)
+			d.countsAfter = slices.ContainsFunc(rd.Rules, (*rules.Rule).CountsAfter)
+			d.upstream = p.newForwarder(d, origin, cip, transport, always)
 		}
 		st.domains[i] = d
 	}

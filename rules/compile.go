@@ -771,10 +771,10 @@ func compileWhatCounts(p *problems, path string, rc RuleConfig, r *Rule) {
 		}
 		if prev, dup := seen[status]; dup {
 			p.add(spath, "%d duplicates count_status[%d]", status, prev)
-			continue
+		} else {
+			seen[status] = i
+			r.CountStatus = append(r.CountStatus, status)
 		}
-		seen[status] = i
-		r.CountStatus = append(r.CountStatus, status)
 	}
 	if len(rc.CountStatus) > 0 && rc.CountBlocked {
 		// A refused request never reaches the origin: it has no status

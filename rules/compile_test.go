@@ -354,6 +354,40 @@ func TestCompileErrors(t *testing.T) {
 		{"block content type", func(c *Config) {
 			rule(c).BlockResponse = &ResponseConfig{Body: "{}", ContentType: "json"}
 		}, `domains[0].rules[0].block_response.content_type: must be a media type such as "text/plain; charset=utf-8", got "json"`},
+		{"allow without cidrs", func(c *Config) { rule(c).Allow = &AllowConfig{} },
+			`domains[0].rules[0].allow.cidrs: must list at least one IP address or CIDR prefix`},
+		{"allow host name", func(c *Config) { rule(c).Allow = &AllowConfig{CIDRs: []string{"10.0.0.0/8", "office.internal"}} },
+			`domains[0].rules[0].allow.cidrs[1]: must be an IP address or CIDR prefix, got "office.internal"`},
+		{"allow bad prefix", func(c *Config) { rule(c).Allow = &AllowConfig{CIDRs: []string{"2001:db8::/129"}} },
+			`domains[0].rules[0].allow.cidrs[0]: must be an IP address or CIDR prefix, got "2001:db8::/129"`},
+		{"allow zone", func(c *Config) { rule(c).Allow = &AllowConfig{CIDRs: []string{"fe80::1%eth0"}} },
+			`domains[0].rules[0].allow.cidrs[0]: must not have a zone, got "fe80::1%eth0"`},
+		{"count_status too low", func(c *Config) { rule(c).CountStatus = []int{401, 99} },
+			`domains[0].rules[0].count_status[1]: must be an HTTP status from 100 to 599, got 99`},
+		{"count_status too high", func(c *Config) { rule(c).CountStatus = []int{600} },
+			`domains[0].rules[0].count_status[0]: must be an HTTP status from 100 to 599, got 600`},
+		{"count_status duplicate", func(c *Config) { rule(c).CountStatus = []int{401, 403, 401} },
+			`domains[0].rules[0].count_status[2]: 401 duplicates count_status[0]`},
+		{"count_status with count_blocked", func(c *Config) { rule(c).CountStatus, rule(c).CountBlocked = []int{401}, true },
+			`domains[0].rules[0].count_blocked: must be false with count_status (a refused request gets no status from the origin), got true`},
+		{"count_status with respond", func(c *Config) {
+			c.Domains[0].Respond = &ResponseConfig{Body: "ok"}
+			rule(c).CountStatus = []int{401}
+		}, `domains[0].rules[0].count_status: needs an origin's response, but the domain answers with respond`},
+		{"count_status with redis", func(c *Config) {
+			c.Cluster = ClusterConfig{Store: "redis", Redis: RedisConfig{Addresses: []string{"127.0.0.1:6379"}}}
+			rule(c).CountStatus = []int{401}
+		}, `domains[0].rules[0].count_status: is not supported with cluster.store redis yet`},
+		{"response_cost_header not a token", func(c *Config) { rule(c).ResponseCostHeader = "X Cost" },
+			`domains[0].rules[0].response_cost_header: must be a header field name, got "X Cost"`},
+		{"response_cost_header framing", func(c *Config) { rule(c).ResponseCostHeader = "content-length" },
+			`domains[0].rules[0].response_cost_header: must not be a field that HTTP or edge itself uses, got "content-length"`},
+		{"response_cost_header rate-limit field", func(c *Config) { rule(c).ResponseCostHeader = "RateLimit" },
+			`domains[0].rules[0].response_cost_header: must not be a field that HTTP or edge itself uses, got "RateLimit"`},
+		{"response_cost_header with respond", func(c *Config) {
+			c.Domains[0].Respond = &ResponseConfig{Body: "ok"}
+			rule(c).ResponseCostHeader = "X-Edge-Cost"
+		}, `domains[0].rules[0].response_cost_header: needs an origin's response, but the domain answers with respond`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -611,69 +645,6 @@ func TestDefaultMaxConnections(t *testing.T) {
 		if got := DefaultMaxConnections(tt.limit); got != tt.want {
 			t.Errorf("%s: DefaultMaxConnections(%d) = %d, want %d", tt.name, tt.limit, got, tt.want)
 		}
-	}
-}
-
-// TestCompileWhatCountsErrors: allow, count_status and response_cost_header
-// are validated like the keys they resemble, each error naming its path
-// and value.
-func TestCompileWhatCountsErrors(t *testing.T) {
-	rule := func(c *Config) *RuleConfig { return &c.Domains[0].Rules[0] }
-	tests := []struct {
-		name   string
-		mutate func(c *Config)
-		want   []string
-	}{
-		{"allow without cidrs", func(c *Config) { rule(c).Allow = &AllowConfig{} },
-			[]string{`domains[0].rules[0].allow.cidrs: must list at least one IP address or CIDR prefix`}},
-		{"allow host name and bad prefix", func(c *Config) {
-			rule(c).Allow = &AllowConfig{CIDRs: []string{"10.0.0.0/8", "office.internal", "2001:db8::/129"}}
-		}, []string{
-			`domains[0].rules[0].allow.cidrs[1]: must be an IP address or CIDR prefix, got "office.internal"`,
-			`domains[0].rules[0].allow.cidrs[2]: must be an IP address or CIDR prefix, got "2001:db8::/129"`,
-		}},
-		{"allow zone", func(c *Config) { rule(c).Allow = &AllowConfig{CIDRs: []string{"fe80::1%eth0"}} },
-			[]string{`domains[0].rules[0].allow.cidrs[0]: must not have a zone, got "fe80::1%eth0"`}},
-		{"count_status out of range", func(c *Config) { rule(c).CountStatus = []int{401, 99, 600} },
-			[]string{
-				`domains[0].rules[0].count_status[1]: must be an HTTP status from 100 to 599, got 99`,
-				`domains[0].rules[0].count_status[2]: must be an HTTP status from 100 to 599, got 600`,
-			}},
-		{"count_status duplicate", func(c *Config) { rule(c).CountStatus = []int{401, 403, 401} },
-			[]string{`domains[0].rules[0].count_status[2]: 401 duplicates count_status[0]`}},
-		{"count_status with count_blocked", func(c *Config) { rule(c).CountStatus, rule(c).CountBlocked = []int{401}, true },
-			[]string{`domains[0].rules[0].count_blocked: must be false with count_status (a refused request gets no status from the origin), got true`}},
-		{"count_status with respond", func(c *Config) {
-			c.Domains[0].Respond = &ResponseConfig{Body: "ok"}
-			rule(c).CountStatus = []int{401}
-		}, []string{`domains[0].rules[0].count_status: needs an origin's response, but the domain answers with respond`}},
-		{"count_status with redis", func(c *Config) {
-			c.Cluster = ClusterConfig{Store: "redis", Redis: RedisConfig{Addresses: []string{"127.0.0.1:6379"}}}
-			rule(c).CountStatus = []int{401}
-		}, []string{`domains[0].rules[0].count_status: is not supported with cluster.store redis yet`}},
-		{"response_cost_header not a token", func(c *Config) { rule(c).ResponseCostHeader = "X Cost" },
-			[]string{`domains[0].rules[0].response_cost_header: must be a header field name, got "X Cost"`}},
-		{"response_cost_header framing", func(c *Config) { rule(c).ResponseCostHeader = "content-length" },
-			[]string{`domains[0].rules[0].response_cost_header: must not be a field that HTTP or edge itself uses, got "content-length"`}},
-		{"response_cost_header rate-limit field", func(c *Config) { rule(c).ResponseCostHeader = "RateLimit" },
-			[]string{`domains[0].rules[0].response_cost_header: must not be a field that HTTP or edge itself uses, got "RateLimit"`}},
-		{"response_cost_header with respond", func(c *Config) {
-			c.Domains[0].Respond = &ResponseConfig{Body: "ok"}
-			rule(c).ResponseCostHeader = "X-Edge-Cost"
-		}, []string{`domains[0].rules[0].response_cost_header: needs an origin's response, but the domain answers with respond`}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			cfg := validConfig()
-			tt.mutate(&cfg)
-			tab, err := Compile(cfg)
-			if err == nil {
-				t.Fatalf("Compile = %v, nil; want errors %q", tab, tt.want)
-			}
-			if got := errorLines(t, err); !slices.Equal(got, tt.want) {
-				t.Errorf("got errors:\n%s\nwant exactly:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
-			}
-		})
 	}
 }
 

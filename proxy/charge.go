@@ -31,9 +31,9 @@ import (
 // already made; it can refuse the next requests.
 
 // maxReportedCost is the largest cost an origin may report for one request,
-// the largest cost of a request (window.MaxCost). A larger value is not
-// charged: it is more likely a mistake (a time in nanoseconds) than a cost.
-const maxReportedCost = 1_000_000
+// the largest cost of a request. A larger value is not charged: it is more
+// likely a mistake (a time in nanoseconds) than a cost.
+const maxReportedCost = window.MaxCost
 
 // upfront returns the cost that rule rs's decision takes before the request
 // is forwarded, when the request costs cost: 0 for a rule that counts by
@@ -235,7 +235,7 @@ func parseCost(vals []string) (int64, bool) {
 		return 0, false
 	}
 	v := trimOWS(vals[0])
-	if v == "" || len(v) > 7 {
+	if v == "" {
 		return 0, false
 	}
 	var n int64
@@ -244,9 +244,11 @@ func parseCost(vals []string) (int64, bool) {
 		if c < '0' || c > '9' {
 			return 0, false
 		}
-		n = n*10 + int64(c-'0')
+		if n = n*10 + int64(c-'0'); n > maxReportedCost {
+			return 0, false // before it can overflow
+		}
 	}
-	return n, n <= maxReportedCost
+	return n, true
 }
 
 // trimOWS trims the optional whitespace (spaces and tabs) around a field

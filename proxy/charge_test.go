@@ -116,6 +116,7 @@ func TestResponseCostInvalid(t *testing.T) {
 		{"valid", "cost=3", 1, 0},
 		{"valid with spaces", "cost=%203%09", 1, 0},
 		{"valid at the maximum", "cost=1000000", 0, 0},
+		{"valid with leading zeros", "cost=00000000003", 1, 0},
 		{"negative", "cost=-3", 4, 1},
 		{"plus sign", "cost=%2B3", 4, 1},
 		{"not a number", "cost=lots", 4, 1},
@@ -322,5 +323,92 @@ func TestTallyEndsOnceOnEveryPath(t *testing.T) {
 	// request to /narrow and the stream the client left.
 	if got := watches[0].charged; got != 8 {
 		t.Errorf("charged: got %d, want 8", got)
+	}
+}
+
+// TestCountStatus: a login rule counts failed logins (the origin answers
+// 401 or 403) and not successful ones, and refuses before forwarding once
+// the failures so far reach its limit, a success included.
+func TestCountStatus(t *testing.T) {
+	origin := newCostOrigin(t)
+	logins := rule("logins", 5, time.Minute)
+	logins.Match = &rules.MatchConfig{PathPrefix: "/login"}
+	logins.CountStatus = []int{401, 403}
+	const (
+		ok     = "/login"
+		failed = "/login?status=401"
+		denied = "/login?status=403"
+		broken = "/login?status=500"
+	)
+	repeat := func(n int, target string) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = target
+		}
+		return out
+	}
+	type step struct {
+		target string
+		want   int
+	}
+	steps := func(targets []string, want int) []step {
+		out := make([]step, len(targets))
+		for i, target := range targets {
+			out[i] = step{target, want}
+		}
+		return out
+	}
+	tests := []struct {
+		name    string
+		steps   []step
+		advance time.Duration // then one failed login
+		after   int
+	}{
+		{"successes never count", steps(repeat(20, ok), 200), 0, 401},
+		{"five failures, then refused", append(steps(repeat(5, failed), 401),
+			step{failed, 429}, step{ok, 429}, step{denied, 429}), 0, 429},
+		{"successes between failures", append(append(steps(repeat(4, failed), 401),
+			steps(repeat(10, ok), 200)...), step{denied, 403}, step{ok, 429}), 0, 429},
+		{"other statuses do not count", append(steps(repeat(10, broken), 500),
+			steps(repeat(5, denied), 403)...), 0, 429},
+		{"the window slides", append(steps(repeat(5, failed), 401), step{failed, 429}), 2 * time.Minute, 401},
+		{"other paths are not the rule's", append(steps(repeat(5, failed), 401), step{"/other?status=401", 401}), 0, 429},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, oneDomain(origin.URL, logins))
+			for i, s := range tt.steps {
+				if resp, _ := e.get("api.example.com", s.target); resp.StatusCode != s.want {
+					t.Fatalf("step %d, %s: got %d, want %d", i, s.target, resp.StatusCode, s.want)
+				}
+			}
+			e.clock.Advance(tt.advance)
+			if resp, _ := e.get("api.example.com", failed); resp.StatusCode != tt.after {
+				t.Errorf("then a failed login: got %d, want %d", resp.StatusCode, tt.after)
+			}
+		})
+	}
+}
+
+// TestCountStatusWithResponseCost: with both keys, the reported cost is
+// charged only when the status counts.
+func TestCountStatusWithResponseCost(t *testing.T) {
+	origin := newCostOrigin(t)
+	r := rule("expensive-failures", 10, time.Minute)
+	r.CountStatus = []int{401}
+	r.ResponseCostHeader = "X-Edge-Cost"
+	e := newEnv(t, oneDomain(origin.URL, r))
+	for i, s := range []struct {
+		target string
+		want   int
+	}{
+		{"/?cost=100", 200},             // not counted: 200 is not listed
+		{"/?status=401&cost=3", 401},    // 1 + 3
+		{"/?status=401&trailer=5", 401}, // 1 + 5: 10
+		{"/", 429},
+	} {
+		if resp, _ := e.get("api.example.com", s.target); resp.StatusCode != s.want {
+			t.Fatalf("step %d, %s: got %d, want %d", i, s.target, resp.StatusCode, s.want)
+		}
 	}
 }

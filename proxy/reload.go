@@ -20,10 +20,11 @@ type ReloadResult struct {
 	DomainsAdded   []string `json:"domains_added,omitempty"`
 	DomainsRemoved []string `json:"domains_removed,omitempty"`
 	// Rules are named "domain/rule". Kept rules are unchanged and keep their
-	// counters; changed rules keep their counters too (their identity, key
-	// and period, is the same; their limit or other settings are not);
-	// reset rules kept their name but changed key or period, so their
-	// counts mean something else now and start from zero.
+	// counters; changed rules keep their counters too (their identity, key,
+	// period, algorithm and burst, is the same; their limit, cost or other
+	// settings are not); reset rules kept their name but changed key,
+	// period, algorithm or burst, so their counts mean something else now
+	// and start from zero.
 	RulesAdded   []string `json:"rules_added,omitempty"`
 	RulesRemoved []string `json:"rules_removed,omitempty"`
 	RulesKept    []string `json:"rules_kept,omitempty"`
@@ -40,11 +41,14 @@ type ReloadResult struct {
 	RestartRequired []string `json:"restart_required,omitempty"`
 }
 
-// ruleIdentity names what a rule's counts mean: its domain, name, key and
-// period. Counters carry across a reload exactly when the identity holds.
+// ruleIdentity names what a rule's counts mean: its domain, name, key,
+// period, algorithm and burst as configured (a bucket whose burst is not
+// set follows its limit, and keeps its counters when the limit changes, as
+// a window does). Counters carry across a reload exactly when the identity
+// holds.
 func ruleIdentity(domain string, r *rules.Rule) uint64 {
 	h := fnv.New64a()
-	fmt.Fprintf(h, "%s\x00%s\x00%v\x00%d", domain, r.Name, r.Key, r.Period)
+	fmt.Fprintf(h, "%s\x00%s\x00%v\x00%d\x00%s\x00%d", domain, r.Name, r.Key, r.Period, r.Algorithm, r.Burst)
 	return h.Sum64()
 }
 
@@ -215,6 +219,12 @@ var settings = []setting{
 	reloads("domains[].rules[].block_response.status"),
 	reloads("domains[].rules[].block_response.body"),
 	reloads("domains[].rules[].block_response.content_type"),
+	reloads("domains[].rules[].algorithm"),
+	reloads("domains[].rules[].burst"),
+	reloads("domains[].rules[].max_delay"),
+	reloads("domains[].rules[].cost"),
+	reloads("domains[].rules[].cost_header"),
+	reloads("domains[].rules[].max_cost"),
 }
 
 // setting is one key of the configuration file and when it takes effect.
@@ -265,7 +275,9 @@ func sameRule(a, b *rules.Rule) bool {
 		a.Limit == b.Limit && a.Period == b.Period && slices.Equal(a.Key, b.Key) &&
 		a.Action == b.Action && a.MitigationTimeout == b.MitigationTimeout &&
 		a.CountBlocked == b.CountBlocked && a.Headers == b.Headers &&
-		equalResponse(a.BlockResponse, b.BlockResponse)
+		equalResponse(a.BlockResponse, b.BlockResponse) &&
+		a.Algorithm == b.Algorithm && a.Burst == b.Burst && a.Cost == b.Cost &&
+		a.CostHeader == b.CostHeader && a.MaxCost == b.MaxCost
 }
 
 func equalResponse(a, b *rules.Response) bool {

@@ -29,6 +29,9 @@ const (
 	// MaxCost is the largest cost of one request, configured or sent in
 	// a rule's cost_header.
 	MaxCost = 1_000_000
+	// MaxFill is the longest an empty bucket may take to fill again,
+	// burst × period / limit: it bounds a bucket's burst.
+	MaxFill = 1192 * time.Hour
 )
 
 // Bounds enforced by [Compile].
@@ -775,6 +778,13 @@ func compileAlgorithm(p *problems, path string, rc RuleConfig, r *Rule, store St
 		p.add(path+".burst", "applies only to algorithm token_bucket or leaky_bucket, got %d with %s", rc.Burst, r.Algorithm)
 	case rc.Burst < 1 || rc.Burst > MaxLimit:
 		p.add(path+".burst", "must be between 1 and %d, got %d", MaxLimit, rc.Burst)
+	case r.Limit >= 1 && r.Limit <= MaxLimit && r.Period >= minPeriod && r.Period <= MaxPeriod &&
+		int64(rc.Burst)*int64(r.Period/time.Second) > int64(MaxFill/time.Second)*r.Limit:
+		// Both products stay below 2⁵³: burst and limit ≤ 10⁹, the
+		// periods below 5·10⁶ s.
+		most := int64(MaxFill/time.Second) * r.Limit / int64(r.Period/time.Second)
+		p.add(path+".burst", "must be at most %d with limit %d per %s (an empty bucket must fill within %s), got %d",
+			most, r.Limit, fmtDuration(r.Period), fmtDuration(MaxFill), rc.Burst)
 	default:
 		r.Burst = int64(rc.Burst)
 	}

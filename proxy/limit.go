@@ -22,6 +22,9 @@ import (
 // quota anywhere, so a client that sends too fast still gets its limit
 // through in every sliding period.
 func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, d *domain, src *rules.KeySource, now time.Time) *http.Request {
+	if d.costHeaders && !p.checkCosts(w, r, d, src) { // cost.go: 400
+		return nil
+	}
 	keys := keyBuffers.Get().(*keyBuffer)
 	defer putKeyBuffer(keys)
 	var (
@@ -37,11 +40,22 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, d *domain, src *ru
 		if !rs.Matches(r.Method, src.Path) {
 			continue
 		}
+		cost, problem := requestCost(rs.Rule, r.Header)
+		if problem != costOK {
+			// Only a log rule gets here (checkCosts answered for block
+			// rules): it never refuses, and cannot count what it cannot
+			// price.
+			if p.log.Enabled(r.Context(), slog.LevelDebug) {
+				p.log.Debug("log rule cannot use the request's cost; request not counted by it", "domain", d.Name,
+					"rule", rs.Name, "client", src.Client.Addr().String(), "header", rs.CostHeader)
+			}
+			continue
+		}
 		start := len(keys.b)
 		keys.b = rules.AppendKey(keys.b, rs.Key, src)
 		name := keys.b[start:len(keys.b):len(keys.b)]
-		v := verdict{rule: i, id: window.ID{Key: d.store.Key(i, name), Name: name}}
-		v.Decision = tally.Decide(v.id, 1, now)
+		v := verdict{rule: i, cost: cost, id: window.ID{Key: d.store.Key(i, name), Name: name}}
+		v.Decision = tally.Decide(v.id, cost, now)
 		fellBack = fellBack || v.Fallback
 		if v.Unavailable {
 			refund(d, vs, tally, now)
@@ -50,7 +64,7 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, d *domain, src *ru
 			return nil
 		}
 		rs.outcomes.observe(v.Decision)
-		if !v.Allowed || v.Remaining*2 <= rs.Limit {
+		if !v.Allowed || v.Remaining*2 <= rs.Capacity() {
 			rs.top.observe(v.id.Key, !v.Allowed, func() string { return rules.KeyText(rs.Key, src) })
 		}
 		if !v.Allowed {
@@ -82,6 +96,7 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, d *domain, src *ru
 // verdict is one matching rule's decision for a request.
 type verdict struct {
 	rule int       // index into domain.rules
+	cost int64     // what the request costs under the rule (cost.go)
 	id   window.ID // Name is in the request's keyBuffer
 	window.Decision
 }

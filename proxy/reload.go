@@ -21,10 +21,10 @@ type ReloadResult struct {
 	DomainsRemoved []string `json:"domains_removed,omitempty"`
 	// Rules are named "domain/rule". Kept rules are unchanged and keep their
 	// counters; changed rules keep their counters too (their identity, key,
-	// period, algorithm and burst, is the same; their limit, cost or other
-	// settings are not); reset rules kept their name but changed key,
-	// period, algorithm or burst, so their counts mean something else now
-	// and start from zero.
+	// period, algorithm and a bucket's capacity, is the same; their limit,
+	// cost or other settings are not); reset rules kept their name but
+	// changed one of those, so their counts mean something else now and
+	// start from zero.
 	RulesAdded   []string `json:"rules_added,omitempty"`
 	RulesRemoved []string `json:"rules_removed,omitempty"`
 	RulesKept    []string `json:"rules_kept,omitempty"`
@@ -42,13 +42,17 @@ type ReloadResult struct {
 }
 
 // ruleIdentity names what a rule's counts mean: its domain, name, key,
-// period, algorithm and burst as configured (a bucket whose burst is not
-// set follows its limit, and keeps its counters when the limit changes, as
-// a window does). Counters carry across a reload exactly when the identity
-// holds.
+// period, algorithm and, for a bucket, its capacity (a burst left out is
+// the limit, so changing such a bucket's limit changes its capacity too).
+// Counters carry across a reload exactly when the identity holds; a
+// bucket's level is converted to a new limit (window.Store.CarryAt).
 func ruleIdentity(domain string, r *rules.Rule) uint64 {
+	var capacity int64
+	if r.Algorithm.Bucket() {
+		capacity = r.Capacity()
+	}
 	h := fnv.New64a()
-	fmt.Fprintf(h, "%s\x00%s\x00%v\x00%d\x00%s\x00%d", domain, r.Name, r.Key, r.Period, r.Algorithm, r.Burst)
+	fmt.Fprintf(h, "%s\x00%s\x00%v\x00%d\x00%s\x00%d", domain, r.Name, r.Key, r.Period, r.Algorithm, capacity)
 	return h.Sum64()
 }
 
@@ -80,7 +84,7 @@ func (p *Proxy) Reload(t *rules.Table, hash string) (ReloadResult, error) {
 		if d.carry == nil {
 			continue
 		}
-		n, err := old.domain(d.Name).store.Carry(d.store, d.carry)
+		n, err := old.domain(d.Name).store.CarryAt(d.store, d.carry, p.now())
 		if err != nil {
 			st.closeShared()
 			return ReloadResult{}, fmt.Errorf("proxy: carrying counters of %q: %w", d.Name, err)

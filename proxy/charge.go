@@ -37,14 +37,12 @@ const maxReportedCost = window.MaxCost
 
 // upfront returns the cost that rule rs's decision takes before the request
 // is forwarded, when the request costs cost: 0 for a rule that counts by
-// status, which notes in v the cost to charge if the response's status
-// counts.
-func (v *verdict) upfront(rs *ruleState, cost int64) int64 {
-	if rs.CountStatus == nil {
-		return cost
+// status, which charges the cost if the response's status counts.
+func upfront(rs *ruleState, cost int64) int64 {
+	if rs.CountStatus != nil {
+		return 0
 	}
-	v.later = cost
-	return 0
+	return cost
 }
 
 // holdTally is limit's end for an allowed request. When some rule of vs
@@ -72,7 +70,11 @@ func holdTally(r *http.Request, d *domain, tally window.Tally, vs []verdict, fel
 			// The key's bytes are in limit's pooled buffer, returned
 			// before the origin answers.
 			id := window.ID{Key: v.id.Key, Name: slices.Clone(v.id.Name)}
-			a.charges = append(a.charges, charge{rule: v.rule, id: id, later: v.later})
+			c := charge{rule: v.rule, id: id}
+			if d.rules[v.rule].CountStatus != nil {
+				c.later = v.cost
+			}
+			a.charges = append(a.charges, c)
 		}
 	}
 	return r.WithContext(context.WithValue(r.Context(), afterKey{}, a))

@@ -25,6 +25,9 @@ import (
 // quota anywhere, so a client that sends too fast still gets its limit
 // through in every sliding period.
 func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, d *domain, src *rules.KeySource, now time.Time) *http.Request {
+	if d.costHeaders && !p.checkCosts(w, r, d, src) { // cost.go: 400
+		return nil
+	}
 	keys := keyBuffers.Get().(*keyBuffer)
 	defer putKeyBuffer(keys)
 	var (
@@ -40,11 +43,22 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, d *domain, src *ru
 		if !rs.Matches(r.Method, src.Path) || rs.Exempt(src.Addr) {
 			continue
 		}
+		cost, problem := requestCost(rs.Rule, r.Header)
+		if problem != costOK {
+			// Only a log rule gets here (checkCosts answered for block
+			// rules): it never refuses, and cannot count what it cannot
+			// price.
+			if p.log.Enabled(r.Context(), slog.LevelDebug) {
+				p.log.Debug("log rule cannot use the request's cost; request not counted by it", "domain", d.Name,
+					"rule", rs.Name, "client", src.Client.Addr().String(), "header", rs.CostHeader)
+			}
+			continue
+		}
 		start := len(keys.b)
 		keys.b = rules.AppendKey(keys.b, rs.Key, src)
 		name := keys.b[start:len(keys.b):len(keys.b)]
-		v := verdict{rule: i, id: window.ID{Key: d.store.Key(i, name), Name: name}}
-		v.Decision = tally.Decide(v.id, v.upfront(rs, 1), now)
+		v := verdict{rule: i, cost: cost, id: window.ID{Key: d.store.Key(i, name), Name: name}}
+		v.Decision = tally.Decide(v.id, upfront(rs, cost), now)
 		fellBack = fellBack || v.Fallback
 		if v.Unavailable {
 			refund(d, vs, tally, now)
@@ -53,7 +67,7 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, d *domain, src *ru
 			return nil
 		}
 		rs.outcomes.observe(v.Decision)
-		if !v.Allowed || v.Remaining*2 <= rs.Limit {
+		if !v.Allowed || v.Remaining*2 <= rs.Capacity() {
 			rs.top.observe(v.id.Key, !v.Allowed, func() string { return rules.KeyText(rs.Key, src) })
 		}
 		if !v.Allowed {
@@ -85,9 +99,9 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, d *domain, src *ru
 // verdict is one matching rule's decision for a request.
 type verdict struct {
 	rule int       // index into domain.rules
+	cost int64     // what the request costs under the rule (cost.go)
 	id   window.ID // Name is in the request's keyBuffer
 	window.Decision
-	later int64 // cost to charge if the origin's status counts (charge.go)
 }
 
 // keyBuffers hold the bytes of a request's client keys while its rules are

@@ -91,7 +91,7 @@ func newMetrics(p *Proxy, version string) *metrics {
 		}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_refused_requests_total",
-			Help: "Requests refused by the request screen before any rule (ambiguous targets, h2c upgrades), or for their body once allowed (400 broken, 408 too slow, 413 over max_request_body), by status code. Framing errors refused by the listener before parsing are not counted here.",
+			Help: "Requests refused by the request screen before any rule (ambiguous targets, h2c upgrades), for a cost header a rule cannot use (400 bad_cost or cost_too_high), or for their body once allowed (400 broken, 408 too slow, 413 over max_request_body), by status code. Framing errors refused by the listener before parsing are not counted here.",
 		}, []string{"code"}),
 		framing: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "edge_framing_refused_total",

@@ -26,6 +26,12 @@ const (
 	MaxPeriod = 720 * time.Hour
 	// MaxMitigation is the longest mitigation_timeout of a rule.
 	MaxMitigation = 24 * time.Hour
+	// MaxCost is the largest cost of one request, configured or sent in
+	// a rule's cost_header.
+	MaxCost = 1_000_000
+	// MaxFill is the longest an empty bucket may take to fill again,
+	// burst × period / limit: it bounds a bucket's burst.
+	MaxFill = 1192 * time.Hour
 )
 
 // Bounds enforced by [Compile].
@@ -423,7 +429,7 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 		}
 		ruleNames := make(map[string]int)
 		for j, rc := range dc.Rules {
-			r := compileRule(p, path, j, rc, ruleNames)
+			r := compileRule(p, path, j, rc, ruleNames, t.Cluster.Store)
 			checkCountsAfter(p, t, fmt.Sprintf("%s.rules[%d]", path, j), r, dc.Respond != nil)
 			d.Rules = append(d.Rules, r)
 			if _, dup := d.byName[r.Name]; !dup && r.Name != "" {
@@ -669,8 +675,9 @@ func checkDNSName(h, raw string) string {
 }
 
 // compileRule compiles rule j of the domain at domainPath. names maps the
-// rule names seen so far in that domain to their index.
-func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map[string]int) *Rule {
+// rule names seen so far in that domain to their index; store is where
+// the table's counters live.
+func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map[string]int, store StoreKind) *Rule {
 	path := fmt.Sprintf("%s.rules[%d]", domainPath, j)
 	r := &Rule{
 		Index:             j,
@@ -748,8 +755,117 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 	if rc.BlockResponse != nil {
 		r.BlockResponse = compileResponse(p, path+".block_response", *rc.BlockResponse, 400, 499, DefaultBlockStatus, false)
 	}
+
+	if compileAlgorithm(p, path, rc, r, store) {
+		compileCost(p, path, rc, r, store)
+	}
 	compileWhatCounts(p, path, rc, r)
 	return r
+}
+
+// compileAlgorithm compiles how the rule at path counts into r: its
+// algorithm, burst and max_delay. It reports whether r.Algorithm is the
+// one configured (when not, the keys that depend on it are not judged).
+// Counters shared through Redis (store) count only in a sliding window.
+func compileAlgorithm(p *problems, path string, rc RuleConfig, r *Rule, store StoreKind) bool {
+	if rc.Algorithm == "quota" {
+		p.add(path+".algorithm", "quota is not supported yet")
+		return false
+	}
+	before := len(p.list)
+	r.Algorithm = algorithmSpelling.parse(p, path+".algorithm", rc.Algorithm)
+	if len(p.list) > before {
+		return false
+	}
+	if store == StoreRedis && r.Algorithm != SlidingWindow {
+		p.add(path+".algorithm", "%s is not supported with cluster.store redis yet", r.Algorithm)
+	}
+
+	switch {
+	case rc.Burst == 0:
+	case !r.Algorithm.Bucket():
+		p.add(path+".burst", "applies only to algorithm token_bucket or leaky_bucket, got %d with %s", rc.Burst, r.Algorithm)
+	case rc.Burst < 1 || rc.Burst > MaxLimit:
+		p.add(path+".burst", "must be between 1 and %d, got %d", MaxLimit, rc.Burst)
+	case r.Limit >= 1 && r.Limit <= MaxLimit && r.Period >= minPeriod && r.Period <= MaxPeriod &&
+		int64(rc.Burst)*int64(r.Period/time.Second) > int64(MaxFill/time.Second)*r.Limit:
+		// Both products stay below 2⁵³: burst and limit ≤ 10⁹, the
+		// periods below 5·10⁶ s.
+		most := int64(MaxFill/time.Second) * r.Limit / int64(r.Period/time.Second)
+		p.add(path+".burst", "must be at most %d with limit %d per %s (an empty bucket must fill within %s), got %d",
+			most, r.Limit, fmtDuration(r.Period), fmtDuration(MaxFill), rc.Burst)
+	default:
+		r.Burst = int64(rc.Burst)
+	}
+
+	switch d := rc.MaxDelay; {
+	case d == 0:
+	case d < 0:
+		p.add(path+".max_delay", "must not be negative, got %s", fmtDuration(d))
+	case r.Algorithm != LeakyBucket:
+		p.add(path+".max_delay", "applies only to algorithm leaky_bucket, got %s with %s", fmtDuration(d), r.Algorithm)
+	default:
+		// A queue holds requests back until their turn; edge only
+		// meters so far.
+		p.add(path+".max_delay", "a leaky_bucket queue (max_delay above 0) is not supported yet, got %s; 0 refuses at once", fmtDuration(d))
+	}
+	return true
+}
+
+// compileCost compiles what a request of the rule at path costs into r,
+// once r's algorithm and burst are known: a cost (or a cost_header and its
+// max_cost) that the rule can hold.
+func compileCost(p *problems, path string, rc RuleConfig, r *Rule, store StoreKind) {
+	// What the rule can hold is known only when its limit and burst are
+	// valid (an invalid burst is left 0 in r).
+	capacity, holds := r.Capacity(), "limit"
+	if r.Burst > 0 {
+		holds = "burst"
+	}
+	known := r.Limit >= 1 && r.Limit <= MaxLimit && (rc.Burst == 0 || r.Burst > 0)
+
+	r.Cost = 1
+	if rc.Cost != nil {
+		r.Cost = int64(*rc.Cost)
+	}
+	switch {
+	case r.Cost < 0 || r.Cost > MaxCost:
+		p.add(path+".cost", "must be between 0 and %d, got %d", MaxCost, r.Cost)
+	case known && r.Cost > capacity:
+		p.add(path+".cost", "must be at most the rule's %s (%d), got %d", holds, capacity, r.Cost)
+	case store == StoreRedis && r.Cost != 1:
+		p.add(path+".cost", "a cost other than 1 is not supported with cluster.store redis yet, got %d", r.Cost)
+	}
+
+	if h := rc.CostHeader; h != "" {
+		canon := textproto.CanonicalMIMEHeaderKey(h)
+		switch {
+		case !IsToken(h):
+			p.add(path+".cost_header", "must be a header name (an HTTP token), got %q", h)
+		case canon == "Host":
+			// Go's server moves Host out of Request.Header: the header
+			// would never be seen.
+			p.add(path+".cost_header", "must not be Host, got %q", h)
+		case store == StoreRedis:
+			p.add(path+".cost_header", "is not supported with cluster.store redis yet, got %q", h)
+		default:
+			r.CostHeader = canon
+		}
+	}
+
+	switch m := rc.MaxCost; {
+	case m == 0 && rc.CostHeader != "":
+		p.missing(path+".max_cost", "with cost_header", "must be between 1 and %d, got 0", MaxCost)
+	case m == 0:
+	case rc.CostHeader == "":
+		p.add(path+".max_cost", "applies only with cost_header, got %d", m)
+	case m < 1 || m > MaxCost:
+		p.add(path+".max_cost", "must be between 1 and %d, got %d", MaxCost, m)
+	case known && int64(m) > capacity:
+		p.add(path+".max_cost", "must be at most the rule's %s (%d), got %d", holds, capacity, m)
+	default:
+		r.MaxCost = int64(m)
+	}
 }
 
 // compileWhatCounts compiles the keys that say which requests a rule

@@ -412,3 +412,55 @@ func TestCountStatusWithResponseCost(t *testing.T) {
 		}
 	}
 }
+
+// TestResponseCostAlone: with cost 0 only the reported cost counts (the
+// CPU time a request took, as GitHub's secondary limits), and a key with
+// no room left is refused even at cost 0.
+func TestResponseCostAlone(t *testing.T) {
+	origin := newCostOrigin(t)
+	zero := 0
+	cpu := rule("cpu-ms", 100, time.Minute)
+	cpu.Cost = &zero
+	cpu.ResponseCostHeader = "X-Edge-Cost"
+	e := newEnv(t, oneDomain(origin.URL, cpu))
+	for i, s := range []struct {
+		target string
+		want   int
+	}{
+		{"/", 200}, {"/", 200}, {"/", 200}, // no reported cost: nothing counted
+		{"/?cost=60", 200},
+		{"/?trailer=39", 200}, // 99: room for one more
+		{"/?cost=5", 200},     // 104
+		{"/", 429},
+	} {
+		if resp, _ := e.get("api.example.com", s.target); resp.StatusCode != s.want {
+			t.Fatalf("step %d, %s: got %d, want %d", i, s.target, resp.StatusCode, s.want)
+		}
+	}
+}
+
+// TestAllowSkipsRequestCost: a client a rule exempts is not refused by
+// that rule for a cost header it cannot price either.
+func TestAllowSkipsRequestCost(t *testing.T) {
+	origin := newCostOrigin(t)
+	priced := rule("priced", 10, time.Minute)
+	priced.CostHeader, priced.MaxCost = "X-Cost", 5
+	tests := []struct {
+		name  string
+		allow []string
+		want  int
+	}{
+		{"client exempt", []string{"127.0.0.0/8"}, 200},
+		{"client not exempt", []string{"10.0.0.0/8"}, 400},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := priced
+			r.Allow = &rules.AllowConfig{CIDRs: tt.allow}
+			e := newEnv(t, oneDomain(origin.URL, r))
+			if resp, _ := e.do("GET", "api.example.com", "/", map[string]string{"X-Cost": "lots"}, ""); resp.StatusCode != tt.want {
+				t.Errorf("bad X-Cost: got %d, want %d", resp.StatusCode, tt.want)
+			}
+		})
+	}
+}

@@ -61,8 +61,9 @@ func requestCost(r *rules.Rule, h http.Header) (int64, costProblem) {
 }
 
 // checkCosts answers 400 if a block rule of d that matches the request,
-// and does not exempt its client (allow), cannot take the cost the request states, before any rule counts it, so
-// that such a request uses no quota anywhere. It reports whether the
+// and does not exempt its client (allow), cannot take the cost the request
+// states, before any rule counts it, so that such a request uses no quota
+// anywhere. It reports whether the
 // request may go on. A log rule never refuses: limit leaves a request it
 // cannot price uncounted by it.
 func (p *Proxy) checkCosts(w http.ResponseWriter, r *http.Request, d *domain, src *rules.KeySource) bool {

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"encoding/json"
+	"net/http/httptest"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -272,5 +274,36 @@ func TestReloadKeepsOrResetsBuckets(t *testing.T) {
 				t.Errorf("after reload: got %d, want %d", resp.StatusCode, tt.status)
 			}
 		})
+	}
+}
+
+// TestConfigViewShowsCounting: /v1/config shows how each rule counts: its
+// algorithm, a bucket's capacity, and its cost.
+func TestConfigViewShowsCounting(t *testing.T) {
+	origin, _ := newOrigin(t, "a")
+	priced := countingRule("priced", "leaky_bucket", 10, 0, time.Minute, 4)
+	e := newEnv(t, oneDomain(origin.URL, rule("plain", 5, time.Minute), countingRule("tb", "token_bucket", 10, 3, time.Minute, 0), priced))
+	w := httptest.NewRecorder()
+	e.proxy.AdminHandler().ServeHTTP(w, httptest.NewRequest("GET", "/v1/config", nil))
+	var cv configView
+	if err := json.Unmarshal(w.Body.Bytes(), &cv); w.Code != 200 || err != nil {
+		t.Fatalf("GET /v1/config: %d %v", w.Code, err)
+	}
+	type counting struct {
+		Algorithm        string
+		Burst, Cost, Max int64
+		Header           string
+	}
+	var got []counting
+	for _, r := range cv.Domains[0].Rules {
+		got = append(got, counting{r.Algorithm, r.Burst, r.Cost, r.MaxCost, r.CostHeader})
+	}
+	want := []counting{
+		{"sliding_window", 0, 1, 0, ""},
+		{"token_bucket", 3, 1, 0, ""},
+		{"leaky_bucket", 10, 1, 4, "X-Cost"},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("rules in /v1/config: got %+v, want %+v", got, want)
 	}
 }

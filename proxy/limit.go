@@ -19,7 +19,9 @@ import (
 // A rule whose allow list holds the client does not match: it neither
 // counts nor refuses the request.
 //
-// Every matching rule counts the request as its own decision says. If a
+// Every matching rule counts the request at its cost under that rule
+// (cost.go), as its own decision says. A request whose cost a block rule
+// cannot take is answered 400 before any rule counts it. If a
 // block rule refuses it, the request is blocked, and rules that do not count
 // blocked requests give back what they counted: a blocked request uses up no
 // quota anywhere, so a client that sends too fast still gets its limit

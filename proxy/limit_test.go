@@ -36,6 +36,11 @@ func TestAllowedRequestAllocatesNothing(t *testing.T) {
 			{Name: "outside", Limit: 1_000_000_000, Period: time.Minute, Allow: &rules.AllowConfig{CIDRs: []string{"10.0.0.0/8", "2001:db8::/32"}}},
 			{Name: "inside", Limit: 1_000_000_000, Period: time.Minute, Allow: &rules.AllowConfig{CIDRs: []string{"203.0.113.0/24"}}},
 		}},
+		{"buckets and a window, priced by a header", []rules.RuleConfig{
+			{Name: "tb", Algorithm: "token_bucket", Limit: 1_000_000_000, Period: time.Minute, CostHeader: "X-Cost", MaxCost: 10},
+			{Name: "lb", Algorithm: "leaky_bucket", Limit: 1_000_000_000, Period: time.Minute, Burst: 1000},
+			{Name: "fw", Algorithm: "fixed_window", Limit: 1_000_000_000, Period: time.Minute, CostHeader: "X-Cost", MaxCost: 10},
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -58,6 +63,7 @@ func TestAllowedRequestAllocatesNothing(t *testing.T) {
 			}
 			req.RemoteAddr = "203.0.113.9:41000"
 			req.Header.Set("X-Api-Key", "k-0123456789abcdef0123456789abcdef0123456789abcdef0123456789")
+			req.Header.Set("X-Cost", "3")
 			w := &nopWriter{h: make(http.Header)}
 			got := testing.AllocsPerRun(100, func() {
 				clear(w.h)

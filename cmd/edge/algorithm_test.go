@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -84,4 +85,41 @@ func TestCountingKeysDecode(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReadmeAlgorithmsExample: the rules README's "Algorithms" shows load,
+// and RateLimit-Policy is as README says for its token bucket.
+func TestReadmeAlgorithmsExample(t *testing.T) {
+	section := readmeSection(t, "Algorithms")
+	_, example, ok := strings.Cut(section, "```yaml\n")
+	if !ok {
+		t.Fatal("README's Algorithms has no yaml example")
+	}
+	example, _, _ = strings.Cut(example, "```")
+	cfg := "domains:\n  - hosts: [\"*\"]\n    respond: {body: ok}\n" + indent(example, "    ")
+	table, err := parseConfig([]byte(cfg))
+	if err != nil {
+		t.Fatalf("README's Algorithms example: %v\n%s", err, cfg)
+	}
+	got := []rules.Algorithm{}
+	for _, r := range table.Domains[0].Rules {
+		got = append(got, r.Algorithm)
+	}
+	if want := []rules.Algorithm{rules.TokenBucket, rules.LeakyBucket}; !slices.Equal(got, want) {
+		t.Errorf("README's example rules count with %v, want %v", got, want)
+	}
+	if !strings.Contains(section, "`limit: 100`, `period: 1m`, `burst: 20` is sent as `\"api\";q=20;w=12`") {
+		t.Error("README's Algorithms no longer shows the token bucket's policy as checked by proxy's TestPolicyOf")
+	}
+}
+
+// indent puts prefix before every non-empty line of s.
+func indent(s, prefix string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		if l != "" {
+			lines[i] = prefix + l
+		}
+	}
+	return strings.Join(lines, "\n")
 }

@@ -316,6 +316,11 @@ type ruleView struct {
 	CountBlocked      bool     `json:"count_blocked"`
 	Headers           string   `json:"headers"`
 	BlockStatus       int      `json:"block_status,omitempty"`
+	Algorithm         string   `json:"algorithm"`
+	Burst             int64    `json:"burst,omitempty"` // a bucket's capacity, its limit when burst is left out
+	Cost              int64    `json:"cost"`
+	CostHeader        string   `json:"cost_header,omitempty"`
+	MaxCost           int64    `json:"max_cost,omitempty"`
 }
 
 func (p *Proxy) getConfig(w http.ResponseWriter, r *http.Request) {
@@ -365,7 +370,11 @@ func (p *Proxy) getConfig(w http.ResponseWriter, r *http.Request) {
 			rv := ruleView{
 				Name: rs.Name, PathPrefix: rs.PathPrefix, Methods: rs.Methods, Limit: rs.Limit,
 				Period: rs.Period.String(), Action: rs.Action.String(), CountBlocked: rs.CountBlocked,
-				Headers: rs.Headers.String(),
+				Headers: rs.Headers.String(), Algorithm: rs.Algorithm.String(),
+				Cost: rs.Cost, CostHeader: rs.CostHeader, MaxCost: rs.MaxCost,
+			}
+			if rs.Algorithm.Bucket() {
+				rv.Burst = rs.Capacity()
 			}
 			for _, k := range rs.Key {
 				rv.Key = append(rv.Key, k.String())

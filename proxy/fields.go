@@ -76,7 +76,7 @@ func newFields(d *domain, vs []verdict, blocker int) (fields, bool) {
 		f.policy = string(policies)
 	}
 	if v := vs[primary]; d.rules[v.rule].Headers != rules.HeadersNone {
-		f.x, f.xLimit, f.xRemain, f.xReset = true, d.rules[v.rule].Limit, v.Remaining, v.Reset
+		f.x, f.xLimit, f.xRemain, f.xReset = true, d.rules[v.rule].Capacity(), v.Remaining, v.Reset
 	}
 	return f, true
 }

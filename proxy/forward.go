@@ -61,7 +61,11 @@ func newTransport(t rules.Timeouts) *http.Transport {
 //
 // mergeFields says whether some rule of the domain sends rate-limit fields
 // on allowed responses, which then must be merged into the origin's.
-func (p *Proxy) newForwarder(domain string, origin *url.URL, cip *ClientIP, transport http.RoundTripper, mergeFields bool) http.Handler {
+//
+// Rules that count after the response see its headers before anything
+// else does (onResponse, charge.go).
+func (p *Proxy) newForwarder(d *domain, origin *url.URL, cip *ClientIP, transport http.RoundTripper, mergeFields bool) http.Handler {
+	domain := d.Name
 	errLog := newErrorLog(p.log, domain, p.refuseBody)
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -101,8 +105,14 @@ func (p *Proxy) newForwarder(domain string, origin *url.URL, cip *ClientIP, tran
 		ErrorHandler: errLog.handle,
 		ErrorLog:     slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
 	}
-	if mergeFields {
+	if mergeFields || d.countsAfter {
 		rp.ModifyResponse = func(resp *http.Response) error {
+			if d.countsAfter {
+				p.onResponse(d, resp)
+			}
+			if !mergeFields {
+				return nil
+			}
 			if f, ok := resp.Request.Context().Value(fieldsKey{}).(*fields); ok {
 				f.merge(resp.Header)
 			}

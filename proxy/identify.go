@@ -21,6 +21,7 @@ func (p *Proxy) identify(r *http.Request, st *state, host string) rules.KeySourc
 	}
 	return rules.KeySource{
 		Client: rules.ClientPrefix(id.Key, st.table.IPv6Prefix),
+		Addr:   id.Client,
 		Path:   rules.CleanPath(r.URL.Path),
 		Host:   host,
 		Header: r.Header,

@@ -16,12 +16,20 @@ import (
 // rule refused it (refuse), or the domain's counter could not decide
 // (unavailable).
 //
-// Every matching rule counts the request as its own decision says. If a
+// A rule whose allow list holds the client does not match: it neither
+// counts nor refuses the request.
+//
+// Every matching rule counts the request at its cost under that rule
+// (cost.go), as its own decision says. A request whose cost a block rule
+// cannot take is answered 400 before any rule counts it. If a
 // block rule refuses it, the request is blocked, and rules that do not count
 // blocked requests give back what they counted: a blocked request uses up no
 // quota anywhere, so a client that sends too fast still gets its limit
 // through in every sliding period.
 func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, d *domain, src *rules.KeySource, now time.Time) *http.Request {
+	if d.costHeaders && !p.checkCosts(w, r, d, src) { // cost.go: 400
+		return nil
+	}
 	keys := keyBuffers.Get().(*keyBuffer)
 	defer putKeyBuffer(keys)
 	var (
@@ -34,14 +42,25 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, d *domain, src *ru
 	)
 	for i := range d.rules {
 		rs := &d.rules[i]
-		if !rs.Matches(r.Method, src.Path) {
+		if !rs.Matches(r.Method, src.Path) || rs.Exempt(src.Addr) {
+			continue
+		}
+		cost, problem := requestCost(rs.Rule, r.Header)
+		if problem != costOK {
+			// Only a log rule gets here (checkCosts answered for block
+			// rules): it never refuses, and cannot count what it cannot
+			// price.
+			if p.log.Enabled(r.Context(), slog.LevelDebug) {
+				p.log.Debug("log rule cannot use the request's cost; request not counted by it", "domain", d.Name,
+					"rule", rs.Name, "client", src.Client.Addr().String(), "header", rs.CostHeader)
+			}
 			continue
 		}
 		start := len(keys.b)
 		keys.b = rules.AppendKey(keys.b, rs.Key, src)
 		name := keys.b[start:len(keys.b):len(keys.b)]
-		v := verdict{rule: i, id: window.ID{Key: d.store.Key(i, name), Name: name}}
-		v.Decision = tally.Decide(v.id, 1, now)
+		v := verdict{rule: i, cost: cost, id: window.ID{Key: d.store.Key(i, name), Name: name}}
+		v.Decision = tally.Decide(v.id, upfront(rs, cost), now)
 		fellBack = fellBack || v.Fallback
 		if v.Unavailable {
 			refund(d, vs, tally, now)
@@ -50,7 +69,7 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, d *domain, src *ru
 			return nil
 		}
 		rs.outcomes.observe(v.Decision)
-		if !v.Allowed || v.Remaining*2 <= rs.Limit {
+		if !v.Allowed || v.Remaining*2 <= rs.Capacity() {
 			rs.top.observe(v.id.Key, !v.Allowed, func() string { return rules.KeyText(rs.Key, src) })
 		}
 		if !v.Allowed {
@@ -67,7 +86,7 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, d *domain, src *ru
 		vs = append(vs, v)
 	}
 	if blocker < 0 {
-		endTally(d, tally, fellBack)
+		r = holdTally(r, d, tally, vs, fellBack) // charge.go
 		if always {
 			return withFields(w, r, d, vs)
 		}
@@ -82,6 +101,7 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, d *domain, src *ru
 // verdict is one matching rule's decision for a request.
 type verdict struct {
 	rule int       // index into domain.rules
+	cost int64     // what the request costs under the rule (cost.go)
 	id   window.ID // Name is in the request's keyBuffer
 	window.Decision
 }

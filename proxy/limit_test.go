@@ -3,11 +3,14 @@ package proxy
 import (
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/edgerate/edge/rules"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -28,6 +31,15 @@ func TestAllowedRequestAllocatesNothing(t *testing.T) {
 			{Name: "per-ip", Limit: 1_000_000_000, Period: time.Minute},
 			{Name: "per-token", Limit: 1_000_000_000, Period: time.Minute, Key: []string{"header:X-Api-Key"}},
 			{Name: "per-path", Limit: 1_000_000_000, Period: time.Hour, Key: []string{"ip", "path"}},
+		}},
+		{"allow lists, one holding the client", []rules.RuleConfig{
+			{Name: "outside", Limit: 1_000_000_000, Period: time.Minute, Allow: &rules.AllowConfig{CIDRs: []string{"10.0.0.0/8", "2001:db8::/32"}}},
+			{Name: "inside", Limit: 1_000_000_000, Period: time.Minute, Allow: &rules.AllowConfig{CIDRs: []string{"203.0.113.0/24"}}},
+		}},
+		{"buckets and a window, priced by a header", []rules.RuleConfig{
+			{Name: "tb", Algorithm: "token_bucket", Limit: 1_000_000_000, Period: time.Minute, CostHeader: "X-Cost", MaxCost: 10},
+			{Name: "lb", Algorithm: "leaky_bucket", Limit: 1_000_000_000, Period: time.Minute, Burst: 1000},
+			{Name: "fw", Algorithm: "fixed_window", Limit: 1_000_000_000, Period: time.Minute, CostHeader: "X-Cost", MaxCost: 10},
 		}},
 	}
 	for _, tt := range tests {
@@ -51,6 +63,7 @@ func TestAllowedRequestAllocatesNothing(t *testing.T) {
 			}
 			req.RemoteAddr = "203.0.113.9:41000"
 			req.Header.Set("X-Api-Key", "k-0123456789abcdef0123456789abcdef0123456789abcdef0123456789")
+			req.Header.Set("X-Cost", "3")
 			w := &nopWriter{h: make(http.Header)}
 			got := testing.AllocsPerRun(100, func() {
 				clear(w.h)
@@ -258,5 +271,70 @@ edge_tracked_keys{domain="quiet.test"} 1
 `
 	if err := testutil.GatherAndCompare(e.reg, strings.NewReader(want), "edge_tracked_keys"); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestAllowExemptsClients: a rule's allow list exempts the clients in it,
+// by their address as edge derives it (X-Forwarded-For only from a trusted
+// proxy), from that rule alone: another rule still counts and refuses them.
+func TestAllowExemptsClients(t *testing.T) {
+	origin, _ := newOrigin(t, "a")
+	office := rule("office-exempt", 1, time.Minute)
+	office.Allow = &rules.AllowConfig{CIDRs: []string{"10.0.0.0/8", "2001:db8::/32", "198.51.100.7"}}
+	cfg := oneDomain(origin.URL, office, rule("everyone", 3, time.Minute))
+	cfg.ClientIP.TrustedProxies = []string{"192.0.2.10", "2001:db8:ffff::/48"}
+	tests := []struct {
+		name       string
+		remoteAddr string
+		xff        string
+		want       []int // statuses of successive requests
+		exempt     bool  // office-exempt decided none of them
+	}{
+		{"IPv4 in range", "10.1.2.3:4000", "", []int{200, 200, 200, 429}, true},
+		{"IPv4 bare address", "198.51.100.7:4000", "", []int{200, 200, 200, 429}, true},
+		{"IPv4 outside", "203.0.113.5:4000", "", []int{200, 429}, false},
+		{"IPv4-mapped peer in range", "[::ffff:10.0.0.7]:4000", "", []int{200, 200, 200, 429}, true},
+		{"IPv6 in range", "[2001:db8:1::5]:4000", "", []int{200, 200, 200, 429}, true},
+		{"IPv6 outside", "[2001:db9::5]:4000", "", []int{200, 429}, false},
+		{"trusted proxy, client in range", "192.0.2.10:4000", "10.9.9.9", []int{200, 200, 200, 429}, true},
+		{"trusted IPv6 proxy, IPv6 client in range", "[2001:db8:ffff::1]:4000", "2001:db8:2::1", []int{200, 200, 200, 429}, true},
+		{"trusted proxy, client outside", "192.0.2.10:4000", "10.9.9.9, 203.0.113.77", []int{200, 429}, false},
+		// A client in range is still limited by the proxy's prefix when it
+		// names itself: the header is not believed from an untrusted peer.
+		{"untrusted peer claims a client in range", "203.0.113.8:4000", "10.9.9.9", []int{200, 429}, false},
+		// The proxy itself is in range only if the list says so: here it
+		// forwards a client outside.
+		{"trusted proxy in range forwarding client outside", "[2001:db8:ffff::1]:4000", "203.0.113.9", []int{200, 429}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := New(Options{Table: compile(t, cfg), Registerer: prometheus.NewRegistry(), Now: newClock().Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []int
+			for range tt.want {
+				req := httptest.NewRequest("GET", "http://api.example.com/", nil)
+				req.RemoteAddr = tt.remoteAddr
+				if tt.xff != "" {
+					req.Header.Set("X-Forwarded-For", tt.xff)
+				}
+				w := httptest.NewRecorder()
+				p.ServeHTTP(w, req)
+				got = append(got, w.Code)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("statuses: got %v, want %v", got, tt.want)
+			}
+			m := p.metrics.decisions
+			decided := testutil.ToFloat64(m.WithLabelValues("api.example.com", "office-exempt", "block", "allowed")) +
+				testutil.ToFloat64(m.WithLabelValues("api.example.com", "office-exempt", "block", "limited"))
+			if exempt := decided == 0; exempt != tt.exempt {
+				t.Errorf("office-exempt decided %v requests: got exempt %v, want %v", decided, exempt, tt.exempt)
+			}
+			if everyone := testutil.ToFloat64(m.WithLabelValues("api.example.com", "everyone", "block", "allowed")); everyone == 0 {
+				t.Errorf("everyone allowed none: the other rule must still count")
+			}
+		})
 	}
 }

@@ -32,6 +32,9 @@ type metrics struct {
 	xffMalformed prometheus.Counter
 	buildInfo    prometheus.Gauge
 
+	// Costs reported by origins (charge.go).
+	responseCostInvalid *prometheus.CounterVec
+
 	// Request bodies (body.go).
 	bufferedBytes prometheus.GaugeFunc
 	bufferFull    prometheus.Counter
@@ -91,7 +94,7 @@ func newMetrics(p *Proxy, version string) *metrics {
 		}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_refused_requests_total",
-			Help: "Requests refused by the request screen before any rule (ambiguous targets, h2c upgrades), or for their body once allowed (400 broken, 408 too slow, 413 over max_request_body), by status code. Framing errors refused by the listener before parsing are not counted here.",
+			Help: "Requests refused by the request screen before any rule (ambiguous targets, h2c upgrades), for a cost header a rule cannot use (400 bad_cost or cost_too_high), or for their body once allowed (400 broken, 408 too slow, 413 over max_request_body), by status code. Framing errors refused by the listener before parsing are not counted here.",
 		}, []string{"code"}),
 		framing: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "edge_framing_refused_total",
@@ -114,6 +117,10 @@ func newMetrics(p *Proxy, version string) *metrics {
 			Help:        "Always 1; labels carry the version of edge and of Go.",
 			ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()},
 		}),
+		responseCostInvalid: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edge_response_cost_invalid_total",
+			Help: "Costs an origin reported in a rule's response_cost_header that were not charged: not one non-negative integer of at most 1000000.",
+		}, []string{"domain", "rule"}),
 		bufferedBytes: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "edge_request_body_buffered_bytes",
 			Help: "Request body bytes held in memory now, reserved before reading (bounded by max_buffered_bytes).",
@@ -157,7 +164,7 @@ func newMetrics(p *Proxy, version string) *metrics {
 func (m *metrics) register(reg prometheus.Registerer) error {
 	m.buildInfo.Set(1)
 	var errs []error
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.reloads, m.lastReload, m.reloadOK, m.upstream, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.xffMalformed, m.buildInfo, m.bufferedBytes, m.bufferFull, m.inFlight, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.reloads, m.lastReload, m.reloadOK, m.upstream, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.xffMalformed, m.buildInfo, m.responseCostInvalid, m.bufferedBytes, m.bufferFull, m.inFlight, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
 		errs = append(errs, reg.Register(c))
 	}
 	return errors.Join(errs...)
@@ -271,14 +278,19 @@ func (m *metrics) forget(old, st *state) {
 			m.upstream.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			m.blocked.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			m.storeFallback.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
+			m.responseCostInvalid.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			continue
 		}
 		if od.Respond == nil && d.Respond != nil {
 			m.upstream.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 		}
 		for _, or := range od.rules {
-			if r, ok := d.Rule(or.Name); !ok || r.Action != or.Action {
+			r, ok := d.Rule(or.Name)
+			if !ok || r.Action != or.Action {
 				m.decisions.DeletePartialMatch(prometheus.Labels{"domain": od.Name, "rule": or.Name, "action": or.Action.String()})
+			}
+			if !ok || r.ResponseCostHeader == "" {
+				m.responseCostInvalid.DeleteLabelValues(od.Name, or.Name)
 			}
 		}
 	}

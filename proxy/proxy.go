@@ -10,6 +10,8 @@
 //   - route.go: the domain that serves the request's Host;
 //   - identify.go: the client's address and the parts of the request its
 //     rules may key it by;
+//   - cost.go: what the request costs under each rule (400 when a cost
+//     header cannot be used);
 //   - limit.go: every matching rule decided by the domain's window.Counter;
 //   - fields.go: the rate-limit fields of the response;
 //   - refuse.go: the answer to a blocked request (429), or to one the
@@ -30,6 +32,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -88,7 +91,8 @@ type Proxy struct {
 	transport    http.RoundTripper
 	ownTransport bool // built by edge: rebuilt when the upstream timeout changes
 
-	capLog onceASecond // logs of the connection cap
+	capLog  onceASecond // logs of the connection cap
+	costLog onceASecond // logs of invalid costs reported by origins (charge.go)
 
 	// cluster shares counters through Redis; nil in local mode. Made by
 	// New, kept across reloads, closed by Close (shared.go).
@@ -116,6 +120,14 @@ type domain struct {
 	upstream http.Handler
 	rules    []ruleState // parallel to Domain.Rules
 	requests requestCounters
+	// costHeaders says whether a block rule takes its cost from a request
+	// header, which limit checks before any rule counts (cost.go).
+	costHeaders bool
+	// countsAfter: some rule counts after the origin's response (charge.go).
+	countsAfter bool
+	// costFields are the rules' response_cost_header fields, removed from
+	// every response of the domain.
+	costFields []string
 }
 
 // ruleState is a compiled rule with what limit and its answers need
@@ -127,19 +139,48 @@ type ruleState struct {
 	// policyText is policy as a RateLimit-Policy member, formatted once:
 	// a response reporting only this rule sends it without formatting.
 	policyText string
-	outcomes   ruleCounters
-	top        *topTalkers
+	// restoreRate is a bucket's refill rate in units per second, as a
+	// JSON number, for its 429 body; "" for a window.
+	restoreRate string
+	outcomes    ruleCounters
+	top         *topTalkers
+	// invalidCost counts the invalid costs the origin reported in the
+	// rule's response_cost_header; nil for a rule without one.
+	invalidCost prometheus.Counter
 }
 
 func newRuleState(r *rules.Rule, c ruleCounters) ruleState {
-	p := headers.Policy{Name: r.Name, Quota: r.Limit, Window: r.Period}
-	return ruleState{
+	p := policyOf(r)
+	rs := ruleState{
 		Rule:       r,
 		policy:     p,
 		policyText: string(headers.AppendPolicy(nil, p)),
 		outcomes:   c,
 		top:        newTopTalkers(),
 	}
+	if r.Algorithm.Bucket() {
+		rs.restoreRate = strconv.FormatFloat(float64(r.Limit)/r.Period.Seconds(), 'f', -1, 64)
+	}
+	return rs
+}
+
+// policyOf is r as a RateLimit-Policy item. A window's quota q is its
+// limit and w its period. A bucket's q is its capacity (burst), what a
+// full bucket lets through at once, and w the time an empty bucket takes
+// to fill again, capacity × period / limit: so q is what may be sent in
+// one burst and q/w the rate it refills at, as draft-ietf-httpapi-
+// ratelimit-headers-10 has a policy allow q units per w seconds. w is in
+// whole seconds (the draft allows no fraction) and rounded up, so q/w
+// never states a faster rate than the bucket's.
+func policyOf(r *rules.Rule) headers.Policy {
+	p := headers.Policy{Name: r.Name, Quota: r.Capacity(), Window: r.Period}
+	if r.Algorithm.Bucket() && r.Limit > 0 {
+		// capacity ≤ 10⁹ and period ≤ 2592000 s: the product fits.
+		secs := int64(r.Period / time.Second)
+		fill := (r.Capacity()*secs + r.Limit - 1) / r.Limit
+		p.Window = time.Duration(min(max(fill, 1), headers.MaxSeconds)) * time.Second
+	}
+	return p
 }
 
 // New returns a Proxy serving opts.Table.
@@ -187,9 +228,24 @@ func New(opts Options) (*Proxy, error) {
 // (a negative constant converted to an unsigned type) if they do not.
 const (
 	_ = uint(window.MaxRules - rules.MaxRulesPerDomain)
-	_ = uint64(window.MaxLimit - rules.MaxLimit)
+	_ = uint64(window.MaxLimit - rules.MaxLimit) // a burst is bounded as a limit too
 	_ = uint64(window.MaxSpan - rules.MaxPeriod - rules.MaxMitigation)
+	_ = uint64(window.MaxCost - rules.MaxCost)
+	_ = uint64(window.MaxSpan - rules.MaxFill) // a bucket's burst × period / limit
 )
+
+// windowAlgorithm is the window package's name for a rule's algorithm.
+func windowAlgorithm(a rules.Algorithm) window.Algorithm {
+	switch a {
+	case rules.FixedWindow:
+		return window.FixedWindow
+	case rules.TokenBucket:
+		return window.TokenBucket
+	case rules.LeakyBucket:
+		return window.LeakyBucket
+	}
+	return window.SlidingWindow
+}
 
 // build makes the per-configuration state: a counter store and an upstream
 // per domain, metric handles per rule.
@@ -223,7 +279,10 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 					Mitigation:   r.MitigationTimeout,
 					CountBlocked: r.CountBlocked,
 					Identity:     ruleIdentity(rd.Name, r),
+					Algorithm:    windowAlgorithm(r.Algorithm),
+					Burst:        r.Burst,
 				}
+				d.costHeaders = d.costHeaders || (r.CostHeader != "" && r.Action == rules.ActionBlock)
 			}
 			opts := window.Options{Capacity: rd.MaxKeys, Limits: limits}
 			if prev != nil && prev.store != nil {
@@ -237,6 +296,9 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 			for j, r := range rd.Rules {
 				d.rules[j] = newRuleState(r, p.metrics.ruleCounters(rd.Name, r))
 				d.rules[j].identity = limits[j].Identity
+				if r.ResponseCostHeader != "" {
+					d.rules[j].invalidCost = p.metrics.responseCostInvalid.WithLabelValues(rd.Name, r.Name)
+				}
 			}
 			d.counter = d.store.Counter()
 			if p.cluster != nil {
@@ -265,7 +327,9 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 				origin = t.Origin
 			}
 			always := slices.ContainsFunc(rd.Rules, func(r *rules.Rule) bool { return r.Headers == rules.HeadersAlways })
-			d.upstream = p.newForwarder(rd.Name, origin, cip, transport, always)
+			d.costFields = costFields(rd.Rules)
+			d.countsAfter = slices.ContainsFunc(rd.Rules, (*rules.Rule).CountsAfter)
+			d.upstream = p.newForwarder(d, origin, cip, transport, always)
 		}
 		st.domains[i] = d
 	}

@@ -59,7 +59,15 @@ func writeBlocked(w http.ResponseWriter, r *http.Request, d *domain, vs []verdic
 		h["Content-Type"] = contentTypeJSON
 		// Rule names are restricted to [A-Za-z0-9_.-] by rules, so they need
 		// no JSON escaping.
-		body = `{"error":"rate_limited","rule":"` + rs.Name + `","retry_after":` + retry + "}\n"
+		body = `{"error":"rate_limited","rule":"` + rs.Name + `","retry_after":` + retry
+		if rs.restoreRate != "" {
+			// A bucket says what the request cost, what is left and how
+			// fast it refills, so that a client can work out its own wait
+			// for a request of any cost (as Shopify's throttle reply does).
+			body += `,"cost":` + strconv.FormatInt(v.cost, 10) + `,"remaining":` + strconv.FormatInt(max(v.Remaining, 0), 10) +
+				`,"restore_rate":` + rs.restoreRate
+		}
+		body += "}\n"
 	} else {
 		h["Content-Type"] = contentTypeText
 		body = "rate limited: retry in " + retry + "s\n"

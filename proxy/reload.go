@@ -20,10 +20,11 @@ type ReloadResult struct {
 	DomainsAdded   []string `json:"domains_added,omitempty"`
 	DomainsRemoved []string `json:"domains_removed,omitempty"`
 	// Rules are named "domain/rule". Kept rules are unchanged and keep their
-	// counters; changed rules keep their counters too (their identity, key
-	// and period, is the same; their limit or other settings are not);
-	// reset rules kept their name but changed key or period, so their
-	// counts mean something else now and start from zero.
+	// counters; changed rules keep their counters too (their identity, key,
+	// period, algorithm and a bucket's capacity, is the same; their limit,
+	// cost or other settings are not); reset rules kept their name but
+	// changed one of those, so their counts mean something else now and
+	// start from zero.
 	RulesAdded   []string `json:"rules_added,omitempty"`
 	RulesRemoved []string `json:"rules_removed,omitempty"`
 	RulesKept    []string `json:"rules_kept,omitempty"`
@@ -40,11 +41,18 @@ type ReloadResult struct {
 	RestartRequired []string `json:"restart_required,omitempty"`
 }
 
-// ruleIdentity names what a rule's counts mean: its domain, name, key and
-// period. Counters carry across a reload exactly when the identity holds.
+// ruleIdentity names what a rule's counts mean: its domain, name, key,
+// period, algorithm and, for a bucket, its capacity (a burst left out is
+// the limit, so changing such a bucket's limit changes its capacity too).
+// Counters carry across a reload exactly when the identity holds; a
+// bucket's level is converted to a new limit (window.Store.CarryAt).
 func ruleIdentity(domain string, r *rules.Rule) uint64 {
+	var capacity int64
+	if r.Algorithm.Bucket() {
+		capacity = r.Capacity()
+	}
 	h := fnv.New64a()
-	fmt.Fprintf(h, "%s\x00%s\x00%v\x00%d", domain, r.Name, r.Key, r.Period)
+	fmt.Fprintf(h, "%s\x00%s\x00%v\x00%d\x00%s\x00%d", domain, r.Name, r.Key, r.Period, r.Algorithm, capacity)
 	return h.Sum64()
 }
 
@@ -76,7 +84,7 @@ func (p *Proxy) Reload(t *rules.Table, hash string) (ReloadResult, error) {
 		if d.carry == nil {
 			continue
 		}
-		n, err := old.domain(d.Name).store.Carry(d.store, d.carry)
+		n, err := old.domain(d.Name).store.CarryAt(d.store, d.carry, p.now())
 		if err != nil {
 			st.closeShared()
 			return ReloadResult{}, fmt.Errorf("proxy: carrying counters of %q: %w", d.Name, err)
@@ -215,6 +223,15 @@ var settings = []setting{
 	reloads("domains[].rules[].block_response.status"),
 	reloads("domains[].rules[].block_response.body"),
 	reloads("domains[].rules[].block_response.content_type"),
+	reloads("domains[].rules[].algorithm"),
+	reloads("domains[].rules[].burst"),
+	reloads("domains[].rules[].max_delay"),
+	reloads("domains[].rules[].cost"),
+	reloads("domains[].rules[].cost_header"),
+	reloads("domains[].rules[].max_cost"),
+	reloads("domains[].rules[].allow.cidrs"),
+	reloads("domains[].rules[].count_status"),
+	reloads("domains[].rules[].response_cost_header"),
 }
 
 // setting is one key of the configuration file and when it takes effect.
@@ -265,7 +282,17 @@ func sameRule(a, b *rules.Rule) bool {
 		a.Limit == b.Limit && a.Period == b.Period && slices.Equal(a.Key, b.Key) &&
 		a.Action == b.Action && a.MitigationTimeout == b.MitigationTimeout &&
 		a.CountBlocked == b.CountBlocked && a.Headers == b.Headers &&
-		equalResponse(a.BlockResponse, b.BlockResponse)
+		equalResponse(a.BlockResponse, b.BlockResponse) &&
+		a.Algorithm == b.Algorithm && a.Burst == b.Burst && a.Cost == b.Cost &&
+		a.CostHeader == b.CostHeader && a.MaxCost == b.MaxCost &&
+		sameWhatCounts(a, b)
+}
+
+// sameWhatCounts reports whether two rules count the same requests at the
+// same moments: allow, count_status and response_cost_header.
+func sameWhatCounts(a, b *rules.Rule) bool {
+	return slices.Equal(a.Allow, b.Allow) && slices.Equal(a.CountStatus, b.CountStatus) &&
+		a.ResponseCostHeader == b.ResponseCostHeader
 }
 
 func equalResponse(a, b *rules.Response) bool {

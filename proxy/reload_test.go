@@ -3,6 +3,7 @@ package proxy
 import (
 	"encoding/json"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -143,4 +144,39 @@ func mustRequest(method, url, host string) *http.Request {
 	req, _ := http.NewRequest(method, url, nil)
 	req.Host = host
 	return req
+}
+
+// TestReloadWhatCounts: allow, count_status and response_cost_header take
+// effect on reload; changing them keeps the rule's counters (the rule is
+// reported changed, not reset).
+func TestReloadWhatCounts(t *testing.T) {
+	origin := newCostOrigin(t)
+	r := rule("r", 2, time.Minute)
+	e := newEnv(t, oneDomain(origin.URL, r))
+	for range 2 {
+		e.get("api.example.com", "/")
+	}
+	steps := []struct {
+		name   string
+		mutate func(r *rules.RuleConfig)
+		want   int // status of the next request, from the test's 127.0.0.1
+	}{
+		{"allow the client", func(r *rules.RuleConfig) { r.Allow = &rules.AllowConfig{CIDRs: []string{"127.0.0.0/8"}} }, 200},
+		{"allow others", func(r *rules.RuleConfig) { r.Allow = &rules.AllowConfig{CIDRs: []string{"10.0.0.0/8"}} }, 429},
+		{"count_status", func(r *rules.RuleConfig) { r.Allow = nil; r.CountStatus = []int{401} }, 429},
+		{"response_cost_header", func(r *rules.RuleConfig) { r.CountStatus = nil; r.ResponseCostHeader = "X-Edge-Cost" }, 429},
+	}
+	for _, s := range steps {
+		s.mutate(&r)
+		res, err := e.proxy.Reload(compile(t, oneDomain(origin.URL, r)), s.name)
+		if err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		if !slices.Equal(res.RulesChanged, []string{"api.example.com/r"}) || res.KeysCarried != 1 {
+			t.Errorf("%s: rules_changed %v, keys_carried %d; want [api.example.com/r], 1", s.name, res.RulesChanged, res.KeysCarried)
+		}
+		if resp, _ := e.get("api.example.com", "/"); resp.StatusCode != s.want {
+			t.Errorf("%s: next request got %d, want %d", s.name, resp.StatusCode, s.want)
+		}
+	}
 }

@@ -523,3 +523,69 @@ func maxCounter(t *testing.T, c rueidis.Client) int64 {
 	}
 	return most
 }
+
+// TestSharedResponseCost: a cost the origin reports on one node reaches
+// Redis with the node's next flush and refuses the client on another node,
+// in exact and in batched mode. Batched nodes read back the PoP's counts
+// only of keys they touched, so there the other node sees the client
+// first.
+func TestSharedResponseCost(t *testing.T) {
+	srv := redistest.Start(t)
+	origin := newCostOrigin(t)
+	for _, sync := range []string{"exact", "batched"} {
+		t.Run(sync, func(t *testing.T) {
+			r := rule("cpu-"+sync, 10, time.Hour)
+			r.ResponseCostHeader = "X-Edge-Cost"
+			cfg := sharedConfig(srv.Addr, sync, "local", r)
+			cfg.Domains[0].Respond, cfg.Domains[0].Origin = nil, origin.URL
+			ps := newNodes(t, 2, cfg, true)
+			get := func(p *Proxy, target string) int {
+				req := httptest.NewRequest("GET", "http://site.test"+target, nil)
+				req.RemoteAddr = "192.0.2.70:40000"
+				w := httptest.NewRecorder()
+				p.ServeHTTP(w, req)
+				if v := w.Header().Get("X-Edge-Cost"); v != "" {
+					t.Errorf("client saw X-Edge-Cost %q", v)
+				}
+				return w.Code
+			}
+			steps := []struct {
+				node   int
+				target string
+				want   int
+			}{
+				{1, "/", 200},        // 1 counted
+				{0, "/?cost=8", 200}, // 1 + 8: 10 once shared
+			}
+			for _, s := range steps {
+				if got := get(ps[s.node], s.target); got != s.want {
+					t.Fatalf("node %d %s: got %d, want %d", s.node, s.target, got, s.want)
+				}
+			}
+			// Node 0's next flush carries the charge to Redis, where
+			// node 1 decides (exact), or from where node 1's next flush
+			// brings it back for a key node 1 touched (batched). Without
+			// the charge node 1 would be allowed 8 more requests: a few
+			// attempts tell the two apart, and cover a flush that was
+			// under way as the charge was made.
+			flusher := ps[0]
+			if sync == "batched" {
+				flusher = ps[1]
+			}
+			for attempt := 1; ; attempt++ {
+				f := roundTrips(t, flusher, "flush")
+				if sync == "batched" {
+					get(ps[1], "/")
+				}
+				wait.For(t, 2*time.Second, "a flush", func() bool { return roundTrips(t, flusher, "flush") > f })
+				if get(ps[1], "/") == 429 {
+					break
+				}
+				if attempt == 3 {
+					t.Fatalf("node 1 still allowed after %d flushes: the charge did not reach it", attempt)
+				}
+			}
+			srv.CheckTTLs(t)
+		})
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"mime"
 	"net"
 	"net/netip"
+	"net/textproto"
 	"net/url"
 	"strconv"
 	"strings"
@@ -25,6 +26,12 @@ const (
 	MaxPeriod = 720 * time.Hour
 	// MaxMitigation is the longest mitigation_timeout of a rule.
 	MaxMitigation = 24 * time.Hour
+	// MaxCost is the largest cost of one request, configured or sent in
+	// a rule's cost_header.
+	MaxCost = 1_000_000
+	// MaxFill is the longest an empty bucket may take to fill again,
+	// burst × period / limit: it bounds a bucket's burst.
+	MaxFill = 1192 * time.Hour
 )
 
 // Bounds enforced by [Compile].
@@ -262,9 +269,16 @@ func isLabelByte(c byte) bool {
 }
 
 func compileTrustedProxies(p *problems, list []string) []netip.Prefix {
+	return compilePrefixes(p, "client_ip.trusted_proxies", list)
+}
+
+// compilePrefixes compiles the list at path of CIDR prefixes or bare IPs
+// (a bare IP is a /32 or /128) that client addresses are compared with:
+// masked, and IPv4-mapped ones unmapped.
+func compilePrefixes(p *problems, path string, list []string) []netip.Prefix {
 	var out []netip.Prefix
 	for i, s := range list {
-		path := fmt.Sprintf("client_ip.trusted_proxies[%d]", i)
+		path := fmt.Sprintf("%s[%d]", path, i)
 		var pfx netip.Prefix
 		if strings.Contains(s, "/") {
 			var err error
@@ -420,7 +434,8 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 		}
 		ruleNames := make(map[string]int)
 		for j, rc := range dc.Rules {
-			r := compileRule(p, path, j, rc, ruleNames)
+			r := compileRule(p, path, j, rc, ruleNames, t.Cluster.Store)
+			checkCountsAfter(p, t, fmt.Sprintf("%s.rules[%d]", path, j), r, dc.Respond != nil)
 			d.Rules = append(d.Rules, r)
 			if _, dup := d.byName[r.Name]; !dup && r.Name != "" {
 				d.byName[r.Name] = r
@@ -665,8 +680,9 @@ func checkDNSName(h, raw string) string {
 }
 
 // compileRule compiles rule j of the domain at domainPath. names maps the
-// rule names seen so far in that domain to their index.
-func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map[string]int) *Rule {
+// rule names seen so far in that domain to their index; store is where
+// the table's counters live.
+func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map[string]int, store StoreKind) *Rule {
 	path := fmt.Sprintf("%s.rules[%d]", domainPath, j)
 	r := &Rule{
 		Index:             j,
@@ -744,7 +760,190 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 	if rc.BlockResponse != nil {
 		r.BlockResponse = compileResponse(p, path+".block_response", *rc.BlockResponse, 400, 499, DefaultBlockStatus, false)
 	}
+
+	if compileAlgorithm(p, path, rc, r, store) {
+		compileCost(p, path, rc, r, store)
+	}
+	compileWhatCounts(p, path, rc, r)
 	return r
+}
+
+// compileAlgorithm compiles how the rule at path counts into r: its
+// algorithm, burst and max_delay. It reports whether r.Algorithm is the
+// one configured (when not, the keys that depend on it are not judged).
+// Counters shared through Redis (store) count only in a sliding window.
+func compileAlgorithm(p *problems, path string, rc RuleConfig, r *Rule, store StoreKind) bool {
+	if rc.Algorithm == "quota" {
+		p.add(path+".algorithm", "quota is not supported yet")
+		return false
+	}
+	before := len(p.list)
+	r.Algorithm = algorithmSpelling.parse(p, path+".algorithm", rc.Algorithm)
+	if len(p.list) > before {
+		return false
+	}
+	if store == StoreRedis && r.Algorithm != SlidingWindow {
+		p.add(path+".algorithm", "%s is not supported with cluster.store redis yet", r.Algorithm)
+	}
+
+	switch {
+	case rc.Burst == 0:
+	case !r.Algorithm.Bucket():
+		p.add(path+".burst", "applies only to algorithm token_bucket or leaky_bucket, got %d with %s", rc.Burst, r.Algorithm)
+	case rc.Burst < 1 || rc.Burst > MaxLimit:
+		p.add(path+".burst", "must be between 1 and %d, got %d", MaxLimit, rc.Burst)
+	case r.Limit >= 1 && r.Limit <= MaxLimit && r.Period >= minPeriod && r.Period <= MaxPeriod &&
+		int64(rc.Burst)*int64(r.Period/time.Second) > int64(MaxFill/time.Second)*r.Limit:
+		// Both products stay below 2⁵³: burst and limit ≤ 10⁹, the
+		// periods below 5·10⁶ s.
+		most := int64(MaxFill/time.Second) * r.Limit / int64(r.Period/time.Second)
+		p.add(path+".burst", "must be at most %d with limit %d per %s (an empty bucket must fill within %s), got %d",
+			most, r.Limit, fmtDuration(r.Period), fmtDuration(MaxFill), rc.Burst)
+	default:
+		r.Burst = int64(rc.Burst)
+	}
+
+	switch d := rc.MaxDelay; {
+	case d == 0:
+	case d < 0:
+		p.add(path+".max_delay", "must not be negative, got %s", fmtDuration(d))
+	case r.Algorithm != LeakyBucket:
+		p.add(path+".max_delay", "applies only to algorithm leaky_bucket, got %s with %s", fmtDuration(d), r.Algorithm)
+	default:
+		// A queue holds requests back until their turn; edge only
+		// meters so far.
+		p.add(path+".max_delay", "a leaky_bucket queue (max_delay above 0) is not supported yet, got %s; 0 refuses at once", fmtDuration(d))
+	}
+	return true
+}
+
+// compileCost compiles what a request of the rule at path costs into r,
+// once r's algorithm and burst are known: a cost (or a cost_header and its
+// max_cost) that the rule can hold.
+func compileCost(p *problems, path string, rc RuleConfig, r *Rule, store StoreKind) {
+	// What the rule can hold is known only when its limit and burst are
+	// valid (an invalid burst is left 0 in r).
+	capacity, holds := r.Capacity(), "limit"
+	if r.Burst > 0 {
+		holds = "burst"
+	}
+	known := r.Limit >= 1 && r.Limit <= MaxLimit && (rc.Burst == 0 || r.Burst > 0)
+
+	r.Cost = 1
+	if rc.Cost != nil {
+		r.Cost = int64(*rc.Cost)
+	}
+	switch {
+	case r.Cost < 0 || r.Cost > MaxCost:
+		p.add(path+".cost", "must be between 0 and %d, got %d", MaxCost, r.Cost)
+	case known && r.Cost > capacity:
+		p.add(path+".cost", "must be at most the rule's %s (%d), got %d", holds, capacity, r.Cost)
+	case store == StoreRedis && r.Cost != 1:
+		p.add(path+".cost", "a cost other than 1 is not supported with cluster.store redis yet, got %d", r.Cost)
+	}
+
+	if h := rc.CostHeader; h != "" {
+		canon := textproto.CanonicalMIMEHeaderKey(h)
+		switch {
+		case !IsToken(h):
+			p.add(path+".cost_header", "must be a header name (an HTTP token), got %q", h)
+		case canon == "Host":
+			// Go's server moves Host out of Request.Header: the header
+			// would never be seen.
+			p.add(path+".cost_header", "must not be Host, got %q", h)
+		case store == StoreRedis:
+			p.add(path+".cost_header", "is not supported with cluster.store redis yet, got %q", h)
+		default:
+			r.CostHeader = canon
+		}
+	}
+
+	switch m := rc.MaxCost; {
+	case m == 0 && rc.CostHeader != "":
+		p.missing(path+".max_cost", "with cost_header", "must be between 1 and %d, got 0", MaxCost)
+	case m == 0:
+	case rc.CostHeader == "":
+		p.add(path+".max_cost", "applies only with cost_header, got %d", m)
+	case m < 1 || m > MaxCost:
+		p.add(path+".max_cost", "must be between 1 and %d, got %d", MaxCost, m)
+	case known && int64(m) > capacity:
+		p.add(path+".max_cost", "must be at most the rule's %s (%d), got %d", holds, capacity, m)
+	default:
+		r.MaxCost = int64(m)
+	}
+}
+
+// compileWhatCounts compiles the keys that say which requests a rule
+// counts, and when: allow, count_status and response_cost_header.
+func compileWhatCounts(p *problems, path string, rc RuleConfig, r *Rule) {
+	if rc.Allow != nil {
+		if len(rc.Allow.CIDRs) == 0 {
+			p.add(path+".allow.cidrs", "must list at least one IP address or CIDR prefix")
+		}
+		r.Allow = compilePrefixes(p, path+".allow.cidrs", rc.Allow.CIDRs)
+	}
+
+	seen := make(map[int]int)
+	for i, status := range rc.CountStatus {
+		spath := fmt.Sprintf("%s.count_status[%d]", path, i)
+		if status < 100 || status > 599 {
+			p.add(spath, "must be an HTTP status from 100 to 599, got %d", status)
+			continue
+		}
+		if prev, dup := seen[status]; dup {
+			p.add(spath, "%d duplicates count_status[%d]", status, prev)
+		} else {
+			seen[status] = i
+			r.CountStatus = append(r.CountStatus, status)
+		}
+	}
+	if len(rc.CountStatus) > 0 && rc.CountBlocked {
+		// A refused request never reaches the origin: it has no status
+		// that could say whether it counts.
+		p.add(path+".count_blocked", "must be false with count_status (a refused request gets no status from the origin), got true")
+	}
+
+	if h := rc.ResponseCostHeader; h != "" {
+		name := textproto.CanonicalMIMEHeaderKey(h)
+		switch {
+		case !IsToken(h):
+			p.add(path+".response_cost_header", "must be a header field name, got %q", h)
+		case reservedResponseFields[name]:
+			p.add(path+".response_cost_header", "must not be a field that HTTP or edge itself uses, got %q", h)
+		default:
+			r.ResponseCostHeader = name
+		}
+	}
+}
+
+// reservedResponseFields are response fields that HTTP framing, the
+// proxy's hop-by-hop handling or edge's own rate-limit answers need:
+// response_cost_header removes its field from responses, so it must not
+// name one of them.
+var reservedResponseFields = map[string]bool{
+	"Connection": true, "Content-Length": true, "Content-Type": true, "Keep-Alive": true,
+	"Proxy-Connection": true, "Te": true, "Trailer": true, "Transfer-Encoding": true,
+	"Upgrade": true, "Retry-After": true, "Ratelimit": true, "Ratelimit-Policy": true,
+	"X-Ratelimit-Limit": true, "X-Ratelimit-Remaining": true, "X-Ratelimit-Reset": true,
+}
+
+// checkCountsAfter refuses a rule r, at path, that counts after the
+// origin's response where there is none (its domain answers with respond)
+// or where the counters cannot yet take it.
+func checkCountsAfter(p *problems, t *Table, path string, r *Rule, respond bool) {
+	for _, k := range []struct {
+		key string
+		set bool
+	}{{"count_status", r.CountStatus != nil}, {"response_cost_header", r.ResponseCostHeader != ""}} {
+		if k.set && respond {
+			p.add(path+"."+k.key, "needs an origin's response, but the domain answers with respond")
+		}
+	}
+	// The check before forwarding is a decision of cost 0, which the
+	// Redis counters cannot make yet.
+	if r.CountStatus != nil && t.Cluster.Store == StoreRedis {
+		p.add(path+".count_status", "is not supported with cluster.store redis yet")
+	}
 }
 
 func compileKey(p *problems, path string, keys []string) []KeyPart {

@@ -354,6 +354,40 @@ func TestCompileErrors(t *testing.T) {
 		{"block content type", func(c *Config) {
 			rule(c).BlockResponse = &ResponseConfig{Body: "{}", ContentType: "json"}
 		}, `domains[0].rules[0].block_response.content_type: must be a media type such as "text/plain; charset=utf-8", got "json"`},
+		{"allow without cidrs", func(c *Config) { rule(c).Allow = &AllowConfig{} },
+			`domains[0].rules[0].allow.cidrs: must list at least one IP address or CIDR prefix`},
+		{"allow host name", func(c *Config) { rule(c).Allow = &AllowConfig{CIDRs: []string{"10.0.0.0/8", "office.internal"}} },
+			`domains[0].rules[0].allow.cidrs[1]: must be an IP address or CIDR prefix, got "office.internal"`},
+		{"allow bad prefix", func(c *Config) { rule(c).Allow = &AllowConfig{CIDRs: []string{"2001:db8::/129"}} },
+			`domains[0].rules[0].allow.cidrs[0]: must be an IP address or CIDR prefix, got "2001:db8::/129"`},
+		{"allow zone", func(c *Config) { rule(c).Allow = &AllowConfig{CIDRs: []string{"fe80::1%eth0"}} },
+			`domains[0].rules[0].allow.cidrs[0]: must not have a zone, got "fe80::1%eth0"`},
+		{"count_status too low", func(c *Config) { rule(c).CountStatus = []int{401, 99} },
+			`domains[0].rules[0].count_status[1]: must be an HTTP status from 100 to 599, got 99`},
+		{"count_status too high", func(c *Config) { rule(c).CountStatus = []int{600} },
+			`domains[0].rules[0].count_status[0]: must be an HTTP status from 100 to 599, got 600`},
+		{"count_status duplicate", func(c *Config) { rule(c).CountStatus = []int{401, 403, 401} },
+			`domains[0].rules[0].count_status[2]: 401 duplicates count_status[0]`},
+		{"count_status with count_blocked", func(c *Config) { rule(c).CountStatus, rule(c).CountBlocked = []int{401}, true },
+			`domains[0].rules[0].count_blocked: must be false with count_status (a refused request gets no status from the origin), got true`},
+		{"count_status with respond", func(c *Config) {
+			c.Domains[0].Respond = &ResponseConfig{Body: "ok"}
+			rule(c).CountStatus = []int{401}
+		}, `domains[0].rules[0].count_status: needs an origin's response, but the domain answers with respond`},
+		{"count_status with redis", func(c *Config) {
+			c.Cluster = ClusterConfig{Store: "redis", Redis: RedisConfig{Addresses: []string{"127.0.0.1:6379"}}}
+			rule(c).CountStatus = []int{401}
+		}, `domains[0].rules[0].count_status: is not supported with cluster.store redis yet`},
+		{"response_cost_header not a token", func(c *Config) { rule(c).ResponseCostHeader = "X Cost" },
+			`domains[0].rules[0].response_cost_header: must be a header field name, got "X Cost"`},
+		{"response_cost_header framing", func(c *Config) { rule(c).ResponseCostHeader = "content-length" },
+			`domains[0].rules[0].response_cost_header: must not be a field that HTTP or edge itself uses, got "content-length"`},
+		{"response_cost_header rate-limit field", func(c *Config) { rule(c).ResponseCostHeader = "RateLimit" },
+			`domains[0].rules[0].response_cost_header: must not be a field that HTTP or edge itself uses, got "RateLimit"`},
+		{"response_cost_header with respond", func(c *Config) {
+			c.Domains[0].Respond = &ResponseConfig{Body: "ok"}
+			rule(c).ResponseCostHeader = "X-Edge-Cost"
+		}, `domains[0].rules[0].response_cost_header: needs an origin's response, but the domain answers with respond`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -610,6 +644,53 @@ func TestDefaultMaxConnections(t *testing.T) {
 	for _, tt := range tests {
 		if got := DefaultMaxConnections(tt.limit); got != tt.want {
 			t.Errorf("%s: DefaultMaxConnections(%d) = %d, want %d", tt.name, tt.limit, got, tt.want)
+		}
+	}
+}
+
+// TestCompileWhatCounts: the keys compile to what the proxy consults, and
+// Exempt and Counts answer from them.
+func TestCompileWhatCounts(t *testing.T) {
+	cfg := validConfig()
+	cfg.Domains[0].Rules[0].Allow = &AllowConfig{CIDRs: []string{"10.1.2.3/8", "192.0.2.1", "::ffff:198.51.100.0/120", "2001:db8::/32"}}
+	cfg.Domains[0].Rules[0].ResponseCostHeader = "x-edge-cost"
+	cfg.Domains[0].Rules[1].CountStatus = []int{401, 403}
+	tab, err := Compile(cfg)
+	if err != nil {
+		t.Fatalf("Compile: %v", err)
+	}
+	all, writes := tab.Domains[0].Rules[0], tab.Domains[0].Rules[1]
+	tests := []struct {
+		name string
+		got  any
+		want any
+	}{
+		{"allow", all.Allow, []netip.Prefix{
+			netip.MustParsePrefix("10.0.0.0/8"),
+			netip.MustParsePrefix("192.0.2.1/32"),
+			netip.MustParsePrefix("198.51.100.0/24"),
+			netip.MustParsePrefix("2001:db8::/32"),
+		}},
+		{"no allow", writes.Allow, []netip.Prefix(nil)},
+		{"response_cost_header canonical", all.ResponseCostHeader, "X-Edge-Cost"},
+		{"count_status", writes.CountStatus, []int{401, 403}},
+		{"no count_status", all.CountStatus, []int(nil)},
+		{"counts after: cost header", all.CountsAfter(), true},
+		{"counts after: status", writes.CountsAfter(), true},
+		{"exempt: in 10/8", all.Exempt(netip.MustParseAddr("10.200.0.1")), true},
+		{"exempt: mapped IPv4", all.Exempt(netip.MustParseAddr("::ffff:198.51.100.7")), true},
+		{"exempt: IPv6 with zone", all.Exempt(netip.MustParseAddr("2001:db8::5%eth0")), true},
+		{"exempt: outside", all.Exempt(netip.MustParseAddr("192.0.2.2")), false},
+		{"exempt: IPv6 outside", all.Exempt(netip.MustParseAddr("2001:db9::1")), false},
+		{"exempt: zero addr", all.Exempt(netip.Addr{}), false},
+		{"exempt: rule without allow", writes.Exempt(netip.MustParseAddr("10.0.0.1")), false},
+		{"counts 401", writes.Counts(401), true},
+		{"counts 200", writes.Counts(200), false},
+		{"counts every status without count_status", all.Counts(200), true},
+	}
+	for _, tt := range tests {
+		if !reflect.DeepEqual(tt.got, tt.want) {
+			t.Errorf("%s: got %v, want %v", tt.name, tt.got, tt.want)
 		}
 	}
 }

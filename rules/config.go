@@ -293,4 +293,56 @@ type RuleConfig struct {
 	// BlockResponse replaces the default 429 response. Its status must be
 	// 400..499; default 429.
 	BlockResponse *ResponseConfig `mapstructure:"block_response"`
+
+	// Algorithm is how the rule counts: "sliding_window" (default: the
+	// two-counter estimate over Period), "fixed_window" (one count per
+	// epoch-aligned Period), "token_bucket" (Burst tokens, refilled at
+	// Limit per Period) or "leaky_bucket" (a level raised by each request's
+	// cost and draining at Limit per Period, refused past Burst). "quota"
+	// is refused as not supported yet.
+	Algorithm string `mapstructure:"algorithm"`
+	// Burst is a bucket's capacity in units: token_bucket and leaky_bucket
+	// only. Zero means Limit; valid 1..1_000_000_000.
+	Burst int `mapstructure:"burst"`
+	// MaxDelay is how long a leaky_bucket request may wait for its turn.
+	// Only 0, the default, is supported: a request that would overflow
+	// the bucket is refused at once (a meter).
+	MaxDelay time.Duration `mapstructure:"max_delay"`
+	// Cost is the units a request takes, 0..1_000_000, and at most what
+	// the rule can hold (Burst for a bucket, else Limit); nil means 1. With
+	// CostHeader it is the cost of a request that does not send the
+	// header. A pointer because 0 is a valid cost, unlike the default.
+	Cost *int `mapstructure:"cost"`
+	// CostHeader, when set, names a request header whose value, a
+	// non-negative integer of at most MaxCost, is the request's cost.
+	CostHeader string `mapstructure:"cost_header"`
+	// MaxCost is the largest cost CostHeader may give, 1..1_000_000 and
+	// at most what the rule can hold; required with CostHeader, and only
+	// valid with it.
+	MaxCost int `mapstructure:"max_cost"`
+	// Allow exempts clients from the rule; nil exempts no one.
+	Allow *AllowConfig `mapstructure:"allow"`
+	// CountStatus, when set, makes the rule count a request only once the
+	// origin answers it with one of these statuses (100..599, no
+	// duplicates), as the response headers arrive: 401 and 403 count
+	// failed logins and not successful ones. Requests are still refused
+	// before they are forwarded, from the counts so far. Empty counts every
+	// request as it is decided.
+	CountStatus []int `mapstructure:"count_status"`
+	// ResponseCostHeader, when set, names a response field in which the
+	// origin reports what a request really cost, as a non-negative integer
+	// of units charged to the client's key when the response headers (or
+	// the trailers, where the origin sends it as a trailer) arrive, on top
+	// of what the request counted when it was decided. The field is removed
+	// from the response the client sees.
+	ResponseCostHeader string `mapstructure:"response_cost_header"`
+}
+
+// AllowConfig lists the clients a rule neither counts nor refuses.
+type AllowConfig struct {
+	// CIDRs are CIDR prefixes or bare IPs (a bare IP is a /32 or /128),
+	// written as client_ip.trusted_proxies are; at least one. They are
+	// compared with the client's address as edge derives it (see
+	// client_ip), in full, not its ipv6_prefix.
+	CIDRs []string `mapstructure:"cidrs"`
 }

@@ -38,10 +38,11 @@ func (s spelling[T]) parse(p *problems, path, raw string) T {
 }
 
 var (
-	actionSpelling  = spelling[Action]{"Action", []string{"block", "log"}}
-	headerSpelling  = spelling[HeaderMode]{"HeaderMode", []string{"blocked", "always", "none"}}
-	keyKindSpelling = spelling[KeyKind]{"KeyKind", []string{"ip", "header", "path", "host"}}
-	storeSpelling   = spelling[StoreKind]{"StoreKind", []string{"local", "redis"}}
-	syncSpelling    = spelling[SyncMode]{"SyncMode", []string{"exact", "batched"}}
-	failureSpelling = spelling[FailureMode]{"FailureMode", []string{"local", "open", "closed"}}
+	actionSpelling    = spelling[Action]{"Action", []string{"block", "log"}}
+	headerSpelling    = spelling[HeaderMode]{"HeaderMode", []string{"blocked", "always", "none"}}
+	keyKindSpelling   = spelling[KeyKind]{"KeyKind", []string{"ip", "header", "path", "host"}}
+	storeSpelling     = spelling[StoreKind]{"StoreKind", []string{"local", "redis"}}
+	syncSpelling      = spelling[SyncMode]{"SyncMode", []string{"exact", "batched"}}
+	failureSpelling   = spelling[FailureMode]{"FailureMode", []string{"local", "open", "closed"}}
+	algorithmSpelling = spelling[Algorithm]{"Algorithm", []string{"sliding_window", "fixed_window", "token_bucket", "leaky_bucket"}}
 )

@@ -24,6 +24,10 @@ type KeySource struct {
 	// [ClientPrefix]: an IPv4 address as a /32, an IPv6 address masked
 	// to the configured prefix.
 	Client netip.Prefix
+	// Addr is the client's full address, unmapped, which a rule's allow
+	// list is compared with ([Rule.Exempt]); the zero Addr, exempt from
+	// nothing, when the client is known by no address. Keys never use it.
+	Addr netip.Addr
 	// ClientName names a client known by no address, such as a host name
 	// in an access log. It is used only when Client is not valid.
 	ClientName string

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 )
@@ -168,7 +169,92 @@ type Rule struct {
 
 	// BlockResponse is nil when the proxy's default 429 response applies.
 	BlockResponse *Response
+
+	Algorithm Algorithm
+	// Burst is a bucket's capacity as configured: 0 means Limit (see
+	// Capacity). Always 0 for a window.
+	Burst int64
+	// Cost is the units a request takes when CostHeader is "" or the
+	// request does not send it: 0..Capacity().
+	Cost int64
+	// CostHeader names the request header whose value is the cost, in
+	// canonical MIME form; "" means none.
+	CostHeader string
+	// MaxCost is the largest cost CostHeader may give, 1..Capacity(); 0
+	// exactly when CostHeader is "".
+	MaxCost int64
+
+	// Allow are the clients the rule neither counts nor refuses: masked
+	// prefixes, IPv4-mapped ones unmapped, in config order; nil for none.
+	Allow []netip.Prefix
+	// CountStatus lists the origin response statuses that count, in
+	// config order; nil counts every request as it is decided.
+	CountStatus []int
+	// ResponseCostHeader is the response field the origin reports a
+	// request's cost in, in canonical form ("X-Edge-Cost"); "" for none.
+	ResponseCostHeader string
 }
+
+// Exempt reports whether the rule lets the client at addr through
+// uncounted (Allow). An IPv4-mapped addr is checked as IPv4 and a zone is
+// ignored; the zero Addr is never exempt. Exempt does not allocate.
+func (r *Rule) Exempt(addr netip.Addr) bool {
+	if r.Allow == nil {
+		return false
+	}
+	addr = addr.Unmap().WithZone("")
+	for _, p := range r.Allow {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// CountsAfter reports whether the rule counts some of a request only once
+// the origin has answered (CountStatus or ResponseCostHeader).
+func (r *Rule) CountsAfter() bool { return r.CountStatus != nil || r.ResponseCostHeader != "" }
+
+// Counts reports whether a response with this status counts under the
+// rule: always, unless CountStatus is set and does not list it.
+func (r *Rule) Counts(status int) bool {
+	return r.CountStatus == nil || slices.Contains(r.CountStatus, status)
+}
+
+// Capacity is the most units the rule can ever hold for one key: a
+// bucket's Burst (Limit when Burst is 0), a window's Limit. A request
+// costing more could never be allowed.
+func (r *Rule) Capacity() int64 {
+	if r.Algorithm.Bucket() && r.Burst > 0 {
+		return r.Burst
+	}
+	return r.Limit
+}
+
+// Algorithm is how a rule counts. The zero value is SlidingWindow.
+type Algorithm uint8
+
+const (
+	// SlidingWindow estimates the count over the last Period from the
+	// counts of the current and the previous epoch-aligned period.
+	SlidingWindow Algorithm = iota
+	// FixedWindow counts each epoch-aligned Period on its own.
+	FixedWindow
+	// TokenBucket holds up to Capacity tokens, refilled continuously at
+	// Limit per Period; a request takes its cost in tokens.
+	TokenBucket
+	// LeakyBucket is a level raised by each request's cost and draining
+	// at Limit per Period; a request that would raise it past Capacity is
+	// refused at once (a meter).
+	LeakyBucket
+)
+
+// String returns the config spelling, such as "token_bucket".
+func (a Algorithm) String() string { return algorithmSpelling.name(a) }
+
+// Bucket reports whether a counts in a bucket, whose capacity is a rule's
+// burst, rather than in a window of Limit.
+func (a Algorithm) Bucket() bool { return a == TokenBucket || a == LeakyBucket }
 
 // Matches reports whether the rule applies to a request. path must already
 // be normalised by the caller; PathPrefix is compared as a case-sensitive

@@ -2,6 +2,8 @@ package window
 
 import (
 	"errors"
+	"fmt"
+	"math/bits"
 	"time"
 )
 
@@ -9,15 +11,19 @@ import (
 type State struct {
 	// Tracked reports whether the store holds counters for the key.
 	Tracked bool
-	// Previous and Current are the requests counted in the previous and the
-	// current period.
+	// Previous and Current are the units counted in the previous and the
+	// current period of a window (Previous is always 0 in a fixed window);
+	// 0 for a bucket.
 	Previous, Current int64
-	// Estimate is previous × (P − elapsed)/P + current.
+	// Estimate is what the rule compares with its limit: previous × (P −
+	// elapsed)/P + current in a sliding window, current in a fixed one, and
+	// a bucket's level, the units taken and not yet restored (burst −
+	// tokens; above burst when the bucket went below zero).
 	Estimate float64
-	// Remaining is how many requests the key may send now.
+	// Remaining is how many units a request of cost 1 could take now.
 	Remaining int64
-	// RetryAfter is how long until a request would be allowed; 0 if one
-	// would be allowed now.
+	// RetryAfter is how long until a request of cost 1 would be allowed; 0
+	// if one would be allowed now.
 	RetryAfter time.Duration
 	// MitigatedUntil is when a mitigation in force ends; zero if none.
 	MitigatedUntil time.Time
@@ -40,7 +46,15 @@ func (s *Store) Peek(k Key, now time.Time) State {
 	}
 	sh.mu.Unlock()
 	if i < 0 {
+		if p.algorithm.bucket() {
+			return State{Remaining: int64(p.burst)}
+		}
 		return State{Remaining: int64(p.limit)}
+	}
+	if p.algorithm.bucket() {
+		st := p.bucketPeek(&ent, now)
+		st.Tracked = true
+		return st
 	}
 	w, e := p.position(t)
 	e = p.advance(&ent, w, e)
@@ -51,7 +65,7 @@ func (s *Store) Peek(k Key, now time.Time) State {
 
 // State describes counters as a store shared between nodes reports them (c
 // as for Judge; c.Allowed is ignored) at now, as Peek describes a key's:
-// the counters of a key whose counts live elsewhere. Tracked reports
+// the counters of a key whose counts live elsewhere, in a sliding window. Tracked reports
 // whether c holds any count or mitigation. l is clamped as New clamps it.
 func (l Limit) State(c Counts, now time.Time) State {
 	var p params
@@ -68,7 +82,7 @@ func (p *params) state(prev, curr uint32, e int64, mitigation time.Duration, now
 	st := State{
 		Previous:  int64(prev),
 		Current:   int64(curr),
-		Estimate:  float64(prev)*float64(p.period-e)/float64(p.period) + float64(curr),
+		Estimate:  float64(prev)*float64(p.period-e)/float64(p.period) + float64(curr), // prev is 0 in a fixed window
 		Remaining: p.remaining(prev, curr, e, p.limit),
 	}
 	if mitigation > 0 {
@@ -99,13 +113,28 @@ func (s *Store) Reset(k Key) bool {
 // Options.SeedFrom = s (or from a store s was seeded from), for a new
 // configuration: rules[i] is the rule of dst that continues rule i of s, or
 // -1 for a rule whose counters are dropped. A continued rule must keep its
-// Identity and Period; its limit may change. Entries are copied as they are,
-// mitigations included; those that find no room in dst are dropped. Carry
-// returns how many keys it copied.
+// Identity, Algorithm and Period, and a bucket its Burst: counters mean
+// nothing to another algorithm, and a caller that changes one of these must
+// map the rule to -1. A window's limit may change; so may a bucket's, but
+// only through CarryAt, since a bucket's level is kept as a time that the
+// new rate must convert. Entries are copied as they are, mitigations
+// included; those that find no room in dst are dropped. Carry returns how
+// many keys it copied.
 //
 // Requests that s decides while Carry runs are counted in s only: call it
 // just before switching to dst.
 func (s *Store) Carry(dst *Store, rules []int) (int, error) {
+	return s.carry(dst, rules, 0, false)
+}
+
+// CarryAt is Carry that may also carry a bucket whose limit changed: each
+// of its keys keeps the level it has at now, draining from then on at the
+// new rate.
+func (s *Store) CarryAt(dst *Store, rules []int, now time.Time) (int, error) {
+	return s.carry(dst, rules, now.UnixNano(), true)
+}
+
+func (s *Store) carry(dst *Store, rules []int, now int64, timed bool) (int, error) {
 	if s.seed != dst.seed {
 		return 0, errors.New("window: carry needs a store made with SeedFrom")
 	}
@@ -116,8 +145,19 @@ func (s *Store) Carry(dst *Store, rules []int) (int, error) {
 		if r < -1 || r >= len(dst.params) {
 			return 0, errors.New("window: carry maps to a rule the new store lacks")
 		}
-		if r >= 0 && (s.params[i].period != dst.params[r].period || s.params[i].identity != dst.params[r].identity) {
+		if r < 0 {
+			continue
+		}
+		from, to := &s.params[i], &dst.params[r]
+		switch {
+		case from.period != to.period || from.identity != to.identity:
 			return 0, errors.New("window: carry maps a rule to one with another period or identity")
+		case from.algorithm != to.algorithm:
+			return 0, fmt.Errorf("window: carry maps a %s rule to a %s one", from.algorithm, to.algorithm)
+		case from.burst != to.burst:
+			return 0, errors.New("window: carry maps a bucket to one with another burst")
+		case from.algorithm.bucket() && from.limit != to.limit && !timed:
+			return 0, errors.New("window: carry maps a bucket to one with another limit: use CarryAt")
 		}
 	}
 	carried := 0
@@ -128,13 +168,46 @@ func (s *Store) Carry(dst *Store, rules []int) (int, error) {
 			if ent.fp == 0 || rules[ent.fp>>56] < 0 {
 				continue
 			}
-			if dst.put(uint64(rules[ent.fp>>56])<<56|ent.fp&hashMask, ent.counters) {
+			to := &dst.params[rules[ent.fp>>56]]
+			c := ent.counters
+			if from := &s.params[ent.fp>>56]; from.algorithm.bucket() && from.limit != to.limit {
+				c = from.rescale(c, to, now)
+			}
+			if dst.put(uint64(rules[ent.fp>>56])<<56|ent.fp&hashMask, c) {
 				carried++
 			}
 		}
 		sh.mu.Unlock()
 	}
 	return carried, nil
+}
+
+// rescale returns bucket counters c of p as the counters of q, a bucket
+// with the same period and burst and another limit, holding the same level
+// at t: level×limit is the same number of units in both, so the new level
+// is the old one × p.limit/q.limit, exactly, in spans of q.
+func (p *params) rescale(c counters, q *params, t int64) counters {
+	t = bucketTime(t)
+	b := p.load(&c)
+	level := p.level(&b, t)
+	// level.ns×p.limit + level.frac is the level in units × period; the
+	// level is at most 2×full (more only after the clock went back), and
+	// so is the new one: whatever is above that, −burst tokens, is cut.
+	hi, lo := bits.Mul64(uint64(level.ns), p.limit)
+	var carry uint64
+	lo, carry = bits.Add64(lo, level.frac, 0)
+	hi += carry
+	next := q.add(q.full, q.full)
+	if hi < q.limit {
+		ns, frac := bits.Div64(hi, lo, q.limit)
+		if ns <= uint64(next.ns) {
+			next = span{ns: int64(ns), frac: frac}
+		}
+	}
+	b.tat = q.add(span{ns: t}, next)
+	var out counters
+	q.store(&out, b, t)
+	return out
 }
 
 // put inserts fp with counters c if fp is not tracked and there is room.

@@ -2,7 +2,6 @@ package window
 
 import (
 	"context"
-	"math"
 	"time"
 )
 
@@ -39,11 +38,12 @@ type Counter interface {
 // later. It is not safe for concurrent use: one request, one goroutine.
 type Tally interface {
 	// Decide judges a request of cost units for client id at now under the
-	// rule id.Key was made for, and counts it as the rule says. The
-	// sliding-window counters of this package and of package cluster
-	// count requests, one unit each: they take cost 1 only, and refuse
-	// any other cost without counting it (a Decision neither allowed nor
-	// with a RetryAfter). A Decision with Unavailable set decided nothing.
+	// rule id.Key was made for, and counts it as the rule says. A Store's
+	// counter takes costs 0 to MaxCost under every algorithm (see the
+	// package documentation); package cluster's takes cost 1 only. A cost a
+	// counter does not take is refused without being counted (a Decision
+	// neither allowed nor with a RetryAfter). A Decision with Unavailable
+	// set decided nothing.
 	Decide(id ID, cost int64, now time.Time) Decision
 	// Refund takes back what d, a decision of this tally for id, counted,
 	// for a request refused after all (by another rule), and returns d as
@@ -51,11 +51,12 @@ type Tally interface {
 	Refund(id ID, d Decision, now time.Time) Decision
 	// Charge counts n more units for id at now, after the fact: for a cost
 	// known only once the origin has answered. It cannot change a decision
-	// already made; it can refuse the next ones.
+	// already made; it can refuse the next ones (a bucket may go down to
+	// −burst tokens).
 	Charge(id ID, n int64, now time.Time)
 	// Release gives back a slot the request held under id's rule, when the
-	// request ends. A rate counter holds no slots: for the sliding window
-	// it does nothing.
+	// request ends. A rate counter holds no slots: for the algorithms of
+	// this package it does nothing.
 	Release(id ID, now time.Time)
 	// End closes the tally. Call it once, after the request's last use of
 	// the tally.
@@ -91,10 +92,7 @@ func (c storeCounter) Reset(_ context.Context, id ID, _ time.Time) (bool, error)
 }
 
 func (c storeCounter) Decide(id ID, cost int64, now time.Time) Decision {
-	if cost != 1 {
-		return Decision{}
-	}
-	return c.s.Allow(id.Key, now)
+	return c.s.AllowN(id.Key, now, cost)
 }
 
 func (c storeCounter) Refund(id ID, d Decision, now time.Time) Decision {
@@ -107,44 +105,54 @@ func (storeCounter) Release(ID, time.Time) {}
 
 func (storeCounter) End() {}
 
-// Charge adds n requests (n ≥ 1; less does nothing) to k's count in the
-// period holding now, whatever its rule's limit: requests counted after
-// the fact. The count saturates at 2³²−1. A k that is not tracked and
-// finds no free slot is not charged (Charge never evicts), and neither is
-// one whose entry has already moved past now's period.
+// Charge adds n units (n ≥ 1; less does nothing) to k's counters at now,
+// whatever its rule's limit: units counted after the fact. A window adds
+// them to the count of the period holding now, which saturates at 2³²−1; a
+// bucket takes them, down to −burst tokens. A k that is not tracked and
+// finds no free slot is not charged (Charge never evicts), and neither is a
+// window whose entry has already moved past now's period.
 //
-// Raising a count can only make decisions stricter, so a block the store
-// has cached for k stays right.
+// A block the store has cached for k is dropped: it stays right (raising
+// a count only makes decisions stricter), but its wait would be too short.
 func (s *Store) Charge(k Key, n int64, now time.Time) {
 	if n < 1 {
 		return
 	}
 	p := &s.params[k.fp>>56]
-	w, _ := p.position(now.UnixNano())
+	t := now.UnixNano()
+	var w int64
+	if !p.algorithm.bucket() {
+		w, _ = p.position(t)
+	}
 	sh := s.shard(k.fp)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	i := sh.find(k.fp)
 	if i < 0 {
-		i = s.insertFree(sh, k.fp, w)
+		i = s.insertFree(sh, k.fp, p.fresh(w))
 	}
 	if i < 0 {
 		return
 	}
+	sh.forget(k.fp)
 	ent := &sh.slots[i].counters
+	if p.algorithm.bucket() {
+		p.chargeBucket(ent, uint64(n), t)
+		return
+	}
 	if int32(uint32(w)-ent.win) < 0 {
 		return
 	}
 	p.advance(ent, w, 0)
-	ent.curr = uint32(min(int64(ent.curr)+n, math.MaxUint32))
+	ent.curr = satAdd(ent.curr, uint64(n))
 }
 
-// insertFree inserts fp, which sh does not track, with empty counters at
-// period w if the shard and the store have room, never evicting, and
-// returns its slot, or -1. Caller holds sh.mu.
-func (s *Store) insertFree(sh *shard, fp uint64, w int64) int {
+// insertFree inserts fp, which sh does not track, with counters c if the
+// shard and the store have room, never evicting, and returns its slot, or
+// -1. Caller holds sh.mu.
+func (s *Store) insertFree(sh *shard, fp uint64, c counters) int {
 	if sh.live >= sh.limit || !s.take() {
 		return -1
 	}
-	return sh.insert(fp, counters{win: uint32(w)})
+	return sh.insert(fp, c)
 }

@@ -49,14 +49,14 @@ func TestStoreCounterIsTheStore(t *testing.T) {
 	}
 }
 
-// TestStoreCounterCost: the sliding window counts one unit a request; any
-// other cost is refused and counts nothing.
+// TestStoreCounterCost: a Store's counter takes costs 0 to MaxCost; a cost
+// outside them is refused and counts nothing.
 func TestStoreCounterCost(t *testing.T) {
 	s := newStore(t, 100, Limit{Limit: 5, Period: time.Minute})
 	tally := s.Counter().Begin()
 	defer tally.End()
 	id := ID{Key: s.KeyString(0, "client"), Name: []byte("client")}
-	for _, cost := range []int64{0, 2, -1, math.MaxInt64} {
+	for _, cost := range []int64{-1, MaxCost + 1, math.MaxInt64, math.MinInt64} {
 		if d := tally.Decide(id, cost, t0); d.Allowed || d.RetryAfter != 0 {
 			t.Errorf("cost %d: got %+v, want refused with no RetryAfter", cost, d)
 		}
@@ -64,8 +64,23 @@ func TestStoreCounterCost(t *testing.T) {
 	if st := s.Peek(id.Key, t0); st.Tracked {
 		t.Errorf("refused costs left state %+v, want none", st)
 	}
-	if d := tally.Decide(id, 1, t0); !d.Allowed || d.Remaining != 4 {
-		t.Errorf("cost 1: got %+v, want allowed with 4 remaining", d)
+	tests := []struct {
+		cost          int64
+		wantAllowed   bool
+		wantRemaining int64
+	}{
+		{0, true, 5},
+		{2, true, 3},
+		{1, true, 2},
+		{3, false, 2}, // 3 + 3 − 1 ≥ 5
+		{2, true, 0},
+		{0, false, 0}, // at the limit: refused even at cost 0
+	}
+	for _, tt := range tests {
+		d := tally.Decide(id, tt.cost, t0)
+		if d.Allowed != tt.wantAllowed || d.Remaining != tt.wantRemaining {
+			t.Errorf("cost %d: got allowed %v, remaining %d; want %v, %d", tt.cost, d.Allowed, d.Remaining, tt.wantAllowed, tt.wantRemaining)
+		}
 	}
 }
 

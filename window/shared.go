@@ -14,7 +14,8 @@ import (
 // 1; larger than the rule's limit counts as the rule's limit). A node that
 // cannot reach the store its PoP shares decides with its share of the limit.
 // Its blocks are not cached for Allow, which judges by the full limit; Refund
-// takes its counts back as it does Allow's.
+// takes its counts back as it does Allow's. Windows only: a bucket rule
+// decides by its own limit.
 func (s *Store) AllowLimit(k Key, now time.Time, limit int64) Decision {
 	p := &s.params[k.fp>>56]
 	l := p.limit
@@ -22,7 +23,7 @@ func (s *Store) AllowLimit(k Key, now time.Time, limit int64) Decision {
 		l = uint64(max(limit, 1))
 	}
 	var d Decision
-	s.decide(k, p, s.shard(k.fp), now.UnixNano(), l, &d)
+	s.decide(k, p, s.shard(k.fp), now.UnixNano(), 1, l, &d)
 	return d
 }
 
@@ -36,10 +37,15 @@ func (s *Store) AllowLimit(k Key, now time.Time, limit int64) Decision {
 // the counts were taken in.
 //
 // Raising counts can only make decisions stricter, so a block the store has
-// cached for k stays right; Merge may be called at any time, concurrently
-// with Allow.
+// cached for k stays right, but its wait may grow: the block is dropped.
+// Merge may be called at any time, concurrently with Allow. It is for
+// sliding windows only, and takes nothing in for a rule of another
+// algorithm.
 func (s *Store) Merge(k Key, start time.Time, prev, curr int64) bool {
 	p := &s.params[k.fp>>56]
+	if p.algorithm != SlidingWindow {
+		return false
+	}
 	t := start.UnixNano()
 	w := t / p.period
 	if t%p.period < 0 {
@@ -54,11 +60,12 @@ func (s *Store) Merge(k Key, start time.Time, prev, curr int64) bool {
 	defer sh.mu.Unlock()
 	i := sh.find(k.fp)
 	if i < 0 && (pc != 0 || cc != 0) {
-		i = s.insertFree(sh, k.fp, w)
+		i = s.insertFree(sh, k.fp, p.fresh(w))
 	}
 	if i < 0 {
 		return false
 	}
+	sh.forget(k.fp)
 	ent := &sh.slots[i].counters
 	switch d := int64(int32(uint32(w) - ent.win)); {
 	case d > 0:
@@ -100,8 +107,9 @@ type Counts struct {
 // says: Remaining and Reset when it was allowed, the exact RetryAfter (at
 // least 1ns) when it was blocked. It is for counters kept in a shared store
 // that judges with the same estimate (estimate = prev×(P−e)/P + curr <
-// limit) and reports the counts it judged by. l is clamped as New clamps
-// it. The Decision counted nothing in any Store, so Refund ignores it.
+// limit) and reports the counts it judged by, for a request of cost 1: a
+// sliding window's. l is clamped as New clamps it. The Decision counted
+// nothing in any Store, so Refund ignores it.
 func (l Limit) Judge(c Counts) Decision {
 	var p params
 	prev, curr, e := l.read(c, &p)

@@ -27,13 +27,15 @@ type Options struct {
 	SeedFrom *Store
 }
 
-// Store holds sliding-window counters for the rules of one domain. It is
-// safe for concurrent use. The zero value is not usable; call New.
+// Store holds the counters of the rules of one domain, each rule by its
+// algorithm. It is safe for concurrent use. The zero value is not usable;
+// call New.
 //
 // When the store is full a new key takes the slot of one that holds no
-// information (both periods over, no mitigation) or, failing that, of the
-// least busy of a sample of keys, but only if that key's estimate is under
-// half its limit. Keys near or over their limit, and mitigated keys, are
+// information (both periods over, or a full bucket, and no mitigation) or,
+// failing that, of the least busy of a sample of keys, but only if that
+// key's estimate is under half its limit (or its level under half its
+// burst). Keys near or over their limit, and mitigated keys, are
 // never evicted: evicting them would hand an abusive client a fresh budget.
 // When no slot can be freed the new key is counted in its rule's shared
 // overflow counter until room frees up, so a flood of new keys is limited as
@@ -71,8 +73,9 @@ type overflow struct {
 //
 // The blocked-key cache makes the hottest key cheap: a key over its limit
 // under a rule that does not count blocked requests cannot change state
-// until its wait is over (its own requests are all blocked, and nothing else
-// touches its counters), so its decision is known in advance. Readers check
+// until its wait is over (its own requests are all blocked, and what else
+// touches its counters drops the cached block), so its decision for a
+// request of cost 0 or 1 is known in advance. Readers check
 // the cache with atomic loads only, without the mutex, so cores answering
 // the same blocked key share cache lines instead of passing the mutex
 // between them. Only holders of the mutex write the cache.
@@ -126,11 +129,16 @@ func (sh *shard) lookup(fp uint64, now int64, d *Decision) bool {
 	return true
 }
 
-// remember caches a block of fp until now+d.RetryAfter. Caller holds sh.mu,
-// so that no Refund can drop the count the block rests on until the block
-// is in the cache, where Refund's forget finds it.
+// remember caches a block of fp until now+d.Reset, the wait until a
+// request of cost 1 is allowed (see cacheable): the cache answers only
+// requests of cost 0 or 1, for which that is RetryAfter, and Remaining is 0
+// meanwhile. A request of cost 0 needs the same room as one of cost 1 (an
+// estimate under the limit, or one unit in the bucket), so a block for one
+// is a block for the other. Caller holds sh.mu, so that no Refund or Charge
+// can change the counts the block rests on until the block is in the
+// cache, where their forget finds it.
 func (sh *shard) remember(fp uint64, now int64, d *Decision) {
-	until := (now + int64(d.RetryAfter)) << 1
+	until := (now + int64(d.Reset)) << 1
 	if d.Mitigated {
 		until |= 1
 	}
@@ -281,65 +289,82 @@ func (s *Store) shard(fp uint64) *shard {
 	return &s.shards[(fp<<41)>>s.shift]
 }
 
-// Allow counts one request of k at now and reports whether it is within
-// its rule's limit. A blocked request changes nothing unless the rule counts
-// blocked requests or starts a mitigation.
-func (s *Store) Allow(k Key, now time.Time) (d Decision) {
+// Allow counts one request of k at now, of cost 1, and reports whether it
+// is within its rule's limit: AllowN(k, now, 1).
+func (s *Store) Allow(k Key, now time.Time) Decision { return s.AllowN(k, now, 1) }
+
+// AllowN judges a request of k at now that costs n units (0 to MaxCost; see
+// the package documentation for what cost means to each algorithm) and
+// counts it if it is allowed. A blocked request changes nothing unless the
+// rule counts blocked requests or starts a mitigation. A cost outside 0 to
+// MaxCost is refused with a zero Decision and changes nothing.
+func (s *Store) AllowN(k Key, now time.Time, n int64) (d Decision) {
+	if n < 0 || n > MaxCost {
+		return d
+	}
 	p := &s.params[k.fp>>56]
 	t := now.UnixNano()
 	sh := s.shard(k.fp)
-	if !p.countBlocked && sh.lookup(k.fp, t, &d) {
+	// The cache answers for requests that need one unit: see remember.
+	if n <= 1 && !p.countBlocked && sh.lookup(k.fp, t, &d) {
 		return d
 	}
-	s.decide(k, p, sh, t, p.limit, &d)
+	s.decide(k, p, sh, t, uint64(n), p.limit, &d)
 	return d
 }
 
-// decide judges a request of k at t with limit in place of p.limit: in
-// k's own entry if the shard has or can make room for it, else in the
-// rule's overflow counter.
-func (s *Store) decide(k Key, p *params, sh *shard, t int64, limit uint64, d *Decision) {
-	w, e := p.position(t)
-	if sh.allow(s, k.fp, p, w, e, t, limit, d) {
+// decide judges a request of k at t costing cost units with limit in place
+// of p.limit: in k's own entry if the shard has or can make room for it,
+// else in the rule's overflow counter.
+func (s *Store) decide(k Key, p *params, sh *shard, t int64, cost, limit uint64, d *Decision) {
+	var w, e int64
+	if !p.algorithm.bucket() {
+		w, e = p.position(t)
+	}
+	if sh.allow(s, k.fp, p, w, e, t, cost, limit, d) {
 		return
 	}
 	s.overflowed.Add(1)
 	o := &s.overflow[k.fp>>56]
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	p.decide(&o.c, w, e, limit, d)
+	p.decide(&o.c, w, e, t, cost, limit, d)
 	d.Overflow = true
 }
 
-// cacheable reports whether a block may be cached: only blocks under the
-// rule's own limit, since the cache answers Allow, and only where a blocked
-// request changes nothing.
-func cacheable(d *Decision, p *params, limit uint64) bool {
-	return !d.Allowed && !p.countBlocked && limit == p.limit
+// cacheable reports whether a block may be cached: only where a request of
+// cost 1 (or 0) is refused too, so that the cached wait is the one every
+// request the cache answers would get; only under the rule's own limit,
+// since the cache answers Allow, and only where a blocked request changes
+// nothing. A bucket judged at a time outside its range (before 1970) is
+// not cached either: its wait runs from another instant than now.
+func cacheable(d *Decision, p *params, limit uint64, now int64) bool {
+	return !d.Allowed && d.Remaining == 0 && d.Reset > 0 && !p.countBlocked && limit == p.limit &&
+		(!p.algorithm.bucket() || now == bucketTime(now))
 }
 
 // allow decides for fp, making room for it if the shard does not track it.
 // It reports false if no room could be made.
-func (sh *shard) allow(s *Store, fp uint64, p *params, w, e, now int64, limit uint64, d *Decision) bool {
+func (sh *shard) allow(s *Store, fp uint64, p *params, w, e, now int64, cost, limit uint64, d *Decision) bool {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	i := sh.find(fp)
 	if i < 0 {
-		if i = sh.admit(s, fp, uint32(w), now); i < 0 {
+		if i = sh.admit(s, fp, p.fresh(w), now); i < 0 {
 			return false
 		}
 	}
-	p.decide(&sh.slots[i].counters, w, e, limit, d)
-	if cacheable(d, p, limit) {
+	p.decide(&sh.slots[i].counters, w, e, now, cost, limit, d)
+	if cacheable(d, p, limit, now) {
 		sh.remember(fp, now, d)
 	}
 	return true
 }
 
-// admit inserts fp with empty counters at period win if the store has room
-// or the shard can make some, and returns its slot, or -1. The caller holds
+// admit inserts fp with counters c, a new key's, if the store has room or
+// the shard can make some, and returns its slot, or -1. The caller holds
 // sh.mu.
-func (sh *shard) admit(s *Store, fp uint64, win uint32, now int64) int {
+func (sh *shard) admit(s *Store, fp uint64, c counters, now int64) int {
 	sh.sweep(s, now)
 	switch {
 	case sh.live < sh.limit && s.take():
@@ -348,13 +373,24 @@ func (sh *shard) admit(s *Store, fp uint64, win uint32, now int64) int {
 	default:
 		return -1
 	}
-	return sh.insert(fp, counters{win: win})
+	return sh.insert(fp, c)
 }
 
-// Refund takes back a request that d counted for k, for a request finally
+// fresh returns the counters of a key new at period w: an empty window in
+// w, or a full bucket.
+func (p *params) fresh(w int64) counters {
+	if p.algorithm.bucket() {
+		return counters{}
+	}
+	return counters{win: uint32(w)}
+}
+
+// Refund takes back the units that d counted for k, for a request finally
 // blocked by another rule: a blocked request must not use up quota. It
 // returns d with Remaining and Reset as they are after the refund, at now.
-// It changes nothing if d counted nothing, or if k's period has moved on.
+// It changes nothing if d counted nothing, or if k's window has moved on
+// to another period; a bucket gets the units back whenever it is refunded,
+// up to full.
 func (s *Store) Refund(k Key, d Decision, now time.Time) Decision {
 	if !d.counted {
 		return d
@@ -382,10 +418,13 @@ func (s *Store) Refund(k Key, d Decision, now time.Time) Decision {
 }
 
 func (p *params) refund(ent *counters, d Decision, now int64) Decision {
-	if ent.win != d.win || ent.curr == 0 || ent.curr == math.MaxUint32 {
+	if p.algorithm.bucket() {
+		return p.refundBucket(ent, d, now)
+	}
+	if ent.win != d.win || ent.curr == math.MaxUint32 {
 		return d
 	}
-	ent.curr--
+	ent.curr -= min(d.n, ent.curr)
 	if d.Allowed {
 		view := *ent
 		w, e := p.position(now)

@@ -1,5 +1,36 @@
-// Package window counts requests per key in Cloudflare's two-counter sliding
-// window and keeps the counters of many keys in a bounded, sharded table.
+// Package window counts requests per key, by the algorithm each rule
+// chooses, and keeps the counters of many keys in a bounded, sharded table.
+//
+// # Algorithms
+//
+// A rule counts by one of four algorithms (Limit.Algorithm):
+//
+//   - SlidingWindow, the default: Cloudflare's two-counter estimate below.
+//   - FixedWindow: one counter per epoch-aligned period, reset to zero when
+//     the period ends (Lyft's ratelimit, GitHub's primary limits).
+//   - TokenBucket: Burst tokens, refilled continuously at Limit per Period;
+//     a request takes its cost in tokens if that many are there (Stripe, AWS
+//     API Gateway).
+//   - LeakyBucket as a meter: a level that each request raises by its cost
+//     and that drains at Limit per Period; a request that would raise it
+//     over Burst is refused (Shopify's REST API).
+//
+// The two buckets are one state seen from two sides (tokens = Burst −
+// level) and are decided by the same code: the generic cell rate algorithm
+// (GCRA), which keeps the time at which the bucket will be full again, its
+// theoretical arrival time, exactly: in nanoseconds plus a fraction with
+// denominator Limit, since one unit's time Period/Limit is seldom a whole
+// number of nanoseconds. Nothing is rounded, so nothing drifts.
+//
+// # Cost
+//
+// A request costs 0 to MaxCost units. A window allows a request of cost
+// c ≥ 1 iff estimate + c − 1 < limit (for c = 1 the rule below); a bucket
+// iff at least c units are there. A request of cost 0 takes nothing but is
+// allowed only while the key has room (estimate < limit, or at least one
+// unit), so a key at or over its limit is refused even at cost 0. A cost
+// above what the rule can ever hold (Limit for a window, Burst for a
+// bucket) is refused with a RetryAfter of 0: no wait helps.
 //
 // # The estimate
 //
@@ -26,6 +57,11 @@
 // chance that any two of n keys collide is about n²/2⁵⁷ (under 1 in 1,000 at
 // 10 million keys) and cannot be steered by clients.
 //
+// A bucket's state fits the same 16 bytes as the two counts: the
+// theoretical arrival time in 62 bits of nanoseconds since the epoch (good
+// to the year 2116), its fraction in 32 bits and a mitigation end in 34 bits
+// of milliseconds relative to it.
+//
 // Each shard is an open-addressing Robin Hood table sized for its share of
 // the capacity at a load factor of at most 0.8, allocated once: a Store's
 // memory is fixed when it is made, about 30 bytes per key of capacity.
@@ -34,6 +70,7 @@ package window
 import (
 	"math"
 	"math/bits"
+	"strconv"
 	"sync/atomic"
 	"time"
 )
@@ -49,24 +86,72 @@ const (
 	MaxLimit = math.MaxUint32
 	// MaxSpan bounds Period+Mitigation, so that a mitigation end, kept as
 	// milliseconds after the start of an entry's period, fits in 32 bits.
+	// It also bounds the time an empty bucket takes to fill: Burst ×
+	// Period/Limit.
 	MaxSpan = time.Duration(math.MaxUint32) * time.Millisecond
+	// MaxCost is the largest cost of one request.
+	MaxCost = 1_000_000
 )
+
+// An Algorithm is how a rule counts (see the package documentation).
+type Algorithm uint8
+
+const (
+	// SlidingWindow is Cloudflare's two-counter estimate; the zero value.
+	SlidingWindow Algorithm = iota
+	// FixedWindow is one counter per epoch-aligned Period.
+	FixedWindow
+	// TokenBucket holds Burst tokens, refilled at Limit per Period,
+	// continuously.
+	TokenBucket
+	// LeakyBucket is a level raised by cost and draining at Limit per
+	// Period; a request that would raise it over Burst is refused: a
+	// meter, not a queue.
+	LeakyBucket
+)
+
+// String returns the algorithm's name as configuration spells it.
+func (a Algorithm) String() string {
+	switch a {
+	case SlidingWindow:
+		return "sliding_window"
+	case FixedWindow:
+		return "fixed_window"
+	case TokenBucket:
+		return "token_bucket"
+	case LeakyBucket:
+		return "leaky_bucket"
+	}
+	return "algorithm(" + strconv.Itoa(int(a)) + ")"
+}
+
+// bucket reports whether a counts in a bucket rather than a window.
+func (a Algorithm) bucket() bool { return a == TokenBucket || a == LeakyBucket }
 
 // A Limit says how one rule counts: a compiled value. Values out of range
 // are clamped as each field says.
 type Limit struct {
-	// Limit is the number of requests allowed per Period, 1 to MaxLimit
-	// (smaller limits count as 1, larger ones as MaxLimit).
+	// Algorithm is how the rule counts; values beyond LeakyBucket count as
+	// SlidingWindow.
+	Algorithm Algorithm
+	// Limit is the number of units allowed per Period, 1 to MaxLimit
+	// (smaller limits count as 1, larger ones as MaxLimit): for a bucket,
+	// the rate at which it refills (or drains).
 	Limit int64
 	// Period is the window length, a whole number of milliseconds from 1ms
 	// to MaxSpan (rounded down to one, and to at least 1ms).
 	Period time.Duration
-	// Mitigation, when positive, blocks a key for this long once it goes over
-	// the limit, whatever its estimate does meanwhile; at most MaxSpan −
-	// Period.
+	// Burst is a bucket's capacity in units; 0 (or less) means Limit. It is
+	// at most MaxLimit, and at most what refills within MaxSpan (Limit ×
+	// MaxSpan/Period); larger values count as that. Windows ignore it.
+	Burst int64
+	// Mitigation, when positive, blocks a key for this long once a request
+	// of it is refused, whatever its counters do meanwhile; at most MaxSpan
+	// − Period.
 	Mitigation time.Duration
 	// CountBlocked makes blocked requests count too, so that a client that
-	// keeps sending while blocked stays blocked. When false a blocked request
+	// keeps sending while blocked stays blocked: a window counts their cost,
+	// a bucket takes it, down to −Burst units. When false a blocked request
 	// does not change the key's counters.
 	CountBlocked bool
 	// Identity is mixed into the hash of every key of the rule, so one
@@ -82,21 +167,30 @@ type Limit struct {
 type Decision struct {
 	// Allowed reports whether the request is within the limit.
 	Allowed bool
-	// Remaining is how many more requests the key may send right now, after
-	// this one; 0 when blocked.
+	// Remaining is how many units a request of cost 1 could still take
+	// right now, after this request: how many more requests of cost 1 would
+	// be allowed. It is 0 while the key is mitigated; a request refused for
+	// its cost may leave it above 0.
 	Remaining int64
 	// RetryAfter is, when blocked, the shortest wait after which the same
-	// request, with no other traffic from the key, would be allowed (exact to
-	// the nanosecond, before any rounding to seconds). Zero when allowed.
+	// request (of the same cost), with no other traffic from the key, would
+	// be allowed (exact to the nanosecond, before any rounding to seconds):
+	// refused at RetryAfter − 1ns, allowed at RetryAfter. Zero when allowed,
+	// and zero when blocked for a cost above what the rule can ever hold
+	// (Limit for a window, Burst for a bucket): no wait helps, and the
+	// caller should answer that the request is too expensive, not that it
+	// is too early.
 	RetryAfter time.Duration
 	// Reset is how long, if the key sends nothing more, until Remaining
 	// grows by at least one (exact to the nanosecond): the "t" of the
 	// RateLimit field, "the number of seconds until additional quota ... is
 	// made available" (draft-ietf-httpapi-ratelimit-headers-10, Section
-	// 4.1.2). A sliding window frees quota bit by bit, so this is usually
-	// far sooner than the time until the full limit is back. It is zero
-	// only when Remaining is already the full limit. When blocked it equals
-	// RetryAfter: Remaining is 0 and grows once a request would be allowed.
+	// 4.1.2). A sliding window and a bucket free quota bit by bit, so this
+	// is usually far sooner than the time until the full limit is back; a
+	// fixed window frees it all at the period's end. It is zero only when
+	// Remaining is already the full limit (or burst). When a request of cost
+	// 1 is blocked it equals RetryAfter: Remaining is 0 and grows once such
+	// a request would be allowed.
 	Reset time.Duration
 	// Mitigated reports that the key is blocked by a mitigation timeout
 	// (started by this request or earlier).
@@ -114,8 +208,9 @@ type Decision struct {
 	// until the store is tried again. Nothing else in the Decision holds.
 	Unavailable bool
 
-	counted bool   // the request was added to curr (what Refund undoes)
-	win     uint32 // the period it was added to
+	counted bool   // the request's cost was counted (what Refund undoes)
+	win     uint32 // the period it was counted in (windows)
+	n       uint32 // the units counted, at most MaxCost
 }
 
 // entry is one key's state: 24 bytes, no pointers.
@@ -125,12 +220,14 @@ type entry struct {
 	counters
 }
 
-// counters are a key's two counts and mitigation.
+// counters are a window's two counts and mitigation. A bucket keeps its
+// state in the same 16 bytes (see bucketState); zero counters are an empty
+// window and a full bucket.
 type counters struct {
 	win   uint32 // index of the current period, modulo 2³²
 	until uint32 // mitigation end in ms after the start of period win; 0 = none
-	prev  uint32 // requests counted in period win−1
-	curr  uint32 // requests counted in period win
+	prev  uint32 // units counted in period win−1 (always 0 in a fixed window)
+	curr  uint32 // units counted in period win
 }
 
 // mitigationLeft is how long the mitigation in force at e (ns into period
@@ -141,12 +238,19 @@ func (c *counters) mitigationLeft(e int64) int64 {
 
 // params is a Limit prepared for the hot path.
 type params struct {
+	algorithm    Algorithm
+	countBlocked bool
 	limit        uint64
 	period       int64 // ns
 	periodMillis int64
 	mitigation   int64 // ns
-	countBlocked bool
 	identity     uint64
+
+	// A bucket's capacity, and the time one unit takes to refill, unit =
+	// period/limit, and the whole bucket, full = burst×period/limit: each a
+	// span, nanoseconds and a fraction with denominator limit.
+	burst      uint64
+	unit, full span
 
 	// current caches the index of the period holding the latest time seen,
 	// so that most calls of position need no 64-bit division. Any value is
@@ -157,19 +261,38 @@ type params struct {
 // init prepares l, clamped to what the store can count (see Limit).
 func (p *params) init(l Limit) {
 	period := min(max(l.Period.Truncate(time.Millisecond), time.Millisecond), MaxSpan)
+	p.algorithm = l.Algorithm
+	if p.algorithm > LeakyBucket {
+		p.algorithm = SlidingWindow
+	}
 	p.limit = uint64(min(max(l.Limit, 1), MaxLimit))
 	p.period = int64(period)
 	p.periodMillis = int64(period / time.Millisecond)
 	p.mitigation = int64(min(max(l.Mitigation, 0), MaxSpan-period))
 	p.countBlocked = l.CountBlocked
 	p.identity = l.Identity
+	p.burst, p.unit, p.full = 0, span{}, span{}
+	if p.algorithm.bucket() {
+		// burst×period/limit ≤ MaxSpan: burst ≤ limit×MaxSpan/period, which
+		// is at least limit (period ≤ MaxSpan).
+		hi, lo := bits.Mul64(p.limit, uint64(MaxSpan))
+		most, _ := bits.Div64(hi, lo, uint64(p.period))
+		p.burst = p.limit
+		if l.Burst > 0 {
+			p.burst = min(uint64(l.Burst), most, MaxLimit)
+		}
+		p.unit = span{ns: p.period / int64(p.limit), frac: uint64(p.period) % p.limit}
+		p.full = p.units(p.burst)
+	}
 }
 
 // limitOf is the Limit p counts by: l as init clamped it.
 func (p *params) limitOf() Limit {
 	return Limit{
+		Algorithm:    p.algorithm,
 		Limit:        int64(p.limit),
 		Period:       time.Duration(p.period),
+		Burst:        int64(p.burst),
 		Mitigation:   time.Duration(p.mitigation),
 		CountBlocked: p.countBlocked,
 		Identity:     p.identity,
@@ -195,7 +318,8 @@ func (p *params) position(t int64) (w, e int64) {
 // advance moves ent to period w and returns the elapsed time to judge it at.
 // A clock that went back to an earlier period leaves the entry where it is and
 // judges it at the start of its own period, where its estimate is highest:
-// going back in time never opens a gap in the limit.
+// going back in time never opens a gap in the limit. A fixed window keeps
+// no previous count.
 func (p *params) advance(ent *counters, w, e int64) int64 {
 	d := int64(int32(uint32(w) - ent.win))
 	switch {
@@ -203,7 +327,7 @@ func (p *params) advance(ent *counters, w, e int64) int64 {
 		return 0
 	case d == 0:
 		return e
-	case d == 1:
+	case d == 1 && p.algorithm != FixedWindow:
 		ent.prev, ent.curr = ent.curr, 0
 	default:
 		ent.prev, ent.curr = 0, 0
@@ -217,46 +341,77 @@ func (p *params) advance(ent *counters, w, e int64) int64 {
 	return e
 }
 
-// decide judges one request against ent at period w, elapsed e, counting it
-// as the rules say, with limit in place of p.limit (see Store.AllowLimit),
-// and writes the decision to d. ent may be modified. d is written field by
-// field, never as a composite literal: a literal is built on the stack and
-// copied with wide loads of narrower stores, which stall store-to-load
-// forwarding (measured: 55 against 31 ns a decision).
-func (p *params) decide(ent *counters, w, e int64, limit uint64, d *Decision) {
+// decide judges one request of cost units (at most MaxCost) against ent
+// at t, ns since the epoch, in period w at elapsed e (windows only),
+// counting it as the rules say, with limit in place of p.limit for a window
+// (see Store.AllowLimit), and writes the decision to d. ent may be
+// modified. d is written field by field, never as a composite literal: a
+// literal is built on the stack and copied with wide loads of narrower
+// stores, which stall store-to-load forwarding (measured: 55 against 31 ns
+// a decision).
+func (p *params) decide(ent *counters, w, e, t int64, cost, limit uint64, d *Decision) {
+	if p.algorithm.bucket() {
+		p.decideBucket(ent, t, cost, d)
+		return
+	}
 	e = p.advance(ent, w, e)
 	mitigation := ent.mitigationLeft(e)
-	if mitigation == 0 && below(ent.prev, ent.curr, limit, p.period, e) {
-		ent.curr = satInc(ent.curr)
+	// Allowed iff estimate + cost − 1 < limit, or estimate < limit at cost
+	// 0: estimate < target.
+	target := limit
+	if cost > 1 {
+		target = limit - min(cost-1, limit)
+	}
+	d.Overflow = false
+	d.win = ent.win
+	if mitigation == 0 && target > 0 && below(ent.prev, ent.curr, target, p.period, e) {
+		ent.curr = satAdd(ent.curr, cost)
 		d.Allowed = true
 		d.Remaining, d.Reset = p.quota(ent.prev, ent.curr, e, limit)
 		d.RetryAfter = 0
 		d.Mitigated = false
-		d.Overflow = false
-		d.counted = true
-		d.win = ent.win
+		d.counted = cost > 0
+		d.n = uint32(cost)
 		return
 	}
 	d.Allowed = false
-	d.Remaining = 0
-	d.Overflow = false
 	d.counted = false
-	d.win = ent.win
-	if p.countBlocked {
-		ent.curr = satInc(ent.curr)
+	d.n = 0
+	if target == 0 {
+		// More than the limit: never allowed, so neither counted nor
+		// mitigated.
+		d.RetryAfter = 0
+		d.Mitigated = mitigation > 0
+		p.windowQuota(ent, e, limit, mitigation, d)
+		return
+	}
+	if p.countBlocked && cost > 0 {
+		ent.curr = satAdd(ent.curr, cost)
 		d.counted = true
+		d.n = uint32(cost)
 	}
 	if mitigation == 0 && p.mitigation > 0 {
-		// Over the limit for the first time since any earlier mitigation
-		// ended: start one. It is kept to the millisecond, rounded up, so
-		// the wait reported is the one the entry will enforce, not the
-		// configured length, which can be up to 1ms shorter.
+		// Refused for the first time since any earlier mitigation ended:
+		// start one. It is kept to the millisecond, rounded up, so the wait
+		// reported is the one the entry will enforce, not the configured
+		// length, which can be up to 1ms shorter.
 		ent.until = uint32((e + p.mitigation + int64(time.Millisecond) - 1) / int64(time.Millisecond))
 		mitigation = ent.mitigationLeft(e)
 	}
 	d.Mitigated = mitigation > 0
-	d.RetryAfter = max(p.retry(ent.prev, ent.curr, e, limit), time.Duration(mitigation), 1)
-	d.Reset = d.RetryAfter
+	d.RetryAfter = max(p.retry(ent.prev, ent.curr, e, target), time.Duration(mitigation), 1)
+	p.windowQuota(ent, e, limit, mitigation, d)
+}
+
+// windowQuota sets d's Remaining and Reset for a window's counters at e,
+// with mitigation left to run (ns).
+func (p *params) windowQuota(ent *counters, e int64, limit uint64, mitigation int64, d *Decision) {
+	if mitigation > 0 {
+		d.Remaining = 0
+		d.Reset = max(p.retry(ent.prev, ent.curr, e, limit), time.Duration(mitigation))
+		return
+	}
+	d.Remaining, d.Reset = p.quota(ent.prev, ent.curr, e, limit)
 }
 
 // below reports whether prev×(P−e)/P + curr < limit, exactly.
@@ -315,24 +470,30 @@ func (p *params) quota(prev, curr uint32, e int64, limit uint64) (remaining int6
 	return int64(limit - target), p.until(prev, curr, e, target)
 }
 
-// retry returns the shortest wait after which one more request is allowed,
-// with no other traffic: 0 if it is allowed now. It is exact: the first
+// retry returns the shortest wait after which the estimate is below target
+// (a request of cost c is allowed, target = limit − c + 1, or limit at cost
+// 0), with no other traffic: 0 if it is now. It is exact: the first
 // nanosecond at which the store would allow it.
-func (p *params) retry(prev, curr uint32, e int64, limit uint64) time.Duration {
-	if below(prev, curr, limit, p.period, e) {
+func (p *params) retry(prev, curr uint32, e int64, target uint64) time.Duration {
+	if below(prev, curr, target, p.period, e) {
 		return 0
 	}
-	return p.until(prev, curr, e, limit)
+	return p.until(prev, curr, e, target)
 }
 
 // until returns the shortest wait Δ after which the estimate at e+Δ is
 // below target, given that it is not below target at e (target ≥ 1, so
-// curr > 0 or prev > 0): exact, the first whole nanosecond at which
+// curr > 0 or prev > 0). In a fixed window that is the period's end; in a
+// sliding one it is exact, the first whole nanosecond at which
 // prev×(P−e−Δ) < (target−curr)×P holds (or its form in the next period).
 // Waits stay under 2P + 1ns, which for the longest period (2³² ms) is far
 // below the range of a Duration.
 func (p *params) until(prev, curr uint32, e int64, target uint64) time.Duration {
 	toEnd := p.period - e
+	if p.algorithm == FixedWindow {
+		// prev is 0 and curr ≥ target: all is freed when the period ends.
+		return time.Duration(toEnd)
+	}
 	if uint64(curr) < target {
 		// Below within this period once prev×a < N, a = P−e−Δ and
 		// N = (target−curr)×P: a ≤ ⌈N/prev⌉ − 1, i.e. Δ = toEnd − ⌈N/prev⌉ + 1.
@@ -362,6 +523,9 @@ func ceilQuotient(q, r uint64) int64 {
 // pressure is the key's estimate as a fraction of its limit (+Inf while
 // mitigated), read without changing ent. Eviction prefers low pressure.
 func (p *params) pressure(ent counters, now int64) float64 {
+	if p.algorithm.bucket() {
+		return p.bucketPressure(&ent, now)
+	}
 	w, e := p.position(now)
 	e = p.advance(&ent, w, e)
 	if ent.mitigationLeft(e) > 0 {
@@ -371,17 +535,19 @@ func (p *params) pressure(ent counters, now int64) float64 {
 	return est / float64(p.limit)
 }
 
-// expired reports whether ent holds no information at now: both of its
-// periods are over and no mitigation is in force.
+// expired reports whether ent holds no information at now: no mitigation
+// is in force, and both of a window's periods are over, or a bucket is
+// full.
 func (p *params) expired(ent counters, now int64) bool {
+	if p.algorithm.bucket() {
+		return p.bucketExpired(&ent, now)
+	}
 	w, e := p.position(now)
 	e = p.advance(&ent, w, e)
 	return ent.prev == 0 && ent.curr == 0 && ent.mitigationLeft(e) == 0
 }
 
-func satInc(n uint32) uint32 {
-	if n == math.MaxUint32 {
-		return n
-	}
-	return n + 1
+// satAdd is n + c, saturating at 2³²−1.
+func satAdd(n uint32, c uint64) uint32 {
+	return uint32(min(uint64(n)+c, math.MaxUint32))
 }

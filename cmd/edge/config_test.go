@@ -115,12 +115,12 @@ domains:
     rules:
       - {name: a, limit: 10.5, period: 1s}
       - {name: b, limit: 1}
-      - {name: c, limit: 1, period: 5, burst: 3}
+      - {name: c, limit: 1, period: 5, bucket_size: 3}
 `, []string{
 			`domains[0].respond: must be a mapping, got "oops"`,
 			"domains[0].rules[0].limit: must be a whole number, got 10.5",
 			"domains[0].rules[2].period: a duration needs a unit, such as 30s or 1m; got 5",
-			"domains[0].rules[2].burst: unknown key",
+			"domains[0].rules[2].bucket_size: unknown key",
 			"listen_port: unknown key",
 			"max_keys: must be between 1 and 2147483647, got -1",
 			"domains[0].rules[1].period: required",

@@ -37,6 +37,51 @@ func buildEdge(t *testing.T) string {
 	return bin
 }
 
+// edgeProcess is the built binary, running.
+type edgeProcess struct {
+	cmd           *exec.Cmd
+	exited        chan error // cmd.Wait's result
+	stderr        *edgeLog
+	public, admin string // the listeners' addresses
+}
+
+// startBinary runs bin with the configuration at cfgPath and waits until it
+// listens. The process is killed when the test ends, if it is still
+// running.
+func startBinary(t *testing.T, bin, cfgPath string) *edgeProcess {
+	t.Helper()
+	e := &edgeProcess{cmd: exec.Command(bin, "-config", cfgPath), exited: make(chan error, 1), stderr: newEdgeLog()}
+	e.cmd.Stderr = e.stderr
+	if err := e.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { e.exited <- e.cmd.Wait() }()
+	t.Cleanup(func() {
+		if e.cmd.ProcessState == nil {
+			e.cmd.Process.Kill()
+			<-e.exited
+		}
+	})
+	e.public, e.admin = e.stderr.waitStarted(t)
+	return e
+}
+
+// stop sends SIGTERM and fails t unless edge exits 0 within 15 s.
+func (e *edgeProcess) stop(t *testing.T) {
+	t.Helper()
+	if err := e.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-e.exited:
+		if err != nil {
+			t.Fatalf("edge exited with %v; stderr:\n%s", err, e.stderr.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("edge did not exit after SIGTERM")
+	}
+}
+
 // TestEndToEnd starts the built binary with a config file and drives it
 // over TCP: allowed requests reach the origin, the limit turns them into
 // 429s with valid rate-limit fields, unknown hosts get 421, metrics parse,
@@ -90,21 +135,8 @@ domains:
 		t.Fatalf("-check: %v: %s", err, out)
 	}
 
-	stderr := newEdgeLog()
-	cmd := exec.Command(bin, "-config", cfgPath)
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			<-exited
-		}
-	}()
-	public, admin := stderr.waitStarted(t)
+	edge := startBinary(t, bin, cfgPath)
+	cmd, exited, stderr, public, admin := edge.cmd, edge.exited, edge.stderr, edge.public, edge.admin
 
 	send := func(host, path string) *http.Response {
 		t.Helper()

@@ -60,8 +60,8 @@ func TestConfigErrors(t *testing.T) {
 		},
 		{
 			name: "unknown rule key",
-			yaml: "domains: [{hosts: [\"*\"], respond: {body: ok}, rules: [{name: a, limit: 1, period: 1s, burst: 3}]}]\n",
-			want: []string{"burst"},
+			yaml: "domains: [{hosts: [\"*\"], respond: {body: ok}, rules: [{name: a, limit: 1, period: 1s, bucket_size: 3}]}]\n",
+			want: []string{"domains[0].rules[0].bucket_size: unknown key"},
 		},
 		{
 			name: "wrong type",

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/edgerate/edge/rules"
+)
+
+// TestEveryAlgorithmHasAnExample: configs/ has one example per algorithm
+// edge implements, named after it (configs/token-bucket.yaml), whose rules
+// all use it; TestEveryConfigLoads loads them.
+func TestEveryAlgorithmHasAnExample(t *testing.T) {
+	for _, a := range []rules.Algorithm{rules.SlidingWindow, rules.FixedWindow, rules.TokenBucket, rules.LeakyBucket} {
+		path := "../../configs/" + strings.ReplaceAll(a.String(), "_", "-") + ".yaml"
+		t.Run(a.String(), func(t *testing.T) {
+			table, _, err := loadConfig(path)
+			if err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+			n := 0
+			for _, d := range table.Domains {
+				for _, r := range d.Rules {
+					n++
+					if r.Algorithm != a {
+						t.Errorf("%s: rule %s counts with %s, want %s", path, r.Name, r.Algorithm, a)
+					}
+				}
+			}
+			if n == 0 {
+				t.Errorf("%s has no rules", path)
+			}
+		})
+	}
+}
+
+// TestCountingKeysDecode: the counting keys as a file spells them: cost 0
+// is a cost, not the default; integers and durations follow the file's
+// rules; what is not supported yet says so, naming the key.
+func TestCountingKeysDecode(t *testing.T) {
+	const head = "domains: [{hosts: [\"*\"], respond: {body: ok}, rules: [{name: a, limit: 10, period: 1m, "
+	tests := []struct {
+		name string
+		rule string
+		want string // an error, or "" for none
+		cost int64
+	}{
+		{name: "cost left out is 1", rule: "", cost: 1},
+		{name: "cost 0 is 0", rule: "cost: 0", cost: 0},
+		{name: "cost 7", rule: "cost: 7", cost: 7},
+		{name: "cost as a string of digits", rule: `cost: "3"`, cost: 3},
+		{name: "cost fraction", rule: "cost: 1.5",
+			want: "domains[0].rules[0].cost: must be a whole number, got 1.5"},
+		{name: "cost word", rule: "cost: cheap",
+			want: `domains[0].rules[0].cost: must be a whole number, got "cheap"`},
+		{name: "max_delay without unit", rule: "algorithm: leaky_bucket, max_delay: 2",
+			want: "domains[0].rules[0].max_delay: a duration needs a unit, such as 30s or 1m; got 2"},
+		{name: "max_delay 0 without unit", rule: "algorithm: leaky_bucket, max_delay: 0", cost: 1},
+		{name: "max_delay queue", rule: "algorithm: leaky_bucket, max_delay: 2s",
+			want: "domains[0].rules[0].max_delay: a leaky_bucket queue (max_delay above 0) is not supported yet, got 2s; 0 refuses at once"},
+		{name: "quota", rule: "algorithm: quota",
+			want: "domains[0].rules[0].algorithm: quota is not supported yet"},
+		{name: "burst fraction", rule: "algorithm: token_bucket, burst: 2.5",
+			want: "domains[0].rules[0].burst: must be a whole number, got 2.5"},
+		{name: "max_cost 0 written", rule: "cost_header: X-Cost, max_cost: 0",
+			want: "domains[0].rules[0].max_cost: must be between 1 and 1000000, got 0"},
+		{name: "max_cost left out", rule: "cost_header: X-Cost",
+			want: "domains[0].rules[0].max_cost: required with cost_header"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			table, err := parseConfig([]byte(head + tt.rule + "}]}]\n"))
+			switch {
+			case tt.want != "":
+				if err == nil || err.Error() != tt.want {
+					t.Errorf("got error %v, want %q", err, tt.want)
+				}
+			case err != nil:
+				t.Errorf("got error %v, want none", err)
+			default:
+				if got := table.Domains[0].Rules[0].Cost; got != tt.cost {
+					t.Errorf("cost = %d, want %d", got, tt.cost)
+				}
+			}
+		})
+	}
+}
+
+// TestReadmeAlgorithmsExample: the rules README's "Algorithms" shows load,
+// and RateLimit-Policy is as README says for its token bucket.
+func TestReadmeAlgorithmsExample(t *testing.T) {
+	section := readmeSection(t, "Algorithms")
+	_, example, ok := strings.Cut(section, "```yaml\n")
+	if !ok {
+		t.Fatal("README's Algorithms has no yaml example")
+	}
+	example, _, _ = strings.Cut(example, "```")
+	cfg := "domains:\n  - hosts: [\"*\"]\n    respond: {body: ok}\n" + indent(example, "    ")
+	table, err := parseConfig([]byte(cfg))
+	if err != nil {
+		t.Fatalf("README's Algorithms example: %v\n%s", err, cfg)
+	}
+	got := []rules.Algorithm{}
+	for _, r := range table.Domains[0].Rules {
+		got = append(got, r.Algorithm)
+	}
+	if want := []rules.Algorithm{rules.TokenBucket, rules.LeakyBucket}; !slices.Equal(got, want) {
+		t.Errorf("README's example rules count with %v, want %v", got, want)
+	}
+	if !strings.Contains(section, "`limit: 100`, `period: 1m`, `burst: 20` is sent as `\"api\";q=20;w=12`") {
+		t.Error("README's Algorithms no longer shows the token bucket's policy as checked by proxy's TestPolicyOf")
+	}
+}
+
+// indent puts prefix before every non-empty line of s.
+func indent(s, prefix string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		if l != "" {
+			lines[i] = prefix + l
+		}
+	}
+	return strings.Join(lines, "\n")
+}

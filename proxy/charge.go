@@ -1,0 +1,278 @@
+package proxy
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/edgerate/edge/rules"
+	"github.com/edgerate/edge/window"
+)
+
+// This file is the last step of a forwarded request, for the rules that
+// count only once the origin has answered:
+//
+//   - count_status: the rule's decision before forwarding takes cost 0 (the
+//     request is refused if the key has no room left, and counts nothing),
+//     and the request's cost is charged when the response headers arrive,
+//     if their status is listed;
+//   - response_cost_header: the origin reports in a field what the request
+//     really cost, charged when the response headers arrive, or the
+//     trailers if the origin sends the field as a trailer. The field is
+//     removed from every response of the domain, headers and trailers, so
+//     the client never sees it.
+//
+// Charges go through the request's window.Tally, which limit keeps open
+// for them: afterResponse holds it until ServeHTTP ends it (endAfter),
+// exactly once, whatever happened to the forward (an answer, an origin
+// error, a client gone mid-body). A charge cannot change the decision
+// already made; it can refuse the next requests.
+
+// maxReportedCost is the largest cost an origin may report for one request,
+// the largest cost of a request. A larger value is not charged: it is more
+// likely a mistake (a time in nanoseconds) than a cost.
+const maxReportedCost = window.MaxCost
+
+// upfront returns the cost that rule rs's decision takes before the request
+// is forwarded, when the request costs cost: 0 for a rule that counts by
+// status, which charges the cost if the response's status counts.
+func upfront(rs *ruleState, cost int64) int64 {
+	if rs.CountStatus != nil {
+		return 0
+	}
+	return cost
+}
+
+// holdTally is limit's end for an allowed request. When some rule of vs
+// counts after the response, it returns r carrying the open tally to the
+// forwarder (afterResponse); otherwise it ends the tally at once and
+// returns r. fellBack counts the request as decided by a shared counter's
+// failure mode.
+func holdTally(r *http.Request, d *domain, tally window.Tally, vs []verdict, fellBack bool) *http.Request {
+	n := 0
+	for i := range vs {
+		if d.rules[vs[i].rule].CountsAfter() {
+			n++
+		}
+	}
+	if n == 0 {
+		endTally(d, tally, fellBack)
+		return r
+	}
+	if fellBack {
+		d.requests.fallback.Inc()
+	}
+	a := &afterResponse{d: d, tally: tally, charges: make([]charge, 0, n)}
+	for i := range vs {
+		if v := &vs[i]; d.rules[v.rule].CountsAfter() {
+			// The key's bytes are in limit's pooled buffer, returned
+			// before the origin answers.
+			id := window.ID{Key: v.id.Key, Name: slices.Clone(v.id.Name)}
+			c := charge{rule: v.rule, id: id}
+			if d.rules[v.rule].CountStatus != nil {
+				c.later = v.cost
+			}
+			a.charges = append(a.charges, c)
+		}
+	}
+	return r.WithContext(context.WithValue(r.Context(), afterKey{}, a))
+}
+
+// afterKey carries a request's afterResponse from limit to the forwarder.
+type afterKey struct{}
+
+// afterResponse is what a forwarded request's rules still count once the
+// origin answers, and the open tally they count it through. It is used by
+// the request's own goroutine only: the forwarder's ModifyResponse, the
+// response body's reads and ServeHTTP run on it in turn.
+type afterResponse struct {
+	d       *domain
+	tally   window.Tally
+	charges []charge
+	ended   bool // the tally is ended: nothing more is charged
+}
+
+// charge is one rule's account of a request, settled after the response.
+type charge struct {
+	rule int       // index into domain.rules
+	id   window.ID // Name is the charge's own copy
+	// later is the cost to charge if the response's status counts
+	// (count_status); 0 for a rule that counted the request when deciding.
+	later int64
+	// trailer: the reported cost is awaited in the response's trailers.
+	trailer bool
+}
+
+// endAfter ends the tally that limit kept open for r's charges, if it did.
+// ServeHTTP defers it, so that it runs on every path, once.
+func endAfter(r *http.Request) {
+	if a, ok := r.Context().Value(afterKey{}).(*afterResponse); ok && !a.ended {
+		a.ended = true
+		a.tally.End()
+	}
+}
+
+// onResponse settles the charges of resp's request (if it has any) as its
+// headers arrive, at now, and removes the domain's cost fields from what
+// the client will see. A cost sent as a trailer is settled when the body
+// has been read (costTrailers).
+func (p *Proxy) onResponse(d *domain, resp *http.Response) {
+	a, _ := resp.Request.Context().Value(afterKey{}).(*afterResponse)
+	if a != nil && !a.ended {
+		now := p.now()
+		for i := range a.charges {
+			c := &a.charges[i]
+			rs := &d.rules[c.rule]
+			if !rs.Counts(resp.StatusCode) {
+				continue
+			}
+			n := c.later
+			if h := rs.ResponseCostHeader; h != "" {
+				if vals, ok := resp.Header[h]; ok {
+					n += p.reportedCost(d, rs, vals, now)
+				} else {
+					c.trailer = true
+				}
+			}
+			a.tally.Charge(c.id, n, now)
+		}
+	}
+	for _, h := range d.costFields {
+		delete(resp.Header, h)
+		// Not announced in the client's Trailer field; a value that
+		// arrives anyway is removed when the body ends.
+		delete(resp.Trailer, h)
+	}
+	// The body of a 101 is the upgraded connection, which the proxy
+	// needs as it is; it has no trailers.
+	if resp.StatusCode != http.StatusSwitchingProtocols && resp.Body != nil && resp.Body != http.NoBody {
+		resp.Body = &trailerBody{ReadCloser: resp.Body, p: p, d: d, resp: resp, a: a}
+	}
+}
+
+// trailerBody settles the costs reported in resp's trailers once they are
+// known: when the body is read to its end, or closed (the proxy closes it
+// before it copies the trailers).
+type trailerBody struct {
+	io.ReadCloser
+	p    *Proxy
+	d    *domain
+	resp *http.Response
+	a    *afterResponse // nil when the request charges nothing
+	done bool
+}
+
+func (b *trailerBody) Read(buf []byte) (int, error) {
+	n, err := b.ReadCloser.Read(buf)
+	if err == io.EOF {
+		b.costTrailers()
+	}
+	return n, err
+}
+
+func (b *trailerBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.costTrailers()
+	return err
+}
+
+// costTrailers charges the costs awaited in the trailers and removes the
+// cost fields from them, once.
+func (b *trailerBody) costTrailers() {
+	if b.done {
+		return
+	}
+	b.done = true
+	if a := b.a; a != nil && !a.ended {
+		var now time.Time
+		for i := range a.charges {
+			c := &a.charges[i]
+			if !c.trailer {
+				continue
+			}
+			rs := &b.d.rules[c.rule]
+			if vals, ok := b.resp.Trailer[rs.ResponseCostHeader]; ok {
+				if now.IsZero() {
+					now = b.p.now()
+				}
+				a.tally.Charge(c.id, b.p.reportedCost(b.d, rs, vals, now), now)
+			}
+		}
+	}
+	for _, h := range b.d.costFields {
+		delete(b.resp.Trailer, h)
+	}
+}
+
+// reportedCost reads the cost an origin reported for rule rs in vals, the
+// values of its response_cost_header field: one non-negative decimal
+// integer of at most maxReportedCost. Anything else is not charged: it is
+// counted in edge_response_cost_invalid_total and logged, at most once a
+// second.
+func (p *Proxy) reportedCost(d *domain, rs *ruleState, vals []string, now time.Time) int64 {
+	if n, ok := parseCost(vals); ok {
+		return n
+	}
+	rs.invalidCost.Inc()
+	if suppressed, ok := p.costLog.allow(now); ok {
+		v := ""
+		if len(vals) > 0 {
+			v = vals[0]
+		}
+		if len(v) > 64 {
+			v = v[:64] + "..."
+		}
+		p.log.Warn("origin reported an invalid cost; not charged", "domain", d.Name, "rule", rs.Name,
+			"field", rs.ResponseCostHeader, "value", v, "values", len(vals), "suppressed", suppressed)
+	}
+	return 0
+}
+
+// parseCost reads a reported cost: exactly one field value, of decimal
+// digits only (optional whitespace around them), at most maxReportedCost.
+func parseCost(vals []string) (int64, bool) {
+	if len(vals) != 1 {
+		return 0, false
+	}
+	v := trimOWS(vals[0])
+	if v == "" {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		if n = n*10 + int64(c-'0'); n > maxReportedCost {
+			return 0, false // before it can overflow
+		}
+	}
+	return n, true
+}
+
+// trimOWS trims the optional whitespace (spaces and tabs) around a field
+// value (RFC 9110 §5.6.3).
+func trimOWS(s string) string {
+	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
+		s = s[1:]
+	}
+	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// costFields are the distinct response_cost_header fields of rs, which the
+// domain removes from every response.
+func costFields(rs []*rules.Rule) []string {
+	var out []string
+	for _, r := range rs {
+		if h := r.ResponseCostHeader; h != "" && !slices.Contains(out, h) {
+			out = append(out, h)
+		}
+	}
+	return out
+}

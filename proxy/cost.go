@@ -1,0 +1,117 @@
+package proxy
+
+import (
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/edgerate/edge/rules"
+)
+
+// costProblem says why a rule cannot take the cost a request states.
+type costProblem uint8
+
+const (
+	costOK      costProblem = iota
+	costBad                 // the cost header is not one non-negative integer
+	costTooHigh             // the cost header is above the rule's max_cost
+)
+
+// requestCost returns what a request with header h costs under rule r:
+// the value of r's cost header, or r's cost when the rule has none or the
+// request does not send it.
+//
+// The header must appear once, with one value of decimal digits only: no
+// sign, no spaces inside, no list ("3, 4"), so that what the client
+// meant is never guessed, and two copies cannot be read differently by
+// edge and the origin. A value above r.MaxCost, however many digits it
+// has, is costTooHigh; anything else that is not such a number is
+// costBad. rules keeps MaxCost within what the rule can hold, so any cost
+// returned could be allowed. It does not allocate.
+func requestCost(r *rules.Rule, h http.Header) (int64, costProblem) {
+	if r.CostHeader == "" {
+		return r.Cost, costOK
+	}
+	vs := h[r.CostHeader]
+	switch len(vs) {
+	case 0:
+		return r.Cost, costOK
+	case 1:
+	default:
+		return 0, costBad
+	}
+	v := vs[0]
+	if v == "" {
+		return 0, costBad
+	}
+	var n int64
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return 0, costBad
+		}
+		if n <= r.MaxCost { // stops growing once over: cannot overflow
+			n = n*10 + int64(c-'0')
+		}
+	}
+	if n > r.MaxCost {
+		return 0, costTooHigh
+	}
+	return n, costOK
+}
+
+// checkCosts answers 400 if a block rule of d that matches the request,
+// and does not exempt its client (allow), cannot take the cost the request
+// states, before any rule counts it, so that such a request uses no quota
+// anywhere. It reports whether the
+// request may go on. A log rule never refuses: limit leaves a request it
+// cannot price uncounted by it.
+func (p *Proxy) checkCosts(w http.ResponseWriter, r *http.Request, d *domain, src *rules.KeySource) bool {
+	for i := range d.rules {
+		rs := &d.rules[i]
+		if rs.CostHeader == "" || rs.Action != rules.ActionBlock || !rs.Matches(r.Method, src.Path) || rs.Exempt(src.Addr) {
+			continue
+		}
+		if _, problem := requestCost(rs.Rule, r.Header); problem != costOK {
+			p.refuseCost(w, r, rs, problem)
+			return false
+		}
+	}
+	return true
+}
+
+// refuseCost answers a request whose cost rule rs cannot take: 400, with
+// a body that says why (JSON if the client accepts it, as for a 429) and
+// no Retry-After, since sending the same request again cannot help. It
+// counts in edge_refused_requests_total{code="400"}, with the requests
+// the screen refuses.
+func (p *Proxy) refuseCost(w http.ResponseWriter, r *http.Request, rs *ruleState, problem costProblem) {
+	p.metrics.refused.WithLabelValues("400").Inc()
+	h := w.Header()
+	h["Cache-Control"] = noStore
+	h["X-Content-Type-Options"] = nosniff
+	// Rule names are [A-Za-z0-9_.-] and header names HTTP tokens, which
+	// hold no '"' or '\': neither needs JSON escaping.
+	maxCost := strconv.FormatInt(rs.MaxCost, 10)
+	json := acceptsJSON(r.Header.Get("Accept"))
+	if json {
+		h["Content-Type"] = contentTypeJSON
+	} else {
+		h["Content-Type"] = contentTypeText
+	}
+	var body string
+	switch {
+	case problem == costTooHigh && json:
+		body = `{"error":"cost_too_high","rule":"` + rs.Name + `","header":"` + rs.CostHeader + `","max_cost":` + maxCost + "}\n"
+	case problem == costTooHigh:
+		body = "cost too high: " + rs.CostHeader + " must be at most " + maxCost + "\n"
+	case json:
+		body = `{"error":"bad_cost","rule":"` + rs.Name + `","header":"` + rs.CostHeader + `","max_cost":` + maxCost + "}\n"
+	default:
+		body = "bad cost: " + rs.CostHeader + " must be sent once, as a whole number from 0 to " + maxCost + "\n"
+	}
+	w.WriteHeader(http.StatusBadRequest)
+	if r.Method != http.MethodHead {
+		_, _ = io.WriteString(w, body)
+	}
+}

@@ -1,0 +1,200 @@
+package rules
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// intp returns a pointer to n, for RuleConfig.Cost.
+func intp(n int) *int { return &n }
+
+// TestCompileCountingErrors: every combination of algorithm, burst,
+// max_delay, cost, cost_header and max_cost that makes no sense, or is not
+// supported yet, is one error naming the key and the value.
+func TestCompileCountingErrors(t *testing.T) {
+	const at = "domains[0].rules[0]."
+	redis := func(c *Config) {
+		c.Cluster.Store = "redis"
+		c.Cluster.Redis.Addresses = []string{"127.0.0.1:6379"}
+	}
+	tests := []struct {
+		name string
+		rule RuleConfig // Name, Limit and Period are filled in: limit 10 per minute
+		more func(c *Config)
+		want []string
+	}{
+		{name: "unknown algorithm", rule: RuleConfig{Algorithm: "gcra"},
+			want: []string{at + `algorithm: must be sliding_window, fixed_window, token_bucket or leaky_bucket, got "gcra"`}},
+		{name: "algorithm is case-sensitive", rule: RuleConfig{Algorithm: "Token_Bucket"},
+			want: []string{at + `algorithm: must be sliding_window, fixed_window, token_bucket or leaky_bucket, got "Token_Bucket"`}},
+		{name: "quota", rule: RuleConfig{Algorithm: "quota"},
+			want: []string{at + `algorithm: quota is not supported yet`}},
+		{name: "quota judges no burst", rule: RuleConfig{Algorithm: "quota", Burst: 5},
+			want: []string{at + `algorithm: quota is not supported yet`}},
+		{name: "burst on sliding window", rule: RuleConfig{Burst: 20},
+			want: []string{at + `burst: applies only to algorithm token_bucket or leaky_bucket, got 20 with sliding_window`}},
+		{name: "burst on fixed window", rule: RuleConfig{Algorithm: "fixed_window", Burst: 20},
+			want: []string{at + `burst: applies only to algorithm token_bucket or leaky_bucket, got 20 with fixed_window`}},
+		{name: "burst negative", rule: RuleConfig{Algorithm: "token_bucket", Burst: -1},
+			want: []string{at + `burst: must be between 1 and 1000000000, got -1`}},
+		{name: "burst too large", rule: RuleConfig{Algorithm: "leaky_bucket", Burst: 1_000_000_001},
+			want: []string{at + `burst: must be between 1 and 1000000000, got 1000000001`}},
+		{name: "burst takes too long to fill", rule: RuleConfig{Algorithm: "token_bucket", Limit: 1, Burst: 2},
+			more: func(c *Config) { c.Domains[0].Rules[0].Period = 720 * time.Hour },
+			want: []string{at + `burst: must be at most 1 with limit 1 per 720h (an empty bucket must fill within 1192h), got 2`}},
+		{name: "burst fills in just over 1192h", rule: RuleConfig{Algorithm: "leaky_bucket", Limit: 60, Burst: 4291201},
+			want: []string{at + `burst: must be at most 4291200 with limit 60 per 1m (an empty bucket must fill within 1192h), got 4291201`}},
+		{name: "max_delay on token bucket", rule: RuleConfig{Algorithm: "token_bucket", MaxDelay: 2 * time.Second},
+			want: []string{at + `max_delay: applies only to algorithm leaky_bucket, got 2s with token_bucket`}},
+		{name: "max_delay on sliding window", rule: RuleConfig{MaxDelay: time.Minute},
+			want: []string{at + `max_delay: applies only to algorithm leaky_bucket, got 1m with sliding_window`}},
+		{name: "max_delay queue", rule: RuleConfig{Algorithm: "leaky_bucket", MaxDelay: 500 * time.Millisecond},
+			want: []string{at + `max_delay: a leaky_bucket queue (max_delay above 0) is not supported yet, got 500ms; 0 refuses at once`}},
+		{name: "max_delay negative", rule: RuleConfig{Algorithm: "leaky_bucket", MaxDelay: -time.Second},
+			want: []string{at + `max_delay: must not be negative, got -1s`}},
+		{name: "cost negative", rule: RuleConfig{Cost: intp(-1)},
+			want: []string{at + `cost: must be between 0 and 1000000, got -1`}},
+		{name: "cost too large", rule: RuleConfig{Limit: 1_000_000_000, Cost: intp(1_000_001)},
+			want: []string{at + `cost: must be between 0 and 1000000, got 1000001`}},
+		{name: "cost over limit", rule: RuleConfig{Cost: intp(11)},
+			want: []string{at + `cost: must be at most the rule's limit (10), got 11`}},
+		{name: "cost over burst", rule: RuleConfig{Algorithm: "token_bucket", Burst: 5, Cost: intp(6)},
+			want: []string{at + `cost: must be at most the rule's burst (5), got 6`}},
+		{name: "cost over default burst", rule: RuleConfig{Algorithm: "leaky_bucket", Cost: intp(11)},
+			want: []string{at + `cost: must be at most the rule's limit (10), got 11`}},
+		{name: "cost with an invalid limit is not compared", rule: RuleConfig{Limit: -1, Cost: intp(11)},
+			want: []string{at + `limit: must be at least 1, got -1`}},
+		{name: "cost with an invalid burst is not compared", rule: RuleConfig{Algorithm: "token_bucket", Burst: -1, Cost: intp(11)},
+			want: []string{at + `burst: must be between 1 and 1000000000, got -1`}},
+		{name: "cost_header not a token", rule: RuleConfig{CostHeader: "X Cost", MaxCost: 5},
+			want: []string{at + `cost_header: must be a header name (an HTTP token), got "X Cost"`}},
+		{name: "cost_header with a colon", rule: RuleConfig{CostHeader: "X-Cost:", MaxCost: 5},
+			want: []string{at + `cost_header: must be a header name (an HTTP token), got "X-Cost:"`}},
+		{name: "cost_header Host", rule: RuleConfig{CostHeader: "host", MaxCost: 5},
+			want: []string{at + `cost_header: must not be Host, got "host"`}},
+		{name: "cost_header without max_cost", rule: RuleConfig{CostHeader: "X-Cost"},
+			want: []string{at + `max_cost: required with cost_header`}},
+		{name: "cost_header with max_cost 0", rule: RuleConfig{CostHeader: "X-Cost"},
+			more: func(c *Config) { c.Given = map[string]bool{at + "max_cost": true} },
+			want: []string{at + `max_cost: must be between 1 and 1000000, got 0`}},
+		{name: "max_cost without cost_header", rule: RuleConfig{MaxCost: 5},
+			want: []string{at + `max_cost: applies only with cost_header, got 5`}},
+		{name: "max_cost negative", rule: RuleConfig{CostHeader: "X-Cost", MaxCost: -5},
+			want: []string{at + `max_cost: must be between 1 and 1000000, got -5`}},
+		{name: "max_cost too large", rule: RuleConfig{Limit: 1_000_000_000, CostHeader: "X-Cost", MaxCost: 1_000_001},
+			want: []string{at + `max_cost: must be between 1 and 1000000, got 1000001`}},
+		{name: "max_cost over limit", rule: RuleConfig{Algorithm: "fixed_window", CostHeader: "X-Cost", MaxCost: 11},
+			want: []string{at + `max_cost: must be at most the rule's limit (10), got 11`}},
+		{name: "max_cost over burst", rule: RuleConfig{Algorithm: "token_bucket", Burst: 3, CostHeader: "X-Cost", MaxCost: 4},
+			want: []string{at + `max_cost: must be at most the rule's burst (3), got 4`}},
+		{name: "redis token bucket", rule: RuleConfig{Algorithm: "token_bucket"}, more: redis,
+			want: []string{at + `algorithm: token_bucket is not supported with cluster.store redis yet`}},
+		{name: "redis fixed window", rule: RuleConfig{Algorithm: "fixed_window"}, more: redis,
+			want: []string{at + `algorithm: fixed_window is not supported with cluster.store redis yet`}},
+		{name: "redis leaky bucket", rule: RuleConfig{Algorithm: "leaky_bucket"}, more: redis,
+			want: []string{at + `algorithm: leaky_bucket is not supported with cluster.store redis yet`}},
+		{name: "redis cost", rule: RuleConfig{Cost: intp(2)}, more: redis,
+			want: []string{at + `cost: a cost other than 1 is not supported with cluster.store redis yet, got 2`}},
+		{name: "redis cost 0", rule: RuleConfig{Cost: intp(0)}, more: redis,
+			want: []string{at + `cost: a cost other than 1 is not supported with cluster.store redis yet, got 0`}},
+		{name: "redis cost_header", rule: RuleConfig{CostHeader: "X-Cost", MaxCost: 5}, more: redis,
+			want: []string{at + `cost_header: is not supported with cluster.store redis yet, got "X-Cost"`}},
+		{name: "everything at once", rule: RuleConfig{Algorithm: "fixed_window", Burst: 2, MaxDelay: time.Second, Cost: intp(-3), MaxCost: 2},
+			want: []string{
+				at + `burst: applies only to algorithm token_bucket or leaky_bucket, got 2 with fixed_window`,
+				at + `max_delay: applies only to algorithm leaky_bucket, got 1s with fixed_window`,
+				at + `cost: must be between 0 and 1000000, got -3`,
+				at + `max_cost: applies only with cost_header, got 2`,
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := validConfig()
+			rc := tt.rule
+			rc.Name, rc.Period = "r", time.Minute
+			if rc.Limit == 0 {
+				rc.Limit = 10
+			}
+			cfg.Domains[0].Rules = []RuleConfig{rc}
+			if tt.more != nil {
+				tt.more(&cfg)
+			}
+			tab, err := Compile(cfg)
+			if err == nil {
+				t.Fatalf("Compile = %v, nil; want errors %q", tab, tt.want)
+			}
+			if got := errorLines(t, err); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got errors:\n%s\nwant exactly:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+			}
+		})
+	}
+}
+
+// TestCompileCounting: valid counting settings compile as configured,
+// with their defaults.
+func TestCompileCounting(t *testing.T) {
+	tests := []struct {
+		name string
+		rule RuleConfig // Name and Period are filled in
+		want Rule       // only the counting fields are compared
+		cap  int64
+	}{
+		{name: "defaults", rule: RuleConfig{Limit: 10},
+			want: Rule{Algorithm: SlidingWindow, Cost: 1}, cap: 10},
+		{name: "sliding window named", rule: RuleConfig{Limit: 10, Algorithm: "sliding_window"},
+			want: Rule{Algorithm: SlidingWindow, Cost: 1}, cap: 10},
+		{name: "fixed window", rule: RuleConfig{Limit: 10, Algorithm: "fixed_window"},
+			want: Rule{Algorithm: FixedWindow, Cost: 1}, cap: 10},
+		{name: "token bucket, burst from limit", rule: RuleConfig{Limit: 10, Algorithm: "token_bucket"},
+			want: Rule{Algorithm: TokenBucket, Cost: 1}, cap: 10},
+		{name: "token bucket with burst", rule: RuleConfig{Limit: 10, Algorithm: "token_bucket", Burst: 25},
+			want: Rule{Algorithm: TokenBucket, Burst: 25, Cost: 1}, cap: 25},
+		{name: "leaky bucket meter", rule: RuleConfig{Limit: 10, Algorithm: "leaky_bucket", Burst: 4, MaxDelay: 0},
+			want: Rule{Algorithm: LeakyBucket, Burst: 4, Cost: 1}, cap: 4},
+		{name: "burst fills in 1192h", rule: RuleConfig{Limit: 60, Algorithm: "leaky_bucket", Burst: 4291200},
+			want: Rule{Algorithm: LeakyBucket, Burst: 4291200, Cost: 1}, cap: 4291200},
+		{name: "cost 0", rule: RuleConfig{Limit: 10, Cost: intp(0)},
+			want: Rule{Cost: 0}, cap: 10},
+		{name: "cost up to the limit", rule: RuleConfig{Limit: 10, Cost: intp(10)},
+			want: Rule{Cost: 10}, cap: 10},
+		{name: "cost up to the burst", rule: RuleConfig{Limit: 10, Algorithm: "token_bucket", Burst: 50, Cost: intp(50)},
+			want: Rule{Algorithm: TokenBucket, Burst: 50, Cost: 50}, cap: 50},
+		{name: "cost header canonical", rule: RuleConfig{Limit: 100, CostHeader: "x-query-COST", MaxCost: 100},
+			want: Rule{Cost: 1, CostHeader: "X-Query-Cost", MaxCost: 100}, cap: 100},
+		{name: "cost header with default cost 0", rule: RuleConfig{Limit: 100, Cost: intp(0), CostHeader: "X-Cost", MaxCost: 1},
+			want: Rule{Cost: 0, CostHeader: "X-Cost", MaxCost: 1}, cap: 100},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := validConfig()
+			rc := tt.rule
+			rc.Name, rc.Period = "r", time.Minute
+			cfg.Domains[0].Rules = []RuleConfig{rc}
+			tab, err := Compile(cfg)
+			if err != nil {
+				t.Fatalf("Compile: %v", err)
+			}
+			r := tab.Domains[0].Rules[0]
+			got := Rule{Algorithm: r.Algorithm, Burst: r.Burst, Cost: r.Cost, CostHeader: r.CostHeader, MaxCost: r.MaxCost}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got %+v, want %+v", got, tt.want)
+			}
+			if got := r.Capacity(); got != tt.cap {
+				t.Errorf("Capacity() = %d, want %d", got, tt.cap)
+			}
+		})
+	}
+}
+
+func TestAlgorithmString(t *testing.T) {
+	for a, want := range map[Algorithm]string{
+		SlidingWindow: "sliding_window", FixedWindow: "fixed_window",
+		TokenBucket: "token_bucket", LeakyBucket: "leaky_bucket", 9: "Algorithm(9)",
+	} {
+		if got := a.String(); got != want {
+			t.Errorf("Algorithm(%d).String() = %q, want %q", a, got, want)
+		}
+	}
+}

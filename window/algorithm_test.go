@@ -301,6 +301,18 @@ func checkDecision(t *testing.T, where string, s *Store, k Key, r, before *ref, 
 			t.Fatalf("%s: remaining %d at Reset (%v), want more than %d", where, got, d.Reset, d.Remaining)
 		}
 	}
+	// Peek describes the key as a request of cost 1 would find it.
+	st := s.Peek(k, time.Unix(0, now))
+	if st.Remaining != d.Remaining || st.MitigatedUntil.IsZero() == d.Mitigated {
+		t.Fatalf("%s: Peek = %+v, want remaining %d, mitigated %v", where, st, d.Remaining, d.Mitigated)
+	}
+	if st.RetryAfter == 0 {
+		if !r.clone().decide(now, 1) && r.capacity() >= 1 {
+			t.Fatalf("%s: Peek says a request is allowed now, ref refuses it", where)
+		}
+	} else if r.clone().decide(now+int64(st.RetryAfter)-1, 1) || !r.clone().decide(now+int64(st.RetryAfter), 1) {
+		t.Fatalf("%s: Peek's RetryAfter %v is not when ref first allows a request", where, st.RetryAfter)
+	}
 	if d.Allowed {
 		if d.RetryAfter != 0 {
 			t.Fatalf("%s: allowed with RetryAfter %v", where, d.RetryAfter)
@@ -515,5 +527,43 @@ func TestCarryAlgorithms(t *testing.T) {
 	}
 	if _, err := old.Carry(dst, []int{-1, 0}); err == nil {
 		t.Fatal("carried a fixed window into a sliding one")
+	}
+}
+
+// TestPeekAlgorithms: Peek describes a fixed window by its one count and a
+// bucket by its level.
+func TestPeekAlgorithms(t *testing.T) {
+	const s = time.Second
+	tests := []struct {
+		name string
+		l    Limit
+		cost []int64       // requests at t0
+		at   time.Duration // peeked at t0+at
+		want State
+	}{
+		{"fixed window", Limit{Algorithm: FixedWindow, Limit: 5, Period: time.Minute}, []int64{3}, 20 * s,
+			State{Tracked: true, Current: 3, Estimate: 3, Remaining: 2}},
+		{"fixed window full", Limit{Algorithm: FixedWindow, Limit: 5, Period: time.Minute}, []int64{5}, 20 * s,
+			State{Tracked: true, Current: 5, Estimate: 5, RetryAfter: 40 * s}},
+		{"fixed window past", Limit{Algorithm: FixedWindow, Limit: 5, Period: time.Minute}, []int64{5}, 70 * s,
+			State{Tracked: true, Remaining: 5}},
+		{"token bucket", Limit{Algorithm: TokenBucket, Limit: 10, Period: 10 * s, Burst: 5}, []int64{5}, s / 2,
+			State{Tracked: true, Estimate: 4.5, RetryAfter: s / 2}},
+		{"leaky bucket", Limit{Algorithm: LeakyBucket, Limit: 10, Period: 10 * s, Burst: 5}, []int64{4}, 1500 * time.Millisecond,
+			State{Tracked: true, Estimate: 2.5, Remaining: 2}},
+		{"mitigated bucket", Limit{Algorithm: LeakyBucket, Limit: 10, Period: 10 * s, Burst: 5, Mitigation: time.Minute}, []int64{5, 1}, s,
+			State{Tracked: true, Estimate: 4, RetryAfter: time.Minute - s, MitigatedUntil: t0.Add(time.Minute)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := newStore(t, 10, tt.l)
+			k := st.KeyString(0, "a")
+			for _, c := range tt.cost {
+				st.AllowN(k, t0, c)
+			}
+			if got := st.Peek(k, t0.Add(tt.at)); got != tt.want {
+				t.Fatalf("Peek = %+v, want %+v", got, tt.want)
+			}
+		})
 	}
 }

@@ -61,6 +61,15 @@ func TestLimitsAreClamped(t *testing.T) {
 		{"negative mitigation", Limit{Limit: 1, Period: time.Second, Mitigation: -1}, Limit{Limit: 1, Period: time.Second}},
 		{"period+mitigation overflow", Limit{Limit: 1, Period: 40 * 24 * time.Hour, Mitigation: 20 * 24 * time.Hour},
 			Limit{Limit: 1, Period: 40 * 24 * time.Hour, Mitigation: MaxSpan - 40*24*time.Hour}},
+		{"windows ignore burst", Limit{Algorithm: FixedWindow, Limit: 2, Period: time.Second, Burst: 7},
+			Limit{Algorithm: FixedWindow, Limit: 2, Period: time.Second}},
+		{"unknown algorithm", Limit{Algorithm: LeakyBucket + 1, Limit: 2, Period: time.Second}, Limit{Limit: 2, Period: time.Second}},
+		{"burst defaults to limit", Limit{Algorithm: TokenBucket, Limit: 2, Period: time.Second},
+			Limit{Algorithm: TokenBucket, Limit: 2, Period: time.Second, Burst: 2}},
+		{"burst refilled within MaxSpan", Limit{Algorithm: LeakyBucket, Limit: 1, Period: (MaxSpan / 2).Truncate(time.Millisecond), Burst: 5},
+			Limit{Algorithm: LeakyBucket, Limit: 1, Period: (MaxSpan / 2).Truncate(time.Millisecond), Burst: 2}},
+		{"huge burst", Limit{Algorithm: TokenBucket, Limit: MaxLimit, Period: time.Millisecond, Burst: math.MaxInt64},
+			Limit{Algorithm: TokenBucket, Limit: MaxLimit, Period: time.Millisecond, Burst: MaxLimit}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -73,9 +82,13 @@ func TestLimitsAreClamped(t *testing.T) {
 				t.Fatalf("Judge and State count by %+v, want %+v", p.limitOf(), tt.want)
 			}
 			k := s.KeyString(0, "a")
+			capacity := tt.want.Limit
+			if tt.want.Algorithm.bucket() {
+				capacity = tt.want.Burst
+			}
 			for i := range 3 {
 				got := s.Allow(k, t0)
-				if want := int64(i) < tt.want.Limit; got.Allowed != want {
+				if want := int64(i) < capacity; got.Allowed != want {
 					t.Fatalf("request %d: allowed %v, want %v", i, got.Allowed, want)
 				}
 			}

@@ -248,26 +248,42 @@ func TestMitigation(t *testing.T) {
 	}
 }
 
+// TestTimeGoingBackwards: with the clock alternating an hour back and
+// forth, no algorithm lets more through than it does in the forward time
+// spent, at any cost, mitigated or not.
 func TestTimeGoingBackwards(t *testing.T) {
-	s := newStore(t, 10, Limit{Limit: 5, Period: time.Second})
-	k := s.KeyString(0, "a")
-	now := t0.Add(time.Hour)
-	allowed := 0
-	for i := range 100 {
-		// Alternate an hour back and forth: the limit must still hold.
-		at := now
-		if i%2 == 1 {
-			at = now.Add(-time.Hour)
+	for _, alg := range []Algorithm{SlidingWindow, FixedWindow, TokenBucket, LeakyBucket} {
+		for _, tt := range []struct {
+			name       string
+			mitigation time.Duration
+			costs      []int64 // request i costs costs[i%len(costs)]
+		}{
+			{"cost 1", 0, []int64{1}},
+			{"costs 0 to 2, mitigated", time.Second, []int64{0, 1, 2}},
+		} {
+			t.Run(alg.String()+"/"+tt.name, func(t *testing.T) {
+				s := newStore(t, 10, Limit{Algorithm: alg, Limit: 5, Period: time.Second, Mitigation: tt.mitigation})
+				k := s.KeyString(0, "a")
+				now := t0.Add(time.Hour)
+				var allowed int64
+				for i := range 100 {
+					at := now
+					if i%2 == 1 {
+						at = now.Add(-time.Hour)
+					}
+					cost := tt.costs[i%len(tt.costs)]
+					d := s.AllowN(k, at, cost)
+					if d.Allowed {
+						allowed += cost
+					} else if d.RetryAfter < 1 {
+						t.Fatalf("request %d: RetryAfter = %v, want ≥ 1ns", i, d.RetryAfter)
+					}
+				}
+				if allowed > 5 {
+					t.Fatalf("allowed %d units with the clock jumping back and forth, want ≤ 5", allowed)
+				}
+			})
 		}
-		d := s.Allow(k, at)
-		if d.Allowed {
-			allowed++
-		} else if d.RetryAfter < 1 {
-			t.Fatalf("RetryAfter = %v, want ≥ 1ns", d.RetryAfter)
-		}
-	}
-	if allowed > 5 {
-		t.Fatalf("allowed %d requests with the clock jumping back and forth, want ≤ 5", allowed)
 	}
 }
 

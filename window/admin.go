@@ -37,15 +37,8 @@ type State struct {
 func (s *Store) Peek(k Key, now time.Time) State {
 	p := &s.params[k.fp>>56]
 	t := now.UnixNano()
-	sh := s.shard(k.fp)
-	sh.mu.Lock()
-	i := sh.find(k.fp)
-	var ent counters
-	if i >= 0 {
-		ent = sh.slots[i].counters
-	}
-	sh.mu.Unlock()
-	if i < 0 {
+	ent, tracked := s.shard(k.fp).read(k.fp)
+	if !tracked {
 		if p.algorithm.bucket() {
 			return State{Remaining: int64(p.burst)}
 		}
@@ -208,6 +201,16 @@ func (p *params) rescale(c counters, q *params, t int64) counters {
 	var out counters
 	q.store(&out, b, t)
 	return out
+}
+
+// read returns a copy of fp's counters, and whether sh tracks fp.
+func (sh *shard) read(fp uint64) (counters, bool) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if i := sh.find(fp); i >= 0 {
+		return sh.slots[i].counters, true
+	}
+	return counters{}, false
 }
 
 // put inserts fp with counters c if fp is not tracked and there is room.

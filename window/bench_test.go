@@ -90,27 +90,42 @@ func (c benchCase) setup(b *testing.B) (*Store, []Key) {
 }
 
 // BenchmarkAllow measures one decision (look up or create, estimate, count)
-// on a precomputed key, single-threaded.
+// on a precomputed key, single-threaded: the sliding window's at the top
+// level, and each other algorithm's under its name.
 func BenchmarkAllow(b *testing.B) {
 	for _, c := range benchCases {
-		b.Run(c.name, func(b *testing.B) {
-			s, keys := c.setup(b)
-			now := t0.Add(time.Second)
-			// Walk the keys in a shuffled order laid out contiguously, so the
-			// benchmark's own reads are sequential and only the store's
-			// accesses are random.
-			rand.New(rand.NewPCG(1, 1)).Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; b.Loop(); i++ {
-				if i == len(keys) {
-					i = 0
+		b.Run(c.name, func(b *testing.B) { benchAllow(b, c) })
+	}
+	for _, alg := range []Algorithm{FixedWindow, TokenBucket, LeakyBucket} {
+		b.Run(alg.String(), func(b *testing.B) {
+			for _, c := range benchCases {
+				if c.keys > 10_000 {
+					continue // one store of 10 million keys is enough to keep
 				}
-				s.Allow(keys[i], now)
+				c.name = alg.String() + "/" + c.name
+				c.limit.Algorithm = alg
+				b.Run(c.name[len(alg.String())+1:], func(b *testing.B) { benchAllow(b, c) })
 			}
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 		})
 	}
+}
+
+func benchAllow(b *testing.B, c benchCase) {
+	s, keys := c.setup(b)
+	now := t0.Add(time.Second)
+	// Walk the keys in a shuffled order laid out contiguously, so the
+	// benchmark's own reads are sequential and only the store's accesses
+	// are random.
+	rand.New(rand.NewPCG(1, 1)).Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		if i == len(keys) {
+			i = 0
+		}
+		s.Allow(keys[i], now)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 }
 
 // BenchmarkAllowParallel is BenchmarkAllow with b.RunParallel: each

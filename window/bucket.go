@@ -91,6 +91,33 @@ const maxBucketTime = 1<<62 - 1 - 1<<55
 
 func bucketTime(t int64) int64 { return min(max(t, 0), maxBucketTime) }
 
+// A bucket is judged, refunded and charged no earlier than bucketSlack
+// before the latest time any key of its rule was: a clock that goes back
+// would otherwise find a bucket that was full at the earlier time and fill
+// it again, every time it goes back and forth. A window's entry keeps its
+// period for the same purpose; a bucket's state, its theoretical arrival
+// time, does not say when it was last used, so the rule keeps that time,
+// written at most once a bucketSlack so that cores do not pass its cache
+// line between them on every decision. Requests that merely race (their
+// clocks read in one order, decided in the other) are microseconds apart
+// and are judged at their own times.
+const bucketSlack = int64(time.Millisecond)
+
+// judgedAt is the time a bucket is judged at for a request at t.
+func (p *params) judgedAt(t int64) int64 {
+	return max(bucketTime(t), p.latest.Load()-bucketSlack)
+}
+
+// bucketNow is judgedAt that also records t as the latest time seen.
+func (p *params) bucketNow(t int64) int64 {
+	t = bucketTime(t)
+	if latest := p.latest.Load(); t <= latest+bucketSlack {
+		return max(t, latest-bucketSlack)
+	}
+	p.latest.Store(t) // a race may store an earlier time: a hint, as current is
+	return t
+}
+
 // bucketState is a bucket's state as the 16 bytes of counters hold it:
 // tat.ns in the low 62 bits of prev:curr, tat.frac in win, and the
 // mitigation end in 34 bits, the top two of prev and until: milliseconds
@@ -165,7 +192,7 @@ func (p *params) wait(level span, need uint64) int64 {
 
 // decideBucket is decide for a bucket.
 func (p *params) decideBucket(ent *counters, t int64, cost uint64, d *Decision) {
-	t = bucketTime(t)
+	t = p.bucketNow(t)
 	b := p.load(ent)
 	mitigation := max(b.mit-t, 0)
 	level := p.level(&b, t)
@@ -241,10 +268,15 @@ func (p *params) raise(level span, n uint64) span {
 // ⌈level/unit⌉, it grows once ⌈level/unit⌉ ≤ min(k, burst) − 1, that is once
 // level has drained to (min(k, burst) − 1)×unit. While mitigated it is 0
 // and grows when the mitigation ends, or later when a unit is there.
+//
+// It also sets d.settled, as windowQuota does.
 func (p *params) bucketQuota(level span, mitigation int64, d *Decision) {
+	d.settled = false
 	if mitigation > 0 {
+		wait := p.wait(level, 1)
 		d.Remaining = 0
-		d.Reset = time.Duration(max(mitigation, p.wait(level, 1)))
+		d.Reset = time.Duration(max(mitigation, wait))
+		d.settled = wait <= mitigation
 		return
 	}
 	if level.isZero() {
@@ -256,6 +288,7 @@ func (p *params) bucketQuota(level span, mitigation int64, d *Decision) {
 		// far above full after the clock went back: ceilUnits is not for it.)
 		d.Remaining = 0
 		d.Reset = time.Duration(p.wait(level, 1))
+		d.settled = p.mitigation == 0
 		return
 	}
 	k := p.ceilUnits(level)
@@ -265,7 +298,7 @@ func (p *params) bucketQuota(level span, mitigation int64, d *Decision) {
 
 // refundBucket gives back the units d took at t.
 func (p *params) refundBucket(ent *counters, d Decision, t int64) Decision {
-	t = bucketTime(t)
+	t = p.bucketNow(t)
 	b := p.load(ent)
 	level := p.sub(p.level(&b, t), p.units(uint64(d.n)))
 	b.tat = p.add(span{ns: t}, level)
@@ -278,7 +311,7 @@ func (p *params) refundBucket(ent *counters, d Decision, t int64) Decision {
 
 // chargeBucket takes n more units at t, down to −burst tokens.
 func (p *params) chargeBucket(ent *counters, n uint64, t int64) {
-	t = bucketTime(t)
+	t = p.bucketNow(t)
 	b := p.load(ent)
 	b.tat = p.add(span{ns: t}, p.raise(p.level(&b, t), n))
 	p.store(ent, b, t)

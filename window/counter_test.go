@@ -137,19 +137,26 @@ func TestCharge(t *testing.T) {
 	}
 }
 
-// TestStoreCounterAllocates nothing a decision.
+// TestStoreCounterAllocatesNothing: a decision, allowed or refused, and a
+// refund and a charge allocate nothing, under every algorithm.
 func TestStoreCounterAllocatesNothing(t *testing.T) {
-	s := newStore(t, 100, Limit{Limit: 1_000_000, Period: time.Minute})
-	c := s.Counter()
-	name := []byte("client")
-	id := ID{Key: s.Key(0, name), Name: name}
-	got := testing.AllocsPerRun(100, func() {
-		tally := c.Begin()
-		d := tally.Decide(id, 1, t0)
-		tally.Refund(id, d, t0)
-		tally.End()
-	})
-	if got != 0 {
-		t.Errorf("allocations a decision: got %v, want 0", got)
+	for _, alg := range []Algorithm{SlidingWindow, FixedWindow, TokenBucket, LeakyBucket} {
+		for _, limit := range []int64{1_000_000, 1} {
+			s := newStore(t, 100, Limit{Algorithm: alg, Limit: limit, Period: time.Minute})
+			c := s.Counter()
+			name := []byte("client")
+			id := ID{Key: s.Key(0, name), Name: name}
+			got := testing.AllocsPerRun(100, func() {
+				tally := c.Begin()
+				d := tally.Decide(id, 3, t0)
+				tally.Refund(id, d, t0)
+				tally.Decide(id, 1, t0)
+				tally.Charge(id, 2, t0)
+				tally.End()
+			})
+			if got != 0 {
+				t.Errorf("%s, limit %d: allocations a decision: got %v, want 0", alg, limit, got)
+			}
+		}
 	}
 }

@@ -333,14 +333,15 @@ func (s *Store) decide(k Key, p *params, sh *shard, t int64, cost, limit uint64,
 }
 
 // cacheable reports whether a block may be cached: only where a request of
-// cost 1 (or 0) is refused too, so that the cached wait is the one every
-// request the cache answers would get; only under the rule's own limit,
-// since the cache answers Allow, and only where a blocked request changes
-// nothing. A bucket judged at a time outside its range (before 1970) is
-// not cached either: its wait runs from another instant than now.
+// cost 1 (or 0) gets the same refusal until Reset (d.settled: Remaining is
+// 0, and no mitigation would start or end meanwhile), so that the cached
+// answer is the one every request the cache answers would get; only under
+// the rule's own limit, since the cache answers Allow, and only where a
+// blocked request changes nothing. A bucket judged at another time than
+// now (before 1970, or after the clock went back) is not cached either.
 func cacheable(d *Decision, p *params, limit uint64, now int64) bool {
-	return !d.Allowed && d.Remaining == 0 && d.Reset > 0 && !p.countBlocked && limit == p.limit &&
-		(!p.algorithm.bucket() || now == bucketTime(now))
+	return !d.Allowed && d.settled && d.Reset > 0 && !p.countBlocked && limit == p.limit &&
+		(!p.algorithm.bucket() || now == p.judgedAt(now))
 }
 
 // allow decides for fp, making room for it if the shard does not track it.

@@ -209,6 +209,7 @@ type Decision struct {
 	Unavailable bool
 
 	counted bool   // the request's cost was counted (what Refund undoes)
+	settled bool   // refused, as a request of cost 0 or 1 is until Reset (see Store.remember)
 	win     uint32 // the period it was counted in (windows)
 	n       uint32 // the units counted, at most MaxCost
 }
@@ -256,6 +257,9 @@ type params struct {
 	// so that most calls of position need no 64-bit division. Any value is
 	// a valid hint: position checks it before use.
 	current atomic.Int64
+	// latest is about the latest time a bucket of the rule was judged at
+	// (see bucketSlack).
+	latest atomic.Int64
 }
 
 // init prepares l, clamped to what the store can count (see Limit).
@@ -370,6 +374,7 @@ func (p *params) decide(ent *counters, w, e, t int64, cost, limit uint64, d *Dec
 		d.Remaining, d.Reset = p.quota(ent.prev, ent.curr, e, limit)
 		d.RetryAfter = 0
 		d.Mitigated = false
+		d.settled = false
 		d.counted = cost > 0
 		d.n = uint32(cost)
 		return
@@ -403,15 +408,18 @@ func (p *params) decide(ent *counters, w, e, t int64, cost, limit uint64, d *Dec
 	p.windowQuota(ent, e, limit, mitigation, d)
 }
 
-// windowQuota sets d's Remaining and Reset for a window's counters at e,
-// with mitigation left to run (ns).
+// windowQuota sets d's Remaining, Reset and settled for a window's
+// counters at e, with mitigation left to run (ns).
 func (p *params) windowQuota(ent *counters, e int64, limit uint64, mitigation int64, d *Decision) {
 	if mitigation > 0 {
+		wait := p.retry(ent.prev, ent.curr, e, limit)
 		d.Remaining = 0
-		d.Reset = max(p.retry(ent.prev, ent.curr, e, limit), time.Duration(mitigation))
+		d.Reset = max(wait, time.Duration(mitigation))
+		d.settled = wait <= time.Duration(mitigation)
 		return
 	}
 	d.Remaining, d.Reset = p.quota(ent.prev, ent.curr, e, limit)
+	d.settled = d.Remaining == 0 && p.mitigation == 0
 }
 
 // below reports whether prev×(P−e)/P + curr < limit, exactly.

@@ -61,6 +61,15 @@ func TestLimitsAreClamped(t *testing.T) {
 		{"negative mitigation", Limit{Limit: 1, Period: time.Second, Mitigation: -1}, Limit{Limit: 1, Period: time.Second}},
 		{"period+mitigation overflow", Limit{Limit: 1, Period: 40 * 24 * time.Hour, Mitigation: 20 * 24 * time.Hour},
 			Limit{Limit: 1, Period: 40 * 24 * time.Hour, Mitigation: MaxSpan - 40*24*time.Hour}},
+		{"windows ignore burst", Limit{Algorithm: FixedWindow, Limit: 2, Period: time.Second, Burst: 7},
+			Limit{Algorithm: FixedWindow, Limit: 2, Period: time.Second}},
+		{"unknown algorithm", Limit{Algorithm: LeakyBucket + 1, Limit: 2, Period: time.Second}, Limit{Limit: 2, Period: time.Second}},
+		{"burst defaults to limit", Limit{Algorithm: TokenBucket, Limit: 2, Period: time.Second},
+			Limit{Algorithm: TokenBucket, Limit: 2, Period: time.Second, Burst: 2}},
+		{"burst refilled within MaxSpan", Limit{Algorithm: LeakyBucket, Limit: 1, Period: (MaxSpan / 2).Truncate(time.Millisecond), Burst: 5},
+			Limit{Algorithm: LeakyBucket, Limit: 1, Period: (MaxSpan / 2).Truncate(time.Millisecond), Burst: 2}},
+		{"huge burst", Limit{Algorithm: TokenBucket, Limit: MaxLimit, Period: time.Millisecond, Burst: math.MaxInt64},
+			Limit{Algorithm: TokenBucket, Limit: MaxLimit, Period: time.Millisecond, Burst: MaxLimit}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -73,9 +82,13 @@ func TestLimitsAreClamped(t *testing.T) {
 				t.Fatalf("Judge and State count by %+v, want %+v", p.limitOf(), tt.want)
 			}
 			k := s.KeyString(0, "a")
+			capacity := tt.want.Limit
+			if tt.want.Algorithm.bucket() {
+				capacity = tt.want.Burst
+			}
 			for i := range 3 {
 				got := s.Allow(k, t0)
-				if want := int64(i) < tt.want.Limit; got.Allowed != want {
+				if want := int64(i) < capacity; got.Allowed != want {
 					t.Fatalf("request %d: allowed %v, want %v", i, got.Allowed, want)
 				}
 			}
@@ -235,26 +248,42 @@ func TestMitigation(t *testing.T) {
 	}
 }
 
+// TestTimeGoingBackwards: with the clock alternating an hour back and
+// forth, no algorithm lets more through than it does in the forward time
+// spent, at any cost, mitigated or not.
 func TestTimeGoingBackwards(t *testing.T) {
-	s := newStore(t, 10, Limit{Limit: 5, Period: time.Second})
-	k := s.KeyString(0, "a")
-	now := t0.Add(time.Hour)
-	allowed := 0
-	for i := range 100 {
-		// Alternate an hour back and forth: the limit must still hold.
-		at := now
-		if i%2 == 1 {
-			at = now.Add(-time.Hour)
+	for _, alg := range []Algorithm{SlidingWindow, FixedWindow, TokenBucket, LeakyBucket} {
+		for _, tt := range []struct {
+			name       string
+			mitigation time.Duration
+			costs      []int64 // request i costs costs[i%len(costs)]
+		}{
+			{"cost 1", 0, []int64{1}},
+			{"costs 0 to 2, mitigated", time.Second, []int64{0, 1, 2}},
+		} {
+			t.Run(alg.String()+"/"+tt.name, func(t *testing.T) {
+				s := newStore(t, 10, Limit{Algorithm: alg, Limit: 5, Period: time.Second, Mitigation: tt.mitigation})
+				k := s.KeyString(0, "a")
+				now := t0.Add(time.Hour)
+				var allowed int64
+				for i := range 100 {
+					at := now
+					if i%2 == 1 {
+						at = now.Add(-time.Hour)
+					}
+					cost := tt.costs[i%len(tt.costs)]
+					d := s.AllowN(k, at, cost)
+					if d.Allowed {
+						allowed += cost
+					} else if d.RetryAfter < 1 {
+						t.Fatalf("request %d: RetryAfter = %v, want ≥ 1ns", i, d.RetryAfter)
+					}
+				}
+				if allowed > 5 {
+					t.Fatalf("allowed %d units with the clock jumping back and forth, want ≤ 5", allowed)
+				}
+			})
 		}
-		d := s.Allow(k, at)
-		if d.Allowed {
-			allowed++
-		} else if d.RetryAfter < 1 {
-			t.Fatalf("RetryAfter = %v, want ≥ 1ns", d.RetryAfter)
-		}
-	}
-	if allowed > 5 {
-		t.Fatalf("allowed %d requests with the clock jumping back and forth, want ≤ 5", allowed)
 	}
 }
 

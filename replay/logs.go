@@ -10,6 +10,7 @@ import (
 
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/trace"
+	"github.com/edgerate/edge/window"
 )
 
 // A LogRule is a rule replayed against access logs: what it enforces, what
@@ -36,7 +37,10 @@ func TableRules(t *rules.Table, only string) []LogRule {
 				continue
 			}
 			out = append(out, LogRule{
-				Rule:         Rule{Name: name, Limit: r.Limit, Period: r.Period, Mitigation: r.MitigationTimeout},
+				Rule: Rule{
+					Name: name, Algorithm: windowAlgorithm(r.Algorithm), Limit: r.Limit, Period: r.Period,
+					Burst: r.Burst, Mitigation: r.MitigationTimeout,
+				},
 				Key:          r.Key,
 				Match:        r.Matches,
 				CountBlocked: r.CountBlocked,
@@ -44,6 +48,19 @@ func TableRules(t *rules.Table, only string) []LogRule {
 		}
 	}
 	return out
+}
+
+// windowAlgorithm is the window package's name for a rule's algorithm.
+func windowAlgorithm(a rules.Algorithm) window.Algorithm {
+	switch a {
+	case rules.FixedWindow:
+		return window.FixedWindow
+	case rules.TokenBucket:
+		return window.TokenBucket
+	case rules.LeakyBucket:
+		return window.LeakyBucket
+	}
+	return window.SlidingWindow
 }
 
 // ParseKeyList reads a comma-separated list of key parts in the config's

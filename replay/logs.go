@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"compress/gzip"
 	"fmt"
 	"io"
 	"net/netip"
@@ -77,7 +78,8 @@ func ParseKeyList(s string) ([]rules.KeyPart, error) {
 	return parts, nil
 }
 
-// ReadLogs reads the access logs files in format, "-" being stdin. It
+// ReadLogs reads the access logs files in format, "-" being stdin and a
+// name ending in .gz a gzip-compressed file. It
 // reports each file's skipped lines to skipped and fails for a file with
 // no request in it.
 func ReadLogs(files []string, format trace.Format, stdin io.Reader, skipped func(file string, st trace.LogStats)) ([]trace.Record, error) {
@@ -107,7 +109,16 @@ func readLog(file string, format trace.Format, stdin io.Reader, each func(trace.
 		return trace.LogStats{}, err
 	}
 	defer fh.Close()
-	return trace.ReadLog(fh, format, each)
+	if !strings.HasSuffix(file, ".gz") {
+		return trace.ReadLog(fh, format, each)
+	}
+	// Rotated logs are usually compressed (access.log.2.gz).
+	zr, err := gzip.NewReader(fh)
+	if err != nil {
+		return trace.LogStats{}, err
+	}
+	defer zr.Close()
+	return trace.ReadLog(zr, format, each)
 }
 
 // LogInputs groups recs into the sources of each rule, one Input per rule,

@@ -235,7 +235,7 @@ func writeDetails(w io.Writer, r *Report) error {
 		}
 	}
 	fmt.Fprintf(&b, "\n%s: D3 (N ≥ L/2) %s, requests near the limit (0.8L ≤ N < 1.2L) %s, peak per source p50 %d p99 %d p99.9 %d max %d",
-		r.Name, pct(c.D3), pct(c.CriticalShare), r.Peaks.P50, r.Peaks.P99, r.Peaks.P999, r.Peaks.Max)
+		r.Name, estimate(r.Rule, pct(c.D3)), pct(c.CriticalShare), r.Peaks.P50, r.Peaks.P99, r.Peaks.P999, r.Peaks.Max)
 	if r.Store.Shared && (r.Store.Evicted > 0 || r.Store.Overflowed > 0) {
 		fmt.Fprintf(&b, "; store capacity %d sources: %d evicted, %d overflowed (these distort the comparison)",
 			r.Store.Capacity, r.Store.Evicted, r.Store.Overflowed)

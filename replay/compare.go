@@ -42,7 +42,10 @@ type CompareRow struct {
 	// exact sliding log.
 	Algorithm string `json:"algorithm"`
 	// Burst is a bucket's capacity; 0 for a window.
-	Burst    int64 `json:"burst,omitempty"`
+	Burst int64 `json:"burst,omitempty"`
+	// Requests is what the sources sent: the same in every row, except
+	// for a synthetic source that reacts to refusals.
+	Requests int64 `json:"requests"`
 	Admitted int64 `json:"admitted"`
 	Refused  int64 `json:"refused"`
 	// MostInPeriod is the most requests one source had admitted within any
@@ -59,10 +62,16 @@ type CompareRow struct {
 // Compare replays in once per algorithm, with in.Rule's limit, period and
 // mitigation, and burst as the buckets' capacity (0: the limit), and
 // gathers the count-admitted figures of each. in.Rule's own algorithm and
-// burst are not used.
+// burst are not used. opts.Progress counts up to len(Algorithms) ×
+// in.Sources.
 func Compare(ctx context.Context, in Input, burst int64, opts Options) (*Comparison, error) {
 	c := &Comparison{Name: in.Name, Sources: in.Sources}
+	progress := opts.Progress
 	for i, a := range Algorithms {
+		if progress != nil {
+			// Progress counts the sources of every replay.
+			opts.Progress = func(done int) { progress(i*in.Sources + done) }
+		}
 		in.Rule.Algorithm, in.Rule.Burst = a, 0
 		if a == window.TokenBucket || a == window.LeakyBucket {
 			in.Rule.Burst = burst
@@ -77,6 +86,7 @@ func Compare(ctx context.Context, in Input, burst int64, opts Options) (*Compari
 			c.Rule.Algorithm = ""
 			c.Rows = append(c.Rows, CompareRow{
 				Algorithm:             "exact",
+				Requests:              r.Requests,
 				Admitted:              ca.AdmittedExact,
 				Refused:               r.Requests - ca.AdmittedExact,
 				MostInPeriod:          ca.MostInPeriodExact,
@@ -88,6 +98,7 @@ func Compare(ctx context.Context, in Input, burst int64, opts Options) (*Compari
 		c.Rows = append(c.Rows, CompareRow{
 			Algorithm:             a.String(),
 			Burst:                 r.Rule.Burst,
+			Requests:              r.Requests,
 			Admitted:              ca.AdmittedApprox,
 			Refused:               r.Requests - ca.AdmittedApprox,
 			MostInPeriod:          ca.MostInPeriodApprox,
@@ -106,8 +117,14 @@ func WriteComparisons(w io.Writer, cs []*Comparison) error {
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		fmt.Fprintf(w, "%s: %d requests from %d sources, limit %d per %s, only admitted requests count:\n",
-			c.Name, c.Requests, c.Sources, c.Rule.Limit, seconds(c.Rule.PeriodSeconds))
+		requests := fmt.Sprintf("%d requests", c.Requests)
+		for _, r := range c.Rows {
+			if r.Requests != c.Requests {
+				requests = "requests that depend on the answers (an adaptive source)"
+			}
+		}
+		fmt.Fprintf(w, "%s: %s from %d sources, limit %d per %s, only admitted requests count:\n",
+			c.Name, requests, c.Sources, c.Rule.Limit, seconds(c.Rule.PeriodSeconds))
 		tw := tabwriter.NewWriter(w, 2, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "algorithm\tburst\tadmitted\trefused\tmost in one period (×limit)\tmost in one second\tsources limited\t")
 		for _, r := range c.Rows {
@@ -116,7 +133,7 @@ func WriteComparisons(w io.Writer, cs []*Comparison) error {
 				burst = fmt.Sprint(r.Burst)
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%d (%s)\t%d (%.2f)\t%d\t%d\t\n",
-				r.Algorithm, burst, r.Admitted, r.Refused, pct(frac(r.Refused, c.Requests)),
+				r.Algorithm, burst, r.Admitted, r.Refused, pct(frac(r.Refused, r.Requests)),
 				r.MostInPeriod, r.MostInPeriodOverLimit, r.MostInSecond, r.SourcesLimited)
 		}
 		if err := tw.Flush(); err != nil {

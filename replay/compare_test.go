@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/window"
 )
 
@@ -41,11 +42,11 @@ func TestCompareKnownAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []CompareRow{
-		{Algorithm: "exact", Admitted: 8, Refused: 32, MostInPeriod: 4, MostInPeriodOverLimit: 1, MostInSecond: 4, SourcesLimited: 2},
-		{Algorithm: "sliding_window", Admitted: 8, Refused: 32, MostInPeriod: 4, MostInPeriodOverLimit: 1, MostInSecond: 4, SourcesLimited: 2},
-		{Algorithm: "fixed_window", Admitted: 12, Refused: 28, MostInPeriod: 8, MostInPeriodOverLimit: 2, MostInSecond: 8, SourcesLimited: 2},
-		{Algorithm: "token_bucket", Burst: 2, Admitted: 5, Refused: 35, MostInPeriod: 3, MostInPeriodOverLimit: 0.75, MostInSecond: 2, SourcesLimited: 2},
-		{Algorithm: "leaky_bucket", Burst: 2, Admitted: 5, Refused: 35, MostInPeriod: 3, MostInPeriodOverLimit: 0.75, MostInSecond: 2, SourcesLimited: 2},
+		{Algorithm: "exact", Requests: 40, Admitted: 8, Refused: 32, MostInPeriod: 4, MostInPeriodOverLimit: 1, MostInSecond: 4, SourcesLimited: 2},
+		{Algorithm: "sliding_window", Requests: 40, Admitted: 8, Refused: 32, MostInPeriod: 4, MostInPeriodOverLimit: 1, MostInSecond: 4, SourcesLimited: 2},
+		{Algorithm: "fixed_window", Requests: 40, Admitted: 12, Refused: 28, MostInPeriod: 8, MostInPeriodOverLimit: 2, MostInSecond: 8, SourcesLimited: 2},
+		{Algorithm: "token_bucket", Burst: 2, Requests: 40, Admitted: 5, Refused: 35, MostInPeriod: 3, MostInPeriodOverLimit: 0.75, MostInSecond: 2, SourcesLimited: 2},
+		{Algorithm: "leaky_bucket", Burst: 2, Requests: 40, Admitted: 5, Refused: 35, MostInPeriod: 3, MostInPeriodOverLimit: 0.75, MostInSecond: 2, SourcesLimited: 2},
 	}
 	if c.Requests != 40 || c.Sources != 2 || len(c.Rows) != len(want) {
 		t.Fatalf("got %d requests, %d sources, %d rows; want 40, 2, %d", c.Requests, c.Sources, len(c.Rows), len(want))
@@ -121,6 +122,12 @@ func TestParseAlgorithm(t *testing.T) {
 	for _, a := range Algorithms {
 		if got, err := ParseAlgorithm(a.String()); err != nil || got != a {
 			t.Errorf("ParseAlgorithm(%q) = %v, %v; want %v", a.String(), got, err, a)
+		}
+	}
+	// TableRules reads a configuration's algorithms by name.
+	for i, a := range []rules.Algorithm{rules.SlidingWindow, rules.FixedWindow, rules.TokenBucket, rules.LeakyBucket} {
+		if got, err := ParseAlgorithm(a.String()); err != nil || got != Algorithms[i] {
+			t.Errorf("ParseAlgorithm(%q) = %v, %v; want %v", a, got, err, Algorithms[i])
 		}
 	}
 	if _, err := ParseAlgorithm("quota"); err == nil || !strings.Contains(err.Error(), `unknown algorithm "quota"`) {

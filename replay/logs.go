@@ -11,7 +11,6 @@ import (
 
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/trace"
-	"github.com/edgerate/edge/window"
 )
 
 // A LogRule is a rule replayed against access logs: what it enforces, what
@@ -34,12 +33,14 @@ func TableRules(t *rules.Table, only string) []LogRule {
 	for _, d := range t.Domains {
 		for _, r := range d.Rules {
 			name := d.Name + "/" + r.Name
+			// Package rules spells an algorithm as window names it.
+			alg, _ := ParseAlgorithm(r.Algorithm.String())
 			if only != "" && only != name {
 				continue
 			}
 			out = append(out, LogRule{
 				Rule: Rule{
-					Name: name, Algorithm: windowAlgorithm(r.Algorithm), Limit: r.Limit, Period: r.Period,
+					Name: name, Algorithm: alg, Limit: r.Limit, Period: r.Period,
 					Burst: r.Burst, Mitigation: r.MitigationTimeout,
 				},
 				Key:          r.Key,
@@ -49,19 +50,6 @@ func TableRules(t *rules.Table, only string) []LogRule {
 		}
 	}
 	return out
-}
-
-// windowAlgorithm is the window package's name for a rule's algorithm.
-func windowAlgorithm(a rules.Algorithm) window.Algorithm {
-	switch a {
-	case rules.FixedWindow:
-		return window.FixedWindow
-	case rules.TokenBucket:
-		return window.TokenBucket
-	case rules.LeakyBucket:
-		return window.LeakyBucket
-	}
-	return window.SlidingWindow
 }
 
 // ParseKeyList reads a comma-separated list of key parts in the config's

@@ -93,14 +93,21 @@ func TestReplayLog(t *testing.T) {
 	}
 }
 
-func TestReplayConfigRule(t *testing.T) {
-	log := writeFile(t, "access.log", accessLog)
-	cfg := writeFile(t, "edge.yaml", `
+// apiConfig writes a configuration of one domain, api, with rules (YAML
+// list items indented for the domain's rules key).
+func apiConfig(t *testing.T, rules string) string {
+	t.Helper()
+	return writeFile(t, "edge.yaml", `
 origin: "http://127.0.0.1:9"
 domains:
   - name: api
     hosts: ["api.example"]
-    rules:
+    rules:`+rules)
+}
+
+func TestReplayConfigRule(t *testing.T) {
+	log := writeFile(t, "access.log", accessLog)
+	cfg := apiConfig(t, `
       - name: reads
         match: {path_prefix: /v1/, methods: [GET]}
         limit: 2
@@ -230,12 +237,7 @@ func TestReplayCompare(t *testing.T) {
 // log.
 func TestReplayAlgorithmFlag(t *testing.T) {
 	log := writeFile(t, "access.log", accessLog)
-	cfg := writeFile(t, "edge.yaml", `
-origin: "http://127.0.0.1:9"
-domains:
-  - name: api
-    hosts: ["api.example"]
-    rules:
+	cfg := apiConfig(t, `
       - name: bucket
         algorithm: token_bucket
         limit: 2

@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"compress/gzip"
 	"fmt"
 	"io"
 	"net/netip"
@@ -32,11 +33,16 @@ func TableRules(t *rules.Table, only string) []LogRule {
 	for _, d := range t.Domains {
 		for _, r := range d.Rules {
 			name := d.Name + "/" + r.Name
+			// Package rules spells an algorithm as window names it.
+			alg, _ := ParseAlgorithm(r.Algorithm.String())
 			if only != "" && only != name {
 				continue
 			}
 			out = append(out, LogRule{
-				Rule:         Rule{Name: name, Limit: r.Limit, Period: r.Period, Mitigation: r.MitigationTimeout},
+				Rule: Rule{
+					Name: name, Algorithm: alg, Limit: r.Limit, Period: r.Period,
+					Burst: r.Burst, Mitigation: r.MitigationTimeout,
+				},
 				Key:          r.Key,
 				Match:        r.Matches,
 				CountBlocked: r.CountBlocked,
@@ -60,7 +66,8 @@ func ParseKeyList(s string) ([]rules.KeyPart, error) {
 	return parts, nil
 }
 
-// ReadLogs reads the access logs files in format, "-" being stdin. It
+// ReadLogs reads the access logs files in format, "-" being stdin and a
+// name ending in .gz a gzip-compressed file. It
 // reports each file's skipped lines to skipped and fails for a file with
 // no request in it.
 func ReadLogs(files []string, format trace.Format, stdin io.Reader, skipped func(file string, st trace.LogStats)) ([]trace.Record, error) {
@@ -90,7 +97,16 @@ func readLog(file string, format trace.Format, stdin io.Reader, each func(trace.
 		return trace.LogStats{}, err
 	}
 	defer fh.Close()
-	return trace.ReadLog(fh, format, each)
+	if !strings.HasSuffix(file, ".gz") {
+		return trace.ReadLog(fh, format, each)
+	}
+	// Rotated logs are usually compressed (access.log.2.gz).
+	zr, err := gzip.NewReader(fh)
+	if err != nil {
+		return trace.LogStats{}, err
+	}
+	defer zr.Close()
+	return trace.ReadLog(zr, format, each)
 }
 
 // LogInputs groups recs into the sources of each rule, one Input per rule,

@@ -1,7 +1,9 @@
-// Package replay measures the production sliding window against an exact
-// count: it sends recorded or synthetic traffic through a window.Store and,
-// side by side, through an exact sliding log of every source, and reports
-// where and by how much they disagree.
+// Package replay measures the production counters against an exact count:
+// it sends recorded or synthetic traffic through a window.Store, counting
+// by the rule's algorithm (the sliding window unless Rule.Algorithm says
+// otherwise), and, side by side, through an exact sliding log of every
+// source, and reports where and by how much they disagree. Compare runs
+// one trace through every algorithm.
 //
 // # What is compared
 //
@@ -10,10 +12,14 @@
 //
 //   - the exact count N is the number of the source's earlier requests in
 //     (t − W, t]; the exact limiter allows iff N < L;
-//   - the production decision is window.Store.Allow, which allows iff the
-//     two-counter estimate E = prev×(W − e)/W + curr is below L;
-//   - E itself is recomputed here from the same counts, in float64, only to
-//     measure |E − N|; no decision is taken from it.
+//   - the production decision is window.Store.Allow, which for the sliding
+//     window allows iff the two-counter estimate E = prev×(W − e)/W + curr
+//     is below L, and for the other algorithms decides as they do (see
+//     package window);
+//   - for the sliding window, E itself is recomputed here from the same
+//     counts, in float64, only to measure |E − N|; no decision is taken
+//     from it. The other algorithms keep no estimate of N, so these
+//     figures (D1, D2, D3, Bias) are left at zero for them.
 //
 // Both counting modes of the production rule are replayed at once, each
 // source having one key under each of two store rules:
@@ -54,11 +60,17 @@ import (
 type Rule struct {
 	// Name labels the rule in reports.
 	Name string
+	// Algorithm is how the store counts; the zero value is the sliding
+	// window. The exact log it is compared with is the same whatever it is.
+	Algorithm window.Algorithm
 	// Limit is the number of requests allowed per Period; at least 1.
 	Limit int64
 	// Period is the window length; at least 1ms, whole milliseconds, as
 	// window.Limit requires.
 	Period time.Duration
+	// Burst is a bucket's capacity (window.Limit.Burst); 0 means Limit.
+	// Windows ignore it.
+	Burst int64
 	// Mitigation, when positive, blocks a source for this long once it goes
 	// over the limit, in the store as in the exact log.
 	Mitigation time.Duration
@@ -210,7 +222,10 @@ type runner struct {
 }
 
 func newRunner(in Input, opts Options) *runner {
-	lim := window.Limit{Limit: in.Rule.Limit, Period: in.Rule.Period, Mitigation: in.Rule.Mitigation}
+	lim := window.Limit{
+		Algorithm: in.Rule.Algorithm, Limit: in.Rule.Limit, Period: in.Rule.Period,
+		Burst: in.Rule.Burst, Mitigation: in.Rule.Mitigation,
+	}
 	allLim, admLim := lim, lim
 	allLim.CountBlocked = true
 	r := &runner{
@@ -221,6 +236,7 @@ func newRunner(in Input, opts Options) *runner {
 			limit:      in.Rule.Limit,
 			period:     in.Rule.Period.Microseconds(),
 			mitigation: in.Rule.Mitigation.Microseconds(),
+			estimate:   in.Rule.Algorithm == window.SlidingWindow,
 		},
 		peaks:    make([]int64, in.Sources),
 		verdicts: make([]uint8, in.Sources),
@@ -526,6 +542,10 @@ func countAdmitted(a *acc, limit int64) CountAdmitted {
 		AdmittedRatio:        ratio(a.admApprox, a.admExact),
 		OvershootApprox:      ratio(a.overApprox, limit),
 		OvershootExact:       ratio(a.overExact, limit),
+		MostInPeriodApprox:   a.overApprox,
+		MostInPeriodExact:    a.overExact,
+		BurstApprox:          a.burstApprox,
+		BurstExact:           a.burstExact,
 		SourcesExactLimited:  a.admSrcExactLimited,
 		SourcesApproxLimited: a.admSrcApproxLimited,
 		PathDependent:        true,
@@ -535,11 +555,15 @@ func countAdmitted(a *acc, limit int64) CountAdmitted {
 }
 
 func ruleReport(r Rule) RuleReport {
-	return RuleReport{
-		Name: r.Name, Limit: r.Limit,
+	rr := RuleReport{
+		Name: r.Name, Algorithm: r.Algorithm.String(), Limit: r.Limit,
 		PeriodSeconds:     r.Period.Seconds(),
 		MitigationSeconds: r.Mitigation.Seconds(),
 	}
+	if r.Algorithm == window.TokenBucket || r.Algorithm == window.LeakyBucket {
+		rr.Burst = cmp.Or(r.Burst, r.Limit)
+	}
+	return rr
 }
 
 // peakStats summarises per-source peaks by nearest rank.

@@ -6,6 +6,8 @@ import (
 	"math"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/edgerate/edge/window"
 )
 
 // Report is the result of one replay. Fractions are in [0, 1]; the table
@@ -34,8 +36,11 @@ type Report struct {
 
 // RuleReport is the replayed rule.
 type RuleReport struct {
-	Name              string  `json:"name"`
-	Limit             int64   `json:"limit"`
+	Name      string `json:"name"`
+	Algorithm string `json:"algorithm"`
+	Limit     int64  `json:"limit"`
+	// Burst is a bucket's capacity; absent for a window.
+	Burst             int64   `json:"burst,omitempty"`
 	PeriodSeconds     float64 `json:"period_seconds"`
 	MitigationSeconds float64 `json:"mitigation_seconds,omitempty"`
 }
@@ -91,13 +96,22 @@ type CountAdmitted struct {
 	// OvershootApprox is the most requests the store admitted for one
 	// source in any sliding period, over the limit; OvershootExact the
 	// same for the exact log (at most 1).
-	OvershootApprox      float64 `json:"overshoot_approx"`
-	OvershootExact       float64 `json:"overshoot_exact"`
-	SourcesExactLimited  int     `json:"sources_exact_limited"`
-	SourcesApproxLimited int     `json:"sources_approx_limited"`
-	PathDependent        bool    `json:"path_dependent"`
-	WronglyAllowed       int64   `json:"wrongly_allowed"`
-	WronglyLimited       int64   `json:"wrongly_limited"`
+	OvershootApprox float64 `json:"overshoot_approx"`
+	OvershootExact  float64 `json:"overshoot_exact"`
+	// MostInPeriodApprox and MostInPeriodExact are the same peaks in
+	// requests: the most one source had admitted within any sliding period.
+	MostInPeriodApprox int64 `json:"most_in_period_approx"`
+	MostInPeriodExact  int64 `json:"most_in_period_exact"`
+	// BurstApprox is the largest burst the store admitted: the most
+	// requests one source had admitted within any second (any span of 1s,
+	// not calendar seconds); BurstExact the same for the exact log.
+	BurstApprox          int64 `json:"burst_approx"`
+	BurstExact           int64 `json:"burst_exact"`
+	SourcesExactLimited  int   `json:"sources_exact_limited"`
+	SourcesApproxLimited int   `json:"sources_approx_limited"`
+	PathDependent        bool  `json:"path_dependent"`
+	WronglyAllowed       int64 `json:"wrongly_allowed"`
+	WronglyLimited       int64 `json:"wrongly_limited"`
 }
 
 // ClassReport is the comparison restricted to one class of sources.
@@ -158,11 +172,11 @@ func WriteTable(w io.Writer, reports []*Report) error {
 	fmt.Fprintln(tw, "replay\tlimit/period\tsources\trequests\texact denied\tapprox denied\twrongly allowed\twrongly limited\tmisjudged\tavg diff D1\tD2 (of L)\tbias\tmissed src (max peak/L)\twrongly limited src\t")
 	for _, r := range reports {
 		c := &r.CountAll
-		fmt.Fprintf(tw, "%s\t%d/%s\t%d\t%d\t%d\t%d\t%d (%s)\t%d (%s)\t%s\t%s\t%s\t%+.3f\t%d (%.2f)\t%d\t\n",
-			r.Name, r.Rule.Limit, seconds(r.Rule.PeriodSeconds), r.Sources, r.Requests,
+		fmt.Fprintf(tw, "%s\t%d/%s\t%d\t%d\t%d\t%d\t%d (%s)\t%d (%s)\t%s\t%s\t%s\t%s\t%d (%.2f)\t%d\t\n",
+			r.Name, r.Rule.Limit, ruleSuffix(r.Rule), r.Sources, r.Requests,
 			c.ExactDenied, c.ApproxDenied,
 			c.WronglyAllowed, pct(c.WronglyAllowedFraction), c.WronglyLimited, pct(c.WronglyLimitedFraction),
-			pct(c.MisjudgedFraction), pct(c.D1), pct(c.D2), c.Bias,
+			pct(c.MisjudgedFraction), estimate(r.Rule, pct(c.D1)), estimate(r.Rule, pct(c.D2)), estimate(r.Rule, fmt.Sprintf("%+.3f", c.Bias)),
 			c.MissedSources, c.MissedMaxPeakOverLimit, c.WronglyLimitedCount)
 	}
 	if err := tw.Flush(); err != nil {
@@ -174,7 +188,7 @@ func WriteTable(w io.Writer, reports []*Report) error {
 	for _, r := range reports {
 		c := &r.CountAdmitted
 		fmt.Fprintf(tw, "%s\t%d/%s\t%d\t%d\t%d\t%d\t%.4f\t%.2f\t%.2f\t%d\t%d\t\n",
-			r.Name, r.Rule.Limit, seconds(r.Rule.PeriodSeconds), r.Sources, r.Requests,
+			r.Name, r.Rule.Limit, ruleSuffix(r.Rule), r.Sources, r.Requests,
 			c.AdmittedExact, c.AdmittedApprox, c.AdmittedRatio, c.OvershootApprox, c.OvershootExact,
 			c.SourcesExactLimited, c.SourcesApproxLimited)
 	}
@@ -221,7 +235,7 @@ func writeDetails(w io.Writer, r *Report) error {
 		}
 	}
 	fmt.Fprintf(&b, "\n%s: D3 (N ≥ L/2) %s, requests near the limit (0.8L ≤ N < 1.2L) %s, peak per source p50 %d p99 %d p99.9 %d max %d",
-		r.Name, pct(c.D3), pct(c.CriticalShare), r.Peaks.P50, r.Peaks.P99, r.Peaks.P999, r.Peaks.Max)
+		r.Name, estimate(r.Rule, pct(c.D3)), pct(c.CriticalShare), r.Peaks.P50, r.Peaks.P99, r.Peaks.P999, r.Peaks.Max)
 	if r.Store.Shared && (r.Store.Evicted > 0 || r.Store.Overflowed > 0) {
 		fmt.Fprintf(&b, "; store capacity %d sources: %d evicted, %d overflowed (these distort the comparison)",
 			r.Store.Capacity, r.Store.Evicted, r.Store.Overflowed)
@@ -229,6 +243,29 @@ func writeDetails(w io.Writer, r *Report) error {
 	b.WriteString("\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// ruleSuffix is what follows the limit in a table's limit/period column:
+// the period, and the algorithm when it is not the sliding window
+// ("1m token_bucket burst 20").
+func ruleSuffix(r RuleReport) string {
+	s := seconds(r.PeriodSeconds)
+	if r.Algorithm != "" && r.Algorithm != window.SlidingWindow.String() {
+		s += " " + r.Algorithm
+	}
+	if r.Burst > 0 {
+		s += fmt.Sprintf(" burst %d", r.Burst)
+	}
+	return s
+}
+
+// estimate returns v for a rule counted by the sliding window's estimate,
+// and "-" for the other algorithms, which have no estimate to measure.
+func estimate(r RuleReport, v string) string {
+	if r.Algorithm != "" && r.Algorithm != window.SlidingWindow.String() {
+		return "-"
+	}
+	return v
 }
 
 func seconds(s float64) string {

@@ -19,7 +19,12 @@ type params struct {
 	limit      int64
 	period     int64 // µs
 	mitigation int64 // µs
+	estimate   bool  // the store counts by the sliding window's estimate
 }
+
+// burstSpan is the span of time in which the largest burst is measured:
+// the most requests of one source admitted within any second (µs).
+const burstSpan = 1_000_000
 
 // ring is a FIFO of times: the requests of one source inside the last
 // period, oldest first.
@@ -67,8 +72,10 @@ type tracker struct {
 	allMit, admMit     int64 // exact mitigation ends (µs), valid if the flag is set
 	allMitOn, admMitOn bool
 
-	// count-admitted: each side's log of what it admitted.
-	exAdm, apAdm ring
+	// count-admitted: each side's log of what it admitted, over the last
+	// period and over the last burstSpan.
+	exAdm, apAdm     ring
+	exBurst, apBurst ring
 
 	lastEst     float64 // the estimate before the last request, for tests
 	lastN       int64   // the exact count before the last request, for tests
@@ -82,11 +89,14 @@ type tracker struct {
 
 // reset prepares t for another source, keeping its buffers.
 func (t *tracker) reset(kAll, kAdm window.Key) {
-	all, ex, ap := t.all, t.exAdm, t.apAdm
-	all.reset()
-	ex.reset()
-	ap.reset()
-	*t = tracker{p: t.p, store: t.store, kAll: kAll, kAdm: kAdm, all: all, exAdm: ex, apAdm: ap}
+	all, ex, ap, exB, apB := t.all, t.exAdm, t.apAdm, t.exBurst, t.apBurst
+	for _, r := range []*ring{&all, &ex, &ap, &exB, &apB} {
+		r.reset()
+	}
+	*t = tracker{
+		p: t.p, store: t.store, kAll: kAll, kAdm: kAdm,
+		all: all, exAdm: ex, apAdm: ap, exBurst: exB, apBurst: apB,
+	}
 }
 
 // floorDiv returns ⌊a/b⌋ and a − ⌊a/b⌋·b for b > 0.
@@ -156,6 +166,10 @@ func (t *tracker) stepAll(at int64, now time.Time) bool {
 // before it, the estimate est, and both decisions.
 func (t *tracker) tallyAll(n int64, est float64, exAllow, apAllow bool) {
 	p, a := &t.p, &t.a
+	if 5*n >= 4*p.limit && 5*n < 6*p.limit {
+		a.critical++
+	}
+	t.maxN = max(t.maxN, n)
 	if !exAllow {
 		a.exactDenied++
 		t.exDenied = true
@@ -170,6 +184,9 @@ func (t *tracker) tallyAll(n int64, est float64, exAllow, apAllow bool) {
 	case !apAllow && exAllow:
 		a.wronglyLimited++
 	}
+	if !p.estimate {
+		return
+	}
 	diff := est - float64(n)
 	a.biasSum += diff
 	ad := math.Abs(diff)
@@ -182,10 +199,6 @@ func (t *tracker) tallyAll(n int64, est float64, exAllow, apAllow bool) {
 		a.d3Sum += ad / float64(n)
 		a.d3N++
 	}
-	if 5*n >= 4*p.limit && 5*n < 6*p.limit {
-		a.critical++
-	}
-	t.maxN = max(t.maxN, n)
 }
 
 // stepAdmitted judges a request at in count-admitted mode, where each side
@@ -203,6 +216,7 @@ func (t *tracker) stepAdmitted(at int64, now time.Time) window.Decision {
 		t.exAdm.push(at)
 		a.admExact++
 		a.overExact = max(a.overExact, int64(t.exAdm.len()))
+		a.burstExact = max(a.burstExact, admitIn(&t.exBurst, at))
 	} else {
 		t.exAdmDenied = true
 	}
@@ -212,6 +226,7 @@ func (t *tracker) stepAdmitted(at int64, now time.Time) window.Decision {
 		t.apAdm.push(at)
 		a.admApprox++
 		a.overApprox = max(a.overApprox, int64(t.apAdm.len()))
+		a.burstApprox = max(a.burstApprox, admitIn(&t.apBurst, at))
 	} else {
 		t.apAdmDenied = true
 	}
@@ -222,6 +237,15 @@ func (t *tracker) stepAdmitted(at int64, now time.Time) window.Decision {
 		a.admWronglyLimited++
 	}
 	return d
+}
+
+// admitIn records a request admitted at in r, the admitted requests of the
+// last burstSpan, and returns how many r holds: those admitted in
+// (at − burstSpan, at].
+func admitIn(r *ring, at int64) int64 {
+	r.expire(at - burstSpan)
+	r.push(at)
+	return int64(r.len())
 }
 
 // finish closes the source: its per-source verdicts go into its acc.
@@ -273,6 +297,7 @@ type acc struct {
 	admWronglyAllowed, admWronglyLimited    int64
 	admSrcExactLimited, admSrcApproxLimited int
 	overExact, overApprox                   int64
+	burstExact, burstApprox                 int64
 }
 
 func (a *acc) add(b *acc) {
@@ -303,4 +328,6 @@ func (a *acc) add(b *acc) {
 	a.admSrcApproxLimited += b.admSrcApproxLimited
 	a.overExact = max(a.overExact, b.overExact)
 	a.overApprox = max(a.overApprox, b.overApprox)
+	a.burstExact = max(a.burstExact, b.burstExact)
+	a.burstApprox = max(a.burstApprox, b.burstApprox)
 }

@@ -472,6 +472,30 @@ func readmeSection(t *testing.T, title string) string {
 	return s
 }
 
+// TestReadmeChoosingAlgorithm runs each command of README's "Choosing an
+// algorithm" on the NASA trace the repository ships and requires the
+// output README shows, byte for byte: a replay of 31,000 requests through
+// five counters takes well under a second.
+func TestReadmeChoosingAlgorithm(t *testing.T) {
+	sec := readmeSection(t, "Choosing an algorithm")
+	blocks := regexp.MustCompile("(?s)```sh\nedge (replay [^\n]*)\n```\n\n```text\n(.*?)```\n").FindAllStringSubmatch(sec, -1)
+	if len(blocks) != 2 {
+		t.Fatalf("found %d commands with their output, want 2", len(blocks))
+	}
+	t.Chdir("../..") // README's paths are the repository's
+	for _, b := range blocks {
+		t.Run(b[1], func(t *testing.T) {
+			code, out, errOut := runEdge(strings.Fields(b[1])...)
+			if code != 0 {
+				t.Fatalf("exit %d, stderr %s", code, errOut)
+			}
+			if out != b[2] {
+				t.Errorf("README shows\n%s\nedge %s prints\n%s", b[2], b[1], out)
+			}
+		})
+	}
+}
+
 // TestReadmeCommandLine checks README's "Command line" against the binary's
 // own help: the command list of edge -h verbatim, one row per replay flag
 // with the value name -h shows ("-limit N"), and replay examples that parse.

@@ -16,16 +16,20 @@ import (
 	"github.com/edgerate/edge/replay"
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/trace"
+	"github.com/edgerate/edge/window"
 )
 
 const replayUsage = `Usage:
   edge replay [flags] LOG...                       replay access logs ("-" is standard input)
   edge replay -synthetic NAME [-seed N] [-scale S]  replay a synthetic scenario
 
-Replays traffic through edge's production sliding window and through an
+Replays traffic through edge's production counters (the sliding window,
+or the algorithm -algorithm or the configuration names) and through an
 exact sliding log side by side, in both counting modes (count_blocked true
-and false), and reports where they disagree. With -suggest it reports each
-rule's per-source peak rates and a limit suggested from them instead.
+and false), and reports where they disagree. With -compare it replays the
+traffic through every algorithm and prints one table to choose from; with
+-suggest it reports each rule's per-source peak rates and a limit
+suggested from them instead.
 
 Logs: Common and Combined Log Format, JSON lines, or the NASA TSV trace
 (-format auto detects them). A log's source is its client address; IPv6
@@ -40,6 +44,9 @@ Flags:
 type replayFlags struct {
 	limit        int64
 	period       time.Duration
+	algorithm    string
+	burst        int64
+	compare      bool
 	mitigation   time.Duration
 	key          string
 	countBlocked bool
@@ -90,8 +97,11 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	total := 0
 	for _, in := range inputs {
 		total += in.Sources
-		if f.suggest {
+		switch {
+		case f.suggest:
 			total += in.Sources // Suggest replays twice
+		case f.compare:
+			total += (len(replay.Algorithms) - 1) * in.Sources
 		}
 	}
 	bar := startProgress(stderr, f.progress, total)
@@ -125,6 +135,9 @@ func newReplayFlagSet(stderr io.Writer, f *replayFlags) *flag.FlagSet {
 	}
 	fs.Int64Var(&f.limit, "limit", 100, "allow at most `N` requests per -period and source")
 	fs.DurationVar(&f.period, "period", time.Minute, "window length (whole milliseconds)")
+	fs.StringVar(&f.algorithm, "algorithm", "sliding_window", "count by algorithm `NAME`: sliding_window, fixed_window, token_bucket or leaky_bucket")
+	fs.Int64Var(&f.burst, "burst", 0, "with -algorithm token_bucket or leaky_bucket, or -compare: the bucket's capacity `N` (0: the limit)")
+	fs.BoolVar(&f.compare, "compare", false, "replay through every algorithm with the same limit and period and print one table")
 	fs.DurationVar(&f.mitigation, "mitigation", 0, "block a source this long once it goes over the limit (0: none)")
 	fs.StringVar(&f.key, "key", "ip", "what identifies a source in logs: comma-separated ip, path, host, header:NAME")
 	fs.BoolVar(&f.countBlocked, "count-blocked", false, "with -suggest: count blocked requests (as the rule's count_blocked)")
@@ -211,17 +224,48 @@ func (f *replayFlags) check() error {
 	if !(f.headroom >= 0 && f.headroom < 100) {
 		errs = append(errs, fmt.Errorf("-headroom: must be in [0, 100), got %g", f.headroom))
 	}
+	errs = append(errs, f.checkAlgorithm()...)
 	if f.capacity < 0 || f.workers < 0 {
 		errs = append(errs, errors.New("-capacity and -workers: must not be negative"))
 	}
 	return errors.Join(errs...)
 }
 
+// checkAlgorithm validates -algorithm, -burst and -compare.
+func (f *replayFlags) checkAlgorithm() []error {
+	var errs []error
+	alg, err := replay.ParseAlgorithm(f.algorithm)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("-algorithm: %w", err))
+	}
+	bucket := alg == window.TokenBucket || alg == window.LeakyBucket
+	switch {
+	case f.config != "" && f.set["algorithm"]:
+		errs = append(errs, errors.New("-algorithm: not with -config, whose rules say it"))
+	case f.compare && f.set["algorithm"]:
+		errs = append(errs, errors.New("-algorithm: not with -compare, which replays through every algorithm"))
+	}
+	switch {
+	case f.burst < 0 || f.burst > window.MaxLimit:
+		errs = append(errs, fmt.Errorf("-burst: must be between 0 and %d, got %d", int64(window.MaxLimit), f.burst))
+	case !f.set["burst"] || f.compare:
+	case f.config != "":
+		errs = append(errs, errors.New("-burst: not with -config, whose rules say it (except with -compare)"))
+	case err == nil && !bucket:
+		errs = append(errs, fmt.Errorf("-burst: applies only to -algorithm token_bucket or leaky_bucket, got %s", alg))
+	}
+	if f.compare && f.suggest {
+		errs = append(errs, errors.New("-compare: not with -suggest"))
+	}
+	return errs
+}
+
 // inputs builds what to replay from the flags, reading the logs.
 func (f *replayFlags) inputs(stderr io.Writer) ([]replay.Input, error) {
 	if f.synthetic != "" {
 		scale, _ := trace.ParseScale(f.scale)
-		return replay.SyntheticInputs(f.synthetic, f.seed, scale)
+		ins, err := replay.SyntheticInputs(f.synthetic, f.seed, scale)
+		return f.withAlgorithm(ins), err
 	}
 	lrs, prefix, err := f.logRules()
 	if err != nil {
@@ -240,15 +284,29 @@ func (f *replayFlags) inputs(stderr io.Writer) ([]replay.Input, error) {
 	return replay.LogInputs(recs, lrs, prefix), nil
 }
 
+// withAlgorithm sets -algorithm and -burst on the rules of ins. A
+// configuration's rules keep their own.
+func (f *replayFlags) withAlgorithm(ins []replay.Input) []replay.Input {
+	alg, _ := replay.ParseAlgorithm(f.algorithm)
+	for i := range ins {
+		ins[i].Rule.Algorithm, ins[i].Rule.Burst = alg, f.burst
+	}
+	return ins
+}
+
 // logRules returns the rules to replay logs against, from -config (and
 // -rule) or from -limit, -period, -mitigation and -key, and the IPv6
 // prefix sources are keyed by.
 func (f *replayFlags) logRules() ([]replay.LogRule, int, error) {
 	if f.config == "" {
 		key, _ := replay.ParseKeyList(f.key)
+		alg, _ := replay.ParseAlgorithm(f.algorithm)
 		name := fmt.Sprintf("%d/%v", f.limit, f.period)
 		return []replay.LogRule{{
-			Rule:         replay.Rule{Name: name, Limit: f.limit, Period: f.period, Mitigation: f.mitigation},
+			Rule: replay.Rule{
+				Name: name, Algorithm: alg, Limit: f.limit, Period: f.period,
+				Burst: f.burst, Mitigation: f.mitigation,
+			},
 			Key:          key,
 			CountBlocked: f.countBlocked,
 		}}, f.ipv6Prefix, nil
@@ -276,6 +334,7 @@ type replayOutput struct {
 	Files       []string             `json:"files,omitempty"`
 	Reports     []*replay.Report     `json:"reports,omitempty"`
 	Suggestions []*replay.Suggestion `json:"suggestions,omitempty"`
+	Comparisons []*replay.Comparison `json:"comparisons,omitempty"`
 }
 
 // replay runs the inputs and returns what writes the result.
@@ -285,6 +344,19 @@ func (f *replayFlags) replay(ctx context.Context, inputs []replay.Input, opts re
 		doc.Synthetic, doc.Seed, doc.Scale = f.synthetic, f.seed, f.scale
 	}
 	for i, in := range inputs {
+		if f.compare {
+			burst := in.Rule.Burst // a configuration's bucket's
+			if f.set["burst"] {
+				burst = f.burst
+			}
+			c, err := replay.Compare(ctx, in, burst, opts)
+			if err != nil {
+				return nil, err
+			}
+			doc.Comparisons = append(doc.Comparisons, c)
+			bar.next(len(replay.Algorithms) * in.Sources)
+			continue
+		}
 		if f.suggest {
 			cb := f.countBlocked
 			if i < len(f.countBlockedByRule) {
@@ -325,6 +397,9 @@ func (f *replayFlags) replay(ctx context.Context, inputs []replay.Input, opts re
 		}
 		if f.suggest {
 			return replay.WriteSuggestions(w, doc.Suggestions)
+		}
+		if f.compare {
+			return replay.WriteComparisons(w, doc.Comparisons)
 		}
 		return replay.WriteTable(w, doc.Reports)
 	}, nil

@@ -93,14 +93,21 @@ func TestReplayLog(t *testing.T) {
 	}
 }
 
-func TestReplayConfigRule(t *testing.T) {
-	log := writeFile(t, "access.log", accessLog)
-	cfg := writeFile(t, "edge.yaml", `
+// apiConfig writes a configuration of one domain, api, with rules (YAML
+// list items indented for the domain's rules key).
+func apiConfig(t *testing.T, rules string) string {
+	t.Helper()
+	return writeFile(t, "edge.yaml", `
 origin: "http://127.0.0.1:9"
 domains:
   - name: api
     hosts: ["api.example"]
-    rules:
+    rules:`+rules)
+}
+
+func TestReplayConfigRule(t *testing.T) {
+	log := writeFile(t, "access.log", accessLog)
+	cfg := apiConfig(t, `
       - name: reads
         match: {path_prefix: /v1/, methods: [GET]}
         limit: 2
@@ -156,6 +163,127 @@ func TestReplaySuggest(t *testing.T) {
 	}
 }
 
+// TestReplayCompare replays accessLog through every algorithm at 2 per
+// 10s. 203.0.113.9 sends 2 requests at 14:07:09 and 2 at 14:07:10, a
+// 10-second boundary: the fixed window admits all 4, the others 2. With
+// buckets of 1, each source gets 1 request through, as 1 second refills
+// only 0.2 of a unit, and the second source of the /64 is refused too.
+func TestReplayCompare(t *testing.T) {
+	log := writeFile(t, "access.log", accessLog)
+	type row struct {
+		Algorithm      string  `json:"algorithm"`
+		Burst          int64   `json:"burst"`
+		Admitted       int64   `json:"admitted"`
+		Refused        int64   `json:"refused"`
+		MostInPeriod   int64   `json:"most_in_period"`
+		OverLimit      float64 `json:"most_in_period_over_limit"`
+		MostInSecond   int64   `json:"most_in_second"`
+		SourcesLimited int     `json:"sources_limited"`
+	}
+	tests := []struct {
+		name  string
+		flags []string
+		want  []row
+	}{
+		{"burst of the limit", nil, []row{
+			{"exact", 0, 5, 2, 2, 1, 2, 1},
+			{"sliding_window", 0, 5, 2, 2, 1, 2, 1},
+			{"fixed_window", 0, 7, 0, 4, 2, 2, 0},
+			{"token_bucket", 2, 5, 2, 2, 1, 2, 1},
+			{"leaky_bucket", 2, 5, 2, 2, 1, 2, 1},
+		}},
+		{"burst 1", []string{"-burst", "1"}, []row{
+			{"exact", 0, 5, 2, 2, 1, 2, 1},
+			{"sliding_window", 0, 5, 2, 2, 1, 2, 1},
+			{"fixed_window", 0, 7, 0, 4, 2, 2, 0},
+			{"token_bucket", 1, 3, 4, 1, 0.5, 1, 2},
+			{"leaky_bucket", 1, 3, 4, 1, 0.5, 1, 2},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"replay", "-compare", "-limit", "2", "-period", "10s", "-json"}, tt.flags...)
+			code, out, errOut := runEdge(append(args, log)...)
+			if code != 0 {
+				t.Fatalf("exit %d, stderr %s", code, errOut)
+			}
+			var got struct {
+				Comparisons []struct {
+					Requests int64 `json:"requests"`
+					Rows     []row `json:"rows"`
+				} `json:"comparisons"`
+			}
+			if err := json.Unmarshal([]byte(out), &got); err != nil {
+				t.Fatalf("output is not JSON: %v\n%s", err, out)
+			}
+			if len(got.Comparisons) != 1 || got.Comparisons[0].Requests != 7 || len(got.Comparisons[0].Rows) != len(tt.want) {
+				t.Fatalf("got %+v, want one comparison of 7 requests in %d rows", got.Comparisons, len(tt.want))
+			}
+			for i, w := range tt.want {
+				if g := got.Comparisons[0].Rows[i]; g != w {
+					t.Errorf("row %d: got %+v, want %+v", i, g, w)
+				}
+			}
+		})
+	}
+	code, table, _ := runEdge("replay", "-compare", "-limit", "2", "-period", "10s", log)
+	if code != 0 || !strings.Contains(table, "most in one period (×limit)") || !strings.Contains(table, "fixed_window") {
+		t.Errorf("exit %d, table:\n%s", code, table)
+	}
+}
+
+// TestReplayAlgorithmFlag replays accessLog through one algorithm given by
+// flags, and through a configuration's token bucket rule, beside the exact
+// log.
+func TestReplayAlgorithmFlag(t *testing.T) {
+	log := writeFile(t, "access.log", accessLog)
+	cfg := apiConfig(t, `
+      - name: bucket
+        algorithm: token_bucket
+        limit: 2
+        period: 10s
+        burst: 1
+`)
+	type report struct {
+		Rule struct {
+			Algorithm string `json:"algorithm"`
+			Burst     int64  `json:"burst"`
+		} `json:"rule"`
+		CountAll struct {
+			ExactDenied  int64 `json:"exact_denied"`
+			ApproxDenied int64 `json:"approx_denied"`
+		} `json:"count_all"`
+	}
+	tests := []struct {
+		name                      string
+		args                      []string
+		algorithm                 string
+		burst, exact, storeDenied int64
+	}{
+		{"fixed window", []string{"-algorithm", "fixed_window", "-limit", "2", "-period", "10s"}, "fixed_window", 0, 2, 0},
+		{"token bucket", []string{"-algorithm", "token_bucket", "-burst", "1", "-limit", "2", "-period", "10s"}, "token_bucket", 1, 2, 4},
+		{"leaky bucket of the limit", []string{"-algorithm", "leaky_bucket", "-limit", "2", "-period", "10s"}, "leaky_bucket", 2, 2, 2},
+		{"configuration", []string{"-config", cfg}, "token_bucket", 1, 2, 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append(append([]string{"replay", "-json"}, tt.args...), log)
+			code, out, errOut := runEdge(args...)
+			if code != 0 {
+				t.Fatalf("exit %d, stderr %s", code, errOut)
+			}
+			var got struct{ Reports []report }
+			if err := json.Unmarshal([]byte(out), &got); err != nil || len(got.Reports) != 1 {
+				t.Fatalf("got %v, %+v; want one report", err, got)
+			}
+			r := got.Reports[0]
+			if r.Rule.Algorithm != tt.algorithm || r.Rule.Burst != tt.burst || r.CountAll.ExactDenied != tt.exact || r.CountAll.ApproxDenied != tt.storeDenied {
+				t.Errorf("got %+v, want algorithm %s, burst %d, exact denied %d, store denied %d", r, tt.algorithm, tt.burst, tt.exact, tt.storeDenied)
+			}
+		})
+	}
+}
+
 // TestReplaySyntheticIsDeterministic runs a synthetic scenario twice and
 // requires the same bytes.
 func TestReplaySyntheticIsDeterministic(t *testing.T) {
@@ -187,6 +315,14 @@ func TestReplayBadFlags(t *testing.T) {
 		{[]string{"replay", "-config", "x.yaml", "-limit", "5", log}, "-limit: not with -config"},
 		{[]string{"replay", "-format", "xml", log}, "format: must be auto"},
 		{[]string{"replay", "-percentile", "0", log}, "-percentile: must be in (0, 100]"},
+		{[]string{"replay", "-algorithm", "quota", log}, `-algorithm: unknown algorithm "quota"; want sliding_window, fixed_window, token_bucket or leaky_bucket`},
+		{[]string{"replay", "-burst", "5", log}, "-burst: applies only to -algorithm token_bucket or leaky_bucket, got sliding_window"},
+		{[]string{"replay", "-algorithm", "fixed_window", "-burst", "5", log}, "-burst: applies only to -algorithm token_bucket or leaky_bucket, got fixed_window"},
+		{[]string{"replay", "-algorithm", "token_bucket", "-burst", "-1", log}, "-burst: must be between 0 and 4294967295, got -1"},
+		{[]string{"replay", "-compare", "-algorithm", "token_bucket", log}, "-algorithm: not with -compare"},
+		{[]string{"replay", "-config", "x.yaml", "-algorithm", "token_bucket", log}, "-algorithm: not with -config"},
+		{[]string{"replay", "-config", "x.yaml", "-burst", "3", log}, "-burst: not with -config"},
+		{[]string{"replay", "-compare", "-suggest", log}, "-compare: not with -suggest"},
 	} {
 		t.Run(strings.Join(tt.args[1:], " "), func(t *testing.T) {
 			code, _, errOut := runEdge(tt.args...)

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -125,6 +126,24 @@ func TestQueueFull(t *testing.T) {
 		// Requests 1 and 2 wait; 3 and 4 found the queue full.
 		if got := testutil.ToFloat64(p.metrics.queued.WithLabelValues("api.example.com")); got != 2 {
 			t.Errorf("edge_requests_queued while waiting: got %v, want 2", got)
+		}
+		rec := httptest.NewRecorder()
+		p.AdminHandler().ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/v1/config", nil))
+		var view struct {
+			Domains []struct {
+				MaxQueued int   `json:"max_queued"`
+				Queued    int64 `json:"queued"`
+				Rules     []struct {
+					MaxDelay string `json:"max_delay"`
+				} `json:"rules"`
+			} `json:"domains"`
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &view); err != nil || len(view.Domains) != 1 || len(view.Domains[0].Rules) != 1 {
+			t.Fatalf("/v1/config: %v in %s", err, rec.Body.String())
+		}
+		if d := view.Domains[0]; d.MaxQueued != 2 || d.Queued != 2 || d.Rules[0].MaxDelay != "1s" {
+			t.Errorf("/v1/config while waiting: got max_queued %d, queued %d, max_delay %q; want 2, 2, 1s",
+				d.MaxQueued, d.Queued, d.Rules[0].MaxDelay)
 		}
 		got := wait()
 		want := []answer{{200, "", 0}, {200, "", 100 * time.Millisecond}, {200, "", 200 * time.Millisecond}, {429, "1", 0}, {429, "1", 0}}

@@ -186,3 +186,40 @@ func TestQueueNotCached(t *testing.T) {
 		t.Errorf("at RetryAfter: got refused (retry %v), want queued", got.RetryAfter)
 	}
 }
+
+// TestQueueCarriedAtNewLimit: a queue's level, requests waiting included,
+// is carried whole to a rule of another limit: the next request queues
+// behind those already waiting.
+func TestQueueCarriedAtNewLimit(t *testing.T) {
+	cases := []struct {
+		name      string
+		limit     int64
+		wantDelay time.Duration
+	}{
+		// Six units of 100ms (level 600ms, one passed and five waiting)
+		// are 300ms at 20 a second: the next request waits for all six.
+		{"limit doubled", 20, 300 * time.Millisecond},
+		{"limit kept", 10, 600 * time.Millisecond},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			old, k := queueStore(t, 10, time.Second, 1, time.Second)
+			now := time.Unix(1_700_000_000, 0)
+			for range 6 {
+				old.Allow(k, now)
+			}
+			dst, err := New(Options{Capacity: 16, SeedFrom: old, Limits: []Limit{{
+				Algorithm: LeakyBucket, Limit: tc.limit, Period: time.Second, Burst: 1, MaxDelay: time.Second,
+			}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := old.CarryAt(dst, []int{0}, now); err != nil {
+				t.Fatal(err)
+			}
+			if d := dst.Allow(dst.KeyString(0, "client"), now); !d.Allowed || d.Delay != tc.wantDelay {
+				t.Errorf("after carrying: got allowed %v delay %v, want true %v", d.Allowed, d.Delay, tc.wantDelay)
+			}
+		})
+	}
+}

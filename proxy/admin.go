@@ -290,13 +290,17 @@ func (p *Proxy) clusterView() clusterView {
 }
 
 type domainView struct {
-	Name        string     `json:"name"`
-	Hosts       []string   `json:"hosts"`
-	Origin      string     `json:"origin,omitempty"`
-	Respond     bool       `json:"respond,omitempty"`
-	MaxKeys     int        `json:"max_keys"`
-	TrackedKeys int        `json:"tracked_keys"`
-	Rules       []ruleView `json:"rules"`
+	Name        string   `json:"name"`
+	Hosts       []string `json:"hosts"`
+	Origin      string   `json:"origin,omitempty"`
+	Respond     bool     `json:"respond,omitempty"`
+	MaxKeys     int      `json:"max_keys"`
+	TrackedKeys int      `json:"tracked_keys"`
+	// A domain with a leaky bucket queue: its max_queued, and how many
+	// requests wait now.
+	MaxQueued int        `json:"max_queued,omitempty"`
+	Queued    *int64     `json:"queued,omitempty"`
+	Rules     []ruleView `json:"rules"`
 	// Request bodies; sizes such as "1MiB", max_request_body omitted
 	// when there is no limit.
 	RequestBuffering bool   `json:"request_buffering"`
@@ -317,7 +321,8 @@ type ruleView struct {
 	Headers           string   `json:"headers"`
 	BlockStatus       int      `json:"block_status,omitempty"`
 	Algorithm         string   `json:"algorithm"`
-	Burst             int64    `json:"burst,omitempty"` // a bucket's capacity, its limit when burst is left out
+	Burst             int64    `json:"burst,omitempty"`     // a bucket's capacity, its limit when burst is left out
+	MaxDelay          string   `json:"max_delay,omitempty"` // a leaky bucket queue's
 	Cost              int64    `json:"cost"`
 	CostHeader        string   `json:"cost_header,omitempty"`
 	MaxCost           int64    `json:"max_cost,omitempty"`
@@ -366,6 +371,10 @@ func (p *Proxy) getConfig(w http.ResponseWriter, r *http.Request) {
 		if d.store != nil {
 			dv.TrackedKeys = d.store.Len()
 		}
+		if d.queue != nil {
+			n := d.queue.waiting.Load()
+			dv.MaxQueued, dv.Queued = d.MaxQueued, &n
+		}
 		for _, rs := range d.rules {
 			rv := ruleView{
 				Name: rs.Name, PathPrefix: rs.PathPrefix, Methods: rs.Methods, Limit: rs.Limit,
@@ -375,6 +384,9 @@ func (p *Proxy) getConfig(w http.ResponseWriter, r *http.Request) {
 			}
 			if rs.Algorithm.Bucket() {
 				rv.Burst = rs.Capacity()
+			}
+			if rs.MaxDelay > 0 {
+				rv.MaxDelay = rs.MaxDelay.String()
 			}
 			for _, k := range rs.Key {
 				rv.Key = append(rv.Key, k.String())

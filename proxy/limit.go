@@ -26,6 +26,9 @@ import (
 // blocked requests give back what they counted: a blocked request uses up no
 // quota anywhere, so a client that sends too fast still gets its limit
 // through in every sliding period.
+//
+// A request that a leaky bucket queue lets through later waits here for
+// its turn (queue.go) before it is returned.
 func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, d *domain, src *rules.KeySource, now time.Time) *http.Request {
 	if d.costHeaders && !p.checkCosts(w, r, d, src) { // cost.go: 400
 		return nil
@@ -86,6 +89,18 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, d *domain, src *ru
 		vs = append(vs, v)
 	}
 	if blocker < 0 {
+		if delay, q := queueDelay(d, vs); delay > 0 { // queue.go
+			switch d.queue.wait(r, d.MaxQueued, delay) {
+			case waitFull:
+				refund(d, vs, tally, now)
+				endTally(d, tally, fellBack)
+				p.refuseQueued(w, r, d, vs, q)
+				return nil
+			case waitGone:
+				endTally(d, tally, fellBack) // its turns stay used
+				return nil
+			}
+		}
 		r = holdTally(r, d, tally, vs, fellBack) // charge.go
 		if always {
 			return withFields(w, r, d, vs)

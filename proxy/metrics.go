@@ -20,6 +20,7 @@ type metrics struct {
 	requests     *prometheus.CounterVec
 	decisions    *prometheus.CounterVec
 	blocked      *prometheus.CounterVec
+	queued       *prometheus.GaugeVec // leaky bucket queues (queue.go)
 	reloads      *prometheus.CounterVec
 	lastReload   prometheus.Gauge
 	reloadOK     prometheus.Gauge
@@ -69,8 +70,12 @@ func newMetrics(p *Proxy, version string) *metrics {
 		}, []string{"domain", "rule", "action", "outcome"}),
 		blocked: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_blocked_requests_total",
-			Help: "Requests refused, by domain and reason: limit (a rule's estimate reached its limit) or mitigation (a mitigation timeout in force).",
+			Help: "Requests refused, by domain and reason: limit (a rule's estimate reached its limit), mitigation (a mitigation timeout in force) or queue_full (a leaky bucket queue's turn, refused because max_queued requests were waiting).",
 		}, []string{"domain", "reason"}),
+		queued: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "edge_requests_queued",
+			Help: "Requests waiting for their turn in a leaky bucket queue (a rule with max_delay), by domain.",
+		}, []string{"domain"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_config_reloads_total",
 			Help: "Configuration reloads by result (success or failure). A failed reload leaves the running configuration in place.",
@@ -164,7 +169,7 @@ func newMetrics(p *Proxy, version string) *metrics {
 func (m *metrics) register(reg prometheus.Registerer) error {
 	m.buildInfo.Set(1)
 	var errs []error
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.reloads, m.lastReload, m.reloadOK, m.upstream, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.xffMalformed, m.buildInfo, m.responseCostInvalid, m.bufferedBytes, m.bufferFull, m.inFlight, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.queued, m.reloads, m.lastReload, m.reloadOK, m.upstream, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.xffMalformed, m.buildInfo, m.responseCostInvalid, m.bufferedBytes, m.bufferFull, m.inFlight, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
 		errs = append(errs, reg.Register(c))
 	}
 	return errors.Join(errs...)
@@ -185,6 +190,11 @@ func (m *metrics) requestCounters(domain string) requestCounters {
 		blockedLimit:     m.blocked.WithLabelValues(domain, "limit"),
 		blockedMitigated: m.blocked.WithLabelValues(domain, "mitigation"),
 	}
+}
+
+// queue returns a new queue of domain, counting in its metrics.
+func (m *metrics) queue(domain string) *queue {
+	return &queue{gauge: m.queued.WithLabelValues(domain), full: m.blocked.WithLabelValues(domain, "queue_full")}
 }
 
 // ruleCounters are one rule's decision counters, resolved once per
@@ -277,6 +287,7 @@ func (m *metrics) forget(old, st *state) {
 			m.decisions.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			m.upstream.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			m.blocked.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
+			m.queued.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			m.storeFallback.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			m.responseCostInvalid.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			continue

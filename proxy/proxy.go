@@ -128,6 +128,9 @@ type domain struct {
 	// costFields are the rules' response_cost_header fields, removed from
 	// every response of the domain.
 	costFields []string
+	// queue counts the requests waiting for a leaky bucket queue's turn
+	// (queue.go); nil when no rule is a queue.
+	queue *queue
 }
 
 // ruleState is a compiled rule with what limit and its answers need
@@ -232,6 +235,7 @@ const (
 	_ = uint64(window.MaxSpan - rules.MaxPeriod - rules.MaxMitigation)
 	_ = uint64(window.MaxCost - rules.MaxCost)
 	_ = uint64(window.MaxSpan - rules.MaxFill) // a bucket's burst × period / limit
+	_ = uint64(window.MaxQueueDelay - rules.MaxQueueDelay)
 )
 
 // windowAlgorithm is the window package's name for a rule's algorithm.
@@ -281,6 +285,7 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 					Identity:     ruleIdentity(rd.Name, r),
 					Algorithm:    windowAlgorithm(r.Algorithm),
 					Burst:        r.Burst,
+					MaxDelay:     r.MaxDelay,
 				}
 				d.costHeaders = d.costHeaders || (r.CostHeader != "" && r.Action == rules.ActionBlock)
 			}
@@ -301,6 +306,12 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 				}
 			}
 			d.counter = d.store.Counter()
+			if slices.ContainsFunc(rd.Rules, func(r *rules.Rule) bool { return r.MaxDelay > 0 }) {
+				d.queue = p.metrics.queue(rd.Name)
+				if prev != nil && prev.queue != nil {
+					d.queue = prev.queue
+				}
+			}
 			if p.cluster != nil {
 				if err := p.sharedDomain(d); err != nil {
 					return nil, err

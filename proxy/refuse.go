@@ -31,6 +31,20 @@ func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, d *domain, vs []v
 	writeBlocked(w, r, d, vs, blocker)
 }
 
+// refuseQueued answers a request that the queue of the rule of vs[q]
+// would have held, refused because the domain has max_queued requests
+// waiting already: Retry-After is the delay it would have waited.
+func (p *Proxy) refuseQueued(w http.ResponseWriter, r *http.Request, d *domain, vs []verdict, q int) {
+	v := &vs[q]
+	v.Allowed, v.RetryAfter = false, v.Delay
+	if p.log.Enabled(r.Context(), slog.LevelDebug) {
+		p.log.Debug("request blocked: queue full", "domain", d.Name, "rule", d.rules[v.rule].Name,
+			"max_queued", d.MaxQueued, "retry_after", v.RetryAfter)
+	}
+	d.requests.blocked.Inc()
+	writeBlocked(w, r, d, vs, q)
+}
+
 // writeBlocked answers a blocked request: the blocking rule's status (429
 // unless configured), Retry-After, the rate-limit fields, and a short body,
 // JSON if the client accepts it.

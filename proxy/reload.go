@@ -207,6 +207,7 @@ var settings = []setting{
 	reloads("domains[].respond.body"),
 	reloads("domains[].respond.content_type"),
 	reloads("domains[].max_keys"),
+	reloads("domains[].max_queued"),
 	reloads("domains[].request_buffering"),
 	reloads("domains[].request_buffer"),
 	reloads("domains[].max_request_body"),
@@ -283,7 +284,7 @@ func sameRule(a, b *rules.Rule) bool {
 		a.Action == b.Action && a.MitigationTimeout == b.MitigationTimeout &&
 		a.CountBlocked == b.CountBlocked && a.Headers == b.Headers &&
 		equalResponse(a.BlockResponse, b.BlockResponse) &&
-		a.Algorithm == b.Algorithm && a.Burst == b.Burst && a.Cost == b.Cost &&
+		a.Algorithm == b.Algorithm && a.Burst == b.Burst && a.MaxDelay == b.MaxDelay && a.Cost == b.Cost &&
 		a.CostHeader == b.CostHeader && a.MaxCost == b.MaxCost &&
 		sameWhatCounts(a, b)
 }

@@ -32,12 +32,17 @@ const (
 	// MaxFill is the longest an empty bucket may take to fill again,
 	// burst × period / limit: it bounds a bucket's burst.
 	MaxFill = 1192 * time.Hour
+	// MaxQueueDelay is the longest max_delay of a leaky_bucket queue.
+	MaxQueueDelay = time.Hour
+	// MaxQueued is the largest max_queued of a domain.
+	MaxQueued = 1_000_000
 )
 
 // Bounds enforced by [Compile].
 const (
 	minPeriod      = time.Second
 	minMitigation  = time.Second
+	minQueueDelay  = time.Millisecond
 	minTimeout     = time.Millisecond
 	maxBodyBytes   = 32 << 10
 	maxLabelBytes  = 64
@@ -441,6 +446,14 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 				d.byName[r.Name] = r
 			}
 		}
+		switch q := dc.MaxQueued; {
+		case q == 0:
+			d.MaxQueued = DefaultMaxQueued
+		case q < 1 || q > MaxQueued:
+			p.add(path+".max_queued", "must be between 1 and %d, got %d", MaxQueued, q)
+		default:
+			d.MaxQueued = q
+		}
 	}
 }
 
@@ -809,10 +822,14 @@ func compileAlgorithm(p *problems, path string, rc RuleConfig, r *Rule, store St
 		p.add(path+".max_delay", "must not be negative, got %s", fmtDuration(d))
 	case r.Algorithm != LeakyBucket:
 		p.add(path+".max_delay", "applies only to algorithm leaky_bucket, got %s with %s", fmtDuration(d), r.Algorithm)
+	case d < minQueueDelay || d > MaxQueueDelay:
+		p.add(path+".max_delay", "must be 0 (a meter) or between %s and %s, got %s",
+			fmtDuration(minQueueDelay), fmtDuration(MaxQueueDelay), fmtDuration(d))
+	case store == StoreRedis:
+		// The queue takes its turn from the local level only.
+		p.add(path+".max_delay", "a leaky_bucket queue (max_delay above 0) is not supported with cluster.store redis yet, got %s", fmtDuration(d))
 	default:
-		// A queue holds requests back until their turn; edge only
-		// meters so far.
-		p.add(path+".max_delay", "a leaky_bucket queue (max_delay above 0) is not supported yet, got %s; 0 refuses at once", fmtDuration(d))
+		r.MaxDelay = d
 	}
 	return true
 }

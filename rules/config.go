@@ -14,6 +14,7 @@ const (
 	DefaultAdminListen    = "127.0.0.1:9090"
 	DefaultPop            = "local"
 	DefaultMaxKeys        = 1_000_000
+	DefaultMaxQueued      = 1000
 	DefaultIPv6Prefix     = 64
 	DefaultMaxHeaderBytes = 64 << 10
 	DefaultContentType    = "text/plain; charset=utf-8"
@@ -227,6 +228,10 @@ type DomainConfig struct {
 	// MaxKeys is this domain's share of Config.MaxKeys. Zero means an equal
 	// share of whatever the domains that set it leave over.
 	MaxKeys int `mapstructure:"max_keys"`
+	// MaxQueued bounds the requests of this domain waiting at once for
+	// their turn in a leaky_bucket queue (a rule with MaxDelay); one more
+	// is refused. Default 1000; valid 1..1_000_000.
+	MaxQueued int `mapstructure:"max_queued"`
 	// Rules are the rate-limit rules; at most 255.
 	Rules []RuleConfig `mapstructure:"rules"`
 	// RequestBuffering says whether request bodies are read (up to
@@ -298,15 +303,19 @@ type RuleConfig struct {
 	// two-counter estimate over Period), "fixed_window" (one count per
 	// epoch-aligned Period), "token_bucket" (Burst tokens, refilled at
 	// Limit per Period) or "leaky_bucket" (a level raised by each request's
-	// cost and draining at Limit per Period, refused past Burst). "quota"
+	// cost and draining at Limit per Period, refused past Burst, or queued
+	// with MaxDelay). "quota"
 	// is refused as not supported yet.
 	Algorithm string `mapstructure:"algorithm"`
 	// Burst is a bucket's capacity in units: token_bucket and leaky_bucket
 	// only. Zero means Limit; valid 1..1_000_000_000.
 	Burst int `mapstructure:"burst"`
-	// MaxDelay is how long a leaky_bucket request may wait for its turn.
-	// Only 0, the default, is supported: a request that would overflow
-	// the bucket is refused at once (a meter).
+	// MaxDelay is how long a leaky_bucket request may wait for its turn:
+	// 0, the default, refuses a request that would overflow the bucket at
+	// once (a meter); 1ms..1h makes the rule a queue, where such a request
+	// waits until the bucket has drained enough for it, if that comes
+	// within MaxDelay, and is then forwarded (nginx limit_req without
+	// nodelay). Not with cluster.store redis yet.
 	MaxDelay time.Duration `mapstructure:"max_delay"`
 	// Cost is the units a request takes, 0..1_000_000, and at most what
 	// the rule can hold (Burst for a bucket, else Limit); nil means 1. With

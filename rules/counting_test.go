@@ -50,8 +50,19 @@ func TestCompileCountingErrors(t *testing.T) {
 			want: []string{at + `max_delay: applies only to algorithm leaky_bucket, got 2s with token_bucket`}},
 		{name: "max_delay on sliding window", rule: RuleConfig{MaxDelay: time.Minute},
 			want: []string{at + `max_delay: applies only to algorithm leaky_bucket, got 1m with sliding_window`}},
-		{name: "max_delay queue", rule: RuleConfig{Algorithm: "leaky_bucket", MaxDelay: 500 * time.Millisecond},
-			want: []string{at + `max_delay: a leaky_bucket queue (max_delay above 0) is not supported yet, got 500ms; 0 refuses at once`}},
+		{name: "max_delay under 1ms", rule: RuleConfig{Algorithm: "leaky_bucket", MaxDelay: time.Microsecond},
+			want: []string{at + `max_delay: must be 0 (a meter) or between 1ms and 1h, got 1µs`}},
+		{name: "max_delay over 1h", rule: RuleConfig{Algorithm: "leaky_bucket", MaxDelay: time.Hour + time.Second},
+			want: []string{at + `max_delay: must be 0 (a meter) or between 1ms and 1h, got 1h0m1s`}},
+		{name: "queue with redis", rule: RuleConfig{Algorithm: "leaky_bucket", MaxDelay: 2 * time.Second}, more: redis,
+			want: []string{
+				at + `algorithm: leaky_bucket is not supported with cluster.store redis yet`,
+				at + `max_delay: a leaky_bucket queue (max_delay above 0) is not supported with cluster.store redis yet, got 2s`,
+			}},
+		{name: "max_queued negative", more: func(c *Config) { c.Domains[0].MaxQueued = -1 },
+			want: []string{`domains[0].max_queued: must be between 1 and 1000000, got -1`}},
+		{name: "max_queued too large", more: func(c *Config) { c.Domains[0].MaxQueued = 1_000_001 },
+			want: []string{`domains[0].max_queued: must be between 1 and 1000000, got 1000001`}},
 		{name: "max_delay negative", rule: RuleConfig{Algorithm: "leaky_bucket", MaxDelay: -time.Second},
 			want: []string{at + `max_delay: must not be negative, got -1s`}},
 		{name: "cost negative", rule: RuleConfig{Cost: intp(-1)},
@@ -153,6 +164,12 @@ func TestCompileCounting(t *testing.T) {
 			want: Rule{Algorithm: TokenBucket, Burst: 25, Cost: 1}, cap: 25},
 		{name: "leaky bucket meter", rule: RuleConfig{Limit: 10, Algorithm: "leaky_bucket", Burst: 4, MaxDelay: 0},
 			want: Rule{Algorithm: LeakyBucket, Burst: 4, Cost: 1}, cap: 4},
+		{name: "leaky bucket queue", rule: RuleConfig{Limit: 10, Algorithm: "leaky_bucket", Burst: 1, MaxDelay: 2 * time.Second},
+			want: Rule{Algorithm: LeakyBucket, Burst: 1, MaxDelay: 2 * time.Second, Cost: 1}, cap: 1},
+		{name: "leaky bucket queue of 1ms", rule: RuleConfig{Limit: 10, Algorithm: "leaky_bucket", MaxDelay: time.Millisecond},
+			want: Rule{Algorithm: LeakyBucket, MaxDelay: time.Millisecond, Cost: 1}, cap: 10},
+		{name: "leaky bucket queue of an hour", rule: RuleConfig{Limit: 10, Algorithm: "leaky_bucket", MaxDelay: time.Hour},
+			want: Rule{Algorithm: LeakyBucket, MaxDelay: time.Hour, Cost: 1}, cap: 10},
 		{name: "burst fills in 1192h", rule: RuleConfig{Limit: 60, Algorithm: "leaky_bucket", Burst: 4291200},
 			want: Rule{Algorithm: LeakyBucket, Burst: 4291200, Cost: 1}, cap: 4291200},
 		{name: "cost 0", rule: RuleConfig{Limit: 10, Cost: intp(0)},
@@ -177,7 +194,7 @@ func TestCompileCounting(t *testing.T) {
 				t.Fatalf("Compile: %v", err)
 			}
 			r := tab.Domains[0].Rules[0]
-			got := Rule{Algorithm: r.Algorithm, Burst: r.Burst, Cost: r.Cost, CostHeader: r.CostHeader, MaxCost: r.MaxCost}
+			got := Rule{Algorithm: r.Algorithm, Burst: r.Burst, MaxDelay: r.MaxDelay, Cost: r.Cost, CostHeader: r.CostHeader, MaxCost: r.MaxCost}
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("got %+v, want %+v", got, tt.want)
 			}
@@ -196,5 +213,32 @@ func TestAlgorithmString(t *testing.T) {
 		if got := a.String(); got != want {
 			t.Errorf("Algorithm(%d).String() = %q, want %q", a, got, want)
 		}
+	}
+}
+
+// TestCompileMaxQueued: a domain's max_queued defaults to 1000 and is kept
+// when valid.
+func TestCompileMaxQueued(t *testing.T) {
+	tests := []struct {
+		name string
+		set  int
+		want int
+	}{
+		{"default", 0, DefaultMaxQueued},
+		{"one", 1, 1},
+		{"most", MaxQueued, MaxQueued},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := validConfig()
+			cfg.Domains[0].MaxQueued = tt.set
+			tab, err := Compile(cfg)
+			if err != nil {
+				t.Fatalf("Compile: %v", err)
+			}
+			if got := tab.Domains[0].MaxQueued; got != tt.want {
+				t.Errorf("got max_queued %d, want %d", got, tt.want)
+			}
+		})
 	}
 }

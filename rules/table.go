@@ -81,8 +81,9 @@ type Domain struct {
 	Origin  *url.URL
 	Respond *Response
 
-	MaxKeys int     // this domain's resolved share of Table.MaxKeys; 0 when it has no rules
-	Rules   []*Rule // config order; Rules[i].Index == i
+	MaxKeys   int     // this domain's resolved share of Table.MaxKeys; 0 when it has no rules
+	MaxQueued int     // the most requests waiting at once in its rules' queues
+	Rules     []*Rule // config order; Rules[i].Index == i
 
 	// Body says how this domain's request bodies are read.
 	Body BodyPolicy
@@ -174,6 +175,9 @@ type Rule struct {
 	// Burst is a bucket's capacity as configured: 0 means Limit (see
 	// Capacity). Always 0 for a window.
 	Burst int64
+	// MaxDelay, above 0 only for a leaky bucket, makes it a queue: the
+	// longest a request waits for its turn.
+	MaxDelay time.Duration
 	// Cost is the units a request takes when CostHeader is "" or the
 	// request does not send it: 0..Capacity().
 	Cost int64

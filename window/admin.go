@@ -184,13 +184,17 @@ func (p *params) rescale(c counters, q *params, t int64) counters {
 	b := p.load(&c)
 	level := p.level(&b, t)
 	// level.ns×p.limit + level.frac is the level in units × period; the
-	// level is at most 2×full (more only after the clock went back), and
-	// so is the new one: whatever is above that, −burst tokens, is cut.
+	// level is at most 2×full (more only after the clock went back), or
+	// full + maxDelay with the requests a queue holds, and so is the new
+	// one: whatever is above that is cut.
 	hi, lo := bits.Mul64(uint64(level.ns), p.limit)
 	var carry uint64
 	lo, carry = bits.Add64(lo, level.frac, 0)
 	hi += carry
 	next := q.add(q.full, q.full)
+	if top := q.add(q.full, span{ns: q.maxDelay}); next.less(top) {
+		next = top
+	}
 	if hi < q.limit {
 		ns, frac := bits.Div64(hi, lo, q.limit)
 		if ns <= uint64(next.ns) {

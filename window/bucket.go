@@ -199,7 +199,16 @@ func (p *params) decideBucket(ent *counters, t int64, cost uint64, d *Decision) 
 	need := max(cost, 1) // a request of cost 0 needs room for one unit
 	d.Overflow = false
 	d.win = 0
-	if mitigation == 0 && cost <= p.burst && p.fits(level, need) {
+	d.Delay = 0
+	var wait int64 // until the request fits: 0 if it fits now
+	if mitigation == 0 && cost <= p.burst && !p.fits(level, need) {
+		wait = p.wait(level, need)
+	}
+	if mitigation == 0 && cost <= p.burst && wait <= p.maxDelay {
+		// It fits, or a queue lets it wait for its turn: its units are
+		// taken now, from the level it will find when its turn comes, so
+		// the level passes full by at most maxDelay and those after it
+		// wait longer (GCRA with a tolerance of full + maxDelay).
 		if cost > 0 {
 			level = p.add(level, p.units(cost))
 			b.tat = p.add(span{ns: t}, level)
@@ -207,6 +216,7 @@ func (p *params) decideBucket(ent *counters, t int64, cost uint64, d *Decision) 
 		}
 		d.Allowed = true
 		d.RetryAfter = 0
+		d.Delay = time.Duration(wait)
 		d.Mitigated = false
 		d.counted = cost > 0
 		d.n = uint32(cost)
@@ -243,8 +253,15 @@ func (p *params) decideBucket(ent *counters, t int64, cost uint64, d *Decision) 
 		p.store(ent, b, t)
 	}
 	d.Mitigated = mitigation > 0
-	d.RetryAfter = time.Duration(max(mitigation, p.wait(level, need), 1))
+	// A queue takes the request once its turn is within maxDelay.
+	d.RetryAfter = time.Duration(max(mitigation, p.wait(level, need)-p.maxDelay, 1))
 	p.bucketQuota(level, mitigation, d)
+	if p.maxDelay > 0 {
+		// Reset is when a request would fit without queueing, later than
+		// when a queue takes one: a cached block would refuse requests the
+		// queue takes (see cacheable).
+		d.settled = false
+	}
 }
 
 // raise adds n units to level, up to 2×burst (−burst tokens). A level

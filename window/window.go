@@ -14,6 +14,11 @@
 //   - LeakyBucket as a meter: a level that each request raises by its cost
 //     and that drains at Limit per Period; a request that would raise it
 //     over Burst is refused (Shopify's REST API).
+//   - LeakyBucket as a queue (Limit.MaxDelay above 0): a request that would
+//     raise the level over Burst is allowed with a Delay, the wait until
+//     the level has drained enough for it, if that wait is at most
+//     MaxDelay; it takes its units at once, so that later requests queue
+//     behind it (nginx limit_req without nodelay).
 //
 // The two buckets are one state seen from two sides (tokens = Burst −
 // level) and are decided by the same code: the generic cell rate algorithm
@@ -91,6 +96,10 @@ const (
 	MaxSpan = time.Duration(math.MaxUint32) * time.Millisecond
 	// MaxCost is the largest cost of one request.
 	MaxCost = 1_000_000
+	// MaxQueueDelay is the largest Limit.MaxDelay: a bucket's level then
+	// stays under 2×MaxSpan + MaxQueueDelay, far from overflowing its
+	// 62 bits (see maxBucketTime).
+	MaxQueueDelay = time.Hour
 )
 
 // An Algorithm is how a rule counts (see the package documentation).
@@ -105,8 +114,8 @@ const (
 	// continuously.
 	TokenBucket
 	// LeakyBucket is a level raised by cost and draining at Limit per
-	// Period; a request that would raise it over Burst is refused: a
-	// meter, not a queue.
+	// Period; a request that would raise it over Burst is refused (a
+	// meter), or with Limit.MaxDelay allowed after a Delay (a queue).
 	LeakyBucket
 )
 
@@ -145,6 +154,12 @@ type Limit struct {
 	// at most MaxLimit, and at most what refills within MaxSpan (Limit ×
 	// MaxSpan/Period); larger values count as that. Windows ignore it.
 	Burst int64
+	// MaxDelay, when positive, makes a LeakyBucket a queue: a request that
+	// would overflow Burst is allowed with Decision.Delay, the wait for its
+	// turn, if that wait is at most MaxDelay, and refused otherwise. At
+	// most MaxQueueDelay (larger values count as that); other algorithms
+	// ignore it.
+	MaxDelay time.Duration
 	// Mitigation, when positive, blocks a key for this long once a request
 	// of it is refused, whatever its counters do meanwhile; at most MaxSpan
 	// − Period.
@@ -192,6 +207,15 @@ type Decision struct {
 	// 1 is blocked it equals RetryAfter: Remaining is 0 and grows once such
 	// a request would be allowed.
 	Reset time.Duration
+	// Delay is, for an allowed request of a LeakyBucket queue (Limit.MaxDelay
+	// above 0), how long it must wait for its turn before it goes on: 0 for
+	// a request that fits at once, and never more than MaxDelay. Its units
+	// are taken when it is decided, so the requests after it queue behind
+	// it; a caller that does not let it go on may Refund it. Remaining and
+	// Reset describe the bucket as it is, with no room left while requests
+	// are queued: Remaining is 0 and Reset the wait until a request would
+	// fit without queueing.
+	Delay time.Duration
 	// Mitigated reports that the key is blocked by a mitigation timeout
 	// (started by this request or earlier).
 	Mitigated bool
@@ -245,6 +269,7 @@ type params struct {
 	period       int64 // ns
 	periodMillis int64
 	mitigation   int64 // ns
+	maxDelay     int64 // ns; above 0 only for a LeakyBucket queue
 	identity     uint64
 
 	// A bucket's capacity, and the time one unit takes to refill, unit =
@@ -276,6 +301,10 @@ func (p *params) init(l Limit) {
 	p.countBlocked = l.CountBlocked
 	p.identity = l.Identity
 	p.burst, p.unit, p.full = 0, span{}, span{}
+	p.maxDelay = 0
+	if p.algorithm == LeakyBucket {
+		p.maxDelay = int64(min(max(l.MaxDelay, 0), MaxQueueDelay))
+	}
 	if p.algorithm.bucket() {
 		// burst×period/limit ≤ MaxSpan: burst ≤ limit×MaxSpan/period, which
 		// is at least limit (period ≤ MaxSpan).
@@ -297,6 +326,7 @@ func (p *params) limitOf() Limit {
 		Limit:        int64(p.limit),
 		Period:       time.Duration(p.period),
 		Burst:        int64(p.burst),
+		MaxDelay:     time.Duration(p.maxDelay),
 		Mitigation:   time.Duration(p.mitigation),
 		CountBlocked: p.countBlocked,
 		Identity:     p.identity,

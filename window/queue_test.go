@@ -1,0 +1,225 @@
+package window
+
+import (
+	"testing"
+	"time"
+)
+
+// queueStore is a store of one LeakyBucket queue rule.
+func queueStore(t *testing.T, limit int64, period time.Duration, burst int64, maxDelay time.Duration) (*Store, Key) {
+	t.Helper()
+	s, err := New(Options{Capacity: 16, Limits: []Limit{{
+		Algorithm: LeakyBucket, Limit: limit, Period: period, Burst: burst, MaxDelay: maxDelay,
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, s.KeyString(0, "client")
+}
+
+// TestQueueDelays sends requests at given offsets and checks each one's
+// Delay, or its refusal and exact RetryAfter. nginx's limit_req with rate
+// r, burst b and no nodelay serves the first request at once and delays
+// the next b by 1/r, 2/r, … b/r: here burst 1 and max_delay b/r.
+func TestQueueDelays(t *testing.T) {
+	const ms = time.Millisecond
+	type req struct {
+		at    time.Duration // after the start
+		cost  int64
+		delay time.Duration // when allowed
+		retry time.Duration // when refused: RetryAfter
+	}
+	cases := []struct {
+		name     string
+		limit    int64
+		burst    int64
+		maxDelay time.Duration
+		reqs     []req
+	}{
+		{
+			name: "nginx rate 10r/s burst 5", limit: 10, burst: 1, maxDelay: 500 * ms,
+			reqs: []req{
+				{cost: 1, delay: 0}, {cost: 1, delay: 100 * ms}, {cost: 1, delay: 200 * ms},
+				{cost: 1, delay: 300 * ms}, {cost: 1, delay: 400 * ms}, {cost: 1, delay: 500 * ms},
+				{cost: 1, retry: 100 * ms}, {cost: 1, retry: 100 * ms},
+				// At 100ms the first queued one has gone: one more fits.
+				{at: 100 * ms, cost: 1, delay: 500 * ms},
+				{at: 100 * ms, cost: 1, retry: 100 * ms},
+			},
+		},
+		{
+			name: "spaced 1/r apart after the burst: the same delay each", limit: 10, burst: 1, maxDelay: 500 * ms,
+			reqs: []req{
+				{cost: 1, delay: 0}, {cost: 1, delay: 100 * ms}, {cost: 1, delay: 200 * ms},
+				{at: 100 * ms, cost: 1, delay: 200 * ms}, {at: 200 * ms, cost: 1, delay: 200 * ms},
+				{at: 300 * ms, cost: 1, delay: 200 * ms}, {at: 1000 * ms, cost: 1, delay: 0},
+			},
+		},
+		{
+			name: "burst 3 passes at once, then a queue", limit: 10, burst: 3, maxDelay: 250 * ms,
+			reqs: []req{
+				{cost: 1}, {cost: 1}, {cost: 1},
+				{cost: 1, delay: 100 * ms}, {cost: 1, delay: 200 * ms}, {cost: 1, retry: 50 * ms},
+			},
+		},
+		{
+			name: "a unit of a third of a second, rounded up", limit: 3, burst: 1, maxDelay: time.Second,
+			reqs: []req{
+				{cost: 1}, {cost: 1, delay: 333333334}, {cost: 1, delay: 666666667},
+				{cost: 1, delay: time.Second}, {cost: 1, retry: 333333334},
+			},
+		},
+		{
+			name: "cost: a turn of several units", limit: 10, burst: 3, maxDelay: 400 * ms,
+			reqs: []req{
+				{cost: 3}, {cost: 2, delay: 200 * ms}, {cost: 1, delay: 300 * ms}, {cost: 2, retry: 100 * ms},
+				// Cost 0 waits for room for one unit and takes none.
+				{cost: 0, delay: 400 * ms}, {cost: 1, delay: 400 * ms}, {cost: 0, retry: 100 * ms},
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s, k := queueStore(t, tc.limit, time.Second, tc.burst, tc.maxDelay)
+			start := time.Unix(1_700_000_000, 0)
+			for i, r := range tc.reqs {
+				d := s.AllowN(k, start.Add(r.at), r.cost)
+				allowed := r.retry == 0
+				if d.Allowed != allowed || d.Delay != r.delay || d.RetryAfter != r.retry {
+					t.Errorf("request %d at %v cost %d: got allowed %v delay %v retry %v, want %v %v %v",
+						i, r.at, r.cost, d.Allowed, d.Delay, d.RetryAfter, allowed, r.delay, r.retry)
+				}
+			}
+		})
+	}
+}
+
+// TestQueueRetryAfterExact: a refused request is refused again at
+// RetryAfter − 1ns and queued with the longest delay at RetryAfter.
+func TestQueueRetryAfterExact(t *testing.T) {
+	cases := []struct {
+		name     string
+		limit    int64
+		burst    int64
+		maxDelay time.Duration
+	}{
+		{"whole units", 10, 1, 500 * time.Millisecond},
+		{"thirds of a second", 3, 2, 700 * time.Millisecond},
+		{"a delay shorter than a unit", 1, 1, time.Millisecond},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s, k := queueStore(t, tc.limit, time.Second, tc.burst, tc.maxDelay)
+			now := time.Unix(1_700_000_000, 0)
+			var refused Decision
+			for i := 0; i < 100; i++ {
+				if refused = s.Allow(k, now); !refused.Allowed {
+					break
+				}
+			}
+			if refused.Allowed || refused.RetryAfter <= 0 {
+				t.Fatalf("got %+v, want a refusal with a wait", refused)
+			}
+			var before Decision
+			snapshot(s, k, func() { before = s.Allow(k, now.Add(refused.RetryAfter-1)) })
+			if before.Allowed {
+				t.Errorf("at RetryAfter − 1ns: got allowed (delay %v), want refused", before.Delay)
+			}
+			at := s.Allow(k, now.Add(refused.RetryAfter))
+			if !at.Allowed || at.Delay != tc.maxDelay {
+				t.Errorf("at RetryAfter: got allowed %v delay %v, want true %v", at.Allowed, at.Delay, tc.maxDelay)
+			}
+			// Reset is when a request would fit without waiting: after the
+			// queued one's delay and its unit.
+			want := at.Delay + (time.Second+time.Duration(tc.limit)-1)/time.Duration(tc.limit)
+			if at.Remaining != 0 || at.Reset != want {
+				t.Errorf("queued: got remaining %d reset %v, want 0 %v", at.Remaining, at.Reset, want)
+			}
+		})
+	}
+}
+
+// TestQueueRefundGivesTheTurnBack: a queued request refunded (refused by
+// another rule) frees its turn for the next one; one not refunded (a
+// client gone while waiting) keeps it.
+func TestQueueRefundGivesTheTurnBack(t *testing.T) {
+	cases := []struct {
+		name      string
+		refund    bool
+		wantDelay time.Duration
+	}{
+		{"refunded", true, 100 * time.Millisecond},
+		{"kept", false, 200 * time.Millisecond},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s, k := queueStore(t, 10, time.Second, 1, time.Second)
+			now := time.Unix(1_700_000_000, 0)
+			s.Allow(k, now)
+			d := s.Allow(k, now)
+			if !d.Allowed || d.Delay != 100*time.Millisecond {
+				t.Fatalf("got %+v, want queued for 100ms", d)
+			}
+			if tc.refund {
+				s.Refund(k, d, now)
+			}
+			if got := s.Allow(k, now).Delay; got != tc.wantDelay {
+				t.Errorf("next request: got delay %v, want %v", got, tc.wantDelay)
+			}
+		})
+	}
+}
+
+// TestQueueNotCached: a refusal of a queue is not cached past the moment
+// the queue takes requests again.
+func TestQueueNotCached(t *testing.T) {
+	s, k := queueStore(t, 10, time.Second, 1, 200*time.Millisecond)
+	now := time.Unix(1_700_000_000, 0)
+	for range 3 {
+		s.Allow(k, now)
+	}
+	refused := s.Allow(k, now)
+	if refused.Allowed || refused.RetryAfter != 100*time.Millisecond {
+		t.Fatalf("got %+v, want refused for 100ms", refused)
+	}
+	if got := s.Allow(k, now.Add(refused.RetryAfter)); !got.Allowed {
+		t.Errorf("at RetryAfter: got refused (retry %v), want queued", got.RetryAfter)
+	}
+}
+
+// TestQueueCarriedAtNewLimit: a queue's level, requests waiting included,
+// is carried whole to a rule of another limit: the next request queues
+// behind those already waiting.
+func TestQueueCarriedAtNewLimit(t *testing.T) {
+	cases := []struct {
+		name      string
+		limit     int64
+		wantDelay time.Duration
+	}{
+		// Six units of 100ms (level 600ms, one passed and five waiting)
+		// are 300ms at 20 a second: the next request waits for all six.
+		{"limit doubled", 20, 300 * time.Millisecond},
+		{"limit kept", 10, 600 * time.Millisecond},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			old, k := queueStore(t, 10, time.Second, 1, time.Second)
+			now := time.Unix(1_700_000_000, 0)
+			for range 6 {
+				old.Allow(k, now)
+			}
+			dst, err := New(Options{Capacity: 16, SeedFrom: old, Limits: []Limit{{
+				Algorithm: LeakyBucket, Limit: tc.limit, Period: time.Second, Burst: 1, MaxDelay: time.Second,
+			}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := old.CarryAt(dst, []int{0}, now); err != nil {
+				t.Fatal(err)
+			}
+			if d := dst.Allow(dst.KeyString(0, "client"), now); !d.Allowed || d.Delay != tc.wantDelay {
+				t.Errorf("after carrying: got allowed %v delay %v, want true %v", d.Allowed, d.Delay, tc.wantDelay)
+			}
+		})
+	}
+}

@@ -98,7 +98,10 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, d *domain, src *ru
 				return nil
 			case waitGone:
 				endTally(d, tally, fellBack) // its turns stay used
-				return nil
+				// Gone, or only half-closed (net/http cancels the request
+				// on either): a handler never ends without an answer, so
+				// close the connection rather than let net/http invent a 200.
+				panic(http.ErrAbortHandler)
 			}
 		}
 		r = holdTally(r, d, tally, vs, fellBack) // charge.go

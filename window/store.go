@@ -378,9 +378,9 @@ func (sh *shard) admit(s *Store, fp uint64, c counters, now int64) int {
 }
 
 // fresh returns the counters of a key new at period w: an empty window in
-// w, or a full bucket.
+// w, a full bucket, or a quota that has counted nothing.
 func (p *params) fresh(w int64) counters {
-	if p.algorithm.bucket() {
+	if p.algorithm.bucket() || p.algorithm == Quota {
 		return counters{}
 	}
 	return counters{win: uint32(w)}
@@ -421,6 +421,9 @@ func (s *Store) Refund(k Key, d Decision, now time.Time) Decision {
 func (p *params) refund(ent *counters, d Decision, now int64) Decision {
 	if p.algorithm.bucket() {
 		return p.refundBucket(ent, d, now)
+	}
+	if p.algorithm == Quota {
+		return p.refundQuota(ent, d, now)
 	}
 	if ent.win != d.win || ent.curr == math.MaxUint32 {
 		return d

@@ -108,6 +108,9 @@ const (
 	// Period; a request that would raise it over Burst is refused: a
 	// meter, not a queue.
 	LeakyBucket
+	// Quota is an exact count per calendar period (Limit.Reset in
+	// Limit.Location), starting again at 0 when the period ends.
+	Quota
 )
 
 // String returns the algorithm's name as configuration spells it.
@@ -121,6 +124,8 @@ func (a Algorithm) String() string {
 		return "token_bucket"
 	case LeakyBucket:
 		return "leaky_bucket"
+	case Quota:
+		return "quota"
 	}
 	return "algorithm(" + strconv.Itoa(int(a)) + ")"
 }
@@ -131,7 +136,7 @@ func (a Algorithm) bucket() bool { return a == TokenBucket || a == LeakyBucket }
 // A Limit says how one rule counts: a compiled value. Values out of range
 // are clamped as each field says.
 type Limit struct {
-	// Algorithm is how the rule counts; values beyond LeakyBucket count as
+	// Algorithm is how the rule counts; values beyond Quota count as
 	// SlidingWindow.
 	Algorithm Algorithm
 	// Limit is the number of units allowed per Period, 1 to MaxLimit
@@ -139,8 +144,14 @@ type Limit struct {
 	// the rate at which it refills (or drains).
 	Limit int64
 	// Period is the window length, a whole number of milliseconds from 1ms
-	// to MaxSpan (rounded down to one, and to at least 1ms).
+	// to MaxSpan (rounded down to one, and to at least 1ms). A Quota
+	// ignores it: its periods are Reset's.
 	Period time.Duration
+	// Reset is a Quota's calendar period; other algorithms ignore it.
+	Reset Reset
+	// Location is the time zone of a Quota's calendar; nil means UTC.
+	// Other algorithms ignore it.
+	Location *time.Location
 	// Burst is a bucket's capacity in units; 0 (or less) means Limit. It is
 	// at most MaxLimit, and at most what refills within MaxSpan (Limit ×
 	// MaxSpan/Period); larger values count as that. Windows ignore it.
@@ -260,14 +271,24 @@ type params struct {
 	// latest is about the latest time a bucket of the rule was judged at
 	// (see bucketSlack).
 	latest atomic.Int64
+
+	// cal is a Quota's calendar; unused otherwise.
+	cal calendar
 }
 
 // init prepares l, clamped to what the store can count (see Limit).
 func (p *params) init(l Limit) {
 	period := min(max(l.Period.Truncate(time.Millisecond), time.Millisecond), MaxSpan)
 	p.algorithm = l.Algorithm
-	if p.algorithm > LeakyBucket {
+	if p.algorithm > Quota {
 		p.algorithm = SlidingWindow
+	}
+	if p.algorithm == Quota {
+		p.cal.reset, p.cal.loc = min(l.Reset, Monthly), l.Location
+		if p.cal.loc == nil {
+			p.cal.loc = time.UTC
+		}
+		period = p.cal.reset.nominal()
 	}
 	p.limit = uint64(min(max(l.Limit, 1), MaxLimit))
 	p.period = int64(period)
@@ -300,6 +321,8 @@ func (p *params) limitOf() Limit {
 		Mitigation:   time.Duration(p.mitigation),
 		CountBlocked: p.countBlocked,
 		Identity:     p.identity,
+		Reset:        p.cal.reset,
+		Location:     p.cal.loc,
 	}
 }
 
@@ -356,6 +379,10 @@ func (p *params) advance(ent *counters, w, e int64) int64 {
 func (p *params) decide(ent *counters, w, e, t int64, cost, limit uint64, d *Decision) {
 	if p.algorithm.bucket() {
 		p.decideBucket(ent, t, cost, d)
+		return
+	}
+	if p.algorithm == Quota {
+		p.decideQuota(ent, t, cost, limit, d)
 		return
 	}
 	e = p.advance(ent, w, e)
@@ -534,6 +561,9 @@ func (p *params) pressure(ent counters, now int64) float64 {
 	if p.algorithm.bucket() {
 		return p.bucketPressure(&ent, now)
 	}
+	if p.algorithm == Quota {
+		return math.Inf(1) // never evicted before its reset: see quotaExpired
+	}
 	w, e := p.position(now)
 	e = p.advance(&ent, w, e)
 	if ent.mitigationLeft(e) > 0 {
@@ -549,6 +579,9 @@ func (p *params) pressure(ent counters, now int64) float64 {
 func (p *params) expired(ent counters, now int64) bool {
 	if p.algorithm.bucket() {
 		return p.bucketExpired(&ent, now)
+	}
+	if p.algorithm == Quota {
+		return p.quotaExpired(ent, now)
 	}
 	w, e := p.position(now)
 	e = p.advance(&ent, w, e)

@@ -346,7 +346,7 @@ func checkDecision(t *testing.T, where string, s *Store, k Key, r, before *ref, 
 // refused request, of any cost, leaves the key's entry as it was, under
 // every algorithm.
 func TestRefusedRequestChangesNothing(t *testing.T) {
-	for _, alg := range []Algorithm{SlidingWindow, FixedWindow, TokenBucket, LeakyBucket} {
+	for _, alg := range []Algorithm{SlidingWindow, FixedWindow, TokenBucket, LeakyBucket, Quota} {
 		t.Run(alg.String(), func(t *testing.T) {
 			s := newStore(t, 10, Limit{Algorithm: alg, Limit: 5, Period: time.Minute})
 			k := s.KeyString(0, "a")
@@ -375,7 +375,7 @@ func TestRefusedRequestChangesNothing(t *testing.T) {
 // never refuses another that the algorithm allows: a cheaper request when
 // units are left, a request once the wait is over.
 func TestBlockedCacheAnswersOnlyWhatItKnows(t *testing.T) {
-	for _, alg := range []Algorithm{SlidingWindow, FixedWindow, TokenBucket, LeakyBucket} {
+	for _, alg := range []Algorithm{SlidingWindow, FixedWindow, TokenBucket, LeakyBucket, Quota} {
 		t.Run(alg.String(), func(t *testing.T) {
 			s := newStore(t, 10, Limit{Algorithm: alg, Limit: 4, Period: time.Second})
 			k := s.KeyString(0, "a")

@@ -96,7 +96,7 @@ func BenchmarkAllow(b *testing.B) {
 	for _, c := range benchCases {
 		b.Run(c.name, func(b *testing.B) { benchAllow(b, c) })
 	}
-	for _, alg := range []Algorithm{FixedWindow, TokenBucket, LeakyBucket} {
+	for _, alg := range []Algorithm{FixedWindow, TokenBucket, LeakyBucket, Quota} {
 		b.Run(alg.String(), func(b *testing.B) {
 			for _, c := range benchCases {
 				if c.keys > 10_000 {

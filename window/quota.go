@@ -158,26 +158,17 @@ func quotaAdvance(ent *counters, cp calPeriod, t int64) int64 {
 func (p *params) decideQuota(ent *counters, t int64, cost, limit uint64, d *Decision) {
 	toEnd := quotaAdvance(ent, p.cal.period(t), t)
 	mitigation := max(quotaMitigation(ent)-t, 0)
-	target := limit
-	if cost > 1 {
-		target = limit - min(cost-1, limit)
-	}
+	target := costTarget(limit, cost) // allowed iff count < target
 	d.Overflow = false
 	d.win = ent.win
 	if mitigation == 0 && target > 0 && uint64(ent.curr) < target {
 		ent.curr = satAdd(ent.curr, cost)
-		d.Allowed = true
-		d.RetryAfter = 0
-		d.Mitigated = false
-		d.counted = cost > 0
-		d.n = uint32(cost)
+		d.allow(cost)
 		p.quotaState(ent, toEnd, 0, limit, d)
 		d.settled = false
 		return
 	}
-	d.Allowed = false
-	d.counted = false
-	d.n = 0
+	d.refuse()
 	if target == 0 {
 		// More than the limit: never allowed, so neither counted nor
 		// mitigated.
@@ -186,11 +177,7 @@ func (p *params) decideQuota(ent *counters, t int64, cost, limit uint64, d *Deci
 		p.quotaState(ent, toEnd, mitigation, limit, d)
 		return
 	}
-	if p.countBlocked && cost > 0 {
-		ent.curr = satAdd(ent.curr, cost)
-		d.counted = true
-		d.n = uint32(cost)
-	}
+	p.countRefused(ent, cost, d)
 	if mitigation == 0 && p.mitigation > 0 {
 		setQuotaMitigation(ent, t+p.mitigation)
 		mitigation = max(quotaMitigation(ent)-t, 0)

@@ -389,26 +389,16 @@ func (p *params) decide(ent *counters, w, e, t int64, cost, limit uint64, d *Dec
 	mitigation := ent.mitigationLeft(e)
 	// Allowed iff estimate + cost − 1 < limit, or estimate < limit at cost
 	// 0: estimate < target.
-	target := limit
-	if cost > 1 {
-		target = limit - min(cost-1, limit)
-	}
+	target := costTarget(limit, cost)
 	d.Overflow = false
 	d.win = ent.win
 	if mitigation == 0 && target > 0 && below(ent.prev, ent.curr, target, p.period, e) {
 		ent.curr = satAdd(ent.curr, cost)
-		d.Allowed = true
+		d.allow(cost)
 		d.Remaining, d.Reset = p.quota(ent.prev, ent.curr, e, limit)
-		d.RetryAfter = 0
-		d.Mitigated = false
-		d.settled = false
-		d.counted = cost > 0
-		d.n = uint32(cost)
 		return
 	}
-	d.Allowed = false
-	d.counted = false
-	d.n = 0
+	d.refuse()
 	if target == 0 {
 		// More than the limit: never allowed, so neither counted nor
 		// mitigated.
@@ -417,11 +407,7 @@ func (p *params) decide(ent *counters, w, e, t int64, cost, limit uint64, d *Dec
 		p.windowQuota(ent, e, limit, mitigation, d)
 		return
 	}
-	if p.countBlocked && cost > 0 {
-		ent.curr = satAdd(ent.curr, cost)
-		d.counted = true
-		d.n = uint32(cost)
-	}
+	p.countRefused(ent, cost, d)
 	if mitigation == 0 && p.mitigation > 0 {
 		// Refused for the first time since any earlier mitigation ended:
 		// start one. It is kept to the millisecond, rounded up, so the wait
@@ -433,6 +419,45 @@ func (p *params) decide(ent *counters, w, e, t int64, cost, limit uint64, d *Dec
 	d.Mitigated = mitigation > 0
 	d.RetryAfter = max(p.retry(ent.prev, ent.curr, e, target), time.Duration(mitigation), 1)
 	p.windowQuota(ent, e, limit, mitigation, d)
+}
+
+// costTarget is what a window's count (or estimate) must be below for a
+// request of cost units to be allowed: limit − cost + 1, or limit at cost
+// 0 (an estimate + cost − 1 < limit); 0 when cost exceeds limit.
+func costTarget(limit, cost uint64) uint64 {
+	if cost > 1 {
+		return limit - min(cost-1, limit)
+	}
+	return limit
+}
+
+// countRefused counts a refused request's cost in the current period if
+// the rule counts blocked requests.
+func (p *params) countRefused(ent *counters, cost uint64, d *Decision) {
+	if p.countBlocked && cost > 0 {
+		ent.curr = satAdd(ent.curr, cost)
+		d.counted = true
+		d.n = uint32(cost)
+	}
+}
+
+// allow marks d allowed, having counted cost units; the caller sets
+// Remaining and Reset.
+func (d *Decision) allow(cost uint64) {
+	d.Allowed = true
+	d.RetryAfter = 0
+	d.Mitigated = false
+	d.settled = false
+	d.counted = cost > 0
+	d.n = uint32(cost)
+}
+
+// refuse marks d refused, having counted nothing so far; the caller sets
+// the rest.
+func (d *Decision) refuse() {
+	d.Allowed = false
+	d.counted = false
+	d.n = 0
 }
 
 // windowQuota sets d's Remaining, Reset and settled for a window's

@@ -254,7 +254,7 @@ func TestMitigation(t *testing.T) {
 // forth, no algorithm lets more through than it does in the forward time
 // spent, at any cost, mitigated or not.
 func TestTimeGoingBackwards(t *testing.T) {
-	for _, alg := range []Algorithm{SlidingWindow, FixedWindow, TokenBucket, LeakyBucket} {
+	for _, alg := range []Algorithm{SlidingWindow, FixedWindow, TokenBucket, LeakyBucket, Quota} {
 		for _, tt := range []struct {
 			name       string
 			mitigation time.Duration

@@ -35,8 +35,9 @@ type Options struct {
 // information (both periods over, or a full bucket, and no mitigation) or,
 // failing that, of the least busy of a sample of keys, but only if that
 // key's estimate is under half its limit (or its level under half its
-// burst). Keys near or over their limit, and mitigated keys, are
-// never evicted: evicting them would hand an abusive client a fresh budget.
+// burst). Keys near or over their limit, mitigated keys, and a Quota's
+// keys before their reset are never evicted: evicting them would hand a
+// client a fresh budget.
 // When no slot can be freed the new key is counted in its rule's shared
 // overflow counter until room frees up, so a flood of new keys is limited as
 // one client instead of pushing out the clients it competes with.

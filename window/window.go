@@ -3,7 +3,7 @@
 //
 // # Algorithms
 //
-// A rule counts by one of four algorithms (Limit.Algorithm):
+// A rule counts by one of five algorithms (Limit.Algorithm):
 //
 //   - SlidingWindow, the default: Cloudflare's two-counter estimate below.
 //   - FixedWindow: one counter per epoch-aligned period, reset to zero when
@@ -14,6 +14,11 @@
 //   - LeakyBucket as a meter: a level that each request raises by its cost
 //     and that drains at Limit per Period; a request that would raise it
 //     over Burst is refused (Shopify's REST API).
+//   - Quota: an exact count per calendar day, week or month (Limit.Reset)
+//     in a time zone (Limit.Location), starting again at 0 at local
+//     midnight, on Monday or on the 1st (AWS usage plans). A quota's key
+//     is never evicted before its reset: evicting it would hand its client
+//     the quota it has spent.
 //
 // The two buckets are one state seen from two sides (tokens = Burst −
 // level) and are decided by the same code: the generic cell rate algorithm

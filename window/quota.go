@@ -74,7 +74,8 @@ func (c *calendar) period(t int64) calPeriod {
 	// Only a later period replaces the cached one: a clock that goes back
 	// and forth does not make every decision allocate.
 	if old := c.cached.Load(); old == nil || p.start > old.start {
-		c.cached.Store(&p)
+		next := p // only this copy escapes to the heap
+		c.cached.Store(&next)
 	}
 	return p
 }

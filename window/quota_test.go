@@ -198,7 +198,7 @@ func TestQuotaKeysAreNeverEvicted(t *testing.T) {
 }
 
 // TestQuotaAllocations checks that a decision allocates nothing, within a
-// period and across a boundary judged again.
+// period and with a clock that goes back to the previous one.
 func TestQuotaAllocations(t *testing.T) {
 	s := newStore(t, 8, Limit{Algorithm: Quota, Limit: 1 << 30, Reset: Weekly, Location: mustZone(t, "Europe/Berlin")})
 	k := s.KeyString(0, "client")
@@ -206,6 +206,12 @@ func TestQuotaAllocations(t *testing.T) {
 	s.Allow(k, at)
 	if got := testing.AllocsPerRun(100, func() { s.Allow(k, at) }); got != 0 {
 		t.Fatalf("got %v allocations a decision, want 0", got)
+	}
+	// A clock going back and forth across a boundary: the earlier period
+	// is computed each time and never cached.
+	back := at.Add(-7 * 24 * time.Hour)
+	if got := testing.AllocsPerRun(100, func() { s.Allow(k, back); s.Allow(k, at) }); got != 0 {
+		t.Fatalf("clock going back and forth: got %v allocations, want 0", got)
 	}
 }
 

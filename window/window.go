@@ -150,7 +150,8 @@ type Limit struct {
 	Limit int64
 	// Period is the window length, a whole number of milliseconds from 1ms
 	// to MaxSpan (rounded down to one, and to at least 1ms). A Quota
-	// ignores it: its periods are Reset's.
+	// ignores it: its periods are Reset's, and Store.Limit reports a
+	// nominal length for them (a day, a week, 31 days).
 	Period time.Duration
 	// Reset is a Quota's calendar period; other algorithms ignore it.
 	Reset Reset

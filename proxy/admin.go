@@ -313,7 +313,9 @@ type ruleView struct {
 	PathPrefix        string   `json:"path_prefix,omitempty"`
 	Methods           []string `json:"methods,omitempty"`
 	Limit             int64    `json:"limit"`
-	Period            string   `json:"period"`
+	Period            string   `json:"period,omitempty"` // none for a quota
+	Reset             string   `json:"reset,omitempty"`
+	Timezone          string   `json:"timezone,omitempty"`
 	Key               []string `json:"key"`
 	Action            string   `json:"action"`
 	MitigationTimeout string   `json:"mitigation_timeout,omitempty"`
@@ -387,6 +389,9 @@ func (p *Proxy) getConfig(w http.ResponseWriter, r *http.Request) {
 			}
 			if rs.MaxDelay > 0 {
 				rv.MaxDelay = rs.MaxDelay.String()
+			}
+			if rs.Algorithm == rules.Quota {
+				rv.Period, rv.Reset, rv.Timezone = "", rs.Reset.String(), rs.Location.String()
 			}
 			for _, k := range rs.Key {
 				rv.Key = append(rv.Key, k.String())

@@ -174,7 +174,10 @@ func newRuleState(r *rules.Rule, c ruleCounters) ruleState {
 // one burst and q/w the rate it refills at, as draft-ietf-httpapi-
 // ratelimit-headers-10 has a policy allow q units per w seconds. w is in
 // whole seconds (the draft allows no fraction) and rounded up, so q/w
-// never states a faster rate than the bucket's.
+// never states a faster rate than the bucket's. A quota's q is its limit
+// and w is left out, as the draft allows: its calendar period has no fixed
+// length (a month is 28 to 31 days, a day 23 to 25 hours), and the
+// RateLimit field's t says when it resets.
 func policyOf(r *rules.Rule) headers.Policy {
 	p := headers.Policy{Name: r.Name, Quota: r.Capacity(), Window: r.Period}
 	if r.Algorithm.Bucket() && r.Limit > 0 {
@@ -236,6 +239,13 @@ const (
 	_ = uint64(window.MaxCost - rules.MaxCost)
 	_ = uint64(window.MaxSpan - rules.MaxFill) // a bucket's burst × period / limit
 	_ = uint64(window.MaxQueueDelay - rules.MaxQueueDelay)
+	// A quota's reset is handed over as a number: the two enums agree.
+	_ = uint(window.Daily - window.Reset(rules.Daily))
+	_ = uint(window.Reset(rules.Daily) - window.Daily)
+	_ = uint(window.Weekly - window.Reset(rules.Weekly))
+	_ = uint(window.Reset(rules.Weekly) - window.Weekly)
+	_ = uint(window.Monthly - window.Reset(rules.Monthly))
+	_ = uint(window.Reset(rules.Monthly) - window.Monthly)
 )
 
 // windowAlgorithm is the window package's name for a rule's algorithm.
@@ -247,6 +257,8 @@ func windowAlgorithm(a rules.Algorithm) window.Algorithm {
 		return window.TokenBucket
 	case rules.LeakyBucket:
 		return window.LeakyBucket
+	case rules.Quota:
+		return window.Quota
 	}
 	return window.SlidingWindow
 }
@@ -286,6 +298,8 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 					Algorithm:    windowAlgorithm(r.Algorithm),
 					Burst:        r.Burst,
 					MaxDelay:     r.MaxDelay,
+					Reset:        window.Reset(r.Reset),
+					Location:     r.Location,
 				}
 				d.costHeaders = d.costHeaders || (r.CostHeader != "" && r.Action == rules.ActionBlock)
 			}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/edgerate/edge/headers"
+	"github.com/edgerate/edge/rules"
 )
 
 // refuse answers a request that the block rule of vs[blocker] refused,
@@ -68,12 +69,18 @@ func writeBlocked(w http.ResponseWriter, r *http.Request, d *domain, vs []verdic
 		}
 	}
 	retry := strconv.FormatInt(headers.RetryAfterSeconds(v.RetryAfter), 10)
+	errName, text := "rate_limited", "rate limited: retry in "
+	if rs.Algorithm == rules.Quota {
+		// Used up for the period, not too fast: the client should wait for
+		// the reset, not slow down.
+		errName, text = "quota_exceeded", "quota used up: it resets in "
+	}
 	var body string
 	if acceptsJSON(r.Header.Get("Accept")) {
 		h["Content-Type"] = contentTypeJSON
 		// Rule names are restricted to [A-Za-z0-9_.-] by rules, so they need
 		// no JSON escaping.
-		body = `{"error":"rate_limited","rule":"` + rs.Name + `","retry_after":` + retry
+		body = `{"error":"` + errName + `","rule":"` + rs.Name + `","retry_after":` + retry
 		if rs.restoreRate != "" {
 			// A bucket says what the request cost, what is left and how
 			// fast it refills, so that a client can work out its own wait
@@ -84,7 +91,7 @@ func writeBlocked(w http.ResponseWriter, r *http.Request, d *domain, vs []verdic
 		body += "}\n"
 	} else {
 		h["Content-Type"] = contentTypeText
-		body = "rate limited: retry in " + retry + "s\n"
+		body = text + retry + "s\n"
 	}
 	h["X-Content-Type-Options"] = nosniff
 	w.WriteHeader(status)

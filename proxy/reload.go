@@ -43,7 +43,8 @@ type ReloadResult struct {
 
 // ruleIdentity names what a rule's counts mean: its domain, name, key,
 // period, algorithm and, for a bucket, its capacity (a burst left out is
-// the limit, so changing such a bucket's limit changes its capacity too).
+// the limit, so changing such a bucket's limit changes its capacity too),
+// for a quota its reset and time zone.
 // Counters carry across a reload exactly when the identity holds; a
 // bucket's level is converted to a new limit (window.Store.CarryAt).
 func ruleIdentity(domain string, r *rules.Rule) uint64 {
@@ -53,6 +54,9 @@ func ruleIdentity(domain string, r *rules.Rule) uint64 {
 	}
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%s\x00%s\x00%v\x00%d\x00%s\x00%d", domain, r.Name, r.Key, r.Period, r.Algorithm, capacity)
+	if r.Algorithm == rules.Quota {
+		fmt.Fprintf(h, "\x00%s\x00%s", r.Reset, r.Location)
+	}
 	return h.Sum64()
 }
 
@@ -226,6 +230,8 @@ var settings = []setting{
 	reloads("domains[].rules[].block_response.content_type"),
 	reloads("domains[].rules[].algorithm"),
 	reloads("domains[].rules[].burst"),
+	reloads("domains[].rules[].reset"),
+	reloads("domains[].rules[].timezone"),
 	reloads("domains[].rules[].max_delay"),
 	reloads("domains[].rules[].cost"),
 	reloads("domains[].rules[].cost_header"),
@@ -286,6 +292,7 @@ func sameRule(a, b *rules.Rule) bool {
 		equalResponse(a.BlockResponse, b.BlockResponse) &&
 		a.Algorithm == b.Algorithm && a.Burst == b.Burst && a.MaxDelay == b.MaxDelay && a.Cost == b.Cost &&
 		a.CostHeader == b.CostHeader && a.MaxCost == b.MaxCost &&
+		a.Reset == b.Reset && a.Location.String() == b.Location.String() &&
 		sameWhatCounts(a, b)
 }
 

@@ -725,7 +725,10 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 		p.add(path+".limit", "must be at most %d, got %d", MaxLimit, rc.Limit)
 	}
 
+	cal, byPeriod := compileCalendar(p, path, rc)
+	r.Reset, r.Location = cal.reset, cal.location
 	switch {
+	case !byPeriod:
 	case rc.Period == 0:
 		p.missing(path+".period", "", "must be at least %s, got 0s", fmtDuration(minPeriod))
 	case rc.Period < minPeriod:
@@ -785,11 +788,8 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 // algorithm, burst and max_delay. It reports whether r.Algorithm is the
 // one configured (when not, the keys that depend on it are not judged).
 // Counters shared through Redis (store) count only in a sliding window.
+// A quota's reset and timezone are compileCalendar's.
 func compileAlgorithm(p *problems, path string, rc RuleConfig, r *Rule, store StoreKind) bool {
-	if rc.Algorithm == "quota" {
-		p.add(path+".algorithm", "quota is not supported yet")
-		return false
-	}
 	before := len(p.list)
 	r.Algorithm = algorithmSpelling.parse(p, path+".algorithm", rc.Algorithm)
 	if len(p.list) > before {

@@ -304,9 +304,18 @@ type RuleConfig struct {
 	// epoch-aligned Period), "token_bucket" (Burst tokens, refilled at
 	// Limit per Period) or "leaky_bucket" (a level raised by each request's
 	// cost and draining at Limit per Period, refused past Burst, or queued
-	// with MaxDelay). "quota"
-	// is refused as not supported yet.
+	// with MaxDelay) or "quota" (Limit per calendar period, Reset, instead
+	// of Period).
 	Algorithm string `mapstructure:"algorithm"`
+	// Reset is a quota's calendar period, required with algorithm quota
+	// and only valid with it: "daily" (from local midnight), "weekly"
+	// (from the midnight that starts Monday) or "monthly" (from midnight
+	// on the first).
+	Reset string `mapstructure:"reset"`
+	// Timezone is the IANA time zone name ("Europe/Berlin") whose
+	// midnights a quota resets at; "" means UTC. Only valid with algorithm
+	// quota.
+	Timezone string `mapstructure:"timezone"`
 	// Burst is a bucket's capacity in units: token_bucket and leaky_bucket
 	// only. Zero means Limit; valid 1..1_000_000_000.
 	Burst int `mapstructure:"burst"`

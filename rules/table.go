@@ -161,7 +161,7 @@ type Rule struct {
 	Methods    []string // nil matches any method; upper-case
 
 	Limit             int64         // requests per Period, ≥ 1
-	Period            time.Duration // whole seconds, 1s..720h
+	Period            time.Duration // whole seconds, 1s..720h; 0 for a quota
 	Key               []KeyPart     // at least one, no duplicates
 	Action            Action
 	MitigationTimeout time.Duration // 0 = none
@@ -172,6 +172,12 @@ type Rule struct {
 	BlockResponse *Response
 
 	Algorithm Algorithm
+	// Reset is a quota's calendar period; Daily (the zero value) for every
+	// other algorithm, which counts by Period (0 for a quota).
+	Reset Reset
+	// Location is the time zone of a quota's calendar, UTC by default;
+	// nil for every other algorithm.
+	Location *time.Location
 	// Burst is a bucket's capacity as configured: 0 means Limit (see
 	// Capacity). Always 0 for a window.
 	Burst int64
@@ -251,6 +257,9 @@ const (
 	// at Limit per Period; a request that would raise it past Capacity is
 	// refused at once (a meter).
 	LeakyBucket
+	// Quota counts exactly per calendar period (Reset in Location) and
+	// starts again at 0 when the period ends.
+	Quota
 )
 
 // String returns the config spelling, such as "token_bucket".

@@ -49,6 +49,11 @@ func (s *Store) Peek(k Key, now time.Time) State {
 		st.Tracked = true
 		return st
 	}
+	if p.algorithm == Quota {
+		st := p.quotaPeek(&ent, now)
+		st.Tracked = true
+		return st
+	}
 	w, e := p.position(t)
 	e = p.advance(&ent, w, e)
 	st := p.state(ent.prev, ent.curr, e, time.Duration(ent.mitigationLeft(e)), now)
@@ -147,8 +152,8 @@ func (s *Store) carry(dst *Store, rules []int, now int64, timed bool) (int, erro
 			return 0, errors.New("window: carry maps a rule to one with another period or identity")
 		case from.algorithm != to.algorithm:
 			return 0, fmt.Errorf("window: carry maps a %s rule to a %s one", from.algorithm, to.algorithm)
-		case from.burst != to.burst:
-			return 0, errors.New("window: carry maps a bucket to one with another burst")
+		case from.burst != to.burst || from.cal.reset != to.cal.reset || from.cal.loc.String() != to.cal.loc.String():
+			return 0, errors.New("window: carry maps a rule to one with another burst, reset or time zone")
 		case from.algorithm.bucket() && from.limit != to.limit && !timed:
 			return 0, errors.New("window: carry maps a bucket to one with another limit: use CarryAt")
 		}

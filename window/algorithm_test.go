@@ -45,12 +45,31 @@ func (r *ref) clone() *ref {
 func rat(n int64) *big.Rat { return new(big.Rat).SetInt64(n) }
 
 func (r *ref) period(t int64) (w, e int64) {
+	if r.l.Algorithm == Quota {
+		return r.calendarPeriod(t), 0
+	}
 	p := int64(r.l.Period)
 	w = t / p
 	if t%p < 0 {
 		w--
 	}
 	return w, t - w*p
+}
+
+// calendarPeriod names a quota's period holding t by its first day's
+// date in the rule's zone, yyyymmdd: the day itself, the Monday on or
+// before it, or the 1st of its month.
+func (r *ref) calendarPeriod(t int64) int64 {
+	local := time.Unix(0, t).In(r.l.Location)
+	switch r.l.Reset {
+	case Weekly:
+		back := (int(local.Weekday()) + 6) % 7
+		local = local.AddDate(0, 0, -back)
+	case Monthly:
+		local = local.AddDate(0, 0, 1-local.Day())
+	}
+	y, m, d := local.Date()
+	return int64(y)*10000 + int64(m)*100 + int64(d)
 }
 
 // estimate is a window's estimate at t.
@@ -194,8 +213,29 @@ func randomLimit(rng *rand.Rand, alg Algorithm) Limit {
 	if rng.IntN(3) == 0 {
 		l.Mitigation = time.Duration(1+rng.IntN(5000)) * time.Millisecond
 	}
+	if alg == Quota {
+		l.Reset = Reset(rng.IntN(3))
+		l.Location = quotaZones[rng.IntN(len(quotaZones))]
+		if rng.IntN(3) == 0 {
+			l.Mitigation = time.Duration(1+rng.IntN(48)) * time.Hour
+		}
+	}
 	return l
 }
+
+// quotaZones are zones with daylight saving time (one that moves its
+// clocks by half an hour, one at 2:45 local time), without, and UTC.
+var quotaZones = func() []*time.Location {
+	var locs []*time.Location
+	for _, name := range []string{"UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Pacific/Chatham", "Asia/Kolkata"} {
+		loc, err := time.LoadLocation(name)
+		if err != nil {
+			panic(err) // the zone database is in the test binary: see quota_test.go
+		}
+		locs = append(locs, loc)
+	}
+	return locs
+}()
 
 // snapshot runs f on s and puts k's entry back as it was: a decision that
 // changes nothing, to probe what the store would answer.
@@ -226,7 +266,7 @@ func snapshot(s *Store, k Key, f func()) {
 // ref first allows the request (refused 1ns before), and a Reset at which
 // ref's remaining first grows. RetryAfter is probed on the store too.
 func TestAlgorithmsMatchReference(t *testing.T) {
-	for _, alg := range []Algorithm{SlidingWindow, FixedWindow, TokenBucket, LeakyBucket} {
+	for _, alg := range []Algorithm{SlidingWindow, FixedWindow, TokenBucket, LeakyBucket, Quota} {
 		t.Run(alg.String(), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(alg), 14))
 			for trace := range 300 {
@@ -346,7 +386,7 @@ func checkDecision(t *testing.T, where string, s *Store, k Key, r, before *ref, 
 // refused request, of any cost, leaves the key's entry as it was, under
 // every algorithm.
 func TestRefusedRequestChangesNothing(t *testing.T) {
-	for _, alg := range []Algorithm{SlidingWindow, FixedWindow, TokenBucket, LeakyBucket} {
+	for _, alg := range []Algorithm{SlidingWindow, FixedWindow, TokenBucket, LeakyBucket, Quota} {
 		t.Run(alg.String(), func(t *testing.T) {
 			s := newStore(t, 10, Limit{Algorithm: alg, Limit: 5, Period: time.Minute})
 			k := s.KeyString(0, "a")
@@ -375,7 +415,7 @@ func TestRefusedRequestChangesNothing(t *testing.T) {
 // never refuses another that the algorithm allows: a cheaper request when
 // units are left, a request once the wait is over.
 func TestBlockedCacheAnswersOnlyWhatItKnows(t *testing.T) {
-	for _, alg := range []Algorithm{SlidingWindow, FixedWindow, TokenBucket, LeakyBucket} {
+	for _, alg := range []Algorithm{SlidingWindow, FixedWindow, TokenBucket, LeakyBucket, Quota} {
 		t.Run(alg.String(), func(t *testing.T) {
 			s := newStore(t, 10, Limit{Algorithm: alg, Limit: 4, Period: time.Second})
 			k := s.KeyString(0, "a")

@@ -96,7 +96,7 @@ func BenchmarkAllow(b *testing.B) {
 	for _, c := range benchCases {
 		b.Run(c.name, func(b *testing.B) { benchAllow(b, c) })
 	}
-	for _, alg := range []Algorithm{FixedWindow, TokenBucket, LeakyBucket} {
+	for _, alg := range []Algorithm{FixedWindow, TokenBucket, LeakyBucket, Quota} {
 		b.Run(alg.String(), func(b *testing.B) {
 			for _, c := range benchCases {
 				if c.keys > 10_000 {
@@ -253,10 +253,13 @@ func BenchmarkMemory(b *testing.B) {
 // lives in the same 24-byte entry, so all should report what it does.
 func BenchmarkMemoryAlgorithms(b *testing.B) {
 	const n = 10_000_000
-	for _, alg := range []Algorithm{FixedWindow, TokenBucket, LeakyBucket} {
+	for _, alg := range []Algorithm{FixedWindow, TokenBucket, LeakyBucket, Quota} {
 		b.Run(alg.String(), func(b *testing.B) {
 			lim := limitAllowed
 			lim.Algorithm = alg
+			if alg == Quota {
+				lim.Reset, lim.Location = Monthly, time.UTC
+			}
 			for b.Loop() {
 				s, err := New(Options{Capacity: n, Limits: []Limit{lim}})
 				if err != nil {

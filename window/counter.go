@@ -140,6 +140,10 @@ func (s *Store) Charge(k Key, n int64, now time.Time) {
 		p.chargeBucket(ent, uint64(n), t)
 		return
 	}
+	if p.algorithm == Quota {
+		p.chargeQuota(ent, uint64(n), t)
+		return
+	}
 	if int32(uint32(w)-ent.win) < 0 {
 		return
 	}

@@ -140,7 +140,7 @@ func TestCharge(t *testing.T) {
 // TestStoreCounterAllocatesNothing: a decision, allowed or refused, and a
 // refund and a charge allocate nothing, under every algorithm.
 func TestStoreCounterAllocatesNothing(t *testing.T) {
-	for _, alg := range []Algorithm{SlidingWindow, FixedWindow, TokenBucket, LeakyBucket} {
+	for _, alg := range []Algorithm{SlidingWindow, FixedWindow, TokenBucket, LeakyBucket, Quota} {
 		for _, limit := range []int64{1_000_000, 1} {
 			s := newStore(t, 100, Limit{Algorithm: alg, Limit: limit, Period: time.Minute})
 			c := s.Counter()

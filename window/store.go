@@ -35,8 +35,9 @@ type Options struct {
 // information (both periods over, or a full bucket, and no mitigation) or,
 // failing that, of the least busy of a sample of keys, but only if that
 // key's estimate is under half its limit (or its level under half its
-// burst). Keys near or over their limit, and mitigated keys, are
-// never evicted: evicting them would hand an abusive client a fresh budget.
+// burst). Keys near or over their limit, mitigated keys, and a Quota's
+// keys before their reset are never evicted: evicting them would hand a
+// client a fresh budget.
 // When no slot can be freed the new key is counted in its rule's shared
 // overflow counter until room frees up, so a flood of new keys is limited as
 // one client instead of pushing out the clients it competes with.
@@ -378,9 +379,9 @@ func (sh *shard) admit(s *Store, fp uint64, c counters, now int64) int {
 }
 
 // fresh returns the counters of a key new at period w: an empty window in
-// w, or a full bucket.
+// w, a full bucket, or a quota that has counted nothing.
 func (p *params) fresh(w int64) counters {
-	if p.algorithm.bucket() {
+	if p.algorithm.bucket() || p.algorithm == Quota {
 		return counters{}
 	}
 	return counters{win: uint32(w)}
@@ -421,6 +422,9 @@ func (s *Store) Refund(k Key, d Decision, now time.Time) Decision {
 func (p *params) refund(ent *counters, d Decision, now int64) Decision {
 	if p.algorithm.bucket() {
 		return p.refundBucket(ent, d, now)
+	}
+	if p.algorithm == Quota {
+		return p.refundQuota(ent, d, now)
 	}
 	if ent.win != d.win || ent.curr == math.MaxUint32 {
 		return d

@@ -3,7 +3,7 @@
 //
 // # Algorithms
 //
-// A rule counts by one of four algorithms (Limit.Algorithm):
+// A rule counts by one of five algorithms (Limit.Algorithm):
 //
 //   - SlidingWindow, the default: Cloudflare's two-counter estimate below.
 //   - FixedWindow: one counter per epoch-aligned period, reset to zero when
@@ -19,6 +19,11 @@
 //     the level has drained enough for it, if that wait is at most
 //     MaxDelay; it takes its units at once, so that later requests queue
 //     behind it (nginx limit_req without nodelay).
+//   - Quota: an exact count per calendar day, week or month (Limit.Reset)
+//     in a time zone (Limit.Location), starting again at 0 at local
+//     midnight, on Monday or on the 1st (AWS usage plans). A quota's key
+//     is never evicted before its reset: evicting it would hand its client
+//     the quota it has spent.
 //
 // The two buckets are one state seen from two sides (tokens = Burst −
 // level) and are decided by the same code: the generic cell rate algorithm
@@ -117,6 +122,9 @@ const (
 	// Period; a request that would raise it over Burst is refused (a
 	// meter), or with Limit.MaxDelay allowed after a Delay (a queue).
 	LeakyBucket
+	// Quota is an exact count per calendar period (Limit.Reset in
+	// Limit.Location), starting again at 0 when the period ends.
+	Quota
 )
 
 // String returns the algorithm's name as configuration spells it.
@@ -130,6 +138,8 @@ func (a Algorithm) String() string {
 		return "token_bucket"
 	case LeakyBucket:
 		return "leaky_bucket"
+	case Quota:
+		return "quota"
 	}
 	return "algorithm(" + strconv.Itoa(int(a)) + ")"
 }
@@ -140,7 +150,7 @@ func (a Algorithm) bucket() bool { return a == TokenBucket || a == LeakyBucket }
 // A Limit says how one rule counts: a compiled value. Values out of range
 // are clamped as each field says.
 type Limit struct {
-	// Algorithm is how the rule counts; values beyond LeakyBucket count as
+	// Algorithm is how the rule counts; values beyond Quota count as
 	// SlidingWindow.
 	Algorithm Algorithm
 	// Limit is the number of units allowed per Period, 1 to MaxLimit
@@ -148,8 +158,15 @@ type Limit struct {
 	// the rate at which it refills (or drains).
 	Limit int64
 	// Period is the window length, a whole number of milliseconds from 1ms
-	// to MaxSpan (rounded down to one, and to at least 1ms).
+	// to MaxSpan (rounded down to one, and to at least 1ms). A Quota
+	// ignores it: its periods are Reset's, and Store.Limit reports a
+	// nominal length for them (a day, a week, 31 days).
 	Period time.Duration
+	// Reset is a Quota's calendar period; other algorithms ignore it.
+	Reset Reset
+	// Location is the time zone of a Quota's calendar; nil means UTC.
+	// Other algorithms ignore it.
+	Location *time.Location
 	// Burst is a bucket's capacity in units; 0 (or less) means Limit. It is
 	// at most MaxLimit, and at most what refills within MaxSpan (Limit ×
 	// MaxSpan/Period); larger values count as that. Windows ignore it.
@@ -285,14 +302,24 @@ type params struct {
 	// latest is about the latest time a bucket of the rule was judged at
 	// (see bucketSlack).
 	latest atomic.Int64
+
+	// cal is a Quota's calendar; unused otherwise.
+	cal calendar
 }
 
 // init prepares l, clamped to what the store can count (see Limit).
 func (p *params) init(l Limit) {
 	period := min(max(l.Period.Truncate(time.Millisecond), time.Millisecond), MaxSpan)
 	p.algorithm = l.Algorithm
-	if p.algorithm > LeakyBucket {
+	if p.algorithm > Quota {
 		p.algorithm = SlidingWindow
+	}
+	if p.algorithm == Quota {
+		p.cal.reset, p.cal.loc = min(l.Reset, Monthly), l.Location
+		if p.cal.loc == nil {
+			p.cal.loc = time.UTC
+		}
+		period = p.cal.reset.nominal()
 	}
 	p.limit = uint64(min(max(l.Limit, 1), MaxLimit))
 	p.period = int64(period)
@@ -330,6 +357,8 @@ func (p *params) limitOf() Limit {
 		Mitigation:   time.Duration(p.mitigation),
 		CountBlocked: p.countBlocked,
 		Identity:     p.identity,
+		Reset:        p.cal.reset,
+		Location:     p.cal.loc,
 	}
 }
 
@@ -388,30 +417,24 @@ func (p *params) decide(ent *counters, w, e, t int64, cost, limit uint64, d *Dec
 		p.decideBucket(ent, t, cost, d)
 		return
 	}
+	if p.algorithm == Quota {
+		p.decideQuota(ent, t, cost, limit, d)
+		return
+	}
 	e = p.advance(ent, w, e)
 	mitigation := ent.mitigationLeft(e)
 	// Allowed iff estimate + cost − 1 < limit, or estimate < limit at cost
 	// 0: estimate < target.
-	target := limit
-	if cost > 1 {
-		target = limit - min(cost-1, limit)
-	}
+	target := costTarget(limit, cost)
 	d.Overflow = false
 	d.win = ent.win
 	if mitigation == 0 && target > 0 && below(ent.prev, ent.curr, target, p.period, e) {
 		ent.curr = satAdd(ent.curr, cost)
-		d.Allowed = true
+		d.allow(cost)
 		d.Remaining, d.Reset = p.quota(ent.prev, ent.curr, e, limit)
-		d.RetryAfter = 0
-		d.Mitigated = false
-		d.settled = false
-		d.counted = cost > 0
-		d.n = uint32(cost)
 		return
 	}
-	d.Allowed = false
-	d.counted = false
-	d.n = 0
+	d.refuse()
 	if target == 0 {
 		// More than the limit: never allowed, so neither counted nor
 		// mitigated.
@@ -420,11 +443,7 @@ func (p *params) decide(ent *counters, w, e, t int64, cost, limit uint64, d *Dec
 		p.windowQuota(ent, e, limit, mitigation, d)
 		return
 	}
-	if p.countBlocked && cost > 0 {
-		ent.curr = satAdd(ent.curr, cost)
-		d.counted = true
-		d.n = uint32(cost)
-	}
+	p.countRefused(ent, cost, d)
 	if mitigation == 0 && p.mitigation > 0 {
 		// Refused for the first time since any earlier mitigation ended:
 		// start one. It is kept to the millisecond, rounded up, so the wait
@@ -436,6 +455,45 @@ func (p *params) decide(ent *counters, w, e, t int64, cost, limit uint64, d *Dec
 	d.Mitigated = mitigation > 0
 	d.RetryAfter = max(p.retry(ent.prev, ent.curr, e, target), time.Duration(mitigation), 1)
 	p.windowQuota(ent, e, limit, mitigation, d)
+}
+
+// costTarget is what a window's count (or estimate) must be below for a
+// request of cost units to be allowed: limit − cost + 1, or limit at cost
+// 0 (an estimate + cost − 1 < limit); 0 when cost exceeds limit.
+func costTarget(limit, cost uint64) uint64 {
+	if cost > 1 {
+		return limit - min(cost-1, limit)
+	}
+	return limit
+}
+
+// countRefused counts a refused request's cost in the current period if
+// the rule counts blocked requests.
+func (p *params) countRefused(ent *counters, cost uint64, d *Decision) {
+	if p.countBlocked && cost > 0 {
+		ent.curr = satAdd(ent.curr, cost)
+		d.counted = true
+		d.n = uint32(cost)
+	}
+}
+
+// allow marks d allowed, having counted cost units; the caller sets
+// Remaining and Reset.
+func (d *Decision) allow(cost uint64) {
+	d.Allowed = true
+	d.RetryAfter = 0
+	d.Mitigated = false
+	d.settled = false
+	d.counted = cost > 0
+	d.n = uint32(cost)
+}
+
+// refuse marks d refused, having counted nothing so far; the caller sets
+// the rest.
+func (d *Decision) refuse() {
+	d.Allowed = false
+	d.counted = false
+	d.n = 0
 }
 
 // windowQuota sets d's Remaining, Reset and settled for a window's
@@ -564,6 +622,9 @@ func (p *params) pressure(ent counters, now int64) float64 {
 	if p.algorithm.bucket() {
 		return p.bucketPressure(&ent, now)
 	}
+	if p.algorithm == Quota {
+		return math.Inf(1) // never evicted before its reset: see quotaExpired
+	}
 	w, e := p.position(now)
 	e = p.advance(&ent, w, e)
 	if ent.mitigationLeft(e) > 0 {
@@ -579,6 +640,9 @@ func (p *params) pressure(ent counters, now int64) float64 {
 func (p *params) expired(ent counters, now int64) bool {
 	if p.algorithm.bucket() {
 		return p.bucketExpired(&ent, now)
+	}
+	if p.algorithm == Quota {
+		return p.quotaExpired(ent, now)
 	}
 	w, e := p.position(now)
 	e = p.advance(&ent, w, e)

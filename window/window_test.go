@@ -63,7 +63,9 @@ func TestLimitsAreClamped(t *testing.T) {
 			Limit{Limit: 1, Period: 40 * 24 * time.Hour, Mitigation: MaxSpan - 40*24*time.Hour}},
 		{"windows ignore burst", Limit{Algorithm: FixedWindow, Limit: 2, Period: time.Second, Burst: 7},
 			Limit{Algorithm: FixedWindow, Limit: 2, Period: time.Second}},
-		{"unknown algorithm", Limit{Algorithm: LeakyBucket + 1, Limit: 2, Period: time.Second}, Limit{Limit: 2, Period: time.Second}},
+		{"unknown algorithm", Limit{Algorithm: Quota + 1, Limit: 2, Period: time.Second}, Limit{Limit: 2, Period: time.Second}},
+		{"quotas count by calendar", Limit{Algorithm: Quota, Limit: 2, Period: time.Second, Reset: Monthly + 1},
+			Limit{Algorithm: Quota, Limit: 2, Period: 31 * 24 * time.Hour, Reset: Monthly, Location: time.UTC}},
 		{"burst defaults to limit", Limit{Algorithm: TokenBucket, Limit: 2, Period: time.Second},
 			Limit{Algorithm: TokenBucket, Limit: 2, Period: time.Second, Burst: 2}},
 		{"burst refilled within MaxSpan", Limit{Algorithm: LeakyBucket, Limit: 1, Period: (MaxSpan / 2).Truncate(time.Millisecond), Burst: 5},
@@ -252,7 +254,7 @@ func TestMitigation(t *testing.T) {
 // forth, no algorithm lets more through than it does in the forward time
 // spent, at any cost, mitigated or not.
 func TestTimeGoingBackwards(t *testing.T) {
-	for _, alg := range []Algorithm{SlidingWindow, FixedWindow, TokenBucket, LeakyBucket} {
+	for _, alg := range []Algorithm{SlidingWindow, FixedWindow, TokenBucket, LeakyBucket, Quota} {
 		for _, tt := range []struct {
 			name       string
 			mitigation time.Duration

@@ -12,7 +12,7 @@ import (
 // edge implements, named after it (configs/token-bucket.yaml), whose rules
 // all use it; TestEveryConfigLoads loads them.
 func TestEveryAlgorithmHasAnExample(t *testing.T) {
-	for _, a := range []rules.Algorithm{rules.SlidingWindow, rules.FixedWindow, rules.TokenBucket, rules.LeakyBucket} {
+	for _, a := range []rules.Algorithm{rules.SlidingWindow, rules.FixedWindow, rules.TokenBucket, rules.LeakyBucket, rules.Quota} {
 		path := "../../configs/" + strings.ReplaceAll(a.String(), "_", "-") + ".yaml"
 		t.Run(a.String(), func(t *testing.T) {
 			table, _, err := loadConfig(path)
@@ -60,8 +60,8 @@ func TestCountingKeysDecode(t *testing.T) {
 		{name: "max_delay queue", rule: "algorithm: leaky_bucket, max_delay: 2s", cost: 1},
 		{name: "max_delay queue too long", rule: "algorithm: leaky_bucket, max_delay: 2h",
 			want: "domains[0].rules[0].max_delay: must be 0 (a meter) or between 1ms and 1h, got 2h"},
-		{name: "quota", rule: "algorithm: quota",
-			want: "domains[0].rules[0].algorithm: quota is not supported yet"},
+		{name: "quota takes no period", rule: "algorithm: quota, reset: daily",
+			want: "domains[0].rules[0].period: does not apply to algorithm quota, which resets by reset (daily, weekly or monthly), got 1m"},
 		{name: "burst fraction", rule: "algorithm: token_bucket, burst: 2.5",
 			want: "domains[0].rules[0].burst: must be a whole number, got 2.5"},
 		{name: "max_cost 0 written", rule: "cost_header: X-Cost, max_cost: 0",
@@ -123,4 +123,25 @@ func indent(s, prefix string) string {
 		}
 	}
 	return strings.Join(lines, "\n")
+}
+
+// TestReadmeQuotaExample: the quota example in README's "Algorithms"
+// (the section's last yaml block) loads as a throttle beside a monthly
+// quota in Berlin.
+func TestReadmeQuotaExample(t *testing.T) {
+	section := readmeSection(t, "Algorithms")
+	i := strings.LastIndex(section, "```yaml\n")
+	if i < 0 || !strings.Contains(section[i:], "algorithm: quota") {
+		t.Fatal("README's Algorithms has no quota example last")
+	}
+	example, _, _ := strings.Cut(section[i+len("```yaml\n"):], "```")
+	cfg := "domains:\n  - hosts: [\"*\"]\n    respond: {body: ok}\n" + indent(example, "    ")
+	table, err := parseConfig([]byte(cfg))
+	if err != nil {
+		t.Fatalf("README's quota example: %v\n%s", err, cfg)
+	}
+	rs := table.Domains[0].Rules
+	if len(rs) != 2 || rs[1].Algorithm != rules.Quota || rs[1].Reset != rules.Monthly || rs[1].Location.String() != "Europe/Berlin" {
+		t.Errorf("README's quota example: got %d rules, the second %v, want a monthly quota in Europe/Berlin second", len(rs), rs[len(rs)-1])
+	}
 }

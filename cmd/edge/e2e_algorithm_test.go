@@ -40,6 +40,8 @@ domains:
     rules: [{name: tb, algorithm: token_bucket, limit: 3, period: 720h, burst: 2}]
   - hosts: ["leaky.test"]
     rules: [{name: lb, algorithm: leaky_bucket, limit: 3, period: 720h, burst: 2}]
+  - hosts: ["quota.test"]
+    rules: [{name: q, algorithm: quota, limit: 2, reset: monthly, timezone: Pacific/Chatham}]
   - hosts: ["cost.test"]
     rules: [{name: priced, algorithm: token_bucket, limit: 10, period: 720h, cost_header: X-Cost, max_cost: 4}]
 `, publicAnyPort, adminAnyPort, origin.URL)
@@ -97,6 +99,11 @@ domains:
 			jsonPrefix: `{"error":"rate_limited","rule":"tb","retry_after":`, limitHeader: "2"},
 		{host: "leaky.test", name: "lb", policy: `"lb";q=2;w=1728000`, retryMin: 864000 - 60, retryMax: 864000,
 			jsonPrefix: `{"error":"rate_limited","rule":"lb","retry_after":`, limitHeader: "2"},
+		// Refused until midnight on the 1st on the Chatham Islands
+		// (UTC+12:45 or +13:45): a zone from the database in the binary.
+		// A quota's policy has no w.
+		{host: "quota.test", name: "q", policy: `"q";q=2`,
+			jsonPrefix: `{"error":"quota_exceeded","rule":"q","retry_after":`, limitHeader: "2"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -114,6 +121,15 @@ domains:
 			if tt.name == "fw" {
 				// The period ends at the next multiple of 720h since the epoch.
 				end := (before.Unix()/period + 1) * period
+				tt.retryMin, tt.retryMax = end-time.Now().Unix()-1, end-before.Unix()+1
+			}
+			if tt.name == "q" {
+				chatham, err := time.LoadLocation("Pacific/Chatham")
+				if err != nil {
+					t.Fatal(err)
+				}
+				y, m, _ := before.In(chatham).Date()
+				end := time.Date(y, m+1, 1, 0, 0, 0, 0, chatham).Unix()
 				tt.retryMin, tt.retryMax = end-time.Now().Unix()-1, end-before.Unix()+1
 			}
 			if retry < tt.retryMin || retry > tt.retryMax {

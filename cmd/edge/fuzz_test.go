@@ -92,7 +92,9 @@ func FuzzParseConfig(f *testing.F) {
 				}
 			}
 			for _, r := range d.Rules {
-				if r.Limit < 1 || r.Period < 1e9 || len(r.Key) == 0 {
+				// A quota counts by its calendar, with no period.
+				quota := r.Algorithm == rules.Quota
+				if r.Limit < 1 || len(r.Key) == 0 || quota != (r.Period == 0) || !quota && r.Period < 1e9 || quota && r.Location == nil {
 					t.Fatalf("domain %q rule %q: limit %d, period %v, key %v", d.Name, r.Name, r.Limit, r.Period, r.Key)
 				}
 			}

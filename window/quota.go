@@ -1,0 +1,270 @@
+package window
+
+import (
+	"math"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// A Reset is the calendar period a Quota counts in: its count starts again
+// at 0 when the period ends.
+type Reset uint8
+
+const (
+	// Daily periods start at midnight.
+	Daily Reset = iota
+	// Weekly periods start at midnight between Sunday and Monday (ISO 8601
+	// weeks).
+	Weekly
+	// Monthly periods start at midnight on the first of the month.
+	Monthly
+)
+
+// String returns the reset's name as configuration spells it.
+func (r Reset) String() string {
+	switch r {
+	case Daily:
+		return "daily"
+	case Weekly:
+		return "weekly"
+	case Monthly:
+		return "monthly"
+	}
+	return "reset(" + strconv.Itoa(int(r)) + ")"
+}
+
+// nominal is a nominal length of r's periods. It tells rules of different
+// resets apart (Carry compares periods); no decision uses it.
+func (r Reset) nominal() time.Duration {
+	switch r {
+	case Weekly:
+		return 7 * 24 * time.Hour
+	case Monthly:
+		return 31 * 24 * time.Hour
+	}
+	return 24 * time.Hour
+}
+
+// calendar is a Quota rule's calendar: its periods in its location, and the
+// current one cached.
+type calendar struct {
+	reset Reset
+	loc   *time.Location
+	// cached holds the period of the latest time seen, so that a decision
+	// within it needs no calendar arithmetic. A new value is allocated once a
+	// period (once a day at most), never on the decision path otherwise.
+	cached atomic.Pointer[calPeriod]
+}
+
+// calPeriod is one calendar period: [start, end) in ns since the epoch,
+// and its index (days, weeks or months since 1970), which an entry keeps
+// modulo 2³² in counters.win.
+type calPeriod struct {
+	index      int64
+	start, end int64
+}
+
+// period returns the period holding t (ns since the epoch).
+func (c *calendar) period(t int64) calPeriod {
+	if p := c.cached.Load(); p != nil && t >= p.start && t < p.end {
+		return *p
+	}
+	p := c.compute(t)
+	// Only a later period replaces the cached one: a clock that goes back
+	// and forth does not make every decision allocate.
+	if old := c.cached.Load(); old == nil || p.start > old.start {
+		next := p // only this copy escapes to the heap
+		c.cached.Store(&next)
+	}
+	return p
+}
+
+// compute works out the period holding t. Boundaries are local midnights,
+// so a day is 23 or 25 hours long when daylight saving time starts or ends
+// in it. Where a midnight does not exist (a zone that moves its clocks at
+// midnight), time.Date picks a time near it; the period is clamped to hold
+// t whatever it picks.
+func (c *calendar) compute(t int64) calPeriod {
+	lt := time.Unix(0, t).In(c.loc)
+	y, m, d := lt.Date()
+	var p calPeriod
+	switch c.reset {
+	case Weekly:
+		d -= (int(lt.Weekday()) + 6) % 7 // back to Monday
+		p.start = time.Date(y, m, d, 0, 0, 0, 0, c.loc).UnixNano()
+		p.end = time.Date(y, m, d+7, 0, 0, 0, 0, c.loc).UnixNano()
+		// 1970-01-05, day 4 of the epoch, was a Monday: week 0.
+		p.index = floorDiv(civilDay(y, m, d)-4, 7)
+	case Monthly:
+		p.start = time.Date(y, m, 1, 0, 0, 0, 0, c.loc).UnixNano()
+		p.end = time.Date(y, m+1, 1, 0, 0, 0, 0, c.loc).UnixNano()
+		p.index = int64(y-1970)*12 + int64(m) - 1
+	default:
+		p.start = time.Date(y, m, d, 0, 0, 0, 0, c.loc).UnixNano()
+		p.end = time.Date(y, m, d+1, 0, 0, 0, 0, c.loc).UnixNano()
+		p.index = civilDay(y, m, d)
+	}
+	p.start = min(p.start, t)
+	p.end = max(p.end, t+1)
+	return p
+}
+
+// civilDay is the number of days from 1970-01-01 to y-m-d (normalised as
+// time.Date normalises it).
+func civilDay(y int, m time.Month, d int) int64 {
+	return floorDiv(time.Date(y, m, d, 0, 0, 0, 0, time.UTC).Unix(), 24*60*60)
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b < 0 {
+		q--
+	}
+	return q
+}
+
+// A Quota entry keeps the index of its period in counters.win and the units
+// counted in it in curr. Its mitigation end, in ms since the epoch, takes
+// the 64 bits of until (high half) and prev (low half): a calendar period
+// is too long for a window's 32-bit offset.
+
+// quotaMitigation returns the mitigation end of a Quota entry, ns since the
+// epoch; 0 if none was ever set.
+func quotaMitigation(ent *counters) int64 {
+	return int64(uint64(ent.until)<<32|uint64(ent.prev)) * int64(time.Millisecond)
+}
+
+// setQuotaMitigation sets a Quota entry's mitigation end to end (ns since
+// the epoch), rounded up to the millisecond.
+func setQuotaMitigation(ent *counters, end int64) {
+	ms := uint64((end + int64(time.Millisecond) - 1) / int64(time.Millisecond))
+	ent.until, ent.prev = uint32(ms>>32), uint32(ms)
+}
+
+// quotaAdvance moves a Quota entry to period cp, starting its count afresh
+// when cp is later than the entry's. A clock that went back leaves the
+// entry in its later period, with its count: going back never returns
+// spent quota. It returns the wait until the period's end, ns.
+func quotaAdvance(ent *counters, cp calPeriod, t int64) int64 {
+	if int32(uint32(cp.index)-ent.win) > 0 {
+		ent.win, ent.curr = uint32(cp.index), 0
+	}
+	return cp.end - t
+}
+
+// decideQuota is decide for a Quota: a request of cost c ≥ 1 is allowed
+// iff count + c ≤ limit, one of cost 0 iff count < limit; a refused one
+// waits for the period's end (or its mitigation's, if later).
+func (p *params) decideQuota(ent *counters, t int64, cost, limit uint64, d *Decision) {
+	toEnd := quotaAdvance(ent, p.cal.period(t), t)
+	mitigation := max(quotaMitigation(ent)-t, 0)
+	target := costTarget(limit, cost) // allowed iff count < target
+	d.Overflow = false
+	d.win = ent.win
+	if mitigation == 0 && target > 0 && uint64(ent.curr) < target {
+		ent.curr = satAdd(ent.curr, cost)
+		d.allow(cost)
+		p.quotaState(ent, toEnd, 0, limit, d)
+		d.settled = false
+		return
+	}
+	d.refuse()
+	if target == 0 {
+		// More than the limit: never allowed, so neither counted nor
+		// mitigated.
+		d.RetryAfter = 0
+		d.Mitigated = mitigation > 0
+		p.quotaState(ent, toEnd, mitigation, limit, d)
+		return
+	}
+	p.countRefused(ent, cost, d)
+	if mitigation == 0 && p.mitigation > 0 {
+		setQuotaMitigation(ent, t+p.mitigation)
+		mitigation = max(quotaMitigation(ent)-t, 0)
+	}
+	d.Mitigated = mitigation > 0
+	wait := mitigation
+	if uint64(ent.curr) >= target {
+		// The count allows it only in the next period, where it is 0.
+		wait = max(wait, toEnd)
+	}
+	d.RetryAfter = time.Duration(max(wait, 1))
+	p.quotaState(ent, toEnd, mitigation, limit, d)
+}
+
+// quotaState sets d's Remaining, Reset and settled for a Quota entry whose
+// period ends in toEnd ns, with mitigation ns of mitigation left.
+func (p *params) quotaState(ent *counters, toEnd, mitigation int64, limit uint64, d *Decision) {
+	used := min(uint64(ent.curr), limit)
+	d.Remaining = int64(limit - used)
+	d.Reset = 0
+	if used > 0 {
+		d.Reset = time.Duration(toEnd)
+	}
+	if mitigation > 0 {
+		d.Remaining = 0
+		d.Reset = time.Duration(mitigation)
+		if used >= limit {
+			d.Reset = time.Duration(max(mitigation, toEnd))
+		}
+		// Past the mitigation a refusal would start another one: the wait
+		// holds only if the mitigation outlasts the count's.
+		d.settled = used < limit || toEnd <= mitigation
+		return
+	}
+	d.settled = d.Remaining == 0 && p.mitigation == 0
+}
+
+// refundQuota is refund for a Quota: the units come back only within the
+// period they were counted in.
+func (p *params) refundQuota(ent *counters, d Decision, now int64) Decision {
+	if ent.win != d.win || ent.curr == math.MaxUint32 {
+		return d
+	}
+	ent.curr -= min(d.n, ent.curr)
+	if d.Allowed {
+		view := *ent
+		toEnd := quotaAdvance(&view, p.cal.period(now), now)
+		p.quotaState(&view, toEnd, 0, p.limit, &d)
+	}
+	return d
+}
+
+// chargeQuota adds n units to a Quota entry's count at t.
+func (p *params) chargeQuota(ent *counters, n uint64, t int64) {
+	quotaAdvance(ent, p.cal.period(t), t)
+	ent.curr = satAdd(ent.curr, n)
+}
+
+// quotaExpired reports whether a Quota entry holds no information at now:
+// its count is of a past period (or 0) and no mitigation is in force. A
+// Quota entry is otherwise never evicted (see pressure): evicting it would
+// hand its client the quota it has spent.
+func (p *params) quotaExpired(ent counters, now int64) bool {
+	quotaAdvance(&ent, p.cal.period(now), now)
+	return ent.curr == 0 && quotaMitigation(&ent) <= now
+}
+
+// quotaPeek is Peek for a Quota entry.
+func (p *params) quotaPeek(ent *counters, now time.Time) State {
+	t := now.UnixNano()
+	toEnd := quotaAdvance(ent, p.cal.period(t), t)
+	mitigation := max(quotaMitigation(ent)-t, 0)
+	var d Decision
+	p.quotaState(ent, toEnd, mitigation, p.limit, &d)
+	st := State{
+		Current:   int64(ent.curr),
+		Estimate:  float64(ent.curr),
+		Remaining: d.Remaining,
+	}
+	wait := mitigation
+	if uint64(ent.curr) >= p.limit {
+		wait = max(wait, toEnd)
+	}
+	st.RetryAfter = time.Duration(wait)
+	if mitigation > 0 {
+		st.MitigatedUntil = now.Add(time.Duration(mitigation))
+	}
+	return st
+}

@@ -64,8 +64,8 @@ func (b *batch) add(r *domainRule, i int, k window.Key, key []byte, now time.Tim
 	return p.prefix, pk.start
 }
 
-// refund takes back one count made for k in the period starting at start.
-func (b *batch) refund(r *domainRule, i int, k window.Key, prefix string, start int64) {
+// refund takes back n units counted for k in the period starting at start.
+func (b *batch) refund(r *domainRule, i int, k window.Key, prefix string, start, n int64) {
 	pk := pendKey{k: k, start: start}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -73,7 +73,7 @@ func (b *batch) refund(r *domainRule, i int, k window.Key, prefix string, start 
 	if !ok {
 		p = pend{rule: i, prefix: prefix}
 	}
-	p.delta--
+	p.delta -= n
 	b.pending[pk] = p
 }
 

@@ -71,8 +71,8 @@ type Options struct {
 	// Logger receives circuit changes; nil discards.
 	Logger *slog.Logger
 	// OnRoundTrip, if set, is called after every round trip to Redis with
-	// what it was for ("decide", "refund", "flush", "heartbeat", "forget",
-	// "peek"),
+	// what it was for ("decide", "refund", "charge", "flush", "heartbeat",
+	// "forget", "peek"),
 	// how long it took and its error (nil on success). It must be fast and
 	// safe for concurrent use.
 	OnRoundTrip func(op string, took time.Duration, err error)

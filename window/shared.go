@@ -104,26 +104,8 @@ type Counts struct {
 }
 
 // Judge returns the Decision that Allow returns for a request judged as c
-// says: Remaining and Reset when it was allowed, the exact RetryAfter (at
-// least 1ns) when it was blocked. It is for counters kept in a shared store
-// that judges with the same estimate (estimate = prev×(P−e)/P + curr <
-// limit) and reports the counts it judged by, for a request of cost 1: a
-// sliding window's. l is clamped as New clamps it. The Decision counted
-// nothing in any Store, so Refund ignores it.
-func (l Limit) Judge(c Counts) Decision {
-	var p params
-	prev, curr, e := l.read(c, &p)
-	if c.Allowed {
-		d := Decision{Allowed: true}
-		d.Remaining, d.Reset = p.quota(prev, curr, e, p.limit)
-		return d
-	}
-	mitigation := max(c.Mitigation, 0)
-	d := Decision{Mitigated: mitigation > 0}
-	d.RetryAfter = max(p.retry(prev, curr, e, p.limit), mitigation, 1)
-	d.Reset = d.RetryAfter
-	return d
-}
+// says: JudgeCost(c, 1), for a sliding window's counts.
+func (l Limit) Judge(c Counts) Decision { return l.JudgeCost(c, 1) }
 
 // read prepares l in p and the counts of c for judging or describing them.
 func (l Limit) read(c Counts, p *params) (prev, curr uint32, e int64) {

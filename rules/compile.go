@@ -434,8 +434,9 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 		}
 		ruleNames := make(map[string]int)
 		for j, rc := range dc.Rules {
-			r := compileRule(p, path, j, rc, ruleNames, t.Cluster.Store)
-			checkCountsAfter(p, t, fmt.Sprintf("%s.rules[%d]", path, j), r, dc.Respond != nil)
+			r := compileRule(p, path, j, rc, ruleNames)
+			checkCountsAfter(p, fmt.Sprintf("%s.rules[%d]", path, j), r, dc.Respond != nil)
+			checkShared(p, t.Cluster, fmt.Sprintf("%s.rules[%d]", path, j), r)
 			d.Rules = append(d.Rules, r)
 			if _, dup := d.byName[r.Name]; !dup && r.Name != "" {
 				d.byName[r.Name] = r
@@ -682,7 +683,7 @@ func checkDNSName(h, raw string) string {
 // compileRule compiles rule j of the domain at domainPath. names maps the
 // rule names seen so far in that domain to their index; store is where
 // the table's counters live.
-func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map[string]int, store StoreKind) *Rule {
+func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map[string]int) *Rule {
 	path := fmt.Sprintf("%s.rules[%d]", domainPath, j)
 	r := &Rule{
 		Index:             j,
@@ -761,8 +762,8 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 		r.BlockResponse = compileResponse(p, path+".block_response", *rc.BlockResponse, 400, 499, DefaultBlockStatus, false)
 	}
 
-	if compileAlgorithm(p, path, rc, r, store) {
-		compileCost(p, path, rc, r, store)
+	if compileAlgorithm(p, path, rc, r) {
+		compileCost(p, path, rc, r)
 	}
 	compileWhatCounts(p, path, rc, r)
 	return r
@@ -771,8 +772,7 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 // compileAlgorithm compiles how the rule at path counts into r: its
 // algorithm, burst and max_delay. It reports whether r.Algorithm is the
 // one configured (when not, the keys that depend on it are not judged).
-// Counters shared through Redis (store) count only in a sliding window.
-func compileAlgorithm(p *problems, path string, rc RuleConfig, r *Rule, store StoreKind) bool {
+func compileAlgorithm(p *problems, path string, rc RuleConfig, r *Rule) bool {
 	if rc.Algorithm == "quota" {
 		p.add(path+".algorithm", "quota is not supported yet")
 		return false
@@ -781,9 +781,6 @@ func compileAlgorithm(p *problems, path string, rc RuleConfig, r *Rule, store St
 	r.Algorithm = algorithmSpelling.parse(p, path+".algorithm", rc.Algorithm)
 	if len(p.list) > before {
 		return false
-	}
-	if store == StoreRedis && r.Algorithm != SlidingWindow {
-		p.add(path+".algorithm", "%s is not supported with cluster.store redis yet", r.Algorithm)
 	}
 
 	switch {
@@ -820,7 +817,7 @@ func compileAlgorithm(p *problems, path string, rc RuleConfig, r *Rule, store St
 // compileCost compiles what a request of the rule at path costs into r,
 // once r's algorithm and burst are known: a cost (or a cost_header and its
 // max_cost) that the rule can hold.
-func compileCost(p *problems, path string, rc RuleConfig, r *Rule, store StoreKind) {
+func compileCost(p *problems, path string, rc RuleConfig, r *Rule) {
 	// What the rule can hold is known only when its limit and burst are
 	// valid (an invalid burst is left 0 in r).
 	capacity, holds := r.Capacity(), "limit"
@@ -838,8 +835,6 @@ func compileCost(p *problems, path string, rc RuleConfig, r *Rule, store StoreKi
 		p.add(path+".cost", "must be between 0 and %d, got %d", MaxCost, r.Cost)
 	case known && r.Cost > capacity:
 		p.add(path+".cost", "must be at most the rule's %s (%d), got %d", holds, capacity, r.Cost)
-	case store == StoreRedis && r.Cost != 1:
-		p.add(path+".cost", "a cost other than 1 is not supported with cluster.store redis yet, got %d", r.Cost)
 	}
 
 	if h := rc.CostHeader; h != "" {
@@ -851,8 +846,6 @@ func compileCost(p *problems, path string, rc RuleConfig, r *Rule, store StoreKi
 			// Go's server moves Host out of Request.Header: the header
 			// would never be seen.
 			p.add(path+".cost_header", "must not be Host, got %q", h)
-		case store == StoreRedis:
-			p.add(path+".cost_header", "is not supported with cluster.store redis yet, got %q", h)
 		default:
 			r.CostHeader = canon
 		}
@@ -928,9 +921,8 @@ var reservedResponseFields = map[string]bool{
 }
 
 // checkCountsAfter refuses a rule r, at path, that counts after the
-// origin's response where there is none (its domain answers with respond)
-// or where the counters cannot yet take it.
-func checkCountsAfter(p *problems, t *Table, path string, r *Rule, respond bool) {
+// origin's response where there is none (its domain answers with respond).
+func checkCountsAfter(p *problems, path string, r *Rule, respond bool) {
 	for _, k := range []struct {
 		key string
 		set bool
@@ -939,10 +931,15 @@ func checkCountsAfter(p *problems, t *Table, path string, r *Rule, respond bool)
 			p.add(path+"."+k.key, "needs an origin's response, but the domain answers with respond")
 		}
 	}
-	// The check before forwarding is a decision of cost 0, which the
-	// Redis counters cannot make yet.
-	if r.CountStatus != nil && t.Cluster.Store == StoreRedis {
-		p.add(path+".count_status", "is not supported with cluster.store redis yet")
+}
+
+// checkShared refuses a rule r, at path, that counters shared as c says
+// cannot count yet: in batched mode (cluster.sync batched) only a sliding
+// window's counts are merged between nodes; exact mode shares every
+// algorithm.
+func checkShared(p *problems, c Cluster, path string, r *Rule) {
+	if c.Store == StoreRedis && c.Sync == SyncBatched && r.Algorithm != SlidingWindow {
+		p.add(path+".algorithm", "%s is not supported with cluster.sync batched yet (cluster.sync exact shares it)", r.Algorithm)
 	}
 }
 

@@ -172,3 +172,37 @@ func TestExactOnRedisClock(t *testing.T) {
 		})
 	}
 }
+
+// TestBatchedCost: batched mode decides a sliding window's requests of any
+// cost locally, as the store does, and shares their costs, refunds
+// included, with the next flush.
+func TestBatchedCost(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newClient(t, testConfig(srv.Addr, rules.SyncBatched, rules.FailLocal), "n1")
+	wait.For(t, 2*time.Second, "scripts loaded", c.scriptsLoaded.Load)
+	d, store := newDomain(t, c, window.Limit{Limit: 10, Period: time.Hour})
+	now := time.Now()
+	call := d.Begin()
+	defer call.End()
+	steps := []struct {
+		cost   int64
+		refund bool
+		want   bool
+	}{{3, false, true}, {3, true, true}, {3, false, true}, {3, false, true}, {3, false, false}, {1, false, true}, {0, false, false}}
+	for i, s := range steps {
+		dec := call.Decide(id(store, "x"), s.cost, now)
+		if dec.Allowed != s.want || dec.Fallback {
+			t.Fatalf("step %d, cost %d: got %+v, want allowed %v, not a fallback", i, s.cost, dec, s.want)
+		}
+		if s.refund {
+			call.Refund(id(store, "x"), dec, now)
+		}
+	}
+	c.flush()
+	r := srv.Client()
+	key := d.rules[0].prefix([]byte("x")) + ":" + strconv.FormatInt(d.rules[0].periodStart(now), 10)
+	got, err := r.Do(context.Background(), r.B().Get().Key(key).Build()).AsInt64()
+	if err != nil || got != 10 {
+		t.Errorf("redis count after the flush: got %d, %v; want 10 (3 + 3 + 3 + 1, a refunded 3 not counted)", got, err)
+	}
+}

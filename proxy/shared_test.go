@@ -593,3 +593,62 @@ func TestSharedResponseCost(t *testing.T) {
 		})
 	}
 }
+
+// TestSharedExactAlgorithms: in exact mode every algorithm is shared, with
+// any cost: two nodes answer one client as one node would, whichever node
+// a request reaches. count_status decides at cost 0 and charges a counted
+// status to the shared bucket at once.
+func TestSharedExactAlgorithms(t *testing.T) {
+	srv := redistest.Start(t)
+	origin := newCostOrigin(t)
+	three := 3
+	type step struct {
+		node   int
+		target string
+		cost   string // X-Cost, if any
+		want   int
+	}
+	tests := []struct {
+		name  string
+		rule  rules.RuleConfig
+		steps []step
+	}{
+		{"token bucket count_status",
+			rules.RuleConfig{Name: "logins", Algorithm: "token_bucket", Limit: 3, Period: time.Hour, CountStatus: []int{401}},
+			[]step{{0, "/?status=401", "", 401}, {1, "/?status=401", "", 401}, {0, "/", "", 200}, {1, "/?status=401", "", 401}, {0, "/", "", 429}}},
+		{"leaky bucket cost_header",
+			rules.RuleConfig{Name: "meter", Algorithm: "leaky_bucket", Limit: 2, Period: time.Hour, Burst: 3, CostHeader: "X-Cost", MaxCost: 3},
+			[]step{{0, "/", "2", 200}, {1, "/", "2", 429}, {1, "/", "1", 200}, {0, "/", "0", 429}}},
+		{"fixed window cost",
+			rules.RuleConfig{Name: "fixed", Algorithm: "fixed_window", Limit: 7, Period: time.Hour, Cost: &three},
+			[]step{{0, "/", "", 200}, {1, "/", "", 200}, {0, "/", "", 429}, {1, "/", "", 429}}},
+		{"sliding window cost_header",
+			rules.RuleConfig{Name: "sliding", Limit: 5, Period: time.Hour, CostHeader: "X-Cost", MaxCost: 5},
+			[]step{{0, "/", "4", 200}, {1, "/", "2", 429}, {1, "/", "1", 200}, {0, "/", "0", 429}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := sharedConfig(srv.Addr, "exact", "closed", tt.rule)
+			cfg.Domains[0].Respond, cfg.Domains[0].Origin = nil, origin.URL
+			ps := newNodes(t, 2, cfg, true)
+			for i, s := range tt.steps {
+				req := httptest.NewRequest("GET", "http://site.test"+s.target, nil)
+				req.RemoteAddr = "192.0.2.80:40000"
+				if s.cost != "" {
+					req.Header.Set("X-Cost", s.cost)
+				}
+				w := httptest.NewRecorder()
+				ps[s.node].ServeHTTP(w, req)
+				if w.Code != s.want {
+					t.Fatalf("step %d, node %d %s cost %q: got %d, want %d", i, s.node, s.target, s.cost, w.Code, s.want)
+				}
+			}
+			for i, p := range ps {
+				if n := fallbacks(p); n != 0 {
+					t.Errorf("node %d decided %d requests without redis", i, n)
+				}
+			}
+			srv.CheckTTLs(t)
+		})
+	}
+}

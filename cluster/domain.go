@@ -385,7 +385,11 @@ func (t *tally) fallback(i int, k window.Key, key []byte, cost int64, now time.T
 	var dec window.Decision
 	switch d.c.cfg.OnStoreFailure {
 	case rules.FailOpen:
-		dec = window.Decision{Allowed: true, Remaining: r.Limit.Limit - 1}
+		hold := r.Limit.Limit
+		if r.bucket() {
+			hold = r.Limit.Burst
+		}
+		dec = window.Decision{Allowed: true, Remaining: hold - 1}
 	case rules.FailClosed:
 		t.unavailable = true
 		return window.Decision{Fallback: true, Unavailable: true, RetryAfter: d.c.br.untilProbe(now)}

@@ -206,3 +206,46 @@ func TestBatchedCost(t *testing.T) {
 		t.Errorf("redis count after the flush: got %d, %v; want 10 (3 + 3 + 3 + 1, a refunded 3 not counted)", got, err)
 	}
 }
+
+// TestBatchedTokenBucket: in batched mode each node decides a bucket
+// locally and every flush takes the units it took from the shared bucket,
+// which may go down to −burst tokens: the overshoot of local decisions is
+// paid back by waiting, on every node that touched the key.
+func TestBatchedTokenBucket(t *testing.T) {
+	srv := redistest.Start(t)
+	l := window.Limit{Algorithm: window.TokenBucket, Limit: 10, Period: time.Hour}
+	var cs [2]*Client
+	var ds [2]*Domain
+	var ss [2]*window.Store
+	for i := range cs {
+		cfg := testConfig(srv.Addr, rules.SyncBatched, rules.FailLocal)
+		cfg.BatchInterval = time.Hour // flushed by the test only, in its order
+		cs[i] = newClient(t, cfg, "n"+strconv.Itoa(i))
+		wait.For(t, 2*time.Second, "scripts loaded", cs[i].scriptsLoaded.Load)
+		ds[i], ss[i] = newDomain(t, cs[i], l)
+	}
+	take := func(node, n int, want bool) window.Decision {
+		t.Helper()
+		var dec window.Decision
+		for j := range n {
+			if dec, _ = allow(ds[node], ss[node], "x"); dec.Allowed != want || dec.Fallback {
+				t.Fatalf("node %d, request %d: got %+v, want allowed %v, not a fallback", node, j, dec, want)
+			}
+		}
+		return dec
+	}
+	take(0, 8, true)
+	take(1, 8, true) // 16 units taken in all: 6 past the burst
+	cs[0].flush()
+	cs[1].flush()
+	take(0, 1, true) // node 0 knows only of its own 8
+	cs[0].flush()    // and now of all 17
+	take(0, 1, false)
+	dec := take(1, 1, false) // node 1 merged 16 at its flush
+	// 16 units in the bucket of 10: one more fits once 7 have drained, 6
+	// minutes each.
+	if unit := time.Hour / 10; dec.RetryAfter <= 7*unit-time.Minute || dec.RetryAfter > 7*unit {
+		t.Errorf("node 1 refused with RetryAfter %v, want about %v", dec.RetryAfter, 7*unit)
+	}
+	checkTTLs(t, srv)
+}

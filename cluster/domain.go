@@ -166,8 +166,11 @@ func (r *domainRule) prefix(key []byte) string {
 }
 
 // periodStart is the Unix second at which the period of r holding now
-// starts.
+// starts; 0 for a bucket, which has no periods.
 func (r *domainRule) periodStart(now time.Time) int64 {
+	if r.bucket() {
+		return 0
+	}
 	s := now.Unix()
 	w := s / r.periodSeconds
 	if s%r.periodSeconds < 0 {
@@ -241,9 +244,7 @@ func (t *tally) End() {
 // Decide decides one request of cost units under the rule of id.Key for
 // the client named id.Name (the bytes the proxy builds for the rule; never
 // id.Key, whose hash is seeded per process), as window.Store.AllowN would,
-// under every algorithm. Batched mode takes a cost other than 1 only for
-// a sliding window, whose counts it merges (package rules refuses the
-// rest). If Redis cannot decide, the failure mode does
+// under every algorithm, in both modes. If Redis cannot decide, the failure mode does
 // (Decision.Fallback); failing closed, the Decision is Unavailable.
 func (t *tally) Decide(id window.ID, cost int64, now time.Time) window.Decision {
 	if cost < 0 || cost > window.MaxCost {
@@ -333,19 +334,7 @@ func (t *tally) judge(r *domainRule, prefix string, cost int64, now time.Time) (
 // n units (a cost, or a charge) of the client whose keys start with prefix
 // under r, and returns the bucket as Redis left it and what it counted.
 func (d *Domain) bucket(ctx context.Context, r *domainRule, prefix, mode string, n int64, now time.Time) (window.BucketCounts, counted, error) {
-	u := r.Limit.Units(max(n, 1))
-	countBlocked := "0"
-	if r.Limit.CountBlocked {
-		countBlocked = "1"
-	}
-	args := []string{
-		mode, strconv.FormatInt(r.Limit.Limit, 10),
-		strconv.FormatInt(r.full.Nanos, 10), strconv.FormatInt(r.full.Frac, 10),
-		strconv.FormatInt(u.Nanos, 10), strconv.FormatInt(u.Frac, 10),
-		strconv.FormatInt(n, 10), strconv.FormatInt(r.Limit.Burst, 10),
-		strconv.FormatInt(int64(r.Limit.Mitigation), 10), countBlocked, d.timeArg(now),
-	}
-	vals, err := d.c.exec(ctx, bucketScript, []string{prefix}, args).AsIntSlice()
+	vals, err := d.c.exec(ctx, bucketScript, []string{prefix}, r.bucketArgs(mode, n, d.timeArg(now))).AsIntSlice()
 	if err == nil && len(vals) != 5 {
 		err = fmt.Errorf("cluster: bucket script returned %d values, want 5", len(vals))
 	}
@@ -364,6 +353,23 @@ func (d *Domain) bucket(ctx context.Context, r *domainRule, prefix, mode string,
 	return b, c, nil
 }
 
+// bucketArgs is bucketScript's ARGV for n units in mode, at the time now
+// (µs; "" for Redis's clock).
+func (r *domainRule) bucketArgs(mode string, n int64, now string) []string {
+	u := r.Limit.Units(max(n, 1))
+	countBlocked := "0"
+	if r.Limit.CountBlocked {
+		countBlocked = "1"
+	}
+	return []string{
+		mode, strconv.FormatInt(r.Limit.Limit, 10),
+		strconv.FormatInt(r.full.Nanos, 10), strconv.FormatInt(r.full.Frac, 10),
+		strconv.FormatInt(u.Nanos, 10), strconv.FormatInt(u.Frac, 10),
+		strconv.FormatInt(n, 10), strconv.FormatInt(r.Limit.Burst, 10),
+		strconv.FormatInt(int64(r.Limit.Mitigation), 10), countBlocked, now,
+	}
+}
+
 // timeArg is the time scripts judge at: "" for Redis's clock, or now in µs
 // when the domain is told to pass it (scriptTime, tests only).
 func (d *Domain) timeArg(now time.Time) string {
@@ -377,8 +383,9 @@ func (d *Domain) timeArg(now time.Time) string {
 // into the batch, for Redis once it is back (the flusher keeps what it
 // cannot send), so that the PoP's counts include the requests of the
 // outage; unless tried is set: the request's own round trip failed, and
-// Redis may have counted it (a reply lost to the budget) or not. A bucket's
-// counts made meanwhile stay on this node: a bucket has no counts to add.
+// Redis may have counted it (a reply lost to the budget) or not. In exact
+// mode a bucket's units taken meanwhile stay on this node (exact mode has
+// no flush of a bucket's units).
 func (t *tally) fallback(i int, k window.Key, key []byte, cost int64, now time.Time, tried bool) window.Decision {
 	d := t.d
 	r := &d.rules[i]
@@ -400,7 +407,7 @@ func (t *tally) fallback(i int, k window.Key, key []byte, cost int64, now time.T
 		dec = d.store.AllowLimitN(k, now, max(r.Limit.Limit/int64(d.c.Nodes()), 1), cost)
 	}
 	dec.Fallback = true
-	if !tried && !r.bucket() && cost > 0 && (dec.Allowed || r.Limit.CountBlocked && dec.RetryAfter > 0) {
+	if !tried && (!r.bucket() || !d.exact()) && cost > 0 && (dec.Allowed || r.Limit.CountBlocked && dec.RetryAfter > 0) {
 		prefix, start := d.batch.add(r, i, k, key, now, cost)
 		t.record(counted{rule: i, prefix: prefix, start: start, batched: true, k: k, n: cost})
 	}
@@ -451,8 +458,8 @@ func (t *tally) Refund(id window.ID, dec window.Decision, now time.Time) window.
 }
 
 // Charge counts n more units for id at now, after the fact. A window's
-// reach Redis with the batch, in the next flush (within the batch
-// interval), never on the request's path; batched mode counts them in the
+// (and in batched mode a bucket's) reach Redis with the batch, in the next
+// flush (within the batch interval), never on the request's path; batched mode counts them in the
 // domain's store at once, and exact mode does too while Redis is out of
 // reach, for the failure mode's decisions. A bucket in exact mode takes
 // them in Redis at once (a round trip within the budget, after the
@@ -472,12 +479,12 @@ func (t *tally) Charge(id window.ID, n int64, now time.Time) {
 	if !d.exact() || d.c.br.State() != Closed {
 		d.store.Charge(id.Key, n, now)
 	}
-	if !r.bucket() {
+	if !r.bucket() || !d.exact() {
 		d.batch.add(r, i, id.Key, id.Name, now, n)
 		return
 	}
 	start := time.Now()
-	if !d.exact() || !d.c.br.allow(start) {
+	if !d.c.br.allow(start) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d.c.cfg.Budget)

@@ -934,11 +934,11 @@ func checkCountsAfter(p *problems, path string, r *Rule, respond bool) {
 }
 
 // checkShared refuses a rule r, at path, that counters shared as c says
-// cannot count yet: in batched mode (cluster.sync batched) only a sliding
-// window's counts are merged between nodes; exact mode shares every
-// algorithm.
+// cannot count yet: batched mode (cluster.sync batched) merges a sliding
+// window's counts and a bucket's level between nodes, not yet a fixed
+// window's; exact mode shares every algorithm.
 func checkShared(p *problems, c Cluster, path string, r *Rule) {
-	if c.Store == StoreRedis && c.Sync == SyncBatched && r.Algorithm != SlidingWindow {
+	if c.Store == StoreRedis && c.Sync == SyncBatched && r.Algorithm == FixedWindow {
 		p.add(path+".algorithm", "%s is not supported with cluster.sync batched yet (cluster.sync exact shares it)", r.Algorithm)
 	}
 }

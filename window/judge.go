@@ -156,3 +156,42 @@ func (s *Store) AllowLimitN(k Key, now time.Time, limit, cost int64) Decision {
 	s.decide(k, p, s.shard(k.fp), now.UnixNano(), uint64(cost), l, &d)
 	return d
 }
+
+// MergeBucket raises k's bucket at now to at least level plus pending
+// units: the level a shared store holds for the whole PoP, and what this
+// node has taken since it sent its own share, so that this store's
+// decisions see what the other nodes took. A level is never lowered, and
+// goes no higher than 2×Burst units (−Burst tokens), as count_blocked
+// takes it; a mitigation this store holds stays. A k that is not tracked
+// and finds no free slot is not merged (MergeBucket never evicts). It
+// reports whether the level was taken in; it takes nothing in for a rule
+// that is not a bucket.
+func (s *Store) MergeBucket(k Key, now time.Time, level Level, pending int64) bool {
+	p := &s.params[k.fp>>56]
+	if !p.algorithm.bucket() {
+		return false
+	}
+	t := p.bucketNow(now.UnixNano())
+	shared := p.levelOf(level)
+	if pending > 0 {
+		shared = p.raise(shared, uint64(pending))
+	}
+	sh := s.shard(k.fp)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i := sh.find(k.fp)
+	if i < 0 && !shared.isZero() {
+		i = s.insertFree(sh, k.fp, counters{})
+	}
+	if i < 0 {
+		return false
+	}
+	sh.forget(k.fp)
+	ent := &sh.slots[i].counters
+	b := p.load(ent)
+	if p.level(&b, t).less(shared) {
+		b.tat = p.add(span{ns: t}, shared)
+		p.store(ent, b, t)
+	}
+	return true
+}

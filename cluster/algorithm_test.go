@@ -249,3 +249,40 @@ func TestBatchedTokenBucket(t *testing.T) {
 	}
 	checkTTLs(t, srv)
 }
+
+// TestBatchedFixedWindow: in batched mode a fixed window's counts are
+// shared as a sliding window's are, its previous period ignored.
+func TestBatchedFixedWindow(t *testing.T) {
+	srv := redistest.Start(t)
+	l := window.Limit{Algorithm: window.FixedWindow, Limit: 5, Period: time.Hour}
+	var cs [2]*Client
+	var ds [2]*Domain
+	var ss [2]*window.Store
+	for i := range cs {
+		cfg := testConfig(srv.Addr, rules.SyncBatched, rules.FailLocal)
+		cfg.BatchInterval = time.Hour // flushed by the test only, in its order
+		cs[i] = newClient(t, cfg, "n"+strconv.Itoa(i))
+		wait.For(t, 2*time.Second, "scripts loaded", cs[i].scriptsLoaded.Load)
+		ds[i], ss[i] = newDomain(t, cs[i], l)
+	}
+	steps := []struct {
+		node  int
+		flush bool // flush the node instead of a request
+		want  bool
+	}{
+		{node: 0, want: true}, {node: 0, want: true}, {node: 0, want: true},
+		{node: 1, want: true}, {node: 1, want: true}, {node: 1, want: true}, // 6: one past the limit
+		{node: 0, flush: true}, {node: 1, flush: true},
+		{node: 1, want: false}, // node 1 merged all 6
+	}
+	for i, s := range steps {
+		if s.flush {
+			cs[s.node].flush()
+			continue
+		}
+		if dec, _ := allow(ds[s.node], ss[s.node], "x"); dec.Allowed != s.want || dec.Fallback {
+			t.Fatalf("step %d, node %d: got %+v, want allowed %v", i, s.node, dec, s.want)
+		}
+	}
+	checkTTLs(t, srv)
+}

@@ -436,7 +436,6 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 		for j, rc := range dc.Rules {
 			r := compileRule(p, path, j, rc, ruleNames)
 			checkCountsAfter(p, fmt.Sprintf("%s.rules[%d]", path, j), r, dc.Respond != nil)
-			checkShared(p, t.Cluster, fmt.Sprintf("%s.rules[%d]", path, j), r)
 			d.Rules = append(d.Rules, r)
 			if _, dup := d.byName[r.Name]; !dup && r.Name != "" {
 				d.byName[r.Name] = r
@@ -681,8 +680,7 @@ func checkDNSName(h, raw string) string {
 }
 
 // compileRule compiles rule j of the domain at domainPath. names maps the
-// rule names seen so far in that domain to their index; store is where
-// the table's counters live.
+// rule names seen so far in that domain to their index.
 func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map[string]int) *Rule {
 	path := fmt.Sprintf("%s.rules[%d]", domainPath, j)
 	r := &Rule{
@@ -930,16 +928,6 @@ func checkCountsAfter(p *problems, path string, r *Rule, respond bool) {
 		if k.set && respond {
 			p.add(path+"."+k.key, "needs an origin's response, but the domain answers with respond")
 		}
-	}
-}
-
-// checkShared refuses a rule r, at path, that counters shared as c says
-// cannot count yet: batched mode (cluster.sync batched) merges a sliding
-// window's counts and a bucket's level between nodes, not yet a fixed
-// window's; exact mode shares every algorithm.
-func checkShared(p *problems, c Cluster, path string, r *Rule) {
-	if c.Store == StoreRedis && c.Sync == SyncBatched && r.Algorithm == FixedWindow {
-		p.add(path+".algorithm", "%s is not supported with cluster.sync batched yet (cluster.sync exact shares it)", r.Algorithm)
 	}
 }
 

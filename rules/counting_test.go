@@ -19,10 +19,6 @@ func TestCompileCountingErrors(t *testing.T) {
 		c.Cluster.Store = "redis"
 		c.Cluster.Redis.Addresses = []string{"127.0.0.1:6379"}
 	}
-	batched := func(c *Config) {
-		redis(c)
-		c.Cluster.Sync = "batched"
-	}
 	tests := []struct {
 		name string
 		rule RuleConfig // Name, Limit and Period are filled in: limit 10 per minute
@@ -93,8 +89,6 @@ func TestCompileCountingErrors(t *testing.T) {
 			want: []string{at + `max_cost: must be at most the rule's limit (10), got 11`}},
 		{name: "max_cost over burst", rule: RuleConfig{Algorithm: "token_bucket", Burst: 3, CostHeader: "X-Cost", MaxCost: 4},
 			want: []string{at + `max_cost: must be at most the rule's burst (3), got 4`}},
-		{name: "batched fixed window", rule: RuleConfig{Algorithm: "fixed_window"}, more: batched,
-			want: []string{at + `algorithm: fixed_window is not supported with cluster.sync batched yet (cluster.sync exact shares it)`}},
 		{name: "redis leaky queue", rule: RuleConfig{Algorithm: "leaky_bucket", MaxDelay: time.Second}, more: redis,
 			want: []string{at + `max_delay: a leaky_bucket queue (max_delay above 0) is not supported yet, got 1s; 0 refuses at once`}},
 		{name: "everything at once", rule: RuleConfig{Algorithm: "fixed_window", Burst: 2, MaxDelay: time.Second, Cost: intp(-3), MaxCost: 2},
@@ -170,6 +164,8 @@ func TestCompileCounting(t *testing.T) {
 			want: Rule{Algorithm: LeakyBucket, Cost: 0}, cap: 10},
 		{name: "redis batched token bucket", rule: RuleConfig{Limit: 10, Algorithm: "token_bucket", Burst: 20, Cost: intp(2)}, sync: "batched",
 			want: Rule{Algorithm: TokenBucket, Burst: 20, Cost: 2}, cap: 20},
+		{name: "redis batched fixed window", rule: RuleConfig{Limit: 10, Algorithm: "fixed_window"}, sync: "batched",
+			want: Rule{Algorithm: FixedWindow, Cost: 1}, cap: 10},
 		{name: "redis batched leaky bucket", rule: RuleConfig{Limit: 10, Algorithm: "leaky_bucket"}, sync: "batched",
 			want: Rule{Algorithm: LeakyBucket, Cost: 1}, cap: 10},
 		{name: "redis batched sliding window with cost", rule: RuleConfig{Limit: 10, Cost: intp(3), CostHeader: "X-Cost", MaxCost: 4}, sync: "batched",

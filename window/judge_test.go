@@ -56,3 +56,39 @@ func TestMergeBucket(t *testing.T) {
 		t.Errorf("at -burst: got %+v, want refused with RetryAfter 11s", d)
 	}
 }
+
+// TestMergeFixedWindow: a fixed window takes in the shared count of its
+// current period only (its previous period does not count); a bucket takes
+// nothing from Merge.
+func TestMergeFixedWindow(t *testing.T) {
+	const P = time.Minute
+	t0 := time.Unix(1_800_000_000, 0) // a period start
+	tests := []struct {
+		name       string
+		l          Limit
+		start      time.Duration // of the merged period, after t0
+		prev, curr int64
+		wantOK     bool
+		wantCurr   int64
+	}{
+		{"current period raised, previous ignored", Limit{Algorithm: FixedWindow, Limit: 20, Period: P}, 0, 9, 7, true, 7},
+		{"a past period ignored", Limit{Algorithm: FixedWindow, Limit: 20, Period: P}, -P, 0, 7, false, 2},
+		{"a bucket takes nothing", Limit{Algorithm: TokenBucket, Limit: 20, Period: P}, 0, 0, 7, false, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := New(Options{Capacity: 16, Limits: []Limit{tt.l}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			k := s.KeyString(0, "x")
+			s.AllowN(k, t0, 2)
+			if got := s.Merge(k, t0.Add(tt.start), tt.prev, tt.curr); got != tt.wantOK {
+				t.Errorf("Merge = %v, want %v", got, tt.wantOK)
+			}
+			if st := s.Peek(k, t0); st.Previous != 0 || st.Current != tt.wantCurr && !tt.l.Algorithm.bucket() {
+				t.Errorf("got previous %d current %d, want 0 and %d", st.Previous, st.Current, tt.wantCurr)
+			}
+		})
+	}
+}

@@ -39,12 +39,15 @@ func (s *Store) AllowLimit(k Key, now time.Time, limit int64) Decision {
 // Raising counts can only make decisions stricter, so a block the store has
 // cached for k stays right, but its wait may grow: the block is dropped.
 // Merge may be called at any time, concurrently with Allow. It is for
-// sliding windows only, and takes nothing in for a rule of another
-// algorithm.
+// windows only (a fixed window takes curr alone: its previous period does
+// not count), and takes nothing in for a bucket (see MergeBucket).
 func (s *Store) Merge(k Key, start time.Time, prev, curr int64) bool {
 	p := &s.params[k.fp>>56]
-	if p.algorithm != SlidingWindow {
+	if p.algorithm.bucket() {
 		return false
+	}
+	if p.algorithm == FixedWindow {
+		prev = 0
 	}
 	t := start.UnixNano()
 	w := t / p.period
@@ -70,6 +73,8 @@ func (s *Store) Merge(k Key, start time.Time, prev, curr int64) bool {
 	switch d := int64(int32(uint32(w) - ent.win)); {
 	case d > 0:
 		p.advance(ent, w, 0) // the merged counts are newer: move on to them
+	case d == -1 && p.algorithm == FixedWindow:
+		return false // over: a fixed window keeps no previous count
 	case d == -1:
 		// The entry is one period further on: the merged current period
 		// is its previous one.

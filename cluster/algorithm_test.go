@@ -207,16 +207,10 @@ func TestBatchedCost(t *testing.T) {
 	}
 }
 
-// TestBatchedTokenBucket: in batched mode each node decides a bucket
-// locally and every flush takes the units it took from the shared bucket,
-// which may go down to −burst tokens: the overshoot of local decisions is
-// paid back by waiting, on every node that touched the key.
-func TestBatchedTokenBucket(t *testing.T) {
-	srv := redistest.Start(t)
-	l := window.Limit{Algorithm: window.TokenBucket, Limit: 10, Period: time.Hour}
-	var cs [2]*Client
-	var ds [2]*Domain
-	var ss [2]*window.Store
+// batchedNodes returns two batched nodes on srv, each with a domain of one
+// rule counted by l, that flush only when the test tells them to.
+func batchedNodes(t *testing.T, srv *redistest.Server, l window.Limit) (cs [2]*Client, ds [2]*Domain, ss [2]*window.Store) {
+	t.Helper()
 	for i := range cs {
 		cfg := testConfig(srv.Addr, rules.SyncBatched, rules.FailLocal)
 		cfg.BatchInterval = time.Hour // flushed by the test only, in its order
@@ -224,6 +218,17 @@ func TestBatchedTokenBucket(t *testing.T) {
 		wait.For(t, 2*time.Second, "scripts loaded", cs[i].scriptsLoaded.Load)
 		ds[i], ss[i] = newDomain(t, cs[i], l)
 	}
+	return cs, ds, ss
+}
+
+// TestBatchedTokenBucket: in batched mode each node decides a bucket
+// locally and every flush takes the units it took from the shared bucket,
+// which may go down to −burst tokens: the overshoot of local decisions is
+// paid back by waiting, on every node that touched the key.
+func TestBatchedTokenBucket(t *testing.T) {
+	srv := redistest.Start(t)
+	l := window.Limit{Algorithm: window.TokenBucket, Limit: 10, Period: time.Hour}
+	cs, ds, ss := batchedNodes(t, srv, l)
 	take := func(node, n int, want bool) window.Decision {
 		t.Helper()
 		var dec window.Decision
@@ -255,16 +260,7 @@ func TestBatchedTokenBucket(t *testing.T) {
 func TestBatchedFixedWindow(t *testing.T) {
 	srv := redistest.Start(t)
 	l := window.Limit{Algorithm: window.FixedWindow, Limit: 5, Period: time.Hour}
-	var cs [2]*Client
-	var ds [2]*Domain
-	var ss [2]*window.Store
-	for i := range cs {
-		cfg := testConfig(srv.Addr, rules.SyncBatched, rules.FailLocal)
-		cfg.BatchInterval = time.Hour // flushed by the test only, in its order
-		cs[i] = newClient(t, cfg, "n"+strconv.Itoa(i))
-		wait.For(t, 2*time.Second, "scripts loaded", cs[i].scriptsLoaded.Load)
-		ds[i], ss[i] = newDomain(t, cs[i], l)
-	}
+	cs, ds, ss := batchedNodes(t, srv, l)
 	steps := []struct {
 		node  int
 		flush bool // flush the node instead of a request

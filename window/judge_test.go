@@ -30,10 +30,7 @@ func TestMergeBucket(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := New(Options{Capacity: 16, Limits: []Limit{tt.l}})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := newStore(t, 16, tt.l)
 			k := s.KeyString(0, "x")
 			if tt.taken > 0 {
 				if d := s.AllowN(k, t0, tt.taken); !d.Allowed {
@@ -49,7 +46,7 @@ func TestMergeBucket(t *testing.T) {
 		})
 	}
 	// At −burst tokens the wait for one is burst + 1 units.
-	s, _ := New(Options{Capacity: 16, Limits: []Limit{bucket}})
+	s := newStore(t, 16, bucket)
 	k := s.KeyString(0, "x")
 	s.MergeBucket(k, t0, units(30), 0)
 	if d := s.Allow(k, t0); d.Allowed || d.RetryAfter != 11*time.Second {
@@ -77,10 +74,7 @@ func TestMergeFixedWindow(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := New(Options{Capacity: 16, Limits: []Limit{tt.l}})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := newStore(t, 16, tt.l)
 			k := s.KeyString(0, "x")
 			s.AllowN(k, t0, 2)
 			if got := s.Merge(k, t0.Add(tt.start), tt.prev, tt.curr); got != tt.wantOK {

@@ -61,6 +61,10 @@ func TestExactMatchesStore(t *testing.T) {
 		{"token mitigation", window.Limit{Algorithm: window.TokenBucket, Limit: 9, Period: 2 * time.Second, Burst: 5, Mitigation: 1500 * time.Millisecond}},
 		{"leaky", window.Limit{Algorithm: window.LeakyBucket, Limit: 7, Period: 3 * time.Second}},
 		{"leaky count_blocked mitigation", window.Limit{Algorithm: window.LeakyBucket, Limit: 11, Period: 5 * time.Second, Burst: 8, CountBlocked: true, Mitigation: time.Second}},
+		// A unit of 3.6ns, a fraction of a nanosecond with denominator 10⁹.
+		{"token huge limit", window.Limit{Algorithm: window.TokenBucket, Limit: 1_000_000_000, Period: time.Hour, Burst: 4}},
+		// A bucket that takes 1143h to fill: twice that, in ns, is near 2⁵³.
+		{"leaky slow count_blocked", window.Limit{Algorithm: window.LeakyBucket, Limit: 7, Period: 1000 * time.Hour, Burst: 8, CountBlocked: true}},
 	}
 	for li, tt := range limits {
 		t.Run(tt.name, func(t *testing.T) {

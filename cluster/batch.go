@@ -64,8 +64,8 @@ func (b *batch) add(r *domainRule, i int, k window.Key, key []byte, now time.Tim
 	return p.prefix, pk.start
 }
 
-// refund takes back one count made for k in the period starting at start.
-func (b *batch) refund(r *domainRule, i int, k window.Key, prefix string, start int64) {
+// refund takes back n units counted for k in the period starting at start.
+func (b *batch) refund(r *domainRule, i int, k window.Key, prefix string, start, n int64) {
 	pk := pendKey{k: k, start: start}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -73,7 +73,7 @@ func (b *batch) refund(r *domainRule, i int, k window.Key, prefix string, start 
 	if !ok {
 		p = pend{rule: i, prefix: prefix}
 	}
-	p.delta--
+	p.delta -= n
 	b.pending[pk] = p
 }
 
@@ -122,16 +122,23 @@ func (b *batch) keep(it flushItem, now time.Time) {
 	b.pending[it.key] = p
 }
 
-// merge takes the PoP-wide counts of key into the domain's store, with
-// what this node counted since they were read added to the current period.
-func (b *batch) merge(key pendKey, prev, curr int64) {
+// merge takes the PoP-wide counts of key (in vals, as the flush script of
+// its rule returns them) into the domain's store, with what this node
+// counted since they were read added: a window's counts {prev, curr} to
+// the current period; a bucket's level (bucketScript's reply) at now.
+func (b *batch) merge(key pendKey, vals []int64, now time.Time) {
 	if b.d.exact() {
 		return // the store holds only what was decided without Redis
 	}
 	b.mu.Lock()
-	own := b.pending[key].delta
+	own := max(b.pending[key].delta, 0)
 	b.mu.Unlock()
-	b.d.store.Merge(key.k, time.Unix(key.start, 0), prev, curr+max(own, 0))
+	switch {
+	case len(vals) == 2:
+		b.d.store.Merge(key.k, time.Unix(key.start, 0), vals[0], vals[1]+own)
+	case len(vals) == 5:
+		b.d.store.MergeBucket(key.k, now, window.Level{Nanos: vals[2], Frac: vals[3]}, own)
+	}
 }
 
 // flusher shares the batched counts every batch interval, and once more
@@ -243,24 +250,42 @@ func (c *Client) flushChunk(ctx context.Context, items []flushItem) error {
 	if err != nil {
 		return err
 	}
+	now := time.Now()
 	for i, it := range items {
-		if v, err := res[i].AsIntSlice(); err == nil && len(v) == 2 {
-			it.b.merge(it.key, v[0], v[1])
+		if v, err := res[i].AsIntSlice(); err == nil {
+			it.b.merge(it.key, v, now)
 		}
 	}
 	return nil
 }
 
-// flushCommand is the flush script for one key: EVALSHA, or EVAL.
+// flushCommand is the flush script for one key: EVALSHA, or EVAL. A
+// window's adds the node's count to the period's; a bucket's takes the
+// units the node took from the shared bucket (bucketScript charges them,
+// or gives back net refunds), which may go down to −burst tokens: the
+// overshoot that deciding locally brings is paid back by every node
+// (Databricks' token buckets do the same), and reads the level back.
 func flushCommand(rdb rueidis.Client, it flushItem, eval bool) rueidis.Completed {
 	r := &it.b.d.rules[it.p.rule]
-	start := strconv.FormatInt(it.key.start, 10)
-	period := strconv.FormatInt(r.periodSeconds, 10)
-	delta := strconv.FormatInt(it.p.delta, 10)
-	if eval {
-		return rdb.B().Eval().Script(flushScript.src).Numkeys(1).Key(it.p.prefix).Arg(start, period, delta).Build()
+	s, args := flushScript, []string{
+		strconv.FormatInt(it.key.start, 10),
+		strconv.FormatInt(r.periodSeconds, 10),
+		strconv.FormatInt(it.p.delta, 10),
 	}
-	return rdb.B().Evalsha().Sha1(flushScript.sha).Numkeys(1).Key(it.p.prefix).Arg(start, period, delta).Build()
+	if r.bucket() {
+		mode, n := "c", it.p.delta
+		switch {
+		case n < 0:
+			mode, n = "r", -n
+		case n == 0:
+			mode = "p"
+		}
+		s, args = bucketScript, r.bucketArgs(mode, n, "")
+	}
+	if eval {
+		return rdb.B().Eval().Script(s.src).Numkeys(1).Key(it.p.prefix).Arg(args...).Build()
+	}
+	return rdb.B().Evalsha().Sha1(s.sha).Numkeys(1).Key(it.p.prefix).Arg(args...).Build()
 }
 
 func anyNoScript(res []rueidis.RedisResult) bool {

@@ -8,17 +8,22 @@
 // as counted through a Client, a window.Counter that the proxy asks as it
 // would the domain's own window.Store. Two modes:
 //
-//   - exact: every decision is one atomic round trip, a Lua script that reads
-//     both counters, judges on Redis's clock with the estimate the window
-//     package uses, counts the request if the rule says so and sets the TTL.
+//   - exact: every decision is one atomic round trip, a Lua script (one per
+//     algorithm: sliding or fixed window, token or leaky bucket) that reads
+//     the key's state, judges on Redis's clock in integers as the window
+//     package does, counts the request's cost if the rule says so and sets
+//     the TTL; the Decision is computed from the state it returns by the
+//     window package's own code (window.Limit.JudgeCost, JudgeBucket).
 //     Requests spread over several nodes can never together exceed a limit.
 //     A key found blocked is remembered locally until its Retry-After and
 //     answered without Redis (Cloudflare does the same with mitigations).
-//   - batched: decisions are local, in the domain's window.Store; every batch
-//     interval the node adds the counts it made to Redis in one pipelined
-//     round trip and reads back the PoP-wide counts of the keys it touched
-//     (window.Store.Merge). Redis traffic grows with active keys, not with
-//     requests; the price is an overshoot of about rate × interval.
+//   - batched, for sliding windows only (package rules refuses the other
+//     algorithms): decisions are local, in the domain's window.Store; every
+//     batch interval the node adds the counts it made to Redis in one
+//     pipelined round trip and reads back the PoP-wide counts of the keys
+//     it touched (window.Store.Merge). Redis traffic grows with active
+//     keys, not with requests; the price is an overshoot of about rate ×
+//     interval.
 //
 // No request waits for Redis longer than the budget. When Redis fails
 // (errors or the budget exceeded, failThreshold times in a row) the circuit
@@ -71,8 +76,8 @@ type Options struct {
 	// Logger receives circuit changes; nil discards.
 	Logger *slog.Logger
 	// OnRoundTrip, if set, is called after every round trip to Redis with
-	// what it was for ("decide", "refund", "flush", "heartbeat", "forget",
-	// "peek"),
+	// what it was for ("decide", "refund", "charge", "flush", "heartbeat",
+	// "forget", "peek"),
 	// how long it took and its error (nil on success). It must be fast and
 	// safe for concurrent use.
 	OnRoundTrip func(op string, took time.Duration, err error)

@@ -43,6 +43,9 @@ type Domain struct {
 	// exact mode those made without Redis (on_store_failure local or
 	// open), sent once Redis is back.
 	batch *batch
+	// scriptTime makes exact-mode scripts judge at the time the caller
+	// passes rather than on Redis's clock: for tests that compare traces.
+	scriptTime bool
 }
 
 var _ window.Counter = (*Domain)(nil)
@@ -50,10 +53,31 @@ var _ window.Counter = (*Domain)(nil)
 type domainRule struct {
 	Rule
 	Limit         window.Limit // as the domain's store counts the rule
-	base          string       // "edge:<pop>:<domain>:<rule>:<period>s:"
+	base          string       // "edge:<pop>:<domain>:<rule>:<period>s:", see keyBase
 	periodSeconds int64
-	args          []string // decideScript's ARGV
+	args          []string // a window script's ARGV, without cost and time
+	decide, peek  *script  // the rule's scripts in exact mode (peek: windows only)
+	full          window.Level
 }
+
+// keyBase is the start of rule name's keys in Redis, counted by l: a
+// sliding window's keys are named as they always were; other algorithms
+// add their name, and a bucket its burst, so that a rule whose algorithm
+// or burst changes counts afresh, as a period change does.
+func keyBase(pop, domain, name string, l window.Limit, secs int64) string {
+	base := "edge:" + pop + ":" + domain + ":" + name + ":"
+	if l.Algorithm != window.SlidingWindow {
+		base += l.Algorithm.String() + ":"
+	}
+	base += strconv.FormatInt(secs, 10) + "s:"
+	if l.Algorithm == window.TokenBucket || l.Algorithm == window.LeakyBucket {
+		base += "b" + strconv.FormatInt(l.Burst, 10) + ":"
+	}
+	return base
+}
+
+// bucket reports whether r counts in a bucket.
+func (r *domainRule) bucket() bool { return r.decide == bucketScript }
 
 // blockedUntil is a block remembered in exact mode.
 type blockedUntil struct {
@@ -80,10 +104,10 @@ func (c *Client) Domain(name string, rs []Rule, store *window.Store) (*Domain, e
 		if l.CountBlocked {
 			countBlocked = "1"
 		}
-		d.rules[i] = domainRule{
+		dr := domainRule{
 			Rule:          r,
 			Limit:         l,
-			base:          "edge:" + c.pop + ":" + name + ":" + r.Name + ":" + strconv.FormatInt(secs, 10) + "s:",
+			base:          keyBase(c.pop, name, r.Name, l, secs),
 			periodSeconds: secs,
 			args: []string{
 				strconv.FormatInt(l.Limit, 10),
@@ -91,7 +115,17 @@ func (c *Client) Domain(name string, rs []Rule, store *window.Store) (*Domain, e
 				strconv.FormatInt(int64(l.Mitigation/time.Microsecond), 10),
 				countBlocked,
 			},
+			decide: decideScript,
+			peek:   peekScript,
 		}
+		switch l.Algorithm {
+		case window.FixedWindow:
+			dr.decide, dr.peek = fixedScript, fixedPeekScript
+		case window.TokenBucket, window.LeakyBucket:
+			dr.decide, dr.peek = bucketScript, nil
+			dr.full = l.Units(l.Burst)
+		}
+		d.rules[i] = dr
 	}
 	if d.exact() {
 		var err error
@@ -132,8 +166,11 @@ func (r *domainRule) prefix(key []byte) string {
 }
 
 // periodStart is the Unix second at which the period of r holding now
-// starts.
+// starts; 0 for a bucket, which has no periods.
 func (r *domainRule) periodStart(now time.Time) int64 {
+	if r.bucket() {
+		return 0
+	}
 	s := now.Unix()
 	w := s / r.periodSeconds
 	if s%r.periodSeconds < 0 {
@@ -165,6 +202,7 @@ type counted struct {
 	prefix  string
 	start   int64 // period start, Unix s
 	batched bool  // counted in the batch (else in Redis, exact mode)
+	n       int64 // the units counted
 	k       window.Key
 	// counts are what Redis judged by (exact mode), so that a refund can
 	// describe the quota left as the store would after taking it back.
@@ -203,32 +241,33 @@ func (t *tally) End() {
 	}
 }
 
-// Decide decides one request under the rule of id.Key for the client named
-// id.Name (the bytes the proxy builds for the rule; never id.Key, whose
-// hash is seeded per process), as window.Store.Allow would. Like the
-// store's own counter it takes cost 1 only. If Redis cannot decide, the
-// failure mode does (Decision.Fallback); failing closed, the Decision is
-// Unavailable.
+// Decide decides one request of cost units under the rule of id.Key for
+// the client named id.Name (the bytes the proxy builds for the rule; never
+// id.Key, whose hash is seeded per process), as window.Store.AllowN would,
+// under every algorithm, in both modes. If Redis cannot decide, the failure mode does
+// (Decision.Fallback); failing closed, the Decision is Unavailable.
 func (t *tally) Decide(id window.ID, cost int64, now time.Time) window.Decision {
-	if cost != 1 {
+	if cost < 0 || cost > window.MaxCost {
 		return window.Decision{}
 	}
 	d, i, k := t.d, id.Key.Rule(), id.Key
 	r := &d.rules[i]
 	if !d.exact() {
 		if t.unavailable || d.c.br.State() != Closed {
-			return t.fallback(i, k, id.Name, now, false)
+			return t.fallback(i, k, id.Name, cost, now, false)
 		}
-		dec := d.store.Allow(k, now)
-		if dec.Allowed || r.Limit.CountBlocked {
-			prefix, start := d.batch.add(r, i, k, id.Name, now, 1)
-			t.record(counted{rule: i, prefix: prefix, start: start, batched: true, k: k})
+		dec := d.store.AllowN(k, now, cost)
+		if cost > 0 && (dec.Allowed || r.Limit.CountBlocked && dec.RetryAfter > 0) {
+			prefix, start := d.batch.add(r, i, k, id.Name, now, cost)
+			t.record(counted{rule: i, prefix: prefix, start: start, batched: true, k: k, n: cost})
 		}
 		return dec
 	}
-	if !r.Limit.CountBlocked {
-		// A blocked key cannot change state until its wait is over: its own
-		// requests are all blocked and counted nowhere.
+	// A request that needs one unit (cost 0 or 1) is refused while a block
+	// found for such a request lasts: the key cannot change state until
+	// then, its own requests all blocked and counted nowhere.
+	cached := cost <= 1 && !r.Limit.CountBlocked
+	if cached {
 		if b, ok := d.blocked.Get(k); ok && now.Before(b.until) {
 			wait := b.until.Sub(now)
 			return window.Decision{RetryAfter: wait, Reset: wait, Mitigated: b.mitigated}
@@ -236,16 +275,45 @@ func (t *tally) Decide(id window.ID, cost int64, now time.Time) window.Decision 
 	}
 	start := time.Now()
 	if t.unavailable || !d.c.br.allow(start) {
-		return t.fallback(i, k, id.Name, now, false)
+		return t.fallback(i, k, id.Name, cost, now, false)
 	}
 	prefix := r.prefix(id.Name)
-	vals, err := d.c.exec(t.context(d.c.cfg.Budget), decideScript, []string{prefix}, r.args).AsIntSlice()
+	dec, c, mitigation, err := t.judge(r, prefix, cost, now)
+	d.c.done("decide", start, err)
+	if err != nil {
+		return t.fallback(i, k, id.Name, cost, now, true)
+	}
+	if c.n > 0 {
+		c.rule = i
+		t.record(c)
+	}
+	// Cached only where the whole wait is as refused as now: no mitigation
+	// ends before it (Mitigated stays true throughout).
+	if cached && !dec.Allowed && dec.RetryAfter > 0 && (mitigation == 0 || mitigation >= dec.RetryAfter) {
+		d.blocked.Add(k, blockedUntil{until: now.Add(dec.RetryAfter), mitigated: dec.Mitigated})
+	}
+	return dec
+}
+
+// judge runs r's script for a request of cost units of the client whose
+// keys start with prefix, and returns the Decision, what it counted (n 0
+// if nothing) and the mitigation left.
+func (t *tally) judge(r *domainRule, prefix string, cost int64, now time.Time) (window.Decision, counted, time.Duration, error) {
+	ctx := t.context(t.d.c.cfg.Budget)
+	if r.bucket() {
+		b, c, err := t.d.bucket(ctx, r, prefix, "d", cost, now)
+		if err != nil {
+			return window.Decision{}, c, 0, err
+		}
+		return r.Limit.JudgeBucket(b, cost), c, b.Mitigation, nil
+	}
+	args := append(r.args[:len(r.args):len(r.args)], strconv.FormatInt(cost, 10), t.d.timeArg(now))
+	vals, err := t.d.c.exec(ctx, r.decide, []string{prefix}, args).AsIntSlice()
 	if err == nil && len(vals) != 7 {
 		err = fmt.Errorf("cluster: decide script returned %d values, want 7", len(vals))
 	}
-	d.c.done("decide", start, err)
 	if err != nil {
-		return t.fallback(i, k, id.Name, now, true)
+		return window.Decision{}, counted{}, 0, err
 	}
 	counts := window.Counts{
 		Allowed:    vals[0] == 1,
@@ -254,28 +322,81 @@ func (t *tally) Decide(id window.ID, cost int64, now time.Time) window.Decision 
 		Elapsed:    time.Duration(vals[4]) * time.Microsecond,
 		Mitigation: time.Duration(vals[5]) * time.Microsecond,
 	}
-	dec := r.Limit.Judge(counts)
+	c := counted{prefix: prefix, start: vals[6], counts: counts}
 	if vals[1] == 1 {
-		t.record(counted{rule: i, prefix: prefix, start: vals[6], counts: counts})
+		c.n = cost
 	}
-	if !dec.Allowed && !r.Limit.CountBlocked {
-		d.blocked.Add(k, blockedUntil{until: now.Add(dec.RetryAfter), mitigated: dec.Mitigated})
+	return r.Limit.JudgeCost(counts, cost), c, counts.Mitigation, nil
+}
+
+// bucket runs bucketScript in mode ("d" decide, "c" charge, "r" refund,
+// "p" peek) for
+// n units (a cost, or a charge) of the client whose keys start with prefix
+// under r, and returns the bucket as Redis left it and what it counted.
+func (d *Domain) bucket(ctx context.Context, r *domainRule, prefix, mode string, n int64, now time.Time) (window.BucketCounts, counted, error) {
+	vals, err := d.c.exec(ctx, bucketScript, []string{prefix}, r.bucketArgs(mode, n, d.timeArg(now))).AsIntSlice()
+	if err == nil && len(vals) != 5 {
+		err = fmt.Errorf("cluster: bucket script returned %d values, want 5", len(vals))
 	}
-	return dec
+	if err != nil {
+		return window.BucketCounts{}, counted{}, err
+	}
+	b := window.BucketCounts{
+		Allowed:    vals[0] == 1,
+		Level:      window.Level{Nanos: vals[2], Frac: vals[3]},
+		Mitigation: time.Duration(vals[4]),
+	}
+	c := counted{prefix: prefix}
+	if vals[1] == 1 {
+		c.n = n
+	}
+	return b, c, nil
+}
+
+// bucketArgs is bucketScript's ARGV for n units in mode, at the time now
+// (µs; "" for Redis's clock).
+func (r *domainRule) bucketArgs(mode string, n int64, now string) []string {
+	u := r.Limit.Units(max(n, 1))
+	countBlocked := "0"
+	if r.Limit.CountBlocked {
+		countBlocked = "1"
+	}
+	return []string{
+		mode, strconv.FormatInt(r.Limit.Limit, 10),
+		strconv.FormatInt(r.full.Nanos, 10), strconv.FormatInt(r.full.Frac, 10),
+		strconv.FormatInt(u.Nanos, 10), strconv.FormatInt(u.Frac, 10),
+		strconv.FormatInt(n, 10), strconv.FormatInt(r.Limit.Burst, 10),
+		strconv.FormatInt(int64(r.Limit.Mitigation), 10), countBlocked, now,
+	}
+}
+
+// timeArg is the time scripts judge at: "" for Redis's clock, or now in µs
+// when the domain is told to pass it (scriptTime, tests only).
+func (d *Domain) timeArg(now time.Time) string {
+	if !d.scriptTime {
+		return ""
+	}
+	return strconv.FormatInt(now.UnixMicro(), 10)
 }
 
 // fallback decides without Redis, by the failure mode. What it counts goes
 // into the batch, for Redis once it is back (the flusher keeps what it
 // cannot send), so that the PoP's counts include the requests of the
 // outage; unless tried is set: the request's own round trip failed, and
-// Redis may have counted it (a reply lost to the budget) or not.
-func (t *tally) fallback(i int, k window.Key, key []byte, now time.Time, tried bool) window.Decision {
+// Redis may have counted it (a reply lost to the budget) or not. In exact
+// mode a bucket's units taken meanwhile stay on this node (exact mode has
+// no flush of a bucket's units).
+func (t *tally) fallback(i int, k window.Key, key []byte, cost int64, now time.Time, tried bool) window.Decision {
 	d := t.d
 	r := &d.rules[i]
 	var dec window.Decision
 	switch d.c.cfg.OnStoreFailure {
 	case rules.FailOpen:
-		dec = window.Decision{Allowed: true, Remaining: r.Limit.Limit - 1}
+		hold := r.Limit.Limit
+		if r.bucket() {
+			hold = r.Limit.Burst
+		}
+		dec = window.Decision{Allowed: true, Remaining: hold - 1}
 	case rules.FailClosed:
 		t.unavailable = true
 		return window.Decision{Fallback: true, Unavailable: true, RetryAfter: d.c.br.untilProbe(now)}
@@ -283,20 +404,20 @@ func (t *tally) fallback(i int, k window.Key, key []byte, now time.Time, tried b
 		// The node's share of the limit, so that the PoP as a whole stays
 		// near the limit without Redis: the last known number of live
 		// nodes, each taking limit/nodes (rounded down, at least 1).
-		dec = d.store.AllowLimit(k, now, max(r.Limit.Limit/int64(d.c.Nodes()), 1))
+		dec = d.store.AllowLimitN(k, now, max(r.Limit.Limit/int64(d.c.Nodes()), 1), cost)
 	}
 	dec.Fallback = true
-	if !tried && (dec.Allowed || r.Limit.CountBlocked) {
-		prefix, start := d.batch.add(r, i, k, key, now, 1)
-		t.record(counted{rule: i, prefix: prefix, start: start, batched: true, k: k})
+	if !tried && (!r.bucket() || !d.exact()) && cost > 0 && (dec.Allowed || r.Limit.CountBlocked && dec.RetryAfter > 0) {
+		prefix, start := d.batch.add(r, i, k, key, now, cost)
+		t.record(counted{rule: i, prefix: prefix, start: start, batched: true, k: k, n: cost})
 	}
 	return dec
 }
 
-// Refund takes back the request that dec (from Decide of the same tally)
-// counted under id, for a request another rule blocked, and returns dec
-// as it is after the refund. A refund that cannot reach Redis is dropped:
-// the count stays, which errs on the strict side.
+// Refund takes back what dec (from Decide of the same tally) counted
+// under id, for a request another rule blocked, and returns dec as it is
+// after the refund. A refund that cannot reach Redis is dropped: the count
+// stays, which errs on the strict side.
 func (t *tally) Refund(id window.ID, dec window.Decision, now time.Time) window.Decision {
 	d, i, k := t.d, id.Key.Rule(), id.Key
 	c := t.find(i)
@@ -304,43 +425,78 @@ func (t *tally) Refund(id window.ID, dec window.Decision, now time.Time) window.
 	case c == nil: // decided by the failure mode, or counted nothing
 		return d.store.Refund(k, dec, now)
 	case c.batched:
-		d.batch.refund(&d.rules[i], i, k, c.prefix, c.start)
+		d.batch.refund(&d.rules[i], i, k, c.prefix, c.start, c.n)
 		return d.store.Refund(k, dec, now)
 	}
+	r := &d.rules[i]
 	start := time.Now()
 	if t.unavailable || !d.c.br.allow(start) {
 		return dec
 	}
-	err := d.c.exec(t.context(d.c.cfg.Budget), refundScript, []string{c.prefix}, []string{strconv.FormatInt(c.start, 10)}).Error()
+	ctx := t.context(d.c.cfg.Budget)
+	if r.bucket() {
+		b, _, err := d.bucket(ctx, r, c.prefix, "r", c.n, now)
+		d.c.done("refund", start, err)
+		if err == nil && dec.Allowed {
+			after := r.Limit.JudgeBucket(window.BucketCounts{Allowed: true, Level: b.Level}, 0)
+			dec.Remaining, dec.Reset = after.Remaining, after.Reset
+		}
+		return dec
+	}
+	err := d.c.exec(ctx, refundScript, []string{c.prefix},
+		[]string{strconv.FormatInt(c.start, 10), strconv.FormatInt(c.n, 10)}).Error()
 	d.c.done("refund", start, err)
 	if err == nil && dec.Allowed {
-		// Described as Judge describes the counts without this request, the
-		// way the store's Refund describes its own.
+		// Described as the store describes its own counts without the
+		// request.
 		counts := c.counts
-		counts.Current = max(counts.Current-1, 0)
-		after := d.rules[i].Limit.Judge(counts)
+		counts.Current = max(counts.Current-c.n, 0)
+		after := r.Limit.JudgeCost(counts, 0)
 		dec.Remaining, dec.Reset = after.Remaining, after.Reset
 	}
 	return dec
 }
 
-// Charge counts n more requests for id at now, after the fact. They reach
-// Redis with the batch, in the next flush (within the batch interval),
-// never on the request's path; batched mode counts them in the domain's
-// store at once, and exact mode does too while Redis is out of reach, for
-// the failure mode's decisions.
+// Charge counts n more units for id at now, after the fact. A window's
+// (and in batched mode a bucket's) reach Redis with the batch, in the next
+// flush (within the batch interval), never on the request's path; batched mode counts them in the
+// domain's store at once, and exact mode does too while Redis is out of
+// reach, for the failure mode's decisions. A bucket in exact mode takes
+// them in Redis at once (a round trip within the budget, after the
+// response), down to −burst tokens; a charge that cannot reach Redis is
+// taken on this node only.
 func (t *tally) Charge(id window.ID, n int64, now time.Time) {
 	if n < 1 {
 		return
 	}
 	d, i := t.d, id.Key.Rule()
+	r := &d.rules[i]
+	if d.blocked != nil {
+		// A block remembered for the key stays right, but its wait may
+		// now be too short.
+		d.blocked.Remove(id.Key)
+	}
 	if !d.exact() || d.c.br.State() != Closed {
 		d.store.Charge(id.Key, n, now)
 	}
-	d.batch.add(&d.rules[i], i, id.Key, id.Name, now, n)
+	if !r.bucket() || !d.exact() {
+		d.batch.add(r, i, id.Key, id.Name, now, n)
+		return
+	}
+	start := time.Now()
+	if !d.c.br.allow(start) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d.c.cfg.Budget)
+	defer cancel()
+	_, _, err := d.bucket(ctx, r, r.prefix(id.Name), "c", n, now)
+	d.c.done("charge", start, err)
+	if err != nil {
+		d.store.Charge(id.Key, n, now)
+	}
 }
 
-// Release does nothing: a sliding window holds no slots.
+// Release does nothing: the algorithms shared through Redis hold no slots.
 func (*tally) Release(window.ID, time.Time) {}
 
 // Reset deletes a client's counters and mitigation in this node's store
@@ -377,7 +533,17 @@ func (d *Domain) Peek(ctx context.Context, id window.ID, now time.Time) (window.
 	}
 	r := &d.rules[id.Key.Rule()]
 	start := time.Now()
-	vals, err := d.c.exec(ctx, peekScript, []string{r.prefix(id.Name)}, r.args).AsIntSlice()
+	if r.bucket() {
+		b, _, err := d.bucket(ctx, r, r.prefix(id.Name), "p", 1, now)
+		d.c.done("peek", start, err)
+		if err != nil {
+			return window.State{}, err
+		}
+		st := r.Limit.BucketState(b, now)
+		st.Shared = true
+		return st, nil
+	}
+	vals, err := d.c.exec(ctx, r.peek, []string{r.prefix(id.Name)}, r.args).AsIntSlice()
 	if err == nil && len(vals) != 4 {
 		err = fmt.Errorf("cluster: peek script returned %d values, want 4", len(vals))
 	}

@@ -440,7 +440,7 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 		ruleNames := make(map[string]int)
 		for j, rc := range dc.Rules {
 			r := compileRule(p, path, j, rc, ruleNames, t.Cluster.Store)
-			checkCountsAfter(p, t, fmt.Sprintf("%s.rules[%d]", path, j), r, dc.Respond != nil)
+			checkCountsAfter(p, fmt.Sprintf("%s.rules[%d]", path, j), r, dc.Respond != nil)
 			d.Rules = append(d.Rules, r)
 			if _, dup := d.byName[r.Name]; !dup && r.Name != "" {
 				d.byName[r.Name] = r
@@ -693,8 +693,8 @@ func checkDNSName(h, raw string) string {
 }
 
 // compileRule compiles rule j of the domain at domainPath. names maps the
-// rule names seen so far in that domain to their index; store is where
-// the table's counters live.
+// rule names seen so far in that domain to their index; store is where the
+// table's counters live, which refuses what Redis cannot share yet.
 func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map[string]int, store StoreKind) *Rule {
 	path := fmt.Sprintf("%s.rules[%d]", domainPath, j)
 	r := &Rule{
@@ -778,7 +778,7 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 	}
 
 	if compileAlgorithm(p, path, rc, r, store) {
-		compileCost(p, path, rc, r, store)
+		compileCost(p, path, rc, r)
 	}
 	compileWhatCounts(p, path, rc, r)
 	return r
@@ -787,16 +787,19 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 // compileAlgorithm compiles how the rule at path counts into r: its
 // algorithm, burst and max_delay. It reports whether r.Algorithm is the
 // one configured (when not, the keys that depend on it are not judged).
-// Counters shared through Redis (store) count only in a sliding window.
-// A quota's reset and timezone are compileCalendar's.
+// Counters shared through Redis (store) take every algorithm but a quota
+// and a leaky bucket queue so far. A quota's reset and timezone are
+// compileCalendar's.
 func compileAlgorithm(p *problems, path string, rc RuleConfig, r *Rule, store StoreKind) bool {
 	before := len(p.list)
 	r.Algorithm = algorithmSpelling.parse(p, path+".algorithm", rc.Algorithm)
 	if len(p.list) > before {
 		return false
 	}
-	if store == StoreRedis && r.Algorithm != SlidingWindow {
-		p.add(path+".algorithm", "%s is not supported with cluster.store redis yet", r.Algorithm)
+	if r.Algorithm == Quota && store == StoreRedis {
+		// cluster has no quota script: its calendar periods are local only.
+		p.add(path+".algorithm", "quota is not supported with cluster.store redis yet")
+		return false
 	}
 
 	switch {
@@ -837,7 +840,7 @@ func compileAlgorithm(p *problems, path string, rc RuleConfig, r *Rule, store St
 // compileCost compiles what a request of the rule at path costs into r,
 // once r's algorithm and burst are known: a cost (or a cost_header and its
 // max_cost) that the rule can hold.
-func compileCost(p *problems, path string, rc RuleConfig, r *Rule, store StoreKind) {
+func compileCost(p *problems, path string, rc RuleConfig, r *Rule) {
 	// What the rule can hold is known only when its limit and burst are
 	// valid (an invalid burst is left 0 in r).
 	capacity, holds := r.Capacity(), "limit"
@@ -855,8 +858,6 @@ func compileCost(p *problems, path string, rc RuleConfig, r *Rule, store StoreKi
 		p.add(path+".cost", "must be between 0 and %d, got %d", MaxCost, r.Cost)
 	case known && r.Cost > capacity:
 		p.add(path+".cost", "must be at most the rule's %s (%d), got %d", holds, capacity, r.Cost)
-	case store == StoreRedis && r.Cost != 1:
-		p.add(path+".cost", "a cost other than 1 is not supported with cluster.store redis yet, got %d", r.Cost)
 	}
 
 	if h := rc.CostHeader; h != "" {
@@ -868,8 +869,6 @@ func compileCost(p *problems, path string, rc RuleConfig, r *Rule, store StoreKi
 			// Go's server moves Host out of Request.Header: the header
 			// would never be seen.
 			p.add(path+".cost_header", "must not be Host, got %q", h)
-		case store == StoreRedis:
-			p.add(path+".cost_header", "is not supported with cluster.store redis yet, got %q", h)
 		default:
 			r.CostHeader = canon
 		}
@@ -945,9 +944,8 @@ var reservedResponseFields = map[string]bool{
 }
 
 // checkCountsAfter refuses a rule r, at path, that counts after the
-// origin's response where there is none (its domain answers with respond)
-// or where the counters cannot yet take it.
-func checkCountsAfter(p *problems, t *Table, path string, r *Rule, respond bool) {
+// origin's response where there is none (its domain answers with respond).
+func checkCountsAfter(p *problems, path string, r *Rule, respond bool) {
 	for _, k := range []struct {
 		key string
 		set bool
@@ -955,11 +953,6 @@ func checkCountsAfter(p *problems, t *Table, path string, r *Rule, respond bool)
 		if k.set && respond {
 			p.add(path+"."+k.key, "needs an origin's response, but the domain answers with respond")
 		}
-	}
-	// The check before forwarding is a decision of cost 0, which the
-	// Redis counters cannot make yet.
-	if r.CountStatus != nil && t.Cluster.Store == StoreRedis {
-		p.add(path+".count_status", "is not supported with cluster.store redis yet")
 	}
 }
 

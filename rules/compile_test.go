@@ -374,10 +374,6 @@ func TestCompileErrors(t *testing.T) {
 			c.Domains[0].Respond = &ResponseConfig{Body: "ok"}
 			rule(c).CountStatus = []int{401}
 		}, `domains[0].rules[0].count_status: needs an origin's response, but the domain answers with respond`},
-		{"count_status with redis", func(c *Config) {
-			c.Cluster = ClusterConfig{Store: "redis", Redis: RedisConfig{Addresses: []string{"127.0.0.1:6379"}}}
-			rule(c).CountStatus = []int{401}
-		}, `domains[0].rules[0].count_status: is not supported with cluster.store redis yet`},
 		{"response_cost_header not a token", func(c *Config) { rule(c).ResponseCostHeader = "X Cost" },
 			`domains[0].rules[0].response_cost_header: must be a header field name, got "X Cost"`},
 		{"response_cost_header framing", func(c *Config) { rule(c).ResponseCostHeader = "content-length" },

@@ -77,9 +77,10 @@ func TestCompileCountingErrors(t *testing.T) {
 			want: []string{at + `max_delay: must be 0 (a meter) or between 1ms and 1h, got 1h0m1s`}},
 		{name: "queue with redis", rule: RuleConfig{Algorithm: "leaky_bucket", MaxDelay: 2 * time.Second}, more: redis,
 			want: []string{
-				at + `algorithm: leaky_bucket is not supported with cluster.store redis yet`,
 				at + `max_delay: a leaky_bucket queue (max_delay above 0) is not supported with cluster.store redis yet, got 2s`,
 			}},
+		{name: "quota with redis", rule: RuleConfig{Algorithm: "quota", Reset: "daily"}, more: func(c *Config) { noPeriod(c); redis(c) },
+			want: []string{at + `algorithm: quota is not supported with cluster.store redis yet`}},
 		{name: "max_queued negative", more: func(c *Config) { c.Domains[0].MaxQueued = -1 },
 			want: []string{`domains[0].max_queued: must be between 1 and 1000000, got -1`}},
 		{name: "max_queued too large", more: func(c *Config) { c.Domains[0].MaxQueued = 1_000_001 },
@@ -121,18 +122,6 @@ func TestCompileCountingErrors(t *testing.T) {
 			want: []string{at + `max_cost: must be at most the rule's limit (10), got 11`}},
 		{name: "max_cost over burst", rule: RuleConfig{Algorithm: "token_bucket", Burst: 3, CostHeader: "X-Cost", MaxCost: 4},
 			want: []string{at + `max_cost: must be at most the rule's burst (3), got 4`}},
-		{name: "redis token bucket", rule: RuleConfig{Algorithm: "token_bucket"}, more: redis,
-			want: []string{at + `algorithm: token_bucket is not supported with cluster.store redis yet`}},
-		{name: "redis fixed window", rule: RuleConfig{Algorithm: "fixed_window"}, more: redis,
-			want: []string{at + `algorithm: fixed_window is not supported with cluster.store redis yet`}},
-		{name: "redis leaky bucket", rule: RuleConfig{Algorithm: "leaky_bucket"}, more: redis,
-			want: []string{at + `algorithm: leaky_bucket is not supported with cluster.store redis yet`}},
-		{name: "redis cost", rule: RuleConfig{Cost: intp(2)}, more: redis,
-			want: []string{at + `cost: a cost other than 1 is not supported with cluster.store redis yet, got 2`}},
-		{name: "redis cost 0", rule: RuleConfig{Cost: intp(0)}, more: redis,
-			want: []string{at + `cost: a cost other than 1 is not supported with cluster.store redis yet, got 0`}},
-		{name: "redis cost_header", rule: RuleConfig{CostHeader: "X-Cost", MaxCost: 5}, more: redis,
-			want: []string{at + `cost_header: is not supported with cluster.store redis yet, got "X-Cost"`}},
 		{name: "everything at once", rule: RuleConfig{Algorithm: "fixed_window", Burst: 2, MaxDelay: time.Second, Cost: intp(-3), MaxCost: 2},
 			want: []string{
 				at + `burst: applies only to algorithm token_bucket or leaky_bucket, got 2 with fixed_window`,
@@ -172,6 +161,7 @@ func TestCompileCounting(t *testing.T) {
 		rule RuleConfig // Name and Period are filled in
 		want Rule       // only the counting fields are compared
 		cap  int64
+		sync string // cluster.sync, with cluster.store redis; "": local counters
 	}{
 		{name: "defaults", rule: RuleConfig{Limit: 10},
 			want: Rule{Algorithm: SlidingWindow, Cost: 1}, cap: 10},
@@ -203,6 +193,20 @@ func TestCompileCounting(t *testing.T) {
 			want: Rule{Cost: 1, CostHeader: "X-Query-Cost", MaxCost: 100}, cap: 100},
 		{name: "cost header with default cost 0", rule: RuleConfig{Limit: 100, Cost: intp(0), CostHeader: "X-Cost", MaxCost: 1},
 			want: Rule{Cost: 0, CostHeader: "X-Cost", MaxCost: 1}, cap: 100},
+		{name: "redis exact token bucket", rule: RuleConfig{Limit: 10, Algorithm: "token_bucket", Burst: 5, Cost: intp(2)}, sync: "exact",
+			want: Rule{Algorithm: TokenBucket, Burst: 5, Cost: 2}, cap: 5},
+		{name: "redis exact fixed window with cost header", rule: RuleConfig{Limit: 10, Algorithm: "fixed_window", CostHeader: "X-Cost", MaxCost: 10}, sync: "exact",
+			want: Rule{Algorithm: FixedWindow, Cost: 1, CostHeader: "X-Cost", MaxCost: 10}, cap: 10},
+		{name: "redis exact leaky bucket cost 0", rule: RuleConfig{Limit: 10, Algorithm: "leaky_bucket", Cost: intp(0)}, sync: "exact",
+			want: Rule{Algorithm: LeakyBucket, Cost: 0}, cap: 10},
+		{name: "redis batched token bucket", rule: RuleConfig{Limit: 10, Algorithm: "token_bucket", Burst: 20, Cost: intp(2)}, sync: "batched",
+			want: Rule{Algorithm: TokenBucket, Burst: 20, Cost: 2}, cap: 20},
+		{name: "redis batched fixed window", rule: RuleConfig{Limit: 10, Algorithm: "fixed_window"}, sync: "batched",
+			want: Rule{Algorithm: FixedWindow, Cost: 1}, cap: 10},
+		{name: "redis batched leaky bucket", rule: RuleConfig{Limit: 10, Algorithm: "leaky_bucket"}, sync: "batched",
+			want: Rule{Algorithm: LeakyBucket, Cost: 1}, cap: 10},
+		{name: "redis batched sliding window with cost", rule: RuleConfig{Limit: 10, Cost: intp(3), CostHeader: "X-Cost", MaxCost: 4}, sync: "batched",
+			want: Rule{Cost: 3, CostHeader: "X-Cost", MaxCost: 4}, cap: 10},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -210,6 +214,10 @@ func TestCompileCounting(t *testing.T) {
 			rc := tt.rule
 			rc.Name, rc.Period = "r", time.Minute
 			cfg.Domains[0].Rules = []RuleConfig{rc}
+			if tt.sync != "" {
+				cfg.Cluster.Store, cfg.Cluster.Sync = "redis", tt.sync
+				cfg.Cluster.Redis.Addresses = []string{"127.0.0.1:6379"}
+			}
 			tab, err := Compile(cfg)
 			if err != nil {
 				t.Fatalf("Compile: %v", err)
@@ -259,6 +267,30 @@ func TestCompileMaxQueued(t *testing.T) {
 			}
 			if got := tab.Domains[0].MaxQueued; got != tt.want {
 				t.Errorf("got max_queued %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestCompileSharedCountsAfter: count_status (a decision of cost 0, then a
+// charge) and response_cost_header are shared through Redis in both modes.
+func TestCompileSharedCountsAfter(t *testing.T) {
+	for _, sync := range []string{"exact", "batched"} {
+		t.Run(sync, func(t *testing.T) {
+			cfg := validConfig()
+			cfg.Cluster.Store, cfg.Cluster.Sync = "redis", sync
+			cfg.Cluster.Redis.Addresses = []string{"127.0.0.1:6379"}
+			cfg.Domains[0].Rules = []RuleConfig{
+				{Name: "logins", Limit: 5, Period: time.Minute, CountStatus: []int{401, 403}},
+				{Name: "cpu", Limit: 1000, Period: time.Minute, Cost: intp(0), ResponseCostHeader: "X-Cpu-Ms"},
+			}
+			tab, err := Compile(cfg)
+			if err != nil {
+				t.Fatalf("Compile: %v", err)
+			}
+			rs := tab.Domains[0].Rules
+			if got := [2]bool{rs[0].CountStatus != nil, rs[1].ResponseCostHeader != ""}; got != [2]bool{true, true} {
+				t.Errorf("got count_status, response_cost_header compiled %v, want both", got)
 			}
 		})
 	}

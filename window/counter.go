@@ -40,7 +40,7 @@ type Tally interface {
 	// Decide judges a request of cost units for client id at now under the
 	// rule id.Key was made for, and counts it as the rule says. A Store's
 	// counter takes costs 0 to MaxCost under every algorithm (see the
-	// package documentation); package cluster's takes cost 1 only. A cost a
+	// package documentation), and so does package cluster's. A cost a
 	// counter does not take is refused without being counted (a Decision
 	// neither allowed nor with a RetryAfter). A Decision with Unavailable
 	// set decided nothing.

@@ -39,12 +39,15 @@ func (s *Store) AllowLimit(k Key, now time.Time, limit int64) Decision {
 // Raising counts can only make decisions stricter, so a block the store has
 // cached for k stays right, but its wait may grow: the block is dropped.
 // Merge may be called at any time, concurrently with Allow. It is for
-// sliding windows only, and takes nothing in for a rule of another
-// algorithm.
+// windows only (a fixed window takes curr alone: its previous period does
+// not count), and takes nothing in for a bucket (see MergeBucket).
 func (s *Store) Merge(k Key, start time.Time, prev, curr int64) bool {
 	p := &s.params[k.fp>>56]
-	if p.algorithm != SlidingWindow {
+	if p.algorithm.bucket() {
 		return false
+	}
+	if p.algorithm == FixedWindow {
+		prev = 0
 	}
 	t := start.UnixNano()
 	w := t / p.period
@@ -70,6 +73,8 @@ func (s *Store) Merge(k Key, start time.Time, prev, curr int64) bool {
 	switch d := int64(int32(uint32(w) - ent.win)); {
 	case d > 0:
 		p.advance(ent, w, 0) // the merged counts are newer: move on to them
+	case d == -1 && p.algorithm == FixedWindow:
+		return false // over: a fixed window keeps no previous count
 	case d == -1:
 		// The entry is one period further on: the merged current period
 		// is its previous one.
@@ -104,26 +109,8 @@ type Counts struct {
 }
 
 // Judge returns the Decision that Allow returns for a request judged as c
-// says: Remaining and Reset when it was allowed, the exact RetryAfter (at
-// least 1ns) when it was blocked. It is for counters kept in a shared store
-// that judges with the same estimate (estimate = prev×(P−e)/P + curr <
-// limit) and reports the counts it judged by, for a request of cost 1: a
-// sliding window's. l is clamped as New clamps it. The Decision counted
-// nothing in any Store, so Refund ignores it.
-func (l Limit) Judge(c Counts) Decision {
-	var p params
-	prev, curr, e := l.read(c, &p)
-	if c.Allowed {
-		d := Decision{Allowed: true}
-		d.Remaining, d.Reset = p.quota(prev, curr, e, p.limit)
-		return d
-	}
-	mitigation := max(c.Mitigation, 0)
-	d := Decision{Mitigated: mitigation > 0}
-	d.RetryAfter = max(p.retry(prev, curr, e, p.limit), mitigation, 1)
-	d.Reset = d.RetryAfter
-	return d
-}
+// says: JudgeCost(c, 1), for a sliding window's counts.
+func (l Limit) Judge(c Counts) Decision { return l.JudgeCost(c, 1) }
 
 // read prepares l in p and the counts of c for judging or describing them.
 func (l Limit) read(c Counts, p *params) (prev, curr uint32, e int64) {

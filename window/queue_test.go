@@ -187,6 +187,24 @@ func TestQueueNotCached(t *testing.T) {
 	}
 }
 
+// TestQueueNotCachedOverBurst: a request of a queue whose cost is more than
+// the bucket holds is refused without caching a refusal for the requests
+// of cost 1 that the queue still takes.
+func TestQueueNotCachedOverBurst(t *testing.T) {
+	s, k := queueStore(t, 10, time.Second, 2, 500*time.Millisecond)
+	now := time.Unix(1_700_000_000, 0)
+	for range 3 {
+		s.Allow(k, now)
+	}
+	if got := s.AllowN(k, now, 3); got.Allowed || got.RetryAfter != 0 {
+		t.Fatalf("cost 3: got %+v, want refused, no RetryAfter", got)
+	}
+	got := s.Allow(k, now)
+	if !got.Allowed || got.Delay != 200*time.Millisecond {
+		t.Errorf("cost 1 after: got allowed %v, Delay %v; want allowed, Delay 200ms", got.Allowed, got.Delay)
+	}
+}
+
 // TestQueueCarriedAtNewLimit: a queue's level, requests waiting included,
 // is carried whole to a rule of another limit: the next request queues
 // behind those already waiting.

@@ -241,3 +241,41 @@ func TestQueueCarriedAtNewLimit(t *testing.T) {
 		})
 	}
 }
+
+// TestJudgeBucketQueue: a queue's Decision computed from the level a
+// shared store reports is the one its own store gives: an allowed request
+// waits until the level it found drains to let it fit, a refused one may
+// retry once its turn is within MaxDelay. Limit 10 a second (a unit is
+// 100ms), burst 1, max_delay 500ms: the level goes up to 600ms, above
+// twice the bucket.
+func TestJudgeBucketQueue(t *testing.T) {
+	const ms = time.Millisecond
+	queue := Limit{Algorithm: LeakyBucket, Limit: 10, Period: time.Second, Burst: 1, MaxDelay: 500 * ms}
+	meter := queue
+	meter.MaxDelay = 0
+	tests := []struct {
+		name      string
+		l         Limit
+		b         BucketCounts
+		cost      int64
+		wantDelay time.Duration
+		wantRetry time.Duration
+	}{
+		{"first fits", queue, BucketCounts{Allowed: true, Level: Level{Nanos: int64(100 * ms)}}, 1, 0, 0},
+		{"third waits two turns", queue, BucketCounts{Allowed: true, Level: Level{Nanos: int64(300 * ms)}}, 1, 200 * ms, 0},
+		{"cost 0 waits for room", queue, BucketCounts{Allowed: true, Level: Level{Nanos: int64(200 * ms)}}, 0, 200 * ms, 0},
+		{"sixth waits max_delay", queue, BucketCounts{Allowed: true, Level: Level{Nanos: int64(600 * ms)}}, 1, 500 * ms, 0},
+		{"refused until its turn is within max_delay", queue, BucketCounts{Level: Level{Nanos: int64(550 * ms)}}, 1, 0, 50 * ms},
+		{"meter never waits", meter, BucketCounts{Allowed: true, Level: Level{Nanos: int64(100 * ms)}}, 1, 0, 0},
+		{"meter refused until a unit drains", meter, BucketCounts{Level: Level{Nanos: int64(150 * ms)}}, 1, 0, 150 * ms},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := tt.l.JudgeBucket(tt.b, tt.cost)
+			if d.Allowed != tt.b.Allowed || d.Delay != tt.wantDelay || d.RetryAfter != tt.wantRetry {
+				t.Errorf("got allowed %v, Delay %v, RetryAfter %v; want %v, %v, %v",
+					d.Allowed, d.Delay, d.RetryAfter, tt.b.Allowed, tt.wantDelay, tt.wantRetry)
+			}
+		})
+	}
+}

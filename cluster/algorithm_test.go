@@ -31,10 +31,11 @@ type public struct {
 	Remaining         int64
 	RetryAfter, Reset time.Duration
 	Mitigated         bool
+	Delay             time.Duration // a queue's wait for the request's turn
 }
 
 func publicOf(d window.Decision) public {
-	return public{d.Allowed, d.Remaining, d.RetryAfter, d.Reset, d.Mitigated}
+	return public{d.Allowed, d.Remaining, d.RetryAfter, d.Reset, d.Mitigated, d.Delay}
 }
 
 // TestExactMatchesStore runs random traces (costs 0 to 5, random gaps,
@@ -61,6 +62,10 @@ func TestExactMatchesStore(t *testing.T) {
 		{"token mitigation", window.Limit{Algorithm: window.TokenBucket, Limit: 9, Period: 2 * time.Second, Burst: 5, Mitigation: 1500 * time.Millisecond}},
 		{"leaky", window.Limit{Algorithm: window.LeakyBucket, Limit: 7, Period: 3 * time.Second}},
 		{"leaky count_blocked mitigation", window.Limit{Algorithm: window.LeakyBucket, Limit: 11, Period: 5 * time.Second, Burst: 8, CountBlocked: true, Mitigation: time.Second}},
+		// Queues: requests wait for their turn on the shared level.
+		{"leaky queue", window.Limit{Algorithm: window.LeakyBucket, Limit: 7, Period: 3 * time.Second, MaxDelay: 800 * time.Millisecond}},
+		{"leaky queue longer than the bucket", window.Limit{Algorithm: window.LeakyBucket, Limit: 5, Period: time.Second, Burst: 2, MaxDelay: 1500 * time.Millisecond}},
+		{"leaky queue count_blocked mitigation", window.Limit{Algorithm: window.LeakyBucket, Limit: 11, Period: 5 * time.Second, Burst: 8, MaxDelay: 2 * time.Second, CountBlocked: true, Mitigation: time.Second}},
 		// A unit of 3.6ns, a fraction of a nanosecond with denominator 10⁹.
 		{"token huge limit", window.Limit{Algorithm: window.TokenBucket, Limit: 1_000_000_000, Period: time.Hour, Burst: 4}},
 		// A bucket that takes 1143h to fill: twice that, in ns, is near 2⁵³.
@@ -139,6 +144,9 @@ func TestExactOnRedisClock(t *testing.T) {
 		{"fixed", window.Limit{Algorithm: window.FixedWindow, Limit: 3, Period: time.Hour}, 3, 0, time.Hour, time.Hour},
 		{"token", window.Limit{Algorithm: window.TokenBucket, Limit: 6, Period: time.Hour, Burst: 2}, 2, 9 * time.Minute, 10 * time.Minute, 20*time.Minute + time.Second},
 		{"leaky", window.Limit{Algorithm: window.LeakyBucket, Limit: 4, Period: time.Hour}, 4, 14 * time.Minute, 15 * time.Minute, time.Hour + time.Second},
+		// The burst, then one request queued 15 minutes; the next one's turn
+		// is 30 minutes away, 10 more than the queue waits.
+		{"leaky queue", window.Limit{Algorithm: window.LeakyBucket, Limit: 4, Period: time.Hour, MaxDelay: 20 * time.Minute}, 5, 9 * time.Minute, 10 * time.Minute, 75*time.Minute + time.Second},
 	}
 	ctx := context.Background()
 	for _, tt := range tests {

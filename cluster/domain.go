@@ -367,6 +367,7 @@ func (r *domainRule) bucketArgs(mode string, n int64, now string) []string {
 		strconv.FormatInt(u.Nanos, 10), strconv.FormatInt(u.Frac, 10),
 		strconv.FormatInt(n, 10), strconv.FormatInt(r.Limit.Burst, 10),
 		strconv.FormatInt(int64(r.Limit.Mitigation), 10), countBlocked, now,
+		strconv.FormatInt(int64(r.Limit.MaxDelay), 10),
 	}
 }
 

@@ -180,7 +180,8 @@ var fixedScript = newScript(windowLua(true))
 // peek), limit, full (ns, frac: burst units' time), units (ns, frac: the
 // units of max(cost, 1), or of the charge or refund), cost (or the charge
 // or refund), burst,
-// mitigation (ns), count_blocked (0 or 1), the time (µs; absent: TIME).
+// mitigation (ns), count_blocked (0 or 1), the time (µs; "": TIME),
+// max_delay (ns; absent: 0, a meter).
 // Returns {allowed, counted, level ns, level frac, mitigation left (ns)}.
 var bucketScript = newScript(clock + `
 local mode = ARGV[1]
@@ -236,7 +237,11 @@ elseif mode == 'r' then
   changed = true
 elseif mode == 'd' then
   if left == 0 and cost <= burst then
+    -- A queue (max_delay above 0) takes the request if its turn, when
+    -- the level has drained to full less its units, comes within
+    -- max_delay; its units are counted now, so those after it wait longer.
     local rN, rF = sub(fullN, fullF, uN, uF)
+    rN = rN + tonumber(ARGV[12] or '0')
     if not less(rN, rF, lvN, lvF) then allowed = 1 end
   end
   if allowed == 1 then

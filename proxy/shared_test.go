@@ -652,3 +652,63 @@ func TestSharedExactAlgorithms(t *testing.T) {
 		})
 	}
 }
+
+// TestSharedExactQueue: a leaky bucket queue in exact mode takes every
+// turn from the one level in Redis, so that two nodes space one client's
+// requests as one queue would. Limit 20 a second (a turn every 50ms),
+// burst 1, max_delay 200ms: of ten requests sent at once, five to each
+// node, the first is forwarded at once and four more at their turns, 50ms
+// apart (each node queueing on its own level would forward all ten); those
+// whose turn is more than 200ms away are refused. The test runs on the
+// real clock, as Redis's is real: a request is answered no earlier than its
+// turn, and within a bound of it.
+func TestSharedExactQueue(t *testing.T) {
+	srv := redistest.Start(t)
+	r := rule("q", 20, time.Second)
+	r.Algorithm, r.Burst, r.MaxDelay = "leaky_bucket", 1, 200*time.Millisecond
+	ps := newNodes(t, 2, sharedConfig(srv.Addr, "exact", "closed", r), true)
+	type answer struct {
+		node, status int
+		at           time.Duration // after the first request was sent
+	}
+	answers := make([]answer, 10)
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for i := range answers {
+		wg.Go(func() {
+			w, _ := hit(ps[i%2], "192.0.2.90")
+			answers[i] = answer{i % 2, w.Code, time.Since(t0)}
+		})
+	}
+	wg.Wait()
+	var forwarded []answer
+	for _, a := range answers {
+		switch a.status {
+		case 200:
+			forwarded = append(forwarded, a)
+		case 429:
+		default:
+			t.Errorf("node %d answered %d, want 200 or 429", a.node, a.status)
+		}
+	}
+	slices.SortFunc(forwarded, func(a, b answer) int { return int(a.at - b.at) })
+	// Five turns; a sixth only if deciding the ten took a whole turn.
+	if n := len(forwarded); n < 5 || n > 6 {
+		t.Fatalf("got %d forwarded (%+v), want 5 (or 6 on a slow machine)", n, forwarded)
+	}
+	const turn, late = 50 * time.Millisecond, 300 * time.Millisecond
+	for k, a := range forwarded {
+		// Its turn comes k turns after the first request's decision, which
+		// is after t0; Redis's clock and ours are the machine's, in µs.
+		if earliest := time.Duration(k)*turn - time.Millisecond; a.at < earliest || a.at > time.Duration(k)*turn+late {
+			t.Errorf("forwarded request %d (node %d): answered after %v, want in [%v, %v]",
+				k, a.node, a.at, earliest, time.Duration(k)*turn+late)
+		}
+	}
+	for i, p := range ps {
+		if n := fallbacks(p); n != 0 {
+			t.Errorf("node %d decided %d requests without redis", i, n)
+		}
+	}
+	srv.CheckTTLs(t)
+}

@@ -440,6 +440,12 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 		ruleNames := make(map[string]int)
 		for j, rc := range dc.Rules {
 			r := compileRule(p, path, j, rc, ruleNames, t.Cluster.Store)
+			if r.MaxDelay > 0 && t.Cluster.Store == StoreRedis && t.Cluster.Sync == SyncBatched {
+				// A queue's turns need the one shared level: each node's
+				// own level would let every node queue its own requests.
+				p.add(fmt.Sprintf("%s.rules[%d].max_delay", path, j),
+					"a leaky_bucket queue (max_delay above 0) is not supported with cluster.sync batched (use exact), got %s", fmtDuration(r.MaxDelay))
+			}
 			checkCountsAfter(p, fmt.Sprintf("%s.rules[%d]", path, j), r, dc.Respond != nil)
 			d.Rules = append(d.Rules, r)
 			if _, dup := d.byName[r.Name]; !dup && r.Name != "" {
@@ -788,7 +794,7 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 // algorithm, burst and max_delay. It reports whether r.Algorithm is the
 // one configured (when not, the keys that depend on it are not judged).
 // Counters shared through Redis (store) take every algorithm but a quota
-// and a leaky bucket queue so far. A quota's reset and timezone are
+// so far (and a leaky bucket queue in exact mode only, see compileDomains). A quota's reset and timezone are
 // compileCalendar's.
 func compileAlgorithm(p *problems, path string, rc RuleConfig, r *Rule, store StoreKind) bool {
 	before := len(p.list)
@@ -828,9 +834,6 @@ func compileAlgorithm(p *problems, path string, rc RuleConfig, r *Rule, store St
 	case d < minQueueDelay || d > MaxQueueDelay:
 		p.add(path+".max_delay", "must be 0 (a meter) or between %s and %s, got %s",
 			fmtDuration(minQueueDelay), fmtDuration(MaxQueueDelay), fmtDuration(d))
-	case store == StoreRedis:
-		// The queue takes its turn from the local level only.
-		p.add(path+".max_delay", "a leaky_bucket queue (max_delay above 0) is not supported with cluster.store redis yet, got %s", fmtDuration(d))
 	default:
 		r.MaxDelay = d
 	}

@@ -232,6 +232,8 @@ func (p *params) decideBucket(ent *counters, t int64, cost uint64, d *Decision) 
 		d.RetryAfter = 0
 		d.Mitigated = mitigation > 0
 		p.bucketQuota(level, mitigation, d)
+		// A queue takes cost 1 before Reset (see below).
+		d.settled = d.settled && p.maxDelay == 0
 		return
 	}
 	changed := false

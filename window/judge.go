@@ -86,7 +86,8 @@ func (l Limit) Units(n int64) Level {
 // JudgeBucket returns the Decision that AllowN returns for a request of
 // cost units judged as b says, under a bucket (TokenBucket or LeakyBucket):
 // a shared store that allowed it iff no mitigation was in force, cost ≤
-// Burst and at least max(cost, 1) units were there, raised the level by
+// Burst and at least max(cost, 1) units were there (for a queue, Limit.
+// MaxDelay above 0: would be there within MaxDelay), raised the level by
 // the cost when it counted the request (up to 2×Burst when the rule counts
 // blocked requests), started a mitigation when a refusal starts one, and
 // reports the level after that. l is clamped as New clamps it; a cost
@@ -100,14 +101,27 @@ func (l Limit) JudgeBucket(b BucketCounts, cost int64) Decision {
 	p.init(l)
 	level := p.levelOf(b.Level)
 	mitigation := int64(max(b.Mitigation, 0))
+	need := max(uint64(cost), 1)
 	if b.Allowed {
 		d.Allowed = true
+		if p.maxDelay > 0 {
+			// A queue's turn: when the level it found, before its units,
+			// drains to let it fit, as decideBucket finds it.
+			before := level
+			if cost > 0 {
+				before = p.sub(level, p.units(uint64(cost)))
+			}
+			if !p.fits(before, need) {
+				d.Delay = time.Duration(p.wait(before, need))
+			}
+		}
 		p.bucketQuota(level, 0, &d)
 		return d
 	}
 	d.Mitigated = mitigation > 0
 	if uint64(cost) <= p.burst {
-		d.RetryAfter = time.Duration(max(mitigation, p.wait(level, max(uint64(cost), 1)), 1))
+		// A queue takes the request once its turn is within maxDelay.
+		d.RetryAfter = time.Duration(max(mitigation, p.wait(level, need)-p.maxDelay, 1))
 	}
 	p.bucketQuota(level, mitigation, &d)
 	return d
@@ -131,10 +145,15 @@ func (l Limit) BucketState(b BucketCounts, now time.Time) State {
 	return st
 }
 
-// levelOf is l as a span of p, clamped to [0, 2×full].
+// levelOf is l as a span of p, clamped to [0, 2×full], or to full +
+// maxDelay for a queue that holds more.
 func (p *params) levelOf(l Level) span {
 	s := span{ns: max(l.Nanos, 0), frac: uint64(min(max(l.Frac, 0), int64(p.limit)-1))}
-	if top := p.add(p.full, p.full); top.less(s) {
+	top := p.add(p.full, p.full)
+	if q := p.add(p.full, span{ns: p.maxDelay}); top.less(q) {
+		top = q
+	}
+	if top.less(s) {
 		return top
 	}
 	return s

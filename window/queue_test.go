@@ -187,6 +187,24 @@ func TestQueueNotCached(t *testing.T) {
 	}
 }
 
+// TestQueueNotCachedOverBurst: a request of a queue whose cost is more than
+// the bucket holds is refused without caching a refusal for the requests
+// of cost 1 that the queue still takes.
+func TestQueueNotCachedOverBurst(t *testing.T) {
+	s, k := queueStore(t, 10, time.Second, 2, 500*time.Millisecond)
+	now := time.Unix(1_700_000_000, 0)
+	for range 3 {
+		s.Allow(k, now)
+	}
+	if got := s.AllowN(k, now, 3); got.Allowed || got.RetryAfter != 0 {
+		t.Fatalf("cost 3: got %+v, want refused, no RetryAfter", got)
+	}
+	got := s.Allow(k, now)
+	if !got.Allowed || got.Delay != 200*time.Millisecond {
+		t.Errorf("cost 1 after: got allowed %v, Delay %v; want allowed, Delay 200ms", got.Allowed, got.Delay)
+	}
+}
+
 // TestQueueCarriedAtNewLimit: a queue's level, requests waiting included,
 // is carried whole to a rule of another limit: the next request queues
 // behind those already waiting.
@@ -219,6 +237,44 @@ func TestQueueCarriedAtNewLimit(t *testing.T) {
 			}
 			if d := dst.Allow(dst.KeyString(0, "client"), now); !d.Allowed || d.Delay != tc.wantDelay {
 				t.Errorf("after carrying: got allowed %v delay %v, want true %v", d.Allowed, d.Delay, tc.wantDelay)
+			}
+		})
+	}
+}
+
+// TestJudgeBucketQueue: a queue's Decision computed from the level a
+// shared store reports is the one its own store gives: an allowed request
+// waits until the level it found drains to let it fit, a refused one may
+// retry once its turn is within MaxDelay. Limit 10 a second (a unit is
+// 100ms), burst 1, max_delay 500ms: the level goes up to 600ms, above
+// twice the bucket.
+func TestJudgeBucketQueue(t *testing.T) {
+	const ms = time.Millisecond
+	queue := Limit{Algorithm: LeakyBucket, Limit: 10, Period: time.Second, Burst: 1, MaxDelay: 500 * ms}
+	meter := queue
+	meter.MaxDelay = 0
+	tests := []struct {
+		name      string
+		l         Limit
+		b         BucketCounts
+		cost      int64
+		wantDelay time.Duration
+		wantRetry time.Duration
+	}{
+		{"first fits", queue, BucketCounts{Allowed: true, Level: Level{Nanos: int64(100 * ms)}}, 1, 0, 0},
+		{"third waits two turns", queue, BucketCounts{Allowed: true, Level: Level{Nanos: int64(300 * ms)}}, 1, 200 * ms, 0},
+		{"cost 0 waits for room", queue, BucketCounts{Allowed: true, Level: Level{Nanos: int64(200 * ms)}}, 0, 200 * ms, 0},
+		{"sixth waits max_delay", queue, BucketCounts{Allowed: true, Level: Level{Nanos: int64(600 * ms)}}, 1, 500 * ms, 0},
+		{"refused until its turn is within max_delay", queue, BucketCounts{Level: Level{Nanos: int64(550 * ms)}}, 1, 0, 50 * ms},
+		{"meter never waits", meter, BucketCounts{Allowed: true, Level: Level{Nanos: int64(100 * ms)}}, 1, 0, 0},
+		{"meter refused until a unit drains", meter, BucketCounts{Level: Level{Nanos: int64(150 * ms)}}, 1, 0, 150 * ms},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := tt.l.JudgeBucket(tt.b, tt.cost)
+			if d.Allowed != tt.b.Allowed || d.Delay != tt.wantDelay || d.RetryAfter != tt.wantRetry {
+				t.Errorf("got allowed %v, Delay %v, RetryAfter %v; want %v, %v, %v",
+					d.Allowed, d.Delay, d.RetryAfter, tt.b.Allowed, tt.wantDelay, tt.wantRetry)
 			}
 		})
 	}

@@ -43,6 +43,7 @@ func publicOf(d window.Decision) public {
 // the trace's times, and requires the same Decision for every request,
 // under every algorithm, with and without count_blocked and a mitigation.
 func TestExactMatchesStore(t *testing.T) {
+	berlin, newYork := location(t, "Europe/Berlin"), location(t, "America/New_York")
 	srv := redistest.Start(t)
 	c := exactClient(t, srv)
 	limits := []struct {
@@ -65,6 +66,12 @@ func TestExactMatchesStore(t *testing.T) {
 		{"token huge limit", window.Limit{Algorithm: window.TokenBucket, Limit: 1_000_000_000, Period: time.Hour, Burst: 4}},
 		// A bucket that takes 1143h to fill: twice that, in ns, is near 2⁵³.
 		{"leaky slow count_blocked", window.Limit{Algorithm: window.LeakyBucket, Limit: 7, Period: 1000 * time.Hour, Burst: 8, CountBlocked: true}},
+		// A quota's Period only spaces the trace's requests: its calendar
+		// periods are days, weeks or months, and a trace crosses dozens.
+		{"quota daily", window.Limit{Algorithm: window.Quota, Reset: window.Daily, Limit: 7, Period: 24 * time.Hour}},
+		{"quota weekly count_blocked", window.Limit{Algorithm: window.Quota, Reset: window.Weekly, Location: berlin, Limit: 20, Period: 5 * 24 * time.Hour, CountBlocked: true}},
+		{"quota monthly mitigation", window.Limit{Algorithm: window.Quota, Reset: window.Monthly, Location: newYork, Limit: 60, Period: 20 * 24 * time.Hour, Mitigation: 3 * 24 * time.Hour}},
+		{"quota daily mitigation count_blocked", window.Limit{Algorithm: window.Quota, Reset: window.Daily, Location: newYork, Limit: 5, Period: 24 * time.Hour, Mitigation: 2 * time.Hour, CountBlocked: true}},
 	}
 	for li, tt := range limits {
 		t.Run(tt.name, func(t *testing.T) {
@@ -139,6 +146,7 @@ func TestExactOnRedisClock(t *testing.T) {
 		{"fixed", window.Limit{Algorithm: window.FixedWindow, Limit: 3, Period: time.Hour}, 3, 0, time.Hour, time.Hour},
 		{"token", window.Limit{Algorithm: window.TokenBucket, Limit: 6, Period: time.Hour, Burst: 2}, 2, 9 * time.Minute, 10 * time.Minute, 20*time.Minute + time.Second},
 		{"leaky", window.Limit{Algorithm: window.LeakyBucket, Limit: 4, Period: time.Hour}, 4, 14 * time.Minute, 15 * time.Minute, time.Hour + time.Second},
+		{"quota", window.Limit{Algorithm: window.Quota, Reset: window.Daily, Limit: 3}, 3, 0, 24 * time.Hour, 24*time.Hour + time.Second},
 	}
 	ctx := context.Background()
 	for _, tt := range tests {
@@ -285,4 +293,14 @@ func TestBatchedFixedWindow(t *testing.T) {
 		}
 	}
 	checkTTLs(t, srv)
+}
+
+// location loads a time zone for a test, or fails it.
+func location(t *testing.T, name string) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		t.Fatalf("LoadLocation(%q): %v", name, err)
+	}
+	return loc
 }

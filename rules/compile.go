@@ -440,6 +440,10 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 		ruleNames := make(map[string]int)
 		for j, rc := range dc.Rules {
 			r := compileRule(p, path, j, rc, ruleNames, t.Cluster.Store)
+			if r.Algorithm == Quota && t.Cluster.Store == StoreRedis && t.Cluster.Sync == SyncBatched {
+				// Batched counts merge by epoch-aligned periods, not calendar ones.
+				p.add(fmt.Sprintf("%s.rules[%d].algorithm", path, j), "quota is not supported with cluster.sync batched yet")
+			}
 			checkCountsAfter(p, fmt.Sprintf("%s.rules[%d]", path, j), r, dc.Respond != nil)
 			d.Rules = append(d.Rules, r)
 			if _, dup := d.byName[r.Name]; !dup && r.Name != "" {
@@ -787,18 +791,14 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 // compileAlgorithm compiles how the rule at path counts into r: its
 // algorithm, burst and max_delay. It reports whether r.Algorithm is the
 // one configured (when not, the keys that depend on it are not judged).
-// Counters shared through Redis (store) take every algorithm but a quota
-// and a leaky bucket queue so far. A quota's reset and timezone are
+// Counters shared through Redis (store) take every algorithm but a leaky
+// bucket queue so far (a quota only in exact mode: compileDomains refuses
+// it with cluster.sync batched). A quota's reset and timezone are
 // compileCalendar's.
 func compileAlgorithm(p *problems, path string, rc RuleConfig, r *Rule, store StoreKind) bool {
 	before := len(p.list)
 	r.Algorithm = algorithmSpelling.parse(p, path+".algorithm", rc.Algorithm)
 	if len(p.list) > before {
-		return false
-	}
-	if r.Algorithm == Quota && store == StoreRedis {
-		// cluster has no quota script: its calendar periods are local only.
-		p.add(path+".algorithm", "quota is not supported with cluster.store redis yet")
 		return false
 	}
 

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -303,4 +304,56 @@ func location(t *testing.T, name string) *time.Location {
 		t.Fatalf("LoadLocation(%q): %v", name, err)
 	}
 	return loc
+}
+
+// TestQuotaAcrossMidnight: a daily quota through Redis refuses up to the
+// last microsecond of a day and starts afresh at midnight, in the rule's
+// time zone; a script run on a Redis clock that has passed the midnight the
+// node computed counts in the next day.
+func TestQuotaAcrossMidnight(t *testing.T) {
+	srv := redistest.Start(t)
+	c := exactClient(t, srv)
+	tokyo := location(t, "Asia/Tokyo")
+	l := window.Limit{Algorithm: window.Quota, Reset: window.Daily, Location: tokyo, Limit: 2}
+	d, store := newDomain(t, c, l)
+	d.scriptTime = true
+	midnight := time.Date(2027, 3, 1, 0, 0, 0, 0, tokyo)
+	before := midnight.Add(-time.Microsecond)
+	steps := []struct {
+		name string
+		at   time.Time
+		want public
+	}{
+		{"first", before.Add(-time.Hour), public{Allowed: true, Remaining: 1, Reset: time.Hour + time.Microsecond}},
+		{"second", before, public{Allowed: true, Remaining: 0, Reset: time.Microsecond}},
+		{"third waits a microsecond", before, public{Remaining: 0, RetryAfter: time.Microsecond, Reset: time.Microsecond}},
+		{"at midnight", midnight, public{Allowed: true, Remaining: 1, Reset: 24 * time.Hour}},
+	}
+	for _, s := range steps {
+		call := d.Begin()
+		got := call.Decide(id(store, "x"), 1, s.at)
+		call.End()
+		if got.Fallback || publicOf(got) != s.want {
+			t.Errorf("%s: got %+v, want %+v", s.name, publicOf(got), s.want)
+		}
+	}
+
+	// The node's clock says 23:59:59.999999, Redis's midnight.
+	r := &d.rules[0]
+	prefix := r.prefix([]byte("y"))
+	d.scriptTime = false
+	idx, end := l.QuotaPeriod(before)
+	next, nextEnd := l.QuotaPeriod(end)
+	args := []string{"d", "2", "0", "0", "1",
+		strconv.FormatInt(idx, 10), strconv.FormatInt(end.UnixMicro(), 10),
+		strconv.FormatInt(next, 10), strconv.FormatInt(nextEnd.UnixMicro(), 10),
+		strconv.FormatInt(midnight.UnixMicro(), 10)}
+	vals, err := c.exec(context.Background(), quotaScript, []string{prefix}, args).AsIntSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int64{1, 1, 1, 24 * 3600 * 1_000_000, 0, next}; !slices.Equal(vals, want) || next != idx+1 {
+		t.Errorf("script past the node's midnight: got %v, want %v (index %d after %d)", vals, want, next, idx)
+	}
+	checkTTLs(t, srv)
 }

@@ -62,8 +62,9 @@ type domainRule struct {
 
 // keyBase is the start of rule name's keys in Redis, counted by l: a
 // sliding window's keys are named as they always were; other algorithms
-// add their name, and a bucket its burst, so that a rule whose algorithm
-// or burst changes counts afresh, as a period change does.
+// add their name, a bucket its burst and a quota its time zone (its reset
+// is in the nominal period's seconds), so that a rule whose algorithm,
+// burst, reset or time zone changes counts afresh, as a period change does.
 func keyBase(pop, domain, name string, l window.Limit, secs int64) string {
 	base := "edge:" + pop + ":" + domain + ":" + name + ":"
 	if l.Algorithm != window.SlidingWindow {
@@ -72,6 +73,9 @@ func keyBase(pop, domain, name string, l window.Limit, secs int64) string {
 	base += strconv.FormatInt(secs, 10) + "s:"
 	if l.Algorithm == window.TokenBucket || l.Algorithm == window.LeakyBucket {
 		base += "b" + strconv.FormatInt(l.Burst, 10) + ":"
+	}
+	if l.Algorithm == window.Quota && l.Location != nil {
+		base += l.Location.String() + ":"
 	}
 	return base
 }

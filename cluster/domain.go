@@ -595,23 +595,12 @@ func (d *Domain) Peek(ctx context.Context, id window.ID, now time.Time) (window.
 	}
 	r := &d.rules[id.Key.Rule()]
 	start := time.Now()
-	if r.bucket() {
-		b, _, err := d.bucket(ctx, r, r.prefix(id.Name), "p", 1, now)
+	if r.bucket() || r.quota() {
+		st, err := d.peekState(ctx, r, id.Name, now)
 		d.c.done("peek", start, err)
 		if err != nil {
 			return window.State{}, err
 		}
-		st := r.Limit.BucketState(b, now)
-		st.Shared = true
-		return st, nil
-	}
-	if r.quota() {
-		q, _, err := d.quota(ctx, r, r.prefix(id.Name), "p", 0, now)
-		d.c.done("peek", start, err)
-		if err != nil {
-			return window.State{}, err
-		}
-		st := r.Limit.QuotaState(q, now)
 		st.Shared = true
 		return st, nil
 	}
@@ -631,4 +620,16 @@ func (d *Domain) Peek(ctx context.Context, id window.ID, now time.Time) (window.
 	}, now)
 	st.Shared = true
 	return st, nil
+}
+
+// peekState reads the bucket or the quota of the client named name under r
+// in Redis, without changing it, and describes it at now.
+func (d *Domain) peekState(ctx context.Context, r *domainRule, name []byte, now time.Time) (window.State, error) {
+	prefix := r.prefix(name)
+	if r.bucket() {
+		b, _, err := d.bucket(ctx, r, prefix, "p", 1, now)
+		return r.Limit.BucketState(b, now), err
+	}
+	q, _, err := d.quota(ctx, r, prefix, "p", 0, now)
+	return r.Limit.QuotaState(q, now), err
 }

@@ -357,3 +357,48 @@ func TestQuotaAcrossMidnight(t *testing.T) {
 	}
 	checkTTLs(t, srv)
 }
+
+// TestBatchedQuota: in batched mode each node decides a quota on its own
+// store and shares its count with the next flush; a node that flushes
+// takes the PoP's count of the period in, and refuses once it is used up.
+func TestBatchedQuota(t *testing.T) {
+	srv := redistest.Start(t)
+	l := window.Limit{Algorithm: window.Quota, Reset: window.Monthly, Limit: 5}
+	var nodes [2]struct {
+		c     *Client
+		d     *Domain
+		store *window.Store
+	}
+	for i := range nodes {
+		nodes[i].c = newClient(t, testConfig(srv.Addr, rules.SyncBatched, rules.FailLocal), "n"+strconv.Itoa(i+1))
+		wait.For(t, 2*time.Second, "scripts loaded", nodes[i].c.scriptsLoaded.Load)
+		nodes[i].d, nodes[i].store = newDomain(t, nodes[i].c, l)
+	}
+	now := time.Now()
+	steps := []struct {
+		name  string
+		node  int
+		flush bool // the node flushes after deciding
+		want  bool
+	}{
+		{"node 1, first", 0, false, true},
+		{"node 1, second", 0, false, true},
+		{"node 1, third, then flushes", 0, true, true},
+		{"node 2 alone, then flushes and learns of 3", 1, true, true},
+		{"node 2, the fifth of the PoP", 1, false, true},
+		{"node 2, the sixth", 1, false, false},
+	}
+	for _, s := range steps {
+		n := &nodes[s.node]
+		call := n.d.Begin()
+		got := call.Decide(id(n.store, "x"), 1, now)
+		call.End()
+		if got.Allowed != s.want || got.Fallback {
+			t.Errorf("%s: got %+v, want allowed %v, not a fallback", s.name, got, s.want)
+		}
+		if s.flush {
+			n.c.flush()
+		}
+	}
+	checkTTLs(t, srv)
+}

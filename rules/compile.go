@@ -440,10 +440,6 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 		ruleNames := make(map[string]int)
 		for j, rc := range dc.Rules {
 			r := compileRule(p, path, j, rc, ruleNames, t.Cluster.Store)
-			if r.Algorithm == Quota && t.Cluster.Store == StoreRedis && t.Cluster.Sync == SyncBatched {
-				// Batched counts merge by epoch-aligned periods, not calendar ones.
-				p.add(fmt.Sprintf("%s.rules[%d].algorithm", path, j), "quota is not supported with cluster.sync batched yet")
-			}
 			checkCountsAfter(p, fmt.Sprintf("%s.rules[%d]", path, j), r, dc.Respond != nil)
 			d.Rules = append(d.Rules, r)
 			if _, dup := d.byName[r.Name]; !dup && r.Name != "" {
@@ -792,8 +788,7 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 // algorithm, burst and max_delay. It reports whether r.Algorithm is the
 // one configured (when not, the keys that depend on it are not judged).
 // Counters shared through Redis (store) take every algorithm but a leaky
-// bucket queue so far (a quota only in exact mode: compileDomains refuses
-// it with cluster.sync batched). A quota's reset and timezone are
+// bucket queue so far. A quota's reset and timezone are
 // compileCalendar's.
 func compileAlgorithm(p *problems, path string, rc RuleConfig, r *Rule, store StoreKind) bool {
 	before := len(p.list)

@@ -76,9 +76,6 @@ func TestCompileCountingErrors(t *testing.T) {
 			want: []string{
 				at + `max_delay: a leaky_bucket queue (max_delay above 0) is not supported with cluster.store redis yet, got 2s`,
 			}},
-		{name: "quota with batched redis", rule: RuleConfig{Algorithm: "quota", Reset: "daily"},
-			more: func(c *Config) { noPeriod(c); redis(c); c.Cluster.Sync = "batched" },
-			want: []string{at + `algorithm: quota is not supported with cluster.sync batched yet`}},
 		{name: "max_queued negative", more: func(c *Config) { c.Domains[0].MaxQueued = -1 },
 			want: []string{`domains[0].max_queued: must be between 1 and 1000000, got -1`}},
 		{name: "max_queued too large", more: func(c *Config) { c.Domains[0].MaxQueued = 1_000_001 },
@@ -207,6 +204,8 @@ func TestCompileCounting(t *testing.T) {
 			want: Rule{Cost: 3, CostHeader: "X-Cost", MaxCost: 4}, cap: 10},
 		{name: "redis exact quota", rule: RuleConfig{Limit: 10, Algorithm: "quota", Reset: "monthly", Cost: intp(2)}, sync: "exact",
 			want: Rule{Algorithm: Quota, Cost: 2}, cap: 10},
+		{name: "redis batched quota", rule: RuleConfig{Limit: 10, Algorithm: "quota", Reset: "daily"}, sync: "batched",
+			want: Rule{Algorithm: Quota, Cost: 1}, cap: 10},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -349,3 +349,39 @@ func (l Limit) QuotaState(c QuotaCounts, now time.Time) State {
 	st.Tracked = ent.curr > 0 || mitigation > 0
 	return st
 }
+
+// MergeQuota raises k's Quota count in the calendar period index
+// (Limit.QuotaPeriod) to at least count: the count a shared store holds
+// for the whole PoP, so that this store's decisions see what other nodes
+// counted. A count is never lowered, and saturates at 2³²−1; a count of a
+// period older than the one k is in is ignored, as is a k that is not
+// tracked and finds no free slot (MergeQuota never evicts). It reports
+// whether the count was taken in; it takes nothing in for a rule that is
+// not a Quota.
+func (s *Store) MergeQuota(k Key, index, count int64) bool {
+	p := &s.params[k.fp>>56]
+	if p.algorithm != Quota {
+		return false
+	}
+	c := satCount(count)
+	sh := s.shard(k.fp)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i := sh.find(k.fp)
+	if i < 0 && c != 0 {
+		i = s.insertFree(sh, k.fp, counters{win: uint32(index)})
+	}
+	if i < 0 {
+		return false
+	}
+	sh.forget(k.fp)
+	ent := &sh.slots[i].counters
+	switch d := int32(uint32(index) - ent.win); {
+	case d > 0:
+		ent.win, ent.curr = uint32(index), 0
+	case d < 0:
+		return false
+	}
+	ent.curr = max(ent.curr, c)
+	return true
+}

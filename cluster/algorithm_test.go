@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -44,6 +45,7 @@ func publicOf(d window.Decision) public {
 // the trace's times, and requires the same Decision for every request,
 // under every algorithm, with and without count_blocked and a mitigation.
 func TestExactMatchesStore(t *testing.T) {
+	berlin, newYork := location(t, "Europe/Berlin"), location(t, "America/New_York")
 	srv := redistest.Start(t)
 	c := exactClient(t, srv)
 	limits := []struct {
@@ -70,6 +72,12 @@ func TestExactMatchesStore(t *testing.T) {
 		{"token huge limit", window.Limit{Algorithm: window.TokenBucket, Limit: 1_000_000_000, Period: time.Hour, Burst: 4}},
 		// A bucket that takes 1143h to fill: twice that, in ns, is near 2⁵³.
 		{"leaky slow count_blocked", window.Limit{Algorithm: window.LeakyBucket, Limit: 7, Period: 1000 * time.Hour, Burst: 8, CountBlocked: true}},
+		// A quota's Period only spaces the trace's requests: its calendar
+		// periods are days, weeks or months, and a trace crosses dozens.
+		{"quota daily", window.Limit{Algorithm: window.Quota, Reset: window.Daily, Limit: 7, Period: 24 * time.Hour}},
+		{"quota weekly count_blocked", window.Limit{Algorithm: window.Quota, Reset: window.Weekly, Location: berlin, Limit: 20, Period: 5 * 24 * time.Hour, CountBlocked: true}},
+		{"quota monthly mitigation", window.Limit{Algorithm: window.Quota, Reset: window.Monthly, Location: newYork, Limit: 60, Period: 20 * 24 * time.Hour, Mitigation: 3 * 24 * time.Hour}},
+		{"quota daily mitigation count_blocked", window.Limit{Algorithm: window.Quota, Reset: window.Daily, Location: newYork, Limit: 5, Period: 24 * time.Hour, Mitigation: 2 * time.Hour, CountBlocked: true}},
 	}
 	for li, tt := range limits {
 		t.Run(tt.name, func(t *testing.T) {
@@ -147,6 +155,7 @@ func TestExactOnRedisClock(t *testing.T) {
 		// The burst, then one request queued 15 minutes; the next one's turn
 		// is 30 minutes away, 10 more than the queue waits.
 		{"leaky queue", window.Limit{Algorithm: window.LeakyBucket, Limit: 4, Period: time.Hour, MaxDelay: 20 * time.Minute}, 5, 9 * time.Minute, 10 * time.Minute, 75*time.Minute + time.Second},
+		{"quota", window.Limit{Algorithm: window.Quota, Reset: window.Daily, Limit: 3}, 3, 0, 24 * time.Hour, 24*time.Hour + time.Second},
 	}
 	ctx := context.Background()
 	for _, tt := range tests {
@@ -290,6 +299,113 @@ func TestBatchedFixedWindow(t *testing.T) {
 		}
 		if dec, _ := allow(ds[s.node], ss[s.node], "x"); dec.Allowed != s.want || dec.Fallback {
 			t.Fatalf("step %d, node %d: got %+v, want allowed %v", i, s.node, dec, s.want)
+		}
+	}
+	checkTTLs(t, srv)
+}
+
+// location loads a time zone for a test, or fails it.
+func location(t *testing.T, name string) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		t.Fatalf("LoadLocation(%q): %v", name, err)
+	}
+	return loc
+}
+
+// TestQuotaAcrossMidnight: a daily quota through Redis refuses up to the
+// last microsecond of a day and starts afresh at midnight, in the rule's
+// time zone; a script run on a Redis clock that has passed the midnight the
+// node computed counts in the next day.
+func TestQuotaAcrossMidnight(t *testing.T) {
+	srv := redistest.Start(t)
+	c := exactClient(t, srv)
+	tokyo := location(t, "Asia/Tokyo")
+	l := window.Limit{Algorithm: window.Quota, Reset: window.Daily, Location: tokyo, Limit: 2}
+	d, store := newDomain(t, c, l)
+	d.scriptTime = true
+	midnight := time.Date(2027, 3, 1, 0, 0, 0, 0, tokyo)
+	before := midnight.Add(-time.Microsecond)
+	steps := []struct {
+		name string
+		at   time.Time
+		want public
+	}{
+		{"first", before.Add(-time.Hour), public{Allowed: true, Remaining: 1, Reset: time.Hour + time.Microsecond}},
+		{"second", before, public{Allowed: true, Remaining: 0, Reset: time.Microsecond}},
+		{"third waits a microsecond", before, public{Remaining: 0, RetryAfter: time.Microsecond, Reset: time.Microsecond}},
+		{"at midnight", midnight, public{Allowed: true, Remaining: 1, Reset: 24 * time.Hour}},
+	}
+	for _, s := range steps {
+		call := d.Begin()
+		got := call.Decide(id(store, "x"), 1, s.at)
+		call.End()
+		if got.Fallback || publicOf(got) != s.want {
+			t.Errorf("%s: got %+v, want %+v", s.name, publicOf(got), s.want)
+		}
+	}
+
+	// The node's clock says 23:59:59.999999, Redis's midnight.
+	r := &d.rules[0]
+	prefix := r.prefix([]byte("y"))
+	d.scriptTime = false
+	idx, end := l.QuotaPeriod(before)
+	next, nextEnd := l.QuotaPeriod(end)
+	args := []string{"d", "2", "0", "0", "1",
+		strconv.FormatInt(idx, 10), strconv.FormatInt(end.UnixMicro(), 10),
+		strconv.FormatInt(next, 10), strconv.FormatInt(nextEnd.UnixMicro(), 10),
+		strconv.FormatInt(midnight.UnixMicro(), 10)}
+	vals, err := c.exec(context.Background(), quotaScript, []string{prefix}, args).AsIntSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int64{1, 1, 1, 24 * 3600 * 1_000_000, 0, next}; !slices.Equal(vals, want) || next != idx+1 {
+		t.Errorf("script past the node's midnight: got %v, want %v (index %d after %d)", vals, want, next, idx)
+	}
+	checkTTLs(t, srv)
+}
+
+// TestBatchedQuota: in batched mode each node decides a quota on its own
+// store and shares its count with the next flush; a node that flushes
+// takes the PoP's count of the period in, and refuses once it is used up.
+func TestBatchedQuota(t *testing.T) {
+	srv := redistest.Start(t)
+	l := window.Limit{Algorithm: window.Quota, Reset: window.Monthly, Limit: 5}
+	var nodes [2]struct {
+		c     *Client
+		d     *Domain
+		store *window.Store
+	}
+	for i := range nodes {
+		nodes[i].c = newClient(t, testConfig(srv.Addr, rules.SyncBatched, rules.FailLocal), "n"+strconv.Itoa(i+1))
+		wait.For(t, 2*time.Second, "scripts loaded", nodes[i].c.scriptsLoaded.Load)
+		nodes[i].d, nodes[i].store = newDomain(t, nodes[i].c, l)
+	}
+	now := time.Now()
+	steps := []struct {
+		name  string
+		node  int
+		flush bool // the node flushes after deciding
+		want  bool
+	}{
+		{"node 1, first", 0, false, true},
+		{"node 1, second", 0, false, true},
+		{"node 1, third, then flushes", 0, true, true},
+		{"node 2 alone, then flushes and learns of 3", 1, true, true},
+		{"node 2, the fifth of the PoP", 1, false, true},
+		{"node 2, the sixth", 1, false, false},
+	}
+	for _, s := range steps {
+		n := &nodes[s.node]
+		call := n.d.Begin()
+		got := call.Decide(id(n.store, "x"), 1, now)
+		call.End()
+		if got.Allowed != s.want || got.Fallback {
+			t.Errorf("%s: got %+v, want allowed %v, not a fallback", s.name, got, s.want)
+		}
+		if s.flush {
+			n.c.flush()
 		}
 	}
 	checkTTLs(t, srv)

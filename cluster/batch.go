@@ -125,7 +125,7 @@ func (b *batch) keep(it flushItem, now time.Time) {
 // merge takes the PoP-wide counts of key (in vals, as the flush script of
 // its rule returns them) into the domain's store, with what this node
 // counted since they were read added: a window's counts {prev, curr} to
-// the current period; a bucket's level (bucketScript's reply) at now.
+// the current period; a quota's curr to its calendar period; a bucket's level (bucketScript's reply) at now.
 func (b *batch) merge(key pendKey, vals []int64, now time.Time) {
 	if b.d.exact() {
 		return // the store holds only what was decided without Redis
@@ -134,6 +134,8 @@ func (b *batch) merge(key pendKey, vals []int64, now time.Time) {
 	own := max(b.pending[key].delta, 0)
 	b.mu.Unlock()
 	switch {
+	case b.d.rules[key.k.Rule()].quota():
+		b.d.store.MergeQuota(key.k, key.start, vals[1]+own)
 	case len(vals) == 2:
 		b.d.store.Merge(key.k, time.Unix(key.start, 0), vals[0], vals[1]+own)
 	case len(vals) == 5:

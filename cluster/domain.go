@@ -62,8 +62,9 @@ type domainRule struct {
 
 // keyBase is the start of rule name's keys in Redis, counted by l: a
 // sliding window's keys are named as they always were; other algorithms
-// add their name, and a bucket its burst, so that a rule whose algorithm
-// or burst changes counts afresh, as a period change does.
+// add their name, a bucket its burst and a quota its time zone (its reset
+// is in the nominal period's seconds), so that a rule whose algorithm,
+// burst, reset or time zone changes counts afresh, as a period change does.
 func keyBase(pop, domain, name string, l window.Limit, secs int64) string {
 	base := "edge:" + pop + ":" + domain + ":" + name + ":"
 	if l.Algorithm != window.SlidingWindow {
@@ -73,8 +74,14 @@ func keyBase(pop, domain, name string, l window.Limit, secs int64) string {
 	if l.Algorithm == window.TokenBucket || l.Algorithm == window.LeakyBucket {
 		base += "b" + strconv.FormatInt(l.Burst, 10) + ":"
 	}
+	if l.Algorithm == window.Quota && l.Location != nil {
+		base += l.Location.String() + ":"
+	}
 	return base
 }
+
+// quota reports whether r is a quota.
+func (r *domainRule) quota() bool { return r.decide == quotaScript }
 
 // bucket reports whether r counts in a bucket.
 func (r *domainRule) bucket() bool { return r.decide == bucketScript }
@@ -124,6 +131,8 @@ func (c *Client) Domain(name string, rs []Rule, store *window.Store) (*Domain, e
 		case window.TokenBucket, window.LeakyBucket:
 			dr.decide, dr.peek = bucketScript, nil
 			dr.full = l.Units(l.Burst)
+		case window.Quota:
+			dr.decide, dr.peek = quotaScript, nil
 		}
 		d.rules[i] = dr
 	}
@@ -166,10 +175,15 @@ func (r *domainRule) prefix(key []byte) string {
 }
 
 // periodStart is the Unix second at which the period of r holding now
-// starts; 0 for a bucket, which has no periods.
+// starts; for a quota, the index of its calendar period (quotaScript);
+// 0 for a bucket, which has no periods.
 func (r *domainRule) periodStart(now time.Time) int64 {
-	if r.bucket() {
+	switch {
+	case r.bucket():
 		return 0
+	case r.quota():
+		i, _ := r.Limit.QuotaPeriod(now)
+		return i
 	}
 	s := now.Unix()
 	w := s / r.periodSeconds
@@ -207,6 +221,7 @@ type counted struct {
 	// counts are what Redis judged by (exact mode), so that a refund can
 	// describe the quota left as the store would after taking it back.
 	counts window.Counts
+	quota  window.QuotaCounts // likewise, for a quota
 }
 
 // context returns the request's context, bounded by budget from the first
@@ -307,6 +322,13 @@ func (t *tally) judge(r *domainRule, prefix string, cost int64, now time.Time) (
 		}
 		return r.Limit.JudgeBucket(b, cost), c, b.Mitigation, nil
 	}
+	if r.quota() {
+		q, c, err := t.d.quota(ctx, r, prefix, "d", cost, now)
+		if err != nil {
+			return window.Decision{}, c, 0, err
+		}
+		return r.Limit.JudgeQuota(q, cost), c, q.Mitigation, nil
+	}
 	args := append(r.args[:len(r.args):len(r.args)], strconv.FormatInt(cost, 10), t.d.timeArg(now))
 	vals, err := t.d.c.exec(ctx, r.decide, []string{prefix}, args).AsIntSlice()
 	if err == nil && len(vals) != 7 {
@@ -351,6 +373,39 @@ func (d *Domain) bucket(ctx context.Context, r *domainRule, prefix, mode string,
 		c.n = n
 	}
 	return b, c, nil
+}
+
+// quota runs quotaScript in mode ("d" decide, "p" peek) for a request of
+// cost units of the client whose keys start with prefix under r, with the
+// calendar periods at now, and returns the quota as Redis left it and what
+// it counted.
+func (d *Domain) quota(ctx context.Context, r *domainRule, prefix, mode string, cost int64, now time.Time) (window.QuotaCounts, counted, error) {
+	idx, end := r.Limit.QuotaPeriod(now)
+	next, nextEnd := r.Limit.QuotaPeriod(end)
+	args := []string{
+		mode, r.args[0], r.args[2], r.args[3], strconv.FormatInt(cost, 10),
+		strconv.FormatInt(idx, 10), strconv.FormatInt(end.UnixMicro(), 10),
+		strconv.FormatInt(next, 10), strconv.FormatInt(nextEnd.UnixMicro(), 10),
+		d.timeArg(now),
+	}
+	vals, err := d.c.exec(ctx, quotaScript, []string{prefix}, args).AsIntSlice()
+	if err == nil && len(vals) != 6 {
+		err = fmt.Errorf("cluster: quota script returned %d values, want 6", len(vals))
+	}
+	if err != nil {
+		return window.QuotaCounts{}, counted{}, err
+	}
+	q := window.QuotaCounts{
+		Allowed:    vals[0] == 1,
+		Count:      vals[2],
+		ToEnd:      time.Duration(vals[3]) * time.Microsecond,
+		Mitigation: time.Duration(vals[4]) * time.Microsecond,
+	}
+	c := counted{prefix: prefix, start: vals[5], quota: q}
+	if vals[1] == 1 {
+		c.n = cost
+	}
+	return q, c, nil
 }
 
 // bucketArgs is bucketScript's ARGV for n units in mode, at the time now
@@ -447,6 +502,13 @@ func (t *tally) Refund(id window.ID, dec window.Decision, now time.Time) window.
 	err := d.c.exec(ctx, refundScript, []string{c.prefix},
 		[]string{strconv.FormatInt(c.start, 10), strconv.FormatInt(c.n, 10)}).Error()
 	d.c.done("refund", start, err)
+	if err == nil && dec.Allowed && r.quota() {
+		q := c.quota
+		q.Count = max(q.Count-c.n, 0)
+		after := r.Limit.JudgeQuota(q, 0)
+		dec.Remaining, dec.Reset = after.Remaining, after.Reset
+		return dec
+	}
 	if err == nil && dec.Allowed {
 		// Described as the store describes its own counts without the
 		// request.
@@ -534,13 +596,12 @@ func (d *Domain) Peek(ctx context.Context, id window.ID, now time.Time) (window.
 	}
 	r := &d.rules[id.Key.Rule()]
 	start := time.Now()
-	if r.bucket() {
-		b, _, err := d.bucket(ctx, r, r.prefix(id.Name), "p", 1, now)
+	if r.bucket() || r.quota() {
+		st, err := d.peekState(ctx, r, id.Name, now)
 		d.c.done("peek", start, err)
 		if err != nil {
 			return window.State{}, err
 		}
-		st := r.Limit.BucketState(b, now)
 		st.Shared = true
 		return st, nil
 	}
@@ -560,4 +621,16 @@ func (d *Domain) Peek(ctx context.Context, id window.ID, now time.Time) (window.
 	}, now)
 	st.Shared = true
 	return st, nil
+}
+
+// peekState reads the bucket or the quota of the client named name under r
+// in Redis, without changing it, and describes it at now.
+func (d *Domain) peekState(ctx context.Context, r *domainRule, name []byte, now time.Time) (window.State, error) {
+	prefix := r.prefix(name)
+	if r.bucket() {
+		b, _, err := d.bucket(ctx, r, prefix, "p", 1, now)
+		return r.Limit.BucketState(b, now), err
+	}
+	q, _, err := d.quota(ctx, r, prefix, "p", 0, now)
+	return r.Limit.QuotaState(q, now), err
 }

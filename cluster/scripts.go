@@ -277,6 +277,55 @@ end
 return {allowed, counted, lvN, lvF, left}
 `)
 
+// quotaScript judges a request under a quota in exact mode, as
+// window.Store does, or reads the quota ('p'). The calendar is Go's
+// (window.Limit.QuotaPeriod): the caller passes the period holding its own
+// clock and the one after it, and the script counts in the second once
+// Redis's clock has reached the first's end, so a period turns over on
+// Redis's clock (a node whose clock is ahead of Redis's by s starts a
+// period up to s early). The count of period <index> is "<prefix>:<index>";
+// a request is allowed iff no mitigation is in force and count + cost ≤
+// limit (count < limit at cost 0); it counts as windowLua counts, and a
+// mitigation is as windowLua's. The count lives until its period ends and
+// a second more: a past period disappears.
+//
+// KEYS[1] key prefix; ARGV: mode ('d' decide, 'p' peek), limit,
+// mitigation (µs), count_blocked (0 or 1), cost, index, end (µs), next
+// index, next end (µs), the time (µs; absent: TIME). Returns {allowed,
+// counted, count (after counting), µs to the period's end, mitigation left
+// (µs), index}.
+var quotaScript = newScript(clock + `
+local limit = tonumber(ARGV[2])
+local mitigation = tonumber(ARGV[3])
+local cost = tonumber(ARGV[5])
+local t = now(ARGV[10])
+local idx, e = ARGV[6], tonumber(ARGV[7])
+if t >= e then idx, e = ARGV[8], tonumber(ARGV[9]) end
+local ck = KEYS[1] .. ':' .. idx
+local mk = KEYS[1] .. ':m'
+local count = tonumber(redis.call('GET', ck) or '0')
+local left = 0
+local untilT = tonumber(redis.call('GET', mk) or '0')
+if untilT > t then left = untilT - t end
+local target = limit
+if cost > 1 then target = limit - math.min(cost - 1, limit) end
+local allowed, counted = 0, 0
+if ARGV[1] == 'd' then
+  if left == 0 and target > 0 and count < target then allowed = 1 end
+  if cost > 0 and (allowed == 1 or (target > 0 and ARGV[4] == '1')) then
+    count = redis.call('INCRBY', ck, cost)
+    redis.call('PEXPIRE', ck, math.ceil((e - t) / 1000) + 1000)
+    counted = 1
+  end
+  if allowed == 0 and left == 0 and target > 0 and mitigation > 0 then
+    untilT = math.ceil((t + mitigation) / 1000) * 1000
+    left = untilT - t
+    redis.call('SET', mk, string.format('%.0f', untilT), 'PX', math.ceil(left / 1000))
+  end
+end
+return {allowed, counted, count, e - t, left, tonumber(idx)}
+`)
+
 // refundScript takes back the ARGV[2] units (1 if absent) counted in the
 // period starting at ARGV[1] (Unix s), for a request another rule blocked,
 // down to 0. It never creates a key (DECRBY of a missing key would make one
@@ -359,7 +408,7 @@ var (
 	fixedPeekScript = newScript(peekLua(true))
 )
 
-var allScripts = []*script{decideScript, fixedScript, bucketScript, refundScript, flushScript, heartbeatScript, forgetScript, peekScript, fixedPeekScript}
+var allScripts = []*script{decideScript, fixedScript, bucketScript, quotaScript, refundScript, flushScript, heartbeatScript, forgetScript, peekScript, fixedPeekScript}
 
 // ScriptSources returns the Lua source of the scripts behind exact-mode
 // decisions and batched flushes, for tools that replay edge's Redis

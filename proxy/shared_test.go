@@ -625,6 +625,9 @@ func TestSharedExactAlgorithms(t *testing.T) {
 		{"sliding window cost_header",
 			rules.RuleConfig{Name: "sliding", Limit: 5, Period: time.Hour, CostHeader: "X-Cost", MaxCost: 5},
 			[]step{{0, "/", "4", 200}, {1, "/", "2", 429}, {1, "/", "1", 200}, {0, "/", "0", 429}}},
+		{"quota cost_header",
+			rules.RuleConfig{Name: "plan", Algorithm: "quota", Limit: 4, Reset: "monthly", Timezone: "Europe/Berlin", CostHeader: "X-Cost", MaxCost: 4},
+			[]step{{0, "/", "3", 200}, {1, "/", "2", 429}, {1, "/", "1", 200}, {0, "/", "0", 429}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

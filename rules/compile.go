@@ -439,7 +439,7 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 		}
 		ruleNames := make(map[string]int)
 		for j, rc := range dc.Rules {
-			r := compileRule(p, path, j, rc, ruleNames, t.Cluster.Store)
+			r := compileRule(p, path, j, rc, ruleNames)
 			if r.MaxDelay > 0 && t.Cluster.Store == StoreRedis && t.Cluster.Sync == SyncBatched {
 				// A queue's turns need the one shared level: each node's
 				// own level would let every node queue its own requests.
@@ -699,9 +699,8 @@ func checkDNSName(h, raw string) string {
 }
 
 // compileRule compiles rule j of the domain at domainPath. names maps the
-// rule names seen so far in that domain to their index; store is where the
-// table's counters live, which refuses what Redis cannot share yet.
-func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map[string]int, store StoreKind) *Rule {
+// rule names seen so far in that domain to their index.
+func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map[string]int) *Rule {
 	path := fmt.Sprintf("%s.rules[%d]", domainPath, j)
 	r := &Rule{
 		Index:             j,
@@ -783,7 +782,7 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 		r.BlockResponse = compileResponse(p, path+".block_response", *rc.BlockResponse, 400, 499, DefaultBlockStatus, false)
 	}
 
-	if compileAlgorithm(p, path, rc, r, store) {
+	if compileAlgorithm(p, path, rc, r) {
 		compileCost(p, path, rc, r)
 	}
 	compileWhatCounts(p, path, rc, r)
@@ -793,18 +792,13 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 // compileAlgorithm compiles how the rule at path counts into r: its
 // algorithm, burst and max_delay. It reports whether r.Algorithm is the
 // one configured (when not, the keys that depend on it are not judged).
-// Counters shared through Redis (store) take every algorithm but a quota
-// so far (and a leaky bucket queue in exact mode only, see compileDomains). A quota's reset and timezone are
-// compileCalendar's.
-func compileAlgorithm(p *problems, path string, rc RuleConfig, r *Rule, store StoreKind) bool {
+// Counters shared through Redis take every algorithm, a leaky bucket queue
+// in exact mode only (compileDomains refuses it batched). A quota's reset
+// and timezone are compileCalendar's.
+func compileAlgorithm(p *problems, path string, rc RuleConfig, r *Rule) bool {
 	before := len(p.list)
 	r.Algorithm = algorithmSpelling.parse(p, path+".algorithm", rc.Algorithm)
 	if len(p.list) > before {
-		return false
-	}
-	if r.Algorithm == Quota && store == StoreRedis {
-		// cluster has no quota script: its calendar periods are local only.
-		p.add(path+".algorithm", "quota is not supported with cluster.store redis yet")
 		return false
 	}
 

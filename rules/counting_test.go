@@ -51,9 +51,6 @@ func TestCompileCountingErrors(t *testing.T) {
 			want: []string{at + `max_delay: applies only to algorithm leaky_bucket, got 1s with quota`}},
 		{name: "cost above a quota's limit", rule: RuleConfig{Algorithm: "quota", Reset: "daily", Cost: intp(11)}, more: noPeriod,
 			want: []string{at + `cost: must be at most the rule's limit (10), got 11`}},
-		{name: "quota through redis", rule: RuleConfig{Algorithm: "quota", Reset: "daily"},
-			more: func(c *Config) { noPeriod(c); redis(c) },
-			want: []string{at + `algorithm: quota is not supported with cluster.store redis yet`}},
 		{name: "burst on sliding window", rule: RuleConfig{Burst: 20},
 			want: []string{at + `burst: applies only to algorithm token_bucket or leaky_bucket, got 20 with sliding_window`}},
 		{name: "burst on fixed window", rule: RuleConfig{Algorithm: "fixed_window", Burst: 20},
@@ -80,8 +77,6 @@ func TestCompileCountingErrors(t *testing.T) {
 			want: []string{
 				at + `max_delay: a leaky_bucket queue (max_delay above 0) is not supported with cluster.sync batched (use exact), got 2s`,
 			}},
-		{name: "quota with redis", rule: RuleConfig{Algorithm: "quota", Reset: "daily"}, more: func(c *Config) { noPeriod(c); redis(c) },
-			want: []string{at + `algorithm: quota is not supported with cluster.store redis yet`}},
 		{name: "max_queued negative", more: func(c *Config) { c.Domains[0].MaxQueued = -1 },
 			want: []string{`domains[0].max_queued: must be between 1 and 1000000, got -1`}},
 		{name: "max_queued too large", more: func(c *Config) { c.Domains[0].MaxQueued = 1_000_001 },
@@ -210,12 +205,19 @@ func TestCompileCounting(t *testing.T) {
 			want: Rule{Algorithm: LeakyBucket, Cost: 1}, cap: 10},
 		{name: "redis batched sliding window with cost", rule: RuleConfig{Limit: 10, Cost: intp(3), CostHeader: "X-Cost", MaxCost: 4}, sync: "batched",
 			want: Rule{Cost: 3, CostHeader: "X-Cost", MaxCost: 4}, cap: 10},
+		{name: "redis exact quota", rule: RuleConfig{Limit: 10, Algorithm: "quota", Reset: "monthly", Cost: intp(2)}, sync: "exact",
+			want: Rule{Algorithm: Quota, Cost: 2}, cap: 10},
+		{name: "redis batched quota", rule: RuleConfig{Limit: 10, Algorithm: "quota", Reset: "daily"}, sync: "batched",
+			want: Rule{Algorithm: Quota, Cost: 1}, cap: 10},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := validConfig()
 			rc := tt.rule
 			rc.Name, rc.Period = "r", time.Minute
+			if rc.Algorithm == "quota" {
+				rc.Period = 0
+			}
 			cfg.Domains[0].Rules = []RuleConfig{rc}
 			if tt.sync != "" {
 				cfg.Cluster.Store, cfg.Cluster.Sync = "redis", tt.sync

@@ -250,7 +250,12 @@ func (p *params) quotaExpired(ent counters, now int64) bool {
 func (p *params) quotaPeek(ent *counters, now time.Time) State {
 	t := now.UnixNano()
 	toEnd := quotaAdvance(ent, p.cal.period(t), t)
-	mitigation := max(quotaMitigation(ent)-t, 0)
+	return p.quotaView(ent, toEnd, max(quotaMitigation(ent)-t, 0), now)
+}
+
+// quotaView describes a Quota entry at now whose period ends in toEnd ns,
+// with mitigation ns of mitigation left.
+func (p *params) quotaView(ent *counters, toEnd, mitigation int64, now time.Time) State {
 	var d Decision
 	p.quotaState(ent, toEnd, mitigation, p.limit, &d)
 	st := State{
@@ -267,4 +272,116 @@ func (p *params) quotaPeek(ent *counters, now time.Time) State {
 		st.MitigatedUntil = now.Add(time.Duration(mitigation))
 	}
 	return st
+}
+
+// QuotaPeriod returns the calendar period of a Quota holding now: its
+// index (days, weeks or months since 1970, as the Store counts them) and
+// its end, for a store shared between nodes that names its counts by
+// period. l is clamped as New clamps it; other algorithms get 0 and now.
+func (l Limit) QuotaPeriod(now time.Time) (index int64, end time.Time) {
+	var p params
+	p.init(l)
+	if p.algorithm != Quota {
+		return 0, now
+	}
+	cp := p.cal.compute(now.UnixNano())
+	return cp.index, time.Unix(0, cp.end)
+}
+
+// QuotaCounts are a Quota's state as a shared store reports it after it
+// judged one request.
+type QuotaCounts struct {
+	// Allowed reports whether the shared store allowed the request.
+	Allowed bool
+	// Count is the period's count after the request (with its cost if it
+	// was counted).
+	Count int64
+	// ToEnd is the wait until the period ends.
+	ToEnd time.Duration
+	// Mitigation is how long a mitigation in force (or started by this
+	// request) has left to run; zero if none.
+	Mitigation time.Duration
+}
+
+// JudgeQuota returns the Decision that AllowN returns for a request of
+// cost units judged as c says, under a Quota: a shared store that allowed
+// it iff no mitigation was in force and count + cost ≤ limit (count <
+// limit at cost 0), counted it when the rule says so, started a
+// mitigation when a refusal starts one, and reports the count after that.
+// l is clamped as New clamps it; a cost outside 0 to MaxCost gets the zero
+// Decision.
+func (l Limit) JudgeQuota(c QuotaCounts, cost int64) Decision {
+	var d Decision
+	if cost < 0 || cost > MaxCost {
+		return d
+	}
+	var p params
+	p.init(l)
+	ent := counters{curr: uint32(min(max(c.Count, 0), math.MaxUint32))}
+	toEnd := int64(max(c.ToEnd, 1))
+	mitigation := int64(max(c.Mitigation, 0))
+	if c.Allowed {
+		d.Allowed = true
+		p.quotaState(&ent, toEnd, 0, p.limit, &d)
+		return d
+	}
+	d.Mitigated = mitigation > 0
+	if target := costTarget(p.limit, uint64(cost)); target > 0 {
+		wait := mitigation
+		if uint64(ent.curr) >= target {
+			wait = max(wait, toEnd)
+		}
+		d.RetryAfter = time.Duration(max(wait, 1))
+	}
+	p.quotaState(&ent, toEnd, mitigation, p.limit, &d)
+	return d
+}
+
+// QuotaState describes a Quota as a shared store reports it (c.Allowed is
+// ignored) at now, as Peek describes a Quota of a Store.
+func (l Limit) QuotaState(c QuotaCounts, now time.Time) State {
+	var p params
+	p.init(l)
+	ent := counters{curr: uint32(min(max(c.Count, 0), math.MaxUint32))}
+	toEnd := int64(max(c.ToEnd, 1))
+	mitigation := int64(max(c.Mitigation, 0))
+	st := p.quotaView(&ent, toEnd, mitigation, now)
+	st.Tracked = ent.curr > 0 || mitigation > 0
+	return st
+}
+
+// MergeQuota raises k's Quota count in the calendar period index
+// (Limit.QuotaPeriod) to at least count: the count a shared store holds
+// for the whole PoP, so that this store's decisions see what other nodes
+// counted. A count is never lowered, and saturates at 2³²−1; a count of a
+// period older than the one k is in is ignored, as is a k that is not
+// tracked and finds no free slot (MergeQuota never evicts). It reports
+// whether the count was taken in; it takes nothing in for a rule that is
+// not a Quota.
+func (s *Store) MergeQuota(k Key, index, count int64) bool {
+	p := &s.params[k.fp>>56]
+	if p.algorithm != Quota {
+		return false
+	}
+	c := satCount(count)
+	sh := s.shard(k.fp)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i := sh.find(k.fp)
+	if i < 0 && c != 0 {
+		i = s.insertFree(sh, k.fp, counters{win: uint32(index)})
+	}
+	if i < 0 {
+		return false
+	}
+	sh.forget(k.fp)
+	ent := &sh.slots[i].counters
+	switch d := int32(uint32(index) - ent.win); {
+	case d > 0:
+		ent.win, ent.curr = uint32(index), 0
+	case d < 0:
+		return false
+	}
+	ent.curr = max(ent.curr, c)
+	return true
 }

@@ -232,3 +232,39 @@ func TestShedWithoutRules(t *testing.T) {
 		t.Fatalf("got %d %q (%s), want 503 overloaded: sheddable in text", resp.StatusCode, body, resp.Header.Get("Content-Type"))
 	}
 }
+
+// TestShedReload: a reload keeps the count of requests in flight, and the
+// new thresholds apply to it at once; removing shed stops the shedding.
+func TestShedReload(t *testing.T) {
+	origin, arrived, release := slowOrigin(t)
+	cfg := shedConfig(origin.URL, 1000)
+	e := newEnv(t, cfg)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer release()
+	for range 4 { // 4 normal requests in flight
+		wg.Go(func() { e.do("POST", "api.example.com", "/items", nil, "") })
+		<-arrived
+	}
+	status := func() int {
+		resp, _ := e.do("POST", "api.example.com", "/items", nil, "")
+		return resp.StatusCode
+	}
+	cfg.Domains[0].Shed = &rules.ShedConfig{MaxInFlight: 4}
+	if _, err := e.proxy.Reload(compile(t, cfg), "smaller"); err != nil {
+		t.Fatal(err)
+	}
+	if got := status(); got != 503 {
+		t.Fatalf("after a reload to max_in_flight 4 with 4 in flight: got %d, want 503", got)
+	}
+	cfg.Domains[0].Shed, cfg.Domains[0].Priorities = nil, nil
+	if _, err := e.proxy.Reload(compile(t, cfg), "no shed"); err != nil {
+		t.Fatal(err)
+	}
+	wg.Go(func() { e.do("POST", "api.example.com", "/items", nil, "") })
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("without shed, a request did not reach the origin")
+	}
+}

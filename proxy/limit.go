@@ -104,6 +104,11 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, d *domain, src *ru
 				panic(http.ErrAbortHandler)
 			}
 		}
+		if d.shed != nil && !p.admit(w, r, d.shed, src.Host, src.Path) { // shed.go: 503
+			refund(d, vs, tally, now)
+			endTally(d, tally, fellBack)
+			return nil
+		}
 		r = holdTally(r, d, tally, vs, fellBack) // charge.go
 		if always {
 			return withFields(w, r, d, vs)

@@ -41,6 +41,10 @@ type metrics struct {
 	bufferFull    prometheus.Counter
 	inFlight      prometheus.GaugeFunc
 
+	// Load shedding (shed.go).
+	shedInFlight *prometheus.GaugeVec
+	shedRefused  *prometheus.CounterVec
+
 	// Redis-shared counting (cluster.store: redis).
 	storeErrors    *prometheus.CounterVec
 	storeRoundTrip *prometheus.HistogramVec
@@ -138,6 +142,14 @@ func newMetrics(p *Proxy, version string) *metrics {
 			Name: "edge_upstream_requests_in_flight",
 			Help: "Requests sent to an origin (their body buffered, if it is) whose response is not yet complete.",
 		}, func() float64 { return float64(p.inFlight.Load()) }),
+		shedInFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "edge_shed_in_flight",
+			Help: "Requests of a domain with shed holding a slot now: admitted, and not yet finished (body buffering included).",
+		}, []string{"domain"}),
+		shedRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edge_shed_requests_total",
+			Help: "Requests the rate rules allowed but load shedding refused with 503, by domain and class (critical, normal or sheddable).",
+		}, []string{"domain", "class"}),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_store_errors_total",
 			Help: "Round trips to Redis that failed, by reason: timeout (the budget ran out), connection, loading, readonly, oom, busy, reply (another error reply) or other.",
@@ -169,7 +181,7 @@ func newMetrics(p *Proxy, version string) *metrics {
 func (m *metrics) register(reg prometheus.Registerer) error {
 	m.buildInfo.Set(1)
 	var errs []error
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.queued, m.reloads, m.lastReload, m.reloadOK, m.upstream, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.xffMalformed, m.buildInfo, m.responseCostInvalid, m.bufferedBytes, m.bufferFull, m.inFlight, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.queued, m.reloads, m.lastReload, m.reloadOK, m.upstream, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.xffMalformed, m.buildInfo, m.responseCostInvalid, m.bufferedBytes, m.bufferFull, m.inFlight, m.shedInFlight, m.shedRefused, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
 		errs = append(errs, reg.Register(c))
 	}
 	return errors.Join(errs...)
@@ -290,6 +302,8 @@ func (m *metrics) forget(old, st *state) {
 			m.queued.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			m.storeFallback.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			m.responseCostInvalid.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
+			m.shedInFlight.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
+			m.shedRefused.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			continue
 		}
 		if od.Respond == nil && d.Respond != nil {

@@ -131,6 +131,8 @@ type domain struct {
 	// queue counts the requests waiting for a leaky bucket queue's turn
 	// (queue.go); nil when no rule is a queue.
 	queue *queue
+	// shed is the domain's load shedding (shed.go); nil when it has none.
+	shed *shedState
 }
 
 // ruleState is a compiled rule with what limit and its answers need
@@ -286,6 +288,7 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 		if old != nil {
 			prev = old.domain(rd.Name)
 		}
+		d.shed = p.metrics.newShedState(rd, prev)
 		if len(rd.Rules) > 0 {
 			limits := make([]window.Limit, len(rd.Rules))
 			for j, r := range rd.Rules {

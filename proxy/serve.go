@@ -1,6 +1,10 @@
 package proxy
 
-import "net/http"
+import (
+	"net/http"
+
+	"github.com/edgerate/edge/rules"
+)
 
 // ServeHTTP carries one request through edge. Each step is one function in
 // its own file, called here in the order the request passes them; a step
@@ -25,6 +29,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if d.countsAfter { // charge.go: limit kept the tally open
 			defer endAfter(r)
 		}
+	} else if d.shed != nil && !p.admit(w, r, d.shed, host, rules.CleanPath(r.URL.Path)) { // shed.go: 503
+		return
+	}
+	if d.shed != nil { // limit or the line above admitted it
+		defer d.shed.release()
 	}
 	r, release := p.readBody(w, r, st, d) // body.go: 413, buffering
 	if r == nil {

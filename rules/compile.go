@@ -452,6 +452,7 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 				d.byName[r.Name] = r
 			}
 		}
+		d.Shed = compileShed(p, path, dc)
 		switch q := dc.MaxQueued; {
 		case q == 0:
 			d.MaxQueued = DefaultMaxQueued

@@ -243,6 +243,11 @@ type DomainConfig struct {
 	RequestBuffer Size `mapstructure:"request_buffer"`
 	// MaxRequestBody overrides Config.MaxRequestBody for this domain.
 	MaxRequestBody Size `mapstructure:"max_request_body"`
+	// Shed, when set, bounds the requests in flight to the origin and
+	// sheds the least important first (shed.go).
+	Shed *ShedConfig `mapstructure:"shed"`
+	// Priorities classify requests for Shed; first match wins.
+	Priorities []PriorityConfig `mapstructure:"priorities"`
 }
 
 // ResponseConfig is a static response: a domain's respond, or a rule's

@@ -88,6 +88,9 @@ type Domain struct {
 	// Body says how this domain's request bodies are read.
 	Body BodyPolicy
 
+	// Shed is the domain's load shedding; nil when it has none.
+	Shed *Shed
+
 	byName map[string]*Rule
 }
 

@@ -1,0 +1,99 @@
+package proxy
+
+import (
+	"io"
+	"net/http"
+	"sync/atomic"
+
+	"github.com/edgerate/edge/rules"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// This file sheds load by priority (a domain's shed and priorities keys),
+// as Stripe's fleet-usage load shedder does: a domain's requests in flight
+// are bounded by max_in_flight, and as they near it the least important
+// are refused first, sheddable ones, then normal ones, keeping a reserve
+// that only critical requests may use.
+//
+// Shedding is decided after the rate rules, so that a client over its
+// limit gets its 429 and a request refused for load gives back what the
+// rules counted (limit.go). A request admitted holds its slot until
+// ServeHTTP returns: while its body is buffered and while the origin
+// answers. Counting the buffering too keeps the check and the increment
+// one atomic step before anything could be given back; a slow body holds
+// a slot only as long as edge's read timeout allows.
+
+// shedRetryAfter is the Retry-After, in seconds, of a request refused for
+// load: load changes from one second to the next.
+var shedRetryAfter = []string{"1"}
+
+// shedState is one domain's load shedding: its compiled thresholds and
+// the count of its requests in flight, which a reload keeps (build) so
+// that requests admitted before it still count.
+type shedState struct {
+	*rules.Shed
+	inFlight *atomic.Int64
+	gauge    prometheus.Gauge
+	refused  [3]prometheus.Counter // by rules.Class
+}
+
+// newShedState returns d's shedding, continuing prev's count of requests
+// in flight if prev had one; nil if the domain does not shed.
+func (m *metrics) newShedState(rd *rules.Domain, prev *domain) *shedState {
+	if rd.Shed == nil {
+		return nil
+	}
+	s := &shedState{Shed: rd.Shed, inFlight: new(atomic.Int64), gauge: m.shedInFlight.WithLabelValues(rd.Name)}
+	if prev != nil && prev.shed != nil {
+		s.inFlight = prev.shed.inFlight
+	}
+	for c := range s.refused {
+		s.refused[c] = m.shedRefused.WithLabelValues(rd.Name, rules.Class(c).String())
+	}
+	return s
+}
+
+// admit classifies r (to host, normalised, at the cleaned path) and takes
+// a slot for it if its class may have one, in one atomic step, so that no
+// class passes its threshold however many requests arrive at once. A
+// request refused is answered here: 503, Retry-After 1 and a body saying
+// its class. The caller gives back what the rules counted, and releases
+// the slot of an admitted request (release) when it is done.
+func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, s *shedState, host, path string) bool {
+	class := s.Classify(host, r.Method, path, r.Header)
+	limit := s.Limits[class]
+	for {
+		n := s.inFlight.Load()
+		if n >= limit {
+			break
+		}
+		if s.inFlight.CompareAndSwap(n, n+1) {
+			s.gauge.Inc()
+			return true
+		}
+	}
+	s.refused[class].Inc()
+	h := w.Header()
+	h["Retry-After"] = shedRetryAfter
+	h["Cache-Control"] = noStore
+	h["X-Content-Type-Options"] = nosniff
+	var body string
+	if acceptsJSON(r.Header.Get("Accept")) {
+		h["Content-Type"] = contentTypeJSON
+		body = `{"error":"overloaded","class":"` + class.String() + `","retry_after":1}` + "\n"
+	} else {
+		h["Content-Type"] = contentTypeText
+		body = "overloaded: " + class.String() + " requests are shed; retry in 1s\n"
+	}
+	w.WriteHeader(http.StatusServiceUnavailable)
+	if r.Method != http.MethodHead {
+		_, _ = io.WriteString(w, body)
+	}
+	return false
+}
+
+// release gives back an admitted request's slot.
+func (s *shedState) release() {
+	s.inFlight.Add(-1)
+	s.gauge.Dec()
+}

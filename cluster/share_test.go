@@ -16,7 +16,7 @@ var shareFull = flag.Bool("share.full", false, "TestShareSplit: simulate 100,000
 // for the Poisson split, each node wrongly refusing the client in at most
 // 5% of windows at confidence 0.95, and prints the table in docs/cluster.md:
 //
-//	go test -run TestShareSplit -share.full -v ./cluster/
+//	go test ./cluster/ -run TestShareSplit -v -share.full
 func TestShareSplit(t *testing.T) {
 	windows := 2000
 	if *shareFull {

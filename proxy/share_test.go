@@ -98,3 +98,25 @@ func TestShareSplitsEachLimit(t *testing.T) {
 		})
 	}
 }
+
+// TestShareKeepsStartedSplitOnReload: the cluster keys need a restart, so a
+// reload that changes nodes keeps the share edge started with and lists
+// cluster.nodes under restart_required.
+func TestShareKeepsStartedSplitOnReload(t *testing.T) {
+	rule := rules.RuleConfig{Name: "api", Limit: 10, Period: time.Hour}
+	reg := prometheus.NewRegistry()
+	p, err := New(Options{Table: compile(t, shareConfig(2, "", 0, rule)), Registerer: reg, Version: "test"})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	res, err := p.Reload(compile(t, shareConfig(5, "", 0, rule)), "h2")
+	if err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	if !slices.Equal(res.RestartRequired, []string{"cluster.nodes"}) {
+		t.Errorf("restart_required: got %q, want [cluster.nodes]", res.RestartRequired)
+	}
+	if got := p.state.Load().domains[0].rules[0].share; got != 5 {
+		t.Errorf("share after the reload: got %d, want 5 (10 over the 2 nodes edge started with)", got)
+	}
+}

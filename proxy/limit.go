@@ -72,7 +72,7 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, d *domain, src *ru
 			return nil
 		}
 		rs.outcomes.observe(v.Decision)
-		if !v.Allowed || v.Remaining*2 <= rs.Capacity() {
+		if !v.Allowed || v.Remaining*2 <= rs.nodeCapacity() {
 			rs.top.observe(v.id.Key, !v.Allowed, func() string { return rules.KeyText(rs.Key, src) })
 		}
 		if !v.Allowed {

@@ -51,6 +51,7 @@ type metrics struct {
 	storeFallback  *prometheus.CounterVec
 	circuit        *prometheus.Desc
 	nodes          *prometheus.Desc
+	nodeShare      *prometheus.Desc // cluster.sync: share
 
 	trackedKeys  *prometheus.Desc
 	capacity     *prometheus.Desc
@@ -167,6 +168,8 @@ func newMetrics(p *Proxy, version string) *metrics {
 			"1 for the state the circuit breaker in front of Redis is in (closed, half_open, open), 0 for the others.", []string{"state"}, nil),
 		nodes: prometheus.NewDesc("edge_cluster_nodes",
 			"Live nodes of the PoP at the last heartbeat Redis answered (at least 1).", nil, nil),
+		nodeShare: prometheus.NewDesc("edge_rule_node_share",
+			"With cluster.sync share: this node's share of a rule's limit, what it allows a key alone.", []string{"domain", "rule"}, nil),
 		trackedKeys: prometheus.NewDesc("edge_tracked_keys",
 			"Keys whose counters a domain holds now.", []string{"domain"}, nil),
 		capacity: prometheus.NewDesc("edge_key_capacity",
@@ -257,6 +260,7 @@ func (c storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.m.overflowReqs
 	ch <- c.m.circuit
 	ch <- c.m.nodes
+	ch <- c.m.nodeShare
 }
 
 func (c storeCollector) Collect(ch chan<- prometheus.Metric) {
@@ -280,6 +284,11 @@ func (c storeCollector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		s := d.store.Stats()
+		if c.m.p.started.Cluster.Sync == rules.SyncShare {
+			for _, r := range d.rules {
+				ch <- prometheus.MustNewConstMetric(c.m.nodeShare, prometheus.GaugeValue, float64(r.share), d.Name, r.Name)
+			}
+		}
 		ch <- prometheus.MustNewConstMetric(c.m.trackedKeys, prometheus.GaugeValue, float64(d.store.Len()), d.Name)
 		ch <- prometheus.MustNewConstMetric(c.m.capacity, prometheus.GaugeValue, float64(d.store.Capacity()), d.Name)
 		ch <- prometheus.MustNewConstMetric(c.m.evictions, prometheus.CounterValue, float64(s.ExpiredReclaimed), d.Name, "expired")

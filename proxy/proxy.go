@@ -140,6 +140,7 @@ type domain struct {
 type ruleState struct {
 	*rules.Rule
 	identity uint64 // see ruleIdentity
+	share    int64  // the limit this node's counters hold (Proxy.nodeShare)
 	policy   headers.Policy
 	// policyText is policy as a RateLimit-Policy member, formatted once:
 	// a response reporting only this rule sends it without formatting.
@@ -293,7 +294,7 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 			limits := make([]window.Limit, len(rd.Rules))
 			for j, r := range rd.Rules {
 				limits[j] = window.Limit{
-					Limit:        r.Limit,
+					Limit:        p.nodeShare(r),
 					Period:       r.Period,
 					Mitigation:   r.MitigationTimeout,
 					CountBlocked: r.CountBlocked,
@@ -318,6 +319,7 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 			for j, r := range rd.Rules {
 				d.rules[j] = newRuleState(r, p.metrics.ruleCounters(rd.Name, r))
 				d.rules[j].identity = limits[j].Identity
+				d.rules[j].share = limits[j].Limit
 				if r.ResponseCostHeader != "" {
 					d.rules[j].invalidCost = p.metrics.responseCostInvalid.WithLabelValues(rd.Name, r.Name)
 				}

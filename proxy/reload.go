@@ -203,6 +203,11 @@ var settings = []setting{
 	restarts("cluster.budget", func(t *rules.Table) any { return t.Cluster.Budget }),
 	restarts("cluster.on_store_failure", func(t *rules.Table) any { return t.Cluster.OnStoreFailure }),
 	restarts("cluster.heartbeat_interval", func(t *rules.Table) any { return t.Cluster.HeartbeatInterval }),
+	// A node's share of each limit is computed from the settings edge
+	// started with (Proxy.nodeShare), like every cluster setting.
+	restarts("cluster.nodes", func(t *rules.Table) any { return t.Cluster.Nodes }),
+	restarts("cluster.split", func(t *rules.Table) any { return t.Cluster.Split }),
+	restarts("cluster.split_confidence", func(t *rules.Table) any { return t.Cluster.SplitConfidence }),
 	// Domains and rules are rebuilt by every reload (Proxy.build).
 	reloads("domains[].name"),
 	reloads("domains[].hosts"),

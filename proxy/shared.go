@@ -17,6 +17,36 @@ import (
 // window.Counter, in place of the domain's own window.Store; a request
 // its counter cannot decide is answered by unavailable (refuse.go).
 
+// nodeShare is the limit this node's counters hold for rule r: r's limit,
+// or with cluster.sync share the node's share of it (cluster/split.go).
+// The share is computed from the cluster settings edge started with, as
+// they need a restart. Fields still show r's limit, the PoP's, in
+// RateLimit-Policy and X-RateLimit-Limit, and the node's own remaining
+// share in r and X-RateLimit-Remaining.
+func (p *Proxy) nodeShare(r *rules.Rule) int64 {
+	c := p.started.Cluster
+	switch {
+	case c.Sync != rules.SyncShare || r.Algorithm.Bucket():
+		// Buckets are refused with sync share; one can meet it only in a
+		// reload that sets sync back, which waits for the restart.
+		return r.Limit
+	case c.Split == rules.SplitPoisson:
+		return cluster.PoissonShare(r.Limit, c.Nodes, c.SplitConfidence)
+	default:
+		return cluster.EvenShare(r.Limit, c.Nodes)
+	}
+}
+
+// nodeCapacity is what a key's counter on this node holds when full: the
+// rule's capacity, or with cluster.sync share (windows and quotas only)
+// the node's share.
+func (rs *ruleState) nodeCapacity() int64 {
+	if rs.share != rs.Limit {
+		return rs.share
+	}
+	return rs.Capacity()
+}
+
 // newCluster makes the Proxy's Redis client for table t, or nil in local
 // mode.
 func (p *Proxy) newCluster(t *rules.Table, node string) (*cluster.Client, error) {

@@ -32,6 +32,13 @@ type Cluster struct {
 	Budget            time.Duration
 	OnStoreFailure    FailureMode
 	HeartbeatInterval time.Duration
+
+	// With Sync == SyncShare (and Store == StoreLocal): how many nodes
+	// share each limit and how each node's share is computed
+	// (cluster.EvenShare, cluster.PoissonShare).
+	Nodes           int
+	Split           SplitMode
+	SplitConfidence float64
 }
 
 // Equal reports whether two cluster settings are the same.
@@ -39,7 +46,8 @@ func (c Cluster) Equal(o Cluster) bool {
 	return c.Store == o.Store && slices.Equal(c.Addresses, o.Addresses) && c.RedisCluster == o.RedisCluster &&
 		c.Username == o.Username && c.Password == o.Password && c.PoolSize == o.PoolSize &&
 		c.DialTimeout == o.DialTimeout && c.Sync == o.Sync && c.BatchInterval == o.BatchInterval &&
-		c.Budget == o.Budget && c.OnStoreFailure == o.OnStoreFailure && c.HeartbeatInterval == o.HeartbeatInterval
+		c.Budget == o.Budget && c.OnStoreFailure == o.OnStoreFailure && c.HeartbeatInterval == o.HeartbeatInterval &&
+		c.Nodes == o.Nodes && c.Split == o.Split && c.SplitConfidence == o.SplitConfidence
 }
 
 // StoreKind says where counters live. The zero value is StoreLocal.
@@ -60,10 +68,27 @@ type SyncMode uint8
 const (
 	SyncExact   SyncMode = iota // one atomic round trip per decision
 	SyncBatched                 // local decisions, counts shared every batch interval
+	SyncShare                   // each node decides alone with its share of each limit
 )
 
-// String returns the config spelling, "exact" or "batched".
+// String returns the config spelling, "exact", "batched" or "share".
 func (m SyncMode) String() string { return syncSpelling.name(m) }
+
+// SplitMode says how a limit is split between the nodes with SyncShare.
+// The zero value is SplitEven.
+type SplitMode uint8
+
+const (
+	SplitEven    SplitMode = iota // limit ÷ nodes, rounded up
+	SplitPoisson                  // the SplitConfidence quantile of Poisson(limit ÷ nodes)
+)
+
+// String returns the config spelling, "even" or "poisson".
+func (m SplitMode) String() string { return splitSpelling.name(m) }
+
+// DefaultSplitConfidence is cluster.split_confidence's default: each node
+// wrongly refuses a client at the limit in at most 5% of windows.
+const DefaultSplitConfidence = 0.95
 
 // FailureMode says how requests are decided while Redis cannot answer. The
 // zero value is FailLocal.
@@ -134,5 +159,44 @@ func compileCluster(p *problems, c ClusterConfig) Cluster {
 			p.add("cluster.redis.addresses", "must list exactly one server unless cluster is true, got %d", n)
 		}
 	}
+	compileShare(p, c, &out)
 	return out
+}
+
+// compileShare checks and compiles the keys of sync share, refused
+// without it. Sharing the node count through Redis heartbeats is not in
+// this build: sync share takes store local and a fixed nodes.
+func compileShare(p *problems, c ClusterConfig, out *Cluster) {
+	out.Nodes, out.SplitConfidence = c.Nodes, c.SplitConfidence
+	out.Split = splitSpelling.parse(p, "cluster.split", c.Split)
+	if out.Sync != SyncShare {
+		for _, k := range []struct {
+			path string
+			set  bool
+		}{
+			{"cluster.nodes", c.Nodes != 0},
+			{"cluster.split", c.Split != ""},
+			{"cluster.split_confidence", c.SplitConfidence != 0},
+		} {
+			if k.set {
+				p.add(k.path, "applies only with cluster.sync share, got sync %q", out.Sync.String())
+			}
+		}
+		return
+	}
+	if out.Store == StoreRedis {
+		p.add("cluster.sync", "share with store redis (the node count from heartbeats) is not supported yet; use store local with nodes, got %q", c.Sync)
+	}
+	switch {
+	case c.Nodes == 0:
+		p.missing("cluster.nodes", "with sync share", "must be between 1 and 10000 with sync share, got 0")
+	case c.Nodes < 1 || c.Nodes > 10000:
+		p.add("cluster.nodes", "must be between 1 and 10000 with sync share, got %d", c.Nodes)
+	}
+	if out.SplitConfidence == 0 {
+		out.SplitConfidence = DefaultSplitConfidence
+	}
+	if !(out.SplitConfidence > 0 && out.SplitConfidence < 1) {
+		p.add("cluster.split_confidence", "must be above 0 and below 1, got %v", c.SplitConfidence)
+	}
 }

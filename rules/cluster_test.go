@@ -40,6 +40,31 @@ func TestCompileClusterDefaults(t *testing.T) {
 	}
 }
 
+func TestCompileClusterShare(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  ClusterConfig
+		want Cluster
+	}{
+		{"even by default", ClusterConfig{Sync: "share", Nodes: 3}, Cluster{Nodes: 3, Split: SplitEven, SplitConfidence: 0.95}},
+		{"poisson", ClusterConfig{Sync: "share", Nodes: 10, Split: "poisson", SplitConfidence: 0.99},
+			Cluster{Nodes: 10, Split: SplitPoisson, SplitConfidence: 0.99}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := validConfig()
+			cfg.Cluster = tc.cfg
+			tab, err := Compile(cfg)
+			if err != nil {
+				t.Fatalf("Compile: %v", err)
+			}
+			c := tab.Cluster
+			if c.Store != StoreLocal || c.Sync != SyncShare || c.Nodes != tc.want.Nodes || c.Split != tc.want.Split || c.SplitConfidence != tc.want.SplitConfidence {
+				t.Errorf("got %+v, want nodes %d, split %v, confidence %v", c, tc.want.Nodes, tc.want.Split, tc.want.SplitConfidence)
+			}
+		})
+	}
+}
+
 func TestCompileClusterErrors(t *testing.T) {
 	redis := func(c *Config) { c.Cluster.Store = "redis"; c.Cluster.Redis.Addresses = []string{"127.0.0.1:6379"} }
 	tests := []struct {
@@ -68,7 +93,30 @@ func TestCompileClusterErrors(t *testing.T) {
 			`cluster.redis.addresses[2]: port must be from 1 to 65535, got "redis:0"`,
 		}},
 		{"unknown sync", func(c *Config) { redis(c); c.Cluster.Sync = "eventual" },
-			[]string{`cluster.sync: must be exact or batched, got "eventual"`}},
+			[]string{`cluster.sync: must be exact, batched or share, got "eventual"`}},
+		{"share without nodes", func(c *Config) { c.Cluster.Sync = "share" },
+			[]string{`cluster.nodes: required with sync share`}},
+		{"share with nodes and confidence out of range", func(c *Config) {
+			c.Cluster.Sync, c.Cluster.Nodes, c.Cluster.Split, c.Cluster.SplitConfidence = "share", 10001, "poisson", 1
+		}, []string{
+			`cluster.nodes: must be between 1 and 10000 with sync share, got 10001`,
+			`cluster.split_confidence: must be above 0 and below 1, got 1`,
+		}},
+		{"unknown split", func(c *Config) { c.Cluster.Sync, c.Cluster.Nodes, c.Cluster.Split = "share", 3, "random" },
+			[]string{`cluster.split: must be even or poisson, got "random"`}},
+		{"share keys without sync share", func(c *Config) {
+			c.Cluster.Nodes, c.Cluster.Split, c.Cluster.SplitConfidence = 3, "even", 0.9
+		}, []string{
+			`cluster.nodes: applies only with cluster.sync share, got sync "exact"`,
+			`cluster.split: applies only with cluster.sync share, got sync "exact"`,
+			`cluster.split_confidence: applies only with cluster.sync share, got sync "exact"`,
+		}},
+		{"share with store redis", func(c *Config) { redis(c); c.Cluster.Sync, c.Cluster.Nodes = "share", 3 },
+			[]string{`cluster.sync: share with store redis (the node count from heartbeats) is not supported yet; use store local with nodes, got "share"`}},
+		{"share with a bucket", func(c *Config) {
+			c.Cluster.Sync, c.Cluster.Nodes = "share", 3
+			c.Domains[0].Rules[0].Algorithm = "token_bucket"
+		}, []string{`domains[0].rules[0].algorithm: is not supported yet with cluster.sync share (windows and quotas are), got "token_bucket"`}},
 		{"unknown failure mode", func(c *Config) { redis(c); c.Cluster.OnStoreFailure = "retry" },
 			[]string{`cluster.on_store_failure: must be local, open or closed, got "retry"`}},
 		{"durations out of range", func(c *Config) {
@@ -106,7 +154,8 @@ func TestCompileClusterErrors(t *testing.T) {
 func TestClusterEnumStrings(t *testing.T) {
 	for _, tt := range []struct{ got, want string }{
 		{StoreLocal.String(), "local"}, {StoreRedis.String(), "redis"}, {StoreKind(9).String(), "StoreKind(9)"},
-		{SyncExact.String(), "exact"}, {SyncBatched.String(), "batched"}, {SyncMode(9).String(), "SyncMode(9)"},
+		{SyncExact.String(), "exact"}, {SyncBatched.String(), "batched"}, {SyncShare.String(), "share"}, {SyncMode(9).String(), "SyncMode(9)"},
+		{SplitEven.String(), "even"}, {SplitPoisson.String(), "poisson"},
 		{FailLocal.String(), "local"}, {FailOpen.String(), "open"}, {FailClosed.String(), "closed"},
 		{FailureMode(9).String(), "FailureMode(9)"},
 	} {

@@ -446,6 +446,10 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 				p.add(fmt.Sprintf("%s.rules[%d].max_delay", path, j),
 					"a leaky_bucket queue (max_delay above 0) is not supported with cluster.sync batched (use exact), got %s", fmtDuration(r.MaxDelay))
 			}
+			if r.Algorithm.Bucket() && t.Cluster.Sync == SyncShare {
+				p.add(fmt.Sprintf("%s.rules[%d].algorithm", path, j),
+					"is not supported yet with cluster.sync share (windows and quotas are), got %q", r.Algorithm.String())
+			}
 			checkCountsAfter(p, fmt.Sprintf("%s.rules[%d]", path, j), r, dc.Respond != nil)
 			d.Rules = append(d.Rules, r)
 			if _, dup := d.byName[r.Name]; !dup && r.Name != "" {

@@ -167,8 +167,9 @@ type ClusterConfig struct {
 	// Redis says how to reach Redis; required with store redis.
 	Redis RedisConfig `mapstructure:"redis"`
 	// Sync is "exact" (default: every decision is one atomic round trip to
-	// Redis) or "batched" (nodes decide locally and share their counts
-	// every BatchInterval).
+	// Redis), "batched" (nodes decide locally and share their counts
+	// every BatchInterval) or "share" (each node decides alone with its
+	// share of each limit; store local only in this build).
 	Sync string `mapstructure:"sync"`
 	// BatchInterval is how often batched nodes share their counts.
 	// Default 100ms; valid 10ms..10s.
@@ -185,6 +186,16 @@ type ClusterConfig struct {
 	// that every node knows how many its PoP has. Default 1s; valid
 	// 100ms..1m.
 	HeartbeatInterval time.Duration `mapstructure:"heartbeat_interval"`
+	// Nodes is, with sync share and store local, how many nodes share each
+	// limit. Required with sync share; valid 1..10000.
+	Nodes int `mapstructure:"nodes"`
+	// Split is, with sync share, how a limit is split: "even" (default:
+	// limit ÷ nodes, rounded up) or "poisson" (the SplitConfidence quantile
+	// of Poisson(limit ÷ nodes)).
+	Split string `mapstructure:"split"`
+	// SplitConfidence is, with split poisson, the share of windows in which
+	// a node lets a client at the limit through. Default 0.95; valid (0, 1).
+	SplitConfidence float64 `mapstructure:"split_confidence"`
 }
 
 // RedisConfig says how to reach Redis.

@@ -42,7 +42,8 @@ var (
 	headerSpelling    = spelling[HeaderMode]{"HeaderMode", []string{"blocked", "always", "none"}}
 	keyKindSpelling   = spelling[KeyKind]{"KeyKind", []string{"ip", "header", "path", "host"}}
 	storeSpelling     = spelling[StoreKind]{"StoreKind", []string{"local", "redis"}}
-	syncSpelling      = spelling[SyncMode]{"SyncMode", []string{"exact", "batched"}}
+	syncSpelling      = spelling[SyncMode]{"SyncMode", []string{"exact", "batched", "share"}}
+	splitSpelling     = spelling[SplitMode]{"SplitMode", []string{"even", "poisson"}}
 	failureSpelling   = spelling[FailureMode]{"FailureMode", []string{"local", "open", "closed"}}
 	algorithmSpelling = spelling[Algorithm]{"Algorithm", []string{"sliding_window", "fixed_window", "token_bucket", "leaky_bucket", "quota"}}
 )

@@ -345,6 +345,9 @@ func TestReloadRestartRequired(t *testing.T) {
 		{"cluster.budget", "", "cluster: {budget: 10ms}"},
 		{"cluster.on_store_failure", "", "cluster: {on_store_failure: open}"},
 		{"cluster.heartbeat_interval", "", "cluster: {heartbeat_interval: 2s}"},
+		{"cluster.nodes", "cluster: {sync: share, nodes: 3}", "cluster: {sync: share, nodes: 4}"},
+		{"cluster.split", "cluster: {sync: share, nodes: 3}", "cluster: {sync: share, nodes: 3, split: poisson}"},
+		{"cluster.split_confidence", "cluster: {sync: share, nodes: 3}", "cluster: {sync: share, nodes: 3, split_confidence: 0.99}"},
 	}
 	var keys []string
 	for _, tt := range tests {

@@ -1,0 +1,112 @@
+package window
+
+import (
+	"testing"
+	"time"
+)
+
+// TestSoftLimit offers a client at several multiples of a soft limit of
+// 1000 per period for 20 periods, evenly spaced, with a seeded draw: above
+// the limit it is allowed within ±5% of the limit in total, and every tenth
+// of every period allows some; below it nothing is refused.
+func TestSoftLimit(t *testing.T) {
+	const limit, periods = 1000, 20
+	for _, alg := range []Algorithm{SlidingWindow, FixedWindow} {
+		for _, tc := range []struct {
+			name string
+			rate float64 // multiple of the limit
+		}{
+			{"0.9x", 0.9}, {"1.1x", 1.1}, {"1.5x", 1.5}, {"3x", 3},
+		} {
+			t.Run(alg.String()+"/"+tc.name, func(t *testing.T) {
+				s, err := New(Options{Capacity: 16, SoftSeed: 42, Limits: []Limit{
+					{Algorithm: alg, Limit: limit, Period: time.Minute, Soft: true},
+				}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				k := s.Key(0, []byte("client"))
+				per := int(tc.rate * limit)
+				gap := time.Minute / time.Duration(per)
+				start := time.Unix(1_700_000_040, 0).Truncate(time.Minute)
+				allowed, refused := 0, 0
+				for w := range periods {
+					var tenths [10]int
+					for i := range per {
+						at := start.Add(time.Duration(w)*time.Minute + time.Duration(i)*gap)
+						d := s.Allow(k, at)
+						if d.Allowed {
+							allowed++
+							tenths[i*10/per]++
+						} else {
+							refused++
+							if d.RetryAfter != time.Second {
+								t.Fatalf("period %d request %d: RetryAfter %s, want 1s", w, i, d.RetryAfter)
+							}
+						}
+					}
+					for i, n := range tenths {
+						if n == 0 {
+							t.Errorf("period %d, tenth %d: nothing allowed", w, i)
+						}
+					}
+				}
+				if tc.rate < 1 {
+					if refused > 0 {
+						t.Errorf("%d refused below the limit", refused)
+					}
+					return
+				}
+				want := float64(limit * periods)
+				if got := float64(allowed); got < want*0.95 || got > want*1.05 {
+					t.Errorf("allowed %d of %d offered, want %d ± 5%%", allowed, per*periods, limit*periods)
+				}
+			})
+		}
+	}
+}
+
+// TestSoftLimitCosts checks a soft window's edges: a cost over the limit is
+// refused without counting, and the rule counts refused requests.
+func TestSoftLimitCosts(t *testing.T) {
+	s, err := New(Options{Capacity: 16, SoftSeed: 7, Limits: []Limit{
+		{Limit: 10, Period: time.Second, Soft: true, Mitigation: time.Minute},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := s.Limit(0); !l.Soft || !l.CountBlocked || l.Mitigation != 0 {
+		t.Fatalf("Limit = %+v, want Soft, CountBlocked and no mitigation", l)
+	}
+	k := s.Key(0, []byte("a"))
+	now := time.Unix(100, 0)
+	if d := s.AllowN(k, now, 11); d.Allowed || d.RetryAfter != 0 {
+		t.Fatalf("cost 11: %+v, want refused with no RetryAfter", d)
+	}
+	refused := 0
+	for i := range 100 {
+		if d := s.Allow(k, now.Add(time.Duration(i)*time.Microsecond)); !d.Allowed {
+			refused++
+		}
+	}
+	if refused < 50 {
+		t.Errorf("refused %d of 100 offered against a soft limit of 10, want most", refused)
+	}
+}
+
+// TestSoftLimitAllocates nothing: a soft decision, allowed or refused, is
+// as free of allocations as a hard one.
+func TestSoftLimitAllocates(t *testing.T) {
+	s, err := New(Options{Capacity: 16, Limits: []Limit{{Limit: 10, Period: time.Second, Soft: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := s.Key(0, []byte("a"))
+	now := time.Unix(100, 0)
+	if n := testing.AllocsPerRun(1000, func() {
+		now = now.Add(time.Millisecond)
+		s.Allow(k, now)
+	}); n != 0 {
+		t.Errorf("%v allocations a decision, want 0", n)
+	}
+}

@@ -171,6 +171,11 @@ func (s *Store) carry(dst *Store, rules []int, now int64, timed bool) (int, erro
 			if from := &s.params[ent.fp>>56]; from.algorithm.bucket() && from.limit != to.limit {
 				c = from.rescale(c, to, now)
 			}
+			if to.algorithm == FixedWindow && !to.soft {
+				// A soft fixed window keeps its previous count for its
+				// estimate; a hard one has none.
+				c.prev = 0
+			}
 			if dst.put(uint64(rules[ent.fp>>56])<<56|ent.fp&hashMask, c) {
 				carried++
 			}

@@ -110,3 +110,40 @@ func TestSoftLimitAllocates(t *testing.T) {
 		t.Errorf("%v allocations a decision, want 0", n)
 	}
 }
+
+// TestSoftCarry: a soft fixed window keeps its previous count for its
+// estimate; carried to a hard fixed window, that count is dropped, as a
+// hard fixed window has none, while the current count stays.
+func TestSoftCarry(t *testing.T) {
+	soft := Limit{Algorithm: FixedWindow, Limit: 10, Period: time.Minute, Identity: 1, Soft: true}
+	old, err := New(Options{Capacity: 16, SoftSeed: 3, Limits: []Limit{soft}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Unix(6000, 0) // a minute boundary
+	k := old.Key(0, []byte("a"))
+	for i := range 10 {
+		old.Allow(k, start.Add(time.Duration(i)*time.Second))
+	}
+	for i := range 5 {
+		old.Allow(k, start.Add(time.Minute+time.Duration(i)*time.Second))
+	}
+	hard := soft
+	hard.Soft = false
+	dst, err := New(Options{Capacity: 16, SeedFrom: old, Limits: []Limit{hard}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := old.Carry(dst, []int{0}); err != nil || n != 1 {
+		t.Fatalf("Carry = %d, %v; want 1 key", n, err)
+	}
+	at := start.Add(time.Minute + 10*time.Second)
+	for i := range 5 {
+		if d := dst.Allow(k, at); !d.Allowed {
+			t.Fatalf("request %d after the carry: refused, want 5 more of 10 (the previous minute forgotten)", i)
+		}
+	}
+	if d := dst.Allow(k, at); d.Allowed {
+		t.Errorf("the 11th request of the minute: allowed, want refused")
+	}
+}

@@ -1,6 +1,9 @@
 package window
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // A soft window (Limit.Soft) counts every request offered and, while the
 // key's offered rate is over the limit, allows each request with
@@ -19,10 +22,13 @@ import "time"
 // which is what tests rely on.
 
 // The offered rate is the sliding estimate of offered units, this request
-// included; while the key has no count in the previous period it is at
-// least the current period's count extrapolated over the whole period
-// (from at least a tenth of it), so a client that starts far over the
-// limit is thinned at once rather than after a full limit.
+// included; for one period from a key's first request (after a quiet
+// period too) it is at least what the key offered since then extrapolated
+// over a period (from at least a tenth of one), so a client that starts far
+// over the limit is thinned at once rather than after a full limit. The
+// end of that warm-up is kept in counters.until, which a soft window has
+// free: it never mitigates (pressure, expired and Peek ignore it, and
+// Carry to a hard rule drops it).
 
 // decideSoft judges a request of cost units against a soft window ent at e
 // (ns into period ent.win), t ns since the epoch, and counts it.
@@ -38,14 +44,20 @@ func (p *params) decideSoft(ent *counters, e, t int64, cost, limit uint64, d *De
 		d.settled = false
 		return
 	}
+	if ent.prev == 0 && ent.curr == 0 {
+		// A key with no history: its estimate warms up for one period
+		// from now (kept where a hard window keeps its mitigation).
+		ent.until = uint32(min(e/int64(time.Millisecond)+p.periodMillis, math.MaxUint32))
+	}
 	offered := weighted(ent.prev, p.period, e) + uint64(ent.curr) + cost
-	if ent.prev == 0 && offered > 1 {
-		// No previous period to estimate by, so the count so far is all
-		// the estimate has: a client that starts at 3× the limit would get
-		// the whole limit before any draw, and then more. Extrapolate the
-		// period's count over the period instead, from at least a tenth
-		// of it.
-		rate := float64(uint64(ent.curr)+cost) * float64(p.period) / float64(max(e, p.period/10))
+	if warm := int64(ent.until)*int64(time.Millisecond) - e; warm > 0 && offered > 1 {
+		// Less than a period of history: the sliding estimate has only the
+		// counts so far, so a client that starts at 3× the limit would get
+		// the whole limit before any draw, and then more. Extrapolate what
+		// the key offered since its first request over the period instead,
+		// from at least a tenth of it.
+		since := max(p.period-warm, p.period/10)
+		rate := float64(uint64(ent.prev)+uint64(ent.curr)+cost) * float64(p.period) / float64(since)
 		offered = max(offered, uint64(min(rate, 1<<62)))
 	}
 	draw := mix(p.softSeed ^ uint64(t) ^ uint64(ent.curr)<<32 ^ uint64(ent.prev) ^ uint64(ent.win)<<17)

@@ -6,62 +6,65 @@ import (
 )
 
 // TestSoftLimit offers a client at several multiples of a soft limit of
-// 1000 per period for 20 periods, evenly spaced, with a seeded draw: above
-// the limit it is allowed within ±5% of the limit in total, and every tenth
-// of every period allows some; below it nothing is refused.
+// 1000 per period for 20 periods, evenly spaced, with a seeded draw,
+// starting at a period's start or 40% into one: above the limit it is
+// allowed within ±5% of the limit in total, and every tenth of every
+// period allows some; below it nothing is refused.
 func TestSoftLimit(t *testing.T) {
 	const limit, periods = 1000, 20
 	for _, alg := range []Algorithm{SlidingWindow, FixedWindow} {
-		for _, tc := range []struct {
-			name string
-			rate float64 // multiple of the limit
-		}{
-			{"0.9x", 0.9}, {"1.1x", 1.1}, {"1.5x", 1.5}, {"3x", 3},
-		} {
-			t.Run(alg.String()+"/"+tc.name, func(t *testing.T) {
-				s, err := New(Options{Capacity: 16, SoftSeed: 42, Limits: []Limit{
-					{Algorithm: alg, Limit: limit, Period: time.Minute, Soft: true},
-				}})
-				if err != nil {
-					t.Fatal(err)
-				}
-				k := s.Key(0, []byte("client"))
-				per := int(tc.rate * limit)
-				gap := time.Minute / time.Duration(per)
-				start := time.Unix(1_700_000_040, 0).Truncate(time.Minute)
-				allowed, refused := 0, 0
-				for w := range periods {
-					var tenths [10]int
-					for i := range per {
-						at := start.Add(time.Duration(w)*time.Minute + time.Duration(i)*gap)
-						d := s.Allow(k, at)
-						if d.Allowed {
-							allowed++
-							tenths[i*10/per]++
-						} else {
-							refused++
-							if d.RetryAfter != time.Second {
-								t.Fatalf("period %d request %d: RetryAfter %s, want 1s", w, i, d.RetryAfter)
+		for _, offset := range []time.Duration{0, 24 * time.Second} {
+			for _, tc := range []struct {
+				name string
+				rate float64 // multiple of the limit
+			}{
+				{"0.9x", 0.9}, {"1.1x", 1.1}, {"1.5x", 1.5}, {"3x", 3},
+			} {
+				t.Run(alg.String()+"/"+offset.String()+"/"+tc.name, func(t *testing.T) {
+					s, err := New(Options{Capacity: 16, SoftSeed: 42, Limits: []Limit{
+						{Algorithm: alg, Limit: limit, Period: time.Minute, Soft: true},
+					}})
+					if err != nil {
+						t.Fatal(err)
+					}
+					k := s.Key(0, []byte("client"))
+					per := int(tc.rate * limit)
+					gap := time.Minute / time.Duration(per)
+					start := time.Unix(1_700_000_040, 0).Truncate(time.Minute).Add(offset)
+					allowed, refused := 0, 0
+					for w := range periods {
+						var tenths [10]int
+						for i := range per {
+							at := start.Add(time.Duration(w)*time.Minute + time.Duration(i)*gap)
+							d := s.Allow(k, at)
+							if d.Allowed {
+								allowed++
+								tenths[i*10/per]++
+							} else {
+								refused++
+								if d.RetryAfter != time.Second {
+									t.Fatalf("period %d request %d: RetryAfter %s, want 1s", w, i, d.RetryAfter)
+								}
+							}
+						}
+						for i, n := range tenths {
+							if n == 0 {
+								t.Errorf("period %d, tenth %d: nothing allowed", w, i)
 							}
 						}
 					}
-					for i, n := range tenths {
-						if n == 0 {
-							t.Errorf("period %d, tenth %d: nothing allowed", w, i)
+					if tc.rate < 1 {
+						if refused > 0 {
+							t.Errorf("%d refused below the limit", refused)
 						}
+						return
 					}
-				}
-				if tc.rate < 1 {
-					if refused > 0 {
-						t.Errorf("%d refused below the limit", refused)
+					want := float64(limit * periods)
+					if got := float64(allowed); got < want*0.95 || got > want*1.05 {
+						t.Errorf("allowed %d of %d offered, want %d ± 5%%", allowed, per*periods, limit*periods)
 					}
-					return
-				}
-				want := float64(limit * periods)
-				if got := float64(allowed); got < want*0.95 || got > want*1.05 {
-					t.Errorf("allowed %d of %d offered, want %d ± 5%%", allowed, per*periods, limit*periods)
-				}
-			})
+				})
+			}
 		}
 	}
 }
@@ -145,5 +148,36 @@ func TestSoftCarry(t *testing.T) {
 	}
 	if d := dst.Allow(k, at); d.Allowed {
 		t.Errorf("the 11th request of the minute: allowed, want refused")
+	}
+}
+
+// TestSoftPeek: a soft key in its warm-up is neither shown as mitigated
+// nor kept from eviction as one, and a soft fixed window shows no previous
+// count.
+func TestSoftPeek(t *testing.T) {
+	for _, alg := range []Algorithm{SlidingWindow, FixedWindow} {
+		t.Run(alg.String(), func(t *testing.T) {
+			s, err := New(Options{Capacity: 16, SoftSeed: 5, Limits: []Limit{{Algorithm: alg, Limit: 10, Period: time.Minute, Soft: true}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			k := s.Key(0, []byte("a"))
+			start := time.Unix(6000, 0)
+			for i := range 5 {
+				s.Allow(k, start.Add(time.Duration(i)*time.Second))
+			}
+			at := start.Add(time.Minute + time.Second)
+			s.Allow(k, at)
+			st := s.Peek(k, at)
+			if !st.MitigatedUntil.IsZero() {
+				t.Errorf("MitigatedUntil = %v, want none", st.MitigatedUntil)
+			}
+			if wantPrev := map[Algorithm]int64{SlidingWindow: 5, FixedWindow: 0}[alg]; st.Previous != wantPrev || st.Current != 1 {
+				t.Errorf("Previous, Current = %d, %d; want %d, 1", st.Previous, st.Current, wantPrev)
+			}
+			if p := s.params[0].pressure(counters{win: uint32(6000 / 60), until: 60_000, curr: 1}, start.UnixNano()); p > 1 {
+				t.Errorf("pressure of a key in its warm-up = %v, want its estimate's", p)
+			}
+		})
 	}
 }

@@ -650,7 +650,7 @@ func (p *params) pressure(ent counters, now int64) float64 {
 	}
 	w, e := p.position(now)
 	e = p.advance(&ent, w, e)
-	if ent.mitigationLeft(e) > 0 {
+	if ent.mitigationLeft(e) > 0 && !p.soft {
 		return math.Inf(1)
 	}
 	est := float64(ent.prev)*float64(p.period-e)/float64(p.period) + float64(ent.curr)
@@ -669,7 +669,7 @@ func (p *params) expired(ent counters, now int64) bool {
 	}
 	w, e := p.position(now)
 	e = p.advance(&ent, w, e)
-	return ent.prev == 0 && ent.curr == 0 && ent.mitigationLeft(e) == 0
+	return ent.prev == 0 && ent.curr == 0 && (ent.mitigationLeft(e) == 0 || p.soft)
 }
 
 // satAdd is n + c, saturating at 2³²−1.

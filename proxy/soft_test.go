@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"encoding/json"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -79,5 +81,24 @@ func TestReloadMode(t *testing.T) {
 	}
 	if resp, _ := e.get("api.example.com", "/"); resp.StatusCode != 429 {
 		t.Errorf("after reloads: got %d, want 429 (counters kept)", resp.StatusCode)
+	}
+}
+
+// TestConfigViewShowsMode: /v1/config shows a soft rule's mode, and none
+// for a hard one.
+func TestConfigViewShowsMode(t *testing.T) {
+	origin, _ := newOrigin(t, "a")
+	soft := rule("soft", 5, time.Minute)
+	soft.Mode = "soft"
+	e := newEnv(t, oneDomain(origin.URL, rule("hard", 5, time.Minute), soft))
+	w := httptest.NewRecorder()
+	e.proxy.AdminHandler().ServeHTTP(w, httptest.NewRequest("GET", "/v1/config", nil))
+	var cv configView
+	if err := json.Unmarshal(w.Body.Bytes(), &cv); w.Code != 200 || err != nil {
+		t.Fatalf("GET /v1/config: %d %v", w.Code, err)
+	}
+	rs := cv.Domains[0].Rules
+	if len(rs) != 2 || rs[0].Mode != "" || rs[1].Mode != "soft" || !rs[1].CountBlocked {
+		t.Errorf("rules in /v1/config: %+v, want no mode, then soft counting blocked requests", rs)
 	}
 }

@@ -323,6 +323,7 @@ type ruleView struct {
 	Headers           string   `json:"headers"`
 	BlockStatus       int      `json:"block_status,omitempty"`
 	Algorithm         string   `json:"algorithm"`
+	Mode              string   `json:"mode,omitempty"`      // "soft"; none for hard
 	Burst             int64    `json:"burst,omitempty"`     // a bucket's capacity, its limit when burst is left out
 	MaxDelay          string   `json:"max_delay,omitempty"` // a leaky bucket queue's
 	Cost              int64    `json:"cost"`
@@ -386,6 +387,9 @@ func (p *Proxy) getConfig(w http.ResponseWriter, r *http.Request) {
 			}
 			if rs.Algorithm.Bucket() {
 				rv.Burst = rs.Capacity()
+			}
+			if rs.Soft {
+				rv.Mode = "soft"
 			}
 			if rs.MaxDelay > 0 {
 				rv.MaxDelay = rs.MaxDelay.String()

@@ -71,7 +71,7 @@ func newMetrics(p *Proxy, version string) *metrics {
 		}, []string{"domain", "outcome"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_rule_decisions_total",
-			Help: "Rule decisions by domain, rule, action and outcome (allowed, limited, mitigated). A log rule counts limited requests that it did not block.",
+			Help: "Rule decisions by domain, rule, action and outcome (allowed, limited, mitigated, soft_limited for a soft rule's refusals). A log rule counts limited requests that it did not block.",
 		}, []string{"domain", "rule", "action", "outcome"}),
 		blocked: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_blocked_requests_total",
@@ -230,10 +230,13 @@ func (c ruleCounters) observe(d window.Decision) {
 }
 
 func (m *metrics) ruleCounters(domain string, r *rules.Rule) ruleCounters {
-	action := r.Action.String()
+	action, limited := r.Action.String(), "limited"
+	if r.Soft {
+		limited = "soft_limited" // refused by the draw of a soft limit
+	}
 	return ruleCounters{
 		allowed:   m.decisions.WithLabelValues(domain, r.Name, action, "allowed"),
-		limited:   m.decisions.WithLabelValues(domain, r.Name, action, "limited"),
+		limited:   m.decisions.WithLabelValues(domain, r.Name, action, limited),
 		mitigated: m.decisions.WithLabelValues(domain, r.Name, action, "mitigated"),
 	}
 }

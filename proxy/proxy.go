@@ -298,6 +298,7 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 					Period:       r.Period,
 					Mitigation:   r.MitigationTimeout,
 					CountBlocked: r.CountBlocked,
+					Soft:         r.Soft,
 					Identity:     ruleIdentity(rd.Name, r),
 					Algorithm:    windowAlgorithm(r.Algorithm),
 					Burst:        r.Burst,

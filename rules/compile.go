@@ -450,6 +450,9 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 				p.add(fmt.Sprintf("%s.rules[%d].algorithm", path, j),
 					"is not supported yet with cluster.sync share (windows and quotas are), got %q", r.Algorithm.String())
 			}
+			if r.Soft && t.Cluster.Store == StoreRedis {
+				p.add(fmt.Sprintf("%s.rules[%d].mode", path, j), "soft is not supported with cluster.store redis yet")
+			}
 			checkCountsAfter(p, fmt.Sprintf("%s.rules[%d]", path, j), r, dc.Respond != nil)
 			d.Rules = append(d.Rules, r)
 			if _, dup := d.byName[r.Name]; !dup && r.Name != "" {
@@ -791,7 +794,36 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 		compileCost(p, path, rc, r)
 	}
 	compileWhatCounts(p, path, rc, r)
+	compileMode(p, path, rc, r)
 	return r
+}
+
+// compileMode compiles the rule's mode: a soft window counts every request
+// offered, so it implies count_blocked and takes nothing that counts only
+// some requests (count_status, response_cost_header) or blocks outright
+// (mitigation_timeout).
+func compileMode(p *problems, path string, rc RuleConfig, r *Rule) {
+	switch rc.Mode {
+	case "", "hard":
+		return
+	case "soft":
+	default:
+		p.add(path+".mode", "must be hard or soft, got %q", rc.Mode)
+		return
+	}
+	switch {
+	case r.Algorithm != SlidingWindow && r.Algorithm != FixedWindow:
+		p.add(path+".mode", "soft applies only to algorithm sliding_window or fixed_window, got %s", r.Algorithm)
+	case len(rc.CountStatus) > 0:
+		p.add(path+".mode", "soft counts every request offered: not valid with count_status")
+	case rc.ResponseCostHeader != "":
+		p.add(path+".mode", "soft counts every request offered: not valid with response_cost_header")
+	case rc.MitigationTimeout != 0:
+		p.add(path+".mode", "soft never blocks a key outright: not valid with mitigation_timeout, got %s", fmtDuration(rc.MitigationTimeout))
+	default:
+		r.Soft = true
+		r.CountBlocked = true
+	}
 }
 
 // compileAlgorithm compiles how the rule at path counts into r: its

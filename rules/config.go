@@ -323,6 +323,11 @@ type RuleConfig struct {
 	// with MaxDelay) or "quota" (Limit per calendar period, Reset, instead
 	// of Period).
 	Algorithm string `mapstructure:"algorithm"`
+	// Mode is "hard" (default: every request over the limit is refused) or
+	// "soft" (sliding_window and fixed_window only): every request offered
+	// counts, and while the offered rate is over the limit each request is
+	// allowed with probability limit ÷ offered rate.
+	Mode string `mapstructure:"mode"`
 	// Reset is a quota's calendar period, required with algorithm quota
 	// and only valid with it: "daily" (from local midnight), "weekly"
 	// (from the midnight that starts Monday) or "monthly" (from midnight

@@ -175,6 +175,10 @@ type Rule struct {
 	BlockResponse *Response
 
 	Algorithm Algorithm
+	// Soft is mode soft: a window that admits with probability limit ÷
+	// offered rate when over it (see window.Limit.Soft); CountBlocked is
+	// then true and MitigationTimeout 0.
+	Soft bool
 	// Reset is a quota's calendar period; Daily (the zero value) for every
 	// other algorithm, which counts by Period (0 for a quota).
 	Reset Reset

@@ -56,7 +56,13 @@ func (s *Store) Peek(k Key, now time.Time) State {
 	}
 	w, e := p.position(t)
 	e = p.advance(&ent, w, e)
-	st := p.state(ent.prev, ent.curr, e, time.Duration(ent.mitigationLeft(e)), now)
+	prev, mitigation := ent.prev, time.Duration(ent.mitigationLeft(e))
+	if p.soft {
+		// until holds a soft window's warm-up, and a soft fixed window's
+		// previous count is for its draws only.
+		prev, mitigation = p.softPrev(&ent), 0
+	}
+	st := p.state(prev, ent.curr, e, mitigation, now)
 	st.Tracked = true
 	return st
 }
@@ -170,6 +176,14 @@ func (s *Store) carry(dst *Store, rules []int, now int64, timed bool) (int, erro
 			c := ent.counters
 			if from := &s.params[ent.fp>>56]; from.algorithm.bucket() && from.limit != to.limit {
 				c = from.rescale(c, to, now)
+			}
+			if from := &s.params[ent.fp>>56]; from.soft && !to.soft {
+				c.until = 0 // a warm-up, not a mitigation
+			}
+			if to.algorithm == FixedWindow && !to.soft {
+				// A soft fixed window keeps its previous count for its
+				// estimate; a hard one has none.
+				c.prev = 0
 			}
 			if dst.put(uint64(rules[ent.fp>>56])<<56|ent.fp&hashMask, c) {
 				carried++

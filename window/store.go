@@ -25,6 +25,9 @@ type Options struct {
 	// SeedFrom, if set, gives the new store the hash seed of an existing
 	// one, so that Carry can move counters between them.
 	SeedFrom *Store
+	// SoftSeed seeds the random draws of soft windows (Limit.Soft); 0
+	// picks one at random. Tests set it to draw a known sequence.
+	SoftSeed uint64
 }
 
 // Store holds the counters of the rules of one domain, each rule by its
@@ -207,8 +210,13 @@ func New(opts Options) (*Store, error) {
 		capacity: opts.Capacity,
 		overflow: make([]overflow, len(opts.Limits)),
 	}
+	softSeed := opts.SoftSeed
+	if softSeed == 0 {
+		softSeed = maphash.Comparable(maphash.MakeSeed(), 0)
+	}
 	for i, l := range opts.Limits {
 		s.params[i].init(l)
+		s.params[i].softSeed = softSeed
 	}
 	// Slots for each shard's share at a load of at most 4/5, plus a few so
 	// that small shards, whose fill varies most, have slack too; a shard may

@@ -186,6 +186,17 @@ type Limit struct {
 	// a bucket takes it, down to −Burst units. When false a blocked request
 	// does not change the key's counters.
 	CountBlocked bool
+	// Soft makes a window (SlidingWindow or FixedWindow; other algorithms
+	// ignore it) a soft limit: every request offered is counted (as with
+	// CountBlocked), and while the key's offered rate, the sliding estimate
+	// of offered units including this request, is over Limit, a request is
+	// allowed with probability Limit ÷ offered rate, so allowed traffic stays
+	// near Limit and refusals spread over the period. A FixedWindow keeps
+	// its previous count for that estimate; its Remaining and Reset are a
+	// fixed window's. A soft refusal has RetryAfter and Reset of one second
+	// and is never mitigated (Mitigation is ignored). The draw comes from
+	// Options.SoftSeed (see Store).
+	Soft bool
 	// Identity is mixed into the hash of every key of the rule, so one
 	// client's keys under several rules land apart. Stores that share a hash
 	// seed (Options.SeedFrom) hash a key the same way under equal
@@ -282,6 +293,8 @@ func (c *counters) mitigationLeft(e int64) int64 {
 type params struct {
 	algorithm    Algorithm
 	countBlocked bool
+	soft         bool   // a soft window (Limit.Soft)
+	softSeed     uint64 // the store's random seed for soft draws
 	limit        uint64
 	period       int64 // ns
 	periodMillis int64
@@ -326,6 +339,11 @@ func (p *params) init(l Limit) {
 	p.periodMillis = int64(period / time.Millisecond)
 	p.mitigation = int64(min(max(l.Mitigation, 0), MaxSpan-period))
 	p.countBlocked = l.CountBlocked
+	p.soft = l.Soft && (p.algorithm == SlidingWindow || p.algorithm == FixedWindow)
+	if p.soft {
+		p.countBlocked = true
+		p.mitigation = 0
+	}
 	p.identity = l.Identity
 	p.burst, p.unit, p.full = 0, span{}, span{}
 	p.maxDelay = 0
@@ -356,6 +374,7 @@ func (p *params) limitOf() Limit {
 		MaxDelay:     time.Duration(p.maxDelay),
 		Mitigation:   time.Duration(p.mitigation),
 		CountBlocked: p.countBlocked,
+		Soft:         p.soft,
 		Identity:     p.identity,
 		Reset:        p.cal.reset,
 		Location:     p.cal.loc,
@@ -390,7 +409,7 @@ func (p *params) advance(ent *counters, w, e int64) int64 {
 		return 0
 	case d == 0:
 		return e
-	case d == 1 && p.algorithm != FixedWindow:
+	case d == 1 && (p.algorithm != FixedWindow || p.soft):
 		ent.prev, ent.curr = ent.curr, 0
 	default:
 		ent.prev, ent.curr = 0, 0
@@ -422,6 +441,10 @@ func (p *params) decide(ent *counters, w, e, t int64, cost, limit uint64, d *Dec
 		return
 	}
 	e = p.advance(ent, w, e)
+	if p.soft {
+		p.decideSoft(ent, e, t, cost, limit, d)
+		return
+	}
 	mitigation := ent.mitigationLeft(e)
 	// Allowed iff estimate + cost − 1 < limit, or estimate < limit at cost
 	// 0: estimate < target.
@@ -627,7 +650,7 @@ func (p *params) pressure(ent counters, now int64) float64 {
 	}
 	w, e := p.position(now)
 	e = p.advance(&ent, w, e)
-	if ent.mitigationLeft(e) > 0 {
+	if ent.mitigationLeft(e) > 0 && !p.soft {
 		return math.Inf(1)
 	}
 	est := float64(ent.prev)*float64(p.period-e)/float64(p.period) + float64(ent.curr)
@@ -646,7 +669,7 @@ func (p *params) expired(ent counters, now int64) bool {
 	}
 	w, e := p.position(now)
 	e = p.advance(&ent, w, e)
-	return ent.prev == 0 && ent.curr == 0 && ent.mitigationLeft(e) == 0
+	return ent.prev == 0 && ent.curr == 0 && (ent.mitigationLeft(e) == 0 || p.soft)
 }
 
 // satAdd is n + c, saturating at 2³²−1.

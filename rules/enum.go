@@ -44,5 +44,5 @@ var (
 	storeSpelling     = spelling[StoreKind]{"StoreKind", []string{"local", "redis"}}
 	syncSpelling      = spelling[SyncMode]{"SyncMode", []string{"exact", "batched"}}
 	failureSpelling   = spelling[FailureMode]{"FailureMode", []string{"local", "open", "closed"}}
-	algorithmSpelling = spelling[Algorithm]{"Algorithm", []string{"sliding_window", "fixed_window", "token_bucket", "leaky_bucket", "quota"}}
+	algorithmSpelling = spelling[Algorithm]{"Algorithm", []string{"sliding_window", "fixed_window", "token_bucket", "leaky_bucket", "quota", "concurrency"}}
 )

@@ -22,8 +22,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if r = p.limit(w, r, d, &src, now); r == nil {
 			return
 		}
-		if d.countsAfter { // charge.go: limit kept the tally open
-			defer endAfter(r)
+		if d.countsAfter || d.slots { // charge.go: limit kept the tally open
+			defer p.endAfter(r)
 		}
 	}
 	r, release := p.readBody(w, r, st, d) // body.go: 413, buffering

@@ -77,6 +77,10 @@ type Policy struct {
 	// stated": "w" is optional in the draft, and a zero-length window has no
 	// meaning, so it is omitted rather than sent as w=0.
 	Window time.Duration
+	// Unit is the quota unit, the "qu" parameter, sent as a String when
+	// not "": the draft's units are "requests" (the default, so "" and
+	// "requests" mean the same), "content-bytes" and "concurrent-requests".
+	Unit string
 }
 
 // Limit is one item of a RateLimit field: the current state of the policy
@@ -121,6 +125,7 @@ func AppendRetryAfter(dst []byte, d time.Duration) []byte {
 // returns the extended buffer, for example
 //
 //	"burst";q=100;w=60
+//	"parallel";q=2;qu="concurrent-requests"
 //
 // The name is written as an RFC 9651 String: '"' and '\' are escaped with a
 // backslash, and every character outside printable ASCII (0x20-0x7E), which
@@ -137,6 +142,10 @@ func AppendPolicy(dst []byte, p Policy) []byte {
 	if p.Window > 0 {
 		dst = append(dst, ";w="...)
 		dst = strconv.AppendInt(dst, ceilSeconds(p.Window), 10)
+	}
+	if p.Unit != "" {
+		dst = append(dst, ";qu="...)
+		dst = appendString(dst, p.Unit)
 	}
 	return dst
 }

@@ -156,6 +156,12 @@ var policyTests = []struct {
 	wantParsed headers.Policy
 }{
 	{
+		name:       "concurrent requests",
+		p:          headers.Policy{Name: "parallel", Quota: 2, Unit: "concurrent-requests"},
+		want:       `"parallel";q=2;qu="concurrent-requests"`,
+		wantParsed: headers.Policy{Name: "parallel", Quota: 2, Unit: "concurrent-requests"},
+	},
+	{
 		name:       "burst",
 		p:          headers.Policy{Name: "burst", Quota: 100, Window: time.Minute},
 		want:       `"burst";q=100;w=60`,

@@ -25,6 +25,14 @@ func refPolicies(v string) ([]headers.Policy, error) {
 	if err != nil {
 		return nil, err
 	}
+	l, _ := httpsfv.UnmarshalList([]string{v})
+	for i, m := range l {
+		if qu, ok := m.(httpsfv.Item).Params.Get("qu"); ok {
+			if ps[i].Unit, ok = qu.(string); !ok {
+				return nil, fmt.Errorf("member %d: qu=%v", i, qu)
+			}
+		}
+	}
 	return ps, nil
 }
 

@@ -29,6 +29,12 @@ import (
 // exactly once, whatever happened to the forward (an answer, an origin
 // error, a client gone mid-body). A charge cannot change the decision
 // already made; it can refuse the next requests.
+//
+// A concurrency rule's slot is held the same way: the tally stays open
+// while the request is in flight, and endAfter gives the slot back (Release)
+// just before it ends the tally, once, on every path: answered, 413, 502,
+// 504, client gone. A request refused before it is held gives its slot back
+// through refund, and one that leaves a queue through releaseSlots.
 
 // maxReportedCost is the largest cost an origin may report for one request,
 // the largest cost of a request. A larger value is not charged: it is more
@@ -53,7 +59,7 @@ func upfront(rs *ruleState, cost int64) int64 {
 func holdTally(r *http.Request, d *domain, tally window.Tally, vs []verdict, fellBack bool) *http.Request {
 	n := 0
 	for i := range vs {
-		if d.rules[vs[i].rule].CountsAfter() {
+		if holds(&d.rules[vs[i].rule], &vs[i]) {
 			n++
 		}
 	}
@@ -66,11 +72,11 @@ func holdTally(r *http.Request, d *domain, tally window.Tally, vs []verdict, fel
 	}
 	a := &afterResponse{d: d, tally: tally, charges: make([]charge, 0, n)}
 	for i := range vs {
-		if v := &vs[i]; d.rules[v.rule].CountsAfter() {
+		if v := &vs[i]; holds(&d.rules[v.rule], v) {
 			// The key's bytes are in limit's pooled buffer, returned
 			// before the origin answers.
 			id := window.ID{Key: v.id.Key, Name: slices.Clone(v.id.Name)}
-			c := charge{rule: v.rule, id: id}
+			c := charge{rule: v.rule, id: id, slot: d.rules[v.rule].Algorithm == rules.Concurrency}
 			if d.rules[v.rule].CountStatus != nil {
 				c.later = v.cost
 			}
@@ -78,6 +84,22 @@ func holdTally(r *http.Request, d *domain, tally window.Tally, vs []verdict, fel
 		}
 	}
 	return r.WithContext(context.WithValue(r.Context(), afterKey{}, a))
+}
+
+// holds reports whether the request keeps its tally open for rule rs's
+// verdict v: to charge after the response, or to give back the slot v took.
+func holds(rs *ruleState, v *verdict) bool {
+	return rs.CountsAfter() || rs.Algorithm == rules.Concurrency && v.Allowed
+}
+
+// releaseSlots gives back the slots that vs took under concurrency rules,
+// for a request that ends before it is held (holdTally).
+func releaseSlots(d *domain, vs []verdict, tally window.Tally, now time.Time) {
+	for i := range vs {
+		if v := &vs[i]; d.rules[v.rule].Algorithm == rules.Concurrency && v.Allowed {
+			tally.Release(v.id, now)
+		}
+	}
 }
 
 // afterKey carries a request's afterResponse from limit to the forwarder.
@@ -103,13 +125,25 @@ type charge struct {
 	later int64
 	// trailer: the reported cost is awaited in the response's trailers.
 	trailer bool
+	// slot: the request holds a slot of a concurrency rule, given back by
+	// endAfter; such a rule charges nothing.
+	slot bool
 }
 
 // endAfter ends the tally that limit kept open for r's charges, if it did.
 // ServeHTTP defers it, so that it runs on every path, once.
-func endAfter(r *http.Request) {
+func (p *Proxy) endAfter(r *http.Request) {
 	if a, ok := r.Context().Value(afterKey{}).(*afterResponse); ok && !a.ended {
 		a.ended = true
+		var now time.Time
+		for i := range a.charges {
+			if c := &a.charges[i]; c.slot {
+				if now.IsZero() {
+					now = p.now()
+				}
+				a.tally.Release(c.id, now)
+			}
+		}
 		a.tally.End()
 	}
 }
@@ -125,7 +159,7 @@ func (p *Proxy) onResponse(d *domain, resp *http.Response) {
 		for i := range a.charges {
 			c := &a.charges[i]
 			rs := &d.rules[c.rule]
-			if !rs.Counts(resp.StatusCode) {
+			if c.slot || !rs.Counts(resp.StatusCode) {
 				continue
 			}
 			n := c.later

@@ -97,6 +97,7 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, d *domain, src *ru
 				p.refuseQueued(w, r, d, vs, q)
 				return nil
 			case waitGone:
+				releaseSlots(d, vs, tally, now)
 				endTally(d, tally, fellBack) // its turns stay used
 				// Gone, or only half-closed (net/http cancels the request
 				// on either): a handler never ends without an answer, so

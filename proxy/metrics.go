@@ -57,6 +57,7 @@ type metrics struct {
 	capacity     *prometheus.Desc
 	evictions    *prometheus.Desc
 	overflowReqs *prometheus.Desc
+	slotsInUse   *prometheus.Desc
 }
 
 // newMetrics declares every metric the proxy exports. It is long because
@@ -178,6 +179,8 @@ func newMetrics(p *Proxy, version string) *metrics {
 			"Keys removed to make room: expired (held no information) or idle (live, under half their limit).", []string{"domain", "reason"}, nil),
 		overflowReqs: prometheus.NewDesc("edge_overflow_requests_total",
 			"Requests counted in a rule's shared overflow counter because the domain was full of busy keys.", []string{"domain"}, nil),
+		slotsInUse: prometheus.NewDesc("edge_concurrency_slots_in_use",
+			"Requests in flight holding a slot of a concurrency rule, by domain and rule.", []string{"domain", "rule"}, nil),
 	}
 }
 
@@ -261,6 +264,7 @@ func (c storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.m.capacity
 	ch <- c.m.evictions
 	ch <- c.m.overflowReqs
+	ch <- c.m.slotsInUse
 	ch <- c.m.circuit
 	ch <- c.m.nodes
 	ch <- c.m.nodeShare
@@ -297,6 +301,11 @@ func (c storeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.m.evictions, prometheus.CounterValue, float64(s.ExpiredReclaimed), d.Name, "expired")
 		ch <- prometheus.MustNewConstMetric(c.m.evictions, prometheus.CounterValue, float64(s.Evicted), d.Name, "idle")
 		ch <- prometheus.MustNewConstMetric(c.m.overflowReqs, prometheus.CounterValue, float64(s.Overflowed), d.Name)
+		for i := range d.rules {
+			if rs := &d.rules[i]; rs.Algorithm == rules.Concurrency {
+				ch <- prometheus.MustNewConstMetric(c.m.slotsInUse, prometheus.GaugeValue, float64(d.store.SlotsInUse(i)), d.Name, rs.Name)
+			}
+		}
 	}
 }
 

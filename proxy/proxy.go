@@ -125,6 +125,9 @@ type domain struct {
 	costHeaders bool
 	// countsAfter: some rule counts after the origin's response (charge.go).
 	countsAfter bool
+	// slots: some rule is a concurrency rule, whose slots the request
+	// holds until it ends (charge.go).
+	slots bool
 	// costFields are the rules' response_cost_header fields, removed from
 	// every response of the domain.
 	costFields []string
@@ -180,9 +183,14 @@ func newRuleState(r *rules.Rule, c ruleCounters) ruleState {
 // never states a faster rate than the bucket's. A quota's q is its limit
 // and w is left out, as the draft allows: its calendar period has no fixed
 // length (a month is 28 to 31 days, a day 23 to 25 hours), and the
-// RateLimit field's t says when it resets.
+// RateLimit field's t says when it resets. A concurrency rule's q is its
+// limit of requests in flight, with no w and qu="concurrent-requests", the
+// draft's unit for it.
 func policyOf(r *rules.Rule) headers.Policy {
 	p := headers.Policy{Name: r.Name, Quota: r.Capacity(), Window: r.Period}
+	if r.Algorithm == rules.Concurrency {
+		p.Window, p.Unit = 0, "concurrent-requests"
+	}
 	if r.Algorithm.Bucket() && r.Limit > 0 {
 		// capacity ≤ 10⁹ and period ≤ 2592000 s: the product fits.
 		secs := int64(r.Period / time.Second)
@@ -262,6 +270,8 @@ func windowAlgorithm(a rules.Algorithm) window.Algorithm {
 		return window.LeakyBucket
 	case rules.Quota:
 		return window.Quota
+	case rules.Concurrency:
+		return window.Concurrency
 	}
 	return window.SlidingWindow
 }
@@ -350,6 +360,7 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 				}
 			}
 		}
+		d.slots = slices.ContainsFunc(rd.Rules, func(r *rules.Rule) bool { return r.Algorithm == rules.Concurrency })
 		if rd.Respond != nil {
 			d.upstream = staticResponder(rd.Respond)
 		} else {

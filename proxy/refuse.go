@@ -74,6 +74,8 @@ func writeBlocked(w http.ResponseWriter, r *http.Request, d *domain, vs []verdic
 		// Used up for the period, not too fast: the client should wait for
 		// the reset, not slow down.
 		errName, text = "quota_exceeded", "quota used up: it resets in "
+	} else if rs.Algorithm == rules.Concurrency {
+		errName, text = "too_many_concurrent_requests", "too many requests in flight: retry in "
 	}
 	var body string
 	if acceptsJSON(r.Header.Get("Accept")) {

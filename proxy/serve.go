@@ -26,8 +26,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if r = p.limit(w, r, d, &src, now); r == nil {
 			return
 		}
-		if d.countsAfter { // charge.go: limit kept the tally open
-			defer endAfter(r)
+		if d.countsAfter || d.slots { // charge.go: limit kept the tally open
+			defer p.endAfter(r)
 		}
 	} else if d.shed != nil && !p.admit(w, r, d.shed, host, rules.CleanPath(r.URL.Path)) { // shed.go: 503
 		return

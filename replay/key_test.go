@@ -26,10 +26,16 @@ func TestKeyAsProxy(t *testing.T) {
 			Name: "reads", Limit: 1, Period: time.Minute,
 			Match: &rules.MatchConfig{PathPrefix: "/v1/", Methods: []string{"GET"}},
 			Key:   []string{"ip", "path", "host", "header:X-Api-Key"},
+		}, {
+			// Not replayed: a log has no durations.
+			Name: "parallel", Limit: 1, Algorithm: "concurrency",
 		}},
 	}}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if all := TableRules(table, ""); len(all) != 1 {
+		t.Fatalf("TableRules: got %d rules, want 1 (a concurrency rule is not replayed)", len(all))
 	}
 	lr := TableRules(table, "api/reads")
 	if len(lr) != 1 {

@@ -33,6 +33,11 @@ func TableRules(t *rules.Table, only string) []LogRule {
 	for _, d := range t.Domains {
 		for _, r := range d.Rules {
 			name := d.Name + "/" + r.Name
+			if r.Algorithm == rules.Concurrency {
+				// A log has no request durations: requests in flight
+				// cannot be replayed.
+				continue
+			}
 			// Package rules spells an algorithm as window names it.
 			alg, _ := ParseAlgorithm(r.Algorithm.String())
 			if only != "" && only != name {

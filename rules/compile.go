@@ -453,6 +453,10 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 			if r.Soft && t.Cluster.Store == StoreRedis {
 				p.add(fmt.Sprintf("%s.rules[%d].mode", path, j), "soft is not supported with cluster.store redis yet")
 			}
+			if r.Algorithm == Concurrency && t.Cluster.Store == StoreRedis {
+				p.add(fmt.Sprintf("%s.rules[%d].algorithm", path, j),
+					"concurrency is not supported with cluster.store redis yet, got %s", r.Algorithm)
+			}
 			checkCountsAfter(p, fmt.Sprintf("%s.rules[%d]", path, j), r, dc.Respond != nil)
 			d.Rules = append(d.Rules, r)
 			if _, dup := d.byName[r.Name]; !dup && r.Name != "" {
@@ -740,6 +744,10 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 
 	cal, byPeriod := compileCalendar(p, path, rc)
 	r.Reset, r.Location = cal.reset, cal.location
+	if rc.Algorithm == Concurrency.String() {
+		byPeriod = false
+		checkConcurrency(p, path, rc)
+	}
 	switch {
 	case !byPeriod:
 	case rc.Period == 0:
@@ -979,6 +987,30 @@ var reservedResponseFields = map[string]bool{
 
 // checkCountsAfter refuses a rule r, at path, that counts after the
 // origin's response where there is none (its domain answers with respond).
+// checkConcurrency reports the keys of the concurrency rule rc at path that
+// mean nothing to a count of requests in flight: a period, a cost (every
+// request holds one slot), a mitigation, counting refused requests or
+// counting after the response.
+func checkConcurrency(p *problems, path string, rc RuleConfig) {
+	for _, k := range []struct {
+		key string
+		set bool
+	}{
+		{"period", rc.Period != 0},
+		{"cost", rc.Cost != nil},
+		{"cost_header", rc.CostHeader != ""},
+		{"max_cost", rc.MaxCost != 0},
+		{"mitigation_timeout", rc.MitigationTimeout != 0},
+		{"count_blocked", rc.CountBlocked},
+		{"count_status", len(rc.CountStatus) > 0},
+		{"response_cost_header", rc.ResponseCostHeader != ""},
+	} {
+		if k.set {
+			p.add(path+"."+k.key, "does not apply to algorithm concurrency, which counts the requests in flight")
+		}
+	}
+}
+
 func checkCountsAfter(p *problems, path string, r *Rule, respond bool) {
 	for _, k := range []struct {
 		key string

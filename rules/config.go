@@ -321,7 +321,8 @@ type RuleConfig struct {
 	// Limit per Period) or "leaky_bucket" (a level raised by each request's
 	// cost and draining at Limit per Period, refused past Burst, or queued
 	// with MaxDelay) or "quota" (Limit per calendar period, Reset, instead
-	// of Period).
+	// of Period) or "concurrency" (at most Limit requests of a key in
+	// flight at once; no Period).
 	Algorithm string `mapstructure:"algorithm"`
 	// Mode is "hard" (default: every request over the limit is refused) or
 	// "soft" (sliding_window and fixed_window only): every request offered

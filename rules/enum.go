@@ -45,5 +45,5 @@ var (
 	syncSpelling      = spelling[SyncMode]{"SyncMode", []string{"exact", "batched", "share"}}
 	splitSpelling     = spelling[SplitMode]{"SplitMode", []string{"even", "poisson"}}
 	failureSpelling   = spelling[FailureMode]{"FailureMode", []string{"local", "open", "closed"}}
-	algorithmSpelling = spelling[Algorithm]{"Algorithm", []string{"sliding_window", "fixed_window", "token_bucket", "leaky_bucket", "quota"}}
+	algorithmSpelling = spelling[Algorithm]{"Algorithm", []string{"sliding_window", "fixed_window", "token_bucket", "leaky_bucket", "quota", "concurrency"}}
 )

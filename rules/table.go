@@ -267,6 +267,10 @@ const (
 	// Quota counts exactly per calendar period (Reset in Location) and
 	// starts again at 0 when the period ends.
 	Quota
+	// Concurrency limits the requests of one key in flight at once to
+	// Limit (Stripe's concurrent requests limiter): a request holds a slot
+	// from its decision until its response ends. It has no Period.
+	Concurrency
 )
 
 // String returns the config spelling, such as "token_bucket".

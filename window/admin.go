@@ -36,6 +36,9 @@ type State struct {
 // rule's overflow counter are not tracked on their own.
 func (s *Store) Peek(k Key, now time.Time) State {
 	p := &s.params[k.fp>>56]
+	if p.algorithm == Concurrency {
+		return s.peekSlots(k, p)
+	}
 	t := now.UnixNano()
 	ent, tracked := s.shard(k.fp).read(k.fp)
 	if !tracked {

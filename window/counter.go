@@ -55,8 +55,8 @@ type Tally interface {
 	// −burst tokens).
 	Charge(id ID, n int64, now time.Time)
 	// Release gives back a slot the request held under id's rule, when the
-	// request ends. A rate counter holds no slots: for the algorithms of
-	// this package it does nothing.
+	// request ends. A rate counter holds no slots: for every algorithm but
+	// Concurrency it does nothing.
 	Release(id ID, now time.Time)
 	// End closes the tally. Call it once, after the request's last use of
 	// the tally.
@@ -101,7 +101,7 @@ func (c storeCounter) Refund(id ID, d Decision, now time.Time) Decision {
 
 func (c storeCounter) Charge(id ID, n int64, now time.Time) { c.s.Charge(id.Key, n, now) }
 
-func (storeCounter) Release(ID, time.Time) {}
+func (c storeCounter) Release(id ID, now time.Time) { c.s.Release(id.Key, now) }
 
 func (storeCounter) End() {}
 

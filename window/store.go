@@ -51,6 +51,7 @@ type Store struct {
 	shift    uint // 64 − log2(len(shards)): shard = hash >> shift
 	capacity int
 	overflow []overflow
+	slots    slots // of Concurrency rules (concurrency.go)
 
 	live             atomic.Int64 // keys tracked, ≤ capacity
 	expiredEvictions atomic.Uint64
@@ -209,6 +210,7 @@ func New(opts Options) (*Store, error) {
 		shift:    uint(64 - bits.TrailingZeros(uint(n))), // 64 with one shard: x>>64 == 0
 		capacity: opts.Capacity,
 		overflow: make([]overflow, len(opts.Limits)),
+		slots:    slots{total: make([]int64, len(opts.Limits))},
 	}
 	softSeed := opts.SoftSeed
 	if softSeed == 0 {
@@ -312,6 +314,10 @@ func (s *Store) AllowN(k Key, now time.Time, n int64) (d Decision) {
 		return d
 	}
 	p := &s.params[k.fp>>56]
+	if p.algorithm == Concurrency {
+		s.acquire(k, p, &d)
+		return d
+	}
 	t := now.UnixNano()
 	sh := s.shard(k.fp)
 	// The cache answers for requests that need one unit: see remember.
@@ -407,6 +413,12 @@ func (s *Store) Refund(k Key, d Decision, now time.Time) Decision {
 	}
 	d.counted = false
 	p := &s.params[k.fp>>56]
+	if p.algorithm == Concurrency {
+		if s.release(k) {
+			d.Remaining = min(d.Remaining+1, int64(p.limit))
+		}
+		return d
+	}
 	t := now.UnixNano()
 	if d.Overflow {
 		o := &s.overflow[k.fp>>56]

@@ -125,6 +125,10 @@ const (
 	// Quota is an exact count per calendar period (Limit.Reset in
 	// Limit.Location), starting again at 0 when the period ends.
 	Quota
+	// Concurrency is at most Limit requests of a key in flight at once,
+	// each holding a slot until Released; Period is ignored (see
+	// concurrency.go).
+	Concurrency
 )
 
 // String returns the algorithm's name as configuration spells it.
@@ -140,6 +144,8 @@ func (a Algorithm) String() string {
 		return "leaky_bucket"
 	case Quota:
 		return "quota"
+	case Concurrency:
+		return "concurrency"
 	}
 	return "algorithm(" + strconv.Itoa(int(a)) + ")"
 }
@@ -324,7 +330,7 @@ type params struct {
 func (p *params) init(l Limit) {
 	period := min(max(l.Period.Truncate(time.Millisecond), time.Millisecond), MaxSpan)
 	p.algorithm = l.Algorithm
-	if p.algorithm > Quota {
+	if p.algorithm > Concurrency {
 		p.algorithm = SlidingWindow
 	}
 	if p.algorithm == Quota {

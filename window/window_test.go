@@ -63,7 +63,7 @@ func TestLimitsAreClamped(t *testing.T) {
 			Limit{Limit: 1, Period: 40 * 24 * time.Hour, Mitigation: MaxSpan - 40*24*time.Hour}},
 		{"windows ignore burst", Limit{Algorithm: FixedWindow, Limit: 2, Period: time.Second, Burst: 7},
 			Limit{Algorithm: FixedWindow, Limit: 2, Period: time.Second}},
-		{"unknown algorithm", Limit{Algorithm: Quota + 1, Limit: 2, Period: time.Second}, Limit{Limit: 2, Period: time.Second}},
+		{"unknown algorithm", Limit{Algorithm: Concurrency + 1, Limit: 2, Period: time.Second}, Limit{Limit: 2, Period: time.Second}},
 		{"quotas count by calendar", Limit{Algorithm: Quota, Limit: 2, Period: time.Second, Reset: Monthly + 1},
 			Limit{Algorithm: Quota, Limit: 2, Period: 31 * 24 * time.Hour, Reset: Monthly, Location: time.UTC}},
 		{"burst defaults to limit", Limit{Algorithm: TokenBucket, Limit: 2, Period: time.Second},

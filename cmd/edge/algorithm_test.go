@@ -126,10 +126,10 @@ func indent(s, prefix string) string {
 }
 
 // TestReadmeQuotaExample: the quota example in README's "Algorithms"
-// (the section's last yaml block) loads as a throttle beside a monthly
-// quota in Berlin.
+// (the last yaml block before "Concurrency") loads as a throttle beside a
+// monthly quota in Berlin.
 func TestReadmeQuotaExample(t *testing.T) {
-	section := readmeSection(t, "Algorithms")
+	section, _, _ := strings.Cut(readmeSection(t, "Algorithms"), "### Concurrency")
 	i := strings.LastIndex(section, "```yaml\n")
 	if i < 0 || !strings.Contains(section[i:], "algorithm: quota") {
 		t.Fatal("README's Algorithms has no quota example last")
@@ -143,5 +143,26 @@ func TestReadmeQuotaExample(t *testing.T) {
 	rs := table.Domains[0].Rules
 	if len(rs) != 2 || rs[1].Algorithm != rules.Quota || rs[1].Reset != rules.Monthly || rs[1].Location.String() != "Europe/Berlin" {
 		t.Errorf("README's quota example: got %d rules, the second %v, want a monthly quota in Europe/Berlin second", len(rs), rs[len(rs)-1])
+	}
+}
+
+// TestReadmeConcurrencyExample: the example in README's "Concurrency" (the
+// last yaml block of "Algorithms") loads as a concurrency limit beside a
+// token bucket.
+func TestReadmeConcurrencyExample(t *testing.T) {
+	_, section, ok := strings.Cut(readmeSection(t, "Algorithms"), "### Concurrency")
+	i := strings.LastIndex(section, "```yaml\n")
+	if !ok || i < 0 {
+		t.Fatal("README's Algorithms has no Concurrency example")
+	}
+	example, _, _ := strings.Cut(section[i+len("```yaml\n"):], "```")
+	cfg := "domains:\n  - hosts: [\"*\"]\n    respond: {body: ok}\n" + indent(example, "    ")
+	table, err := parseConfig([]byte(cfg))
+	if err != nil {
+		t.Fatalf("README's concurrency example: %v\n%s", err, cfg)
+	}
+	rs := table.Domains[0].Rules
+	if len(rs) != 2 || rs[0].Algorithm != rules.Concurrency || rs[0].Limit != 20 || rs[0].Period != 0 || rs[1].Algorithm != rules.TokenBucket {
+		t.Errorf("README's concurrency example: got %d rules, want a concurrency limit of 20 then a token bucket", len(rs))
 	}
 }

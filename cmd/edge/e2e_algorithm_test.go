@@ -9,8 +9,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/edgerate/edge/internal/wait"
 )
 
 // TestEndToEndAlgorithms runs the built binary with one rule of each
@@ -21,10 +24,17 @@ import (
 // computed from the clock.
 func TestEndToEndAlgorithms(t *testing.T) {
 	bin := buildEdge(t)
+	held, free := make(chan struct{}, 2), make(chan struct{})
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			held <- struct{}{}
+			<-free
+		}
 		io.WriteString(w, "ok")
 	}))
 	defer origin.Close()
+	var freeOnce sync.Once
+	defer freeOnce.Do(func() { close(free) })
 
 	cfgPath := filepath.Join(t.TempDir(), "edge.yaml")
 	cfg := fmt.Sprintf(`
@@ -42,6 +52,8 @@ domains:
     rules: [{name: lb, algorithm: leaky_bucket, limit: 3, period: 720h, burst: 2}]
   - hosts: ["quota.test"]
     rules: [{name: q, algorithm: quota, limit: 2, reset: monthly, timezone: Pacific/Chatham}]
+  - hosts: ["concurrency.test"]
+    rules: [{name: c, algorithm: concurrency, limit: 2}]
   - hosts: ["cost.test"]
     rules: [{name: priced, algorithm: token_bucket, limit: 10, period: 720h, cost_header: X-Cost, max_cost: 4}]
 `, publicAnyPort, adminAnyPort, origin.URL)
@@ -156,6 +168,50 @@ domains:
 			}
 		})
 	}
+
+	// Two requests held at the origin take both slots; the third is
+	// refused at once; once they end, the key's slots are free again.
+	t.Run("concurrency", func(t *testing.T) {
+		statuses := make(chan int, 2)
+		for range 2 {
+			go func() {
+				req, _ := http.NewRequest("GET", "http://"+public+"/hold", nil)
+				req.Host = "concurrency.test"
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					statuses <- 0
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				statuses <- resp.StatusCode
+			}()
+		}
+		<-held
+		<-held
+		resp, body := send("concurrency.test", map[string]string{"Accept": "application/json"})
+		if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "1" {
+			t.Errorf("3rd request in flight: %d, Retry-After %q; want 429, 1", resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+		if got, want := resp.Header.Get("Ratelimit-Policy"), `"c";q=2;qu="concurrent-requests"`; got != want {
+			t.Errorf("RateLimit-Policy = %q, want %q", got, want)
+		}
+		if want := `{"error":"too_many_concurrent_requests","rule":"c","retry_after":1}` + "\n"; body != want {
+			t.Errorf("body = %q, want %q", body, want)
+		}
+		freeOnce.Do(func() { close(free) })
+		for range 2 {
+			if got := <-statuses; got != 200 {
+				t.Errorf("held request: %d, want 200", got)
+			}
+		}
+		// The slots are given back as edge's handlers end, just after the
+		// clients have their answers.
+		wait.For(t, 5*time.Second, "a free slot", func() bool {
+			resp, _ := send("concurrency.test", nil)
+			return resp.StatusCode == 200
+		})
+	})
 
 	t.Run("cost header", func(t *testing.T) {
 		for _, c := range []struct {

@@ -92,9 +92,11 @@ func FuzzParseConfig(f *testing.F) {
 				}
 			}
 			for _, r := range d.Rules {
-				// A quota counts by its calendar, with no period.
+				// A quota counts by its calendar, a concurrency rule its
+				// requests in flight, with no period.
 				quota := r.Algorithm == rules.Quota
-				if r.Limit < 1 || len(r.Key) == 0 || quota != (r.Period == 0) || !quota && r.Period < 1e9 || quota && r.Location == nil {
+				noPeriod := quota || r.Algorithm == rules.Concurrency
+				if r.Limit < 1 || len(r.Key) == 0 || noPeriod != (r.Period == 0) || !noPeriod && r.Period < 1e9 || quota && r.Location == nil {
 					t.Fatalf("domain %q rule %q: limit %d, period %v, key %v", d.Name, r.Name, r.Limit, r.Period, r.Key)
 				}
 			}

@@ -288,6 +288,16 @@ func (c *Client) exec(ctx context.Context, s *script, keys, args []string) rueid
 	return s.lua.Exec(ctx, rdb, keys, args)
 }
 
+// execInts runs s as exec does and returns its reply, which must be a list
+// of want integers; what names the script in the error otherwise.
+func (c *Client) execInts(ctx context.Context, s *script, keys, args []string, want int, what string) ([]int64, error) {
+	vals, err := c.exec(ctx, s, keys, args).AsIntSlice()
+	if err == nil && len(vals) != want {
+		err = fmt.Errorf("cluster: %s script returned %d values, want %d", what, len(vals), want)
+	}
+	return vals, err
+}
+
 func defaultNode() string {
 	host, _ := os.Hostname()
 	var b [4]byte

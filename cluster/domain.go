@@ -330,10 +330,7 @@ func (t *tally) judge(r *domainRule, prefix string, cost int64, now time.Time) (
 		return r.Limit.JudgeQuota(q, cost), c, q.Mitigation, nil
 	}
 	args := append(r.args[:len(r.args):len(r.args)], strconv.FormatInt(cost, 10), t.d.timeArg(now))
-	vals, err := t.d.c.exec(ctx, r.decide, []string{prefix}, args).AsIntSlice()
-	if err == nil && len(vals) != 7 {
-		err = fmt.Errorf("cluster: decide script returned %d values, want 7", len(vals))
-	}
+	vals, err := t.d.c.execInts(ctx, r.decide, []string{prefix}, args, 7, "decide")
 	if err != nil {
 		return window.Decision{}, counted{}, 0, err
 	}
@@ -356,10 +353,7 @@ func (t *tally) judge(r *domainRule, prefix string, cost int64, now time.Time) (
 // n units (a cost, or a charge) of the client whose keys start with prefix
 // under r, and returns the bucket as Redis left it and what it counted.
 func (d *Domain) bucket(ctx context.Context, r *domainRule, prefix, mode string, n int64, now time.Time) (window.BucketCounts, counted, error) {
-	vals, err := d.c.exec(ctx, bucketScript, []string{prefix}, r.bucketArgs(mode, n, d.timeArg(now))).AsIntSlice()
-	if err == nil && len(vals) != 5 {
-		err = fmt.Errorf("cluster: bucket script returned %d values, want 5", len(vals))
-	}
+	vals, err := d.c.execInts(ctx, bucketScript, []string{prefix}, r.bucketArgs(mode, n, d.timeArg(now)), 5, "bucket")
 	if err != nil {
 		return window.BucketCounts{}, counted{}, err
 	}
@@ -388,10 +382,7 @@ func (d *Domain) quota(ctx context.Context, r *domainRule, prefix, mode string, 
 		strconv.FormatInt(next, 10), strconv.FormatInt(nextEnd.UnixMicro(), 10),
 		d.timeArg(now),
 	}
-	vals, err := d.c.exec(ctx, quotaScript, []string{prefix}, args).AsIntSlice()
-	if err == nil && len(vals) != 6 {
-		err = fmt.Errorf("cluster: quota script returned %d values, want 6", len(vals))
-	}
+	vals, err := d.c.execInts(ctx, quotaScript, []string{prefix}, args, 6, "quota")
 	if err != nil {
 		return window.QuotaCounts{}, counted{}, err
 	}
@@ -605,10 +596,7 @@ func (d *Domain) Peek(ctx context.Context, id window.ID, now time.Time) (window.
 		st.Shared = true
 		return st, nil
 	}
-	vals, err := d.c.exec(ctx, r.peek, []string{r.prefix(id.Name)}, r.args).AsIntSlice()
-	if err == nil && len(vals) != 4 {
-		err = fmt.Errorf("cluster: peek script returned %d values, want 4", len(vals))
-	}
+	vals, err := d.c.execInts(ctx, r.peek, []string{r.prefix(id.Name)}, r.args, 4, "peek")
 	d.c.done("peek", start, err)
 	if err != nil {
 		return window.State{}, err

@@ -270,33 +270,8 @@ func parseCost(vals []string) (int64, bool) {
 	if len(vals) != 1 {
 		return 0, false
 	}
-	v := trimOWS(vals[0])
-	if v == "" {
-		return 0, false
-	}
-	var n int64
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		if n = n*10 + int64(c-'0'); n > maxReportedCost {
-			return 0, false // before it can overflow
-		}
-	}
-	return n, true
-}
-
-// trimOWS trims the optional whitespace (spaces and tabs) around a field
-// value (RFC 9110 §5.6.3).
-func trimOWS(s string) string {
-	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
-		s = s[1:]
-	}
-	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
-		s = s[:len(s)-1]
-	}
-	return s
+	n, problem := parseCostValue(rules.TrimOWS(vals[0]), maxReportedCost)
+	return n, problem == costOK
 }
 
 // costFields are the distinct response_cost_header fields of rs, which the

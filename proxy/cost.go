@@ -40,21 +40,28 @@ func requestCost(r *rules.Rule, h http.Header) (int64, costProblem) {
 	default:
 		return 0, costBad
 	}
-	v := vs[0]
+	return parseCostValue(vs[0], r.MaxCost)
+}
+
+// parseCostValue reads v as a cost of at most most: costBad unless v is
+// decimal digits only, costTooHigh if it is above most, however many digits
+// it has. It never overflows and does not allocate. The request's cost
+// header and the origin's reported cost are read by it alike.
+func parseCostValue(v string, most int64) (int64, costProblem) {
 	if v == "" {
 		return 0, costBad
 	}
 	var n int64
 	for i := 0; i < len(v); i++ {
 		c := v[i]
-		if c < '0' || c > '9' {
+		if !rules.IsDigit(c) {
 			return 0, costBad
 		}
-		if n <= r.MaxCost { // stops growing once over: cannot overflow
+		if n <= most { // stops growing once over: cannot overflow
 			n = n*10 + int64(c-'0')
 		}
 	}
-	if n > r.MaxCost {
+	if n > most {
 		return 0, costTooHigh
 	}
 	return n, costOK

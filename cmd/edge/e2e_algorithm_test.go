@@ -5,8 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,11 +34,7 @@ func TestEndToEndAlgorithms(t *testing.T) {
 	var freeOnce sync.Once
 	defer freeOnce.Do(func() { close(free) })
 
-	cfgPath := filepath.Join(t.TempDir(), "edge.yaml")
-	cfg := fmt.Sprintf(`
-listen: %q
-admin_listen: %q
-origin: %q
+	edge := startBinaryWith(t, bin, origin.URL, `
 domains:
   - hosts: ["sliding.test"]
     rules: [{name: sw, limit: 2, period: 720h}]
@@ -56,11 +50,7 @@ domains:
     rules: [{name: c, algorithm: concurrency, limit: 2}]
   - hosts: ["cost.test"]
     rules: [{name: priced, algorithm: token_bucket, limit: 10, period: 720h, cost_header: X-Cost, max_cost: 4}]
-`, publicAnyPort, adminAnyPort, origin.URL)
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	edge := startBinary(t, bin, cfgPath)
+`)
 	public := edge.public
 
 	send := func(host string, hdr map[string]string) (*http.Response, string) {

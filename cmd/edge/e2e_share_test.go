@@ -5,8 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -21,21 +19,13 @@ func TestEndToEndShare(t *testing.T) {
 		io.WriteString(w, "ok")
 	}))
 	defer origin.Close()
-	cfgPath := filepath.Join(t.TempDir(), "edge.yaml")
-	cfg := fmt.Sprintf(`
-listen: %q
-admin_listen: %q
-origin: %q
+	edge := startBinaryWith(t, bin, origin.URL, `
 cluster: {sync: share, nodes: 3, split: poisson}
 domains:
   - name: api
     hosts: ["api.test"]
     rules: [{name: per-client, limit: 30, period: 720h, headers: always}]
-`, publicAnyPort, adminAnyPort, origin.URL)
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	edge := startBinary(t, bin, cfgPath)
+`)
 	for i := range 16 {
 		req, err := http.NewRequest("GET", "http://"+edge.public+"/", nil)
 		if err != nil {

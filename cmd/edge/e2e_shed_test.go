@@ -1,12 +1,9 @@
 package main
 
 import (
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -35,11 +32,7 @@ func TestEndToEndShed(t *testing.T) {
 	defer origin.Close()
 	defer release()
 
-	cfgPath := filepath.Join(t.TempDir(), "edge.yaml")
-	cfg := fmt.Sprintf(`
-listen: %q
-admin_listen: %q
-origin: %q
+	edge := startBinaryWith(t, bin, origin.URL, `
 domains:
   - name: api
     hosts: ["api.example.com"]
@@ -50,11 +43,7 @@ domains:
       - match: {methods: [GET]}
         class: sheddable
     rules: [{name: per-ip, limit: 100, period: 720h}]
-`, publicAnyPort, adminAnyPort, origin.URL)
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	edge := startBinary(t, bin, cfgPath)
+`)
 
 	type answer struct {
 		status int

@@ -1,12 +1,9 @@
 package main
 
 import (
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/prometheus/common/expfmt"
@@ -26,19 +23,11 @@ func TestEndToEndSoftLimit(t *testing.T) {
 		io.WriteString(w, "ok")
 	}))
 	defer origin.Close()
-	cfgPath := filepath.Join(t.TempDir(), "edge.yaml")
-	cfg := fmt.Sprintf(`
-listen: %q
-admin_listen: %q
-origin: %q
+	edge := startBinaryWith(t, bin, origin.URL, `
 domains:
   - hosts: ["soft.test"]
     rules: [{name: thin, mode: soft, limit: 10, period: 720h}]
-`, publicAnyPort, adminAnyPort, origin.URL)
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	edge := startBinary(t, bin, cfgPath)
+`)
 	allowed, refused := 0, 0
 	for i := range 100 {
 		req, err := http.NewRequest("GET", "http://"+edge.public+"/", nil)

@@ -66,6 +66,18 @@ func startBinary(t *testing.T, bin, cfgPath string) *edgeProcess {
 	return e
 }
 
+// startBinaryWith starts bin on a configuration of its listeners (port 0),
+// origin and rest, YAML of further top-level keys.
+func startBinaryWith(t *testing.T, bin, origin, rest string) *edgeProcess {
+	t.Helper()
+	cfgPath := filepath.Join(t.TempDir(), "edge.yaml")
+	cfg := fmt.Sprintf("listen: %q\nadmin_listen: %q\norigin: %q\n", publicAnyPort, adminAnyPort, origin) + rest
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return startBinary(t, bin, cfgPath)
+}
+
 // stop sends SIGTERM and fails t unless edge exits 0 within 15 s.
 func (e *edgeProcess) stop(t *testing.T) {
 	t.Helper()

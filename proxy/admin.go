@@ -34,6 +34,7 @@ func parseKey(st *state, rs *ruleState, text string) ([]byte, error) {
 // (a path key, an IPv6 prefix).
 //
 //	GET    /v1/top/{domain}/{rule}?n=20      the heaviest keys right now
+//	GET    /v1/status?seconds=300            build, uptime and per-second figures (recent.go)
 //
 // Responses are JSON; unknown domains, rules and untracked keys are 404,
 // malformed input 400.
@@ -45,6 +46,7 @@ func (p *Proxy) AdminHandler() http.Handler {
 	r.Get("/v1/keys/{domain}/{rule}/*", p.getKey)
 	r.Delete("/v1/keys/{domain}/{rule}/*", p.deleteKey)
 	r.Get("/v1/top/{domain}/{rule}", p.getTop)
+	r.Get("/v1/status", p.getStatus)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, apiError{"not found"})
 	})

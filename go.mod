@@ -14,6 +14,7 @@ require (
 	github.com/spf13/viper v1.21.0
 	go.uber.org/goleak v1.3.0
 	go.yaml.in/yaml/v4 v4.0.0
+	golang.org/x/net v0.59.0
 	golang.org/x/time v0.16.0
 )
 

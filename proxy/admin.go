@@ -334,6 +334,12 @@ type ruleView struct {
 }
 
 func (p *Proxy) getConfig(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, p.configView())
+}
+
+// configView is the running configuration as GET /v1/config shows it, and
+// as the status page renders it (status.go).
+func (p *Proxy) configView() configView {
 	st := p.state.Load()
 	// Settings that take effect only at a restart are shown as they run,
 	// from the configuration edge started with; last_load lists those the
@@ -418,5 +424,5 @@ func (p *Proxy) getConfig(w http.ResponseWriter, r *http.Request) {
 	if rs.Err != nil {
 		v.Reload.Error = rules.ProblemText(rs.Err)
 	}
-	writeJSON(w, http.StatusOK, v)
+	return v
 }

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"runtime"
 	"strconv"
@@ -289,7 +290,7 @@ func (r *counterRing) perSecond(idx []int, secs []float64) []float64 {
 		if d < 0 {
 			d = r[idx[k]]
 		}
-		out[k-1] = d / secs[k-1]
+		out[k-1] = round3(d / secs[k-1])
 	}
 	return out
 }
@@ -340,7 +341,7 @@ func (rc *recent) view(st *state, seconds int) (times []float64, domains []domai
 				dv.UpstreamLatency = append(dv.UpstreamLatency, nil)
 				continue
 			}
-			mean := sum / count
+			mean := round3(sum / count)
 			dv.UpstreamLatency = append(dv.UpstreamLatency, &mean)
 		}
 		for _, rs := range d.rules {
@@ -360,6 +361,10 @@ func (rc *recent) view(st *state, seconds int) (times []float64, domains []domai
 	}
 	return times, domains
 }
+
+// round3 rounds v to 3 decimals: a ticker's second is not exactly 1 s,
+// and 39.970325590 requests per second says no more than 39.97.
+func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
 
 // getStatus serves GET /v1/status?seconds=120 (1 to 300; 300 when left
 // out).

@@ -156,7 +156,7 @@
       ['PoP', config.pop],
       ['Node', config.cluster.node || 'this process (store: local)'],
       ['Readiness', el('span', { class: ready.ok ? 'ok' : 'bad' }, ready.text)],
-      ['Config hash', el('code', null, config.hash)],
+      ['Config hash', el('code', { title: config.hash }, config.hash.slice(0, 16) + '…')],
       ['Loaded at', utc(config.loaded_at)],
       ['Last reload', reload.last_reload_ok ? 'succeeded' :
         el('span', { class: 'bad' }, 'failed with ' + reload.last_reload_problems + ' problem(s); the previous configuration is running')],

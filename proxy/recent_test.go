@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,8 +11,10 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unsafe"
 
 	"github.com/edgerate/edge/rules"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -217,4 +220,38 @@ func TestRunRecorderStops(t *testing.T) {
 		cancel()
 		<-done
 	})
+}
+
+// TestStatusRingMemory pins the ring's memory that README states: fixed
+// per domain and per rule, whatever the traffic.
+func TestStatusRingMemory(t *testing.T) {
+	d, r := unsafe.Sizeof(domainRing{}), unsafe.Sizeof(ruleRing{})
+	t.Logf("ring of %d samples: %d bytes a domain, %d bytes a rule", recentSlots, d, r)
+	if d != 7*recentSlots*8+8 || r != 3*recentSlots*8 {
+		t.Errorf("domainRing %d bytes, ruleRing %d bytes; update README's figures", d, r)
+	}
+}
+
+// BenchmarkRecord is one sample (RunRecorder takes one a second) of 10
+// domains with 3 rules each.
+func BenchmarkRecord(b *testing.B) {
+	cfg := rules.Config{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:1", Origin: "http://127.0.0.1:1"}
+	for i := range 10 {
+		cfg.Domains = append(cfg.Domains, rules.DomainConfig{Name: fmt.Sprintf("d%d", i), Hosts: []string{fmt.Sprintf("d%d.example.com", i)},
+			Rules: []rules.RuleConfig{rule("a", 10, time.Minute), rule("b", 10, time.Minute), rule("c", 10, time.Minute)}})
+	}
+	table, err := rules.Compile(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := New(Options{Table: table, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Unix(1_800_000_000, 0)
+	b.ReportAllocs()
+	for b.Loop() {
+		now = now.Add(time.Second)
+		p.Record(now)
+	}
 }

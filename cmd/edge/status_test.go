@@ -94,10 +94,18 @@ func (r *statusRecorder) WriteHeader(code int) {
 }
 
 // harness answers the token form with token and clicks the reset button of
-// key, once each; the page's confirmation is accepted.
+// key, once each; the page's confirmation is accepted. With hide set, it
+// hides the tab instead, once the page has rendered.
 const harness = `<script>
 window.confirm = () => true;
+const hide = %t;
 const poll = setInterval(() => {
+  if (hide && document.getElementById('h-node')) {
+    Object.defineProperty(document, 'hidden', { get: () => true });
+    document.dispatchEvent(new Event('visibilitychange'));
+    clearInterval(poll);
+    return;
+  }
   const input = document.getElementById('token');
   if (input && !document.body.dataset.asked) {
     document.body.dataset.asked = 'yes';
@@ -113,7 +121,7 @@ const poll = setInterval(() => {
 }, 100);
 </script>`
 
-func newStatusUnderTest(t *testing.T, token string) *statusUnderTest {
+func newStatusUnderTest(t *testing.T, token string, hide bool) *statusUnderTest {
 	t.Helper()
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(time.Millisecond) // a latency to show
@@ -144,7 +152,7 @@ func newStatusUnderTest(t *testing.T, token string) *statusUnderTest {
 		if r.URL.Path == "/harness" {
 			rec := httptest.NewRecorder()
 			admin.ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/", nil))
-			page := strings.Replace(rec.Body.String(), "</body>", fmt.Sprintf(harness, token, "203.0.113.7")+"</body>", 1)
+			page := strings.Replace(rec.Body.String(), "</body>", fmt.Sprintf(harness, hide, token, "203.0.113.7")+"</body>", 1)
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
 			io.WriteString(w, page)
 			return
@@ -342,7 +350,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newStatusUnderTest(t, tc.token)
+			s := newStatusUnderTest(t, tc.token, false)
 			out := chromium(t, "--dump-dom", s.url+"/harness")
 			d := parseDOM(t, out)
 			defer func() {
@@ -404,7 +412,40 @@ func TestStatusPageInBrowser(t *testing.T) {
 			if len(deletes) != 1 || deletes[0].path != "/v1/keys/api/per-ip/203.0.113.7" || deletes[0].status != http.StatusNoContent {
 				t.Errorf("DELETE requests = %+v, want one of /v1/keys/api/per-ip/203.0.113.7 answered 204", deletes)
 			}
+			// Loaded, refreshed after the reset, and again 5 s later.
+			if n := countRequests(s.requests(), "/v1/config"); n < 3 {
+				t.Errorf("GET /v1/config %d times in 8 s, want at least 3", n)
+			}
 		})
+	}
+}
+
+func countRequests(seen []seenRequest, path string) int {
+	n := 0
+	for _, r := range seen {
+		if r.method == "GET" && r.path == path {
+			n++
+		}
+	}
+	return n
+}
+
+// TestStatusPagePausedWhenHidden: once the tab is hidden the page stops
+// reading the admin API.
+func TestStatusPagePausedWhenHidden(t *testing.T) {
+	s := newStatusUnderTest(t, "", true)
+	d := parseDOM(t, chromium(t, "--dump-dom", s.url+"/harness"))
+	if n := countRequests(s.requests(), "/v1/config"); n != 1 {
+		t.Errorf("GET /v1/config %d times in 8 s with the tab hidden after the first, want 1", n)
+	}
+	var note string
+	d.each(func(n *html.Node) {
+		if nodeAttr(n, "id") == "note" {
+			note = nodeText(n)
+		}
+	})
+	if note != "Paused while this tab is hidden." {
+		t.Errorf("note = %q, want the pause said", note)
 	}
 }
 
@@ -415,7 +456,7 @@ func TestStatusScreenshot(t *testing.T) {
 	if !*update {
 		t.Skip("run with -update to rewrite docs/status.png")
 	}
-	s := newStatusUnderTest(t, "")
+	s := newStatusUnderTest(t, "", false)
 	out, err := filepath.Abs("../../docs/status.png")
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/edgerate/edge/internal/redistest"
 	"github.com/edgerate/edge/rules"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -253,5 +254,35 @@ func BenchmarkRecord(b *testing.B) {
 	for b.Loop() {
 		now = now.Add(time.Second)
 		p.Record(now)
+	}
+}
+
+// TestStatusFallbackFigures: with Redis down, the requests decided
+// without it are the status figures' fallback, as edge_store_fallback_
+// requests_total counts them.
+func TestStatusFallbackFigures(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Kill()
+	p := newNodes(t, 1, sharedConfig(srv.Addr, "exact", "closed", rule("per-ip", 5, time.Hour)), false)[0]
+	start := time.Unix(1_800_000_000, 0)
+	p.Record(start)
+	for range 4 {
+		hit(p, "198.51.100.9")
+	}
+	p.Record(start.Add(time.Second))
+	admin := httptest.NewServer(p.AdminHandler())
+	defer admin.Close()
+	resp, err := http.Get(admin.URL + "/v1/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v statusView
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil || len(v.Domains) != 1 {
+		t.Fatalf("GET /v1/status: %v %+v", err, v)
+	}
+	d := v.Domains[0]
+	if got := fallbacks(p); d.Totals.Fallback != float64(got) || got != 4 || !equalFloats(d.Fallback, []float64{4}) {
+		t.Errorf("fallback total %v per second %v, metric %d; want 4 and [4]", d.Totals.Fallback, d.Fallback, got)
 	}
 }

@@ -34,6 +34,7 @@ func parseKey(st *state, rs *ruleState, text string) ([]byte, error) {
 // (a path key, an IPv6 prefix).
 //
 //	GET    /v1/top/{domain}/{rule}?n=20      the heaviest keys right now
+//	GET    /v1/status?seconds=300            build, uptime and per-second figures (recent.go)
 //
 // Responses are JSON; unknown domains, rules and untracked keys are 404,
 // malformed input 400.
@@ -45,6 +46,7 @@ func (p *Proxy) AdminHandler() http.Handler {
 	r.Get("/v1/keys/{domain}/{rule}/*", p.getKey)
 	r.Delete("/v1/keys/{domain}/{rule}/*", p.deleteKey)
 	r.Get("/v1/top/{domain}/{rule}", p.getTop)
+	r.Get("/v1/status", p.getStatus)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, apiError{"not found"})
 	})
@@ -332,6 +334,12 @@ type ruleView struct {
 }
 
 func (p *Proxy) getConfig(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, p.configView())
+}
+
+// configView is the running configuration as GET /v1/config shows it, and
+// as the status page renders it (status.go).
+func (p *Proxy) configView() configView {
 	st := p.state.Load()
 	// Settings that take effect only at a restart are shown as they run,
 	// from the configuration edge started with; last_load lists those the
@@ -416,5 +424,5 @@ func (p *Proxy) getConfig(w http.ResponseWriter, r *http.Request) {
 	if rs.Err != nil {
 		v.Reload.Error = rules.ProblemText(rs.Err)
 	}
-	writeJSON(w, http.StatusOK, v)
+	return v
 }

@@ -67,6 +67,7 @@ func newTransport(t rules.Timeouts) *http.Transport {
 func (p *Proxy) newForwarder(d *domain, origin *url.URL, cip *ClientIP, transport http.RoundTripper, mergeFields bool) http.Handler {
 	domain := d.Name
 	errLog := newErrorLog(p.log, domain, p.refuseBody)
+	d.upstreamObs = p.metrics.upstreamObservers(domain)
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(origin)
@@ -98,7 +99,7 @@ func (p *Proxy) newForwarder(d *domain, origin *url.URL, cip *ClientIP, transpor
 			// 100, with a body it already holds.
 			delete(pr.Out.Header, "Expect")
 		},
-		Transport: timedTransport{rt: transport, obs: p.metrics.upstreamObservers(domain)},
+		Transport: timedTransport{rt: transport, obs: d.upstreamObs},
 		// Without a pool ReverseProxy allocates a 32 KiB buffer for every
 		// response body it copies (docs/performance.md).
 		BufferPool:   copyBuffers{},

@@ -23,7 +23,8 @@
 // Off the request's path: proxy.go (New and the state a configuration
 // builds), shared.go (counters shared through Redis), reload.go, metrics.go,
 // listener.go (hooks for the framing guard's listener), admin.go (the admin
-// API) and top.go (top talkers).
+// API), top.go (top talkers), recent.go (the per-second figures of the
+// status page) and status.go (the status page).
 package proxy
 
 import (
@@ -100,6 +101,10 @@ type Proxy struct {
 
 	buffered bufferBudget // request body bytes held in memory (body.go)
 	inFlight atomic.Int64 // requests sent to an origin and not yet done
+
+	version   string    // Options.Version
+	startedAt time.Time // when New made the Proxy, by its clock
+	recent    recent    // per-second figures for the status page (recent.go)
 }
 
 // state is everything a request needs from one configuration, swapped as a
@@ -118,8 +123,11 @@ type domain struct {
 	counter  window.Counter // store's, or Redis-shared counting (shared.go); nil without rules
 	carry    []int          // for a reload: carry[i] is this store's rule continuing the old store's rule i
 	upstream http.Handler
-	rules    []ruleState // parallel to Domain.Rules
-	requests requestCounters
+	// upstreamObs are the origin latency histograms; nil for a domain
+	// with a static response (read by the status figures, status.go).
+	upstreamObs *upstreamObservers
+	rules       []ruleState // parallel to Domain.Rules
+	requests    requestCounters
 	// costHeaders says whether a block rule takes its cost from a request
 	// header, which limit checks before any rule counts (cost.go).
 	costHeaders bool
@@ -205,10 +213,11 @@ func New(opts Options) (*Proxy, error) {
 	if opts.Table == nil {
 		return nil, errors.New("proxy: a rules table is required")
 	}
-	p := &Proxy{now: opts.Now, log: opts.Logger, started: opts.Table, configPath: opts.ConfigPath}
+	p := &Proxy{now: opts.Now, log: opts.Logger, started: opts.Table, configPath: opts.ConfigPath, version: opts.Version}
 	if p.now == nil {
 		p.now = time.Now
 	}
+	p.startedAt = p.now()
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}

@@ -112,7 +112,8 @@ domains:
 
 // TestAdminTokenFollowsReloads: a reload that sets, changes or removes
 // admin_token changes at once who gets 401 from /metrics and /v1/*; the
-// probes stay open; EDGE_ADMIN_TOKEN overrides the file throughout.
+// probes and the status page stay open, the page without data while a
+// token is needed; EDGE_ADMIN_TOKEN overrides the file throughout.
 func TestAdminTokenFollowsReloads(t *testing.T) {
 	type step struct {
 		name, token string         // admin_token in the file, "" for none
@@ -154,15 +155,20 @@ func TestAdminTokenFollowsReloads(t *testing.T) {
 					}
 				}
 				for presented, want := range s.want {
-					for _, path := range []string{"/v1/config", "/metrics"} {
+					for _, path := range []string{"/v1/config", "/metrics", "/v1/status"} {
 						if got, _ := a.do("GET", "", path, presented); got != want {
 							t.Errorf("%s: GET %s with token %q: got %d, want %d", s.name, path, presented, got, want)
 						}
 					}
-					for _, path := range []string{"/healthz", "/readyz"} {
+					for _, path := range []string{"/healthz", "/readyz", "/", "/status.js", "/status.css"} {
 						if got, _ := a.do("GET", "", path, presented); got != 200 {
 							t.Errorf("%s: GET %s with token %q: got %d, want 200", s.name, path, presented, got)
 						}
+					}
+					_, page := a.do("GET", "", "/", presented)
+					needed := s.want[""] == 401
+					if strings.Contains(page, "per-ip") == needed || strings.Contains(page, `data-token="required"`) != needed {
+						t.Errorf("%s: the status page with token %q shows the rules: %v, want %v", s.name, presented, !needed, !needed)
 					}
 				}
 			}
@@ -264,6 +270,10 @@ func TestAdminChecksHost(t *testing.T) {
 		{"readyz, foreign host", "GET", "rebound.example", "/readyz", 421},
 		{"healthz, foreign host", "GET", "rebound.example", "/healthz", 421},
 		{"unknown path, foreign host", "GET", "rebound.example", "/nope", 421},
+		{"status page, foreign host", "GET", "rebound.example:" + port, "/", 421},
+		{"status script, foreign host", "GET", "rebound.example:" + port, "/status.js", 421},
+		{"status figures, foreign host", "GET", "rebound.example:" + port, "/v1/status", 421},
+		{"status page, IPv4 literal", "GET", "127.0.0.1:" + port, "/", 200},
 		{"not yet in admin_hosts", "GET", "edge-admin.internal:" + port, "/v1/config", 421},
 		{"config, IPv4 literal", "GET", "127.0.0.1:" + port, "/v1/config", 200},
 		{"metrics, IPv6 literal", "GET", "[::1]:" + port, "/metrics", 200},

@@ -197,6 +197,7 @@ func serve(ctx context.Context, table *rules.Table, hash, path string, log *slog
 	}
 	errc := srv.start()
 	defer startReloads(rl)()
+	defer startRecorder(p)()
 	ready.Store(true)
 	log.Info("edge started", "version", buildVersion(), "pop", table.Pop,
 		"listen", srv.publicLn.Addr().String(), "admin_listen", srv.adminLn.Addr().String(),
@@ -311,6 +312,22 @@ func startReloads(rl *reloader) (stop func()) {
 	}
 }
 
+// startRecorder samples p's counters once a second for the status page
+// until the returned function is called; that function returns once the
+// sampling has stopped.
+func startRecorder(p *proxy.Proxy) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.RunRecorder(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
 // waitForStop returns when ctx is done, after the drain delay, or when a
 // server fails, with that server's error. When ctx is done it turns
 // /readyz to 503 first and keeps serving for the drain delay, so that a
@@ -366,9 +383,11 @@ func (s *servers) shutdown(timeout time.Duration, serveErr error, errc <-chan er
 	return nil
 }
 
-// adminRouter serves the admin listener: metrics, health and the admin
-// API. It is never mounted on the public listener. With a token, /metrics
-// and /v1/* require "Authorization: Bearer <token>"; the probes stay open.
+// adminRouter serves the admin listener: the status page, metrics, health
+// and the admin API. It is never mounted on the public listener. With a
+// token, /metrics and /v1/* require "Authorization: Bearer <token>"; the
+// probes stay open, and so does the status page, which then carries no
+// data: its script asks for the token and reads /v1/*.
 // The token and admin_hosts are read from the running configuration on
 // every request, so a reload that sets, changes or removes them takes
 // effect at once. On a loopback listener every path checks Host first.
@@ -400,6 +419,13 @@ func adminRouter(reg *prometheus.Registry, p *proxy.Proxy, ready *atomic.Bool, l
 			fmt.Fprintf(w, "last reload failed with %d %s; the previous configuration is running; details in the log and /v1/config\n", n, noun)
 		}
 	})
+	page := p.StatusPage(proxy.StatusPageOptions{
+		TokenRequired: func() bool { return adminToken(p.Table()) != "" },
+		Ready:         ready.Load,
+	})
+	r.Get("/", page.ServeHTTP)
+	r.Get("/status.css", page.ServeHTTP)
+	r.Get("/status.js", page.ServeHTTP)
 	r.Group(func(r chi.Router) {
 		r.Use(requireToken(func() string { return adminToken(p.Table()) }))
 		r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))

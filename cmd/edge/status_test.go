@@ -1,0 +1,468 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/edgerate/edge/proxy"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/net/html"
+)
+
+var update = flag.Bool("update", false, "rewrite docs/status.png, the screenshot README shows")
+
+// statusConfig runs two domains, one with two rules, one a static
+// response; admin_token is set when token is not "".
+func statusConfig(origin, token string) string {
+	cfg := `
+listen: "127.0.0.1:0"
+admin_listen: "127.0.0.1:1"
+pop: fra-1
+origin: "` + origin + `"
+client_ip:
+  trusted_proxies: ["127.0.0.1"]
+domains:
+  - name: api
+    hosts: [api.example.com]
+    rules:
+      - name: per-ip
+        limit: 20
+        period: 10s
+      - name: login
+        match: {path_prefix: /login}
+        limit: 3
+        period: 1m
+        key: [ip, "header:X-User"]
+  - name: www
+    hosts: [www.example.com]
+    respond: {status: 200, body: "hello"}
+`
+	if token != "" {
+		cfg += "admin_token: " + token + "\n"
+	}
+	return cfg
+}
+
+// seenRequest is a request the admin listener received from the browser.
+type seenRequest struct {
+	method, path, auth string
+	status             int
+}
+
+// statusUnderTest is edge's proxy and real admin router (on a loopback
+// listener, so the Host check runs), with traffic applied and sampled as
+// the recorder does once a second, and a harness page: the status page
+// with a script that answers the token form and clicks a reset button, as
+// an operator would.
+type statusUnderTest struct {
+	url  string
+	mu   sync.Mutex
+	seen []seenRequest
+}
+
+func (s *statusUnderTest) requests() []seenRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]seenRequest(nil), s.seen...)
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+// harness answers the token form with token and clicks the reset button of
+// key, once each; the page's confirmation is accepted. With hide set, it
+// hides the tab instead, once the page has rendered.
+const harness = `<script>
+window.confirm = () => true;
+const hide = %t;
+const poll = setInterval(() => {
+  if (hide && document.getElementById('h-node')) {
+    Object.defineProperty(document, 'hidden', { get: () => true });
+    document.dispatchEvent(new Event('visibilitychange'));
+    clearInterval(poll);
+    return;
+  }
+  const input = document.getElementById('token');
+  if (input && !document.body.dataset.asked) {
+    document.body.dataset.asked = 'yes';
+    input.value = %q;
+    input.form.requestSubmit();
+  }
+  const b = document.querySelector('button.reset[data-key=%q]');
+  if (b && !document.body.dataset.clicked) {
+    document.body.dataset.clicked = b.getAttribute('aria-label');
+    b.click();
+    clearInterval(poll);
+  }
+}, 100);
+</script>`
+
+func newStatusUnderTest(t *testing.T, token string, hide bool) *statusUnderTest {
+	t.Helper()
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(time.Millisecond) // a latency to show
+		io.WriteString(w, "ok")
+	}))
+	t.Cleanup(origin.Close)
+	path := filepath.Join(t.TempDir(), "edge.yaml")
+	if err := os.WriteFile(path, []byte(statusConfig(origin.URL, token)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	table, hash, err := loadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	p, err := newProxy(table, hash, path, slog.New(slog.DiscardHandler), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	applyTraffic(t, p)
+
+	var ready atomic.Bool
+	ready.Store(true)
+	admin := adminRouter(reg, p, &ready, true)
+	s := &statusUnderTest{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/harness" {
+			rec := httptest.NewRecorder()
+			admin.ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/", nil))
+			page := strings.Replace(rec.Body.String(), "</body>", fmt.Sprintf(harness, hide, token, "203.0.113.7")+"</body>", 1)
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			io.WriteString(w, page)
+			return
+		}
+		rw := &statusRecorder{ResponseWriter: w, status: 200}
+		admin.ServeHTTP(rw, r)
+		if strings.HasPrefix(r.URL.Path, "/v1/") {
+			s.mu.Lock()
+			s.seen = append(s.seen, seenRequest{r.Method, r.URL.EscapedPath(), r.Header.Get("Authorization"), rw.status})
+			s.mu.Unlock()
+		}
+	}))
+	t.Cleanup(srv.Close)
+	s.url = srv.URL
+	return s
+}
+
+// applyTraffic sends 40 seconds of requests through p, sampling its
+// counters after each second as RunRecorder does (on a clock of its own):
+// a few clients under per-ip's limit, one over it (203.0.113.7), a login
+// over its limit, and the static domain.
+func applyTraffic(t *testing.T, p *proxy.Proxy) {
+	t.Helper()
+	public := httptest.NewServer(p)
+	defer public.Close()
+	send := func(host, path, xff, user string) {
+		req, _ := http.NewRequest("GET", public.URL+path, nil)
+		req.Host = host
+		req.Header.Set("X-Forwarded-For", xff)
+		if user != "" {
+			req.Header.Set("X-User", user)
+		}
+		resp, err := public.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	start := time.Now().Add(-40 * time.Second)
+	p.Record(start)
+	for i := range 40 {
+		for c := range 2 + i%4 {
+			send("api.example.com", "/", "198.51.100."+strconv.Itoa(i%7*4+c), "")
+		}
+		for range 3 + i%3 {
+			send("api.example.com", "/", "203.0.113.7", "")
+		}
+		if i%5 == 0 {
+			send("api.example.com", "/login", "192.0.2.44", "bob")
+			send("www.example.com", "/", "192.0.2.1", "")
+		}
+		p.Record(start.Add(time.Duration(i+1) * time.Second))
+	}
+}
+
+// chromium runs headless Chromium with args and returns its standard
+// output, or skips the test when Chromium is not installed. It is killed,
+// with the processes it started, after 60 s at most.
+func chromium(t *testing.T, args ...string) string {
+	t.Helper()
+	bin, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Skip("chromium is not installed (Debian package chromium; .ci/run installs it): the page is not checked in a browser")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--user-data-dir=" + t.TempDir(), "--virtual-time-budget=8000"}
+	cmd := exec.CommandContext(ctx, bin, append(base, args...)...)
+	// Its own process group, so that its renderer and helpers are killed
+	// with it, by the group of the PID it started.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if cmd.Process != nil {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // anything left of the group
+	}
+	if err != nil {
+		t.Fatalf("chromium %v: %v\n%s", args, err, stderr.String())
+	}
+	return string(out)
+}
+
+// dom is the page Chromium rendered, parsed.
+type dom struct{ root *html.Node }
+
+func parseDOM(t *testing.T, s string) dom {
+	t.Helper()
+	root, err := html.Parse(strings.NewReader(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dom{root}
+}
+
+func (d dom) each(f func(*html.Node)) {
+	var walk func(*html.Node)
+	walk = func(n *html.Node) {
+		if n.Type == html.ElementNode {
+			f(n)
+		}
+		for c := n.FirstChild; c != nil; c = c.NextSibling {
+			walk(c)
+		}
+	}
+	walk(d.root)
+}
+
+func nodeText(n *html.Node) string {
+	var b strings.Builder
+	var walk func(*html.Node)
+	walk = func(n *html.Node) {
+		if n.Type == html.TextNode {
+			b.WriteString(n.Data)
+		}
+		for c := n.FirstChild; c != nil; c = c.NextSibling {
+			walk(c)
+		}
+	}
+	walk(n)
+	return strings.TrimSpace(b.String())
+}
+
+func nodeAttr(n *html.Node, key string) string {
+	for _, a := range n.Attr {
+		if a.Key == key {
+			return a.Val
+		}
+	}
+	return ""
+}
+
+// texts returns the text of every element named tag.
+func (d dom) texts(tag string) []string {
+	var out []string
+	d.each(func(n *html.Node) {
+		if n.Data == tag {
+			out = append(out, nodeText(n))
+		}
+	})
+	return out
+}
+
+// row returns the cells' text of the row headed head in the table whose
+// caption is caption.
+func (d dom) row(caption, head string) []string {
+	var out []string
+	d.each(func(n *html.Node) {
+		if n.Data != "tr" || out != nil {
+			return
+		}
+		th := n.FirstChild
+		for th != nil && th.Type != html.ElementNode {
+			th = th.NextSibling
+		}
+		table := n.Parent.Parent
+		if th == nil || th.Data != "th" || nodeText(th) != head || table == nil {
+			return
+		}
+		for c := table.FirstChild; c != nil; c = c.NextSibling {
+			if c.Data == "caption" && nodeText(c) == caption {
+				for td := th; td != nil; td = td.NextSibling {
+					if td.Type == html.ElementNode {
+						out = append(out, nodeText(td))
+					}
+				}
+			}
+		}
+	})
+	return out
+}
+
+func positive(s string) bool {
+	v, err := strconv.ParseFloat(strings.ReplaceAll(s, ",", ""), 64)
+	return err == nil && v > 0
+}
+
+// TestStatusPageInBrowser loads the status page in headless Chromium from
+// edge's admin router with traffic applied, lets its script read the admin
+// API, and checks what it rendered; then it checks the request the reset
+// button sent. With a token the page asks for it first and sends it as a
+// bearer token on every request. With -update it writes the screenshot
+// README shows.
+func TestStatusPageInBrowser(t *testing.T) {
+	tests := []struct {
+		name, token string
+	}{
+		{"no token", ""},
+		{"token", "s3cret-token"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStatusUnderTest(t, tc.token, false)
+			out := chromium(t, "--dump-dom", s.url+"/harness")
+			d := parseDOM(t, out)
+			defer func() {
+				if t.Failed() {
+					t.Logf("the page as rendered:\n%s", out)
+				}
+			}()
+			body := d.root
+			d.each(func(n *html.Node) {
+				if n.Data == "body" {
+					body = n
+				}
+			})
+			if got := nodeAttr(body, "data-asked"); (got == "yes") != (tc.token != "") {
+				t.Errorf("the page asked for a token: %q, want %v", got, tc.token != "")
+			}
+			if got, want := nodeAttr(body, "data-clicked"), "Reset key 203.0.113.7 of rule per-ip"; got != want {
+				t.Errorf("clicked %q, want the button labelled %q", got, want)
+			}
+			checks := []struct {
+				name      string
+				got, want string
+			}{
+				{"h2", strings.Join(d.texts("h2"), ","), "Node,Cluster,Domains"},
+				{"h3", strings.Join(d.texts("h3"), ","), "api,www"},
+				{"h4", strings.Join(d.texts("h4"), ","), "Top talkers of per-ip,Top talkers of login"},
+			}
+			for _, c := range checks {
+				if c.got != c.want {
+					t.Errorf("%s = %q, want %q", c.name, c.got, c.want)
+				}
+			}
+			if r := d.row("Rules of api", "per-ip"); len(r) != 9 || r[1] != "sliding_window" || r[2] != "20" || !positive(r[8]) {
+				t.Errorf("per-ip row = %q, want sliding_window, 20 and refused requests above 0", r)
+			}
+			if r := d.row("Requests of api", "Refused"); len(r) != 3 || !positive(r[2]) {
+				t.Errorf("api's refused row = %q, want a total above 0", r)
+			}
+			if r := d.row("Requests of www", "Allowed"); len(r) != 3 || r[2] != "8" {
+				t.Errorf("www's allowed row = %q, want 8 since start", r)
+			}
+			// 203.0.113.7 was refused most: a top talker, its reset done
+			// before the dump, so the list is read once more after it.
+			if r := d.row("Heaviest keys of api/login, as this node saw them", "192.0.2.44|bob"); len(r) != 6 || !positive(r[3]) {
+				t.Errorf("login's top talker row = %q, want 192.0.2.44|bob with blocked requests", r)
+			}
+			var deletes []seenRequest
+			for _, r := range s.requests() {
+				if tc.token != "" && r.auth != "Bearer "+tc.token {
+					t.Errorf("%s %s sent Authorization %q, want the bearer token", r.method, r.path, r.auth)
+				}
+				if tc.token == "" && r.auth != "" {
+					t.Errorf("%s %s sent Authorization %q without a token", r.method, r.path, r.auth)
+				}
+				if r.method == "DELETE" {
+					deletes = append(deletes, r)
+				}
+			}
+			if len(deletes) != 1 || deletes[0].path != "/v1/keys/api/per-ip/203.0.113.7" || deletes[0].status != http.StatusNoContent {
+				t.Errorf("DELETE requests = %+v, want one of /v1/keys/api/per-ip/203.0.113.7 answered 204", deletes)
+			}
+			// Loaded, refreshed after the reset, and again 5 s later.
+			if n := countRequests(s.requests(), "/v1/config"); n < 3 {
+				t.Errorf("GET /v1/config %d times in 8 s, want at least 3", n)
+			}
+		})
+	}
+}
+
+func countRequests(seen []seenRequest, path string) int {
+	n := 0
+	for _, r := range seen {
+		if r.method == "GET" && r.path == path {
+			n++
+		}
+	}
+	return n
+}
+
+// TestStatusPagePausedWhenHidden: once the tab is hidden the page stops
+// reading the admin API.
+func TestStatusPagePausedWhenHidden(t *testing.T) {
+	s := newStatusUnderTest(t, "", true)
+	d := parseDOM(t, chromium(t, "--dump-dom", s.url+"/harness"))
+	if n := countRequests(s.requests(), "/v1/config"); n != 1 {
+		t.Errorf("GET /v1/config %d times in 8 s with the tab hidden after the first, want 1", n)
+	}
+	var note string
+	d.each(func(n *html.Node) {
+		if nodeAttr(n, "id") == "note" {
+			note = nodeText(n)
+		}
+	})
+	if note != "Paused while this tab is hidden." {
+		t.Errorf("note = %q, want the pause said", note)
+	}
+}
+
+// TestStatusScreenshot writes docs/status.png with -update: the page at
+// 1280×800 after traffic. Without -update it does nothing; CI never
+// rewrites the file.
+func TestStatusScreenshot(t *testing.T) {
+	if !*update {
+		t.Skip("run with -update to rewrite docs/status.png")
+	}
+	s := newStatusUnderTest(t, "", false)
+	out, err := filepath.Abs("../../docs/status.png")
+	if err != nil {
+		t.Fatal(err)
+	}
+	chromium(t, "--hide-scrollbars", "--window-size=1280,800", "--screenshot="+out, s.url+"/")
+	if st, err := os.Stat(out); err != nil || st.Size() < 10_000 {
+		t.Fatalf("screenshot %s: %v", out, err)
+	}
+}

@@ -1,0 +1,288 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+	"unsafe"
+
+	"github.com/edgerate/edge/internal/redistest"
+	"github.com/edgerate/edge/rules"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// getStatusView reads GET /v1/status (with query q) from e's admin API.
+func getStatusView(t *testing.T, e *env, q string) statusView {
+	t.Helper()
+	admin := httptest.NewServer(e.proxy.AdminHandler())
+	defer admin.Close()
+	resp, err := http.Get(admin.URL + "/v1/status" + q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var v statusView
+	if err := json.Unmarshal(b, &v); resp.StatusCode != 200 || err != nil {
+		t.Fatalf("GET /v1/status%s: %d %s (%v)", q, resp.StatusCode, b, err)
+	}
+	return v
+}
+
+// TestStatusFiguresMatchMetrics sends traffic between samples taken on an
+// injected clock and checks that GET /v1/status shows, per second, what
+// the counters /metrics exports rose by, and as totals their values.
+func TestStatusFiguresMatchMetrics(t *testing.T) {
+	origin, _ := newOrigin(t, "a")
+	cfg := oneDomain(origin.URL, rule("per-ip", 3, time.Minute))
+	cfg.Domains = append(cfg.Domains, rules.DomainConfig{Name: "static", Hosts: []string{"static.example.com"},
+		Respond: &rules.ResponseConfig{Status: 200, Body: "ok"}})
+	e := newEnv(t, cfg)
+	e.proxy.Record(e.clock.Now())
+	for range 5 { // 3 allowed, 2 blocked
+		e.get("api.example.com", "/")
+	}
+	e.clock.Advance(time.Second)
+	e.proxy.Record(e.clock.Now())
+	for range 4 { // 4 blocked, over 2 s
+		e.get("api.example.com", "/")
+	}
+	e.get("static.example.com", "/")
+	e.clock.Advance(2 * time.Second)
+	e.proxy.Record(e.clock.Now())
+
+	v := getStatusView(t, e, "")
+	if v.Version != "test" || v.UptimeSeconds != 3 {
+		t.Errorf("version %q uptime %v, want test and 3", v.Version, v.UptimeSeconds)
+	}
+	if len(v.Times) != 2 || len(v.Domains) != 2 {
+		t.Fatalf("times %v, %d domains; want 2 intervals and 2 domains", v.Times, len(v.Domains))
+	}
+	api, static := v.Domains[0], v.Domains[1]
+	tests := []struct {
+		name string
+		got  []float64
+		want []float64
+	}{
+		{"served", api.Served, []float64{3, 0}},
+		{"blocked", api.Blocked, []float64{2, 2}},
+		{"upstream", api.Upstream, []float64{3, 0}},
+		{"upstream errors", api.UpstreamErrors, []float64{0, 0}},
+		{"rule allowed", api.Rules[0].Allowed, []float64{3, 0}},
+		{"rule limited", api.Rules[0].Limited, []float64{2, 2}},
+		{"static served", static.Served, []float64{0, 0.5}},
+	}
+	for _, tc := range tests {
+		if !equalFloats(tc.got, tc.want) {
+			t.Errorf("%s per second = %v, want %v", tc.name, tc.got, tc.want)
+		}
+	}
+	if api.UpstreamLatency[0] == nil || api.UpstreamLatency[1] != nil {
+		t.Errorf("latency = %v, want a mean for the first second and null for the second", api.UpstreamLatency)
+	}
+	if static.Upstream == nil || len(static.Rules) != 0 {
+		t.Errorf("static domain = %+v, want empty upstream figures and no rules", static)
+	}
+	// The totals are the counters' values as /metrics exports them.
+	want := `
+# HELP edge_requests_total Requests by domain and outcome: served (forwarded or answered by the domain's static response) or blocked by a rate limit.
+# TYPE edge_requests_total counter
+edge_requests_total{domain="api.example.com",outcome="blocked"} 6
+edge_requests_total{domain="api.example.com",outcome="served"} 3
+edge_requests_total{domain="static",outcome="blocked"} 0
+edge_requests_total{domain="static",outcome="served"} 1
+`
+	if err := testutil.GatherAndCompare(e.reg, strings.NewReader(want), "edge_requests_total"); err != nil {
+		t.Error(err)
+	}
+	r := api.Rules[0].Totals
+	if api.Totals.Served != 3 || api.Totals.Blocked != 6 || static.Totals.Served != 1 ||
+		r.Allowed != 3 || r.Limited != 6 || r.Mitigated != 0 {
+		t.Errorf("totals = %+v, %+v, %+v; want the metrics' 3 served, 6 blocked; 1 served; 3 allowed, 6 limited",
+			api.Totals, static.Totals, r)
+	}
+	got := testutil.ToFloat64(e.proxy.metrics.decisions.WithLabelValues("api.example.com", "per-ip", "block", "limited"))
+	if got != r.Limited {
+		t.Errorf("edge_rule_decisions_total limited = %v, /v1/status total %v", got, r.Limited)
+	}
+	if v := getStatusView(t, e, "?seconds=1"); len(v.Times) != 1 || !equalFloats(v.Domains[0].Blocked, []float64{2}) {
+		t.Errorf("?seconds=1: times %v blocked %v, want the last interval only", v.Times, v.Domains[0].Blocked)
+	}
+}
+
+func equalFloats(a, b []float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestStatusRingBounded records more samples than the ring holds, with the
+// clock going backwards once, and a reload that removes a rule.
+func TestStatusRingBounded(t *testing.T) {
+	origin, _ := newOrigin(t, "a")
+	e := newEnv(t, oneDomain(origin.URL, rule("per-ip", 1000, time.Minute), rule("gone", 1000, time.Minute)))
+	for i := range recentSlots + 50 {
+		if i%7 == 0 {
+			e.get("api.example.com", "/")
+		}
+		e.clock.Advance(time.Second)
+		e.proxy.Record(e.clock.Now())
+	}
+	before := getStatusView(t, e, "")
+	e.proxy.Record(e.clock.Now().Add(-time.Second)) // ignored: not after the newest
+	after := getStatusView(t, e, "")
+	if len(after.Times) != recentSeconds || after.Times[len(after.Times)-1] != before.Times[len(before.Times)-1] {
+		t.Errorf("got %d intervals ending %v, want %d ending %v", len(after.Times), after.Times[len(after.Times)-1],
+			recentSeconds, before.Times[len(before.Times)-1])
+	}
+	var sum float64
+	for _, v := range after.Domains[0].Served {
+		sum += v
+	}
+	if sum < 42 || sum > 43 { // one request every 7 s over 300 s
+		t.Errorf("sum of per-second served = %v over 300 s, want 42 or 43", sum)
+	}
+	table, err := rules.Compile(oneDomain(origin.URL, rule("per-ip", 1000, time.Minute)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.proxy.Reload(table, "2"); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Second)
+	e.proxy.Record(e.clock.Now())
+	if n := len(e.proxy.recent.domains["api.example.com"].rules); n != 1 {
+		t.Errorf("ring holds %d rules after the reload, want 1", n)
+	}
+	if v := getStatusView(t, e, ""); len(v.Domains[0].Rules) != 1 || v.Domains[0].Rules[0].Name != "per-ip" {
+		t.Errorf("rules after the reload = %+v, want per-ip only", v.Domains[0].Rules)
+	}
+}
+
+func TestStatusQuery(t *testing.T) {
+	e := newEnv(t, oneDomain("http://127.0.0.1:1", rule("r", 1, time.Minute)))
+	admin := httptest.NewServer(e.proxy.AdminHandler())
+	defer admin.Close()
+	for _, q := range []string{"?seconds=0", "?seconds=301", "?seconds=x"} {
+		resp, err := http.Get(admin.URL + "/v1/status" + q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 400 {
+			t.Errorf("%s: status %d, want 400", q, resp.StatusCode)
+		}
+	}
+	if v := getStatusView(t, e, ""); len(v.Times) != 0 || len(v.Domains) != 0 {
+		t.Errorf("before any sample: %+v, want no figures", v)
+	}
+}
+
+// TestRunRecorderStops checks that the recorder samples once a second and
+// returns when its context ends.
+func TestRunRecorderStops(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		table, err := rules.Compile(oneDomain("http://127.0.0.1:1", rule("r", 1, time.Minute)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := New(Options{Table: table})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			p.RunRecorder(ctx)
+		}()
+		time.Sleep(5*time.Second + time.Millisecond)
+		synctest.Wait()
+		p.recent.mu.Lock()
+		n := p.recent.n
+		p.recent.mu.Unlock()
+		if n != 6 {
+			t.Errorf("%d samples after 5 s, want 6 (one at start, one a second)", n)
+		}
+		cancel()
+		<-done
+	})
+}
+
+// TestStatusRingMemory pins the ring's memory that README states: fixed
+// per domain and per rule, whatever the traffic.
+func TestStatusRingMemory(t *testing.T) {
+	d, r := unsafe.Sizeof(domainRing{}), unsafe.Sizeof(ruleRing{})
+	t.Logf("ring of %d samples: %d bytes a domain, %d bytes a rule", recentSlots, d, r)
+	if d != 7*recentSlots*8+8 || r != 3*recentSlots*8 {
+		t.Errorf("domainRing %d bytes, ruleRing %d bytes; update README's figures", d, r)
+	}
+}
+
+// BenchmarkRecord is one sample (RunRecorder takes one a second) of 10
+// domains with 3 rules each.
+func BenchmarkRecord(b *testing.B) {
+	cfg := rules.Config{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:1", Origin: "http://127.0.0.1:1"}
+	for i := range 10 {
+		cfg.Domains = append(cfg.Domains, rules.DomainConfig{Name: fmt.Sprintf("d%d", i), Hosts: []string{fmt.Sprintf("d%d.example.com", i)},
+			Rules: []rules.RuleConfig{rule("a", 10, time.Minute), rule("b", 10, time.Minute), rule("c", 10, time.Minute)}})
+	}
+	table, err := rules.Compile(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := New(Options{Table: table, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Unix(1_800_000_000, 0)
+	b.ReportAllocs()
+	for b.Loop() {
+		now = now.Add(time.Second)
+		p.Record(now)
+	}
+}
+
+// TestStatusFallbackFigures: with Redis down, the requests decided
+// without it are the status figures' fallback, as edge_store_fallback_
+// requests_total counts them.
+func TestStatusFallbackFigures(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Kill()
+	p := newNodes(t, 1, sharedConfig(srv.Addr, "exact", "closed", rule("per-ip", 5, time.Hour)), false)[0]
+	start := time.Unix(1_800_000_000, 0)
+	p.Record(start)
+	for range 4 {
+		hit(p, "198.51.100.9")
+	}
+	p.Record(start.Add(time.Second))
+	admin := httptest.NewServer(p.AdminHandler())
+	defer admin.Close()
+	resp, err := http.Get(admin.URL + "/v1/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v statusView
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil || len(v.Domains) != 1 {
+		t.Fatalf("GET /v1/status: %v %+v", err, v)
+	}
+	d := v.Domains[0]
+	if got := fallbacks(p); d.Totals.Fallback != float64(got) || got != 4 || !equalFloats(d.Fallback, []float64{4}) {
+		t.Errorf("fallback total %v per second %v, metric %d; want 4 and [4]", d.Totals.Fallback, d.Fallback, got)
+	}
+}

@@ -1,0 +1,142 @@
+package proxy
+
+import (
+	"bytes"
+	"embed"
+	"fmt"
+	"html/template"
+	"net/http"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// The status page is three files built into the binary: the admin network
+// may have no internet, so the page loads nothing from elsewhere (no
+// fonts, scripts or style sheets from a CDN).
+//
+//go:embed status/index.html status/status.css status/status.js
+var statusFiles embed.FS
+
+var statusTemplate = template.Must(template.New("index.html").Funcs(template.FuncMap{
+	"join":    strings.Join,
+	"changes": reloadChanges,
+}).ParseFS(statusFiles, "status/index.html"))
+
+// StatusPageOptions say what the status page needs from the admin
+// listener's wiring.
+type StatusPageOptions struct {
+	// TokenRequired reports, at each request, whether the admin API needs
+	// a bearer token. Then the page carries no data: its script asks for
+	// the token and reads everything from the API.
+	TokenRequired func() bool
+	// Ready reports whether /readyz answers ready.
+	Ready func() bool
+}
+
+// statusPageData is what index.html renders without the script: the
+// running configuration (as GET /v1/config shows it) and the build.
+type statusPageData struct {
+	TokenRequired bool
+	Version       string
+	GoVersion     string
+	Uptime        string
+	Ready         bool
+	Config        configView
+	Rendered      string
+}
+
+// StatusPage serves the status page of the admin listener: GET / (the
+// page), /status.css and /status.js. Without a token the page is rendered
+// with the configuration's names and settings, readable without the
+// script, which then fills in and refreshes the figures from the admin
+// API (GET /v1/config, /v1/status, /v1/top and /readyz) every few seconds.
+// With a token it is a bare page whose script asks for the token, keeps
+// it in the tab's session storage and sends it as a bearer token.
+func (p *Proxy) StatusPage(opts StatusPageOptions) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		// Everything the page loads comes from this listener; its script
+		// connects only here.
+		h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Cache-Control", "no-store")
+		switch r.URL.Path {
+		case "/status.css":
+			serveStatusFile(w, "status/status.css", "text/css; charset=utf-8")
+			return
+		case "/status.js":
+			serveStatusFile(w, "status/status.js", "text/javascript; charset=utf-8")
+			return
+		case "/":
+		default:
+			http.NotFound(w, r)
+			return
+		}
+		d := statusPageData{TokenRequired: opts.TokenRequired()}
+		if !d.TokenRequired {
+			now := p.now()
+			d.Version, d.GoVersion = p.version, runtime.Version()
+			d.Uptime = formatUptime(now.Sub(p.startedAt))
+			d.Ready = opts.Ready()
+			d.Config = p.configView()
+			d.Rendered = now.UTC().Format(time.DateTime) + " UTC"
+		}
+		var buf bytes.Buffer
+		if err := statusTemplate.Execute(&buf, d); err != nil {
+			http.Error(w, "rendering the status page: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		h.Set("Content-Type", "text/html; charset=utf-8")
+		w.Write(buf.Bytes())
+	})
+}
+
+func serveStatusFile(w http.ResponseWriter, name, contentType string) {
+	b, err := statusFiles.ReadFile(name)
+	if err != nil { // cannot happen: the file is embedded
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", contentType)
+	w.Write(b)
+}
+
+// formatUptime writes d in whole seconds, minutes, hours and days, the
+// way the page's script does: "3d 4h 5m", "12m 7s".
+func formatUptime(d time.Duration) string {
+	s := int64(d / time.Second)
+	days, hours, mins, secs := s/86400, s/3600%24, s/60%60, s%60
+	switch {
+	case days > 0:
+		return fmt.Sprintf("%dd %dh %dm", days, hours, mins)
+	case hours > 0:
+		return fmt.Sprintf("%dh %dm", hours, mins)
+	case mins > 0:
+		return fmt.Sprintf("%dm %ds", mins, secs)
+	}
+	return fmt.Sprintf("%ds", secs)
+}
+
+// reloadChanges lists what a load changed, one phrase a kind, as the
+// page's script does: "rules changed: api/per-ip, api/login".
+func reloadChanges(r ReloadResult) []string {
+	var out []string
+	for _, c := range []struct {
+		what  string
+		names []string
+	}{
+		{"domains added", r.DomainsAdded}, {"domains removed", r.DomainsRemoved},
+		{"rules added", r.RulesAdded}, {"rules removed", r.RulesRemoved},
+		{"rules changed", r.RulesChanged}, {"rules reset", r.RulesReset},
+	} {
+		if len(c.names) > 0 {
+			out = append(out, c.what+": "+strings.Join(c.names, ", "))
+		}
+	}
+	if r.KeysCarried > 0 {
+		out = append(out, fmt.Sprintf("keys carried: %d", r.KeysCarried))
+	}
+	return out
+}

@@ -1,0 +1,363 @@
+// edge's status page: reads the admin API every few seconds (not while the
+// tab is hidden) and renders the node, the cluster, every domain and rule
+// with its figures, and the top talkers with a button to reset each.
+// No library: the charts are inline SVG drawn here.
+'use strict';
+(function () {
+  const REFRESH_MS = 5000;     // between refreshes
+  const CHART_SECONDS = 120;   // seconds a chart shows
+  const RATE_SECONDS = 10;     // the "per second" figures average these
+  const TOP_N = 10;            // top talkers shown per rule
+  const TOKEN_KEY = 'edge-admin-token';
+  const SVG = 'http://www.w3.org/2000/svg';
+
+  const main = document.getElementById('status');
+  const note = document.getElementById('note');
+  let timer = null;
+  let busy = false;
+
+  class Unauthorized extends Error {}
+
+  // The admin API: the token, once given, goes with every request.
+  function apiHeaders() {
+    const h = { Accept: 'application/json' };
+    const t = sessionStorage.getItem(TOKEN_KEY);
+    if (t) h.Authorization = 'Bearer ' + t;
+    return h;
+  }
+  async function api(method, path) {
+    const r = await fetch(path, { method: method, headers: apiHeaders(), cache: 'no-store', credentials: 'omit' });
+    if (r.status === 401) throw new Unauthorized('the admin token was refused');
+    return r;
+  }
+  async function getJSON(path) {
+    const r = await api('GET', path);
+    if (!r.ok) throw new Error('GET ' + path + ': ' + r.status);
+    return r.json();
+  }
+  async function readiness() {
+    const r = await fetch('/readyz', { cache: 'no-store', credentials: 'omit' });
+    const text = (await r.text()).trim();
+    return { ok: r.ok, text: text || String(r.status) };
+  }
+  function keyPath(domain, rule, key) {
+    return '/v1/keys/' + encodeURIComponent(domain) + '/' + encodeURIComponent(rule) + '/' + encodeURIComponent(key);
+  }
+
+  // el makes an element; children are nodes or text (never parsed as HTML).
+  function el(tag, attrs, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v !== undefined && v !== null && v !== false) e.setAttribute(k, v === true ? '' : v);
+    }
+    for (const c of children.flat()) {
+      if (c !== undefined && c !== null) e.append(c instanceof Node ? c : String(c));
+    }
+    return e;
+  }
+  function svg(tag, attrs, ...children) {
+    const e = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+    for (const c of children) e.append(c);
+    return e;
+  }
+  function facts(pairs) {
+    return el('dl', { class: 'facts' }, pairs.map(([k, v]) => el('div', null, el('dt', null, k), el('dd', null, v))));
+  }
+  function table(cls, caption, id, head, rows) {
+    return el('div', { class: 'scroll', role: 'region', tabindex: '0', 'aria-labelledby': id },
+      el('table', { class: cls },
+        el('caption', { id: id }, caption),
+        el('thead', null, el('tr', null, head.map(h => el('th', { scope: 'col' }, h)))),
+        el('tbody', null, rows)));
+  }
+
+  function num(v) {
+    if (v === null || v === undefined || Number.isNaN(v)) return '–';
+    if (v === 0) return '0';
+    if (Math.abs(v) >= 100) return Math.round(v).toLocaleString('en');
+    if (Math.abs(v) >= 10) return v.toFixed(1);
+    return v.toFixed(2);
+  }
+  function count(v) {
+    if (v === null || v === undefined) return '–';
+    return Math.round(v).toLocaleString('en');
+  }
+  function latency(seconds) {
+    if (seconds === null || seconds === undefined) return '–';
+    return seconds < 1 ? (seconds * 1000).toFixed(1) + ' ms' : seconds.toFixed(2) + ' s';
+  }
+  function uptime(s) {
+    s = Math.floor(s);
+    const d = Math.floor(s / 86400), h = Math.floor(s / 3600) % 24, m = Math.floor(s / 60) % 60;
+    if (d > 0) return d + 'd ' + h + 'h ' + m + 'm';
+    if (h > 0) return h + 'h ' + m + 'm';
+    if (m > 0) return m + 'm ' + (s % 60) + 's';
+    return s + 's';
+  }
+  function utc(iso) {
+    return iso.replace('T', ' ').replace(/\.\d+/, '').replace('Z', '') + ' UTC';
+  }
+  // mean of the last n values of a series
+  function recent(series, n) {
+    if (!series || series.length === 0) return null;
+    const tail = series.slice(-n);
+    return tail.reduce((a, b) => a + b, 0) / tail.length;
+  }
+  function add(a, b) { return a.map((v, i) => v + (b[i] || 0)); }
+  function changes(r) {
+    const out = [];
+    for (const [what, names] of [['domains added', r.domains_added], ['domains removed', r.domains_removed],
+      ['rules added', r.rules_added], ['rules removed', r.rules_removed],
+      ['rules changed', r.rules_changed], ['rules reset', r.rules_reset]]) {
+      if (names && names.length) out.push(what + ': ' + names.join(', '));
+    }
+    if (r.keys_carried > 0) out.push('keys carried: ' + r.keys_carried);
+    return out;
+  }
+
+  // chart draws allowed and refused per second as two lines.
+  function chart(id, name, times, allowed, refused) {
+    const W = 600, H = 140, L = 44, B = 20, T = 10;
+    const peak = Math.max(1, ...allowed, ...refused);
+    const tick = v => Number.isInteger(v) ? String(v) : num(v);
+    const top = niceCeil(peak);
+    const n = Math.max(times.length, 2);
+    const x = i => L + (W - L - 4) * (i + (CHART_SECONDS - n + 1)) / CHART_SECONDS;
+    const y = v => T + (H - T - B) * (1 - v / top);
+    const line = (vals, cls) => svg('polyline', { class: cls, fill: 'none', points: vals.map((v, i) => x(i).toFixed(1) + ',' + y(v).toFixed(1)).join(' ') });
+    const label = 'Requests per second of ' + name + ' over the last ' + (CHART_SECONDS / 60) + ' minutes: allowed up to ' +
+      num(Math.max(0, ...allowed)) + ', refused up to ' + num(Math.max(0, ...refused));
+    const s = svg('svg', { viewBox: '0 0 ' + W + ' ' + H, role: 'img', 'aria-labelledby': id, class: 'chart' },
+      svg('title', { id: id }, label),
+      svg('line', { class: 'axis', x1: L, y1: y(0), x2: W - 4, y2: y(0) }),
+      svg('line', { class: 'grid', x1: L, y1: y(top), x2: W - 4, y2: y(top) }),
+      svg('line', { class: 'grid', x1: L, y1: y(top / 2), x2: W - 4, y2: y(top / 2) }),
+      svg('text', { x: L - 6, y: y(top) + 4, 'text-anchor': 'end' }, tick(top)),
+      svg('text', { x: L - 6, y: y(top / 2) + 4, 'text-anchor': 'end' }, tick(top / 2)),
+      svg('text', { x: L - 6, y: y(0) + 4, 'text-anchor': 'end' }, '0'),
+      svg('text', { x: L, y: H - 4 }, '−' + (CHART_SECONDS / 60) + ' min'),
+      svg('text', { x: W - 4, y: H - 4, 'text-anchor': 'end' }, 'now'),
+      line(allowed, 'allowed'), line(refused, 'refused'));
+    return el('figure', { class: 'chart' }, s,
+      el('figcaption', null, el('span', { class: 'key allowed' }, 'allowed'), ' ', el('span', { class: 'key refused' }, 'refused'), ' per second'));
+  }
+  function niceCeil(v) {
+    const p = Math.pow(10, Math.floor(Math.log10(v)));
+    for (const m of [1, 2, 5, 10]) if (v <= m * p) return m * p;
+    return 10 * p;
+  }
+
+  function renderNode(config, status, ready) {
+    const reload = config.extra;
+    const parts = [
+      ['Build', status.version + ' (' + status.go_version + ')'],
+      ['Uptime', uptime(status.uptime_seconds)],
+      ['PoP', config.pop],
+      ['Node', config.cluster.node || 'this process (store: local)'],
+      ['Readiness', el('span', { class: ready.ok ? 'ok' : 'bad' }, ready.text)],
+      ['Config hash', el('code', { title: config.hash }, config.hash.slice(0, 16) + '…')],
+      ['Loaded at', utc(config.loaded_at)],
+      ['Last reload', reload.last_reload_ok ? 'succeeded' :
+        el('span', { class: 'bad' }, 'failed with ' + reload.last_reload_problems + ' problem(s); the previous configuration is running')],
+      ['What it changed', changes(config.last_load).join('; ') || 'nothing'],
+      ['Needs a restart', (config.last_load.restart_required || []).join(', ') || 'nothing'],
+    ];
+    return el('section', { class: 'panel', 'aria-labelledby': 'h-node' },
+      el('h2', { id: 'h-node' }, 'Node'), facts(parts),
+      reload.last_reload_error ? el('pre', { class: 'problems' }, reload.last_reload_error) : null);
+  }
+
+  function renderCluster(config, status) {
+    const c = config.cluster;
+    let fallback = 0, fallbackRate = 0;
+    for (const d of status.domains) {
+      fallback += d.totals.fallback;
+      fallbackRate += recent(d.fallback, RATE_SECONDS) || 0;
+    }
+    const circuit = c.circuit ? el('span', { class: c.circuit === 'closed' ? 'ok' : 'bad' }, c.circuit) : 'no Redis';
+    return el('section', { class: 'panel', 'aria-labelledby': 'h-cluster' },
+      el('h2', { id: 'h-cluster' }, 'Cluster'),
+      facts([
+        ['Store', c.store],
+        ['Sync', c.sync || 'none (one node)'],
+        ['Redis circuit', circuit],
+        ['Live nodes', String(c.nodes || 1)],
+        ['Fallback decisions', c.store === 'redis' ? num(fallback) + ' since start, ' + num(fallbackRate) + '/s now' : 'none (no Redis)'],
+      ]));
+  }
+
+  function renderDomain(i, d, fig, times, tops) {
+    const id = 'd' + i;
+    const f = fig || { served: [], blocked: [], upstream_errors: [], upstream_5xx: [], upstream_latency_seconds: [], totals: {}, rules: [] };
+    const lat = f.upstream_latency_seconds.slice(-RATE_SECONDS).filter(v => v !== null);
+    const meanLat = lat.length ? lat.reduce((a, b) => a + b, 0) / lat.length : null;
+    const t = f.totals;
+    const totalLat = t.upstream_responses ? t.upstream_latency_seconds_sum / t.upstream_responses : null;
+    const row = (name, rate, total, cls) => el('tr', null, el('th', { scope: 'row' }, name),
+      el('td', { class: cls }, rate), el('td', { class: cls }, total));
+    const figures = table('figures', 'Requests of ' + d.name, id + '-fig',
+      ['Figure', 'Per second, last ' + RATE_SECONDS + ' s', 'Since start'], [
+        row('Allowed', num(recent(f.served, RATE_SECONDS)), count(t.served)),
+        row('Refused', num(recent(f.blocked, RATE_SECONDS)), count(t.blocked), t.blocked > 0 ? 'refused' : null),
+        row('Upstream errors (no response)', num(recent(f.upstream_errors, RATE_SECONDS)), count(t.upstream_errors)),
+        row('Upstream 5xx', num(recent(f.upstream_5xx, RATE_SECONDS)), count(t.upstream_5xx)),
+        row('Upstream latency (mean)', latency(meanLat), latency(totalLat)),
+      ]);
+    const ruleFig = name => f.rules.find(r => r.name === name);
+    const children = [
+      el('h3', { id: id }, d.name),
+      facts([['Hosts', d.hosts.join(', ')], d.respond ? ['Answers', 'a static response'] : ['Origin', d.origin || '–']]),
+      el('div', { class: 'pair' }, chart(id + '-chart', d.name, times, f.served, f.blocked), figures),
+    ];
+    if (d.rules.length) {
+      children.push(table('rules', 'Rules of ' + d.name, id + '-rules',
+        ['Rule', 'Algorithm', 'Limit', 'Period', 'Key', 'Action', 'Allowed/s', 'Refused/s', 'Refused since start'],
+        d.rules.map(r => {
+          const rf = ruleFig(r.name);
+          const refused = rf ? add(rf.limited, rf.mitigated) : [];
+          const refusedTotal = rf ? rf.totals.limited + rf.totals.mitigated : null;
+          return el('tr', null,
+            el('th', { scope: 'row' }, r.name),
+            el('td', null, r.algorithm + (r.mode ? ' (' + r.mode + ')' : '')),
+            el('td', null, String(r.limit)),
+            el('td', null, r.period || (r.reset + ' (' + r.timezone + ')')),
+            el('td', null, (r.key || []).join(' | ')),
+            el('td', null, r.action),
+            el('td', null, rf ? num(recent(rf.allowed, RATE_SECONDS)) : '–'),
+            el('td', { class: refusedTotal > 0 ? 'refused' : null }, rf ? num(recent(refused, RATE_SECONDS)) : '–'),
+            el('td', { class: refusedTotal > 0 ? 'refused' : null }, count(refusedTotal)));
+        })));
+      children.push(el('div', { class: 'talkers-grid' }, d.rules.map((r, j) => renderTalkers(id + '-r' + j, d, r, tops[j]))));
+    }
+    return el('section', { class: 'panel domain', 'aria-labelledby': id }, children);
+  }
+
+  function renderTalkers(id, d, r, top) {
+    const heading = el('h4', { id: id }, 'Top talkers of ' + r.name);
+    if (!top || top.length === 0) {
+      return el('div', { class: 'talkers' }, heading, el('p', { class: 'quiet' }, top ? 'No key near its limit or refused.' : 'Not available.'));
+    }
+    const rows = top.map((k, n) => el('tr', null,
+      el('th', { scope: 'row' }, el('code', null, k.key)),
+      el('td', null, num(k.estimate) + ' / ' + k.limit),
+      el('td', null, String(k.count) + (k.count_error ? ' (±' + k.count_error + ')' : '')),
+      el('td', { class: k.blocked > 0 ? 'refused' : null }, String(k.blocked || 0)),
+      el('td', null, k.mitigated_until ? 'until ' + utc(k.mitigated_until) : '–'),
+      el('td', null, el('button', {
+        type: 'button', class: 'reset', id: id + '-k' + n,
+        'data-domain': d.name, 'data-rule': r.name, 'data-key': k.key,
+        'aria-label': 'Reset key ' + k.key + ' of rule ' + r.name,
+      }, 'Reset'))));
+    return el('div', { class: 'talkers' }, heading,
+      table('talkers', 'Heaviest keys of ' + d.name + '/' + r.name + ', as this node saw them', id + '-t',
+        ['Key', 'Estimate / limit', 'Seen', 'Blocked', 'Mitigated', 'Reset'], rows));
+  }
+
+  function render(config, status, ready, tops) {
+    // Keep the keyboard focus where it was across the re-render.
+    const focused = document.activeElement && document.activeElement.id;
+    const figs = new Map(status.domains.map(d => [d.name, d]));
+    let k = 0;
+    const domains = config.domains.map((d, i) => {
+      const t = tops.slice(k, k + d.rules.length);
+      k += d.rules.length;
+      return renderDomain(i, d, figs.get(d.name), status.times, t);
+    });
+    main.replaceChildren(
+      renderNode(config, status, ready),
+      renderCluster(config, status),
+      el('section', { 'aria-labelledby': 'h-domains' }, el('h2', { id: 'h-domains' }, 'Domains'), domains));
+    if (focused) {
+      const e = document.getElementById(focused);
+      if (e) e.focus();
+    }
+  }
+
+  async function refresh() {
+    clearTimeout(timer);
+    timer = null;
+    if (busy) return;
+    busy = true;
+    try {
+      const [config, status, ready] = await Promise.all([
+        getJSON('/v1/config'), getJSON('/v1/status?seconds=' + CHART_SECONDS), readiness()]);
+      const tops = await Promise.all(config.domains.flatMap(d => d.rules.map(r =>
+        getJSON('/v1/top/' + encodeURIComponent(d.name) + '/' + encodeURIComponent(r.name) + '?n=' + TOP_N)
+          .catch(e => { if (e instanceof Unauthorized) throw e; return null; }))));
+      render(config, status, ready, tops);
+      note.textContent = 'Updated ' + new Date().toLocaleTimeString('en-GB') + '; refreshes every ' + REFRESH_MS / 1000 + ' s while this tab is visible.';
+    } catch (e) {
+      busy = false;
+      if (e instanceof Unauthorized) {
+        sessionStorage.removeItem(TOKEN_KEY);
+        askToken('That token was refused.');
+        return;
+      }
+      note.textContent = 'Update failed (' + e.message + '); trying again.';
+    }
+    busy = false;
+    schedule();
+  }
+  function schedule() {
+    if (!document.hidden && timer === null) timer = setTimeout(refresh, REFRESH_MS);
+  }
+  document.addEventListener('visibilitychange', () => {
+    if (document.hidden) {
+      clearTimeout(timer);
+      timer = null;
+      note.textContent = 'Paused while this tab is hidden.';
+    } else if (!document.getElementById('login')) {
+      refresh();
+    }
+  });
+
+  // askToken shows the sign-in form; the token is kept in this tab's
+  // session storage and sent as a bearer token.
+  function askToken(problem) {
+    clearTimeout(timer);
+    timer = null;
+    const input = el('input', { id: 'token', name: 'token', type: 'password', autocomplete: 'off', required: true });
+    const form = el('form', { id: 'login', class: 'panel', 'aria-labelledby': 'h-login' },
+      el('h2', { id: 'h-login' }, 'Admin token'),
+      el('p', null, 'This admin listener needs its token (admin_token or EDGE_ADMIN_TOKEN). It is kept in this tab only.'),
+      el('label', { for: 'token' }, 'Token'), ' ', input, ' ',
+      el('button', { type: 'submit' }, 'Show status'),
+      problem ? el('p', { role: 'alert', class: 'bad' }, problem) : null);
+    form.addEventListener('submit', ev => {
+      ev.preventDefault();
+      sessionStorage.setItem(TOKEN_KEY, input.value);
+      main.replaceChildren();
+      note.textContent = 'Loading…';
+      refresh();
+    });
+    main.replaceChildren(form);
+    note.textContent = 'Sign in to see the status.';
+    input.focus();
+  }
+
+  // Reset buttons: the existing DELETE of the admin API, after a
+  // confirmation.
+  main.addEventListener('click', async ev => {
+    const b = ev.target.closest('button.reset');
+    if (!b) return;
+    const { domain, rule, key } = b.dataset;
+    if (!window.confirm('Reset key ' + key + ' of ' + domain + '/' + rule + '? Its counters and any mitigation are forgotten.')) return;
+    b.disabled = true;
+    try {
+      const r = await api('DELETE', keyPath(domain, rule, key));
+      note.textContent = r.status === 204 ? 'Key ' + key + ' of ' + domain + '/' + rule + ' reset.' :
+        'Reset of ' + key + ' failed: ' + r.status + ' ' + ((await r.json().catch(() => ({}))).error || '');
+    } catch (e) {
+      if (e instanceof Unauthorized) { askToken('That token was refused.'); return; }
+      note.textContent = 'Reset of ' + key + ' failed: ' + e.message;
+    }
+    refresh();
+  });
+
+  if (document.body.dataset.token === 'required' && !sessionStorage.getItem(TOKEN_KEY)) {
+    askToken('');
+  } else {
+    refresh();
+  }
+})();

@@ -1,0 +1,297 @@
+package proxy
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgerate/edge/rules"
+	"golang.org/x/net/html"
+)
+
+// statusEnv is a proxy with two domains, one a static response, and its
+// status page and admin API behind one test server, as the admin listener
+// mounts them.
+func statusEnv(t *testing.T, token bool) (*env, *httptest.Server) {
+	t.Helper()
+	origin, _ := newOrigin(t, "a")
+	login := rule("login", 3, time.Minute)
+	login.Key = []string{"ip", "header:X-User"}
+	login.Match = &rules.MatchConfig{PathPrefix: "/login"}
+	cfg := oneDomain(origin.URL, rule("per-ip", 5, time.Minute), login)
+	cfg.Pop = "fra-1"
+	cfg.ClientIP.TrustedProxies = []string{"127.0.0.1/32"}
+	cfg.Domains[0].Name = "api"
+	cfg.Domains = append(cfg.Domains, rules.DomainConfig{Name: "static", Hosts: []string{"static.example.com"},
+		Respond: &rules.ResponseConfig{Status: 200, Body: "ok"}})
+	e := newEnv(t, cfg)
+	page := e.proxy.StatusPage(StatusPageOptions{TokenRequired: func() bool { return token }, Ready: func() bool { return true }})
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", e.proxy.AdminHandler())
+	mux.Handle("/", page)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return e, srv
+}
+
+func fetchPage(t *testing.T, url string) (*http.Response, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+// walk calls f for every element node under n.
+func walk(n *html.Node, f func(*html.Node)) {
+	if n.Type == html.ElementNode {
+		f(n)
+	}
+	for c := n.FirstChild; c != nil; c = c.NextSibling {
+		walk(c, f)
+	}
+}
+
+func attr(n *html.Node, name string) (string, bool) {
+	for _, a := range n.Attr {
+		if a.Key == name {
+			return a.Val, true
+		}
+	}
+	return "", false
+}
+
+func text(n *html.Node) string {
+	var b strings.Builder
+	var f func(*html.Node)
+	f = func(n *html.Node) {
+		if n.Type == html.TextNode {
+			b.WriteString(n.Data)
+		}
+		for c := n.FirstChild; c != nil; c = c.NextSibling {
+			f(c)
+		}
+	}
+	f(n)
+	return strings.TrimSpace(b.String())
+}
+
+// firstElement is n's first child element, or nil.
+func firstElement(n *html.Node) *html.Node {
+	for c := n.FirstChild; c != nil; c = c.NextSibling {
+		if c.Type == html.ElementNode {
+			return c
+		}
+	}
+	return nil
+}
+
+// inside reports whether n is inside an element named tag.
+func inside(n *html.Node, tag string) bool {
+	for p := n.Parent; p != nil; p = p.Parent {
+		if p.Type == html.ElementNode && p.Data == tag {
+			return true
+		}
+	}
+	return false
+}
+
+// TestStatusPageHTML parses the page rendered without a token: its
+// headings name the sections and every domain, its tables have captions
+// and scoped headers, and it loads nothing from another host.
+func TestStatusPageHTML(t *testing.T) {
+	_, srv := statusEnv(t, false)
+	resp, body := fetchPage(t, srv.URL+"/")
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/html; charset=utf-8" {
+		t.Fatalf("GET /: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") || !strings.Contains(csp, "connect-src 'self'") {
+		t.Errorf("Content-Security-Policy = %q, want this listener only", csp)
+	}
+	doc, err := html.Parse(strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	headings := map[string][]string{}
+	var tables, rowHeaders int
+	var ruleRows []string
+	walk(doc, func(n *html.Node) {
+		switch n.Data {
+		case "h1", "h2", "h3", "h4":
+			headings[n.Data] = append(headings[n.Data], text(n))
+		case "table":
+			tables++
+			if c := firstElement(n); c == nil || c.Data != "caption" {
+				t.Errorf("a table without a caption as its first child: %q", text(n))
+			}
+		case "th":
+			scope, _ := attr(n, "scope")
+			want := "row"
+			if inside(n, "thead") {
+				want = "col"
+			}
+			if scope != want {
+				t.Errorf("th %q has scope %q, want %q", text(n), scope, want)
+			}
+			if want == "row" {
+				rowHeaders++
+				if c := firstElement(n.Parent.Parent.Parent); c != nil && strings.HasPrefix(text(c), "Rules of") { // th, tr, tbody, table
+					ruleRows = append(ruleRows, text(n))
+				}
+			}
+		case "button":
+			if label, _ := attr(n, "aria-label"); label == "" && text(n) == "" {
+				t.Error("a button without a label")
+			}
+		}
+		for _, a := range n.Attr {
+			if (a.Key == "src" || a.Key == "href") && (!strings.HasPrefix(a.Val, "/") || strings.HasPrefix(a.Val, "//")) {
+				t.Errorf("<%s %s=%q>: the page loads only from its own listener", n.Data, a.Key, a.Val)
+			}
+		}
+	})
+	tests := []struct {
+		name string
+		got  any
+		want any
+	}{
+		{"h1", strings.Join(headings["h1"], ","), "edge status"},
+		{"h2", strings.Join(headings["h2"], ","), "Node,Cluster,Domains"},
+		{"h3 (domains)", strings.Join(headings["h3"], ","), "api,static"},
+		{"tables", tables, 3}, // api: figures, rules; static: figures
+		{"rule rows", strings.Join(ruleRows, ","), "per-ip,login"},
+	}
+	for _, tc := range tests {
+		if tc.got != tc.want {
+			t.Errorf("%s = %v, want %v", tc.name, tc.got, tc.want)
+		}
+	}
+	for _, want := range []string{"fra-1", "api.example.com", "static.example.com", "a static response", "sliding_window", "ip | header:X-User", "ready", "/status.js", "/status.css"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+}
+
+// TestStatusPageWithToken: with a token required the page carries no data,
+// only what its script needs to ask for the token.
+func TestStatusPageWithToken(t *testing.T) {
+	_, srv := statusEnv(t, true)
+	_, body := fetchPage(t, srv.URL+"/")
+	if !strings.Contains(body, `data-token="required"`) || !strings.Contains(body, `<main id="status">`) {
+		t.Fatalf("page = %s, want a bare page for the script", body)
+	}
+	for _, secret := range []string{"fra-1", "api", "static", "login", "per-ip", "127.0.0.1", "sliding_window", "ready"} {
+		if strings.Contains(body, secret) {
+			t.Errorf("the page shows %q without the token", secret)
+		}
+	}
+}
+
+// TestStatusFilesLocal checks that the style sheet and script are served
+// and reach nothing beyond the listener: no URL with a scheme or host but
+// the SVG namespace, no @import or url() in the style sheet, and every
+// fetch names a path of this listener.
+func TestStatusFilesLocal(t *testing.T) {
+	_, srv := statusEnv(t, false)
+	url := regexp.MustCompile(`(?i)(https?:|wss?:)?//[a-z0-9.-]+`)
+	for _, f := range []struct{ path, ctype string }{
+		{"/status.css", "text/css; charset=utf-8"},
+		{"/status.js", "text/javascript; charset=utf-8"},
+	} {
+		resp, body := fetchPage(t, srv.URL+f.path)
+		if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != f.ctype {
+			t.Errorf("GET %s: %d %s", f.path, resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+		for _, m := range url.FindAllString(body, -1) {
+			if m != "http://www.w3.org" { // the SVG namespace, a name, never fetched
+				t.Errorf("%s names %q", f.path, m)
+			}
+		}
+		if strings.Contains(body, "@import") || strings.Contains(body, "url(") {
+			t.Errorf("%s imports a file", f.path)
+		}
+	}
+	_, js := fetchPage(t, srv.URL+"/status.js")
+	for _, call := range regexp.MustCompile(`fetch\([^,]*`).FindAllString(js, -1) {
+		if call != "fetch(path" && call != "fetch('/readyz'" {
+			t.Errorf("script calls %q, want only the API's paths", call)
+		}
+	}
+	if resp, _ := fetchPage(t, srv.URL+"/other"); resp.StatusCode != 404 {
+		t.Errorf("GET /other: %d, want 404", resp.StatusCode)
+	}
+}
+
+// TestStatusScriptReset reads, from the script, the request its reset
+// button sends (method, path, headers) and sends the same to the admin
+// API, which must reset the key. A browser drives the real button in
+// cmd/edge's TestStatusPageInBrowser.
+func TestStatusScriptReset(t *testing.T) {
+	e, srv := statusEnv(t, false)
+	_, js := fetchPage(t, srv.URL+"/status.js")
+	for _, want := range []string{
+		// the button's handler: confirm, then the DELETE
+		`if (!window.confirm(`,
+		`await api('DELETE', keyPath(domain, rule, key))`,
+		// every API request carries the token, once given
+		`fetch(path, { method: method, headers: apiHeaders()`,
+		`if (t) h.Authorization = 'Bearer ' + t;`,
+		`return '/v1/keys/' + encodeURIComponent(domain) + '/' + encodeURIComponent(rule) + '/' + encodeURIComponent(key);`,
+	} {
+		if !strings.Contains(js, want) {
+			t.Errorf("the script lacks %s", want)
+		}
+	}
+	// encodeURIComponent of the key the button carries, as rules.KeyText
+	// writes it: a composite key and an IPv6 prefix, with | / and :.
+	tests := []struct{ name, xff, user, key, encoded string }{
+		{"composite key", "203.0.113.7", "bob", "203.0.113.7|bob", "203.0.113.7%7Cbob"},
+		{"IPv6 prefix", "2001:db8:1:2::7", "eve", "2001:db8:1:2::/64|eve", "2001%3Adb8%3A1%3A2%3A%3A%2F64%7Ceve"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for range 5 {
+				e.do("GET", "api.example.com", "/login", map[string]string{"X-Forwarded-For": tc.xff, "X-User": tc.user}, "")
+			}
+			found := false
+			for _, k := range e.proxy.state.Load().domains[0].rules[1].top.top(64) {
+				found = found || k.text == tc.key
+			}
+			if !found {
+				t.Fatalf("%q is not a top talker", tc.key)
+			}
+			req, _ := http.NewRequest("DELETE", srv.URL+"/v1/keys/api/login/"+tc.encoded, nil)
+			req.Header.Set("Accept", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusNoContent {
+				t.Errorf("DELETE %s: %d, want 204", tc.encoded, resp.StatusCode)
+			}
+		})
+	}
+}
+
+func TestFormatUptime(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{0, "0s"}, {59 * time.Second, "59s"}, {61 * time.Second, "1m 1s"},
+		{2*time.Hour + 3*time.Minute + 4*time.Second, "2h 3m"}, {50 * time.Hour, "2d 2h 0m"},
+	} {
+		if got := formatUptime(tc.d); got != tc.want {
+			t.Errorf("formatUptime(%v) = %q, want %q", tc.d, got, tc.want)
+		}
+	}
+}

@@ -362,7 +362,7 @@ func (p *Proxy) getConfig(w http.ResponseWriter, r *http.Request) {
 		if d.Body.MaxSize > 0 {
 			dv.MaxRequestBody = d.Body.MaxSize.String()
 		}
-		if d.Respond == nil {
+		if d.Respond == nil && d.Proxied {
 			o := d.Origin
 			if o == nil {
 				o = t.Origin

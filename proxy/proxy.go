@@ -361,9 +361,11 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 			}
 		}
 		d.slots = slices.ContainsFunc(rd.Rules, func(r *rules.Rule) bool { return r.Algorithm == rules.Concurrency })
-		if rd.Respond != nil {
+		switch {
+		case !rd.Proxied: // answered only by the check listener (check.go)
+		case rd.Respond != nil:
 			d.upstream = staticResponder(rd.Respond)
-		} else {
+		default:
 			origin := rd.Origin
 			if origin == nil {
 				origin = t.Origin

@@ -89,11 +89,12 @@ func splitListen(addr string) (string, uint64, error) {
 }
 
 // collide reports whether two listen addresses could bind the same socket:
-// equal strings, or the same non-zero port where either host is unspecified
-// (it binds every address) or both hosts are equal.
+// equal strings, or the same port where either host is unspecified (it
+// binds every address) or both hosts are equal. Port 0 never collides:
+// the kernel picks a free port for each listener.
 func collide(a, ah string, ap uint64, b, bh string, bp uint64) bool {
 	unspecified := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
-	return a == b || (ap == bp && ap != 0 && (ah == bh || unspecified(ah) || unspecified(bh)))
+	return ap == bp && ap != 0 && (a == b || ah == bh || unspecified(ah) || unspecified(bh))
 }
 
 // compileServe sets which listeners answer for domain d at path; check

@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -327,4 +329,33 @@ func FuzzCheckQuestion(f *testing.F) {
 			t.Fatalf("accepted host %q", q.Host)
 		}
 	})
+}
+
+// TestCheckConfigView: /v1/config shows the check section, without the
+// token, and each domain's serve.
+func TestCheckConfigView(t *testing.T) {
+	cfg := checkTestConfig(403)
+	cfg.Check.Token = "s3cret"
+	e := newCheckEnv(t, cfg)
+	w := httptest.NewRecorder()
+	e.proxy.AdminHandler().ServeHTTP(w, httptest.NewRequest("GET", "/v1/config", nil))
+	if strings.Contains(w.Body.String(), "s3cret") {
+		t.Fatalf("/v1/config shows the token: %s", w.Body)
+	}
+	var v struct {
+		Check   map[string]any `json:"check"`
+		Domains []struct {
+			Serve string `json:"serve"`
+		} `json:"domains"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &v); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"listen": "127.0.0.1:2", "deny_status": float64(403), "token_set": true}
+	if !maps.Equal(v.Check, want) {
+		t.Errorf("check: got %v, want %v", v.Check, want)
+	}
+	if len(v.Domains) != 2 || v.Domains[0].Serve != "check" || v.Domains[1].Serve != "proxy" {
+		t.Errorf("domains' serve: got %+v, want check, proxy", v.Domains)
+	}
 }

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -84,6 +86,18 @@ domains:
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusMisdirectedRequest {
 		t.Errorf("check-only domain on the public listener: status %d, want 421", resp.StatusCode)
+	}
+
+	// The check listener has its own framing guard: an ambiguous body
+	// framing is refused before any handler.
+	conn, err := net.DialTimeout("tcp", check, 5*time.Second)
+	must(t, err)
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(conn, "GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+	line, _ := bufio.NewReader(conn).ReadString('\n')
+	conn.Close()
+	if !strings.HasPrefix(line, "HTTP/1.1 400 ") {
+		t.Errorf("Transfer-Encoding with Content-Length: got %q, want 400", line)
 	}
 
 	mresp, err := http.Get("http://" + e.admin + "/metrics")

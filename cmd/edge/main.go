@@ -164,8 +164,9 @@ func durationString(_ []string, a slog.Attr) slog.Attr {
 	return a
 }
 
-// serve runs the public and admin listeners until ctx is done, then drains
-// in-flight requests for at most the shutdown timeout. The configuration at
+// serve runs the public, admin and (with a check section) check listeners
+// until ctx is done, then drains in-flight requests for at most the
+// shutdown timeout. The configuration at
 // path (empty: the embedded default) is reloaded on SIGHUP and when the
 // file changes; a reload sets level to the new log.level. The drain delay
 // ends when drainTimer's channel delivers: time.After, or a test's own.

@@ -359,3 +359,37 @@ func TestCheckConfigView(t *testing.T) {
 		t.Errorf("domains' serve: got %+v, want check, proxy", v.Domains)
 	}
 }
+
+// TestCheckReload: deny_status and token take effect on reload, and a
+// domain moved to serve proxy leaves the check listener.
+func TestCheckReload(t *testing.T) {
+	e := newCheckEnv(t, checkTestConfig(0))
+	reload := func(cfg rules.Config) {
+		t.Helper()
+		cfg.ClientIP.TrustedProxies = []string{"127.0.0.1"}
+		table, err := rules.Compile(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.proxy.Reload(table, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q := traefik("GET", "api.example.com", "/", "203.0.113.7")
+	cfg := checkTestConfig(401)
+	cfg.Check.Token = "t1"
+	reload(cfg)
+	if resp, _ := e.ask(q); resp.StatusCode != 401 {
+		t.Errorf("after the reload, no token: status %d, want the new deny_status 401", resp.StatusCode)
+	}
+	q[rules.CheckTokenHeader] = []string{"t1"}
+	if resp, _ := e.ask(q); resp.StatusCode != 200 {
+		t.Errorf("after the reload, with the token: status %d, want 200", resp.StatusCode)
+	}
+	cfg = checkTestConfig(401)
+	cfg.Domains[0].Serve, cfg.Domains[0].Origin = "proxy", "http://127.0.0.1:9"
+	reload(cfg)
+	if resp, _ := e.ask(q); resp.StatusCode != 401 || e.answers(answerMisdirected) != 1 {
+		t.Errorf("domain moved to serve proxy: status %d, misdirected %v; want 401, 1", resp.StatusCode, e.answers(answerMisdirected))
+	}
+}

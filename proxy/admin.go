@@ -241,11 +241,20 @@ type configView struct {
 	} `json:"client_ip"`
 	Timeouts map[string]string `json:"timeouts"`
 	// MaxBufferedBytes is a size such as "256MiB".
-	MaxBufferedBytes string       `json:"max_buffered_bytes"`
-	Cluster          clusterView  `json:"cluster"`
-	Domains          []domainView `json:"domains"`
+	MaxBufferedBytes string      `json:"max_buffered_bytes"`
+	Cluster          clusterView `json:"cluster"`
+	// Check is the check section; its listen is the running one. The
+	// token is never shown, only whether one is set.
+	Check   *checkView   `json:"check,omitempty"`
+	Domains []domainView `json:"domains"`
 	// Reload is under "extra", the name the API has always used for it.
 	Reload reloadView `json:"extra"`
+}
+
+type checkView struct {
+	Listen     string `json:"listen"`
+	DenyStatus int    `json:"deny_status"`
+	Token      bool   `json:"token_set"`
 }
 
 // reloadView is how reloads stand (ReloadStatus), as GET /v1/config shows
@@ -292,12 +301,14 @@ func (p *Proxy) clusterView() clusterView {
 }
 
 type domainView struct {
-	Name        string   `json:"name"`
-	Hosts       []string `json:"hosts"`
-	Origin      string   `json:"origin,omitempty"`
-	Respond     bool     `json:"respond,omitempty"`
-	MaxKeys     int      `json:"max_keys"`
-	TrackedKeys int      `json:"tracked_keys"`
+	Name    string   `json:"name"`
+	Hosts   []string `json:"hosts"`
+	Origin  string   `json:"origin,omitempty"`
+	Respond bool     `json:"respond,omitempty"`
+	// Serve is the domain's serve: "proxy", "check" or "both".
+	Serve       string `json:"serve"`
+	MaxKeys     int    `json:"max_keys"`
+	TrackedKeys int    `json:"tracked_keys"`
 	// A domain with a leaky bucket queue: its max_queued, and how many
 	// requests wait now.
 	MaxQueued int        `json:"max_queued,omitempty"`
@@ -364,13 +375,19 @@ func (p *Proxy) configView() configView {
 	for _, pfx := range t.TrustedProxies {
 		v.ClientIP.TrustedProxies = append(v.ClientIP.TrustedProxies, pfx.String())
 	}
+	if t.Check != nil {
+		v.Check = &checkView{DenyStatus: t.Check.DenyStatus, Token: t.Check.Token != ""}
+		if run.Check != nil {
+			v.Check.Listen = run.Check.Listen
+		}
+	}
 	for _, d := range st.domains {
 		dv := domainView{Name: d.Name, Hosts: d.Hosts, Respond: d.Respond != nil, MaxKeys: d.MaxKeys, Rules: []ruleView{},
-			RequestBuffering: d.Body.Buffer, RequestBuffer: d.Body.BufferSize.String()}
+			RequestBuffering: d.Body.Buffer, RequestBuffer: d.Body.BufferSize.String(), Serve: serveName(d.Domain)}
 		if d.Body.MaxSize > 0 {
 			dv.MaxRequestBody = d.Body.MaxSize.String()
 		}
-		if d.Respond == nil {
+		if d.Respond == nil && d.Proxied {
 			o := d.Origin
 			if o == nil {
 				o = t.Origin
@@ -425,4 +442,15 @@ func (p *Proxy) configView() configView {
 		v.Reload.Error = rules.ProblemText(rs.Err)
 	}
 	return v
+}
+
+// serveName is a domain's serve as the configuration spells it.
+func serveName(d *rules.Domain) string {
+	switch {
+	case d.Proxied && d.Checked:
+		return "both"
+	case d.Checked:
+		return "check"
+	}
+	return "proxy"
 }

@@ -13,8 +13,9 @@ import (
 // identify derives what r's rules may key it by, in one step: the client's
 // address as rules count it (from the peer, or X-Forwarded-For from a
 // trusted proxy; see ClientIP), the cleaned path, host (normalised by
-// route) and header fields.
-func (p *Proxy) identify(r *http.Request, st *state, host string) rules.KeySource {
+// route) and header fields. It returns the client's identity too, which
+// the check listener inspects.
+func (p *Proxy) identify(r *http.Request, st *state, host string) (rules.KeySource, Identity) {
 	id := st.clientIP.Resolve(r.RemoteAddr, r.Header.Values("X-Forwarded-For"))
 	if id.XFFMalformed {
 		p.metrics.xffMalformed.Inc()
@@ -25,7 +26,7 @@ func (p *Proxy) identify(r *http.Request, st *state, host string) rules.KeySourc
 		Path:   rules.CleanPath(r.URL.Path),
 		Host:   host,
 		Header: r.Header,
-	}
+	}, id
 }
 
 // Limits on the X-Forwarded-For work done for one request from a trusted

@@ -33,6 +33,9 @@ type metrics struct {
 	xffMalformed prometheus.Counter
 	buildInfo    prometheus.Gauge
 
+	// The check listener (check.go).
+	checkAnswers *prometheus.CounterVec
+
 	// Costs reported by origins (charge.go).
 	responseCostInvalid *prometheus.CounterVec
 
@@ -68,7 +71,7 @@ func newMetrics(p *Proxy, version string) *metrics {
 		p: p,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_requests_total",
-			Help: "Requests by domain and outcome: served (forwarded or answered by the domain's static response) or blocked by a rate limit.",
+			Help: "Requests by domain and outcome: served (forwarded, answered by the domain's static response, or allowed by the check listener) or blocked by a rate limit.",
 		}, []string{"domain", "outcome"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_rule_decisions_total",
@@ -123,6 +126,10 @@ func newMetrics(p *Proxy, version string) *metrics {
 			Name: "edge_client_ip_xff_malformed_total",
 			Help: "Requests from a trusted proxy whose X-Forwarded-For could not be read; they were keyed by the proxy's address.",
 		}),
+		checkAnswers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edge_check_answers_total",
+			Help: "Questions the check listener answered, by answer: allowed (200), refused (a rule refused the request, or its store could not decide), unreadable (forwarded fields missing or malformed, or a request the screen refuses), misdirected (no domain serving check claims the host) or unauthorized (check.token missing or wrong). Every answer but allowed has check.deny_status.",
+		}, []string{"answer"}),
 		buildInfo: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name:        "edge_build_info",
 			Help:        "Always 1; labels carry the version of edge and of Go.",
@@ -187,7 +194,7 @@ func newMetrics(p *Proxy, version string) *metrics {
 func (m *metrics) register(reg prometheus.Registerer) error {
 	m.buildInfo.Set(1)
 	var errs []error
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.queued, m.reloads, m.lastReload, m.reloadOK, m.upstream, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.xffMalformed, m.buildInfo, m.responseCostInvalid, m.bufferedBytes, m.bufferFull, m.inFlight, m.shedInFlight, m.shedRefused, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.queued, m.reloads, m.lastReload, m.reloadOK, m.upstream, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.xffMalformed, m.checkAnswers, m.buildInfo, m.responseCostInvalid, m.bufferedBytes, m.bufferFull, m.inFlight, m.shedInFlight, m.shedRefused, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
 		errs = append(errs, reg.Register(c))
 	}
 	return errors.Join(errs...)

@@ -20,6 +20,10 @@
 //   - forward.go: the request sent to the origin, or the domain's static
 //     response.
 //
+// The check listener (check.go) takes a question about a request another
+// proxy holds through screen, route, identify and limit, and answers with
+// the decision instead of forwarding.
+//
 // Off the request's path: proxy.go (New and the state a configuration
 // builds), shared.go (counters shared through Redis), reload.go, metrics.go,
 // listener.go (hooks for the framing guard's listener), admin.go (the admin
@@ -370,9 +374,11 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 			}
 		}
 		d.slots = slices.ContainsFunc(rd.Rules, func(r *rules.Rule) bool { return r.Algorithm == rules.Concurrency })
-		if rd.Respond != nil {
+		switch {
+		case !rd.Proxied: // answered only by the check listener (check.go)
+		case rd.Respond != nil:
 			d.upstream = staticResponder(rd.Respond)
-		} else {
+		default:
 			origin := rd.Origin
 			if origin == nil {
 				origin = t.Origin

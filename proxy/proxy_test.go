@@ -127,7 +127,7 @@ func TestMetricsExposition(t *testing.T) {
 	e.get("nobody.test", "/")
 	// Client addresses and unknown hosts never become label values.
 	want := `
-# HELP edge_requests_total Requests by domain and outcome: served (forwarded or answered by the domain's static response) or blocked by a rate limit.
+# HELP edge_requests_total Requests by domain and outcome: served (forwarded, answered by the domain's static response, or allowed by the check listener) or blocked by a rate limit.
 # TYPE edge_requests_total counter
 edge_requests_total{domain="api.example.com",outcome="blocked"} 1
 edge_requests_total{domain="api.example.com",outcome="served"} 1

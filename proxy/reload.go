@@ -164,6 +164,15 @@ var settings = []setting{
 	// The listeners are bound once, at start.
 	restarts("listen", func(t *rules.Table) any { return t.Listen }),
 	restarts("admin_listen", func(t *rules.Table) any { return t.AdminListen }),
+	restarts("check.listen", func(t *rules.Table) any {
+		if t.Check == nil {
+			return ""
+		}
+		return t.Check.Listen
+	}),
+	// Read from the running configuration by every question (check.go).
+	reloads("check.deny_status"),
+	reloads("check.token"),
 	reloads("admin_token"),
 	reloads("admin_hosts"),
 	// pop labels every metric series and names the PoP in Redis.
@@ -211,6 +220,7 @@ var settings = []setting{
 	// Domains and rules are rebuilt by every reload (Proxy.build).
 	reloads("domains[].name"),
 	reloads("domains[].hosts"),
+	reloads("domains[].serve"),
 	reloads("domains[].origin"),
 	reloads("domains[].respond.status"),
 	reloads("domains[].respond.body"),

@@ -13,12 +13,24 @@ func (p *Proxy) route(w http.ResponseWriter, r *http.Request, st *state) (*domai
 	// The host is normalised once: the domain is looked up by it and
 	// rules keyed by host count it.
 	host, validHost := rules.NormalizeHost(r.Host)
-	rd, ok := st.table.LookupHost(host)
-	if !ok {
+	d := st.lookup(host, false)
+	if d == nil {
 		p.misdirected(w, validHost)
 		return nil, ""
 	}
-	return st.domains[rd.Index], host
+	return d, host
+}
+
+// lookup returns the domain that claims a normalised host on the public
+// listener (check false) or the check listener (check true), or nil. A
+// domain that does not serve that listener claims nothing there: its
+// host is misdirected, as an unknown one is.
+func (st *state) lookup(host string, check bool) *domain {
+	rd, ok := st.table.LookupHost(host)
+	if !ok || (check && !rd.Checked) || (!check && !rd.Proxied) {
+		return nil
+	}
+	return st.domains[rd.Index]
 }
 
 // misdirected answers a request whose Host no domain claims: 421, or 400 if

@@ -21,7 +21,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if d.store != nil {
-		src := p.identify(r, st, host) // identify.go
+		src, _ := p.identify(r, st, host) // identify.go
 		// limit.go decides; refuse.go answers what a rule blocks.
 		if r = p.limit(w, r, d, &src, now); r == nil {
 			return

@@ -95,6 +95,7 @@ func Compile(cfg Config) (*Table, error) {
 	}
 	checkListeners(&p, t.Listen, t.AdminListen)
 	t.AdminHosts = compileAdminHosts(&p, cfg.AdminHosts)
+	t.Check = compileCheck(&p, cfg.Check, t.Listen, t.AdminListen)
 
 	if t.Pop == "" {
 		t.Pop = DefaultPop
@@ -171,8 +172,7 @@ func checkListeners(p *problems, listen, admin string) {
 	if !lok || !aok {
 		return
 	}
-	unspecified := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
-	if listen == admin || (lp == ap && lp != 0 && (lh == ah || unspecified(lh) || unspecified(ah))) {
+	if collide(listen, lh, lp, admin, ah, ap) {
 		p.add("admin_listen", "must differ from listen (%q), got %q", listen, admin)
 	}
 }
@@ -418,7 +418,9 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 		first := claimHosts(p, t, d, path, dc.Hosts, claims)
 		nameDomain(p, t, d, path, dc.Name, first, names)
 
+		compileServe(p, d, path, dc, t.Check != nil)
 		switch {
+		case !d.Proxied: // compileServe reported an origin or respond
 		case dc.Origin != "" && dc.Respond != nil:
 			p.add(path, "set origin or respond, not both")
 		case dc.Origin != "":
@@ -431,7 +433,7 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 				d.Origin = &u
 			}
 		default:
-			p.add(path, "no upstream: set origin or respond here, or origin at the top level")
+			p.add(path, "no upstream: set origin or respond here, or origin at the top level (or serve check, to answer only the check listener)")
 		}
 
 		if len(dc.Rules) > MaxRulesPerDomain {
@@ -458,12 +460,18 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 					"concurrency is not supported with cluster.store redis yet, got %s", r.Algorithm)
 			}
 			checkCountsAfter(p, fmt.Sprintf("%s.rules[%d]", path, j), r, dc.Respond != nil)
+			if d.Checked {
+				checkCheckedRule(p, fmt.Sprintf("%s.rules[%d]", path, j), r)
+			}
 			d.Rules = append(d.Rules, r)
 			if _, dup := d.byName[r.Name]; !dup && r.Name != "" {
 				d.byName[r.Name] = r
 			}
 		}
 		d.Shed = compileShed(p, path, dc)
+		if d.Shed != nil && d.Checked {
+			p.add(path+".shed", "sheds by the requests in flight to the origin, which the check listener never sees (set serve to proxy)")
+		}
 		switch q := dc.MaxQueued; {
 		case q == 0:
 			d.MaxQueued = DefaultMaxQueued

@@ -101,6 +101,11 @@ type Config struct {
 	// Cluster says whether the nodes of a PoP share their counters, and
 	// how. The default, store local, shares nothing.
 	Cluster ClusterConfig `mapstructure:"cluster"`
+	// Check, when set, opens a third listener that answers other proxies'
+	// questions (nginx auth_request, Traefik ForwardAuth, Caddy
+	// forward_auth) with edge's decision instead of proxying (see
+	// [CheckConfig]).
+	Check *CheckConfig `mapstructure:"check"`
 	// Domains are the sites served; at least one is required.
 	Domains []DomainConfig `mapstructure:"domains"`
 
@@ -231,6 +236,11 @@ type DomainConfig struct {
 	// itself) or the catch-all "*". Matching ignores case and one trailing
 	// dot; ports are not allowed.
 	Hosts []string `mapstructure:"hosts"`
+	// Serve says which listener answers for the domain: "proxy" (the
+	// public listener forwards its requests), "check" (the check listener
+	// answers questions about its requests; it needs no origin) or "both".
+	// Default "both" when the check section is set, else "proxy".
+	Serve string `mapstructure:"serve"`
 	// Origin overrides Config.Origin for this domain.
 	Origin string `mapstructure:"origin"`
 	// Respond answers every request that passes the rules with a static

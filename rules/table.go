@@ -49,6 +49,9 @@ type Table struct {
 
 	Cluster Cluster
 
+	// Check is the check listener's section; nil when it is not set.
+	Check *Check
+
 	// Domains in config order; Domains[i].Index == i.
 	Domains []*Domain
 
@@ -77,9 +80,14 @@ type Domain struct {
 	Hosts []string // normalised like NormalizeHost, config order, "*" and "*.suffix" included
 
 	// Origin is the upstream (the domain's own or the top-level one);
-	// nil exactly when Respond is set.
+	// nil exactly when Respond is set or the domain is not Proxied.
 	Origin  *url.URL
 	Respond *Response
+
+	// Proxied says the public listener serves the domain; Checked, that
+	// the check listener answers questions about it (serve). A domain
+	// that is only Checked has neither Origin nor Respond.
+	Proxied, Checked bool
 
 	MaxKeys   int     // this domain's resolved share of Table.MaxKeys; 0 when it has no rules
 	MaxQueued int     // the most requests waiting at once in its rules' queues

@@ -77,7 +77,7 @@ func FuzzParseConfig(f *testing.F) {
 			t.Fatalf("accepted max_header_bytes %d", table.MaxHeaderBytes)
 		}
 		for i, d := range table.Domains {
-			if d.Index != i || (d.Origin == nil) == (d.Respond == nil) {
+			if d.Index != i || (d.Proxied && (d.Origin == nil) == (d.Respond == nil)) || (!d.Proxied && (d.Origin != nil || d.Respond != nil)) {
 				t.Fatalf("domain %d (%q): index %d, origin %v, respond %v", i, d.Name, d.Index, d.Origin, d.Respond)
 			}
 			for _, h := range d.Hosts {

@@ -164,8 +164,9 @@ func durationString(_ []string, a slog.Attr) slog.Attr {
 	return a
 }
 
-// serve runs the public and admin listeners until ctx is done, then drains
-// in-flight requests for at most the shutdown timeout. The configuration at
+// serve runs the public, admin and (with a check section) check listeners
+// until ctx is done, then drains in-flight requests for at most the
+// shutdown timeout. The configuration at
 // path (empty: the embedded default) is reloaded on SIGHUP and when the
 // file changes; a reload sets level to the new log.level. The drain delay
 // ends when drainTimer's channel delivers: time.After, or a test's own.
@@ -190,6 +191,7 @@ func serve(ctx context.Context, table *rules.Table, hash, path string, log *slog
 	}()
 	rl := newReloader(path, hash, p, log, level)
 	warnIfAdminExposed(log, table, table.AdminListen)
+	warnIfCheckExposed(log, table)
 	var ready atomic.Bool
 	srv, err := listen(table, p, reg, &ready, log)
 	if err != nil {
@@ -199,9 +201,12 @@ func serve(ctx context.Context, table *rules.Table, hash, path string, log *slog
 	defer startReloads(rl)()
 	defer startRecorder(p)()
 	ready.Store(true)
-	log.Info("edge started", "version", buildVersion(), "pop", table.Pop,
-		"listen", srv.publicLn.Addr().String(), "admin_listen", srv.adminLn.Addr().String(),
-		"domains", len(table.Domains))
+	started := []any{"version", buildVersion(), "pop", table.Pop,
+		"listen", srv.publicLn.Addr().String(), "admin_listen", srv.adminLn.Addr().String()}
+	if srv.checkLn != nil {
+		started = append(started, "check_listen", srv.checkLn.Addr().String())
+	}
+	log.Info("edge started", append(started, "domains", len(table.Domains))...)
 	serveErr := waitForStop(ctx, p, &ready, errc, drainTimer, log)
 	ready.Store(false)
 	if err := srv.shutdown(p.Table().Timeouts.Shutdown, serveErr, errc, log); err != nil {
@@ -224,15 +229,21 @@ func newProxy(table *rules.Table, hash, path string, log *slog.Logger, reg prome
 	})
 }
 
-// servers are edge's public and admin HTTP servers with their listeners.
+// servers are edge's public, admin and check HTTP servers with their
+// listeners.
 type servers struct {
 	public, admin     *http.Server
 	publicLn, adminLn net.Listener // publicLn is the framing guard's
+	// check answers other proxies' questions (the check section); nil
+	// when the configuration edge started with has none.
+	check   *http.Server
+	checkLn net.Listener // the framing guard's
 }
 
-// listen binds the public and admin listeners of table and makes their
-// servers: the public one serves p behind the framing guard, the admin one
-// adminRouter.
+// listen binds the public, admin and check listeners of table and makes
+// their servers: the public one serves p behind the framing guard, the
+// admin one adminRouter, the check one p's check handler behind a framing
+// guard of its own.
 func listen(table *rules.Table, p *proxy.Proxy, reg *prometheus.Registry, ready *atomic.Bool, log *slog.Logger) (*servers, error) {
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	s := &servers{
@@ -266,8 +277,44 @@ func listen(table *rules.Table, p *proxy.Proxy, reg *prometheus.Registry, ready 
 	}
 	// The bound address decides, not the configured name.
 	s.admin.Handler = adminRouter(reg, p, ready, isLoopback(s.adminLn.Addr().String()))
-	s.publicLn = guardListener(publicLn, s.public, p, table, log)
+	maxConns := connectionCap(table, log)
+	s.publicLn = guardListener(publicLn, s.public, p, maxConns)
+	if table.Check != nil {
+		checkLn, err := net.Listen("tcp", table.Check.Listen)
+		if err != nil {
+			publicLn.Close()
+			s.adminLn.Close()
+			return nil, fmt.Errorf("check listener: %w", err)
+		}
+		// The public server's limits: a question is a request head, and
+		// the asking proxies keep their connections open.
+		s.check = &http.Server{
+			Handler:                      p.CheckHandler(),
+			ReadHeaderTimeout:            table.Timeouts.ReadHeader,
+			ReadTimeout:                  table.Timeouts.Read,
+			WriteTimeout:                 table.Timeouts.Write,
+			IdleTimeout:                  table.Timeouts.Idle,
+			MaxHeaderBytes:               table.MaxHeaderBytes,
+			ErrorLog:                     errLog,
+			DisableGeneralOptionsHandler: true,
+		}
+		s.checkLn = checkListener(checkLn, s.check, maxConns)
+	}
 	return s, nil
+}
+
+// checkListener wraps the check socket ln for server srv in a framing
+// guard of its own, capped at maxConns connections like the public
+// listener but counted apart from it: its metrics are the public
+// listener's.
+func checkListener(ln net.Listener, srv *http.Server, maxConns int) net.Listener {
+	guarded := guard.NewListener(ln, guard.ListenerOptions{
+		MaxHeaderBytes:   srv.MaxHeaderBytes,
+		WriteIdleTimeout: 30 * time.Second,
+		MaxConnections:   maxConns,
+	})
+	srv.ConnState = guarded.ConnState
+	return guarded
 }
 
 // guardListener wraps the public socket ln for server srv in the framing
@@ -275,12 +322,12 @@ func listen(table *rules.Table, p *proxy.Proxy, reg *prometheus.Registry, ready 
 // clients that stop reading (WriteTimeout stays 0 so long streams are not
 // cut), and caps the connections open, closing idle ones first (hence
 // ConnState).
-func guardListener(ln net.Listener, srv *http.Server, p *proxy.Proxy, table *rules.Table, log *slog.Logger) net.Listener {
+func guardListener(ln net.Listener, srv *http.Server, p *proxy.Proxy, maxConns int) net.Listener {
 	guarded := guard.NewListener(ln, guard.ListenerOptions{
 		MaxHeaderBytes:   srv.MaxHeaderBytes, // must equal the server's
 		WriteIdleTimeout: 30 * time.Second,
 		OnReject:         p.FramingRefused,
-		MaxConnections:   connectionCap(table, log),
+		MaxConnections:   maxConns,
 		OnCapped:         func(ev guard.CapEvent) { p.ConnectionsCapped(ev.Max, ev.ClosedIdle) },
 		OnConnections:    p.ConnectionsOpen,
 	})
@@ -288,12 +335,15 @@ func guardListener(ln net.Listener, srv *http.Server, p *proxy.Proxy, table *rul
 	return guarded
 }
 
-// start serves both servers, each in a goroutine that sends Serve's result
-// on the returned channel.
+// start serves every server, each in a goroutine that sends Serve's
+// result on the returned channel.
 func (s *servers) start() <-chan error {
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- s.public.Serve(s.publicLn) }()
 	go func() { errc <- s.admin.Serve(s.adminLn) }()
+	if s.check != nil {
+		go func() { errc <- s.check.Serve(s.checkLn) }()
+	}
 	return errc
 }
 
@@ -353,22 +403,36 @@ func waitForStop(ctx context.Context, p *proxy.Proxy, ready *atomic.Bool, errc <
 	return nil
 }
 
-// shutdown drains the public server for at most timeout, then closes
-// both, and collects what the Serve goroutines still owe on errc (one
-// already came as serveErr if it is set). It returns the first error other
-// than http.ErrServerClosed.
+// shutdown drains the public and check servers together for at most
+// timeout, then closes every server, and collects what the Serve
+// goroutines still owe on errc (one already came as serveErr if it is
+// set). It returns the first error other than http.ErrServerClosed.
 func (s *servers) shutdown(timeout time.Duration, serveErr error, errc <-chan error, log *slog.Logger) error {
 	drainCtx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	pending := 2
+	checkDone := make(chan struct{})
+	if s.check != nil {
+		pending++
+		go func() { // drained beside the public server, within the same timeout
+			defer close(checkDone)
+			if err := s.check.Shutdown(drainCtx); err != nil {
+				log.Warn("check listener drain timed out; closing remaining connections", "err", err)
+				s.check.Close()
+			}
+		}()
+	} else {
+		close(checkDone)
+	}
 	if err := s.public.Shutdown(drainCtx); err != nil {
 		log.Warn("drain timed out; closing remaining connections", "err", err)
 		s.public.Close()
 	}
+	<-checkDone
 	s.admin.Shutdown(drainCtx)
 	s.admin.Close()
-	// Both Serve goroutines have returned once Shutdown/Close returned;
+	// Every Serve goroutine has returned once Shutdown/Close returned;
 	// collect their results so none outlives serve.
-	pending := 2
 	if serveErr != nil {
 		pending--
 	}
@@ -501,6 +565,17 @@ func warnIfAdminExposed(log *slog.Logger, t *rules.Table, addr string) {
 	if adminToken(t) == "" && !isLoopback(addr) {
 		log.Warn("the admin listener is not on loopback and has no token: anyone who can reach it can read metrics and reset keys; set admin_token or EDGE_ADMIN_TOKEN",
 			"admin_listen", addr)
+	}
+}
+
+// warnIfCheckExposed warns when the check listener of t is not on loopback
+// and t sets no check.token: it believes the forwarded fields of whoever
+// reaches it, who can then have any client's requests refused, or learn
+// their counts.
+func warnIfCheckExposed(log *slog.Logger, t *rules.Table) {
+	if t.Check != nil && t.Check.Token == "" && !isLoopback(t.Check.Listen) {
+		log.Warn("the check listener is not on loopback and has no token: anyone who can reach it can ask about any client; set check.token",
+			"check_listen", t.Check.Listen)
 	}
 }
 

@@ -261,13 +261,14 @@ type edgeLog struct {
 	scanned       int           // bytes of b searched for the start line
 	started       chan struct{} // closed at the start line, or at a failure to start
 	public, admin string        // dialable addresses of the listeners
+	check         string        // the check listener's, if edge has one
 }
 
 func newEdgeLog() *edgeLog { return &edgeLog{started: make(chan struct{})} }
 
-// listenAttr matches the listen and admin_listen attributes of a text or
-// JSON log line.
-var listenAttr = regexp.MustCompile(`\b(listen|admin_listen)(?:=|":")([^\s"]+)`)
+// listenAttr matches the listen, admin_listen and check_listen attributes
+// of a text or JSON log line.
+var listenAttr = regexp.MustCompile(`\b(listen|admin_listen|check_listen)(?:=|":")([^\s"]+)`)
 
 func (l *edgeLog) Write(p []byte) (int, error) {
 	l.mu.Lock()
@@ -285,10 +286,13 @@ func (l *edgeLog) Write(p []byte) (int, error) {
 		case strings.Contains(line, "edge started"):
 			for _, m := range listenAttr.FindAllStringSubmatch(line, -1) {
 				addr := dialable(m[2])
-				if m[1] == "listen" {
+				switch m[1] {
+				case "listen":
 					l.public = addr
-				} else {
+				case "admin_listen":
 					l.admin = addr
+				default:
+					l.check = addr
 				}
 			}
 			close(l.started)

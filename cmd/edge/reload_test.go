@@ -325,6 +325,7 @@ func TestReloadRestartRequired(t *testing.T) {
 	}{
 		{"listen", "", `listen: "127.0.0.1:18080"`},
 		{"admin_listen", "", `admin_listen: "127.0.0.1:19091"`},
+		{"check.listen", `check: {listen: "127.0.0.1:18082"}`, `check: {listen: "127.0.0.1:18083"}`},
 		{"pop", "", "pop: fra1"},
 		{"timeouts.read_header", "", "timeouts: {read_header: 5s}"},
 		{"timeouts.read", "", "timeouts: {read: 5s}"},

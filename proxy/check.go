@@ -1,0 +1,223 @@
+package proxy
+
+import (
+	"crypto/subtle"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/edgerate/edge/rules"
+)
+
+// This file answers the check listener (config section check): every
+// request to it is a question from another proxy (nginx auth_request,
+// Traefik ForwardAuth, Caddy forward_auth), "may this client's request go
+// on?", about the request that proxy describes in forwarded fields. The
+// request is rebuilt from them (readQuestion) and then takes the proxied
+// request's own steps, screen, route, identify and limit, with their
+// code; nothing is forwarded, and nothing waits for a response (rules
+// that would are refused by the configuration on such domains).
+//
+// The answer is 200, with the rate-limit fields of rules with headers
+// always, when the request may go on; anything else is check.deny_status,
+// with the answer the proxied request would have had (a 429's Retry-After,
+// fields and body; a 400's reason) under that status, because nginx's
+// auth_request understands only 401 and 403.
+
+// Answers of the check listener, the values of edge_check_answers_total's
+// answer label.
+const (
+	answerAllowed      = "allowed"      // 200: the request may go on
+	answerRefused      = "refused"      // a rule refused it (or its store could not decide)
+	answerUnreadable   = "unreadable"   // forwarded fields missing or malformed, or screened out
+	answerMisdirected  = "misdirected"  // no domain that serves check claims its host
+	answerUnauthorized = "unauthorized" // check.token missing or wrong
+)
+
+// CheckHandler returns the handler of the check listener. It reads the
+// running configuration on every question, so a reload that changes the
+// check section's deny_status or token, or the domains, applies at once;
+// while the configuration has no check section every question is refused
+// with 503.
+func (p *Proxy) CheckHandler() http.Handler { return http.HandlerFunc(p.serveCheck) }
+
+// serveCheck answers one question, in the steps ServeHTTP takes.
+func (p *Proxy) serveCheck(w http.ResponseWriter, r *http.Request) {
+	st := p.state.Load()
+	c := st.table.Check
+	if c == nil {
+		writeText(w, http.StatusServiceUnavailable, "service unavailable: the check listener is not configured\n")
+		return
+	}
+	cw := &denyWriter{ResponseWriter: w, deny: c.DenyStatus}
+	if c.Token != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get(rules.CheckTokenHeader)), []byte(c.Token)) != 1 {
+		p.metrics.checkAnswers.WithLabelValues(answerUnauthorized).Inc()
+		writeText(cw, http.StatusUnauthorized, "unauthorized: missing or wrong "+rules.CheckTokenHeader+"\n")
+		return
+	}
+	q, reason := readQuestion(r)
+	if reason == "" {
+		reason = screenRequest(q).reason // screen.go
+	}
+	if reason != "" {
+		p.metrics.checkAnswers.WithLabelValues(answerUnreadable).Inc()
+		writeText(cw, http.StatusBadRequest, "bad request: "+reason+"\n")
+		return
+	}
+	now := p.now()
+	host, validHost := rules.NormalizeHost(q.Host)
+	d := st.lookup(host, true) // route.go
+	if d == nil {
+		p.metrics.checkAnswers.WithLabelValues(answerMisdirected).Inc()
+		p.misdirected(cw, validHost)
+		return
+	}
+	if d.store != nil {
+		src, id := p.identify(q, st, host) // identify.go
+		if id.XFFMalformed || (st.clientIP.Trusted(id.Peer) && !id.FromXFF) {
+			// A trusted asking proxy names the client; without that name
+			// every client would share the proxy's key.
+			p.metrics.checkAnswers.WithLabelValues(answerUnreadable).Inc()
+			writeText(cw, http.StatusBadRequest, "bad request: X-Forwarded-For missing or malformed\n")
+			return
+		}
+		if q = p.limit(cw, q, d, &src, now); q == nil { // limit.go, refuse.go
+			p.metrics.checkAnswers.WithLabelValues(answerRefused).Inc()
+			return
+		}
+		if f, ok := q.Context().Value(fieldsKey{}).(*fields); ok { // fields.go
+			f.set(w.Header())
+		}
+	}
+	d.requests.served.Inc()
+	p.metrics.checkAnswers.WithLabelValues(answerAllowed).Inc()
+	h := w.Header()
+	h["Cache-Control"] = noStore
+	writeText(w, http.StatusOK, "ok\n")
+}
+
+// denyWriter writes every answer that is not 2xx with status deny: the
+// answers of the proxied request's steps, under check.deny_status.
+type denyWriter struct {
+	http.ResponseWriter
+	deny int
+}
+
+func (w *denyWriter) WriteHeader(code int) {
+	if code >= 300 {
+		code = w.deny
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Forwarded fields a question is read from; the first of each pair is
+// Traefik's and Caddy's, the second what an nginx configuration sets.
+const (
+	fieldMethod         = "X-Forwarded-Method"
+	fieldOriginalMethod = "X-Original-Method"
+	fieldURI            = "X-Forwarded-Uri"
+	fieldOriginalURI    = "X-Original-Uri"
+	fieldHost           = "X-Forwarded-Host"
+	fieldProto          = "X-Forwarded-Proto"
+)
+
+// readQuestion rebuilds the request a question r asks about from its
+// forwarded fields, which are hostile input (whoever reaches the check
+// listener chooses them):
+//
+//   - the method: X-Forwarded-Method, else X-Original-Method; required;
+//   - the target: X-Forwarded-Uri, else X-Original-URI; required, in
+//     origin form ("/path?query");
+//   - the host: X-Forwarded-Host, else the question's Host;
+//   - the scheme: X-Forwarded-Proto, http or https; optional;
+//   - the client: the question's X-Forwarded-For, believed only from a
+//     peer in client_ip.trusted_proxies, as for a proxied request.
+//
+// Each field must appear at most once, as one value: a list ("a, b") or a
+// repeated line is malformed, since edge cannot tell which element the
+// asking proxy wrote. The rebuilt request keeps r's header fields (rules
+// key by them), peer address and context. It returns a reason, a constant
+// string, when r cannot be read; screenRequest then checks what the fields
+// name as it checks a proxied request.
+func readQuestion(r *http.Request) (*http.Request, string) {
+	method, reason := oneField(r.Header, fieldMethod, fieldOriginalMethod, false)
+	if reason != "" {
+		return nil, reason
+	}
+	target, reason := oneField(r.Header, fieldURI, fieldOriginalURI, true)
+	if reason != "" {
+		return nil, reason
+	}
+	if target[0] != '/' {
+		return nil, "forwarded URI must be a path"
+	}
+	for i := 0; i < len(target); i++ {
+		if c := target[i]; c <= ' ' || c == 0x7f {
+			return nil, "control character or space in forwarded URI"
+		}
+	}
+	u, err := url.ParseRequestURI(target)
+	if err != nil {
+		return nil, "malformed forwarded URI"
+	}
+	u.Scheme = "http"
+	if r.Header[fieldProto] != nil {
+		proto, reason := oneField(r.Header, fieldProto, "", false)
+		if reason != "" {
+			return nil, reason
+		}
+		switch strings.ToLower(proto) {
+		case "http":
+		case "https":
+			u.Scheme = "https"
+		default:
+			return nil, "X-Forwarded-Proto must be http or https"
+		}
+	}
+	host := r.Host
+	if r.Header[fieldHost] != nil {
+		if host, reason = oneField(r.Header, fieldHost, "", false); reason != "" {
+			return nil, reason
+		}
+	}
+	u.Host = host
+	q := &http.Request{
+		Method:     method,
+		URL:        u,
+		RequestURI: target,
+		Proto:      r.Proto, ProtoMajor: r.ProtoMajor, ProtoMinor: r.ProtoMinor,
+		Header:     r.Header,
+		Host:       host,
+		RemoteAddr: r.RemoteAddr,
+		Body:       http.NoBody,
+	}
+	return q.WithContext(r.Context()), ""
+}
+
+// oneField returns the one value of field in h, else of fallback (""
+// for none). It returns a reason when neither is present, or the one
+// present is repeated or empty, or, unless list is true, a comma-separated
+// list (a URI's query may hold commas; a method, host or scheme may not).
+func oneField(h http.Header, field, fallback string, list bool) (string, string) {
+	vs := h[field]
+	name := field
+	if vs == nil && fallback != "" {
+		name, vs = fallback, h[fallback]
+	}
+	switch {
+	case vs == nil && fallback != "":
+		return "", "missing " + field + " (or " + fallback + ")"
+	case vs == nil:
+		return "", "missing " + field
+	case len(vs) > 1:
+		return "", "repeated " + name
+	}
+	v := rules.TrimOWS(vs[0])
+	switch {
+	case v == "":
+		return "", "empty " + name
+	case !list && strings.IndexByte(v, ',') >= 0:
+		return "", "list in " + name
+	}
+	return v, ""
+}

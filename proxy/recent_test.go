@@ -93,7 +93,7 @@ func TestStatusFiguresMatchMetrics(t *testing.T) {
 	}
 	// The totals are the counters' values as /metrics exports them.
 	want := `
-# HELP edge_requests_total Requests by domain and outcome: served (forwarded or answered by the domain's static response) or blocked by a rate limit.
+# HELP edge_requests_total Requests by domain and outcome: served (forwarded, answered by the domain's static response, or allowed by the check listener) or blocked by a rate limit.
 # TYPE edge_requests_total counter
 edge_requests_total{domain="api.example.com",outcome="blocked"} 6
 edge_requests_total{domain="api.example.com",outcome="served"} 3

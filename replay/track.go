@@ -77,6 +77,11 @@ type tracker struct {
 	exAdm, apAdm     ring
 	exBurst, apBurst ring
 
+	// The accuracy sample's logs of what the store counted, by store rule
+	// (ruleAll, ruleAdmitted), when the source is sampled.
+	sampled bool
+	logs    *[2]window.Log
+
 	lastEst     float64 // the estimate before the last request, for tests
 	lastN       int64   // the exact count before the last request, for tests
 	maxN        int64   // largest exact count before a request (count-all)
@@ -95,7 +100,7 @@ func (t *tracker) reset(kAll, kAdm window.Key) {
 	}
 	*t = tracker{
 		p: t.p, store: t.store, kAll: kAll, kAdm: kAdm,
-		all: all, exAdm: ex, apAdm: ap, exBurst: exB, apBurst: apB,
+		all: all, exAdm: ex, apAdm: ap, exBurst: exB, apBurst: apB, logs: t.logs,
 	}
 }
 
@@ -155,7 +160,11 @@ func (t *tracker) stepAll(at int64, now time.Time) bool {
 	}
 	est := float64(t.prev)*float64(p.period-e)/float64(p.period) + float64(t.curr)
 	t.lastEst, t.lastN = est, n
-	apAllow := t.store.Allow(t.kAll, now).Allowed
+	d := t.store.Allow(t.kAll, now)
+	apAllow := d.Allowed
+	if t.sampled {
+		t.a.sample[ruleAll].add(t.logs[ruleAll].Judge(now, 1, d))
+	}
 	t.all.push(at)
 	t.curr++
 	t.tallyAll(n, est, exAllow, apAllow)
@@ -221,6 +230,10 @@ func (t *tracker) stepAdmitted(at int64, now time.Time) window.Decision {
 		t.exAdmDenied = true
 	}
 	d := t.store.Allow(t.kAdm, now)
+	if t.sampled {
+		t.a.sample[ruleAdmitted].add(t.logs[ruleAdmitted].Judge(now, 1, d))
+		t.a.sampleRequests++
+	}
 	if d.Allowed {
 		t.apAdm.expire(at - p.period)
 		t.apAdm.push(at)
@@ -298,6 +311,27 @@ type acc struct {
 	admSrcExactLimited, admSrcApproxLimited int
 	overExact, overApprox                   int64
 	burstExact, burstApprox                 int64
+
+	// The accuracy sample: sources sampled, their requests, and the
+	// verdicts of their logs by store rule.
+	sampled        int
+	sampleRequests int64
+	sample         [2]sampleAcc
+}
+
+// sampleAcc counts a sample log's verdicts.
+type sampleAcc struct{ judged, wronglyAllowed, wronglyLimited int64 }
+
+func (s *sampleAcc) add(v window.Verdict) {
+	switch v {
+	case window.NotJudged:
+		return
+	case window.WronglyAllowed:
+		s.wronglyAllowed++
+	case window.WronglyLimited:
+		s.wronglyLimited++
+	}
+	s.judged++
 }
 
 func (a *acc) add(b *acc) {
@@ -330,4 +364,11 @@ func (a *acc) add(b *acc) {
 	a.overApprox = max(a.overApprox, b.overApprox)
 	a.burstExact = max(a.burstExact, b.burstExact)
 	a.burstApprox = max(a.burstApprox, b.burstApprox)
+	a.sampled += b.sampled
+	a.sampleRequests += b.sampleRequests
+	for i := range a.sample {
+		a.sample[i].judged += b.sample[i].judged
+		a.sample[i].wronglyAllowed += b.sample[i].wronglyAllowed
+		a.sample[i].wronglyLimited += b.sample[i].wronglyLimited
+	}
 }

@@ -64,6 +64,7 @@ type replayFlags struct {
 	headroom     float64
 	capacity     int
 	workers      int
+	sample       int
 	files        []string
 	set          map[string]bool // flags given on the command line
 
@@ -105,7 +106,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 	}
 	bar := startProgress(stderr, f.progress, total)
-	opts := replay.Options{Workers: f.workers, Capacity: f.capacity, Interleaved: f.capacity > 0, Progress: bar.update}
+	opts := replay.Options{Workers: f.workers, Capacity: f.capacity, Interleaved: f.capacity > 0, Progress: bar.update, Sample: f.sample}
 	start := time.Now()
 	out, err := f.replay(ctx, inputs, opts, bar)
 	bar.stop()
@@ -155,12 +156,16 @@ func newReplayFlagSet(stderr io.Writer, f *replayFlags) *flag.FlagSet {
 	fs.Float64Var(&f.headroom, "headroom", 0.2, "with -suggest: headroom over that percentile (0.2 = 20%)")
 	fs.IntVar(&f.capacity, "capacity", 0, "replay every source through one shared store of `N` sources, in time order (0: a store per source)")
 	fs.IntVar(&f.workers, "workers", 0, "`N` sources replayed at once (0: GOMAXPROCS); results do not depend on it")
+	fs.IntVar(&f.sample, "sample", 0, "also report what accuracy_sample: `N` would: the store's decisions on the sources it samples, judged against an exact log of what the store counted (0: not)")
 	return fs
 }
 
 // check validates the combination of flags.
 func (f *replayFlags) check() error {
 	var errs []error
+	if f.sample < 0 {
+		errs = append(errs, fmt.Errorf("-sample: must be at least 0, got %d", f.sample))
+	}
 	ruleFlags := []string{"limit", "period", "key", "mitigation"}
 	if f.synthetic != "" {
 		if len(f.files) > 0 {

@@ -10,10 +10,10 @@ import "time"
 
 // Defaults applied by [Compile] to zero-valued fields of [Config].
 const (
-	DefaultListen         = ":8080"
-	DefaultAdminListen    = "127.0.0.1:9090"
-	DefaultPop            = "local"
-	DefaultMaxKeys        = 1_000_000
+	DefaultListen      = ":8080"
+	DefaultAdminListen = "127.0.0.1:9090"
+	DefaultPop         = "local"
+	DefaultMaxKeys     = 1_000_000
 	// DefaultAccuracySample is accuracy_sample when the file leaves it out:
 	// one client key in 1000.
 	DefaultAccuracySample = 1000

@@ -84,6 +84,8 @@ type tracker struct {
 
 	lastEst     float64 // the estimate before the last request, for tests
 	lastN       int64   // the exact count before the last request, for tests
+	lastExact   bool    // the exact log's count-all decision on the last request (Follow)
+	first, last int64   // the first and last request's times (µs), for Options.ByRate
 	maxN        int64   // largest exact count before a request (count-all)
 	exDenied    bool
 	apDenied    bool
@@ -128,6 +130,10 @@ func ceilMillis(t int64) int64 {
 // decision, the one an adaptive source reacts to.
 func (t *tracker) step(at int64) (allAllowed bool, adm window.Decision) {
 	now := time.UnixMicro(at)
+	if t.a.requests == 0 {
+		t.first = at
+	}
+	t.last = at
 	t.a.requests++
 	allAllowed = t.stepAll(at, now)
 	return allAllowed, t.stepAdmitted(at, now)
@@ -159,7 +165,7 @@ func (t *tracker) stepAll(at int64, now time.Time) bool {
 		t.prev, t.curr, t.win = 0, 0, w
 	}
 	est := float64(t.prev)*float64(p.period-e)/float64(p.period) + float64(t.curr)
-	t.lastEst, t.lastN = est, n
+	t.lastEst, t.lastN, t.lastExact = est, n, exAllow
 	d := t.store.Allow(t.kAll, now)
 	apAllow := d.Allowed
 	if t.sampled {

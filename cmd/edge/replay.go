@@ -65,6 +65,9 @@ type replayFlags struct {
 	capacity     int
 	workers      int
 	sample       int
+	plot         string
+	plotSources  string
+	command      string // the command line, for the figures
 	files        []string
 	set          map[string]bool // flags given on the command line
 
@@ -83,6 +86,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return 2
 	}
 	f.files = fs.Args()
+	f.command = strings.Join(append([]string{"edge", "replay"}, args...), " ")
 	f.set = map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
 	if err := f.check(); err != nil {
@@ -121,6 +125,12 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "edge replay: writing output: %v\n", err)
 		return 1
 	}
+	if f.plot != "" {
+		if err := drawPlots(ctx, f.plot, stderr); err != nil {
+			fmt.Fprintf(stderr, "edge replay: %v\n", err)
+			return 1
+		}
+	}
 	return 0
 }
 
@@ -157,6 +167,8 @@ func newReplayFlagSet(stderr io.Writer, f *replayFlags) *flag.FlagSet {
 	fs.IntVar(&f.capacity, "capacity", 0, "replay every source through one shared store of `N` sources, in time order (0: a store per source)")
 	fs.IntVar(&f.workers, "workers", 0, "`N` sources replayed at once (0: GOMAXPROCS); results do not depend on it")
 	fs.IntVar(&f.sample, "sample", 0, "also report what accuracy_sample: `N` would: the store's decisions on the sources it samples, judged against an exact log of what the store counted (0: not)")
+	fs.StringVar(&f.plot, "plot", "", "also draw SVG figures into directory `DIR` (with edge-plot, a separate command of this module; see docs/accuracy.md)")
+	fs.StringVar(&f.plotSources, "plot-sources", "", "with -plot: the sources to follow, comma-separated `NAMES` as the report names them (default: the top missed and wrongly limited ones)")
 	return fs
 }
 
@@ -165,6 +177,12 @@ func (f *replayFlags) check() error {
 	var errs []error
 	if f.sample < 0 {
 		errs = append(errs, fmt.Errorf("-sample: must be at least 0, got %d", f.sample))
+	}
+	if f.plot != "" && (f.compare || f.suggest) {
+		errs = append(errs, errors.New("-plot: not with -compare or -suggest; it draws one replay's figures"))
+	}
+	if f.plotSources != "" && f.plot == "" {
+		errs = append(errs, errors.New("-plot-sources: only with -plot"))
 	}
 	ruleFlags := []string{"limit", "period", "key", "mitigation"}
 	if f.synthetic != "" {
@@ -375,12 +393,19 @@ func (f *replayFlags) replay(ctx context.Context, inputs []replay.Input, opts re
 			bar.next(2 * in.Sources)
 			continue
 		}
-		r, err := replay.Run(ctx, in, opts)
+		runOpts := opts
+		runOpts.ByRate = f.plot != ""
+		r, err := replay.Run(ctx, in, runOpts)
 		if err != nil {
 			return nil, err
 		}
 		doc.Reports = append(doc.Reports, r)
 		bar.next(in.Sources)
+		if f.plot != "" {
+			if err := f.plotData(ctx, in, r, opts); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return func(w io.Writer) error {
 		if f.json {

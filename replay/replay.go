@@ -234,7 +234,7 @@ type runner struct {
 	peaks    []int64
 	verdicts []uint8
 	rates    []sourceRate // with Options.ByRate
-	sums     [][]acc // [shard][class]
+	sums     [][]acc      // [shard][class]
 	done     atomic.Int64
 }
 

@@ -3,7 +3,6 @@ package replay
 import (
 	"cmp"
 	"fmt"
-	"math"
 	"slices"
 )
 
@@ -11,80 +10,42 @@ import (
 // request rate (Options.ByRate) and the request-by-request course of
 // chosen sources (Follow).
 
-// A RateBin is the sources whose rate, in requests per period averaged
-// over the whole trace, falls in [Low, High): a quarter of a decade.
+// A RateBin is the requests that saw an exact count N (the source's
+// requests in the last period before them) in [Low, High), a power of two:
+// the average difference at N requests per period, which for a Poisson
+// source of λ requests per period, whose requests see N ≈ λ, is about
+// 0.313/√λ (docs/accuracy.md).
 type RateBin struct {
-	Low  float64 `json:"low"`
-	High float64 `json:"high"`
-	// Lambda is the bin's sources' mean rate, requests per period.
-	Lambda   float64 `json:"lambda"`
-	Sources  int     `json:"sources"`
+	Low  int64 `json:"low"`
+	High int64 `json:"high"`
+	// N is the bin's requests' mean exact count.
+	N        float64 `json:"n"`
 	Requests int64   `json:"requests"`
-	// D1 is the bin's average difference, mean |E − N|/N over its
-	// requests with N ≥ 1 (as CountAll.D1).
+	// D1 is the bin's average difference, mean |E − N|/N (as
+	// CountAll.D1).
 	D1 float64 `json:"d1"`
 }
 
-// sourceRate is one source's share of ByRate.
-type sourceRate struct {
-	requests    int64
-	d1Sum       float64
-	d1N         int64
-	first, last int64 // µs
+// nBins is how many bins of N an acc keeps: N up to 2⁶³.
+const nBins = 64
+
+// nBin accumulates the requests of one RateBin.
+type nBin struct {
+	d1Sum    float64
+	nSum     float64
+	requests int64
 }
 
-// binsPerDecade is how finely ByRate cuts rates.
-const binsPerDecade = 4
-
-// rateBins groups sources by their rate over the span of the whole trace
-// (from the first request of any source to the last), in requests per
-// period of period µs. Sources with no request are left out.
-func rateBins(rates []sourceRate, period int64) []RateBin {
-	first, last := int64(math.MaxInt64), int64(math.MinInt64)
-	for _, s := range rates {
-		if s.requests > 0 {
-			first, last = min(first, s.first), max(last, s.last)
-		}
-	}
-	if first > last {
-		return nil
-	}
-	periods := max(float64(last-first)/float64(period), 1)
-	type bin struct {
-		lambdaSum, d1Sum float64
-		d1N, requests    int64
-		sources          int
-	}
-	bins := map[int]*bin{}
-	lo, hi := math.MaxInt, math.MinInt
-	for _, s := range rates {
-		if s.requests == 0 {
-			continue
-		}
-		lambda := float64(s.requests) / periods
-		k := int(math.Floor(math.Log10(lambda) * binsPerDecade))
-		b := bins[k]
-		if b == nil {
-			b = &bin{}
-			bins[k] = b
-		}
-		b.lambdaSum += lambda
-		b.d1Sum += s.d1Sum
-		b.d1N += s.d1N
-		b.requests += s.requests
-		b.sources++
-		lo, hi = min(lo, k), max(hi, k)
-	}
+// rateBins returns the non-empty bins of a.
+func rateBins(a *acc) []RateBin {
 	var out []RateBin
-	for k := lo; k <= hi; k++ {
-		b := bins[k]
-		if b == nil {
+	for k, b := range a.byN {
+		if b.requests == 0 {
 			continue
 		}
 		out = append(out, RateBin{
-			Low: math.Pow(10, float64(k)/binsPerDecade), High: math.Pow(10, float64(k+1)/binsPerDecade),
-			Lambda: b.lambdaSum / float64(b.sources), Sources: b.sources, Requests: b.requests,
-			D1: mean(b.d1Sum, b.d1N),
+			Low: 1 << k, High: 1 << (k + 1), N: b.nSum / float64(b.requests),
+			Requests: b.requests, D1: b.d1Sum / float64(b.requests),
 		})
 	}
 	return out

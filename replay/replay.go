@@ -170,7 +170,7 @@ type Options struct {
 	// figures are Report.Sample. 0 samples nothing.
 	Sample int
 	// ByRate, for the sliding window, also reports the average difference
-	// by the sources' request rate (Report.ByRate).
+	// by the exact count each request saw (Report.ByRate).
 	ByRate bool
 	// Progress, when set, is called after each source with the number of
 	// sources finished so far. It is called from several goroutines at once.
@@ -233,8 +233,7 @@ type runner struct {
 
 	peaks    []int64
 	verdicts []uint8
-	rates    []sourceRate // with Options.ByRate
-	sums     [][]acc      // [shard][class]
+	sums     [][]acc // [shard][class]
 	done     atomic.Int64
 }
 
@@ -261,9 +260,6 @@ func newRunner(in Input, opts Options) *runner {
 	}
 	for i := range r.sums {
 		r.sums[i] = make([]acc, max(len(in.Classes), 1))
-	}
-	if opts.ByRate && r.p.estimate {
-		r.rates = make([]sourceRate, in.Sources)
 	}
 	return r
 }
@@ -304,9 +300,6 @@ func (r *runner) record(i int, tr *tracker) {
 	a, peak := tr.finish()
 	r.peaks[i] = peak
 	r.verdicts[i] = verdict(&a)
-	if r.rates != nil {
-		r.rates[i] = sourceRate{requests: a.requests, d1Sum: a.d1Sum, d1N: a.d1N, first: tr.first, last: tr.last}
-	}
 	class := 0
 	if r.in.class != nil {
 		class = r.in.class(i)
@@ -425,8 +418,8 @@ func (r *runner) report(stats window.Stats, capacity int) *Report {
 	if r.opts.Sample > 0 {
 		rep.Sample = sampleReport(&all, r.opts.Sample)
 	}
-	if r.rates != nil {
-		rep.ByRate = rateBins(r.rates, r.p.period)
+	if r.opts.ByRate && r.p.estimate {
+		rep.ByRate = rateBins(&all)
 	}
 	rep.CountAll.Missed = listSources(in, r.peaks, r.verdicts, verdictFN, in.Rule.Limit)
 	rep.CountAll.WronglyLimitedSources = listSources(in, r.peaks, r.verdicts, verdictFP, in.Rule.Limit)

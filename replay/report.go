@@ -33,9 +33,9 @@ type Report struct {
 	// Sample is what the proxy's accuracy sample would report for the
 	// same traffic (Options.Sample); nil when not asked for.
 	Sample *SampleReport `json:"sample,omitempty"`
-	// ByRate is the average difference by the sources' request rate
-	// (Options.ByRate); nil when not asked for, or for an algorithm
-	// without an estimate.
+	// ByRate is the average difference by the exact count each request
+	// saw, in requests per period (Options.ByRate); nil when not asked
+	// for, or for an algorithm without an estimate.
 	ByRate []RateBin `json:"by_rate,omitempty"`
 
 	peaks []int64 // per source, for Suggest

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"math"
+	"math/bits"
 	"time"
 
 	"github.com/edgerate/edge/window"
@@ -85,7 +86,6 @@ type tracker struct {
 	lastEst     float64 // the estimate before the last request, for tests
 	lastN       int64   // the exact count before the last request, for tests
 	lastExact   bool    // the exact log's count-all decision on the last request (Follow)
-	first, last int64   // the first and last request's times (µs), for Options.ByRate
 	maxN        int64   // largest exact count before a request (count-all)
 	exDenied    bool
 	apDenied    bool
@@ -130,10 +130,6 @@ func ceilMillis(t int64) int64 {
 // decision, the one an adaptive source reacts to.
 func (t *tracker) step(at int64) (allAllowed bool, adm window.Decision) {
 	now := time.UnixMicro(at)
-	if t.a.requests == 0 {
-		t.first = at
-	}
-	t.last = at
 	t.a.requests++
 	allAllowed = t.stepAll(at, now)
 	return allAllowed, t.stepAdmitted(at, now)
@@ -209,6 +205,10 @@ func (t *tracker) tallyAll(n int64, est float64, exAllow, apAllow bool) {
 	if n >= 1 {
 		a.d1Sum += ad / float64(n)
 		a.d1N++
+		b := &a.byN[bits.Len64(uint64(n))-1]
+		b.d1Sum += ad / float64(n)
+		b.nSum += float64(n)
+		b.requests++
 	}
 	if 2*n >= p.limit {
 		a.d3Sum += ad / float64(n)
@@ -323,6 +323,8 @@ type acc struct {
 	sampled        int
 	sampleRequests int64
 	sample         [2]sampleAcc
+
+	byN [nBins]nBin // the average difference by exact count (Options.ByRate)
 }
 
 // sampleAcc counts a sample log's verdicts.
@@ -372,6 +374,11 @@ func (a *acc) add(b *acc) {
 	a.burstApprox = max(a.burstApprox, b.burstApprox)
 	a.sampled += b.sampled
 	a.sampleRequests += b.sampleRequests
+	for i := range a.byN {
+		a.byN[i].d1Sum += b.byN[i].d1Sum
+		a.byN[i].nSum += b.byN[i].nSum
+		a.byN[i].requests += b.byN[i].requests
+	}
 	for i := range a.sample {
 		a.sample[i].judged += b.sample[i].judged
 		a.sample[i].wronglyAllowed += b.sample[i].wronglyAllowed

@@ -24,7 +24,7 @@ const (
 	seriesLimit          = "limit L"
 	seriesWronglyAllowed = "wrongly allowed"
 	seriesWronglyLimited = "wrongly limited"
-	seriesMeasured       = "measured D1 (sources by rate)"
+	seriesMeasured       = "measured (requests binned by N)"
 	seriesPoisson        = "0.313/√λ (Poisson source)"
 )
 
@@ -155,26 +155,25 @@ func around(st replay.SourceTrace) []replay.Point {
 	return out
 }
 
-// drawDifference draws the average difference D1 of the report's sources
-// binned by rate, against requests per period, on log axes, with the
-// curve 0.313/√λ that a Poisson source follows (docs/accuracy.md).
+// drawDifference draws the average difference D1 against the exact
+// count N that each request saw (requests per period), binned by powers
+// of two, on log axes, with the curve 0.313/√λ that the requests of a
+// Poisson source of λ requests per period follow (docs/accuracy.md).
 func drawDifference(w io.Writer, r *replay.Report) error {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("%s (limit %d): average difference by rate", r.Name, r.Rule.Limit)
-	p.X.Label.Text = "requests per period λ (a source's mean over the trace)"
-	p.Y.Label.Text = "average difference D1"
+	p.Title.Text = fmt.Sprintf("%s (limit %d): average difference by requests per period", r.Name, r.Rule.Limit)
+	p.X.Label.Text = "requests in the last period N, as each request saw it"
+	p.Y.Label.Text = "average difference |E − N|/N"
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
 	p.X.Tick.Marker, p.Y.Tick.Marker = ticks125{}, ticks125{}
 	var xys plotter.XYs
-	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, b := range r.ByRate {
-		if b.D1 > 0 && b.Lambda > 0 {
-			xys = append(xys, plotter.XY{X: b.Lambda, Y: b.D1})
-			lo, hi = min(lo, b.Lambda), max(hi, b.Lambda)
+		if b.D1 > 0 && b.N > 0 {
+			xys = append(xys, plotter.XY{X: b.N, Y: b.D1})
 		}
 	}
 	if len(xys) == 0 {
-		return fmt.Errorf("%s: no rate bin with a difference to draw", r.Name)
+		return fmt.Errorf("%s: no requests with a difference to draw", r.Name)
 	}
 	line, points, err := plotter.NewLinePoints(xys)
 	if err != nil {
@@ -184,13 +183,17 @@ func drawDifference(w io.Writer, r *replay.Report) error {
 	points.GlyphStyle = draw.GlyphStyle{Color: colExact, Radius: vg.Points(2.5), Shape: draw.CircleGlyph{}}
 	p.Add(line, points)
 	p.Legend.Add(seriesMeasured, line, points)
-	curve := plotter.NewFunction(func(l float64) float64 { return 0.313 / math.Sqrt(l) })
-	curve.XMin, curve.XMax = lo/1.5, hi*1.5
+	poisson := func(l float64) float64 { return 0.313 / math.Sqrt(l) }
+	curve := plotter.NewFunction(poisson)
+	xmin, xmax, ymin, ymax := plotter.XYRange(xys)
+	curve.XMin, curve.XMax = xmin, xmax
 	curve.Samples = 200
 	curve.Color = colEstimate
 	curve.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
 	p.Add(curve)
 	p.Legend.Add(seriesPoisson, curve)
+	// A Function has no data range of its own: make room for it.
+	p.Y.Min, p.Y.Max = min(ymin, poisson(xmax))/1.2, max(ymax, poisson(xmin))*1.2
 	p.Legend.Left = true // bottom left: both fall to the right
 	return writeTiles(w, [][]*plot.Plot{{p}}, 7*vg.Inch, 4.5*vg.Inch)
 }
@@ -288,7 +291,7 @@ func (ticks125) Ticks(lo, hi float64) []plot.Tick {
 			}
 			t := plot.Tick{Value: v}
 			if m == 1 || m == 2 || m == 5 || hi/lo < 10 {
-				t.Label = strconv.FormatFloat(v, 'g', -1, 64)
+				t.Label = strconv.FormatFloat(v, 'g', 3, 64)
 			}
 			ts = append(ts, t)
 		}

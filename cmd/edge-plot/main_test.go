@@ -111,7 +111,7 @@ func TestFiguresAreSVGWithTheirSeries(t *testing.T) {
 	}{
 		{"nearlimit-sources.svg", []string{d.Traces[0].Name + ": limit 10 per 1m0s", d.Traces[1].Name + ": limit 10 per 1m0s",
 			seriesExact, seriesEstimate, seriesLimit, seriesWronglyAllowed}},
-		{"nearlimit-difference.svg", []string{seriesMeasured, seriesPoisson, "average difference D1"}},
+		{"nearlimit-difference.svg", []string{seriesMeasured, seriesPoisson, "average difference |E − N|/N"}},
 		{"nearlimit-side-by-side.svg", []string{"standard", "fixed", "misjudged requests", "average difference", "D1 (all)", "D3 (N ≥ L/2)", "worst sliding period admitted"}},
 	}
 	for _, tc := range tests {

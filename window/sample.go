@@ -92,11 +92,10 @@ func (v Verdict) String() string {
 // The zero Log is not usable; call Reset. A Log is not safe for concurrent
 // use.
 type Log struct {
-	limit        uint64
-	period       int64 // ns
-	width        int64 // coarse: sub-period length, ns; 0: every unit kept
-	countBlocked bool
-	judgeFrom    int64 // ns: requests before it are not judged
+	limit     uint64
+	period    int64 // ns
+	width     int64 // coarse: sub-period length, ns; 0: every unit kept
+	judgeFrom int64 // ns: requests before it are not judged
 
 	// Every unit: a ring of times (ns), oldest at head. Coarse: counts
 	// per sub-period j at slots[j % len(slots)], top the newest j.
@@ -111,7 +110,7 @@ type Log struct {
 func (l *Log) Reset(lim Limit, judgeFrom time.Time) {
 	var p params
 	p.init(lim)
-	*l = Log{limit: p.limit, period: int64(p.period), countBlocked: p.countBlocked, judgeFrom: judgeFrom.UnixNano()}
+	*l = Log{limit: p.limit, period: int64(p.period), judgeFrom: judgeFrom.UnixNano()}
 	if lim.Algorithm != SlidingWindow || lim.Soft {
 		l.limit = 0 // judges nothing
 	}

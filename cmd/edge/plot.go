@@ -32,7 +32,6 @@ func (f *replayFlags) plotData(ctx context.Context, in replay.Input, r *replay.R
 	if in.Rule.Algorithm != window.SlidingWindow {
 		other.Rule.Algorithm = window.SlidingWindow
 	}
-	opts.Progress = nil
 	second, err := replay.Run(ctx, other, opts)
 	if err != nil {
 		return err

@@ -107,6 +107,8 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			total += in.Sources // Suggest replays twice
 		case f.compare:
 			total += (len(replay.Algorithms) - 1) * in.Sources
+		case f.plot != "":
+			total += in.Sources // the second report of the side-by-side figure
 		}
 	}
 	bar := startProgress(stderr, f.progress, total)
@@ -405,6 +407,7 @@ func (f *replayFlags) replay(ctx context.Context, inputs []replay.Input, opts re
 			if err := f.plotData(ctx, in, r, opts); err != nil {
 				return nil, err
 			}
+			bar.next(in.Sources)
 		}
 	}
 	return func(w io.Writer) error {

@@ -276,12 +276,14 @@ func writeTiles(out io.Writer, plots [][]*plot.Plot, w, h vg.Length) error {
 }
 
 // ticks125 marks a log axis at 1, 2 and 5 times the powers of ten in its
-// range, with unlabelled minor ticks between (all labelled in a range of
-// under a decade): plot.LogTicks labels only
-// powers of ten, of which a narrow range may hold none.
+// range, with unlabelled minor ticks between: plot.LogTicks labels only
+// powers of ten, of which a narrow range may hold none. A range of under
+// a decade labels every tick, one of three decades or more only the
+// powers of ten.
 type ticks125 struct{}
 
 func (ticks125) Ticks(lo, hi float64) []plot.Tick {
+	decades := math.Log10(hi / lo)
 	var ts []plot.Tick
 	for e := math.Floor(math.Log10(lo)); e <= math.Ceil(math.Log10(hi)); e++ {
 		for m := 1.0; m < 10; m++ {
@@ -290,8 +292,11 @@ func (ticks125) Ticks(lo, hi float64) []plot.Tick {
 				continue
 			}
 			t := plot.Tick{Value: v}
-			if m == 1 || m == 2 || m == 5 || hi/lo < 10 {
+			if decades < 1 || m == 1 || (decades < 3 && (m == 2 || m == 5)) {
 				t.Label = strconv.FormatFloat(v, 'g', 3, 64)
+				if v >= 1 && v < 1e7 {
+					t.Label = strconv.FormatFloat(math.Round(v), 'f', -1, 64)
+				}
 			}
 			ts = append(ts, t)
 		}

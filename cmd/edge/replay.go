@@ -180,6 +180,9 @@ func (f *replayFlags) check() error {
 	if f.sample < 0 {
 		errs = append(errs, fmt.Errorf("-sample: must be at least 0, got %d", f.sample))
 	}
+	if f.sample > 0 && (f.compare || f.suggest) {
+		errs = append(errs, errors.New("-sample: not with -compare or -suggest; it reports on one replay's sliding window"))
+	}
 	if f.plot != "" && (f.compare || f.suggest) {
 		errs = append(errs, errors.New("-plot: not with -compare or -suggest; it draws one replay's figures"))
 	}

@@ -326,6 +326,7 @@ func TestReplayBadFlags(t *testing.T) {
 		{[]string{"replay", "-compare", "-plot", "d", log}, "-plot: not with -compare or -suggest"},
 		{[]string{"replay", "-plot-sources", "a", log}, "-plot-sources: only with -plot"},
 		{[]string{"replay", "-sample", "-1", log}, "-sample: must be at least 0, got -1"},
+		{[]string{"replay", "-sample", "5", "-suggest", log}, "-sample: not with -compare or -suggest"},
 	} {
 		t.Run(strings.Join(tt.args[1:], " "), func(t *testing.T) {
 			code, _, errOut := runEdge(tt.args...)

@@ -118,3 +118,60 @@ func TestBenchClientIsNotSampled(t *testing.T) {
 		t.Fatal("BenchmarkServeHTTP's client is in the default sample; pick another address")
 	}
 }
+
+// TestAccuracySampleAfterReload checks that a reload, which carries the
+// window's counters over but starts the sample afresh, does not count the
+// history the new logs lack as misjudgments: the new logs judge from one
+// period on.
+func TestAccuracySampleAfterReload(t *testing.T) {
+	cfg := rules.Config{
+		AccuracySample: 1,
+		Domains: []rules.DomainConfig{{Name: "d", Hosts: []string{"a.example.com"}, Respond: &rules.ResponseConfig{Body: "ok"},
+			Rules: []rules.RuleConfig{{Name: "per-ip", Limit: 5, Period: 10 * time.Second}}}},
+	}
+	table, err := rules.Compile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := newClock()
+	p, err := New(Options{Table: table, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func() int {
+		req := httptest.NewRequest("GET", "http://a.example.com/", nil)
+		req.RemoteAddr = "198.51.100.7:40000"
+		w := httptest.NewRecorder()
+		p.ServeHTTP(w, req)
+		clock.Advance(100 * time.Millisecond)
+		return w.Code
+	}
+	m := p.metrics
+	counts := func() (sampled, misjudged float64) {
+		return testutil.ToFloat64(m.sampled.WithLabelValues("d", "per-ip")),
+			testutil.ToFloat64(m.misjudged.WithLabelValues("d", "per-ip", "allowed")) +
+				testutil.ToFloat64(m.misjudged.WithLabelValues("d", "per-ip", "limited"))
+	}
+	for range 5 {
+		send()
+	}
+	if s, mis := counts(); s != 5 || mis != 0 {
+		t.Fatalf("before the reload: %v judged, %v misjudged; want 5, 0", s, mis)
+	}
+	if _, err := p.Reload(table, "again"); err != nil {
+		t.Fatal(err)
+	}
+	if code := send(); code != http.StatusTooManyRequests {
+		t.Fatalf("after the reload: status %d, want 429 from the carried counters", code)
+	}
+	if s, mis := counts(); s != 5 || mis != 0 {
+		t.Errorf("within a period of the reload: %v judged, %v misjudged; want 5, 0 (not judged)", s, mis)
+	}
+	clock.Advance(25 * time.Second) // the new log has seen a whole period
+	if code := send(); code != http.StatusOK {
+		t.Fatalf("later: status %d, want 200", code)
+	}
+	if s, mis := counts(); s != 6 || mis != 0 {
+		t.Errorf("a period after the reload: %v judged, %v misjudged; want 6, 0", s, mis)
+	}
+}

@@ -23,19 +23,25 @@ func (w *nopWriter) WriteHeader(s int)           { w.status = s }
 // lookup, client identity, every rule's decision, response fields, and a
 // static response. Forwarding is left out (it is net/http's cost).
 func BenchmarkServeHTTP(b *testing.B) {
+	// The client is not in the default accuracy sample (1 in 1000); the
+	// -sampled cases sample every key, -unsampled ones turn it off.
 	cases := []struct {
 		name    string
 		limit   int
 		headers string
 		status  int
+		sample  int // accuracy_sample; 0: the default
 	}{
-		{"allowed", 1_000_000_000, "blocked", 200},
-		{"allowed-with-fields", 1_000_000_000, "always", 200},
-		{"blocked", 1, "blocked", 429},
+		{"allowed", 1_000_000_000, "blocked", 200, 0},
+		{"allowed-with-fields", 1_000_000_000, "always", 200, 0},
+		{"blocked", 1, "blocked", 429, 0},
+		{"allowed-sample-off", 1_000_000_000, "blocked", 200, -1},
+		{"allowed-sampled", 1_000_000_000, "blocked", 200, 1},
+		{"blocked-sampled", 1, "blocked", 429, 1},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
-			p := benchProxy(b, rules.RuleConfig{Name: "per-ip", Limit: c.limit, Period: time.Minute, Headers: c.headers})
+			p := benchProxy(b, rules.RuleConfig{Name: "per-ip", Limit: c.limit, Period: time.Minute, Headers: c.headers}, c.sample)
 			req, _ := http.NewRequest("GET", "http://api.example.com/v1/items", nil)
 			req.RemoteAddr = "203.0.113.9:41000"
 			w := &nopWriter{h: make(http.Header)}
@@ -56,15 +62,22 @@ func BenchmarkServeHTTP(b *testing.B) {
 
 // benchProxy returns a Proxy answering api.example.com with a static
 // response under rule r, on a clock that stands still.
-func benchProxy(b *testing.B, r rules.RuleConfig) *Proxy {
+//
+// sample is accuracy_sample: 0 leaves the default, -1 turns it off.
+func benchProxy(b *testing.B, r rules.RuleConfig, sample int) *Proxy {
 	b.Helper()
-	table, err := rules.Compile(rules.Config{
+	cfg := rules.Config{
 		Domains: []rules.DomainConfig{{
 			Hosts:   []string{"api.example.com"},
 			Respond: &rules.ResponseConfig{Body: "ok"},
 			Rules:   []rules.RuleConfig{r},
 		}},
-	})
+	}
+	if sample != 0 {
+		cfg.AccuracySample = max(sample, 0)
+		cfg.Given = map[string]bool{"accuracy_sample": true}
+	}
+	table, err := rules.Compile(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -72,6 +72,10 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, d *domain, src *ru
 			return nil
 		}
 		rs.outcomes.observe(v.Decision)
+		if rs.judged && d.sample.Sampled(name) { // accuracy.go
+			v.sampled = true
+			rs.accuracy.observe(d.sample.Judge(v.id.Key, now, upfront(rs, cost), v.Decision))
+		}
 		if !v.Allowed || v.Remaining*2 <= rs.nodeCapacity() {
 			rs.top.observe(v.id.Key, !v.Allowed, func() string { return rules.KeyText(rs.Key, src) })
 		}
@@ -127,6 +131,8 @@ type verdict struct {
 	rule int       // index into domain.rules
 	cost int64     // what the request costs under the rule (cost.go)
 	id   window.ID // Name is in the request's keyBuffer
+	// sampled: the accuracy sample logged the request (accuracy.go).
+	sampled bool
 	window.Decision
 }
 
@@ -154,6 +160,9 @@ func putKeyBuffer(kb *keyBuffer) {
 func refund(d *domain, vs []verdict, tally window.Tally, now time.Time) {
 	for i := range vs {
 		if v := &vs[i]; !d.rules[v.rule].CountBlocked {
+			if v.sampled && v.Allowed && !v.Overflow {
+				d.sample.Refund(v.id.Key, now, upfront(&d.rules[v.rule], v.cost))
+			}
 			v.Decision = tally.Refund(v.id, v.Decision, now)
 		}
 	}

@@ -36,6 +36,10 @@ type metrics struct {
 	// The check listener (check.go).
 	checkAnswers *prometheus.CounterVec
 
+	// The accuracy sample (accuracy.go).
+	sampled   *prometheus.CounterVec
+	misjudged *prometheus.CounterVec
+
 	// Costs reported by origins (charge.go).
 	responseCostInvalid *prometheus.CounterVec
 
@@ -135,6 +139,14 @@ func newMetrics(p *Proxy, version string) *metrics {
 			Help:        "Always 1; labels carry the version of edge and of Go.",
 			ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()},
 		}),
+		sampled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edge_window_sampled_total",
+			Help: "Requests of the accuracy sample (accuracy_sample) judged: a sliding-window rule's decisions on a sampled key compared with an exact count of what the window counted for it in the last period. With Redis-shared counting the count is this node's own.",
+		}, []string{"domain", "rule"}),
+		misjudged: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edge_window_misjudged_total",
+			Help: "Requests of the accuracy sample that the window decided otherwise than the exact count would, by direction: allowed (the exact count would have limited it) or limited (it would have allowed it). Divide by edge_window_sampled_total for the misjudged share.",
+		}, []string{"domain", "rule", "direction"}),
 		responseCostInvalid: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_response_cost_invalid_total",
 			Help: "Costs an origin reported in a rule's response_cost_header that were not charged: not one non-negative integer of at most 1000000.",
@@ -194,7 +206,7 @@ func newMetrics(p *Proxy, version string) *metrics {
 func (m *metrics) register(reg prometheus.Registerer) error {
 	m.buildInfo.Set(1)
 	var errs []error
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.queued, m.reloads, m.lastReload, m.reloadOK, m.upstream, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.xffMalformed, m.checkAnswers, m.buildInfo, m.responseCostInvalid, m.bufferedBytes, m.bufferFull, m.inFlight, m.shedInFlight, m.shedRefused, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.queued, m.reloads, m.lastReload, m.reloadOK, m.upstream, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.xffMalformed, m.checkAnswers, m.buildInfo, m.sampled, m.misjudged, m.responseCostInvalid, m.bufferedBytes, m.bufferFull, m.inFlight, m.shedInFlight, m.shedRefused, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
 		errs = append(errs, reg.Register(c))
 	}
 	return errors.Join(errs...)
@@ -330,6 +342,8 @@ func (m *metrics) forget(old, st *state) {
 			m.queued.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			m.storeFallback.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			m.responseCostInvalid.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
+			m.sampled.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
+			m.misjudged.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			m.shedInFlight.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			m.shedRefused.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			continue
@@ -344,6 +358,10 @@ func (m *metrics) forget(old, st *state) {
 			}
 			if !ok || r.ResponseCostHeader == "" {
 				m.responseCostInvalid.DeleteLabelValues(od.Name, or.Name)
+			}
+			if !ok || !judged(r) || st.table.AccuracySample == 0 {
+				m.sampled.DeleteLabelValues(od.Name, or.Name)
+				m.misjudged.DeletePartialMatch(prometheus.Labels{"domain": od.Name, "rule": or.Name})
 			}
 		}
 	}

@@ -148,6 +148,9 @@ type domain struct {
 	queue *queue
 	// shed is the domain's load shedding (shed.go); nil when it has none.
 	shed *shedState
+	// sample is the accuracy sample of the domain's sliding-window rules
+	// (accuracy.go); nil when accuracy_sample is 0 or no rule is judged.
+	sample *window.Sample
 }
 
 // ruleState is a compiled rule with what limit and its answers need
@@ -168,6 +171,10 @@ type ruleState struct {
 	// invalidCost counts the invalid costs the origin reported in the
 	// rule's response_cost_header; nil for a rule without one.
 	invalidCost prometheus.Counter
+	// judged: the domain's accuracy sample judges the rule's decisions
+	// (accuracy.go), counting its verdicts in accuracy.
+	judged   bool
+	accuracy accuracyCounters
 }
 
 func newRuleState(r *rules.Rule, c ruleCounters) ruleState {
@@ -349,6 +356,9 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 				}
 			}
 			d.counter = d.store.Counter()
+			if d.sample, err = p.newSample(t, d, limits, prev != nil && prev.store != nil); err != nil {
+				return nil, err
+			}
 			if slices.ContainsFunc(rd.Rules, func(r *rules.Rule) bool { return r.MaxDelay > 0 }) {
 				d.queue = p.metrics.queue(rd.Name)
 				if prev != nil && prev.queue != nil {

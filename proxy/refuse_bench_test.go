@@ -31,7 +31,7 @@ import (
 //	go test -run='^$' -bench=Refuse -cpu 1,2 -count 10 ./proxy/
 func BenchmarkRefuse(b *testing.B) {
 	const clients = 100_000
-	p := benchProxy(b, rules.RuleConfig{Name: "per-ip", Limit: 1, Period: time.Minute})
+	p := benchProxy(b, rules.RuleConfig{Name: "per-ip", Limit: 1, Period: time.Minute}, 0)
 	defer p.Close()
 	addrs := make([]string, clients)
 	for i := range addrs {

@@ -179,6 +179,10 @@ var settings = []setting{
 	restarts("pop", func(t *rules.Table) any { return t.Pop }),
 	reloads("origin"),
 	reloads("max_keys"),
+	// A reload starts each domain's accuracy sample afresh (its logs
+	// judge from one period on, as the counters carried over have history
+	// they lack).
+	reloads("accuracy_sample"),
 	reloads("request_buffer"),
 	reloads("max_request_body"),
 	reloads("max_buffered_bytes"),

@@ -189,7 +189,7 @@ func group(recs []trace.Record, id func(i int) (string, bool), name func(i int) 
 		if !seen {
 			j = len(srcs)
 			index[k] = j
-			srcs = append(srcs, Source{Name: name(i)})
+			srcs = append(srcs, Source{Name: name(i), Key: k})
 		}
 		srcs[j].Times = append(srcs[j].Times, recs[i].Time)
 	}

@@ -83,6 +83,10 @@ type Source struct {
 	// Times are the request times in µs since the Unix epoch, ascending;
 	// equal times keep their order.
 	Times []int64
+	// Key is the source's client key as the proxy builds it
+	// (rules.AppendKey), which decides whether the accuracy sample takes
+	// it (window.Sampled); "" means Name.
+	Key string
 }
 
 // Input is what a replay reads: a rule and its sources. Make one with
@@ -100,6 +104,7 @@ type Input struct {
 	probe   func(try trace.Try) []int64
 	class   func(i int) int
 	srcName func(i int) string
+	srcKey  func(i int) string // what window.Sampled hashes
 }
 
 // CellInput replays a synthetic cell under its own rule.
@@ -117,6 +122,7 @@ func CellInput(c *trace.Cell) Input {
 			return strconv.Itoa(i)
 		},
 	}
+	in.srcKey = in.srcName
 	if c.Adaptive() {
 		in.probe = c.Probe
 	} else {
@@ -136,6 +142,7 @@ func SourcesInput(name string, rule Rule, srcs []Source) Input {
 			return append(buf, srcs[i].Times...)
 		},
 		srcName: func(i int) string { return srcs[i].Name },
+		srcKey:  func(i int) string { return cmp.Or(srcs[i].Key, srcs[i].Name) },
 	}
 }
 
@@ -156,6 +163,15 @@ type Options struct {
 	// proxy sees them, instead of one source at a time. It holds the whole
 	// trace in memory; results must not change.
 	Interleaved bool
+	// Sample, when positive, also judges the store's decisions as the
+	// proxy's accuracy sample (accuracy_sample) does: for the sources
+	// whose key window.Sampled takes at 1 in Sample, against a
+	// window.Log of what the store counted, in both counting modes; the
+	// figures are Report.Sample. 0 samples nothing.
+	Sample int
+	// ByRate, for the sliding window, also reports the average difference
+	// by the exact count each request saw (Report.ByRate).
+	ByRate bool
 	// Progress, when set, is called after each source with the number of
 	// sources finished so far. It is called from several goroutines at once.
 	Progress func(done int)
@@ -263,6 +279,22 @@ func (r *runner) keys(s *window.Store, i int) (window.Key, window.Key) {
 	return s.KeyString(ruleAll, id), s.KeyString(ruleAdmitted, id)
 }
 
+// sample makes tr judge source i's decisions as the accuracy sample does,
+// if the sample takes the source.
+func (r *runner) sample(tr *tracker, i int) {
+	if r.opts.Sample <= 0 || r.in.srcKey == nil || !window.Sampled([]byte(r.in.srcKey(i)), r.opts.Sample) {
+		return
+	}
+	if tr.logs == nil {
+		tr.logs = new([2]window.Log)
+	}
+	from := time.Unix(0, 0)
+	tr.logs[ruleAll].Reset(r.limits[ruleAll], from)
+	tr.logs[ruleAdmitted].Reset(r.limits[ruleAdmitted], from)
+	tr.sampled = true
+	tr.a.sampled = 1
+}
+
 // record adds source i's results and reports progress.
 func (r *runner) record(i int, tr *tracker) {
 	a, peak := tr.finish()
@@ -285,6 +317,7 @@ func (r *runner) adaptive() {
 	store, _ := r.newStore(1)
 	tr := &tracker{p: r.p, store: store}
 	tr.reset(r.keys(store, 0))
+	r.sample(tr, 0)
 	r.in.probe(func(t int64) (bool, time.Duration) {
 		all, d := tr.step(t)
 		if r.opts.observe != nil {
@@ -346,6 +379,7 @@ func (r *runner) replaySource(tr *tracker, i int, times []int64) {
 	store, _ := r.newStore(1)
 	tr.store = store
 	tr.reset(r.keys(store, i))
+	r.sample(tr, i)
 	for _, t := range times {
 		all, d := tr.step(t)
 		if r.opts.observe != nil {
@@ -381,6 +415,12 @@ func (r *runner) report(stats window.Stats, capacity int) *Report {
 		Peaks:         peakStats(r.peaks),
 		peaks:         r.peaks,
 	}
+	if r.opts.Sample > 0 {
+		rep.Sample = sampleReport(&all, r.opts.Sample)
+	}
+	if r.opts.ByRate && r.p.estimate {
+		rep.ByRate = rateBins(&all)
+	}
 	rep.CountAll.Missed = listSources(in, r.peaks, r.verdicts, verdictFN, in.Rule.Limit)
 	rep.CountAll.WronglyLimitedSources = listSources(in, r.peaks, r.verdicts, verdictFP, in.Rule.Limit)
 	for c, name := range in.Classes {
@@ -405,6 +445,7 @@ func (r *runner) interleave(ctx context.Context, store *window.Store) {
 		times[i] = in.times(i, nil)
 		trs[i] = tracker{p: r.p, store: store}
 		trs[i].reset(r.keys(store, i))
+		r.sample(&trs[i], i)
 	}
 	// A k-way merge on (time, source): a binary heap of source indices.
 	pos := make([]int, in.Sources)

@@ -30,8 +30,55 @@ type Report struct {
 	// classes.
 	Classes []ClassReport `json:"classes,omitempty"`
 	Store   StoreReport   `json:"store"`
+	// Sample is what the proxy's accuracy sample would report for the
+	// same traffic (Options.Sample); nil when not asked for.
+	Sample *SampleReport `json:"sample,omitempty"`
+	// ByRate is the average difference by the exact count each request
+	// saw, in requests per period (Options.ByRate); nil when not asked
+	// for, or for an algorithm without an estimate.
+	ByRate []RateBin `json:"by_rate,omitempty"`
 
 	peaks []int64 // per source, for Suggest
+}
+
+// SampleReport is what edge's accuracy sample (accuracy_sample: Every)
+// reports for a replay's traffic, as edge_window_sampled_total and
+// edge_window_misjudged_total would: over the sampled sources, the store's
+// decisions judged against an exact log of what the store itself counted.
+// In count-all mode that log is the exact log of CountAll, so the figures
+// are CountAll's restricted to the sample; in count-admitted mode it holds
+// what the store admitted, not what an exact limiter would have.
+type SampleReport struct {
+	Every    int   `json:"every"`
+	Sources  int   `json:"sources"`
+	Requests int64 `json:"requests"`
+	// CountAll is a rule with count_blocked: true, CountAdmitted one with
+	// count_blocked: false.
+	CountAll      SampleCounts `json:"count_all"`
+	CountAdmitted SampleCounts `json:"count_admitted"`
+}
+
+// SampleCounts are the verdicts of the sample's logs. Judged excludes
+// requests decided by a mitigation and, for limits above window.LogUnits,
+// those whose verdict the coarse log could not tell.
+type SampleCounts struct {
+	Judged            int64   `json:"judged"`
+	WronglyAllowed    int64   `json:"wrongly_allowed"`
+	WronglyLimited    int64   `json:"wrongly_limited"`
+	MisjudgedFraction float64 `json:"misjudged_fraction"`
+}
+
+func sampleReport(a *acc, every int) *SampleReport {
+	counts := func(s sampleAcc) SampleCounts {
+		return SampleCounts{
+			Judged: s.judged, WronglyAllowed: s.wronglyAllowed, WronglyLimited: s.wronglyLimited,
+			MisjudgedFraction: frac(s.wronglyAllowed+s.wronglyLimited, s.judged),
+		}
+	}
+	return &SampleReport{
+		Every: every, Sources: a.sampled, Requests: a.sampleRequests,
+		CountAll: counts(a.sample[ruleAll]), CountAdmitted: counts(a.sample[ruleAdmitted]),
+	}
 }
 
 // RuleReport is the replayed rule.
@@ -236,6 +283,12 @@ func writeDetails(w io.Writer, r *Report) error {
 	}
 	fmt.Fprintf(&b, "\n%s: D3 (N ≥ L/2) %s, requests near the limit (0.8L ≤ N < 1.2L) %s, peak per source p50 %d p99 %d p99.9 %d max %d",
 		r.Name, estimate(r.Rule, pct(c.D3)), pct(c.CriticalShare), r.Peaks.P50, r.Peaks.P99, r.Peaks.P999, r.Peaks.Max)
+	if s := r.Sample; s != nil {
+		fmt.Fprintf(&b, "; accuracy sample 1 in %d: %d sources, %d requests, count-all misjudged %d of %d judged (%s: %d allowed, %d limited), count-admitted %d of %d (%s: %d allowed, %d limited)",
+			s.Every, s.Sources, s.Requests,
+			s.CountAll.WronglyAllowed+s.CountAll.WronglyLimited, s.CountAll.Judged, pct(s.CountAll.MisjudgedFraction), s.CountAll.WronglyAllowed, s.CountAll.WronglyLimited,
+			s.CountAdmitted.WronglyAllowed+s.CountAdmitted.WronglyLimited, s.CountAdmitted.Judged, pct(s.CountAdmitted.MisjudgedFraction), s.CountAdmitted.WronglyAllowed, s.CountAdmitted.WronglyLimited)
+	}
 	if r.Store.Shared && (r.Store.Evicted > 0 || r.Store.Overflowed > 0) {
 		fmt.Fprintf(&b, "; store capacity %d sources: %d evicted, %d overflowed (these distort the comparison)",
 			r.Store.Capacity, r.Store.Evicted, r.Store.Overflowed)

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"math"
+	"math/bits"
 	"time"
 
 	"github.com/edgerate/edge/window"
@@ -77,8 +78,14 @@ type tracker struct {
 	exAdm, apAdm     ring
 	exBurst, apBurst ring
 
+	// The accuracy sample's logs of what the store counted, by store rule
+	// (ruleAll, ruleAdmitted), when the source is sampled.
+	sampled bool
+	logs    *[2]window.Log
+
 	lastEst     float64 // the estimate before the last request, for tests
 	lastN       int64   // the exact count before the last request, for tests
+	lastExact   bool    // the exact log's count-all decision on the last request (Follow)
 	maxN        int64   // largest exact count before a request (count-all)
 	exDenied    bool
 	apDenied    bool
@@ -95,7 +102,7 @@ func (t *tracker) reset(kAll, kAdm window.Key) {
 	}
 	*t = tracker{
 		p: t.p, store: t.store, kAll: kAll, kAdm: kAdm,
-		all: all, exAdm: ex, apAdm: ap, exBurst: exB, apBurst: apB,
+		all: all, exAdm: ex, apAdm: ap, exBurst: exB, apBurst: apB, logs: t.logs,
 	}
 }
 
@@ -154,8 +161,12 @@ func (t *tracker) stepAll(at int64, now time.Time) bool {
 		t.prev, t.curr, t.win = 0, 0, w
 	}
 	est := float64(t.prev)*float64(p.period-e)/float64(p.period) + float64(t.curr)
-	t.lastEst, t.lastN = est, n
-	apAllow := t.store.Allow(t.kAll, now).Allowed
+	t.lastEst, t.lastN, t.lastExact = est, n, exAllow
+	d := t.store.Allow(t.kAll, now)
+	apAllow := d.Allowed
+	if t.sampled {
+		t.a.sample[ruleAll].add(t.logs[ruleAll].Judge(now, 1, d))
+	}
 	t.all.push(at)
 	t.curr++
 	t.tallyAll(n, est, exAllow, apAllow)
@@ -194,6 +205,10 @@ func (t *tracker) tallyAll(n int64, est float64, exAllow, apAllow bool) {
 	if n >= 1 {
 		a.d1Sum += ad / float64(n)
 		a.d1N++
+		b := &a.byN[bits.Len64(uint64(n))-1]
+		b.d1Sum += ad / float64(n)
+		b.nSum += float64(n)
+		b.requests++
 	}
 	if 2*n >= p.limit {
 		a.d3Sum += ad / float64(n)
@@ -221,6 +236,10 @@ func (t *tracker) stepAdmitted(at int64, now time.Time) window.Decision {
 		t.exAdmDenied = true
 	}
 	d := t.store.Allow(t.kAdm, now)
+	if t.sampled {
+		t.a.sample[ruleAdmitted].add(t.logs[ruleAdmitted].Judge(now, 1, d))
+		t.a.sampleRequests++
+	}
 	if d.Allowed {
 		t.apAdm.expire(at - p.period)
 		t.apAdm.push(at)
@@ -298,6 +317,29 @@ type acc struct {
 	admSrcExactLimited, admSrcApproxLimited int
 	overExact, overApprox                   int64
 	burstExact, burstApprox                 int64
+
+	// The accuracy sample: sources sampled, their requests, and the
+	// verdicts of their logs by store rule.
+	sampled        int
+	sampleRequests int64
+	sample         [2]sampleAcc
+
+	byN [nBins]nBin // the average difference by exact count (Options.ByRate)
+}
+
+// sampleAcc counts a sample log's verdicts.
+type sampleAcc struct{ judged, wronglyAllowed, wronglyLimited int64 }
+
+func (s *sampleAcc) add(v window.Verdict) {
+	switch v {
+	case window.NotJudged:
+		return
+	case window.WronglyAllowed:
+		s.wronglyAllowed++
+	case window.WronglyLimited:
+		s.wronglyLimited++
+	}
+	s.judged++
 }
 
 func (a *acc) add(b *acc) {
@@ -330,4 +372,16 @@ func (a *acc) add(b *acc) {
 	a.overApprox = max(a.overApprox, b.overApprox)
 	a.burstExact = max(a.burstExact, b.burstExact)
 	a.burstApprox = max(a.burstApprox, b.burstApprox)
+	a.sampled += b.sampled
+	a.sampleRequests += b.sampleRequests
+	for i := range a.byN {
+		a.byN[i].d1Sum += b.byN[i].d1Sum
+		a.byN[i].nSum += b.byN[i].nSum
+		a.byN[i].requests += b.byN[i].requests
+	}
+	for i := range a.sample {
+		a.sample[i].judged += b.sample[i].judged
+		a.sample[i].wronglyAllowed += b.sample[i].wronglyAllowed
+		a.sample[i].wronglyLimited += b.sample[i].wronglyLimited
+	}
 }

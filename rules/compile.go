@@ -53,6 +53,9 @@ const (
 	// maxConnections is Linux's default ceiling on open files per
 	// process (fs.nr_open): a cap above it could never be reached.
 	maxConnections = 1 << 20
+	// maxAccuracySample is the sparsest accuracy sample: one key in a
+	// billion.
+	maxAccuracySample = 1_000_000_000
 )
 
 // Compile applies defaults to the zero fields of cfg, validates it and
@@ -113,6 +116,14 @@ func Compile(cfg Config) (*Table, error) {
 	maxKeysOK := t.MaxKeys >= 1 && t.MaxKeys <= math.MaxInt32
 	if !maxKeysOK {
 		p.add("max_keys", "must be between 1 and %d, got %d", math.MaxInt32, t.MaxKeys)
+	}
+
+	t.AccuracySample = cfg.AccuracySample
+	if t.AccuracySample == 0 && !cfg.Given["accuracy_sample"] {
+		t.AccuracySample = DefaultAccuracySample
+	}
+	if t.AccuracySample < 0 || t.AccuracySample > maxAccuracySample {
+		p.add("accuracy_sample", "must be between 0 (off) and %d, got %d", maxAccuracySample, t.AccuracySample)
 	}
 
 	t.TrustedProxies = compileTrustedProxies(&p, cfg.ClientIP.TrustedProxies)

@@ -690,3 +690,42 @@ func TestCompileWhatCounts(t *testing.T) {
 		}
 	}
 }
+
+func TestAccuracySample(t *testing.T) {
+	tests := []struct {
+		name    string
+		value   int
+		given   bool
+		want    int
+		wantErr string
+	}{
+		{name: "left out", want: DefaultAccuracySample},
+		{name: "0 given is off", value: 0, given: true, want: 0},
+		{name: "every key", value: 1, given: true, want: 1},
+		{name: "negative", value: -1, given: true, wantErr: "accuracy_sample: must be between 0 (off) and 1000000000, got -1"},
+		{name: "too sparse", value: 1_000_000_001, given: true, wantErr: "accuracy_sample: must be between 0 (off) and 1000000000, got 1000000001"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Config{AccuracySample: tc.value, Domains: []DomainConfig{{
+				Hosts: []string{"a.example.com"}, Respond: &ResponseConfig{Body: "ok"},
+			}}}
+			if tc.given {
+				cfg.Given = map[string]bool{"accuracy_sample": true}
+			}
+			tb, err := Compile(cfg)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("got error %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tb.AccuracySample != tc.want {
+				t.Errorf("got %d, want %d", tb.AccuracySample, tc.want)
+			}
+		})
+	}
+}

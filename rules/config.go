@@ -10,10 +10,13 @@ import "time"
 
 // Defaults applied by [Compile] to zero-valued fields of [Config].
 const (
-	DefaultListen         = ":8080"
-	DefaultAdminListen    = "127.0.0.1:9090"
-	DefaultPop            = "local"
-	DefaultMaxKeys        = 1_000_000
+	DefaultListen      = ":8080"
+	DefaultAdminListen = "127.0.0.1:9090"
+	DefaultPop         = "local"
+	DefaultMaxKeys     = 1_000_000
+	// DefaultAccuracySample is accuracy_sample when the file leaves it out:
+	// one client key in 1000.
+	DefaultAccuracySample = 1000
 	DefaultMaxQueued      = 1000
 	DefaultIPv6Prefix     = 64
 	DefaultMaxHeaderBytes = 64 << 10
@@ -74,6 +77,12 @@ type Config struct {
 	// MaxKeys bounds the number of rate-limit keys tracked across all
 	// domains. Default 1_000_000; valid 1..2147483647.
 	MaxKeys int `mapstructure:"max_keys"`
+	// AccuracySample samples one client key in AccuracySample for the live
+	// accuracy metric: the sampled keys of sliding-window rules also keep
+	// an exact log of their recent requests, against which every decision
+	// on them is judged. Default 1000 when left out; 0 turns it off; valid
+	// 0..1_000_000_000.
+	AccuracySample int `mapstructure:"accuracy_sample"`
 	// ClientIP says how the client address is derived.
 	ClientIP ClientIPConfig `mapstructure:"client_ip"`
 	// Timeouts bound the phases of a request.

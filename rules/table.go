@@ -28,6 +28,10 @@ type Table struct {
 
 	MaxKeys int // keys tracked across all domains
 
+	// AccuracySample is the live accuracy metric's sample: one client key
+	// in AccuracySample; 0 samples none.
+	AccuracySample int
+
 	// TrustedProxies are masked prefixes, IPv4-mapped IPv6 prefixes
 	// unmapped to IPv4, in config order.
 	TrustedProxies []netip.Prefix

@@ -64,6 +64,10 @@ type replayFlags struct {
 	headroom     float64
 	capacity     int
 	workers      int
+	sample       int
+	plot         string
+	plotSources  string
+	command      string // the command line, for the figures
 	files        []string
 	set          map[string]bool // flags given on the command line
 
@@ -82,6 +86,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return 2
 	}
 	f.files = fs.Args()
+	f.command = strings.Join(append([]string{"edge", "replay"}, args...), " ")
 	f.set = map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
 	if err := f.check(); err != nil {
@@ -102,10 +107,12 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			total += in.Sources // Suggest replays twice
 		case f.compare:
 			total += (len(replay.Algorithms) - 1) * in.Sources
+		case f.plot != "":
+			total += in.Sources // the second report of the side-by-side figure
 		}
 	}
 	bar := startProgress(stderr, f.progress, total)
-	opts := replay.Options{Workers: f.workers, Capacity: f.capacity, Interleaved: f.capacity > 0, Progress: bar.update}
+	opts := replay.Options{Workers: f.workers, Capacity: f.capacity, Interleaved: f.capacity > 0, Progress: bar.update, Sample: f.sample}
 	start := time.Now()
 	out, err := f.replay(ctx, inputs, opts, bar)
 	bar.stop()
@@ -119,6 +126,12 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err := out(stdout); err != nil {
 		fmt.Fprintf(stderr, "edge replay: writing output: %v\n", err)
 		return 1
+	}
+	if f.plot != "" {
+		if err := drawPlots(ctx, f.plot, stderr); err != nil {
+			fmt.Fprintf(stderr, "edge replay: %v\n", err)
+			return 1
+		}
 	}
 	return 0
 }
@@ -155,12 +168,27 @@ func newReplayFlagSet(stderr io.Writer, f *replayFlags) *flag.FlagSet {
 	fs.Float64Var(&f.headroom, "headroom", 0.2, "with -suggest: headroom over that percentile (0.2 = 20%)")
 	fs.IntVar(&f.capacity, "capacity", 0, "replay every source through one shared store of `N` sources, in time order (0: a store per source)")
 	fs.IntVar(&f.workers, "workers", 0, "`N` sources replayed at once (0: GOMAXPROCS); results do not depend on it")
+	fs.IntVar(&f.sample, "sample", 0, "also report what accuracy_sample: `N` would: the store's decisions on the sources it samples, judged against an exact log of what the store counted (0: not)")
+	fs.StringVar(&f.plot, "plot", "", "also draw SVG figures into directory `DIR` (with edge-plot, a separate command of this module; see docs/accuracy.md)")
+	fs.StringVar(&f.plotSources, "plot-sources", "", "with -plot: the sources to follow, comma-separated `NAMES` as the report names them (default: the top missed and wrongly limited ones)")
 	return fs
 }
 
 // check validates the combination of flags.
 func (f *replayFlags) check() error {
 	var errs []error
+	if f.sample < 0 {
+		errs = append(errs, fmt.Errorf("-sample: must be at least 0, got %d", f.sample))
+	}
+	if f.sample > 0 && (f.compare || f.suggest) {
+		errs = append(errs, errors.New("-sample: not with -compare or -suggest; it reports on one replay's sliding window"))
+	}
+	if f.plot != "" && (f.compare || f.suggest) {
+		errs = append(errs, errors.New("-plot: not with -compare or -suggest; it draws one replay's figures"))
+	}
+	if f.plotSources != "" && f.plot == "" {
+		errs = append(errs, errors.New("-plot-sources: only with -plot"))
+	}
 	ruleFlags := []string{"limit", "period", "key", "mitigation"}
 	if f.synthetic != "" {
 		if len(f.files) > 0 {
@@ -370,12 +398,20 @@ func (f *replayFlags) replay(ctx context.Context, inputs []replay.Input, opts re
 			bar.next(2 * in.Sources)
 			continue
 		}
-		r, err := replay.Run(ctx, in, opts)
+		runOpts := opts
+		runOpts.ByRate = f.plot != ""
+		r, err := replay.Run(ctx, in, runOpts)
 		if err != nil {
 			return nil, err
 		}
 		doc.Reports = append(doc.Reports, r)
 		bar.next(in.Sources)
+		if f.plot != "" {
+			if err := f.plotData(ctx, in, r, opts); err != nil {
+				return nil, err
+			}
+			bar.next(in.Sources)
+		}
 	}
 	return func(w io.Writer) error {
 		if f.json {

@@ -323,6 +323,10 @@ func TestReplayBadFlags(t *testing.T) {
 		{[]string{"replay", "-config", "x.yaml", "-algorithm", "token_bucket", log}, "-algorithm: not with -config"},
 		{[]string{"replay", "-config", "x.yaml", "-burst", "3", log}, "-burst: not with -config"},
 		{[]string{"replay", "-compare", "-suggest", log}, "-compare: not with -suggest"},
+		{[]string{"replay", "-compare", "-plot", "d", log}, "-plot: not with -compare or -suggest"},
+		{[]string{"replay", "-plot-sources", "a", log}, "-plot-sources: only with -plot"},
+		{[]string{"replay", "-sample", "-1", log}, "-sample: must be at least 0, got -1"},
+		{[]string{"replay", "-sample", "5", "-suggest", log}, "-sample: not with -compare or -suggest"},
 	} {
 		t.Run(strings.Join(tt.args[1:], " "), func(t *testing.T) {
 			code, _, errOut := runEdge(tt.args...)

@@ -101,6 +101,9 @@ type Config struct {
 	// Cluster says whether the nodes of a PoP share their counters, and
 	// how. The default, store local, shares nothing.
 	Cluster ClusterConfig `mapstructure:"cluster"`
+	// RLS runs edge as Envoy's rate limit service (gRPC), counting the
+	// descriptors of Lyft's ratelimit configuration files. Off by default.
+	RLS RLSConfig `mapstructure:"rls"`
 	// Domains are the sites served; at least one is required.
 	Domains []DomainConfig `mapstructure:"domains"`
 

@@ -49,6 +49,9 @@ type Table struct {
 
 	Cluster Cluster
 
+	// RLS is the rate limit service's section; RLS.Listen "" means off.
+	RLS RLS
+
 	// Domains in config order; Domains[i].Index == i.
 	Domains []*Domain
 

@@ -7,11 +7,13 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/edgerate/edge/proxy"
+	"github.com/edgerate/edge/rls"
 	"github.com/edgerate/edge/rules"
 )
 
@@ -38,9 +40,15 @@ type reloader struct {
 	// applies, before the reload is logged.
 	applied func(*rules.Table)
 
+	// rls, if set, is the rate limit service: each reload also reloads
+	// the Lyft files the rls section names, and a change to any of them
+	// is a change of the configuration.
+	rls *rls.Service
+
 	mu       sync.Mutex // serialises reloads from the signal and the poll
 	lastStat fileStamp
 	lastHash string
+	lastRLS  []fileStamp // rlsStamp of the last configuration read
 }
 
 type fileStamp struct {
@@ -72,6 +80,7 @@ func newReloader(path, hash string, p *proxy.Proxy, log *slog.Logger, level *slo
 			rl.lastStat = stampOf(fi)
 		}
 	}
+	rl.lastRLS = rlsStamp(path, p.Table())
 	return rl
 }
 
@@ -106,9 +115,12 @@ func (rl *reloader) run(ctx context.Context) {
 func (rl *reloader) reload(force bool) {
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
+	// The Lyft files are those the running configuration names; a new
+	// main file naming others is a change of the main file.
+	rlsSame := rl.rls == nil || slices.Equal(rlsStamp(rl.path, rl.proxy.Table()), rl.lastRLS)
 	if rl.path != "" && !force {
 		fi, err := os.Stat(rl.path)
-		if err != nil || stampOf(fi) == rl.lastStat {
+		if err != nil || (stampOf(fi) == rl.lastStat && rlsSame) {
 			return
 		}
 		rl.lastStat = stampOf(fi)
@@ -119,7 +131,7 @@ func (rl *reloader) reload(force bool) {
 		return
 	}
 	hash := configHash(data)
-	if hash == rl.lastHash && !force {
+	if hash == rl.lastHash && !force && rlsSame {
 		return
 	}
 	table, err := parseConfig(data)
@@ -127,10 +139,25 @@ func (rl *reloader) reload(force bool) {
 		rl.failed(err, hash)
 		return
 	}
+	var rc *rls.Config
+	if rl.rls != nil {
+		rl.lastRLS = rlsStamp(rl.path, table)
+		if rc, err = loadRLS(rl.path, table); err != nil {
+			rl.failed(err, hash)
+			return
+		}
+	}
 	res, err := rl.proxy.Reload(table, hash)
 	if err != nil {
 		rl.failed(err, hash)
 		return
+	}
+	if rc != nil {
+		if err := rl.rls.Reload(table, rc); err != nil {
+			rl.failed(err, hash)
+			return
+		}
+		warnRLS(rl.log, rc)
 	}
 	rl.lastHash = hash
 	if rl.applied != nil {

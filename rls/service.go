@@ -227,11 +227,11 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 	}
 	st := s.state.Load()
 	now := s.now()
-	ds := st.domains[req.GetDomain()]
 	resp := &pb.RateLimitResponse{
 		OverallCode: pb.RateLimitResponse_OK,
 		Statuses:    make([]*pb.RateLimitResponse_DescriptorStatus, len(req.Descriptors)),
 	}
+	ds := st.domains[req.GetDomain()]
 	if ds == nil {
 		// Lyft answers OK for a domain it does not know; so does edge,
 		// and counts it without naming it (the name is the client's).
@@ -241,10 +241,39 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 		s.metrics.unknownDomain.Inc()
 		return resp, nil
 	}
-
-	matched := make([]*Descriptor, len(req.Descriptors))
-	var replaced map[string]bool
+	c := call{ds: ds, now: now, fixed: st.algorithm == rules.FixedWindow, resp: resp}
+	if ds.counter != nil {
+		c.tally = ds.counter.Begin()
+		defer c.tally.End()
+	}
+	matched, replaced := ds.matchAll(req.Descriptors)
 	for i, d := range req.Descriptors {
+		if !c.decide(i, d, matched[i], replaced, req.GetHitsAddend()) {
+			c.refund()
+			s.metrics.unavailable.Inc()
+			return nil, status.Error(codes.Unavailable, "the shared counter store did not answer in time")
+		}
+	}
+	if c.failed > 0 || (c.quotaTotal > 0 && c.quotaFailed == c.quotaTotal) {
+		resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
+		// A refused request counts nowhere (edge's rule): give back what
+		// the other descriptors counted. Fixed windows count everything,
+		// as Lyft does, and keep nothing to give back.
+		c.refund()
+	}
+	if st.headers {
+		resp.ResponseHeadersToAdd = responseHeaders(resp.Statuses)
+	}
+	ds.requests[codeOf(resp.OverallCode)].Inc()
+	return resp, nil
+}
+
+// matchAll matches each descriptor to its entry (nil for none) and
+// gathers the names the matched limits replace.
+func (ds *domainState) matchAll(descs []*rlspb.RateLimitDescriptor) ([]*Descriptor, map[string]bool) {
+	matched := make([]*Descriptor, len(descs))
+	var replaced map[string]bool
+	for i, d := range descs {
 		e := ds.Match(d.GetEntries())
 		matched[i] = e
 		if e != nil && len(e.Limit.Replaces) > 0 {
@@ -256,95 +285,99 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 			}
 		}
 	}
+	return matched, replaced
+}
 
-	var tally window.Tally
-	if ds.counter != nil {
-		tally = ds.counter.Begin()
-		defer tally.End()
+// call is one ShouldRateLimit call's account: its tally, the decisions
+// it may have to give back, and the tallies of refusals.
+type call struct {
+	ds    *domainState
+	tally window.Tally
+	now   time.Time
+	fixed bool // rls.algorithm fixed_window: nothing is given back
+	resp  *pb.RateLimitResponse
+	name  []byte // scratch for counter names
+
+	allowed                         []counted
+	failed, quotaFailed, quotaTotal int
+}
+
+// counted is an allowed decision that a refusal may give back.
+type counted struct {
+	id window.ID
+	d  window.Decision
+	i  int // the descriptor's index
+}
+
+// decide sets the status of descriptor i, d, matched to entry e (nil for
+// none). It reports false if the shared store could not decide.
+func (c *call) decide(i int, d *rlspb.RateLimitDescriptor, e *Descriptor, replaced map[string]bool, hits uint32) bool {
+	ds := c.ds
+	switch {
+	case e == nil:
+		c.resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
+		ds.noLimit.add(outcomeNoLimit)
+		return true
+	case e.Limit.Unlimited:
+		c.resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+		ds.stats[e].add(outcomeUnlimited)
+		return true
+	case e.Limit.Name != "" && replaced[e.Limit.Name]:
+		c.resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
+		ds.stats[e].add(outcomeReplaced)
+		return true
 	}
-	type counted struct {
-		id window.ID
-		d  window.Decision
-		i  int
+	cost := int64(max(hits, 1))
+	if h := d.GetHitsAddend(); h != nil {
+		cost = int64(min(h.GetValue(), math.MaxInt64))
 	}
-	var allowed []counted
-	var name []byte
-	failed, quotaFailed, quotaTotal := 0, 0, 0
-	for i, d := range req.Descriptors {
-		e := matched[i]
-		switch {
-		case e == nil:
-			resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
-			ds.noLimit.add(outcomeNoLimit)
-			continue
-		case e.Limit.Unlimited:
-			resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
-			ds.stats[e].add(outcomeUnlimited)
-			continue
-		case e.Limit.Name != "" && replaced[e.Limit.Name]:
-			resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
-			ds.stats[e].add(outcomeReplaced)
-			continue
+	var dec window.Decision
+	if e.Limit.RequestsPerUnit == 0 {
+		// Nothing is ever allowed; the store cannot hold a limit of 0.
+		dec = window.Decision{Reset: untilPeriodEnd(c.now, ds.limits[e.Rule].Period)}
+	} else {
+		c.name = ds.appendName(c.name[:0], d.GetEntries())
+		id := window.ID{Key: ds.store.Key(e.Rule, c.name), Name: c.name}
+		dec = c.tally.Decide(id, cost, c.now)
+		if dec.Unavailable {
+			return false
 		}
-		cost := int64(max(req.GetHitsAddend(), 1))
-		if h := d.GetHitsAddend(); h != nil {
-			cost = int64(min(h.GetValue(), math.MaxInt64))
-		}
-		lim := ds.limits[e.Rule]
-		var dec window.Decision
-		if e.Limit.RequestsPerUnit == 0 {
-			// Nothing is ever allowed; the store cannot hold a limit of 0.
-			dec = window.Decision{Reset: untilPeriodEnd(now, lim.Period)}
-		} else {
-			name = ds.appendName(name[:0], d.GetEntries())
-			id := window.ID{Key: ds.store.Key(e.Rule, name), Name: name}
-			dec = tally.Decide(id, cost, now)
-			if dec.Unavailable {
-				for _, c := range allowed {
-					tally.Refund(c.id, c.d, now)
-				}
-				s.metrics.unavailable.Inc()
-				return nil, status.Error(codes.Unavailable, "the shared counter store did not answer in time")
-			}
-			if dec.Allowed && st.algorithm != rules.FixedWindow {
-				allowed = append(allowed, counted{id: window.ID{Key: id.Key, Name: slices.Clone(name)}, d: dec, i: i})
-			}
-		}
-		resp.Statuses[i] = descriptorStatus(e, dec)
-		over := !dec.Allowed
-		switch {
-		case over && e.ShadowMode:
-			resp.Statuses[i].Code = pb.RateLimitResponse_OK
-			ds.stats[e].add(outcomeShadow)
-		case over:
-			ds.stats[e].add(outcomeOver)
-		default:
-			ds.stats[e].add(outcomeOK)
-		}
-		if e.QuotaMode {
-			quotaTotal++
-			if over && !e.ShadowMode {
-				quotaFailed++
-			}
-		} else if over && !e.ShadowMode {
-			failed++
+		if dec.Allowed && !c.fixed {
+			c.allowed = append(c.allowed, counted{id: window.ID{Key: id.Key, Name: slices.Clone(c.name)}, d: dec, i: i})
 		}
 	}
-	if failed > 0 || (quotaTotal > 0 && quotaFailed == quotaTotal) {
-		resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
-		// A refused request counts nowhere (edge's rule): give back what
-		// the other descriptors counted. Fixed windows count everything,
-		// as Lyft does.
-		for _, c := range allowed {
-			d := tally.Refund(c.id, c.d, now)
-			resp.Statuses[c.i].LimitRemaining = clampRemaining(d.Remaining)
+	c.resp.Statuses[i] = descriptorStatus(e, dec)
+	over := !dec.Allowed
+	switch {
+	case over && e.ShadowMode:
+		c.resp.Statuses[i].Code = pb.RateLimitResponse_OK
+		ds.stats[e].add(outcomeShadow)
+	case over:
+		ds.stats[e].add(outcomeOver)
+	default:
+		ds.stats[e].add(outcomeOK)
+	}
+	if e.QuotaMode {
+		c.quotaTotal++
+		if over && !e.ShadowMode {
+			c.quotaFailed++
+		}
+	} else if over && !e.ShadowMode {
+		c.failed++
+	}
+	return true
+}
+
+// refund gives back every allowed decision of the call, and shows the
+// remaining after it in the descriptors' statuses.
+func (c *call) refund() {
+	for _, a := range c.allowed {
+		d := c.tally.Refund(a.id, a.d, c.now)
+		if st := c.resp.Statuses[a.i]; st != nil {
+			st.LimitRemaining = clampRemaining(d.Remaining)
 		}
 	}
-	if st.headers {
-		resp.ResponseHeadersToAdd = responseHeaders(resp.Statuses)
-	}
-	ds.requests[codeOf(resp.OverallCode)].Inc()
-	return resp, nil
+	c.allowed = nil
 }
 
 // appendName appends the bytes that name a request descriptor's counter:

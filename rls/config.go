@@ -189,6 +189,11 @@ func Load(dir string, paths []string, mergeDomains bool) (*Config, error) {
 			errs = append(errs, fmt.Errorf("rls.config: %q: %w", p, err))
 			continue
 		}
+		// A directory a glob matches is not a file to load.
+		matches = slices.DeleteFunc(matches, func(m string) bool {
+			fi, err := os.Stat(m)
+			return err == nil && fi.IsDir()
+		})
 		if len(matches) == 0 {
 			errs = append(errs, fmt.Errorf("rls.config: %q matches no file", p))
 			continue

@@ -40,9 +40,11 @@ func TestLoadLyftDirectory(t *testing.T) {
 }
 
 func TestLoadGlobs(t *testing.T) {
-	_, err := Load("testdata", []string{"lyft/nothing*.yaml"}, false)
-	if err == nil || !strings.Contains(err.Error(), "matches no file") {
-		t.Errorf("got %v, want matches no file", err)
+	for _, glob := range []string{"lyft/nothing*.yaml", "l*"} { // "l*" matches only the directory
+		_, err := Load("testdata", []string{glob}, false)
+		if err == nil || !strings.Contains(err.Error(), "matches no file") {
+			t.Errorf("%s: got %v, want matches no file", glob, err)
+		}
 	}
 	// A file named twice (a glob and its name) is read once.
 	c, err := Load("testdata", []string{"lyft/basic.yaml", "lyft/b*.yaml"}, false)

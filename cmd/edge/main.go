@@ -220,6 +220,10 @@ func serve(ctx context.Context, table *rules.Table, hash, path string, log *slog
 	}
 	if srv.rls != nil {
 		rl.rls = srv.rls.svc
+		if addr := srv.rls.ln.Addr().String(); !isLoopback(addr) {
+			log.Warn("the rate limit service is not on loopback: it has no authentication, so anyone who can reach it can spend any client's limits; keep it on a private network",
+				"rls_listen", addr)
+		}
 		log.Info("rate limit service started", "rls_listen", srv.rls.ln.Addr().String(),
 			"rls_domains", len(rc.Domains), "rls_files", len(rc.Files), "rls_algorithm", table.RLS.Algorithm.String())
 	}

@@ -10,7 +10,9 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/edgerate/edge/cluster"
 	"github.com/edgerate/edge/internal/redistest"
@@ -120,4 +122,19 @@ func TestRedisBatched(t *testing.T) {
 	// b's first request is its own, decided locally; its next ones see a's
 	// counts once both have flushed and read back.
 	wait.For(t, 10*time.Second, "node b to see node a's counts", func() bool { return ask(b) == over })
+}
+
+// TestRedisDownClosed: with on_store_failure closed and Redis gone, a call
+// is answered UNAVAILABLE: Envoy then applies its failure_mode_deny.
+func TestRedisDownClosed(t *testing.T) {
+	srv := redistest.Start(t)
+	a := node(t, srv.Addr, rules.SyncExact, rules.FixedWindow, "a")
+	if _, err := a.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "shop", Descriptors: []*rlspb.RateLimitDescriptor{desc("user=cy")}}); err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill()
+	_, err := a.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "shop", Descriptors: []*rlspb.RateLimitDescriptor{desc("user=cy")}})
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("got %v, want Unavailable", err)
+	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -168,5 +169,61 @@ func TestReadmeEnvoy(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("Envoy's configuration lacks %q", want)
 		}
+	}
+}
+
+// TestReloadRLSFiles: the poll reloads a changed Lyft file, reports a
+// broken one once (not on every poll) and keeps the running limits, and
+// reloads again once the file is fixed.
+func TestReloadRLSFiles(t *testing.T) {
+	dir := t.TempDir()
+	lyft := filepath.Join(dir, "shop.yaml")
+	write := func(path, body string) { must(t, os.WriteFile(path, []byte(body), 0o600)) }
+	write(lyft, "domain: shop\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n")
+	config := "rls: {listen: \"127.0.0.1:0\", config: [\"shop.yaml\"]}\ndomains: [{hosts: [\"*\"], respond: {body: ok}}]\n"
+	a := newAdminUnderTest(t, config, true)
+	// newAdminUnderTest wrote the main file in a directory of its own:
+	// put it beside the Lyft file.
+	a.path = filepath.Join(dir, "edge.yaml")
+	write(a.path, config)
+	table, _, err := loadConfig(a.path)
+	must(t, err)
+	rc, err := loadRLS(a.path, table)
+	must(t, err)
+	svc, err := rls.New(rls.Options{Table: table, Config: rc})
+	must(t, err)
+	t.Cleanup(svc.Close)
+	a.rl = newReloader(a.path, "", a.proxy, slog.New(slog.NewTextHandler(a.log, nil)), new(slog.LevelVar))
+	a.rl.rls = svc
+	a.rl.rlsOf, a.rl.lastRLS = table, rlsStamp(a.path, table)
+	a.rl.reload(true)
+
+	limit := func() uint32 {
+		resp, err := svc.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "shop",
+			Descriptors: []*rlspb.RateLimitDescriptor{{Entries: []*rlspb.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}})
+		must(t, err)
+		return resp.Statuses[0].GetCurrentLimit().GetRequestsPerUnit()
+	}
+	// Each write changes the size, so the poll sees it whatever the clock's
+	// resolution.
+	write(lyft, "domain: shop\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 22}\n")
+	a.rl.reload(false)
+	if got := limit(); got != 22 {
+		t.Fatalf("after a change: limit %d, want 22", got)
+	}
+	write(lyft, "domain: shop\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+	for range 3 {
+		a.rl.reload(false)
+	}
+	if n := strings.Count(a.log.String(), "fortnight"); n != 1 {
+		t.Errorf("the broken file was reported %d times, want once:\n%s", n, a.log.String())
+	}
+	if got := limit(); got != 22 {
+		t.Errorf("after a broken file: limit %d, want 22", got)
+	}
+	write(lyft, "domain: shop\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 333}\n")
+	a.rl.reload(false)
+	if got := limit(); got != 333 {
+		t.Errorf("after the fix: limit %d, want 333", got)
 	}
 }

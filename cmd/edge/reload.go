@@ -48,7 +48,8 @@ type reloader struct {
 	mu       sync.Mutex // serialises reloads from the signal and the poll
 	lastStat fileStamp
 	lastHash string
-	lastRLS  []fileStamp // rlsStamp of the last configuration read
+	lastRLS  []fileStamp  // rlsStamp of the last configuration read
+	rlsOf    *rules.Table // the last configuration read: its Lyft files are watched
 }
 
 type fileStamp struct {
@@ -80,7 +81,8 @@ func newReloader(path, hash string, p *proxy.Proxy, log *slog.Logger, level *slo
 			rl.lastStat = stampOf(fi)
 		}
 	}
-	rl.lastRLS = rlsStamp(path, p.Table())
+	rl.rlsOf = p.Table()
+	rl.lastRLS = rlsStamp(path, rl.rlsOf)
 	return rl
 }
 
@@ -115,9 +117,9 @@ func (rl *reloader) run(ctx context.Context) {
 func (rl *reloader) reload(force bool) {
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
-	// The Lyft files are those the running configuration names; a new
-	// main file naming others is a change of the main file.
-	rlsSame := rl.rls == nil || slices.Equal(rlsStamp(rl.path, rl.proxy.Table()), rl.lastRLS)
+	// The Lyft files watched are those the last file read names, applied
+	// or not, so that a broken one is reported once, not on every poll.
+	rlsSame := rl.rls == nil || slices.Equal(rlsStamp(rl.path, rl.rlsOf), rl.lastRLS)
 	if rl.path != "" && !force {
 		fi, err := os.Stat(rl.path)
 		if err != nil || (stampOf(fi) == rl.lastStat && rlsSame) {
@@ -141,7 +143,7 @@ func (rl *reloader) reload(force bool) {
 	}
 	var rc *rls.Config
 	if rl.rls != nil {
-		rl.lastRLS = rlsStamp(rl.path, table)
+		rl.rlsOf, rl.lastRLS = table, rlsStamp(rl.path, table)
 		if rc, err = loadRLS(rl.path, table); err != nil {
 			rl.failed(err, hash)
 			return

@@ -23,6 +23,14 @@ import (
 // node is one edge process of a PoP for these tests: a Service counting
 // through its own cluster client, served over TCP.
 func node(t *testing.T, addr string, sync rules.SyncMode, algo rules.Algorithm, name string) pb.RateLimitServiceClient {
+	return nodeWith(t, addr, sync, algo, name, `domain: shop
+descriptors:
+  - key: user
+    rate_limit: {unit: month, requests_per_unit: 3}
+`)
+}
+
+func nodeWith(t *testing.T, addr string, sync rules.SyncMode, algo rules.Algorithm, name, lyft string) pb.RateLimitServiceClient {
 	t.Helper()
 	cc := rules.Cluster{
 		Store: rules.StoreRedis, Addresses: []string{addr}, PoolSize: 4, DialTimeout: time.Second,
@@ -33,11 +41,7 @@ func node(t *testing.T, addr string, sync rules.SyncMode, algo rules.Algorithm, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := Parse([]File{{Name: "shop.yaml", Data: []byte(`domain: shop
-descriptors:
-  - key: user
-    rate_limit: {unit: month, requests_per_unit: 3}
-`)}}, false)
+	cfg, err := Parse([]File{{Name: "shop.yaml", Data: []byte(lyft)}}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,5 +140,42 @@ func TestRedisDownClosed(t *testing.T) {
 	_, err := a.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "shop", Descriptors: []*rlspb.RateLimitDescriptor{desc("user=cy")}})
 	if status.Code(err) != codes.Unavailable {
 		t.Errorf("got %v, want Unavailable", err)
+	}
+}
+
+// TestRedisRefundSharedRule: a refused call gives back what each of its
+// other descriptors counted, also when several share one limit (one rule
+// of the domain's store) with different values, in both Redis modes.
+func TestRedisRefundSharedRule(t *testing.T) {
+	for _, sync := range []rules.SyncMode{rules.SyncExact, rules.SyncBatched} {
+		t.Run(sync.String(), func(t *testing.T) {
+			srv := redistest.Start(t)
+			a := nodeWith(t, srv.Addr, sync, rules.SlidingWindow, "a", `domain: shop
+descriptors:
+  - key: user
+    rate_limit: {unit: month, requests_per_unit: 3}
+  - key: closed
+    rate_limit: {unit: month, requests_per_unit: 0}
+`)
+			ask := func(ds ...*rlspb.RateLimitDescriptor) *pb.RateLimitResponse {
+				resp, err := a.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "shop", Descriptors: ds})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return resp
+			}
+			if got := ask(desc("user=a"), desc("user=b"), desc("closed=x")).OverallCode; got != over {
+				t.Fatalf("got %v, want over", got)
+			}
+			for _, user := range []string{"user=a", "user=b"} {
+				var codes []string
+				for range 4 {
+					codes = append(codes, ask(desc(user)).OverallCode.String())
+				}
+				if got, want := strings.Join(codes, " "), "OK OK OK OVER_LIMIT"; got != want {
+					t.Errorf("%s after the refund: got %s, want %s", user, got, want)
+				}
+			}
+		})
 	}
 }

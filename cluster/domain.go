@@ -240,9 +240,13 @@ func (t *tally) record(c counted) {
 	t.counted = append(t.counted, c)
 }
 
-func (t *tally) find(rule int) *counted {
+// find returns what the tally counted for key k under rule, or nil. A
+// request of the proxy has one decision per rule; a call of the rate limit
+// service (package rls) may have several under one rule, for different
+// keys, so both must match.
+func (t *tally) find(rule int, k window.Key) *counted {
 	for i := range t.counted {
-		if t.counted[i].rule == rule {
+		if t.counted[i].rule == rule && t.counted[i].k == k {
 			return &t.counted[i]
 		}
 	}
@@ -299,7 +303,7 @@ func (t *tally) Decide(id window.ID, cost int64, now time.Time) window.Decision 
 		return t.fallback(i, k, id.Name, cost, now, true)
 	}
 	if c.n > 0 {
-		c.rule = i
+		c.rule, c.k = i, k
 		t.record(c)
 	}
 	// Cached only where the whole wait is as refused as now: no mitigation
@@ -467,7 +471,7 @@ func (t *tally) fallback(i int, k window.Key, key []byte, cost int64, now time.T
 // stays, which errs on the strict side.
 func (t *tally) Refund(id window.ID, dec window.Decision, now time.Time) window.Decision {
 	d, i, k := t.d, id.Key.Rule(), id.Key
-	c := t.find(i)
+	c := t.find(i, k)
 	switch {
 	case c == nil: // decided by the failure mode, or counted nothing
 		return d.store.Refund(k, dec, now)

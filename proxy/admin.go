@@ -246,6 +246,8 @@ type configView struct {
 	// Check is the check section; its listen is the running one. The
 	// token is never shown, only whether one is set.
 	Check   *checkView   `json:"check,omitempty"`
+	// RLS is the rate limit service's section, absent when it is off.
+	RLS     *rlsView     `json:"rls,omitempty"`
 	Domains []domainView `json:"domains"`
 	// Reload is under "extra", the name the API has always used for it.
 	Reload reloadView `json:"extra"`
@@ -264,6 +266,16 @@ type reloadView struct {
 	OK         bool   `json:"last_reload_ok"`
 	Error      string `json:"last_reload_error,omitempty"`
 	Problems   int    `json:"last_reload_problems,omitempty"`
+}
+
+// rlsView is the rls section: listen as it runs (it takes effect at a
+// restart), the rest as the last reload applied it.
+type rlsView struct {
+	Listen          string   `json:"listen"`
+	Config          []string `json:"config"`
+	MergeDomains    bool     `json:"merge_domains"`
+	ResponseHeaders bool     `json:"response_headers"`
+	Algorithm       string   `json:"algorithm"`
 }
 
 // clusterView is the cluster section as it runs (its changes take effect
@@ -436,6 +448,10 @@ func (p *Proxy) configView() configView {
 		v.Domains = append(v.Domains, dv)
 	}
 	v.Cluster = p.clusterView()
+	if run.RLS.Listen != "" {
+		v.RLS = &rlsView{Listen: run.RLS.Listen, Config: t.RLS.Config, MergeDomains: t.RLS.MergeDomains,
+			ResponseHeaders: t.RLS.ResponseHeaders, Algorithm: t.RLS.Algorithm.String()}
+	}
 	rs := p.ReloadStatus()
 	v.Reload = reloadView{ConfigPath: rs.ConfigPath, OK: rs.Err == nil, Problems: len(rs.Problems)}
 	if rs.Err != nil {

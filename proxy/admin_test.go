@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/edgerate/edge/rules"
 )
 
 func TestAdminAPI(t *testing.T) {
@@ -108,5 +110,31 @@ func TestAdminAPI(t *testing.T) {
 	}
 	if cv.Hash != "" && !strings.Contains(body, `"last_load"`) {
 		t.Errorf("config view lacks last_load")
+	}
+}
+
+// TestAdminConfigRLS: /v1/config shows the rls section when the rate
+// limit service is on, and nothing of it when it is off.
+func TestAdminConfigRLS(t *testing.T) {
+	origin, _ := newOrigin(t, "a")
+	for _, on := range []bool{false, true} {
+		cfg := oneDomain(origin.URL, rule("r", 1, time.Minute))
+		if on {
+			cfg.RLS = rules.RLSConfig{Listen: "127.0.0.1:8081", Config: []string{"ratelimit/*.yaml"}, Algorithm: "fixed_window"}
+		}
+		e := newEnv(t, cfg)
+		rec := httptest.NewRecorder()
+		e.proxy.AdminHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/v1/config", nil))
+		var cv configView
+		if err := json.Unmarshal(rec.Body.Bytes(), &cv); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case !on && cv.RLS != nil:
+			t.Errorf("off: got %+v, want no rls", cv.RLS)
+		case on && (cv.RLS == nil || cv.RLS.Listen != "127.0.0.1:8081" || cv.RLS.Algorithm != "fixed_window" ||
+			!slices.Equal(cv.RLS.Config, []string{"ratelimit/*.yaml"})):
+			t.Errorf("on: got %+v", cv.RLS)
+		}
 	}
 }

@@ -221,6 +221,13 @@ var settings = []setting{
 	restarts("cluster.nodes", func(t *rules.Table) any { return t.Cluster.Nodes }),
 	restarts("cluster.split", func(t *rules.Table) any { return t.Cluster.Split }),
 	restarts("cluster.split_confidence", func(t *rules.Table) any { return t.Cluster.SplitConfidence }),
+	// The rate limit service's listener is bound once, at start; its
+	// Lyft files and counting are rebuilt by every reload (package rls).
+	restarts("rls.listen", func(t *rules.Table) any { return t.RLS.Listen }),
+	reloads("rls.config"),
+	reloads("rls.merge_domains"),
+	reloads("rls.response_headers"),
+	reloads("rls.algorithm"),
 	// Domains and rules are rebuilt by every reload (Proxy.build).
 	reloads("domains[].name"),
 	reloads("domains[].hosts"),

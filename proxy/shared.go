@@ -116,3 +116,8 @@ func (p *Proxy) Close() error {
 	p.state.Load().closeShared()
 	return p.cluster.Close()
 }
+
+// Cluster returns the Proxy's Redis client, nil in local mode: other
+// front doors onto the same counters (the rate limit service, package rls)
+// share it. Its lifetime is the Proxy's; do not close it.
+func (p *Proxy) Cluster() *cluster.Client { return p.cluster }

@@ -154,6 +154,7 @@ func Compile(cfg Config) (*Table, error) {
 
 	t.LogLevel, t.LogFormat = compileLog(&p, cfg.Log)
 	t.Cluster = compileCluster(&p, cfg.Cluster)
+	t.RLS = compileRLS(&p, cfg.RLS, t)
 
 	compileDomains(&p, t, cfg)
 	compileBodies(&p, t, cfg)

@@ -115,6 +115,9 @@ type Config struct {
 	// forward_auth) with edge's decision instead of proxying (see
 	// [CheckConfig]).
 	Check *CheckConfig `mapstructure:"check"`
+	// RLS runs edge as Envoy's rate limit service (gRPC), counting the
+	// descriptors of Lyft's ratelimit configuration files. Off by default.
+	RLS RLSConfig `mapstructure:"rls"`
 	// Domains are the sites served; at least one is required.
 	Domains []DomainConfig `mapstructure:"domains"`
 

@@ -55,6 +55,8 @@ type Table struct {
 
 	// Check is the check listener's section; nil when it is not set.
 	Check *Check
+	// RLS is the rate limit service's section; RLS.Listen "" means off.
+	RLS RLS
 
 	// Domains in config order; Domains[i].Index == i.
 	Domains []*Domain

@@ -100,13 +100,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "edge: invalid configuration %s:\n%s\n", describe(*configPath), rules.ProblemText(err))
 		return 1
 	}
+	rc, err := loadRLS(*configPath, table)
+	if err != nil {
+		fmt.Fprintf(stderr, "edge: invalid configuration %s:\n%s\n", describe(*configPath), rules.ProblemText(err))
+		return 1
+	}
 	if *check {
 		rulesN := 0
 		for _, d := range table.Domains {
 			rulesN += len(d.Rules)
 		}
-		fmt.Fprintf(stdout, "configuration %s is valid: %s, %s\n", describe(*configPath),
+		fmt.Fprintf(stdout, "configuration %s is valid: %s, %s", describe(*configPath),
 			plural(len(table.Domains), "domain", "domains"), plural(rulesN, "rule", "rules"))
+		if rc != nil {
+			fmt.Fprintf(stdout, "; rls: %s from %s", plural(len(rc.Domains), "domain", "domains"),
+				plural(len(rc.Files), "file", "files"))
+		}
+		fmt.Fprintln(stdout)
+		for _, w := range rc.WarningsOrNil() {
+			fmt.Fprintf(stdout, "warning: rls: %s\n", w)
+		}
 		return 0
 	}
 	level := new(slog.LevelVar)
@@ -189,6 +202,11 @@ func serve(ctx context.Context, table *rules.Table, hash, path string, log *slog
 			log.Warn("closing the redis client", "err", err)
 		}
 	}()
+	rc, err := loadRLS(path, table)
+	if err != nil {
+		return err
+	}
+	warnRLS(log, rc)
 	rl := newReloader(path, hash, p, log, level)
 	warnIfAdminExposed(log, table, table.AdminListen)
 	warnIfCheckExposed(log, table)
@@ -196,6 +214,23 @@ func serve(ctx context.Context, table *rules.Table, hash, path string, log *slog
 	srv, err := listen(table, p, reg, &ready, log)
 	if err != nil {
 		return err
+	}
+	if srv.rls, err = listenRLS(table, rc, p, prometheus.WrapRegistererWith(prometheus.Labels{"pop": table.Pop}, reg)); err != nil {
+		srv.publicLn.Close()
+		srv.adminLn.Close()
+		if srv.checkLn != nil {
+			srv.checkLn.Close()
+		}
+		return err
+	}
+	if srv.rls != nil {
+		rl.rls = srv.rls.svc
+		if addr := srv.rls.ln.Addr().String(); !isLoopback(addr) {
+			log.Warn("the rate limit service is not on loopback: it has no authentication, so anyone who can reach it can spend any client's limits; keep it on a private network",
+				"rls_listen", addr)
+		}
+		log.Info("rate limit service started", "rls_listen", srv.rls.ln.Addr().String(),
+			"rls_domains", len(rc.Domains), "rls_files", len(rc.Files), "rls_algorithm", table.RLS.Algorithm.String())
 	}
 	errc := srv.start()
 	defer startReloads(rl)()
@@ -238,6 +273,7 @@ type servers struct {
 	// when the configuration edge started with has none.
 	check   *http.Server
 	checkLn net.Listener // the framing guard's
+	rls     *rlsServer   // nil unless rls.listen is set
 }
 
 // listen binds the public, admin and check listeners of table and makes
@@ -338,11 +374,14 @@ func guardListener(ln net.Listener, srv *http.Server, p *proxy.Proxy, maxConns i
 // start serves every server, each in a goroutine that sends Serve's
 // result on the returned channel.
 func (s *servers) start() <-chan error {
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
 	go func() { errc <- s.public.Serve(s.publicLn) }()
 	go func() { errc <- s.admin.Serve(s.adminLn) }()
 	if s.check != nil {
 		go func() { errc <- s.check.Serve(s.checkLn) }()
+	}
+	if s.rls != nil {
+		go func() { errc <- s.rls.srv.Serve(s.rls.ln) }()
 	}
 	return errc
 }
@@ -429,15 +468,20 @@ func (s *servers) shutdown(timeout time.Duration, serveErr error, errc <-chan er
 		s.public.Close()
 	}
 	<-checkDone
+	if s.rls != nil {
+		// GracefulStop's Serve returns nil once the calls in flight are done.
+		s.rls.stop(max(time.Until(deadlineOf(drainCtx)), 0))
+		pending++
+	}
 	s.admin.Shutdown(drainCtx)
 	s.admin.Close()
-	// Every Serve goroutine has returned once Shutdown/Close returned;
-	// collect their results so none outlives serve.
+	// Every Serve goroutine has returned once Shutdown/Close/stop
+	// returned; collect their results so none outlives serve.
 	if serveErr != nil {
 		pending--
 	}
 	for range pending {
-		if err := <-errc; serveErr == nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := <-errc; serveErr == nil && err != nil && !errors.Is(err, http.ErrServerClosed) {
 			serveErr = err
 		}
 	}

@@ -30,8 +30,15 @@ func TestEveryConfigLoads(t *testing.T) {
 	}
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
-			if _, _, err := loadConfig(f); err != nil {
+			table, _, err := loadConfig(f)
+			if err != nil {
 				t.Fatalf("%s: %v", f, err)
+			}
+			// The Lyft files an rls section names load too.
+			if rc, err := loadRLS(f, table); err != nil {
+				t.Fatalf("%s: rls: %v", f, err)
+			} else if rc != nil && len(rc.Warnings) > 0 {
+				t.Errorf("%s: rls warnings %q", f, rc.Warnings)
 			}
 		})
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/edgerate/edge/proxy"
+	"github.com/edgerate/edge/rls"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -64,6 +65,16 @@ domains: [{hosts: ["*"], respond: {body: ok}, rules: [{name: a, limit: 1, period
 	if len(d.names) == 0 {
 		t.Fatal("the proxy registered no metrics")
 	}
+	// The rate limit service's metrics.
+	rc, err := rls.Parse([]rls.File{{Name: "x.yaml", Data: []byte("domain: x\n")}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := rls.New(rls.Options{Table: table, Config: rc, Registerer: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.Close()
 	return d.names
 }
 

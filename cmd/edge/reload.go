@@ -7,11 +7,13 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/edgerate/edge/proxy"
+	"github.com/edgerate/edge/rls"
 	"github.com/edgerate/edge/rules"
 )
 
@@ -38,9 +40,16 @@ type reloader struct {
 	// applies, before the reload is logged.
 	applied func(*rules.Table)
 
+	// rls, if set, is the rate limit service: each reload also reloads
+	// the Lyft files the rls section names, and a change to any of them
+	// is a change of the configuration.
+	rls *rls.Service
+
 	mu       sync.Mutex // serialises reloads from the signal and the poll
 	lastStat fileStamp
 	lastHash string
+	lastRLS  []fileStamp  // rlsStamp of the last configuration read
+	rlsOf    *rules.Table // the last configuration read: its Lyft files are watched
 }
 
 type fileStamp struct {
@@ -72,6 +81,8 @@ func newReloader(path, hash string, p *proxy.Proxy, log *slog.Logger, level *slo
 			rl.lastStat = stampOf(fi)
 		}
 	}
+	rl.rlsOf = p.Table()
+	rl.lastRLS = rlsStamp(path, rl.rlsOf)
 	return rl
 }
 
@@ -106,9 +117,12 @@ func (rl *reloader) run(ctx context.Context) {
 func (rl *reloader) reload(force bool) {
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
+	// The Lyft files watched are those the last file read names, applied
+	// or not, so that a broken one is reported once, not on every poll.
+	rlsSame := rl.rls == nil || slices.Equal(rlsStamp(rl.path, rl.rlsOf), rl.lastRLS)
 	if rl.path != "" && !force {
 		fi, err := os.Stat(rl.path)
-		if err != nil || stampOf(fi) == rl.lastStat {
+		if err != nil || (stampOf(fi) == rl.lastStat && rlsSame) {
 			return
 		}
 		rl.lastStat = stampOf(fi)
@@ -119,7 +133,7 @@ func (rl *reloader) reload(force bool) {
 		return
 	}
 	hash := configHash(data)
-	if hash == rl.lastHash && !force {
+	if hash == rl.lastHash && !force && rlsSame {
 		return
 	}
 	table, err := parseConfig(data)
@@ -127,10 +141,25 @@ func (rl *reloader) reload(force bool) {
 		rl.failed(err, hash)
 		return
 	}
+	var rc *rls.Config
+	if rl.rls != nil {
+		rl.rlsOf, rl.lastRLS = table, rlsStamp(rl.path, table)
+		if rc, err = loadRLS(rl.path, table); err != nil {
+			rl.failed(err, hash)
+			return
+		}
+	}
 	res, err := rl.proxy.Reload(table, hash)
 	if err != nil {
 		rl.failed(err, hash)
 		return
+	}
+	if rc != nil {
+		if err := rl.rls.Reload(table, rc); err != nil {
+			rl.failed(err, hash)
+			return
+		}
+		warnRLS(rl.log, rc)
 	}
 	rl.lastHash = hash
 	if rl.applied != nil {

@@ -1,0 +1,476 @@
+package rls
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/edgerate/edge/cluster"
+	"github.com/edgerate/edge/headers"
+	"github.com/edgerate/edge/rules"
+	"github.com/edgerate/edge/window"
+)
+
+// Options configure a Service.
+type Options struct {
+	// Table is the compiled configuration: its rls section says how to
+	// count, its max_keys how many keys each domain's store holds.
+	Table *rules.Table
+	// Config is the loaded Lyft configuration.
+	Config *Config
+	// Cluster, when not nil, counts through Redis as the cluster section
+	// says (exact or batched); nil counts on this node alone.
+	Cluster *cluster.Client
+	// Registerer receives the service's metrics; nil registers none.
+	Registerer prometheus.Registerer
+	// Now is the clock; nil means time.Now. Tests inject their own.
+	Now func() time.Time
+}
+
+// Service answers ShouldRateLimit. Make it with New; it is safe for
+// concurrent use. Reload swaps its configuration atomically: a request is
+// decided entirely by the configuration it started with.
+type Service struct {
+	pb.UnimplementedRateLimitServiceServer
+	cluster *cluster.Client
+	now     func() time.Time
+	metrics *metrics
+	health  *health.Server
+
+	mu    sync.Mutex // serialises Reload and Close
+	state atomic.Pointer[state]
+}
+
+var _ pb.RateLimitServiceServer = (*Service)(nil)
+
+// state is one configuration, compiled for counting.
+type state struct {
+	algorithm rules.Algorithm
+	headers   bool
+	domains   map[string]*domainState
+}
+
+// domainState is one Lyft domain with its counters.
+type domainState struct {
+	*Domain
+	store   *window.Store
+	counter window.Counter
+	limits  []window.Limit
+	// stats are the metric counters of each entry with a limit, by entry.
+	stats     map[*Descriptor]*entryStats
+	noLimit   *entryStats
+	requests  [numCodes]prometheus.Counter
+	closeable interface{ Close() }
+}
+
+// New returns a Service for opts.
+func New(opts Options) (*Service, error) {
+	if opts.Table == nil || opts.Config == nil {
+		return nil, errors.New("rls: a service needs a table and a config")
+	}
+	s := &Service{cluster: opts.Cluster, now: opts.Now, health: health.NewServer()}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	s.metrics = newMetrics(opts.Registerer)
+	if err := s.Reload(opts.Table, opts.Config); err != nil {
+		return nil, err
+	}
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(pb.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	return s, nil
+}
+
+// Register registers the service and the standard gRPC health service
+// (grpc.health.v1.Health) on g.
+func (s *Service) Register(g *grpc.Server) {
+	pb.RegisterRateLimitServiceServer(g, s)
+	healthpb.RegisterHealthServer(g, s.health)
+}
+
+// Shutdown makes the health service answer NOT_SERVING from now on, so
+// that probes steer Envoy away while in-flight calls drain.
+func (s *Service) Shutdown() { s.health.Shutdown() }
+
+// Reload makes t's rls section and cfg the running configuration. A
+// domain whose counted limits and algorithm are unchanged keeps its
+// counters; any other starts counting afresh.
+func (s *Service) Reload(t *rules.Table, cfg *Config) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.state.Load()
+	st := &state{algorithm: t.RLS.Algorithm, headers: t.RLS.ResponseHeaders, domains: map[string]*domainState{}}
+	perDomain := max(t.MaxKeys/max(len(cfg.Domains), 1), 1<<14)
+	var made []*domainState
+	for name, d := range cfg.Domains {
+		ds := &domainState{Domain: d, stats: map[*Descriptor]*entryStats{}}
+		ds.limits = make([]window.Limit, len(d.Limits))
+		for i, lk := range d.Limits {
+			ds.limits[i] = limitOf(name, lk, st.algorithm)
+		}
+		var prev *domainState
+		if old != nil {
+			prev = old.domains[name]
+		}
+		if prev != nil && slices.Equal(prev.limits, ds.limits) {
+			ds.store, ds.counter, ds.closeable = prev.store, prev.counter, prev.closeable
+		} else if len(ds.limits) > 0 {
+			var err error
+			if ds.store, err = window.New(window.Options{Capacity: perDomain, Limits: ds.limits}); err != nil {
+				closeAll(made)
+				return fmt.Errorf("rls: domain %q: %w", name, err)
+			}
+			ds.counter = ds.store.Counter()
+			if s.cluster != nil {
+				rs := make([]cluster.Rule, len(d.Limits))
+				for i, lk := range d.Limits {
+					rs[i] = cluster.Rule{Name: strconv.FormatUint(uint64(lk.RequestsPerUnit), 10) + "_per_" + lk.Unit.String()}
+				}
+				cd, err := s.cluster.Domain("rls."+name, rs, ds.store)
+				if err != nil {
+					closeAll(made)
+					return fmt.Errorf("rls: domain %q: %w", name, err)
+				}
+				ds.counter, ds.closeable = cd, cd
+				made = append(made, ds)
+			}
+		}
+		s.metrics.attach(ds)
+		st.domains[name] = ds
+	}
+	s.state.Store(st)
+	if old != nil {
+		for name, ds := range old.domains {
+			if nd := st.domains[name]; ds.closeable != nil && (nd == nil || nd.closeable != ds.closeable) {
+				ds.closeable.Close()
+			}
+		}
+	}
+	return nil
+}
+
+func closeAll(ds []*domainState) {
+	for _, d := range ds {
+		d.closeable.Close()
+	}
+}
+
+// Close retires the shared counting of every domain (flushing batched
+// counts once more). The cluster client itself is its owner's to close.
+func (s *Service) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.state.Load(); st != nil {
+		for _, ds := range st.domains {
+			if ds.closeable != nil {
+				ds.closeable.Close()
+				ds.closeable = nil
+			}
+		}
+	}
+}
+
+// limitOf is how a rule of domain counts limit lk. A fixed window counts
+// every hit, refused ones too, as Lyft's INCRBY does; a sliding window
+// counts what it allows, as edge's rules do by default.
+func limitOf(domain string, lk LimitKey, a rules.Algorithm) window.Limit {
+	h := fnv.New64a()
+	h.Write([]byte(domain))
+	var b [8]byte
+	binary.LittleEndian.PutUint32(b[:4], lk.RequestsPerUnit)
+	b[4] = byte(lk.Unit)
+	h.Write(b[:5])
+	l := window.Limit{
+		Algorithm: window.SlidingWindow,
+		Limit:     int64(max(lk.RequestsPerUnit, 1)),
+		Period:    lk.Unit.Period(),
+		Identity:  h.Sum64(),
+	}
+	if a == rules.FixedWindow {
+		l.Algorithm, l.CountBlocked = window.FixedWindow, true
+	}
+	return l
+}
+
+// ShouldRateLimit decides a request's descriptors: each is matched to its
+// entry (Domain.Match), limits named by another matched limit's replaces
+// are dropped, and the rest are counted at the request's cost
+// (hits_addend, or a descriptor's own, at least 1 for the request's). The
+// answer is OVER_LIMIT if any descriptor outside shadow and quota mode is
+// over its limit, or if every quota-mode descriptor is.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	if req.GetDomain() == "" {
+		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+	}
+	if len(req.GetDescriptors()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	}
+	st := s.state.Load()
+	now := s.now()
+	resp := &pb.RateLimitResponse{
+		OverallCode: pb.RateLimitResponse_OK,
+		Statuses:    make([]*pb.RateLimitResponse_DescriptorStatus, len(req.Descriptors)),
+	}
+	ds := st.domains[req.GetDomain()]
+	if ds == nil {
+		// Lyft answers OK for a domain it does not know; so does edge,
+		// and counts it without naming it (the name is the client's).
+		for i := range resp.Statuses {
+			resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
+		}
+		s.metrics.unknownDomain.Inc()
+		return resp, nil
+	}
+	c := call{ds: ds, now: now, fixed: st.algorithm == rules.FixedWindow, resp: resp}
+	if ds.counter != nil {
+		c.tally = ds.counter.Begin()
+		defer c.tally.End()
+	}
+	matched, replaced := ds.matchAll(req.Descriptors)
+	for i, d := range req.Descriptors {
+		if !c.decide(i, d, matched[i], replaced, req.GetHitsAddend()) {
+			c.refund()
+			s.metrics.unavailable.Inc()
+			return nil, status.Error(codes.Unavailable, "the shared counter store did not answer in time")
+		}
+	}
+	if c.failed > 0 || (c.quotaTotal > 0 && c.quotaFailed == c.quotaTotal) {
+		resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
+		// A refused request counts nowhere (edge's rule): give back what
+		// the other descriptors counted. Fixed windows count everything,
+		// as Lyft does, and keep nothing to give back.
+		c.refund()
+	}
+	if st.headers {
+		resp.ResponseHeadersToAdd = responseHeaders(resp.Statuses)
+	}
+	ds.requests[codeOf(resp.OverallCode)].Inc()
+	return resp, nil
+}
+
+// matchAll matches each descriptor to its entry (nil for none) and
+// gathers the names the matched limits replace.
+func (ds *domainState) matchAll(descs []*rlspb.RateLimitDescriptor) ([]*Descriptor, map[string]bool) {
+	matched := make([]*Descriptor, len(descs))
+	var replaced map[string]bool
+	for i, d := range descs {
+		e := ds.Match(d.GetEntries())
+		matched[i] = e
+		if e != nil && len(e.Limit.Replaces) > 0 {
+			if replaced == nil {
+				replaced = map[string]bool{}
+			}
+			for _, r := range e.Limit.Replaces {
+				replaced[r] = true
+			}
+		}
+	}
+	return matched, replaced
+}
+
+// call is one ShouldRateLimit call's account: its tally, the decisions
+// it may have to give back, and the tallies of refusals.
+type call struct {
+	ds    *domainState
+	tally window.Tally
+	now   time.Time
+	fixed bool // rls.algorithm fixed_window: nothing is given back
+	resp  *pb.RateLimitResponse
+	name  []byte // scratch for counter names
+
+	allowed                         []counted
+	failed, quotaFailed, quotaTotal int
+}
+
+// counted is an allowed decision that a refusal may give back.
+type counted struct {
+	id window.ID
+	d  window.Decision
+	i  int // the descriptor's index
+}
+
+// decide sets the status of descriptor i, d, matched to entry e (nil for
+// none). It reports false if the shared store could not decide.
+func (c *call) decide(i int, d *rlspb.RateLimitDescriptor, e *Descriptor, replaced map[string]bool, hits uint32) bool {
+	ds := c.ds
+	switch {
+	case e == nil:
+		c.resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
+		ds.noLimit.add(outcomeNoLimit)
+		return true
+	case e.Limit.Unlimited:
+		c.resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+		ds.stats[e].add(outcomeUnlimited)
+		return true
+	case e.Limit.Name != "" && replaced[e.Limit.Name]:
+		c.resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
+		ds.stats[e].add(outcomeReplaced)
+		return true
+	}
+	cost := int64(max(hits, 1))
+	if h := d.GetHitsAddend(); h != nil {
+		cost = int64(min(h.GetValue(), math.MaxInt64))
+	}
+	var dec window.Decision
+	if e.Limit.RequestsPerUnit == 0 {
+		// Nothing is ever allowed; the store cannot hold a limit of 0.
+		dec = window.Decision{Reset: untilPeriodEnd(c.now, ds.limits[e.Rule].Period)}
+	} else {
+		c.name = ds.appendName(c.name[:0], d.GetEntries())
+		id := window.ID{Key: ds.store.Key(e.Rule, c.name), Name: c.name}
+		dec = c.tally.Decide(id, cost, c.now)
+		if dec.Unavailable {
+			return false
+		}
+		if dec.Allowed && !c.fixed {
+			c.allowed = append(c.allowed, counted{id: window.ID{Key: id.Key, Name: slices.Clone(c.name)}, d: dec, i: i})
+		}
+	}
+	c.resp.Statuses[i] = descriptorStatus(e, dec)
+	over := !dec.Allowed
+	switch {
+	case over && e.ShadowMode:
+		c.resp.Statuses[i].Code = pb.RateLimitResponse_OK
+		ds.stats[e].add(outcomeShadow)
+	case over:
+		ds.stats[e].add(outcomeOver)
+	default:
+		ds.stats[e].add(outcomeOK)
+	}
+	if e.QuotaMode {
+		c.quotaTotal++
+		if over && !e.ShadowMode {
+			c.quotaFailed++
+		}
+	} else if over && !e.ShadowMode {
+		c.failed++
+	}
+	return true
+}
+
+// refund gives back every allowed decision of the call, and shows the
+// remaining after it in the descriptors' statuses.
+func (c *call) refund() {
+	for _, a := range c.allowed {
+		d := c.tally.Refund(a.id, a.d, c.now)
+		if st := c.resp.Statuses[a.i]; st != nil {
+			st.LimitRemaining = clampRemaining(d.Remaining)
+		}
+	}
+	c.allowed = nil
+}
+
+// appendName appends the bytes that name a request descriptor's counter:
+// its entries, each key and value length-prefixed so that no two
+// descriptors spell the same bytes. An entry reached through a wildcard
+// with share_threshold counts under the pattern, so that every value the
+// pattern matches shares one counter (Lyft's share_threshold).
+func (d *Domain) appendName(dst []byte, entries []*rlspb.RateLimitDescriptor_Entry) []byte {
+	lv := &d.root
+	for _, en := range entries {
+		value := en.GetValue()
+		if lv != nil {
+			if e := lv.find(en.GetKey(), value); e != nil {
+				if e.ShareThreshold {
+					value = e.Value
+				}
+				lv = &e.children
+			} else {
+				lv = nil
+			}
+		}
+		dst = binary.AppendUvarint(dst, uint64(len(en.GetKey())))
+		dst = append(dst, en.GetKey()...)
+		dst = binary.AppendUvarint(dst, uint64(len(value)))
+		dst = append(dst, value...)
+	}
+	return dst
+}
+
+func untilPeriodEnd(now time.Time, p time.Duration) time.Duration {
+	return p - time.Duration(now.UnixNano()%int64(p))
+}
+
+func clampRemaining(n int64) uint32 {
+	return uint32(min(max(n, 0), math.MaxUint32))
+}
+
+func descriptorStatus(e *Descriptor, d window.Decision) *pb.RateLimitResponse_DescriptorStatus {
+	code := pb.RateLimitResponse_OK
+	if !d.Allowed {
+		code = pb.RateLimitResponse_OVER_LIMIT
+	}
+	reset := d.Reset
+	if !d.Allowed && d.RetryAfter > reset {
+		reset = d.RetryAfter
+	}
+	return &pb.RateLimitResponse_DescriptorStatus{
+		Code: code,
+		CurrentLimit: &pb.RateLimitResponse_RateLimit{
+			Name:            e.Limit.Name,
+			RequestsPerUnit: e.Limit.RequestsPerUnit,
+			Unit:            pb.RateLimitResponse_RateLimit_Unit(e.Limit.Unit),
+		},
+		LimitRemaining:     clampRemaining(d.Remaining),
+		DurationUntilReset: durationpb.New(reset),
+	}
+}
+
+// responseHeaders are the fields for Envoy to add to the client's
+// response, from the status closest to its limit (Lyft picks the same
+// one): X-RateLimit-Limit, -Remaining and -Reset, and the IETF draft's
+// RateLimit-Policy and RateLimit, formatted by package headers.
+func responseHeaders(sts []*pb.RateLimitResponse_DescriptorStatus) []*corepb.HeaderValue {
+	var pick *pb.RateLimitResponse_DescriptorStatus
+	for _, st := range sts {
+		if st.CurrentLimit == nil {
+			continue
+		}
+		if pick == nil || (st.Code == pb.RateLimitResponse_OVER_LIMIT && pick.Code != pb.RateLimitResponse_OVER_LIMIT) ||
+			(st.Code == pick.Code && st.LimitRemaining < pick.LimitRemaining) {
+			pick = st
+		}
+	}
+	if pick == nil {
+		return nil
+	}
+	lim := pick.CurrentLimit
+	reset := pick.DurationUntilReset.AsDuration()
+	name := lim.Name
+	if name == "" {
+		name = "rls"
+	}
+	period := Unit(lim.Unit).Period()
+	h := http.Header{}
+	headers.SetXRateLimit(h, int64(lim.RequestsPerUnit), int64(pick.LimitRemaining), reset)
+	headers.SetPolicies(h, headers.Policy{Name: name, Quota: int64(lim.RequestsPerUnit), Window: period})
+	headers.SetLimits(h, headers.Limit{Name: name, Remaining: int64(pick.LimitRemaining), Reset: reset})
+	out := make([]*corepb.HeaderValue, 0, len(h))
+	for _, k := range []string{headers.FieldRateLimitPolicy, headers.FieldRateLimit,
+		headers.FieldXRateLimitLimit, headers.FieldXRateLimitRemaining, headers.FieldXRateLimitReset} {
+		if v := h.Get(k); v != "" {
+			out = append(out, &corepb.HeaderValue{Key: k, Value: v})
+		}
+	}
+	return out
+}

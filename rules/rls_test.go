@@ -1,0 +1,59 @@
+package rules
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestCompileRLS(t *testing.T) {
+	cfg := validConfig()
+	cfg.RLS = RLSConfig{Listen: "127.0.0.1:8081", Config: []string{"ratelimit/*.yaml"}, ResponseHeaders: true, Algorithm: "fixed_window"}
+	tab, err := Compile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := tab.RLS; r.Listen != "127.0.0.1:8081" || r.Algorithm != FixedWindow || !r.ResponseHeaders || !r.Equal(r) {
+		t.Errorf("got %+v", r)
+	}
+	cfg.RLS.Algorithm = ""
+	if tab, err = Compile(cfg); err != nil || tab.RLS.Algorithm != SlidingWindow {
+		t.Errorf("default algorithm: got %v, %v; want sliding_window", tab, err)
+	}
+}
+
+func TestCompileRLSErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		rls  RLSConfig
+		edit func(*Config)
+		want string
+	}{
+		{"keys without listen", RLSConfig{Config: []string{"x.yaml"}, MergeDomains: true}, nil,
+			"rls.config: needs rls.listen"},
+		{"no files", RLSConfig{Listen: "127.0.0.1:8081"}, nil, "rls.config: required with rls.listen"},
+		{"empty file name", RLSConfig{Listen: "127.0.0.1:8081", Config: []string{""}}, nil, "rls.config[0]: must be a file or a glob"},
+		{"bad listen", RLSConfig{Listen: "8081", Config: []string{"x"}}, nil, "rls.listen: must be host:port"},
+		{"same as listen", RLSConfig{Listen: "127.0.0.1:8080", Config: []string{"x"}}, func(c *Config) { c.Listen = "127.0.0.1:8080" },
+			"rls.listen: must differ from listen and admin_listen"},
+		{"bad algorithm", RLSConfig{Listen: "127.0.0.1:8081", Config: []string{"x"}, Algorithm: "token_bucket"}, nil,
+			`rls.algorithm: must be sliding_window or fixed_window, got "token_bucket"`},
+		{"fixed window batched", RLSConfig{Listen: "127.0.0.1:8081", Config: []string{"x"}, Algorithm: "fixed_window"},
+			func(c *Config) {
+				c.Cluster = ClusterConfig{Store: "redis", Sync: "batched", Redis: RedisConfig{Addresses: []string{"127.0.0.1:6379"}}}
+			}, "rls.algorithm: fixed_window cannot be counted with cluster.sync batched"},
+		{"sync share", RLSConfig{Listen: "127.0.0.1:8081", Config: []string{"x"}},
+			func(c *Config) { c.Cluster = ClusterConfig{Sync: "share", Nodes: 3} }, "rls.listen: not supported yet with cluster.sync share"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := validConfig()
+			cfg.RLS = tc.rls
+			if tc.edit != nil {
+				tc.edit(&cfg)
+			}
+			_, err := Compile(cfg)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -63,9 +63,17 @@ func compileRLS(p *problems, c RLSConfig, t *Table) RLS {
 		}
 		return out
 	}
-	if _, port, ok := checkAddr(p, "rls.listen", c.Listen); ok && port != 0 &&
-		(c.Listen == t.Listen || c.Listen == t.AdminListen) {
-		p.add("rls.listen", "must differ from listen and admin_listen, got %q", c.Listen)
+	if h, port, ok := checkAddr(p, "rls.listen", c.Listen); ok {
+		others := []struct{ key, addr string }{{"listen", t.Listen}, {"admin_listen", t.AdminListen}}
+		if t.Check != nil {
+			others = append(others, struct{ key, addr string }{"check.listen", t.Check.Listen})
+		}
+		for _, other := range others {
+			oh, op, err := splitListen(other.addr)
+			if err == nil && collide(c.Listen, h, port, other.addr, oh, op) {
+				p.add("rls.listen", "must differ from %s (%q), got %q", other.key, other.addr, c.Listen)
+			}
+		}
 	}
 	if len(c.Config) == 0 {
 		p.missing("rls.config", "with rls.listen", "must list at least one file or glob of Lyft's ratelimit configuration")

@@ -245,7 +245,7 @@ type configView struct {
 	Cluster          clusterView `json:"cluster"`
 	// Check is the check section; its listen is the running one. The
 	// token is never shown, only whether one is set.
-	Check   *checkView   `json:"check,omitempty"`
+	Check *checkView `json:"check,omitempty"`
 	// RLS is the rate limit service's section, absent when it is off.
 	RLS     *rlsView     `json:"rls,omitempty"`
 	Domains []domainView `json:"domains"`

@@ -24,9 +24,12 @@ import (
 // clock, as Redis's clock is real) against real redis-server processes.
 
 // testBudget is the store budget in these tests, and budgetSlack what a
-// request may take beyond it under the race detector on two cores.
+// request may take beyond it under the race detector on two cores. The
+// budget is ten times the default (20ms): at 50ms a node's first calls to a
+// healthy Redis missed it under the race detector on a busy machine, and
+// the tests that count through Redis read that as Redis failing.
 const (
-	testBudget  = 50 * time.Millisecond
+	testBudget  = 200 * time.Millisecond
 	budgetSlack = 100 * time.Millisecond
 )
 

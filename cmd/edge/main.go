@@ -233,8 +233,8 @@ func serve(ctx context.Context, table *rules.Table, hash, path string, log *slog
 			"rls_domains", len(rc.Domains), "rls_files", len(rc.Files), "rls_algorithm", table.RLS.Algorithm.String())
 	}
 	errc := srv.start()
-	defer startReloads(rl)()
-	defer startRecorder(p)()
+	defer start(rl.run)()        // reload on change and SIGHUP
+	defer start(p.RunRecorder)() // the status page's per-second figures
 	ready.Store(true)
 	started := []any{"version", buildVersion(), "pop", table.Pop,
 		"listen", srv.publicLn.Addr().String(), "admin_listen", srv.adminLn.Addr().String()}
@@ -386,30 +386,14 @@ func (s *servers) start() <-chan error {
 	return errc
 }
 
-// startReloads runs rl until the returned function is called; that
-// function returns once rl has stopped.
-func startReloads(rl *reloader) (stop func()) {
+// start runs run in a goroutine until the returned function is called;
+// that function cancels run's context and returns once run has returned.
+func start(run func(context.Context)) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		rl.run(ctx)
-	}()
-	return func() {
-		cancel()
-		<-done
-	}
-}
-
-// startRecorder samples p's counters once a second for the status page
-// until the returned function is called; that function returns once the
-// sampling has stopped.
-func startRecorder(p *proxy.Proxy) (stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		p.RunRecorder(ctx)
+		run(ctx)
 	}()
 	return func() {
 		cancel()

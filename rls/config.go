@@ -26,6 +26,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v4"
+
+	"github.com/edgerate/edge/internal/yamlkind"
 )
 
 // A Unit is the period of a rate_limit, Lyft's units: epoch-aligned
@@ -299,7 +301,7 @@ func (l *loader) file(f File, merge bool) {
 		return
 	}
 	if root.Kind != yaml.MappingNode {
-		l.fail(root, "", "the file must be a mapping with domain and descriptors; it is %s", kindOf(root))
+		l.fail(root, "", "the file must be a mapping with domain and descriptors; it is %s", yamlkind.Of(root))
 		return
 	}
 	var name string
@@ -366,7 +368,7 @@ func (l *loader) mapping(m *yaml.Node, path string, f func(key string, k, v *yam
 			continue
 		}
 		if k.Kind != yaml.ScalarNode || k.Tag != "!!str" {
-			l.fail(k, path, "config error, key is not of type string: %s", kindOf(k))
+			l.fail(k, path, "config error, key is not of type string: %s", yamlkind.Of(k))
 			continue
 		}
 		p := k.Value
@@ -405,7 +407,7 @@ func (l *loader) descriptors(d *Domain, lv *level, n *yaml.Node, path, parent st
 		return
 	}
 	if n.Kind != yaml.SequenceNode {
-		l.fail(n, path, "must be a list of descriptors, got %s", kindOf(n))
+		l.fail(n, path, "must be a list of descriptors, got %s", yamlkind.Of(n))
 		return
 	}
 	if depth > maxDepth {
@@ -419,7 +421,7 @@ func (l *loader) descriptors(d *Domain, lv *level, n *yaml.Node, path, parent st
 		}
 		p := path + "[" + strconv.Itoa(i) + "]"
 		if item.Kind != yaml.MappingNode {
-			l.fail(item, p, "config error, yaml file contains list of type other than map: %s", kindOf(item))
+			l.fail(item, p, "config error, yaml file contains list of type other than map: %s", yamlkind.Of(item))
 			continue
 		}
 		l.descriptor(d, lv, item, p, parent, depth)
@@ -457,7 +459,7 @@ func (l *loader) descriptor(d *Domain, lv *level, m *yaml.Node, path, parent str
 			}
 		case "metadata":
 			if v.Kind != yaml.MappingNode && !(v.Kind == yaml.ScalarNode && v.Tag == "!!null") {
-				l.fail(v, p, "error parsing metadata: must be a mapping, got %s", kindOf(v))
+				l.fail(v, p, "error parsing metadata: must be a mapping, got %s", yamlkind.Of(v))
 				return
 			}
 			l.warnOnce("metadata", k, p, "accepted; edge sends no dynamic metadata in its answers, so metadata is not used")
@@ -539,7 +541,7 @@ func (l *loader) rateLimit(n *yaml.Node, path string) *Limit {
 		return nil // "rate_limit:" with nothing: no limit, as in Lyft
 	}
 	if n.Kind != yaml.MappingNode {
-		l.fail(n, path, "must be a mapping, got %s", kindOf(n))
+		l.fail(n, path, "must be a mapping, got %s", yamlkind.Of(n))
 		return nil
 	}
 	lim := &Limit{}
@@ -592,7 +594,7 @@ func (l *loader) replaces(n *yaml.Node, path string) []string {
 		return nil
 	}
 	if n.Kind != yaml.SequenceNode {
-		l.fail(n, path, "must be a list of {name: ...}, got %s", kindOf(n))
+		l.fail(n, path, "must be a list of {name: ...}, got %s", yamlkind.Of(n))
 		return nil
 	}
 	out := make([]string, 0, len(n.Content))
@@ -603,7 +605,7 @@ func (l *loader) replaces(n *yaml.Node, path string) []string {
 		}
 		p := path + "[" + strconv.Itoa(i) + "]"
 		if item.Kind != yaml.MappingNode {
-			l.fail(item, p, "config error, yaml file contains list of type other than map: %s", kindOf(item))
+			l.fail(item, p, "config error, yaml file contains list of type other than map: %s", yamlkind.Of(item))
 			continue
 		}
 		name := ""
@@ -623,7 +625,7 @@ func (l *loader) replaces(n *yaml.Node, path string) []string {
 // string field ("value: 200" is "200"); null is "".
 func (l *loader) str(n *yaml.Node, path string) (string, bool) {
 	if n.Kind != yaml.ScalarNode {
-		l.fail(n, path, "must be a string, got %s", kindOf(n))
+		l.fail(n, path, "must be a string, got %s", yamlkind.Of(n))
 		return "", false
 	}
 	if n.Tag == "!!null" {
@@ -664,25 +666,6 @@ func orNode(n, or *yaml.Node) *yaml.Node {
 	return or
 }
 
-// kindOf names what a YAML node holds, in words.
-func kindOf(n *yaml.Node) string {
-	switch {
-	case n.Kind == yaml.SequenceNode:
-		return "a list"
-	case n.Kind == yaml.MappingNode:
-		return "a mapping"
-	case n.Kind == yaml.AliasNode:
-		return "an alias"
-	case n.Tag == "!!null":
-		return "null"
-	case n.Tag == "!!int" || n.Tag == "!!float":
-		return "a number"
-	case n.Tag == "!!bool":
-		return "true or false"
-	}
-	return "a string"
-}
-
 // describe quotes a scalar, or names what a node holds.
 func describe(n *yaml.Node) string {
 	if n.Kind == yaml.ScalarNode && n.Tag != "!!null" {
@@ -692,7 +675,7 @@ func describe(n *yaml.Node) string {
 		}
 		return strconv.Quote(v)
 	}
-	return kindOf(n)
+	return yamlkind.Of(n)
 }
 
 // WarningsOrNil returns c's warnings; nil for a nil Config.

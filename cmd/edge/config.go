@@ -17,6 +17,8 @@ import (
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/viper"
 	"go.yaml.in/yaml/v4"
+
+	"github.com/edgerate/edge/internal/yamlkind"
 )
 
 // loadConfig reads and compiles the configuration at path, or the embedded
@@ -110,27 +112,12 @@ func readYAML(data []byte) (map[string]any, error) {
 	case root.Kind == yaml.ScalarNode && root.Tag == "!!null":
 		return settings, nil
 	case root.Kind != yaml.MappingNode:
-		return nil, fmt.Errorf("the file must be a mapping of settings; it is %s", nodeKind(root))
+		return nil, fmt.Errorf("the file must be a mapping of settings; it is %s", yamlkind.Of(root))
 	}
 	if err := root.Decode(&settings); err != nil {
 		return nil, yamlError(data, err) // a key given twice, say
 	}
 	return settings, nil
-}
-
-// nodeKind names what a YAML node holds, in words.
-func nodeKind(n *yaml.Node) string {
-	switch {
-	case n.Kind == yaml.SequenceNode:
-		return "a list"
-	case n.Kind == yaml.AliasNode:
-		return "an alias"
-	case n.Tag == "!!int" || n.Tag == "!!float":
-		return "a number"
-	case n.Tag == "!!bool":
-		return "true or false"
-	}
-	return "a string"
 }
 
 // yamlError rewrites the YAML parser's errors as

@@ -77,7 +77,7 @@ type Options struct {
 	Logger *slog.Logger
 	// OnRoundTrip, if set, is called after every round trip to Redis with
 	// what it was for ("decide", "refund", "charge", "flush", "heartbeat",
-	// "forget", "peek"),
+	// "forget", "peek", and for concurrency rules "release" and "renew"),
 	// how long it took and its error (nil on success). It must be fast and
 	// safe for concurrent use.
 	OnRoundTrip func(op string, took time.Duration, err error)
@@ -102,6 +102,8 @@ type Client struct {
 	// came back after a failure, or answered NOSCRIPT); the heartbeat
 	// goroutine then loads them again.
 	scriptsLoaded atomic.Bool
+
+	leases leases // held by this node's requests in flight (lease.go)
 
 	mu      sync.Mutex
 	batches map[*batch]bool // true once retired (flushed once more, then dropped)
@@ -176,6 +178,9 @@ func New(opts Options) (*Client, error) {
 	go c.heartbeats()
 	c.wg.Add(1)
 	go c.flusher()
+	c.leases.wake = make(chan struct{}, 1)
+	c.wg.Add(1)
+	go c.renewer()
 	return c, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/edgerate/edge/rules"
@@ -27,6 +28,9 @@ type Rule struct {
 	// "header:X-Api-Key,path". It is hashed with each client's key bytes,
 	// so a rule whose key changes meaning counts afresh.
 	Key string
+	// Lease is a concurrency rule's lease on a slot in Redis (lease.go),
+	// at least rules.MinLease; ignored for the other algorithms.
+	Lease time.Duration
 }
 
 // Domain is one domain's rules counted through a Client: the domain's
@@ -43,6 +47,9 @@ type Domain struct {
 	// exact mode those made without Redis (on_store_failure local or
 	// open), sent once Redis is back.
 	batch *batch
+	// held counts the leases this node's requests hold in Redis, by rule
+	// (lease.go).
+	held []atomic.Int64
 	// scriptTime makes exact-mode scripts judge at the time the caller
 	// passes rather than on Redis's clock: for tests that compare traces.
 	scriptTime bool
@@ -103,7 +110,7 @@ func (c *Client) Domain(name string, rs []Rule, store *window.Store) (*Domain, e
 	if store == nil || len(rs) == 0 {
 		return nil, errors.New("cluster: a domain needs a store and rules")
 	}
-	d := &Domain{c: c, store: store, rules: make([]domainRule, len(rs))}
+	d := &Domain{c: c, store: store, rules: make([]domainRule, len(rs)), held: make([]atomic.Int64, len(rs))}
 	for i, r := range rs {
 		l := store.Limit(i)
 		secs := max(int64(l.Period/time.Second), 1)
@@ -133,6 +140,9 @@ func (c *Client) Domain(name string, rs []Rule, store *window.Store) (*Domain, e
 			dr.full = l.Units(l.Burst)
 		case window.Quota:
 			dr.decide, dr.peek = quotaScript, nil
+		case window.Concurrency:
+			dr.decide, dr.peek = leaseScript, nil
+			dr.Lease = max(dr.Lease, rules.MinLease)
 		}
 		d.rules[i] = dr
 	}
@@ -222,6 +232,12 @@ type counted struct {
 	// describe the quota left as the store would after taking it back.
 	counts window.Counts
 	quota  window.QuotaCounts // likewise, for a quota
+	// A concurrency rule's slot (lease.go): the lease in Redis, or a slot
+	// the failure mode took in the store (local); released once given
+	// back.
+	lease    string
+	local    bool
+	released bool
 }
 
 // context returns the request's context, bounded by budget from the first
@@ -267,6 +283,9 @@ func (t *tally) Decide(id window.ID, cost int64, now time.Time) window.Decision 
 	}
 	d, i, k := t.d, id.Key.Rule(), id.Key
 	r := &d.rules[i]
+	if r.slots() {
+		return t.acquire(i, id, now)
+	}
 	if !d.exact() {
 		if t.unavailable || d.c.br.State() != Closed {
 			return t.fallback(i, k, id.Name, cost, now, false)
@@ -467,6 +486,12 @@ func (t *tally) fallback(i int, k window.Key, key []byte, cost int64, now time.T
 // stays, which errs on the strict side.
 func (t *tally) Refund(id window.ID, dec window.Decision, now time.Time) window.Decision {
 	d, i, k := t.d, id.Key.Rule(), id.Key
+	if d.rules[i].slots() {
+		if t.releaseSlot(i, k, now) && dec.Allowed {
+			dec.Remaining = min(dec.Remaining+1, d.rules[i].Limit.Limit)
+		}
+		return dec
+	}
 	c := t.find(i)
 	switch {
 	case c == nil: // decided by the failure mode, or counted nothing
@@ -550,8 +575,13 @@ func (t *tally) Charge(id window.ID, n int64, now time.Time) {
 	}
 }
 
-// Release does nothing: the algorithms shared through Redis hold no slots.
-func (*tally) Release(window.ID, time.Time) {}
+// Release gives back the slot the request holds under a concurrency rule
+// (lease.go); for the other algorithms it does nothing.
+func (t *tally) Release(id window.ID, now time.Time) {
+	if i := id.Key.Rule(); t.d.rules[i].slots() {
+		t.releaseSlot(i, id.Key, now)
+	}
+}
 
 // Reset deletes a client's counters and mitigation in this node's store
 // and, under the client's rule, in Redis (the current and the previous
@@ -587,6 +617,11 @@ func (d *Domain) Peek(ctx context.Context, id window.ID, now time.Time) (window.
 	}
 	r := &d.rules[id.Key.Rule()]
 	start := time.Now()
+	if r.slots() {
+		st, err := d.peekSlots(ctx, r, id.Name)
+		d.c.done("peek", start, err)
+		return st, err
+	}
 	if r.bucket() || r.quota() {
 		st, err := d.peekState(ctx, r, id.Name, now)
 		d.c.done("peek", start, err)

@@ -301,9 +301,15 @@ func (c storeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.m.evictions, prometheus.CounterValue, float64(s.ExpiredReclaimed), d.Name, "expired")
 		ch <- prometheus.MustNewConstMetric(c.m.evictions, prometheus.CounterValue, float64(s.Evicted), d.Name, "idle")
 		ch <- prometheus.MustNewConstMetric(c.m.overflowReqs, prometheus.CounterValue, float64(s.Overflowed), d.Name)
+		// Slots held by this node's requests: in its store, or with
+		// cluster.store redis as leases in Redis (cluster.Domain).
+		slots, _ := d.counter.(interface{ SlotsInUse(int) int64 })
+		if slots == nil {
+			slots = d.store
+		}
 		for i := range d.rules {
 			if rs := &d.rules[i]; rs.Algorithm == rules.Concurrency {
-				ch <- prometheus.MustNewConstMetric(c.m.slotsInUse, prometheus.GaugeValue, float64(d.store.SlotsInUse(i)), d.Name, rs.Name)
+				ch <- prometheus.MustNewConstMetric(c.m.slotsInUse, prometheus.GaugeValue, float64(slots.SlotsInUse(i)), d.Name, rs.Name)
 			}
 		}
 	}

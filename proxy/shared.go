@@ -80,7 +80,7 @@ func (p *Proxy) sharedDomain(d *domain) error {
 		for j, k := range r.Key {
 			key[j] = k.String()
 		}
-		rs[i] = cluster.Rule{Name: r.Name, Key: strings.Join(key, ",")}
+		rs[i] = cluster.Rule{Name: r.Name, Key: strings.Join(key, ","), Lease: r.Lease}
 	}
 	sd, err := p.cluster.Domain(d.Name, rs, d.store)
 	if err != nil {

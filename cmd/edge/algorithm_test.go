@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/edgerate/edge/rules"
 )
@@ -164,5 +165,50 @@ func TestReadmeConcurrencyExample(t *testing.T) {
 	rs := table.Domains[0].Rules
 	if len(rs) != 2 || rs[0].Algorithm != rules.Concurrency || rs[0].Limit != 20 || rs[0].Period != 0 || rs[1].Algorithm != rules.TokenBucket {
 		t.Errorf("README's concurrency example: got %d rules, want a concurrency limit of 20 then a token bucket", len(rs))
+	}
+}
+
+// TestReadmeConcurrencyRedisExample: README's example of a concurrency
+// limit shared through Redis, and configs/concurrency-redis.yaml, compile
+// to what their comments say: slots leased in Redis in exact mode, with
+// the lease given or the default 30s.
+func TestReadmeConcurrencyRedisExample(t *testing.T) {
+	_, section, _ := strings.Cut(readmeSection(t, "Algorithms"), "### Concurrency")
+	_, example, ok := strings.Cut(section, "```yaml\ncluster:")
+	if !ok {
+		t.Fatal("README's Concurrency has no example with a cluster section")
+	}
+	example, _, _ = strings.Cut(example, "```")
+	readme, err := parseConfig([]byte("origin: \"http://127.0.0.1:9001\"\ncluster:" + example))
+	if err != nil {
+		t.Fatalf("README's concurrency example over Redis: %v", err)
+	}
+	file, _, err := loadConfig("../../configs/concurrency-redis.yaml")
+	if err != nil {
+		t.Fatalf("configs/concurrency-redis.yaml: %v", err)
+	}
+	tests := []struct {
+		name   string
+		table  *rules.Table
+		leases []time.Duration
+	}{
+		{"README", readme, []time.Duration{10 * time.Second}},
+		{"configs/concurrency-redis.yaml", file, []time.Duration{10 * time.Second, 30 * time.Second}},
+	}
+	for _, tt := range tests {
+		c := tt.table.Cluster
+		if c.Store != rules.StoreRedis || c.Sync != rules.SyncExact {
+			t.Errorf("%s: store %s sync %s, want redis exact", tt.name, c.Store, c.Sync)
+		}
+		var got []time.Duration
+		for _, r := range tt.table.Domains[0].Rules {
+			if r.Algorithm != rules.Concurrency {
+				t.Errorf("%s: rule %s is %s, want concurrency", tt.name, r.Name, r.Algorithm)
+			}
+			got = append(got, r.Lease)
+		}
+		if !slices.Equal(got, tt.leases) {
+			t.Errorf("%s: leases %v, want %v", tt.name, got, tt.leases)
+		}
 	}
 }

@@ -292,8 +292,13 @@ func (c storeCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		s := d.store.Stats()
 		if c.m.p.started.Cluster.Sync == rules.SyncShare {
-			for _, r := range d.rules {
-				ch <- prometheus.MustNewConstMetric(c.m.nodeShare, prometheus.GaugeValue, float64(r.share), d.Name, r.Name)
+			for i := range d.rules {
+				r := &d.rules[i]
+				share := r.share
+				if r.live != nil {
+					share = r.live.NodeShare(i)
+				}
+				ch <- prometheus.MustNewConstMetric(c.m.nodeShare, prometheus.GaugeValue, float64(share), d.Name, r.Name)
 			}
 		}
 		ch <- prometheus.MustNewConstMetric(c.m.trackedKeys, prometheus.GaugeValue, float64(d.store.Len()), d.Name)

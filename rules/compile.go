@@ -453,7 +453,7 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 			if r.Soft && t.Cluster.Store == StoreRedis {
 				p.add(fmt.Sprintf("%s.rules[%d].mode", path, j), "soft is not supported with cluster.store redis yet")
 			}
-			if r.Algorithm == Concurrency && t.Cluster.Store == StoreRedis && t.Cluster.Sync != SyncExact {
+			if r.Algorithm == Concurrency && t.Cluster.Store == StoreRedis && t.Cluster.Sync == SyncBatched {
 				// Slots are leases in Redis, taken and given back by
 				// each request: a batch of counts cannot hold them.
 				p.add(fmt.Sprintf("%s.rules[%d].algorithm", path, j),

@@ -236,6 +236,8 @@ func TestCompileCounting(t *testing.T) {
 			want: Rule{Algorithm: Concurrency, Cost: 1, Lease: 30 * time.Second}, cap: 2},
 		{name: "redis exact concurrency, shortest lease", rule: RuleConfig{Limit: 2, Algorithm: "concurrency", Lease: time.Second}, sync: "exact",
 			want: Rule{Algorithm: Concurrency, Cost: 1, Lease: time.Second}, cap: 2},
+		{name: "redis share concurrency", rule: RuleConfig{Limit: 2, Algorithm: "concurrency"}, sync: "share",
+			want: Rule{Algorithm: Concurrency, Cost: 1, Lease: 30 * time.Second}, cap: 2},
 		{name: "redis exact concurrency, longest lease", rule: RuleConfig{Limit: 2, Algorithm: "concurrency", Lease: time.Hour}, sync: "exact",
 			want: Rule{Algorithm: Concurrency, Cost: 1, Lease: time.Hour}, cap: 2},
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgerate/edge/cluster"
 	"github.com/edgerate/edge/rules"
 )
 
@@ -209,6 +210,57 @@ func TestReadmeConcurrencyRedisExample(t *testing.T) {
 		}
 		if !slices.Equal(got, tt.leases) {
 			t.Errorf("%s: leases %v, want %v", tt.name, got, tt.leases)
+		}
+	}
+}
+
+// TestReadmeShareExamples: README's examples of sync share, and
+// configs/share-redis.yaml, compile to what their comments say: 364 a
+// minute on each of three nodes; over Redis no fixed node count, and a
+// Poisson share of 1000 that is the whole limit on a node alone, 537 on
+// each of two, 364 on each of three.
+func TestReadmeShareExamples(t *testing.T) {
+	_, section, ok := strings.Cut(readmeSection(t, "Sharing counters in a PoP (Redis)"), "### Limits without coordination")
+	if !ok {
+		t.Fatal("README has no Limits without coordination")
+	}
+	var blocks []string
+	for rest := section; ; {
+		_, after, found := strings.Cut(rest, "```yaml\n")
+		if !found {
+			break
+		}
+		block, tail, _ := strings.Cut(after, "```")
+		blocks, rest = append(blocks, block), tail
+	}
+	if len(blocks) != 2 {
+		t.Fatalf("README's Limits without coordination has %d YAML examples, want 2", len(blocks))
+	}
+	local, err := parseConfig([]byte("origin: \"http://127.0.0.1:9001\"\n" + blocks[0]))
+	if err != nil {
+		t.Fatalf("README's share example: %v", err)
+	}
+	if c := local.Cluster; c.Store != rules.StoreLocal || c.Nodes != 3 {
+		t.Errorf("README's share example: store %s, nodes %d; want local, 3", c.Store, c.Nodes)
+	}
+	if got := cluster.NodeShare(local.Cluster, local.Domains[0].Rules[0].Limit, 3); got != 364 {
+		t.Errorf("README's share example: a node's share %d, want 364 as its comment says", got)
+	}
+	redis, err := parseConfig([]byte("origin: \"http://127.0.0.1:9001\"\n" + blocks[1] +
+		"domains: [{hosts: [\"*\"], rules: [{name: r, limit: 10, period: 1m}]}]\n"))
+	if err != nil {
+		t.Fatalf("README's share example over Redis: %v", err)
+	}
+	if c := redis.Cluster; c.Store != rules.StoreRedis || c.Sync != rules.SyncShare || c.Nodes != 0 || c.Split != rules.SplitPoisson {
+		t.Errorf("README's share example over Redis: %+v, want store redis, sync share, no nodes, split poisson", c)
+	}
+	file, _, err := loadConfig("../../configs/share-redis.yaml")
+	if err != nil {
+		t.Fatalf("configs/share-redis.yaml: %v", err)
+	}
+	for nodes, want := range map[int]int64{1: 1000, 2: 537, 3: 364} {
+		if got := cluster.NodeShare(file.Cluster, file.Domains[0].Rules[0].Limit, nodes); got != want {
+			t.Errorf("configs/share-redis.yaml: share on each of %d nodes %d, want %d as its comment says", nodes, got, want)
 		}
 	}
 }

@@ -146,7 +146,7 @@ func newMetrics(p *Proxy, version string) *metrics {
 		}, func() float64 { return float64(p.inFlight.Load()) }),
 		shedInFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "edge_shed_in_flight",
-			Help: "Requests of a domain with shed holding a slot now: admitted, and not yet finished (body buffering included).",
+			Help: "Requests of a domain with shed holding a slot now: sent to the origin, and not yet finished (body buffering not included).",
 		}, []string{"domain"}),
 		shedRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_shed_requests_total",

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -50,6 +51,9 @@ type Domain struct {
 	// held counts the leases this node's requests hold in Redis, by rule
 	// (lease.go).
 	held []atomic.Int64
+	// draw returns a uniform random number for a soft window's decision
+	// in exact mode; tests seed it.
+	draw func() uint64
 	// scriptTime makes exact-mode scripts judge at the time the caller
 	// passes rather than on Redis's clock: for tests that compare traces.
 	scriptTime bool
@@ -110,12 +114,15 @@ func (c *Client) Domain(name string, rs []Rule, store *window.Store) (*Domain, e
 	if store == nil || len(rs) == 0 {
 		return nil, errors.New("cluster: a domain needs a store and rules")
 	}
-	d := &Domain{c: c, store: store, rules: make([]domainRule, len(rs)), held: make([]atomic.Int64, len(rs))}
+	d := &Domain{c: c, store: store, rules: make([]domainRule, len(rs)), held: make([]atomic.Int64, len(rs)), draw: rand.Uint64}
 	for i, r := range rs {
 		l := store.Limit(i)
 		secs := max(int64(l.Period/time.Second), 1)
 		countBlocked := "0"
-		if l.CountBlocked {
+		switch {
+		case l.Soft:
+			countBlocked = "s"
+		case l.CountBlocked:
 			countBlocked = "1"
 		}
 		dr := domainRule{
@@ -363,6 +370,10 @@ func (t *tally) judge(r *domainRule, prefix string, cost int64, now time.Time) (
 	c := counted{prefix: prefix, start: vals[6], counts: counts}
 	if vals[1] == 1 {
 		c.n = cost
+	}
+	if r.Limit.Soft {
+		// The warm-up left, not a mitigation: nothing to remember.
+		return r.Limit.JudgeSoft(counts, cost, t.d.draw()), c, 0, nil
 	}
 	return r.Limit.JudgeCost(counts, cost), c, counts.Mitigation, nil
 }
@@ -636,11 +647,15 @@ func (d *Domain) Peek(ctx context.Context, id window.ID, now time.Time) (window.
 	if err != nil {
 		return window.State{}, err
 	}
+	mitigation := time.Duration(vals[3]) * time.Microsecond
+	if r.Limit.Soft {
+		mitigation = 0 // a soft window's warm-up, not a mitigation
+	}
 	st := r.Limit.State(window.Counts{
 		Previous:   vals[0],
 		Current:    vals[1],
 		Elapsed:    time.Duration(vals[2]) * time.Microsecond,
-		Mitigation: time.Duration(vals[3]) * time.Microsecond,
+		Mitigation: mitigation,
 	}, now)
 	st.Shared = true
 	return st, nil

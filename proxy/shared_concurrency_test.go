@@ -249,3 +249,41 @@ edge_concurrency_slots_in_use{domain="site",rule="parallel"} %d
 	t.Fatalf("edge_concurrency_slots_in_use of rule parallel not between 0 and 5")
 	return 0
 }
+
+// TestSharedSoft: a soft rule shared through Redis in exact mode thins a
+// client over its limit on every node with 429s of Retry-After 1, counted
+// as soft_limited, never deciding without Redis.
+func TestSharedSoft(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := sharedConfig(srv.Addr, "exact", "closed", rules.RuleConfig{Name: "soft", Mode: "soft", Limit: 10, Period: time.Hour})
+	ps := newNodes(t, 2, cfg, true)
+	allowed, refused := 0, 0
+	for i := range 60 {
+		w, _ := hit(ps[i%2], "198.51.100.9")
+		switch w.Code {
+		case 200:
+			allowed++
+		case 429:
+			refused++
+			if got := w.Header().Get("Retry-After"); got != "1" {
+				t.Errorf("Retry-After %q, want 1", got)
+			}
+		default:
+			t.Fatalf("request %d: %d", i, w.Code)
+		}
+	}
+	soft := 0.0
+	for _, p := range ps {
+		soft += testutil.ToFloat64(p.metrics.decisions.WithLabelValues("site", "soft", "block", "soft_limited"))
+		if n := fallbacks(p); n != 0 {
+			t.Errorf("%d requests decided without Redis", n)
+		}
+	}
+	t.Logf("60 requests at once over two nodes, soft limit 10 an hour: %d allowed, %d refused", allowed, refused)
+	if refused == 0 || allowed == 0 || allowed > 30 {
+		t.Errorf("%d allowed, %d refused: want the client thinned toward 10, some through", allowed, refused)
+	}
+	if int(soft) != refused {
+		t.Errorf("soft_limited decisions %v, want %d", soft, refused)
+	}
+}

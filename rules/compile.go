@@ -448,10 +448,7 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 			}
 			if r.Algorithm.Bucket() && t.Cluster.Sync == SyncShare {
 				p.add(fmt.Sprintf("%s.rules[%d].algorithm", path, j),
-					"is not supported yet with cluster.sync share (windows and quotas are), got %q", r.Algorithm.String())
-			}
-			if r.Soft && t.Cluster.Store == StoreRedis {
-				p.add(fmt.Sprintf("%s.rules[%d].mode", path, j), "soft is not supported with cluster.store redis yet")
+					"is not supported yet with cluster.sync share (windows, quotas and concurrency are; a bucket's rate and burst are not split), got %q", r.Algorithm.String())
 			}
 			if r.Algorithm == Concurrency && t.Cluster.Store == StoreRedis && t.Cluster.Sync == SyncBatched {
 				// Slots are leases in Redis, taken and given back by

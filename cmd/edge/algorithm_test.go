@@ -264,3 +264,19 @@ func TestReadmeShareExamples(t *testing.T) {
 		}
 	}
 }
+
+// TestSoftRedisExample: configs/soft-redis.yaml is a soft limit shared in
+// exact mode with a hard backstop, as its comments say.
+func TestSoftRedisExample(t *testing.T) {
+	table, _, err := loadConfig("../../configs/soft-redis.yaml")
+	if err != nil {
+		t.Fatalf("configs/soft-redis.yaml: %v", err)
+	}
+	rs := table.Domains[0].Rules
+	if c := table.Cluster; c.Store != rules.StoreRedis || c.Sync != rules.SyncExact {
+		t.Errorf("store %s sync %s, want redis exact", c.Store, c.Sync)
+	}
+	if len(rs) != 2 || !rs[0].Soft || rs[0].Limit != 1000 || rs[1].Soft {
+		t.Errorf("want a soft rule of 1000 then a hard one, got %d rules", len(rs))
+	}
+}

@@ -173,9 +173,12 @@ func (c *Client) nextRenewal() time.Time {
 	return next
 }
 
-// renew renews every lease due at now, within the budget. A lease Redis
-// no longer has is forgotten; one that could not be renewed is tried
-// again at its next turn (it may expire before then).
+// renew renews every lease due at now, or within a sixth of its lease
+// after now (early, so that leases taken at nearby times are renewed in
+// one round trip and the renewer wakes a few times per lease, not once
+// per request), within the budget. A lease Redis no longer has is
+// forgotten; one that could not be renewed is tried again at its next
+// turn (it may expire before then).
 func (c *Client) renew(now time.Time) {
 	type due struct {
 		name string
@@ -184,7 +187,7 @@ func (c *Client) renew(now time.Time) {
 	var batch []due
 	c.leases.mu.Lock()
 	for name, h := range c.leases.held {
-		if !h.due.After(now) {
+		if !h.due.After(now.Add(h.lease / 6)) {
 			batch = append(batch, due{name, h})
 			h.due = now.Add(h.lease / 3)
 			c.leases.held[name] = h

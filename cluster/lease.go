@@ -82,7 +82,7 @@ type leases struct {
 	held map[string]heldLease // by lease name
 	seq  atomic.Uint64        // names leases
 	// wakeAt is when the renewer will next look, zero while it waits for
-	// a first lease; add wakes it earlier through wake when needed.
+	// a first lease; addLease wakes it earlier through wake when needed.
 	wakeAt time.Time
 	wake   chan struct{} // capacity 1
 }

@@ -221,6 +221,11 @@ func TestSharedConcurrency(t *testing.T) {
 			wait.For(t, 5*time.Second, "both slots given back", func() bool { return slotsInRedis(t, rdb) == 0 })
 		})
 	}
+	rec := httptest.NewRecorder()
+	ps[0].AdminHandler().ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/v1/config", nil))
+	if want := `"lease": "1s"`; !strings.Contains(rec.Body.String(), want) {
+		t.Errorf("/v1/config lacks %s: %s", want, rec.Body.String())
+	}
 	for i, p := range ps {
 		if n := fallbacks(p); n != 0 {
 			t.Errorf("node %d decided %d requests without redis", i, n)

@@ -25,6 +25,11 @@
 //     keys, not with requests; the price is an overshoot of about rate ×
 //     interval.
 //
+// With sync share a domain's rules are a Share instead: each node decides
+// alone with its share of every limit, and Redis serves only to count the
+// live nodes (the heartbeat), never on a request's path. A concurrency
+// rule in exact mode holds each slot as a lease in Redis (lease.go).
+//
 // No request waits for Redis longer than the budget. When Redis fails
 // (errors or the budget exceeded, failThreshold times in a row) the circuit
 // opens and requests are decided by the configured failure mode: "local"
@@ -77,7 +82,7 @@ type Options struct {
 	Logger *slog.Logger
 	// OnRoundTrip, if set, is called after every round trip to Redis with
 	// what it was for ("decide", "refund", "charge", "flush", "heartbeat",
-	// "forget", "peek"),
+	// "forget", "peek", and for concurrency rules "release" and "renew"),
 	// how long it took and its error (nil on success). It must be fast and
 	// safe for concurrent use.
 	OnRoundTrip func(op string, took time.Duration, err error)
@@ -103,8 +108,11 @@ type Client struct {
 	// goroutine then loads them again.
 	scriptsLoaded atomic.Bool
 
+	leases leases // held by this node's requests in flight (lease.go)
+
 	mu      sync.Mutex
 	batches map[*batch]bool // true once retired (flushed once more, then dropped)
+	shares  map[*Share]bool // with sync share: split again when the node count changes (share.go)
 
 	// rdb is the rueidis client; nil only in Redis Cluster mode until a
 	// node has answered (see connect).
@@ -176,6 +184,9 @@ func New(opts Options) (*Client, error) {
 	go c.heartbeats()
 	c.wg.Add(1)
 	go c.flusher()
+	c.leases.wake = make(chan struct{}, 1)
+	c.wg.Add(1)
+	go c.renewer()
 	return c, nil
 }
 
@@ -425,7 +436,9 @@ func (c *Client) heartbeat() {
 	if err != nil {
 		return
 	}
-	c.nodes.Store(n)
+	if old := c.nodes.Swap(n); old != n {
+		c.resplit(int(max(n, 1)))
+	}
 	if !c.scriptsLoaded.Load() {
 		c.loadScripts()
 	}

@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/edgerate/edge/rules"
@@ -27,6 +29,9 @@ type Rule struct {
 	// "header:X-Api-Key,path". It is hashed with each client's key bytes,
 	// so a rule whose key changes meaning counts afresh.
 	Key string
+	// Lease is a concurrency rule's lease on a slot in Redis (lease.go),
+	// at least rules.MinLease; ignored for the other algorithms.
+	Lease time.Duration
 }
 
 // Domain is one domain's rules counted through a Client: the domain's
@@ -43,6 +48,12 @@ type Domain struct {
 	// exact mode those made without Redis (on_store_failure local or
 	// open), sent once Redis is back.
 	batch *batch
+	// held counts the leases this node's requests hold in Redis, by rule
+	// (lease.go).
+	held []atomic.Int64
+	// draw returns a uniform random number for a soft window's decision
+	// in exact mode; tests seed it.
+	draw func() uint64
 	// scriptTime makes exact-mode scripts judge at the time the caller
 	// passes rather than on Redis's clock: for tests that compare traces.
 	scriptTime bool
@@ -103,12 +114,15 @@ func (c *Client) Domain(name string, rs []Rule, store *window.Store) (*Domain, e
 	if store == nil || len(rs) == 0 {
 		return nil, errors.New("cluster: a domain needs a store and rules")
 	}
-	d := &Domain{c: c, store: store, rules: make([]domainRule, len(rs))}
+	d := &Domain{c: c, store: store, rules: make([]domainRule, len(rs)), held: make([]atomic.Int64, len(rs)), draw: rand.Uint64}
 	for i, r := range rs {
 		l := store.Limit(i)
 		secs := max(int64(l.Period/time.Second), 1)
 		countBlocked := "0"
-		if l.CountBlocked {
+		switch {
+		case l.Soft:
+			countBlocked = "s"
+		case l.CountBlocked:
 			countBlocked = "1"
 		}
 		dr := domainRule{
@@ -133,6 +147,9 @@ func (c *Client) Domain(name string, rs []Rule, store *window.Store) (*Domain, e
 			dr.full = l.Units(l.Burst)
 		case window.Quota:
 			dr.decide, dr.peek = quotaScript, nil
+		case window.Concurrency:
+			dr.decide, dr.peek = leaseScript, nil
+			dr.Lease = max(dr.Lease, rules.MinLease)
 		}
 		d.rules[i] = dr
 	}
@@ -222,6 +239,12 @@ type counted struct {
 	// describe the quota left as the store would after taking it back.
 	counts window.Counts
 	quota  window.QuotaCounts // likewise, for a quota
+	// A concurrency rule's slot (lease.go): the lease in Redis, or a slot
+	// the failure mode took in the store (local); released once given
+	// back.
+	lease    string
+	local    bool
+	released bool
 }
 
 // context returns the request's context, bounded by budget from the first
@@ -271,6 +294,9 @@ func (t *tally) Decide(id window.ID, cost int64, now time.Time) window.Decision 
 	}
 	d, i, k := t.d, id.Key.Rule(), id.Key
 	r := &d.rules[i]
+	if r.slots() {
+		return t.acquire(i, id, now)
+	}
 	if !d.exact() {
 		if t.unavailable || d.c.br.State() != Closed {
 			return t.fallback(i, k, id.Name, cost, now, false)
@@ -348,6 +374,10 @@ func (t *tally) judge(r *domainRule, prefix string, cost int64, now time.Time) (
 	c := counted{prefix: prefix, start: vals[6], counts: counts}
 	if vals[1] == 1 {
 		c.n = cost
+	}
+	if r.Limit.Soft {
+		// The warm-up left, not a mitigation: nothing to remember.
+		return r.Limit.JudgeSoft(counts, cost, t.d.draw()), c, 0, nil
 	}
 	return r.Limit.JudgeCost(counts, cost), c, counts.Mitigation, nil
 }
@@ -471,6 +501,12 @@ func (t *tally) fallback(i int, k window.Key, key []byte, cost int64, now time.T
 // stays, which errs on the strict side.
 func (t *tally) Refund(id window.ID, dec window.Decision, now time.Time) window.Decision {
 	d, i, k := t.d, id.Key.Rule(), id.Key
+	if d.rules[i].slots() {
+		if t.releaseSlot(i, k, now) && dec.Allowed {
+			dec.Remaining = min(dec.Remaining+1, d.rules[i].Limit.Limit)
+		}
+		return dec
+	}
 	c := t.find(i, k)
 	switch {
 	case c == nil: // decided by the failure mode, or counted nothing
@@ -554,8 +590,13 @@ func (t *tally) Charge(id window.ID, n int64, now time.Time) {
 	}
 }
 
-// Release does nothing: the algorithms shared through Redis hold no slots.
-func (*tally) Release(window.ID, time.Time) {}
+// Release gives back the slot the request holds under a concurrency rule
+// (lease.go); for the other algorithms it does nothing.
+func (t *tally) Release(id window.ID, now time.Time) {
+	if i := id.Key.Rule(); t.d.rules[i].slots() {
+		t.releaseSlot(i, id.Key, now)
+	}
+}
 
 // Reset deletes a client's counters and mitigation in this node's store
 // and, under the client's rule, in Redis (the current and the previous
@@ -591,6 +632,11 @@ func (d *Domain) Peek(ctx context.Context, id window.ID, now time.Time) (window.
 	}
 	r := &d.rules[id.Key.Rule()]
 	start := time.Now()
+	if r.slots() {
+		st, err := d.peekSlots(ctx, r, id.Name)
+		d.c.done("peek", start, err)
+		return st, err
+	}
 	if r.bucket() || r.quota() {
 		st, err := d.peekState(ctx, r, id.Name, now)
 		d.c.done("peek", start, err)
@@ -605,11 +651,15 @@ func (d *Domain) Peek(ctx context.Context, id window.ID, now time.Time) (window.
 	if err != nil {
 		return window.State{}, err
 	}
+	mitigation := time.Duration(vals[3]) * time.Microsecond
+	if r.Limit.Soft {
+		mitigation = 0 // a soft window's warm-up, not a mitigation
+	}
 	st := r.Limit.State(window.Counts{
 		Previous:   vals[0],
 		Current:    vals[1],
 		Elapsed:    time.Duration(vals[2]) * time.Microsecond,
-		Mitigation: time.Duration(vals[3]) * time.Microsecond,
+		Mitigation: mitigation,
 	}, now)
 	st.Shared = true
 	return st, nil

@@ -117,8 +117,15 @@ local prev = ` + prev + `
 // window's counts live two periods, a fixed window's one: a past window
 // disappears.
 //
+// A soft window (ARGV[4] 's') is judged by the node (window.Limit.
+// JudgeSoft): the script counts every request whose cost the limit can
+// hold, never mitigates, and keeps in the mitigation's key the end of the
+// key's warm-up, one period from its first request after a quiet period,
+// returned as the mitigation left.
+//
 // KEYS[1] key prefix; ARGV limit, period (µs), mitigation (µs),
-// count_blocked (0 or 1), cost (1 if absent), the time (µs; absent: TIME).
+// count_blocked (0, 1, or s for a soft window), cost (1 if absent), the
+// time (µs; absent: TIME).
 // Returns {allowed, counted, prev, curr (after counting), elapsed (µs),
 // mitigation left (µs), period start (Unix s)}.
 func windowLua(fixed bool) string {
@@ -132,17 +139,23 @@ local mitigation = tonumber(ARGV[3])
 local cost = tonumber(ARGV[5] or '1')
 local target = limit
 if cost > 1 then target = limit - math.min(cost - 1, limit) end
+local soft = ARGV[4] == 's'
 local left = 0
-if mitigation > 0 then
+if mitigation > 0 or soft then
   local untilT = tonumber(redis.call('GET', mk) or '0')
   if untilT > now then left = untilT - now end
 end
+if soft and prev == 0 and curr == 0 and cost > 0 and target > 0 then
+  local untilT = now + period
+  left = period
+  redis.call('SET', mk, string.format('%.0f', untilT), 'PX', math.ceil(period / 1000))
+end
 local allowed = 0
-if left == 0 and target > 0 and curr < target and (prev == 0 or lessProduct(prev, period - e, target - curr, period)) then
+if not soft and left == 0 and target > 0 and curr < target and (prev == 0 or lessProduct(prev, period - e, target - curr, period)) then
   allowed = 1
 end
 local counted = 0
-if cost > 0 and (allowed == 1 or (target > 0 and ARGV[4] == '1')) then
+if cost > 0 and (allowed == 1 or (target > 0 and ARGV[4] ~= '0')) then
   curr = redis.call('INCRBY', ck, cost)
   redis.call('PEXPIRE', ck, ` + periods + ` * period / 1000)
   counted = 1

@@ -351,6 +351,7 @@ type ruleView struct {
 	Mode              string   `json:"mode,omitempty"`      // "soft"; none for hard
 	Burst             int64    `json:"burst,omitempty"`     // a bucket's capacity, its limit when burst is left out
 	MaxDelay          string   `json:"max_delay,omitempty"` // a leaky bucket queue's
+	Lease             string   `json:"lease,omitempty"`     // a concurrency rule's
 	Cost              int64    `json:"cost"`
 	CostHeader        string   `json:"cost_header,omitempty"`
 	MaxCost           int64    `json:"max_cost,omitempty"`
@@ -430,6 +431,9 @@ func (p *Proxy) configView() configView {
 			}
 			if rs.MaxDelay > 0 {
 				rv.MaxDelay = rs.MaxDelay.String()
+			}
+			if rs.Lease > 0 {
+				rv.Lease = rs.Lease.String()
 			}
 			if rs.Algorithm == rules.Quota {
 				rv.Period, rv.Reset, rv.Timezone = "", rs.Reset.String(), rs.Location.String()

@@ -63,7 +63,7 @@ func holdTally(r *http.Request, d *domain, tally window.Tally, vs []verdict, fel
 			n++
 		}
 	}
-	if n == 0 {
+	if n == 0 && d.shed == nil {
 		endTally(d, tally, fellBack)
 		return r
 	}
@@ -71,6 +71,16 @@ func holdTally(r *http.Request, d *domain, tally window.Tally, vs []verdict, fel
 		d.requests.fallback.Inc()
 	}
 	a := &afterResponse{d: d, tally: tally, charges: make([]charge, 0, n)}
+	if d.shed != nil {
+		// Kept for giveBack, should shedding refuse the request once it
+		// is ready for the origin.
+		for i := range vs {
+			if v := vs[i]; !d.rules[v.rule].CountBlocked {
+				v.id.Name = slices.Clone(v.id.Name)
+				a.refunds = append(a.refunds, v)
+			}
+		}
+	}
 	for i := range vs {
 		if v := &vs[i]; holds(&d.rules[v.rule], v) {
 			// The key's bytes are in limit's pooled buffer, returned
@@ -114,6 +124,9 @@ type afterResponse struct {
 	tally   window.Tally
 	charges []charge
 	ended   bool // the tally is ended: nothing more is charged
+	// refunds are the verdicts to give back if shedding refuses the
+	// request (giveBack); only in a domain that sheds load.
+	refunds []verdict
 }
 
 // charge is one rule's account of a request, settled after the response.
@@ -146,6 +159,24 @@ func (p *Proxy) endAfter(r *http.Request) {
 		}
 		a.tally.End()
 	}
+}
+
+// giveBack takes back what r's rules counted, for a request that load
+// shedding refused once it was ready for the origin, as limit's refund
+// does for a request refused earlier (a concurrency rule's slot comes
+// back too), and ends the tally: endAfter then does nothing.
+func (p *Proxy) giveBack(r *http.Request) {
+	a, ok := r.Context().Value(afterKey{}).(*afterResponse)
+	if !ok || a.ended {
+		return
+	}
+	a.ended = true
+	now := p.now()
+	for i := range a.refunds {
+		v := &a.refunds[i]
+		v.Decision = a.tally.Refund(v.id, v.Decision, now)
+	}
+	a.tally.End()
 }
 
 // onResponse settles the charges of resp's request (if it has any) as its

@@ -28,7 +28,9 @@ import (
 // through in every sliding period.
 //
 // A request that a leaky bucket queue lets through later waits here for
-// its turn (queue.go) before it is returned.
+// its turn (queue.go) before it is returned. In a domain that sheds load
+// the request's tally stays open until it is admitted (shed.go), so that a
+// request shed then gives back what its rules counted.
 func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, d *domain, src *rules.KeySource, now time.Time) *http.Request {
 	if d.costHeaders && !p.checkCosts(w, r, d, src) { // cost.go: 400
 		return nil
@@ -109,12 +111,7 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, d *domain, src *ru
 				panic(http.ErrAbortHandler)
 			}
 		}
-		if d.shed != nil && !p.admit(w, r, d.shed, src.Host, src.Path) { // shed.go: 503
-			refund(d, vs, tally, now)
-			endTally(d, tally, fellBack)
-			return nil
-		}
-		r = holdTally(r, d, tally, vs, fellBack) // charge.go
+		r = holdTally(r, d, tally, vs, fellBack) // charge.go; shed.go may refund later
 		if always {
 			return withFields(w, r, d, vs)
 		}

@@ -165,7 +165,7 @@ func newMetrics(p *Proxy, version string) *metrics {
 		}, func() float64 { return float64(p.inFlight.Load()) }),
 		shedInFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "edge_shed_in_flight",
-			Help: "Requests of a domain with shed holding a slot now: admitted, and not yet finished (body buffering included).",
+			Help: "Requests of a domain with shed holding a slot now: sent to the origin, and not yet finished (body buffering not included).",
 		}, []string{"domain"}),
 		shedRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_shed_requests_total",
@@ -311,8 +311,13 @@ func (c storeCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		s := d.store.Stats()
 		if c.m.p.started.Cluster.Sync == rules.SyncShare {
-			for _, r := range d.rules {
-				ch <- prometheus.MustNewConstMetric(c.m.nodeShare, prometheus.GaugeValue, float64(r.share), d.Name, r.Name)
+			for i := range d.rules {
+				r := &d.rules[i]
+				share := r.share
+				if r.live != nil {
+					share = r.live.NodeShare(i)
+				}
+				ch <- prometheus.MustNewConstMetric(c.m.nodeShare, prometheus.GaugeValue, float64(share), d.Name, r.Name)
 			}
 		}
 		ch <- prometheus.MustNewConstMetric(c.m.trackedKeys, prometheus.GaugeValue, float64(d.store.Len()), d.Name)
@@ -320,9 +325,15 @@ func (c storeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.m.evictions, prometheus.CounterValue, float64(s.ExpiredReclaimed), d.Name, "expired")
 		ch <- prometheus.MustNewConstMetric(c.m.evictions, prometheus.CounterValue, float64(s.Evicted), d.Name, "idle")
 		ch <- prometheus.MustNewConstMetric(c.m.overflowReqs, prometheus.CounterValue, float64(s.Overflowed), d.Name)
+		// Slots held by this node's requests: in its store, or with
+		// cluster.store redis as leases in Redis (cluster.Domain).
+		slots, _ := d.counter.(interface{ SlotsInUse(int) int64 })
+		if slots == nil {
+			slots = d.store
+		}
 		for i := range d.rules {
 			if rs := &d.rules[i]; rs.Algorithm == rules.Concurrency {
-				ch <- prometheus.MustNewConstMetric(c.m.slotsInUse, prometheus.GaugeValue, float64(d.store.SlotsInUse(i)), d.Name, rs.Name)
+				ch <- prometheus.MustNewConstMetric(c.m.slotsInUse, prometheus.GaugeValue, float64(slots.SlotsInUse(i)), d.Name, rs.Name)
 			}
 		}
 	}

@@ -159,7 +159,11 @@ type ruleState struct {
 	*rules.Rule
 	identity uint64 // see ruleIdentity
 	share    int64  // the limit this node's counters hold (Proxy.nodeShare)
-	policy   headers.Policy
+	// live, with cluster.sync share and store redis, decides with the
+	// node's share of the rule's limit at the last heartbeat; nil
+	// otherwise.
+	live   *cluster.Share
+	policy headers.Policy
 	// policyText is policy as a RateLimit-Policy member, formatted once:
 	// a response reporting only this rule sends it without formatting.
 	policyText string

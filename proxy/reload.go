@@ -269,6 +269,7 @@ var settings = []setting{
 	reloads("domains[].rules[].reset"),
 	reloads("domains[].rules[].timezone"),
 	reloads("domains[].rules[].max_delay"),
+	reloads("domains[].rules[].lease"),
 	reloads("domains[].rules[].cost"),
 	reloads("domains[].rules[].cost_header"),
 	reloads("domains[].rules[].max_cost"),

@@ -26,19 +26,21 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if r = p.limit(w, r, d, &src, now); r == nil {
 			return
 		}
-		if d.countsAfter || d.slots { // charge.go: limit kept the tally open
+		if d.countsAfter || d.slots || d.shed != nil { // charge.go: limit kept the tally open
 			defer p.endAfter(r)
 		}
-	} else if d.shed != nil && !p.admit(w, r, d.shed, host, rules.CleanPath(r.URL.Path)) { // shed.go: 503
-		return
-	}
-	if d.shed != nil { // limit or the line above admitted it
-		defer d.shed.release()
 	}
 	r, release := p.readBody(w, r, st, d) // body.go: 413, buffering
 	if r == nil {
 		return
 	}
 	defer release()
+	if d.shed != nil { // shed.go: 503, once the request is ready for the origin
+		if !p.admit(w, r, d.shed, host, rules.CleanPath(r.URL.Path)) {
+			p.giveBack(r) // charge.go
+			return
+		}
+		defer d.shed.release()
+	}
 	p.forward(w, r, d) // forward.go
 }

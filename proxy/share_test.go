@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgerate/edge/internal/redistest"
+	"github.com/edgerate/edge/internal/wait"
 	"github.com/edgerate/edge/rules"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -118,5 +120,85 @@ func TestShareKeepsStartedSplitOnReload(t *testing.T) {
 	}
 	if got := p.state.Load().domains[0].rules[0].share; got != 5 {
 		t.Errorf("share after the reload: got %d, want 5 (10 over the 2 nodes edge started with)", got)
+	}
+}
+
+// nodeShareMetric is p's edge_rule_node_share of the one rule of its
+// domain, read through registry reg.
+func nodeShareMetric(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "edge_rule_node_share" {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatal("no edge_rule_node_share")
+	return 0
+}
+
+// TestShareOverRedis: with cluster.sync share and store redis, the node
+// count comes from the heartbeats: a node alone allows a key the whole
+// limit; once a second node's heartbeat appears each node allows a new key
+// its even split of two, with the PoP's limit in RateLimit-Policy and the
+// node's remaining share in r; no request waits for Redis, which sees no
+// round trip but heartbeats.
+func TestShareOverRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := sharedConfig(srv.Addr, "share", "", rules.RuleConfig{Name: "api", Limit: 10, Period: time.Hour, Headers: "always"})
+	table := compile(t, cfg)
+	regs := make([]*prometheus.Registry, 2)
+	ps := make([]*Proxy, 2)
+	start := func(i int) {
+		regs[i] = prometheus.NewRegistry()
+		var err error
+		ps[i], err = New(Options{Table: table, Registerer: regs[i], Version: "test", Node: "node" + strconv.Itoa(i)})
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
+		t.Cleanup(func() { ps[i].Close() })
+	}
+	// through sends requests of client ip to node i until one is refused
+	// and returns how many got through, checking their fields.
+	through := func(i int, ip string) int {
+		for n := range 11 {
+			w, _ := hit(ps[i], ip)
+			if got, want := w.Header().Get("RateLimit-Policy"), `"api";q=10;w=3600`; got != want {
+				t.Errorf("node %d: RateLimit-Policy %q, want %q", i, got, want)
+			}
+			if w.Code == 429 {
+				return n
+			}
+			share := int(nodeShareMetric(t, regs[i]))
+			if got, want := w.Header().Get("RateLimit"), fmt.Sprintf(`"api";r=%d;`, share-n-1); !strings.HasPrefix(got, want) {
+				t.Errorf("node %d, request %d: RateLimit %q, want it to start %q", i, n+1, got, want)
+			}
+		}
+		return 11
+	}
+	start(0)
+	wait.For(t, 2*time.Second, "node 0 registered", func() bool { return ps[0].cluster.Nodes() == 1 && roundTrips(t, ps[0], "heartbeat") > 0 })
+	if got := nodeShareMetric(t, regs[0]); got != 10 {
+		t.Errorf("node 0 alone: edge_rule_node_share %v, want 10", got)
+	}
+	if got := through(0, "192.0.2.1"); got != 10 {
+		t.Errorf("node 0 alone let a key through %d times, want 10", got)
+	}
+	start(1)
+	for i := range ps {
+		wait.For(t, 2*time.Second, "both nodes' shares split", func() bool { return nodeShareMetric(t, regs[i]) == 5 })
+	}
+	for i := range ps {
+		if got := through(i, "192.0.2.2"); got != 5 {
+			t.Errorf("node %d of 2 let a new key through %d times, want 5", i, got)
+		}
+		for _, op := range []string{"decide", "refund", "charge", "flush"} {
+			if n := roundTrips(t, ps[i], op); n != 0 {
+				t.Errorf("node %d made %d %s round trips to Redis, want none", i, n, op)
+			}
+		}
 	}
 }

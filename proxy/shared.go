@@ -30,6 +30,10 @@ func (p *Proxy) nodeShare(r *rules.Rule) int64 {
 		// Buckets are refused with sync share; one can meet it only in a
 		// reload that sets sync back, which waits for the restart.
 		return r.Limit
+	case c.Store == rules.StoreRedis:
+		// The store holds the PoP's limit; the domain's cluster.Share
+		// decides with the share of the nodes counted now.
+		return r.Limit
 	case c.Split == rules.SplitPoisson:
 		return cluster.PoissonShare(r.Limit, c.Nodes, c.SplitConfidence)
 	default:
@@ -41,6 +45,9 @@ func (p *Proxy) nodeShare(r *rules.Rule) int64 {
 // rule's capacity, or with cluster.sync share (windows and quotas only)
 // the node's share.
 func (rs *ruleState) nodeCapacity() int64 {
+	if rs.live != nil {
+		return rs.live.NodeShare(rs.Index)
+	}
 	if rs.share != rs.Limit {
 		return rs.share
 	}
@@ -72,15 +79,28 @@ func (p *Proxy) newCluster(t *rules.Table, node string) (*cluster.Client, error)
 }
 
 // sharedDomain makes d's shared counting, which counts each rule by the
-// limit d.store counts it by. Caller has made d.store and d.rules.
+// limit d.store counts it by, or with sync share by the node's share of
+// it (cluster.Share). Caller has made d.store and d.rules.
 func (p *Proxy) sharedDomain(d *domain) error {
+	if p.cluster.Config().Sync == rules.SyncShare {
+		limits := make([]int64, len(d.rules))
+		for i, r := range d.rules {
+			limits[i] = r.Limit
+		}
+		sh := p.cluster.Share(d.store, limits)
+		d.counter = sh
+		for i := range d.rules {
+			d.rules[i].live = sh
+		}
+		return nil
+	}
 	rs := make([]cluster.Rule, len(d.rules))
 	for i, r := range d.rules {
 		key := make([]string, len(r.Key))
 		for j, k := range r.Key {
 			key[j] = k.String()
 		}
-		rs[i] = cluster.Rule{Name: r.Name, Key: strings.Join(key, ",")}
+		rs[i] = cluster.Rule{Name: r.Name, Key: strings.Join(key, ","), Lease: r.Lease}
 	}
 	sd, err := p.cluster.Domain(d.Name, rs, d.store)
 	if err != nil {

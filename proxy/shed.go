@@ -17,11 +17,12 @@ import (
 //
 // Shedding is decided after the rate rules, so that a client over its
 // limit gets its 429 and a request refused for load gives back what the
-// rules counted (limit.go). A request admitted holds its slot until
-// ServeHTTP returns: while its body is buffered and while the origin
-// answers. Counting the buffering too keeps the check and the increment
-// one atomic step before anything could be given back; a slow body holds
-// a slot only as long as edge's read timeout allows.
+// rules counted (giveBack, charge.go: limit keeps the tally open until
+// then). It is decided as late as it can be: once the request is ready for
+// the origin, its wait in a leaky bucket queue over and its body buffered
+// (or, unbuffered, about to stream), so that "in flight" means sent to the
+// origin and not yet finished: a slow client sending its body holds no
+// slot. A request admitted holds its slot until ServeHTTP returns.
 
 // shedRetryAfter is the Retry-After, in seconds, of a request refused for
 // load: load changes from one second to the next.

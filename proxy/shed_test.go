@@ -1,9 +1,11 @@
 package proxy
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/edgerate/edge/internal/wait"
 	"github.com/edgerate/edge/rules"
 )
 
@@ -266,5 +269,74 @@ func TestShedReload(t *testing.T) {
 	case <-arrived:
 	case <-time.After(10 * time.Second):
 		t.Fatal("without shed, a request did not reach the origin")
+	}
+}
+
+// TestShedCountsOnlySentRequests: a request holds no shedding slot while
+// edge buffers its body: with max_in_flight 1, a client slowly sending a
+// body does not keep another request from the origin; once its body is
+// in, that request holds the slot and the first is shed with 503, giving
+// back what its rules counted (its count and its concurrency slot), so
+// the rule's limit of 2 still admits the next request.
+func TestShedCountsOnlySentRequests(t *testing.T) {
+	origin, arrived, release := slowOrigin(t)
+	cfg := shedConfig(origin.URL, 2)
+	cfg.Domains[0].Shed.MaxInFlight = 1
+	cfg.Domains[0].Shed.CriticalReserve = 0
+	cfg.Domains[0].Shed.SheddableShare = nil
+	cfg.Domains[0].Rules = append(cfg.Domains[0].Rules, concurrencyRule("parallel", 5))
+	e := newEnv(t, cfg)
+	store := e.proxy.state.Load().domains[0].store
+	shedInFlight := func() float64 {
+		return testutil.ToFloat64(e.proxy.metrics.shedInFlight.WithLabelValues("api.example.com"))
+	}
+
+	c, err := net.Dial("tcp", e.srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST /upload HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 10\r\n\r\nhalf-")
+	wait.For(t, 5*time.Second, "edge buffering the body", func() bool { return e.proxy.buffered.held.Load() > 0 })
+	if got := shedInFlight(); got != 0 {
+		t.Errorf("edge_shed_in_flight while a body is buffered: %v, want 0", got)
+	}
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer release()
+	held := make(chan int, 1)
+	wg.Go(func() {
+		resp, _ := e.get("api.example.com", "/b")
+		held <- resp.StatusCode
+	})
+	select {
+	case got := <-arrived:
+		if got != "GET /b" {
+			t.Fatalf("origin reached by %s, want GET /b while the upload buffers", got)
+		}
+	case code := <-held:
+		t.Fatalf("GET /b while the upload buffers: %d, want it at the origin", code)
+	}
+	io.WriteString(c, "done!")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 503 || !strings.HasPrefix(string(body), "overloaded: normal") {
+		t.Fatalf("the upload once buffered: %d %q, want 503 overloaded: normal", resp.StatusCode, body)
+	}
+	if got := store.SlotsInUse(1); got != 1 {
+		t.Errorf("concurrency slots in use after the upload was shed: %d, want 1 (the held request's)", got)
+	}
+	release()
+	if got := <-held; got != 200 {
+		t.Fatalf("held request: %d, want 200", got)
+	}
+	for i, want := range []int{200, 429} {
+		if resp, _ := e.get("api.example.com", "/c"); resp.StatusCode != want {
+			t.Errorf("request %d after the upload was shed: %d, want %d (the upload's count given back)", i+1, resp.StatusCode, want)
+		}
 	}
 }

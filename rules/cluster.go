@@ -16,7 +16,8 @@ const (
 )
 
 // Cluster is a compiled [ClusterConfig]: how the nodes of a PoP share their
-// counters. With Store == StoreLocal nothing else applies.
+// counters. With Store == StoreLocal only Sync == SyncShare and its keys
+// apply.
 type Cluster struct {
 	Store StoreKind
 
@@ -33,9 +34,10 @@ type Cluster struct {
 	OnStoreFailure    FailureMode
 	HeartbeatInterval time.Duration
 
-	// With Sync == SyncShare (and Store == StoreLocal): how many nodes
-	// share each limit and how each node's share is computed
-	// (cluster.EvenShare, cluster.PoissonShare).
+	// With Sync == SyncShare: how many nodes share each limit (with
+	// StoreLocal; with StoreRedis the heartbeats count them and Nodes is
+	// 0) and how each node's share is computed (cluster.EvenShare,
+	// cluster.PoissonShare).
 	Nodes           int
 	Split           SplitMode
 	SplitConfidence float64
@@ -164,8 +166,9 @@ func compileCluster(p *problems, c ClusterConfig) Cluster {
 }
 
 // compileShare checks and compiles the keys of sync share, refused
-// without it. Sharing the node count through Redis heartbeats is not in
-// this build: sync share takes store local and a fixed nodes.
+// without it. With store local the node count is the fixed nodes; with
+// store redis it is the live nodes the heartbeats count, and nodes is
+// refused.
 func compileShare(p *problems, c ClusterConfig, out *Cluster) {
 	out.Nodes, out.SplitConfidence = c.Nodes, c.SplitConfidence
 	out.Split = splitSpelling.parse(p, "cluster.split", c.Split)
@@ -184,10 +187,12 @@ func compileShare(p *problems, c ClusterConfig, out *Cluster) {
 		}
 		return
 	}
-	if out.Store == StoreRedis {
-		p.add("cluster.sync", "share with store redis (the node count from heartbeats) is not supported yet; use store local with nodes, got %q", c.Sync)
-	}
 	switch {
+	case out.Store == StoreRedis:
+		// The count is the live nodes the heartbeats find in Redis.
+		if c.Nodes != 0 {
+			p.add("cluster.nodes", "applies only with store local (with store redis the node count comes from the heartbeats), got %d", c.Nodes)
+		}
 	case c.Nodes == 0:
 		p.missing("cluster.nodes", "with sync share", "must be between 1 and 10000 with sync share, got 0")
 	case c.Nodes < 1 || c.Nodes > 10000:

@@ -49,6 +49,8 @@ func TestCompileClusterShare(t *testing.T) {
 		{"even by default", ClusterConfig{Sync: "share", Nodes: 3}, Cluster{Nodes: 3, Split: SplitEven, SplitConfidence: 0.95}},
 		{"poisson", ClusterConfig{Sync: "share", Nodes: 10, Split: "poisson", SplitConfidence: 0.99},
 			Cluster{Nodes: 10, Split: SplitPoisson, SplitConfidence: 0.99}},
+		{"store redis: nodes from the heartbeats", ClusterConfig{Store: "redis", Redis: RedisConfig{Addresses: []string{"127.0.0.1:6379"}}, Sync: "share", Split: "poisson"},
+			Cluster{Store: StoreRedis, Nodes: 0, Split: SplitPoisson, SplitConfidence: 0.95}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := validConfig()
@@ -58,7 +60,7 @@ func TestCompileClusterShare(t *testing.T) {
 				t.Fatalf("Compile: %v", err)
 			}
 			c := tab.Cluster
-			if c.Store != StoreLocal || c.Sync != SyncShare || c.Nodes != tc.want.Nodes || c.Split != tc.want.Split || c.SplitConfidence != tc.want.SplitConfidence {
+			if c.Store != tc.want.Store || c.Sync != SyncShare || c.Nodes != tc.want.Nodes || c.Split != tc.want.Split || c.SplitConfidence != tc.want.SplitConfidence {
 				t.Errorf("got %+v, want nodes %d, split %v, confidence %v", c, tc.want.Nodes, tc.want.Split, tc.want.SplitConfidence)
 			}
 		})
@@ -111,12 +113,12 @@ func TestCompileClusterErrors(t *testing.T) {
 			`cluster.split: applies only with cluster.sync share, got sync "exact"`,
 			`cluster.split_confidence: applies only with cluster.sync share, got sync "exact"`,
 		}},
-		{"share with store redis", func(c *Config) { redis(c); c.Cluster.Sync, c.Cluster.Nodes = "share", 3 },
-			[]string{`cluster.sync: share with store redis (the node count from heartbeats) is not supported yet; use store local with nodes, got "share"`}},
+		{"share with store redis and nodes", func(c *Config) { redis(c); c.Cluster.Sync, c.Cluster.Nodes = "share", 3 },
+			[]string{`cluster.nodes: applies only with store local (with store redis the node count comes from the heartbeats), got 3`}},
 		{"share with a bucket", func(c *Config) {
 			c.Cluster.Sync, c.Cluster.Nodes = "share", 3
 			c.Domains[0].Rules[0].Algorithm = "token_bucket"
-		}, []string{`domains[0].rules[0].algorithm: is not supported yet with cluster.sync share (windows and quotas are), got "token_bucket"`}},
+		}, []string{`domains[0].rules[0].algorithm: is not supported yet with cluster.sync share (windows, quotas and concurrency are; a bucket's rate and burst are not split), got "token_bucket"`}},
 		{"unknown failure mode", func(c *Config) { redis(c); c.Cluster.OnStoreFailure = "retry" },
 			[]string{`cluster.on_store_failure: must be local, open or closed, got "retry"`}},
 		{"durations out of range", func(c *Config) {

@@ -462,14 +462,13 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 			}
 			if r.Algorithm.Bucket() && t.Cluster.Sync == SyncShare {
 				p.add(fmt.Sprintf("%s.rules[%d].algorithm", path, j),
-					"is not supported yet with cluster.sync share (windows and quotas are), got %q", r.Algorithm.String())
+					"is not supported yet with cluster.sync share (windows, quotas and concurrency are; a bucket's rate and burst are not split), got %q", r.Algorithm.String())
 			}
-			if r.Soft && t.Cluster.Store == StoreRedis {
-				p.add(fmt.Sprintf("%s.rules[%d].mode", path, j), "soft is not supported with cluster.store redis yet")
-			}
-			if r.Algorithm == Concurrency && t.Cluster.Store == StoreRedis {
+			if r.Algorithm == Concurrency && t.Cluster.Store == StoreRedis && t.Cluster.Sync == SyncBatched {
+				// Slots are leases in Redis, taken and given back by
+				// each request: a batch of counts cannot hold them.
 				p.add(fmt.Sprintf("%s.rules[%d].algorithm", path, j),
-					"concurrency is not supported with cluster.store redis yet, got %s", r.Algorithm)
+					"concurrency with cluster.store redis needs cluster.sync exact (slots are leases taken in Redis per request), got sync %s", t.Cluster.Sync)
 			}
 			checkCountsAfter(p, fmt.Sprintf("%s.rules[%d]", path, j), r, dc.Respond != nil)
 			if d.Checked {
@@ -896,8 +895,33 @@ func compileAlgorithm(p *problems, path string, rc RuleConfig, r *Rule) bool {
 	default:
 		r.MaxDelay = d
 	}
+
+	switch l := rc.Lease; {
+	case r.Algorithm != Concurrency:
+		if l != 0 {
+			p.add(path+".lease", "applies only to algorithm concurrency, got %s with %s", fmtDuration(l), r.Algorithm)
+		}
+	case l == 0:
+		r.Lease = DefaultLease
+	case l < MinLease || l > MaxLease:
+		p.add(path+".lease", "must be between %s and %s, got %s", fmtDuration(MinLease), fmtDuration(MaxLease), fmtDuration(l))
+	case l%time.Millisecond != 0:
+		p.add(path+".lease", "must be a whole number of milliseconds, got %s", fmtDuration(l))
+	default:
+		r.Lease = l
+	}
 	return true
 }
+
+// A concurrency rule's lease on a slot held in Redis. The shortest is one
+// second: the node renews a lease every third of it, and a renewal must
+// arrive with a budget (at most 1s) to spare; the longest an hour, the
+// longest a dead node's slots stay taken.
+const (
+	DefaultLease = 30 * time.Second
+	MinLease     = time.Second
+	MaxLease     = time.Hour
+)
 
 // compileCost compiles what a request of the rule at path costs into r,
 // once r's algorithm and burst are known: a cost (or a cost_header and its

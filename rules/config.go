@@ -370,6 +370,12 @@ type RuleConfig struct {
 	// within MaxDelay, and is then forwarded (nginx limit_req without
 	// nodelay). Not with cluster.store redis yet.
 	MaxDelay time.Duration `mapstructure:"max_delay"`
+	// Lease is how long a concurrency rule's slot held in Redis
+	// (cluster.store redis, sync exact) outlives its node: the node renews
+	// it every third of Lease while the request runs, so a node that dies
+	// frees its slots within Lease. Only valid with algorithm concurrency;
+	// 0 means 30s; valid 1s..1h.
+	Lease time.Duration `mapstructure:"lease"`
 	// Cost is the units a request takes, 0..1_000_000, and at most what
 	// the rule can hold (Burst for a bucket, else Limit); nil means 1. With
 	// CostHeader it is the cost of a request that does not send the

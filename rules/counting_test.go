@@ -41,8 +41,17 @@ func TestCompileCountingErrors(t *testing.T) {
 			}},
 		{name: "burst on concurrency", rule: RuleConfig{Algorithm: "concurrency", Burst: 5}, more: noPeriod,
 			want: []string{at + `burst: applies only to algorithm token_bucket or leaky_bucket, got 5 with concurrency`}},
-		{name: "concurrency with redis", rule: RuleConfig{Algorithm: "concurrency"}, more: func(c *Config) { noPeriod(c); redis(c) },
-			want: []string{at + `algorithm: concurrency is not supported with cluster.store redis yet, got concurrency`}},
+		{name: "concurrency with redis batched", rule: RuleConfig{Algorithm: "concurrency"},
+			more: func(c *Config) { noPeriod(c); redis(c); c.Cluster.Sync = "batched" },
+			want: []string{at + `algorithm: concurrency with cluster.store redis needs cluster.sync exact (slots are leases taken in Redis per request), got sync batched`}},
+		{name: "lease on a sliding window", rule: RuleConfig{Lease: time.Minute},
+			want: []string{at + `lease: applies only to algorithm concurrency, got 1m with sliding_window`}},
+		{name: "lease too short", rule: RuleConfig{Algorithm: "concurrency", Lease: 999 * time.Millisecond}, more: noPeriod,
+			want: []string{at + `lease: must be between 1s and 1h, got 999ms`}},
+		{name: "lease too long", rule: RuleConfig{Algorithm: "concurrency", Lease: 2 * time.Hour}, more: noPeriod,
+			want: []string{at + `lease: must be between 1s and 1h, got 2h`}},
+		{name: "lease below a millisecond", rule: RuleConfig{Algorithm: "concurrency", Lease: time.Second + time.Microsecond}, more: noPeriod,
+			want: []string{at + `lease: must be a whole number of milliseconds, got 1.000001s`}},
 		{name: "period on a quota", rule: RuleConfig{Algorithm: "quota", Reset: "daily"},
 			want: []string{at + `period: does not apply to algorithm quota, which resets by reset (daily, weekly or monthly), got 1m`}},
 		{name: "quota reset missing", rule: RuleConfig{Algorithm: "quota"}, more: noPeriod,
@@ -223,13 +232,21 @@ func TestCompileCounting(t *testing.T) {
 			want: Rule{Algorithm: Quota, Cost: 2}, cap: 10},
 		{name: "redis batched quota", rule: RuleConfig{Limit: 10, Algorithm: "quota", Reset: "daily"}, sync: "batched",
 			want: Rule{Algorithm: Quota, Cost: 1}, cap: 10},
+		{name: "concurrency, lease by default", rule: RuleConfig{Limit: 2, Algorithm: "concurrency"},
+			want: Rule{Algorithm: Concurrency, Cost: 1, Lease: 30 * time.Second}, cap: 2},
+		{name: "redis exact concurrency, shortest lease", rule: RuleConfig{Limit: 2, Algorithm: "concurrency", Lease: time.Second}, sync: "exact",
+			want: Rule{Algorithm: Concurrency, Cost: 1, Lease: time.Second}, cap: 2},
+		{name: "redis share concurrency", rule: RuleConfig{Limit: 2, Algorithm: "concurrency"}, sync: "share",
+			want: Rule{Algorithm: Concurrency, Cost: 1, Lease: 30 * time.Second}, cap: 2},
+		{name: "redis exact concurrency, longest lease", rule: RuleConfig{Limit: 2, Algorithm: "concurrency", Lease: time.Hour}, sync: "exact",
+			want: Rule{Algorithm: Concurrency, Cost: 1, Lease: time.Hour}, cap: 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := validConfig()
 			rc := tt.rule
 			rc.Name, rc.Period = "r", time.Minute
-			if rc.Algorithm == "quota" {
+			if rc.Algorithm == "quota" || rc.Algorithm == "concurrency" {
 				rc.Period = 0
 			}
 			cfg.Domains[0].Rules = []RuleConfig{rc}
@@ -242,7 +259,7 @@ func TestCompileCounting(t *testing.T) {
 				t.Fatalf("Compile: %v", err)
 			}
 			r := tab.Domains[0].Rules[0]
-			got := Rule{Algorithm: r.Algorithm, Burst: r.Burst, MaxDelay: r.MaxDelay, Cost: r.Cost, CostHeader: r.CostHeader, MaxCost: r.MaxCost}
+			got := Rule{Algorithm: r.Algorithm, Burst: r.Burst, MaxDelay: r.MaxDelay, Cost: r.Cost, CostHeader: r.CostHeader, MaxCost: r.MaxCost, Lease: r.Lease}
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("got %+v, want %+v", got, tt.want)
 			}

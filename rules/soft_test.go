@@ -33,8 +33,7 @@ func TestCompileMode(t *testing.T) {
 			want: []string{at + `mode: soft counts every request offered: not valid with response_cost_header`}},
 		{name: "soft with mitigation", rule: RuleConfig{Mode: "soft", MitigationTimeout: time.Minute},
 			want: []string{at + `mode: soft never blocks a key outright: not valid with mitigation_timeout, got 1m`}},
-		{name: "soft with redis", rule: RuleConfig{Mode: "soft"}, redis: true,
-			want: []string{at + `mode: soft is not supported with cluster.store redis yet`}},
+		{name: "soft with redis", rule: RuleConfig{Mode: "soft", Algorithm: "fixed_window"}, redis: true, soft: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -205,6 +205,9 @@ type Rule struct {
 	// MaxDelay, above 0 only for a leaky bucket, makes it a queue: the
 	// longest a request waits for its turn.
 	MaxDelay time.Duration
+	// Lease is a concurrency rule's lease on a slot held in Redis
+	// (DefaultLease unless configured); 0 for every other algorithm.
+	Lease time.Duration
 	// Cost is the units a request takes when CostHeader is "" or the
 	// request does not send it: 0..Capacity().
 	Cost int64

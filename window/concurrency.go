@@ -33,13 +33,14 @@ type slots struct {
 	total []int64           // by rule: slots in use
 }
 
-// acquire takes a slot for k under p if one is free and says so in d.
-func (s *Store) acquire(k Key, p *params, d *Decision) {
+// acquire takes a slot for k under p if fewer than limit are in use, and
+// says so in d.
+func (s *Store) acquire(k Key, limit uint64, d *Decision) {
 	rule := k.fp >> 56
 	s.slots.mu.Lock()
 	defer s.slots.mu.Unlock()
 	n := uint64(s.slots.held[k.fp])
-	if n >= p.limit {
+	if n >= limit {
 		d.Remaining, d.RetryAfter, d.Reset = 0, concurrencyRetry, concurrencyRetry
 		return
 	}
@@ -49,7 +50,7 @@ func (s *Store) acquire(k Key, p *params, d *Decision) {
 	s.slots.held[k.fp] = uint32(n + 1)
 	s.slots.total[rule]++
 	d.Allowed, d.counted, d.n = true, true, 1
-	d.Remaining, d.Reset = int64(p.limit-n-1), concurrencyRetry
+	d.Remaining, d.Reset = int64(limit-n-1), concurrencyRetry
 }
 
 // Release gives back a slot held by k under a Concurrency rule, when its

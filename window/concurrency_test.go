@@ -79,3 +79,35 @@ func TestConcurrencyNeverEvicted(t *testing.T) {
 		t.Fatalf("refused after its slot was released: %+v", d)
 	}
 }
+
+// TestConcurrencyAllowLimit: AllowLimitN takes a Concurrency rule's slot
+// only while fewer than the limit it is given are in use (never more than
+// the rule's own), as a shared counter's failure mode asks it to.
+func TestConcurrencyAllowLimit(t *testing.T) {
+	s := newStore(t, 100, Limit{Algorithm: Concurrency, Limit: 3})
+	a := s.KeyString(0, "a")
+	tests := []struct {
+		name    string
+		limit   int64
+		allowed bool
+		remain  int64
+	}{
+		{"first of 2", 2, true, 1},
+		{"second of 2", 2, true, 0},
+		{"third of 2 refused", 2, false, 0},
+		{"third of the rule's 3", 10, true, 0},
+		{"fourth refused, the rule holds 3", 10, false, 0},
+	}
+	for _, tt := range tests {
+		d := s.AllowLimitN(a, t0, tt.limit, 1)
+		if d.Allowed != tt.allowed || d.Remaining != tt.remain {
+			t.Fatalf("%s: %+v, want allowed %v remaining %d", tt.name, d, tt.allowed, tt.remain)
+		}
+		if !d.Allowed && d.RetryAfter != time.Second {
+			t.Fatalf("%s: RetryAfter %v, want 1s", tt.name, d.RetryAfter)
+		}
+	}
+	if got := s.SlotsInUse(0); got != 3 {
+		t.Fatalf("SlotsInUse(0) = %d, want 3", got)
+	}
+}

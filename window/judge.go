@@ -161,7 +161,8 @@ func (p *params) levelOf(l Level) span {
 
 // AllowLimitN is AllowLimit for a request of cost units (0 to MaxCost; a
 // cost outside that range gets the zero Decision and changes nothing).
-// For a bucket it decides by the rule's own burst.
+// For a bucket it decides by the rule's own burst; a Concurrency rule
+// takes a slot if fewer than limit are in use.
 func (s *Store) AllowLimitN(k Key, now time.Time, limit, cost int64) Decision {
 	var d Decision
 	if cost < 0 || cost > MaxCost {
@@ -171,6 +172,10 @@ func (s *Store) AllowLimitN(k Key, now time.Time, limit, cost int64) Decision {
 	l := p.limit
 	if limit < int64(l) {
 		l = uint64(max(limit, 1))
+	}
+	if p.algorithm == Concurrency {
+		s.acquire(k, l, &d)
+		return d
 	}
 	s.decide(k, p, s.shard(k.fp), now.UnixNano(), uint64(cost), l, &d)
 	return d

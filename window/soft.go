@@ -99,3 +99,45 @@ func mix(x uint64) uint64 {
 	x = (x ^ x>>27) * 0x94d049bb133111eb
 	return x ^ x>>31
 }
+
+// JudgeSoft returns the Decision a soft window (Limit.Soft) makes for a
+// request of cost units that a store shared between nodes has counted as
+// c says (Current includes it; a cost above the limit is never counted),
+// with c.Mitigation the time left of the key's warm-up (a soft window
+// never mitigates: a shared store keeps the warm-up's end where a hard
+// window keeps its mitigation, and starts it with the key's first request
+// after a quiet period), and draw a uniform random 64-bit number: as
+// AllowN decides it, allowed with probability limit ÷ offered rate while
+// the PoP's offered rate is over the limit. The Decision counted nothing
+// in any Store.
+func (l Limit) JudgeSoft(c Counts, cost int64, draw uint64) Decision {
+	var d Decision
+	if cost < 0 || cost > MaxCost {
+		return d
+	}
+	var p params
+	prev, curr, e := l.read(c, &p)
+	if p.algorithm == FixedWindow {
+		prev = 0
+	}
+	limit := p.limit
+	ent := counters{prev: prev, curr: curr}
+	if uint64(cost) > limit {
+		d.Remaining, d.Reset = p.quota(p.softPrev(&ent), curr, e, limit)
+		return d
+	}
+	offered := weighted(prev, p.period, e) + uint64(curr)
+	if warm := int64(max(c.Mitigation, 0)); warm > 0 && offered > 1 {
+		// As decideSoft: less than a period of history, extrapolated.
+		since := max(p.period-warm, p.period/10)
+		rate := float64(uint64(prev)+uint64(curr)) * float64(p.period) / float64(since)
+		offered = max(offered, uint64(min(rate, 1<<62)))
+	}
+	if offered <= limit || admits(draw, limit, offered) {
+		d.Allowed = true
+		d.Remaining, d.Reset = p.quota(p.softPrev(&ent), curr, e, limit)
+		return d
+	}
+	d.RetryAfter, d.Reset = time.Second, time.Second
+	return d
+}

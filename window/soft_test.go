@@ -181,3 +181,38 @@ func TestSoftPeek(t *testing.T) {
 		})
 	}
 }
+
+// TestJudgeSoft: a soft window judged from a shared store's counts allows
+// whatever the draw while the offered rate is within the limit, thins by
+// the draw above it (a draw of 0 always admits, the largest never does),
+// extrapolates a key in its warm-up, and refuses a cost above the limit
+// with no wait that could help.
+func TestJudgeSoft(t *testing.T) {
+	l := Limit{Limit: 100, Period: time.Minute, Soft: true, CountBlocked: true}
+	const never = ^uint64(0)
+	tests := []struct {
+		name      string
+		c         Counts
+		cost      int64
+		draw      uint64
+		allowed   bool
+		retry     time.Duration
+		remaining int64
+	}{
+		{"under the limit, worst draw", Counts{Previous: 50, Current: 40, Elapsed: 30 * time.Second}, 1, never, true, 0, 35},
+		{"at the limit", Counts{Previous: 0, Current: 100, Elapsed: 59 * time.Second}, 1, never, true, 0, 0},
+		{"over, lucky draw", Counts{Previous: 200, Current: 150, Elapsed: 30 * time.Second}, 1, 0, true, 0, 0},
+		{"over, unlucky draw", Counts{Previous: 200, Current: 150, Elapsed: 30 * time.Second}, 1, never, false, time.Second, 0},
+		{"warm-up: 30 in 6s is 300 a minute", Counts{Current: 30, Elapsed: 6 * time.Second, Mitigation: 54 * time.Second}, 1, never, false, time.Second, 0},
+		{"no warm-up: 30 so far", Counts{Current: 30, Elapsed: 6 * time.Second}, 1, never, true, 0, 70},
+		{"cost above the limit", Counts{Current: 0, Elapsed: time.Second}, 101, 0, false, 0, 100},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := l.JudgeSoft(tt.c, tt.cost, tt.draw)
+			if d.Allowed != tt.allowed || d.RetryAfter != tt.retry || d.Remaining != tt.remaining {
+				t.Errorf("got %+v, want allowed %v, RetryAfter %v, Remaining %d", d, tt.allowed, tt.retry, tt.remaining)
+			}
+		})
+	}
+}

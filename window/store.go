@@ -315,7 +315,7 @@ func (s *Store) AllowN(k Key, now time.Time, n int64) (d Decision) {
 	}
 	p := &s.params[k.fp>>56]
 	if p.algorithm == Concurrency {
-		s.acquire(k, p, &d)
+		s.acquire(k, p.limit, &d)
 		return d
 	}
 	t := now.UnixNano()

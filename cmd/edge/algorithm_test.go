@@ -4,7 +4,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/edgerate/edge/cluster"
 	"github.com/edgerate/edge/rules"
 )
 
@@ -164,5 +166,117 @@ func TestReadmeConcurrencyExample(t *testing.T) {
 	rs := table.Domains[0].Rules
 	if len(rs) != 2 || rs[0].Algorithm != rules.Concurrency || rs[0].Limit != 20 || rs[0].Period != 0 || rs[1].Algorithm != rules.TokenBucket {
 		t.Errorf("README's concurrency example: got %d rules, want a concurrency limit of 20 then a token bucket", len(rs))
+	}
+}
+
+// TestReadmeConcurrencyRedisExample: README's example of a concurrency
+// limit shared through Redis, and configs/concurrency-redis.yaml, compile
+// to what their comments say: slots leased in Redis in exact mode, with
+// the lease given or the default 30s.
+func TestReadmeConcurrencyRedisExample(t *testing.T) {
+	_, section, _ := strings.Cut(readmeSection(t, "Algorithms"), "### Concurrency")
+	_, example, ok := strings.Cut(section, "```yaml\ncluster:")
+	if !ok {
+		t.Fatal("README's Concurrency has no example with a cluster section")
+	}
+	example, _, _ = strings.Cut(example, "```")
+	readme, err := parseConfig([]byte("origin: \"http://127.0.0.1:9001\"\ncluster:" + example))
+	if err != nil {
+		t.Fatalf("README's concurrency example over Redis: %v", err)
+	}
+	file, _, err := loadConfig("../../configs/concurrency-redis.yaml")
+	if err != nil {
+		t.Fatalf("configs/concurrency-redis.yaml: %v", err)
+	}
+	tests := []struct {
+		name   string
+		table  *rules.Table
+		leases []time.Duration
+	}{
+		{"README", readme, []time.Duration{10 * time.Second}},
+		{"configs/concurrency-redis.yaml", file, []time.Duration{10 * time.Second, 30 * time.Second}},
+	}
+	for _, tt := range tests {
+		c := tt.table.Cluster
+		if c.Store != rules.StoreRedis || c.Sync != rules.SyncExact {
+			t.Errorf("%s: store %s sync %s, want redis exact", tt.name, c.Store, c.Sync)
+		}
+		var got []time.Duration
+		for _, r := range tt.table.Domains[0].Rules {
+			if r.Algorithm != rules.Concurrency {
+				t.Errorf("%s: rule %s is %s, want concurrency", tt.name, r.Name, r.Algorithm)
+			}
+			got = append(got, r.Lease)
+		}
+		if !slices.Equal(got, tt.leases) {
+			t.Errorf("%s: leases %v, want %v", tt.name, got, tt.leases)
+		}
+	}
+}
+
+// TestReadmeShareExamples: README's examples of sync share, and
+// configs/share-redis.yaml, compile to what their comments say: 364 a
+// minute on each of three nodes; over Redis no fixed node count, and a
+// Poisson share of 1000 that is the whole limit on a node alone, 537 on
+// each of two, 364 on each of three.
+func TestReadmeShareExamples(t *testing.T) {
+	_, section, ok := strings.Cut(readmeSection(t, "Sharing counters in a PoP (Redis)"), "### Limits without coordination")
+	if !ok {
+		t.Fatal("README has no Limits without coordination")
+	}
+	var blocks []string
+	for rest := section; ; {
+		_, after, found := strings.Cut(rest, "```yaml\n")
+		if !found {
+			break
+		}
+		block, tail, _ := strings.Cut(after, "```")
+		blocks, rest = append(blocks, block), tail
+	}
+	if len(blocks) != 2 {
+		t.Fatalf("README's Limits without coordination has %d YAML examples, want 2", len(blocks))
+	}
+	local, err := parseConfig([]byte("origin: \"http://127.0.0.1:9001\"\n" + blocks[0]))
+	if err != nil {
+		t.Fatalf("README's share example: %v", err)
+	}
+	if c := local.Cluster; c.Store != rules.StoreLocal || c.Nodes != 3 {
+		t.Errorf("README's share example: store %s, nodes %d; want local, 3", c.Store, c.Nodes)
+	}
+	if got := cluster.NodeShare(local.Cluster, local.Domains[0].Rules[0].Limit, 3); got != 364 {
+		t.Errorf("README's share example: a node's share %d, want 364 as its comment says", got)
+	}
+	redis, err := parseConfig([]byte("origin: \"http://127.0.0.1:9001\"\n" + blocks[1] +
+		"domains: [{hosts: [\"*\"], rules: [{name: r, limit: 10, period: 1m}]}]\n"))
+	if err != nil {
+		t.Fatalf("README's share example over Redis: %v", err)
+	}
+	if c := redis.Cluster; c.Store != rules.StoreRedis || c.Sync != rules.SyncShare || c.Nodes != 0 || c.Split != rules.SplitPoisson {
+		t.Errorf("README's share example over Redis: %+v, want store redis, sync share, no nodes, split poisson", c)
+	}
+	file, _, err := loadConfig("../../configs/share-redis.yaml")
+	if err != nil {
+		t.Fatalf("configs/share-redis.yaml: %v", err)
+	}
+	for nodes, want := range map[int]int64{1: 1000, 2: 537, 3: 364} {
+		if got := cluster.NodeShare(file.Cluster, file.Domains[0].Rules[0].Limit, nodes); got != want {
+			t.Errorf("configs/share-redis.yaml: share on each of %d nodes %d, want %d as its comment says", nodes, got, want)
+		}
+	}
+}
+
+// TestSoftRedisExample: configs/soft-redis.yaml is a soft limit shared in
+// exact mode with a hard backstop, as its comments say.
+func TestSoftRedisExample(t *testing.T) {
+	table, _, err := loadConfig("../../configs/soft-redis.yaml")
+	if err != nil {
+		t.Fatalf("configs/soft-redis.yaml: %v", err)
+	}
+	rs := table.Domains[0].Rules
+	if c := table.Cluster; c.Store != rules.StoreRedis || c.Sync != rules.SyncExact {
+		t.Errorf("store %s sync %s, want redis exact", c.Store, c.Sync)
+	}
+	if len(rs) != 2 || !rs[0].Soft || rs[0].Limit != 1000 || rs[1].Soft {
+		t.Errorf("want a soft rule of 1000 then a hard one, got %d rules", len(rs))
 	}
 }

@@ -5,6 +5,7 @@
 'use strict';
 (function () {
   const REFRESH_MS = 5000;     // between refreshes
+  const PAUSED = 'Paused while this tab is hidden.';
   const CHART_SECONDS = 120;   // seconds a chart shows
   const RATE_SECONDS = 10;     // the "per second" figures average these
   const TOP_N = 10;            // top talkers shown per rule
@@ -286,7 +287,10 @@
         getJSON('/v1/top/' + encodeURIComponent(d.name) + '/' + encodeURIComponent(r.name) + '?n=' + TOP_N)
           .catch(e => { if (e instanceof Unauthorized) throw e; return null; }))));
       render(config, status, ready, tops);
-      note.textContent = 'Updated ' + new Date().toLocaleTimeString('en-GB') + '; refreshes every ' + REFRESH_MS / 1000 + ' s while this tab is visible.';
+      // A refresh that ends after the tab was hidden must not hide the
+      // pause: schedule() starts no timer then.
+      note.textContent = document.hidden ? PAUSED :
+        'Updated ' + new Date().toLocaleTimeString('en-GB') + '; refreshes every ' + REFRESH_MS / 1000 + ' s while this tab is visible.';
     } catch (e) {
       busy = false;
       if (e instanceof Unauthorized) {
@@ -306,7 +310,7 @@
     if (document.hidden) {
       clearTimeout(timer);
       timer = null;
-      note.textContent = 'Paused while this tab is hidden.';
+      note.textContent = PAUSED;
     } else if (!document.getElementById('login')) {
       refresh();
     }

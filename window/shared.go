@@ -70,6 +70,7 @@ func (s *Store) Merge(k Key, start time.Time, prev, curr int64) bool {
 	}
 	sh.forget(k.fp)
 	ent := &sh.slots[i].counters
+	p.plain(ent, t)
 	switch d := int64(int32(uint32(w) - ent.win)); {
 	case d > 0:
 		p.advance(ent, w, 0) // the merged counts are newer: move on to them

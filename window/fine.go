@@ -345,6 +345,7 @@ func (p *params) decideFine(ent *counters, w, e, t int64, cost, limit uint64, d 
 		p.promote(ent, i, w, e)
 	}
 	l, now, t := p.fineAt(ent, w, e, t)
+	empty := l.h.n == 0
 	mitigation := ent.mitigationLeft(e)
 	target := costTarget(limit, cost)
 	d.Overflow = false
@@ -353,7 +354,7 @@ func (p *params) decideFine(ent *counters, w, e, t int64, cost, limit uint64, d 
 		l.push(now, cost)
 		d.allow(cost)
 		d.Remaining, d.Reset = p.fineQuota(l, now, t, limit)
-		p.maybeDemote(ent, l, now, w, e)
+		p.maybeDemote(ent, l, now, w, e, empty)
 		return
 	}
 	d.refuse()
@@ -361,7 +362,7 @@ func (p *params) decideFine(ent *counters, w, e, t int64, cost, limit uint64, d 
 		d.RetryAfter = 0
 		d.Mitigated = mitigation > 0
 		p.fineWindowQuota(l, now, t, limit, mitigation, d)
-		p.maybeDemote(ent, l, now, w, e)
+		p.maybeDemote(ent, l, now, w, e, empty)
 		return
 	}
 	if p.countBlocked && cost > 0 {
@@ -376,11 +377,12 @@ func (p *params) decideFine(ent *counters, w, e, t int64, cost, limit uint64, d 
 	d.Mitigated = mitigation > 0
 	d.RetryAfter = max(p.fineRetry(l, now, t, target), time.Duration(mitigation), 1)
 	p.fineWindowQuota(l, now, t, limit, mitigation, d)
-	p.maybeDemote(ent, l, now, w, e)
+	p.maybeDemote(ent, l, now, w, e, empty)
 }
 
 // maybeDemote gives back the log of ent, judged at tick now of period w at
-// elapsed e, once no unit of the key is left in the window, or, while
+// elapsed e, once a request finds no unit of the key left in the window
+// (empty), or, while
 // fewer than an eighth of the pool's logs are free, once its count has
 // fallen below a quarter of its limit; never while a mitigation is in
 // force. The key then keeps two counters (see toCounters) until its
@@ -392,8 +394,8 @@ func (p *params) decideFine(ent *counters, w, e, t int64, cost, limit uint64, d 
 // of it) misjudged 0.018% of requests, below a sixteenth 0.0029%, and
 // only when empty 0.00017%, every error within one period of a
 // promotion. Under pressure, logs go to the keys nearer their limit.
-func (p *params) maybeDemote(ent *counters, l fineLog, now, w, e int64) {
-	if ent.mitigationLeft(e) > 0 || l.h.n > 0 && (4*uint64(l.h.n) >= p.limit || !p.fine.pressed()) {
+func (p *params) maybeDemote(ent *counters, l fineLog, now, w, e int64, empty bool) {
+	if ent.mitigationLeft(e) > 0 || !empty && (4*uint64(l.h.n) >= p.limit || !p.fine.pressed()) {
 		return
 	}
 	i := ent.curr

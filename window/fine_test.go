@@ -147,8 +147,7 @@ func nearLimit(s *Store, k Key, now time.Time) Decision {
 
 // TestFinePool: a Fine rule's keys near their limit take logs while the
 // pool has them, and count in two counters (FineFallback) when it has
-// none; a log comes back when its key is reset, evicted or expired, or
-// falls silent.
+// none; a log comes back when its key is reset, or expired and reclaimed.
 func TestFinePool(t *testing.T) {
 	lim := Limit{Limit: 100, Period: time.Minute, Precision: Fine}
 	s, err := New(Options{Capacity: 1, Limits: []Limit{lim, lim}})
@@ -182,11 +181,13 @@ func TestFinePool(t *testing.T) {
 	if st := s2.Stats(); st.FineLogs != 1 {
 		t.Fatalf("b after the reset: %d logs, want 1", st.FineLogs)
 	}
-	// Silent for a period: the next request gives the log back (and does
-	// not take it again: one request is far from the limit).
-	s2.Allow(b2, t0.Add(time.Minute+time.Second))
-	if st := s2.Stats(); st.FineLogs != 0 {
-		t.Fatalf("after a silent period: %d logs, want 0", st.FineLogs)
+	// Silent for a period, a key keeps its log, empty, with no pressure
+	// on the pool (of one log).
+	if d := s2.Allow(b2, t0.Add(time.Minute+time.Second)); d.Remaining != 99 {
+		t.Fatalf("after a silent period: %+v, want 99 remaining", d)
+	}
+	if st := s2.Stats(); st.FineLogs != 1 {
+		t.Fatalf("after a silent period: %d logs, want 1", st.FineLogs)
 	}
 	// An expired key's log comes back when its slot is reclaimed.
 	c2 := s2.KeyString(0, "c")
@@ -230,9 +231,14 @@ func TestFinePressure(t *testing.T) {
 	if st := s.Stats(); st.FineLogs != logs-1 {
 		t.Fatalf("under pressure: %d logs, want %d", st.FineLogs, logs-1)
 	}
-	s.Allow(keys[1], t0.Add(70*time.Second))
-	if st := s.Stats(); st.FineLogs != logs-2 {
-		t.Fatalf("second key: %d logs, want %d", st.FineLogs, logs-2)
+	// ⌊logs/8⌋ free is no pressure: the next key keeps its log while it
+	// is below a quarter of its limit.
+	spare := logs / 8
+	for i := 1; i < len(keys); i++ {
+		s.Allow(keys[i], t0.Add(70*time.Second))
+	}
+	if st := s.Stats(); st.FineLogs != logs-spare {
+		t.Fatalf("with %d free: %d logs, want %d", spare, st.FineLogs, logs-spare)
 	}
 }
 
@@ -240,7 +246,7 @@ func TestFinePressure(t *testing.T) {
 // precision, on a key with a log.
 func TestFineEdges(t *testing.T) {
 	lim := Limit{Limit: 100, Period: time.Minute, Precision: Fine, Mitigation: 10 * time.Second}
-	s, err := New(Options{Capacity: 16, Limits: []Limit{lim}})
+	s, err := New(Options{Capacity: 128, Limits: []Limit{lim}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,6 +287,9 @@ func TestFineEdges(t *testing.T) {
 	k2 := s.KeyString(0, "old")
 	old := time.Unix(-86400*400, 123)
 	nearLimit(s, k2, old)
+	if s.Stats().FineLogs != 2 {
+		t.Fatal("no log before 1970")
+	}
 	if d := s.AllowN(k2, old, 39); !d.Allowed || d.Remaining != 0 {
 		t.Errorf("before 1970: %+v, want allowed with 0 left", d)
 	}

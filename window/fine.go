@@ -684,3 +684,24 @@ func (p *params) shiftedUntil(ent counters, w int64) uint32 {
 	p.advance(&c, w, 0)
 	return c.until
 }
+
+// FineStats describes the pool of logs of one Fine rule.
+type FineStats struct {
+	// Logs is the number of the rule's keys counted in a log now, of
+	// Capacity, the logs its pool holds.
+	Logs, Capacity int
+	// Fallback counts decisions on keys near their limit made in two
+	// counters because the pool had no log free.
+	Fallback uint64
+}
+
+// Fine returns the state of rule's pool of logs; zero for a rule that
+// does not count by Fine precision. It panics if rule is out of range,
+// which is a programming error.
+func (s *Store) Fine(rule int) FineStats {
+	p := &s.params[rule]
+	if p.fine == nil {
+		return FineStats{}
+	}
+	return FineStats{Logs: p.fine.inUse(), Capacity: len(p.fine.heads), Fallback: p.fineFallback.Load()}
+}

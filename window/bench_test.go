@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -45,7 +46,6 @@ func benchKeys(s *Store, n int) []Key {
 var (
 	limitAllowed = Limit{Limit: 1 << 30, Period: time.Minute}
 	limitHot     = Limit{Limit: 100, Period: time.Minute}
-	limitFine    = Limit{Limit: 100, Period: time.Minute, Precision: Fine}
 )
 
 type benchCase struct {
@@ -85,7 +85,7 @@ func (c benchCase) setup(b *testing.B) (*Store, []Key) {
 	keys := benchKeys(s, c.keys)
 	for _, k := range keys {
 		s.Allow(k, t0)
-		if c.limit.Precision == Fine {
+		if strings.HasPrefix(c.name, "near-limit/") {
 			s.AllowN(k, t0, 59)
 		}
 	}
@@ -100,15 +100,21 @@ func BenchmarkAllow(b *testing.B) {
 	for _, c := range benchCases {
 		b.Run(c.name, func(b *testing.B) { benchAllow(b, c) })
 	}
-	b.Run("fine", func(b *testing.B) {
-		// Keys of a Fine rule with logs: each has sent 60 of its 100 (and
-		// hot-key-blocked all of them), so every decision reads its log.
-		for _, c := range []benchCase{
-			{"fine/hot-key-blocked", 1, limitFine},
-			{"fine/1k-keys-near-limit", 1_000, limitFine},
-			{"fine/10k-keys-near-limit", 10_000, limitFine},
-		} {
-			b.Run(c.name[len("fine/"):], func(b *testing.B) { benchAllow(b, c) })
+	// Keys near their limit, at both precisions side by side: each has
+	// sent 60 of its 100 before the benchmark starts (so a Fine key takes
+	// a log at its first decision) and is refused once it reaches 100.
+	b.Run("near-limit", func(b *testing.B) {
+		for _, prec := range []Precision{Standard, Fine} {
+			lim := limitHot
+			lim.Precision = prec
+			for _, c := range []benchCase{
+				{"hot-key", 1, lim},
+				{"1k-keys", 1_000, lim},
+				{"10k-keys", 10_000, lim},
+			} {
+				c.name = "near-limit/" + prec.String() + "/" + c.name
+				b.Run(prec.String()+"/"+c.name[len("near-limit/"+prec.String()+"/"):], func(b *testing.B) { benchAllow(b, c) })
+			}
 		}
 	})
 	for _, alg := range []Algorithm{FixedWindow, TokenBucket, LeakyBucket, Quota} {

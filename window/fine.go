@@ -129,6 +129,9 @@ func newFinePool(size, bytes int) *finePool {
 
 // get takes a free log, cleared, and reports whether there was one.
 func (fp *finePool) get() (uint32, bool) {
+	if fp.spare.Load() == 0 {
+		return 0, false // a full pool is the common case under pressure: no lock
+	}
 	fp.mu.Lock()
 	defer fp.mu.Unlock()
 	if len(fp.free) == 0 {

@@ -367,7 +367,7 @@ func TestFineCarry(t *testing.T) {
 // TestFineNoAllocs: a decision on a key with a log allocates nothing, nor
 // does taking or giving back a log.
 func TestFineNoAllocs(t *testing.T) {
-	s, _ := New(Options{Capacity: 1024, Limits: []Limit{limitFine}})
+	s, _ := New(Options{Capacity: 1024, Limits: []Limit{{Limit: 100, Period: time.Minute, Precision: Fine}}})
 	k := s.KeyString(0, "k")
 	at := t0
 	allocs := testing.AllocsPerRun(1000, func() {

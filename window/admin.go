@@ -210,6 +210,7 @@ func (s *Store) carry(dst *Store, rules []int, now int64, timed bool) (int, erro
 			if from := &s.params[ent.fp>>56]; from.soft && !to.soft {
 				c.until = 0 // a warm-up, not a mitigation
 			}
+			to.clampFine(&c)
 			if to.algorithm == FixedWindow && !to.soft {
 				// A soft fixed window keeps its previous count for its
 				// estimate; a hard one has none.

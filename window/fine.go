@@ -173,6 +173,14 @@ func (fp *finePool) log(i uint32) fineLog {
 	return fineLog{h: &fp.heads[i], ticks: fp.ticks[int(i)*fp.size : (int(i)+1)*fp.size]}
 }
 
+// clampFine keeps the counts of ent, two counters of a Fine rule, below
+// fineMark, which marks a key with a log.
+func (p *params) clampFine(ent *counters) {
+	if p.fine != nil {
+		ent.prev, ent.curr = min(ent.prev, fineMark-1), min(ent.curr, fineMark-1)
+	}
+}
+
 // hasLog reports whether ent is a Fine key's with a log.
 func (p *params) hasLog(ent *counters) bool { return p.fine != nil && ent.prev == fineMark }
 
@@ -335,14 +343,14 @@ func (p *params) decideFine(ent *counters, w, e, t int64, cost, limit uint64, d 
 		e = p.advance(ent, w, e)
 		if below(ent.prev, ent.curr, (limit+1)/2, p.period, e) {
 			p.decideCounters(ent, e, cost, limit, d)
-			ent.prev, ent.curr = min(ent.prev, fineMark-1), min(ent.curr, fineMark-1)
+			p.clampFine(ent)
 			return
 		}
 		i, ok := p.fine.get()
 		if !ok {
 			p.fineFallback.Add(1)
 			p.decideCounters(ent, e, cost, limit, d)
-			ent.prev, ent.curr = min(ent.prev, fineMark-1), min(ent.curr, fineMark-1)
+			p.clampFine(ent)
 			return
 		}
 		p.promote(ent, i, w, e)
@@ -653,7 +661,8 @@ func (p *params) fineCharge(ent *counters, n uint64, t int64) {
 	}
 	if !p.hasLog(ent) {
 		p.advance(ent, w, 0)
-		ent.curr = min(satAdd(ent.curr, n), fineMark-1)
+		ent.curr = satAdd(ent.curr, n)
+		p.clampFine(ent)
 		return
 	}
 	l, now, _ := p.fineAt(ent, w, e, t)

@@ -381,3 +381,31 @@ func TestFineNoAllocs(t *testing.T) {
 		t.Errorf("%v allocations a decision, want 0", allocs)
 	}
 }
+
+// TestFineSaturated: counts at 2³²−1 carried or merged into a Fine rule
+// stay counts, never taken for the mark of a key with a log.
+func TestFineSaturated(t *testing.T) {
+	std := Limit{Limit: 100, Period: time.Minute}
+	fine := Limit{Limit: 100, Period: time.Minute, Precision: Fine}
+	s, _ := New(Options{Capacity: 16, Limits: []Limit{std}})
+	k := s.KeyString(0, "k")
+	s.Charge(k, MaxCost, t0)
+	for range 5000 {
+		s.Charge(k, MaxCost, t0) // saturates at 2³²−1
+	}
+	s.Allow(k, t0.Add(time.Minute)) // the saturated count is now the previous one
+	dst, _ := New(Options{Capacity: 16, Limits: []Limit{fine}, SeedFrom: s})
+	if n, err := s.Carry(dst, []int{0}); n != 1 || err != nil {
+		t.Fatalf("carry: %d, %v", n, err)
+	}
+	dk := dst.KeyString(0, "k")
+	if d := dst.Allow(dk, t0.Add(time.Minute)); d.Allowed {
+		t.Errorf("carried saturated key allowed: %+v", d)
+	}
+	if dst.Merge(dk, t0.Add(time.Minute), 1<<40, 1<<40) && dst.Stats().FineLogs > 1 {
+		t.Error("merged counts taken for a log")
+	}
+	if d := dst.Allow(dk, t0.Add(time.Minute)); d.Allowed {
+		t.Errorf("merged saturated key allowed: %+v", d)
+	}
+}

@@ -324,6 +324,7 @@ type ruleView struct {
 	BlockStatus       int      `json:"block_status,omitempty"`
 	Algorithm         string   `json:"algorithm"`
 	Mode              string   `json:"mode,omitempty"`      // "soft"; none for hard
+	Precision         string   `json:"precision,omitempty"` // "fine"; none for standard
 	Burst             int64    `json:"burst,omitempty"`     // a bucket's capacity, its limit when burst is left out
 	MaxDelay          string   `json:"max_delay,omitempty"` // a leaky bucket queue's
 	Cost              int64    `json:"cost"`
@@ -390,6 +391,9 @@ func (p *Proxy) getConfig(w http.ResponseWriter, r *http.Request) {
 			}
 			if rs.Soft {
 				rv.Mode = "soft"
+			}
+			if rs.Precision == rules.Fine {
+				rv.Precision = rs.Precision.String()
 			}
 			if rs.MaxDelay > 0 {
 				rv.MaxDelay = rs.MaxDelay.String()

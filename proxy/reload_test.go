@@ -3,6 +3,7 @@ package proxy
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"testing"
 	"time"
@@ -230,5 +231,23 @@ func TestReloadPrecision(t *testing.T) {
 	}
 	if got := logs(); got != 1 {
 		t.Errorf("edge_window_fine_logs = %v after reloading to fine, want 1: the key near its limit takes a log again", got)
+	}
+}
+
+// TestConfigViewShowsPrecision: /v1/config shows a fine rule's precision,
+// and none for a standard one.
+func TestConfigViewShowsPrecision(t *testing.T) {
+	origin, _ := newOrigin(t, "a")
+	fine := rule("fine", 5, time.Minute)
+	fine.Precision = "fine"
+	e := newEnv(t, oneDomain(origin.URL, rule("standard", 5, time.Minute), fine))
+	w := httptest.NewRecorder()
+	e.proxy.AdminHandler().ServeHTTP(w, httptest.NewRequest("GET", "/v1/config", nil))
+	var cv configView
+	if err := json.Unmarshal(w.Body.Bytes(), &cv); w.Code != 200 || err != nil {
+		t.Fatalf("GET /v1/config: %d %v", w.Code, err)
+	}
+	if rs := cv.Domains[0].Rules; len(rs) != 2 || rs[0].Precision != "" || rs[1].Precision != "fine" {
+		t.Errorf("rules in /v1/config: %+v, want no precision, then fine", rs)
 	}
 }

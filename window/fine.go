@@ -31,7 +31,9 @@ import (
 // A key keeps its log while it is tracked: until its slot is reclaimed
 // (it expired, or was evicted) or it is reset; or, while the pool runs
 // short, until its count falls below a quarter of its limit, its
-// counters then taking its count over (see maybeDemote).
+// counters then taking its count over (see maybeDemote). While the pool
+// runs short, every decision of the rule sweeps for expired keys too
+// (shard.allow), so that the logs of keys gone silent come back.
 // When the pool has no free log, a key near its limit stays in two
 // counters (Stats.FineFallback counts these decisions).
 //

@@ -3,6 +3,7 @@ package window
 import (
 	"math/big"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -407,5 +408,34 @@ func TestFineSaturated(t *testing.T) {
 	}
 	if d := dst.Allow(dk, t0.Add(time.Minute)); d.Allowed {
 		t.Errorf("merged saturated key allowed: %+v", d)
+	}
+}
+
+// TestFineSweep: while the pool runs short, decisions of a Fine rule
+// reclaim the slots of expired keys, and with them their logs.
+func TestFineSweep(t *testing.T) {
+	lim := Limit{Limit: 100, Period: time.Minute, Precision: Fine}
+	s, err := New(Options{Capacity: 1024, Limits: []Limit{lim}, Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := len(s.params[0].fine.heads)
+	if logs/8 < 4 {
+		t.Fatalf("pool of %d logs; the test needs an eighth to be more than an admission sweeps", logs)
+	}
+	for i := range logs {
+		nearLimit(s, s.KeyString(0, strconv.Itoa(i)), t0)
+	}
+	if got := s.Stats().FineLogs; got != logs {
+		t.Fatalf("%d logs taken, want %d", got, logs)
+	}
+	// Two periods on every key has expired; one key keeps deciding.
+	k := s.KeyString(0, "active")
+	for i := range 2000 {
+		s.Allow(k, t0.Add(3*time.Minute+time.Duration(i)*time.Millisecond))
+	}
+	st := s.Stats()
+	if st.FineLogs > logs-logs/8 || st.ExpiredReclaimed == 0 {
+		t.Errorf("after 2000 decisions: %+v; want logs of expired keys reclaimed until the pool is no longer short", st)
 	}
 }

@@ -387,6 +387,12 @@ func (sh *shard) allow(s *Store, fp uint64, p *params, w, e, now int64, cost, li
 	if cacheable(d, p, limit, now) {
 		sh.remember(fp, now, d)
 	}
+	if p.fine != nil && p.fine.pressed() {
+		// Logs of keys gone silent come back only as their slots are
+		// reclaimed, which admissions do two slots at a time: while the
+		// pool runs short, every decision of the rule sweeps too.
+		sh.sweep(s, now)
+	}
 	return true
 }
 

@@ -11,8 +11,8 @@ import (
 // every eighth source and the heavy and abusive ones) at Fine precision
 // against the targets docs/accuracy.md states for the full population:
 // at most 0.003% of requests misjudged and D3 at most 3%, well under the
-// standard precision's figures; and the same report from one shared
-// store in time order, with logs to spare, as from a store per source.
+// standard precision's figures; and the same targets met by one shared
+// store fed in time order.
 func TestPopulationFine(t *testing.T) {
 	c := cells(t, "population", 0)[0]
 	in := CellInput(c)
@@ -43,16 +43,15 @@ func TestPopulationFine(t *testing.T) {
 	if fine.Store.FineFallback != 0 {
 		t.Errorf("%d decisions fell back to two counters in a store per source", fine.Store.FineFallback)
 	}
-	// A store per source has a pool that never runs short; so must the
-	// shared one, for the two to agree: a key keeps its log while it is
-	// tracked, and under pressure (fewer than an eighth free) a key far
-	// below its limit gives it back, which changes what it estimates.
-	i := run(t, in, Options{Interleaved: true, Capacity: 8 * in.Sources})
-	if i.Store.FineFallback != 0 || i.Store.Evicted != 0 {
-		t.Errorf("interleaved: store %+v, want no fallback and no eviction", i.Store)
-	}
-	fine.Store, i.Store = StoreReport{}, StoreReport{}
-	if a, b := reportJSON(t, []*Report{fine}), reportJSON(t, []*Report{i}); string(a) != string(b) {
-		t.Errorf("streaming and interleaved fine replays differ:\n%s\n%s", a, b)
+	// One store fed every source in time order reclaims the slots of keys
+	// gone silent (a store per source never does), and a key that comes
+	// back takes a log again from its counters: the figures differ from
+	// the streaming ones (by the hash seed, run to run), within the same
+	// targets.
+	i := run(t, in, Options{Interleaved: true})
+	ic := i.CountAll
+	t.Logf("interleaved: misjudged %.5f%%, D3 %.3f%%", 100*ic.MisjudgedFraction, 100*ic.D3)
+	if i.Store.FineFallback != 0 || ic.MisjudgedFraction > 0.00003 || ic.D3 > 0.03 {
+		t.Errorf("interleaved: store %+v, misjudged %g, D3 %g; want no fallback, at most 0.003%% and 3%%", i.Store, ic.MisjudgedFraction, ic.D3)
 	}
 }

@@ -206,9 +206,10 @@ type Limit struct {
 	// Precision is how finely a SlidingWindow that is not Soft counts (see
 	// fine.go): Standard, the zero value, keeps two counters for every key;
 	// Fine counts a key whose estimate reaches half its limit exactly, in a
-	// log from a pool the store reserves (FineBytesPerKey), until its count
-	// falls below a quarter of its limit. Other algorithms, soft windows
-	// and limits above MaxFineLimit count as Standard.
+	// log from a pool the store reserves (FineBytesPerKey), while the key
+	// is tracked (or, while the pool runs short, until its count falls
+	// below a quarter of its limit). Other algorithms, soft windows and
+	// limits above MaxFineLimit count as Standard.
 	Precision Precision
 	// Identity is mixed into the hash of every key of the rule, so one
 	// client's keys under several rules land apart. Stores that share a hash

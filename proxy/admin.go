@@ -349,6 +349,7 @@ type ruleView struct {
 	BlockStatus       int      `json:"block_status,omitempty"`
 	Algorithm         string   `json:"algorithm"`
 	Mode              string   `json:"mode,omitempty"`      // "soft"; none for hard
+	Precision         string   `json:"precision,omitempty"` // "fine"; none for standard
 	Burst             int64    `json:"burst,omitempty"`     // a bucket's capacity, its limit when burst is left out
 	MaxDelay          string   `json:"max_delay,omitempty"` // a leaky bucket queue's
 	Lease             string   `json:"lease,omitempty"`     // a concurrency rule's
@@ -428,6 +429,9 @@ func (p *Proxy) configView() configView {
 			}
 			if rs.Soft {
 				rv.Mode = "soft"
+			}
+			if rs.Precision == rules.Fine {
+				rv.Precision = rs.Precision.String()
 			}
 			if rs.MaxDelay > 0 {
 				rv.MaxDelay = rs.MaxDelay.String()

@@ -65,6 +65,9 @@ type metrics struct {
 	evictions    *prometheus.Desc
 	overflowReqs *prometheus.Desc
 	slotsInUse   *prometheus.Desc
+	fineLogs     *prometheus.Desc // precision: fine
+	fineCapacity *prometheus.Desc
+	fineFallback *prometheus.Desc
 }
 
 // newMetrics declares every metric the proxy exports. It is long because
@@ -200,6 +203,12 @@ func newMetrics(p *Proxy, version string) *metrics {
 			"Requests counted in a rule's shared overflow counter because the domain was full of busy keys.", []string{"domain"}, nil),
 		slotsInUse: prometheus.NewDesc("edge_concurrency_slots_in_use",
 			"Requests in flight holding a slot of a concurrency rule, by domain and rule.", []string{"domain", "rule"}, nil),
+		fineLogs: prometheus.NewDesc("edge_window_fine_logs",
+			"Keys of a precision: fine rule counted exactly, in a log, now.", []string{"domain", "rule"}, nil),
+		fineCapacity: prometheus.NewDesc("edge_window_fine_log_capacity",
+			"Logs the pool of a precision: fine rule holds.", []string{"domain", "rule"}, nil),
+		fineFallback: prometheus.NewDesc("edge_window_fine_fallback_total",
+			"Decisions of a precision: fine rule on keys near their limit made with two counters because its pool of logs was full.", []string{"domain", "rule"}, nil),
 	}
 }
 
@@ -284,6 +293,9 @@ func (c storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.m.evictions
 	ch <- c.m.overflowReqs
 	ch <- c.m.slotsInUse
+	ch <- c.m.fineLogs
+	ch <- c.m.fineCapacity
+	ch <- c.m.fineFallback
 	ch <- c.m.circuit
 	ch <- c.m.nodes
 	ch <- c.m.nodeShare
@@ -334,6 +346,12 @@ func (c storeCollector) Collect(ch chan<- prometheus.Metric) {
 		for i := range d.rules {
 			if rs := &d.rules[i]; rs.Algorithm == rules.Concurrency {
 				ch <- prometheus.MustNewConstMetric(c.m.slotsInUse, prometheus.GaugeValue, float64(slots.SlotsInUse(i)), d.Name, rs.Name)
+			}
+			if rs := &d.rules[i]; rs.Precision == rules.Fine {
+				f := d.store.Fine(i)
+				ch <- prometheus.MustNewConstMetric(c.m.fineLogs, prometheus.GaugeValue, float64(f.Logs), d.Name, rs.Name)
+				ch <- prometheus.MustNewConstMetric(c.m.fineCapacity, prometheus.GaugeValue, float64(f.Capacity), d.Name, rs.Name)
+				ch <- prometheus.MustNewConstMetric(c.m.fineFallback, prometheus.CounterValue, float64(f.Fallback), d.Name, rs.Name)
 			}
 		}
 	}

@@ -283,6 +283,14 @@ const (
 	_ = uint(window.Reset(rules.Monthly) - window.Monthly)
 )
 
+// windowPrecision is the window package's name for a rule's precision.
+func windowPrecision(p rules.Precision) window.Precision {
+	if p == rules.Fine {
+		return window.Fine
+	}
+	return window.Standard
+}
+
 // windowAlgorithm is the window package's name for a rule's algorithm.
 func windowAlgorithm(a rules.Algorithm) window.Algorithm {
 	switch a {
@@ -333,6 +341,7 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 					Mitigation:   r.MitigationTimeout,
 					CountBlocked: r.CountBlocked,
 					Soft:         r.Soft,
+					Precision:    windowPrecision(r.Precision),
 					Identity:     ruleIdentity(rd.Name, r),
 					Algorithm:    windowAlgorithm(r.Algorithm),
 					Burst:        r.Burst,

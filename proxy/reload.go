@@ -265,6 +265,9 @@ var settings = []setting{
 	reloads("domains[].rules[].block_response.content_type"),
 	reloads("domains[].rules[].algorithm"),
 	reloads("domains[].rules[].mode"), // counters carried: the identity leaves it out
+	// Counters carried: a fine key's log becomes two counters of the same
+	// count (window.Store.Carry), in the new store as in the old.
+	reloads("domains[].rules[].precision"),
 	reloads("domains[].rules[].burst"),
 	reloads("domains[].rules[].reset"),
 	reloads("domains[].rules[].timezone"),
@@ -327,7 +330,7 @@ func sameRule(a, b *rules.Rule) bool {
 		a.Action == b.Action && a.MitigationTimeout == b.MitigationTimeout &&
 		a.CountBlocked == b.CountBlocked && a.Headers == b.Headers &&
 		equalResponse(a.BlockResponse, b.BlockResponse) &&
-		a.Algorithm == b.Algorithm && a.Soft == b.Soft && a.Burst == b.Burst && a.MaxDelay == b.MaxDelay && a.Cost == b.Cost &&
+		a.Algorithm == b.Algorithm && a.Soft == b.Soft && a.Precision == b.Precision && a.Burst == b.Burst && a.MaxDelay == b.MaxDelay && a.Cost == b.Cost &&
 		a.CostHeader == b.CostHeader && a.MaxCost == b.MaxCost &&
 		a.Reset == b.Reset && a.Location.String() == b.Location.String() &&
 		sameWhatCounts(a, b)

@@ -3,11 +3,13 @@ package proxy
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/edgerate/edge/rules"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -178,5 +180,74 @@ func TestReloadWhatCounts(t *testing.T) {
 		if resp, _ := e.get("api.example.com", "/"); resp.StatusCode != s.want {
 			t.Errorf("%s: next request got %d, want %d", s.name, resp.StatusCode, s.want)
 		}
+	}
+}
+
+// TestReloadPrecision: changing a rule's precision keeps its counters in
+// both directions (the rule is reported changed): a key counted in a log
+// carries its count as two counters, and takes a log again near its limit.
+func TestReloadPrecision(t *testing.T) {
+	origin, _ := newOrigin(t, "a")
+	r := rule("r", 4, time.Minute)
+	r.Precision = "fine"
+	e := newEnv(t, oneDomain(origin.URL, r))
+	for range 4 {
+		e.get("api.example.com", "/")
+	}
+	logs := func() float64 {
+		reg := prometheus.NewPedanticRegistry()
+		reg.MustRegister(storeCollector{e.proxy.metrics})
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range families {
+			if f.GetName() == "edge_window_fine_logs" && len(f.GetMetric()) == 1 {
+				return f.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatal("no edge_window_fine_logs series")
+		return 0
+	}
+	if got := logs(); got != 1 {
+		t.Fatalf("edge_window_fine_logs = %v before the reload, want 1", got)
+	}
+	for _, p := range []string{"standard", "fine"} {
+		r.Precision = p
+		res, err := e.proxy.Reload(compile(t, oneDomain(origin.URL, r)), p)
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		if !slices.Equal(res.RulesChanged, []string{"api.example.com/r"}) || res.KeysCarried != 1 {
+			t.Errorf("to %s: rules_changed %v, keys_carried %d; want [api.example.com/r], 1", p, res.RulesChanged, res.KeysCarried)
+		}
+		resp, _ := e.get("api.example.com", "/")
+		if resp.StatusCode != 429 {
+			t.Errorf("to %s: next request got %d, want 429 (the count carried)", p, resp.StatusCode)
+		}
+		if ra := resp.Header.Get("Retry-After"); ra == "" || ra == "0" {
+			t.Errorf("to %s: Retry-After %q, want the window's wait", p, ra)
+		}
+	}
+	if got := logs(); got != 1 {
+		t.Errorf("edge_window_fine_logs = %v after reloading to fine, want 1: the key near its limit takes a log again", got)
+	}
+}
+
+// TestConfigViewShowsPrecision: /v1/config shows a fine rule's precision,
+// and none for a standard one.
+func TestConfigViewShowsPrecision(t *testing.T) {
+	origin, _ := newOrigin(t, "a")
+	fine := rule("fine", 5, time.Minute)
+	fine.Precision = "fine"
+	e := newEnv(t, oneDomain(origin.URL, rule("standard", 5, time.Minute), fine))
+	w := httptest.NewRecorder()
+	e.proxy.AdminHandler().ServeHTTP(w, httptest.NewRequest("GET", "/v1/config", nil))
+	var cv configView
+	if err := json.Unmarshal(w.Body.Bytes(), &cv); w.Code != 200 || err != nil {
+		t.Fatalf("GET /v1/config: %d %v", w.Code, err)
+	}
+	if rs := cv.Domains[0].Rules; len(rs) != 2 || rs[0].Precision != "" || rs[1].Precision != "fine" {
+		t.Errorf("rules in /v1/config: %+v, want no precision, then fine", rs)
 	}
 }

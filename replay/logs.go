@@ -11,6 +11,7 @@ import (
 
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/trace"
+	"github.com/edgerate/edge/window"
 )
 
 // A LogRule is a rule replayed against access logs: what it enforces, what
@@ -47,6 +48,7 @@ func TableRules(t *rules.Table, only string) []LogRule {
 				Rule: Rule{
 					Name: name, Algorithm: alg, Limit: r.Limit, Period: r.Period,
 					Burst: r.Burst, Mitigation: r.MitigationTimeout,
+					Precision: windowPrecision(r.Precision),
 				},
 				Key:          r.Key,
 				Match:        r.Matches,
@@ -221,4 +223,12 @@ func SyntheticInputs(name string, seed uint64, scale trace.Scale) ([]Input, erro
 		}
 	}
 	return ins, nil
+}
+
+// windowPrecision is p as package window names it.
+func windowPrecision(p rules.Precision) window.Precision {
+	if p == rules.Fine {
+		return window.Fine
+	}
+	return window.Standard
 }

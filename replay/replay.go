@@ -74,6 +74,12 @@ type Rule struct {
 	// Mitigation, when positive, blocks a source for this long once it goes
 	// over the limit, in the store as in the exact log.
 	Mitigation time.Duration
+	// Precision is how finely a sliding window counts
+	// (window.Limit.Precision); other algorithms ignore it. With Fine the
+	// estimate compared with the exact count is the store's own
+	// (window.State.Estimate), which for a key counted in a log is its
+	// exact count.
+	Precision window.Precision
 }
 
 // A Source is one client's requests.
@@ -240,7 +246,7 @@ type runner struct {
 func newRunner(in Input, opts Options) *runner {
 	lim := window.Limit{
 		Algorithm: in.Rule.Algorithm, Limit: in.Rule.Limit, Period: in.Rule.Period,
-		Burst: in.Rule.Burst, Mitigation: in.Rule.Mitigation,
+		Burst: in.Rule.Burst, Mitigation: in.Rule.Mitigation, Precision: in.Rule.Precision,
 	}
 	allLim, admLim := lim, lim
 	allLim.CountBlocked = true
@@ -253,6 +259,7 @@ func newRunner(in Input, opts Options) *runner {
 			period:     in.Rule.Period.Microseconds(),
 			mitigation: in.Rule.Mitigation.Microseconds(),
 			estimate:   in.Rule.Algorithm == window.SlidingWindow,
+			peek:       in.Rule.Algorithm == window.SlidingWindow && in.Rule.Precision == window.Fine,
 		},
 		peaks:    make([]int64, in.Sources),
 		verdicts: make([]uint8, in.Sources),
@@ -403,12 +410,14 @@ func (r *runner) report(stats window.Stats, capacity int) *Report {
 		all.add(&total[c])
 	}
 	rep := &Report{
-		Name:     in.Name,
-		Rule:     ruleReport(in.Rule),
-		Sources:  in.Sources,
-		Requests: all.requests,
+		Name:      in.Name,
+		Precision: precisionOf(in.Rule).String(),
+		Rule:      ruleReport(in.Rule),
+		Sources:   in.Sources,
+		Requests:  all.requests,
 		Store: StoreReport{
 			Shared: r.opts.Interleaved, Capacity: capacity, Evicted: stats.Evicted, Overflowed: stats.Overflowed,
+			FineFallback: stats.FineFallback,
 		},
 		CountAll:      countAll(&all, in.Rule.Limit),
 		CountAdmitted: countAdmitted(&all, in.Rule.Limit),
@@ -433,6 +442,15 @@ func (r *runner) report(stats window.Stats, capacity int) *Report {
 		})
 	}
 	return rep
+}
+
+// precisionOf is the precision rule counts by: Fine only for a sliding
+// window.
+func precisionOf(rule Rule) window.Precision {
+	if rule.Algorithm == window.SlidingWindow && rule.Precision == window.Fine {
+		return window.Fine
+	}
+	return window.Standard
 }
 
 // interleave replays every source's requests in global time order through

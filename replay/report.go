@@ -13,10 +13,14 @@ import (
 // Report is the result of one replay. Fractions are in [0, 1]; the table
 // printers show them as percentages.
 type Report struct {
-	Name     string     `json:"name"`
-	Rule     RuleReport `json:"rule"`
-	Sources  int        `json:"sources"`
-	Requests int64      `json:"requests"`
+	Name string `json:"name"`
+	// Precision is the store's precision, "standard" or "fine"
+	// (window.Precision); "standard" for every algorithm but the sliding
+	// window.
+	Precision string     `json:"precision"`
+	Rule      RuleReport `json:"rule"`
+	Sources   int        `json:"sources"`
+	Requests  int64      `json:"requests"`
 	// CountAll compares the two limiters when every request counts
 	// (count_blocked: true).
 	CountAll CountAll `json:"count_all"`
@@ -197,6 +201,9 @@ type StoreReport struct {
 	Capacity   int    `json:"capacity,omitempty"`
 	Evicted    uint64 `json:"evicted"`
 	Overflowed uint64 `json:"overflowed"`
+	// FineFallback counts decisions of a Fine store made in two counters
+	// because its pool of logs was full (window.Stats.FineFallback).
+	FineFallback uint64 `json:"fine_fallback,omitempty"`
 }
 
 func pct(f float64) string {
@@ -220,7 +227,7 @@ func WriteTable(w io.Writer, reports []*Report) error {
 	for _, r := range reports {
 		c := &r.CountAll
 		fmt.Fprintf(tw, "%s\t%d/%s\t%d\t%d\t%d\t%d\t%d (%s)\t%d (%s)\t%s\t%s\t%s\t%s\t%d (%.2f)\t%d\t\n",
-			r.Name, r.Rule.Limit, ruleSuffix(r.Rule), r.Sources, r.Requests,
+			label(r), r.Rule.Limit, ruleSuffix(r.Rule), r.Sources, r.Requests,
 			c.ExactDenied, c.ApproxDenied,
 			c.WronglyAllowed, pct(c.WronglyAllowedFraction), c.WronglyLimited, pct(c.WronglyLimitedFraction),
 			pct(c.MisjudgedFraction), estimate(r.Rule, pct(c.D1)), estimate(r.Rule, pct(c.D2)), estimate(r.Rule, fmt.Sprintf("%+.3f", c.Bias)),
@@ -235,7 +242,7 @@ func WriteTable(w io.Writer, reports []*Report) error {
 	for _, r := range reports {
 		c := &r.CountAdmitted
 		fmt.Fprintf(tw, "%s\t%d/%s\t%d\t%d\t%d\t%d\t%.4f\t%.2f\t%.2f\t%d\t%d\t\n",
-			r.Name, r.Rule.Limit, ruleSuffix(r.Rule), r.Sources, r.Requests,
+			label(r), r.Rule.Limit, ruleSuffix(r.Rule), r.Sources, r.Requests,
 			c.AdmittedExact, c.AdmittedApprox, c.AdmittedRatio, c.OvershootApprox, c.OvershootExact,
 			c.SourcesExactLimited, c.SourcesApproxLimited)
 	}
@@ -254,7 +261,7 @@ func writeDetails(w io.Writer, r *Report) error {
 	var b strings.Builder
 	c := &r.CountAll
 	if len(r.Classes) > 0 {
-		fmt.Fprintf(&b, "\n%s by class (count-all):\n", r.Name)
+		fmt.Fprintf(&b, "\n%s by class (count-all):\n", label(r))
 		tw := tabwriter.NewWriter(&b, 2, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "class\tsources\trequests\tmisjudged\twrongly allowed\twrongly limited\tavg diff D1\tmissed src (max peak/L)\twrongly limited src\tworst period admitted (×L)\t")
 		for _, cl := range r.Classes {
@@ -267,7 +274,7 @@ func writeDetails(w io.Writer, r *Report) error {
 		tw.Flush()
 	}
 	if len(c.Missed) > 0 || len(c.WronglyLimitedSources) > 0 {
-		fmt.Fprintf(&b, "\n%s sources (count-all), highest peak first; peak = most requests in one sliding period:\n", r.Name)
+		fmt.Fprintf(&b, "\n%s sources (count-all), highest peak first; peak = most requests in one sliding period:\n", label(r))
 		for _, s := range c.Missed {
 			fmt.Fprintf(&b, "  missed          %-40s peak %d (%.2f×L)\n", s.Name, s.Peak, s.PeakOverLimit)
 		}
@@ -282,12 +289,15 @@ func writeDetails(w io.Writer, r *Report) error {
 		}
 	}
 	fmt.Fprintf(&b, "\n%s: D3 (N ≥ L/2) %s, requests near the limit (0.8L ≤ N < 1.2L) %s, peak per source p50 %d p99 %d p99.9 %d max %d",
-		r.Name, estimate(r.Rule, pct(c.D3)), pct(c.CriticalShare), r.Peaks.P50, r.Peaks.P99, r.Peaks.P999, r.Peaks.Max)
+		label(r), estimate(r.Rule, pct(c.D3)), pct(c.CriticalShare), r.Peaks.P50, r.Peaks.P99, r.Peaks.P999, r.Peaks.Max)
 	if s := r.Sample; s != nil {
 		fmt.Fprintf(&b, "; accuracy sample 1 in %d: %d sources, %d requests, count-all misjudged %d of %d judged (%s: %d allowed, %d limited), count-admitted %d of %d (%s: %d allowed, %d limited)",
 			s.Every, s.Sources, s.Requests,
 			s.CountAll.WronglyAllowed+s.CountAll.WronglyLimited, s.CountAll.Judged, pct(s.CountAll.MisjudgedFraction), s.CountAll.WronglyAllowed, s.CountAll.WronglyLimited,
 			s.CountAdmitted.WronglyAllowed+s.CountAdmitted.WronglyLimited, s.CountAdmitted.Judged, pct(s.CountAdmitted.MisjudgedFraction), s.CountAdmitted.WronglyAllowed, s.CountAdmitted.WronglyLimited)
+	}
+	if r.Store.FineFallback > 0 {
+		fmt.Fprintf(&b, "; %d decisions near the limit in two counters (pool of logs full)", r.Store.FineFallback)
 	}
 	if r.Store.Shared && (r.Store.Evicted > 0 || r.Store.Overflowed > 0) {
 		fmt.Fprintf(&b, "; store capacity %d sources: %d evicted, %d overflowed (these distort the comparison)",
@@ -296,6 +306,16 @@ func writeDetails(w io.Writer, r *Report) error {
 	b.WriteString("\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// label names a report in tables: its name, and "fine" after it for a
+// store of Fine precision, so that the two precisions of one input read
+// side by side.
+func label(r *Report) string {
+	if r.Precision == window.Fine.String() {
+		return r.Name + " fine"
+	}
+	return r.Name
 }
 
 // ruleSuffix is what follows the limit in a table's limit/period column:

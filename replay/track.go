@@ -21,6 +21,7 @@ type params struct {
 	period     int64 // µs
 	mitigation int64 // µs
 	estimate   bool  // the store counts by the sliding window's estimate
+	peek       bool  // the estimate is the store's (Fine precision), not the two counters'
 }
 
 // burstSpan is the span of time in which the largest burst is measured:
@@ -161,6 +162,9 @@ func (t *tracker) stepAll(at int64, now time.Time) bool {
 		t.prev, t.curr, t.win = 0, 0, w
 	}
 	est := float64(t.prev)*float64(p.period-e)/float64(p.period) + float64(t.curr)
+	if p.peek {
+		est = t.store.Peek(t.kAll, now).Estimate
+	}
 	t.lastEst, t.lastN, t.lastExact = est, n, exAllow
 	d := t.store.Allow(t.kAll, now)
 	apAllow := d.Allowed

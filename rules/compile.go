@@ -464,6 +464,13 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 				p.add(fmt.Sprintf("%s.rules[%d].algorithm", path, j),
 					"is not supported yet with cluster.sync share (windows, quotas and concurrency are; a bucket's rate and burst are not split), got %q", r.Algorithm.String())
 			}
+			if r.Precision == Fine && (t.Cluster.Store == StoreRedis || t.Cluster.Sync == SyncShare) {
+				// Redis holds a key's count as two counters, which every
+				// node reads and writes; a log of a key's last requests
+				// would have to live there too, for each request.
+				p.add(fmt.Sprintf("%s.rules[%d].precision", path, j),
+					"fine is not supported with a cluster that shares counters (cluster.store redis, or cluster.sync share): the log of a key near its limit is one node's, while the PoP's count is two counters; use standard")
+			}
 			if r.Algorithm == Concurrency && t.Cluster.Store == StoreRedis && t.Cluster.Sync == SyncBatched {
 				// Slots are leases in Redis, taken and given back by
 				// each request: a batch of counts cannot hold them.
@@ -822,7 +829,31 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 	}
 	compileWhatCounts(p, path, rc, r)
 	compileMode(p, path, rc, r)
+	compilePrecision(p, path, rc, r)
 	return r
+}
+
+// compilePrecision compiles the rule's precision, once its algorithm,
+// limit and mode are known.
+func compilePrecision(p *problems, path string, rc RuleConfig, r *Rule) {
+	switch rc.Precision {
+	case "", "standard":
+		return
+	case "fine":
+	default:
+		p.add(path+".precision", "must be standard or fine, got %q", rc.Precision)
+		return
+	}
+	switch {
+	case r.Algorithm != SlidingWindow:
+		p.add(path+".precision", "fine applies only to algorithm sliding_window, got %s", r.Algorithm)
+	case r.Soft:
+		p.add(path+".precision", "fine counts a hard limit exactly: not valid with mode soft, which decides by the offered rate")
+	case r.Limit > MaxFineLimit:
+		p.add(path+".precision", "fine keeps a log of a key's last limit requests: limit must be at most %d, got %d", MaxFineLimit, r.Limit)
+	default:
+		r.Precision = Fine
+	}
 }
 
 // compileMode compiles the rule's mode: a soft window counts every request

@@ -351,6 +351,11 @@ type RuleConfig struct {
 	// counts, and while the offered rate is over the limit each request is
 	// allowed with probability limit ÷ offered rate.
 	Mode string `mapstructure:"mode"`
+	// Precision is how finely a sliding_window counts: "standard"
+	// (default: two counters a key) or "fine" (keys near their limit are
+	// counted exactly, in a log from a bounded pool; limit at most 65535;
+	// not with mode soft nor with a cluster that shares counters).
+	Precision string `mapstructure:"precision"`
 	// Reset is a quota's calendar period, required with algorithm quota
 	// and only valid with it: "daily" (from local midnight), "weekly"
 	// (from the midnight that starts Monday) or "monthly" (from midnight

@@ -193,6 +193,9 @@ type Rule struct {
 	// offered rate when over it (see window.Limit.Soft); CountBlocked is
 	// then true and MitigationTimeout 0.
 	Soft bool
+	// Precision is how finely a sliding window counts: Standard (the zero
+	// value) for every other algorithm (see window.Limit.Precision).
+	Precision Precision
 	// Reset is a quota's calendar period; Daily (the zero value) for every
 	// other algorithm, which counts by Period (0 for a quota).
 	Reset Reset
@@ -292,6 +295,30 @@ const (
 
 // String returns the config spelling, such as "token_bucket".
 func (a Algorithm) String() string { return algorithmSpelling.name(a) }
+
+// Precision is how finely a sliding window counts. The zero value is
+// Standard.
+type Precision uint8
+
+const (
+	// Standard is two counters for every key: the estimate.
+	Standard Precision = iota
+	// Fine counts keys near their limit exactly, in a log from a bounded
+	// pool, and every other key in two counters.
+	Fine
+)
+
+// MaxFineLimit is the largest limit of a rule of precision fine, whose
+// keys near their limit keep a log of their last limit requests.
+const MaxFineLimit = 65535
+
+// String returns the config spelling, "standard" or "fine".
+func (p Precision) String() string {
+	if p == Fine {
+		return "fine"
+	}
+	return "standard"
+}
 
 // Bucket reports whether a counts in a bucket, whose capacity is a rule's
 // burst, rather than in a window of Limit.

@@ -40,6 +40,9 @@ func (s *Store) Peek(k Key, now time.Time) State {
 		return s.peekSlots(k, p)
 	}
 	t := now.UnixNano()
+	if p.fine != nil {
+		return s.peekFine(k, p, t, now)
+	}
 	ent, tracked := s.shard(k.fp).read(k.fp)
 	if !tracked {
 		if p.algorithm.bucket() {
@@ -66,6 +69,27 @@ func (s *Store) Peek(k Key, now time.Time) State {
 		prev, mitigation = p.softPrev(&ent), 0
 	}
 	st := p.state(prev, ent.curr, e, mitigation, now)
+	st.Tracked = true
+	return st
+}
+
+// peekFine is Peek for a key of a Fine rule, whose log is read under
+// its shard's lock.
+func (s *Store) peekFine(k Key, p *params, t int64, now time.Time) State {
+	sh := s.shard(k.fp)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i := sh.find(k.fp)
+	if i < 0 {
+		return State{Remaining: int64(p.limit)}
+	}
+	ent := sh.slots[i].counters
+	if p.hasLog(&ent) {
+		return p.fineState(ent, t, now)
+	}
+	w, e := p.position(t)
+	e = p.advance(&ent, w, e)
+	st := p.state(ent.prev, ent.curr, e, time.Duration(ent.mitigationLeft(e)), now)
 	st.Tracked = true
 	return st
 }
@@ -111,7 +135,7 @@ func (s *Store) Reset(k Key) bool {
 	if i < 0 {
 		return false
 	}
-	sh.remove(i)
+	s.drop(sh, i)
 	s.live.Add(-1)
 	return true
 }
@@ -177,12 +201,16 @@ func (s *Store) carry(dst *Store, rules []int, now int64, timed bool) (int, erro
 			}
 			to := &dst.params[rules[ent.fp>>56]]
 			c := ent.counters
+			if from := &s.params[ent.fp>>56]; from.hasLog(&c) {
+				c = from.carried(c)
+			}
 			if from := &s.params[ent.fp>>56]; from.algorithm.bucket() && from.limit != to.limit {
 				c = from.rescale(c, to, now)
 			}
 			if from := &s.params[ent.fp>>56]; from.soft && !to.soft {
 				c.until = 0 // a warm-up, not a mitigation
 			}
+			to.clampFine(&c)
 			if to.algorithm == FixedWindow && !to.soft {
 				// A soft fixed window keeps its previous count for its
 				// estimate; a hard one has none.

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -84,6 +85,9 @@ func (c benchCase) setup(b *testing.B) (*Store, []Key) {
 	keys := benchKeys(s, c.keys)
 	for _, k := range keys {
 		s.Allow(k, t0)
+		if strings.HasPrefix(c.name, "near-limit/") {
+			s.AllowN(k, t0, 59)
+		}
 	}
 	benchStores[c.name] = benchStore{s, keys}
 	return s, keys
@@ -96,6 +100,23 @@ func BenchmarkAllow(b *testing.B) {
 	for _, c := range benchCases {
 		b.Run(c.name, func(b *testing.B) { benchAllow(b, c) })
 	}
+	// Keys near their limit, at both precisions side by side: each has
+	// sent 60 of its 100 before the benchmark starts (so a Fine key takes
+	// a log at its first decision) and is refused once it reaches 100.
+	b.Run("near-limit", func(b *testing.B) {
+		for _, prec := range []Precision{Standard, Fine} {
+			lim := limitHot
+			lim.Precision = prec
+			for _, c := range []benchCase{
+				{"hot-key", 1, lim},
+				{"1k-keys", 1_000, lim},
+				{"10k-keys", 10_000, lim},
+			} {
+				c.name = "near-limit/" + prec.String() + "/" + c.name
+				b.Run(prec.String()+"/"+c.name[len("near-limit/"+prec.String()+"/"):], func(b *testing.B) { benchAllow(b, c) })
+			}
+		}
+	})
 	for _, alg := range []Algorithm{FixedWindow, TokenBucket, LeakyBucket, Quota} {
 		b.Run(alg.String(), func(b *testing.B) {
 			for _, c := range benchCases {
@@ -214,37 +235,87 @@ func BenchmarkScaling(b *testing.B) {
 }
 
 // BenchmarkMemory fills a store with 10 million keys and reports the whole
-// heap after GC divided by the keys tracked, and what a full GC costs with
-// the store resident against an empty store of the same capacity, in the
-// same run.
+// heap after GC divided by the keys tracked: under "sliding_window", with
+// what a full GC costs with the store resident against an empty store of
+// the same capacity, in the same run; under "near-1%" and "near-10%", for
+// a sliding window of 100 a minute at both precisions side by side, with
+// that share of the keys near their limit (60 requests, which gives a
+// Fine key a log) and the others sending one request.
 func BenchmarkMemory(b *testing.B) {
 	const n = 10_000_000
-	for b.Loop() {
-		empty := newHeap(b)
-		gcEmpty := measureGC()
-		runtime.KeepAlive(empty)
+	b.Run("sliding_window", func(b *testing.B) {
+		for b.Loop() {
+			empty := newHeap(b)
+			gcEmpty := measureGC()
+			runtime.KeepAlive(empty)
 
-		s, err := New(Options{Capacity: n, Limits: []Limit{limitAllowed}})
-		if err != nil {
-			b.Fatal(err)
+			s, err := New(Options{Capacity: n, Limits: []Limit{limitAllowed}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, k := range benchKeys(s, n) {
+				s.Allow(k, t0)
+			}
+			heap := heapAfterGC()
+			gcFull := measureGC()
+			keys := s.Len()
+			runtime.KeepAlive(s)
+
+			b.ReportMetric(float64(heap)/float64(keys), "bytes/key")
+			b.ReportMetric(float64(keys), "keys")
+			b.ReportMetric(float64(gcEmpty.pause.Nanoseconds()), "gc-pause-ns-empty")
+			b.ReportMetric(float64(gcFull.pause.Nanoseconds()), "gc-pause-ns-10M")
+			b.ReportMetric(float64(gcEmpty.cycle.Microseconds()), "gc-cycle-µs-empty")
+			b.ReportMetric(float64(gcFull.cycle.Microseconds()), "gc-cycle-µs-10M")
+			b.ReportMetric(float64(gcEmpty.mark.Microseconds()), "gc-mark-cpu-µs-empty")
+			b.ReportMetric(float64(gcFull.mark.Microseconds()), "gc-mark-cpu-µs-10M")
 		}
-		for _, k := range benchKeys(s, n) {
+	})
+	for _, near := range []int{1, 10} {
+		b.Run(fmt.Sprintf("near-%d%%", near), func(b *testing.B) {
+			for b.Loop() {
+				std := memoryNear(b, n, near, Standard)
+				fine := memoryNear(b, n, near, Fine)
+				b.ReportMetric(std.bytes, "bytes/key-standard")
+				b.ReportMetric(fine.bytes, "bytes/key-fine")
+				b.ReportMetric(fine.bytes/std.bytes, "fine/standard")
+				b.ReportMetric(float64(fine.logs), "keys-with-log")
+				b.ReportMetric(float64(fine.fallback), "fallback-decisions")
+			}
+		})
+	}
+}
+
+type nearMemory struct {
+	bytes          float64 // heap after GC per key tracked
+	logs, fallback int     // Stats.FineLogs and FineFallback
+}
+
+// memoryNear fills a store of n keys under 100 a minute at precision
+// prec, near% of them with 60 requests and the others with one, and
+// measures it.
+func memoryNear(b *testing.B, n, near int, prec Precision) nearMemory {
+	heapAfterGC()
+	lim := limitHot
+	lim.Precision = prec
+	s, err := New(Options{Capacity: n, Limits: []Limit{lim}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i, k := range benchKeys(s, n) {
+		reqs := 1
+		if i%100 < near {
+			reqs = 60
+		}
+		for range reqs {
 			s.Allow(k, t0)
 		}
-		heap := heapAfterGC()
-		gcFull := measureGC()
-		keys := s.Len()
-		runtime.KeepAlive(s)
-
-		b.ReportMetric(float64(heap)/float64(keys), "bytes/key")
-		b.ReportMetric(float64(keys), "keys")
-		b.ReportMetric(float64(gcEmpty.pause.Nanoseconds()), "gc-pause-ns-empty")
-		b.ReportMetric(float64(gcFull.pause.Nanoseconds()), "gc-pause-ns-10M")
-		b.ReportMetric(float64(gcEmpty.cycle.Microseconds()), "gc-cycle-µs-empty")
-		b.ReportMetric(float64(gcFull.cycle.Microseconds()), "gc-cycle-µs-10M")
-		b.ReportMetric(float64(gcEmpty.mark.Microseconds()), "gc-mark-cpu-µs-empty")
-		b.ReportMetric(float64(gcFull.mark.Microseconds()), "gc-mark-cpu-µs-10M")
 	}
+	heap := heapAfterGC()
+	st := s.Stats()
+	keys := s.Len()
+	runtime.KeepAlive(s)
+	return nearMemory{float64(heap) / float64(keys), st.FineLogs, int(st.FineFallback)}
 }
 
 // BenchmarkMemoryAlgorithms reports the heap a key costs, at 10 million

@@ -144,6 +144,10 @@ func (s *Store) Charge(k Key, n int64, now time.Time) {
 		p.chargeQuota(ent, uint64(n), t)
 		return
 	}
+	if p.fine != nil {
+		p.fineCharge(ent, uint64(n), t)
+		return
+	}
 	if int32(uint32(w)-ent.win) < 0 {
 		return
 	}

@@ -70,6 +70,7 @@ func (s *Store) Merge(k Key, start time.Time, prev, curr int64) bool {
 	}
 	sh.forget(k.fp)
 	ent := &sh.slots[i].counters
+	p.plain(ent, t)
 	switch d := int64(int32(uint32(w) - ent.win)); {
 	case d > 0:
 		p.advance(ent, w, 0) // the merged counts are newer: move on to them
@@ -79,12 +80,14 @@ func (s *Store) Merge(k Key, start time.Time, prev, curr int64) bool {
 		// The entry is one period further on: the merged current period
 		// is its previous one.
 		ent.prev = max(ent.prev, cc)
+		p.clampFine(ent)
 		return true
 	case d < -1:
 		return false
 	}
 	ent.prev = max(ent.prev, pc)
 	ent.curr = max(ent.curr, cc)
+	p.clampFine(ent)
 	return true
 }
 

@@ -216,9 +216,22 @@ func New(opts Options) (*Store, error) {
 	if softSeed == 0 {
 		softSeed = maphash.Comparable(maphash.MakeSeed(), 0)
 	}
+	fine := 0
 	for i, l := range opts.Limits {
 		s.params[i].init(l)
 		s.params[i].softSeed = softSeed
+		if l.countsFine() {
+			fine++
+		}
+	}
+	for i, l := range opts.Limits {
+		if l.countsFine() {
+			// The pool's share of the budget, FineBytesPerKey for each key
+			// of the capacity (at most 2⁴⁰ bytes a rule: the size of a
+			// Store is bounded by its caller's memory anyway).
+			bytes := min(opts.Capacity, 1<<40/FineBytesPerKey) * FineBytesPerKey / fine
+			s.params[i].fine = newFinePool(int(s.params[i].limit), bytes)
+		}
 	}
 	// Slots for each shard's share at a load of at most 4/5, plus a few so
 	// that small shards, whose fill varies most, have slack too; a shard may
@@ -374,6 +387,12 @@ func (sh *shard) allow(s *Store, fp uint64, p *params, w, e, now int64, cost, li
 	if cacheable(d, p, limit, now) {
 		sh.remember(fp, now, d)
 	}
+	if p.fine != nil && p.fine.pressed() {
+		// Logs of keys gone silent come back only as their slots are
+		// reclaimed, which admissions do two slots at a time: while the
+		// pool runs short, every decision of the rule sweeps too.
+		sh.sweep(s, now)
+	}
 	return true
 }
 
@@ -446,6 +465,9 @@ func (p *params) refund(ent *counters, d Decision, now int64) Decision {
 	if p.algorithm == Quota {
 		return p.refundQuota(ent, d, now)
 	}
+	if p.hasLog(ent) {
+		return p.fineRefund(ent, d, now)
+	}
 	if ent.win != d.win || ent.curr == math.MaxUint32 {
 		return d
 	}
@@ -490,15 +512,28 @@ type Stats struct {
 	// Overflowed counts requests counted in a rule's shared overflow counter
 	// because no slot could be freed.
 	Overflowed uint64
+	// FineFallback counts decisions of Fine rules (Limit.Precision) on
+	// keys near their limit that were made in two counters, because the
+	// rule's pool of logs had none free.
+	FineFallback uint64
+	// FineLogs is the number of keys of Fine rules counted in a log now.
+	FineLogs int
 }
 
 // Stats returns the store's counters since New.
 func (s *Store) Stats() Stats {
-	return Stats{
+	st := Stats{
 		ExpiredReclaimed: s.expiredEvictions.Load(),
 		Evicted:          s.pressureEvicts.Load(),
 		Overflowed:       s.overflowed.Load(),
 	}
+	for i := range s.params {
+		if p := &s.params[i]; p.fine != nil {
+			st.FineFallback += p.fineFallback.Load()
+			st.FineLogs += p.fine.inUse()
+		}
+	}
+	return st
 }
 
 // home is the slot fp would occupy in an empty
@@ -587,6 +622,16 @@ func (sh *shard) remove(i int) {
 	sh.live--
 }
 
+// drop removes slot i, giving back the log of a key of a Fine rule that
+// has one. The caller holds sh.mu.
+func (s *Store) drop(sh *shard, i int) {
+	ent := &sh.slots[i]
+	if p := &s.params[ent.fp>>56]; p.hasLog(&ent.counters) {
+		p.fine.put(ent.curr)
+	}
+	sh.remove(i)
+}
+
 // sweep reclaims expired entries among the next two slots at the hand, so
 // that tracked keys track live clients without a goroutine scanning the
 // table. The caller holds sh.mu.
@@ -598,7 +643,7 @@ func (sh *shard) sweep(s *Store, now int64) {
 		}
 		ent := &sh.slots[i]
 		if ent.fp != 0 && s.params[ent.fp>>56].expired(ent.counters, now) {
-			sh.remove(i)
+			s.drop(sh, i)
 			s.live.Add(-1)
 			s.expiredEvictions.Add(1)
 		}
@@ -624,7 +669,7 @@ func (sh *shard) makeRoom(s *Store, now int64) bool {
 		p := &s.params[ent.fp>>56]
 		if p.expired(ent.counters, now) {
 			sh.hand = i
-			sh.remove(at)
+			s.drop(sh, at)
 			s.expiredEvictions.Add(1)
 			return true
 		}
@@ -637,7 +682,7 @@ func (sh *shard) makeRoom(s *Store, now int64) bool {
 	if best < 0 || bestPressure >= evictBelow {
 		return false
 	}
-	sh.remove(best)
+	s.drop(sh, best)
 	s.pressureEvicts.Add(1)
 	return true
 }

@@ -203,6 +203,14 @@ type Limit struct {
 	// and is never mitigated (Mitigation is ignored). The draw comes from
 	// Options.SoftSeed (see Store).
 	Soft bool
+	// Precision is how finely a SlidingWindow that is not Soft counts (see
+	// fine.go): Standard, the zero value, keeps two counters for every key;
+	// Fine counts a key whose estimate reaches half its limit exactly, in a
+	// log from a pool the store reserves (FineBytesPerKey), while the key
+	// is tracked (or, while the pool runs short, until its count falls
+	// below a quarter of its limit). Other algorithms, soft windows and
+	// limits above MaxFineLimit count as Standard.
+	Precision Precision
 	// Identity is mixed into the hash of every key of the rule, so one
 	// client's keys under several rules land apart. Stores that share a hash
 	// seed (Options.SeedFrom) hash a key the same way under equal
@@ -308,6 +316,10 @@ type params struct {
 	maxDelay     int64 // ns; above 0 only for a LeakyBucket queue
 	identity     uint64
 
+	// fine is a Fine rule's pool of logs; nil for every other rule.
+	fine         *finePool
+	fineFallback atomic.Uint64 // decisions near the limit made in two counters: fine was empty
+
 	// A bucket's capacity, and the time one unit takes to refill, unit =
 	// period/limit, and the whole bucket, full = burst×period/limit: each a
 	// span, nanoseconds and a fraction with denominator limit.
@@ -382,9 +394,25 @@ func (p *params) limitOf() Limit {
 		CountBlocked: p.countBlocked,
 		Soft:         p.soft,
 		Identity:     p.identity,
+		Precision:    p.precision(),
 		Reset:        p.cal.reset,
 		Location:     p.cal.loc,
 	}
+}
+
+// precision is the precision p counts by.
+func (p *params) precision() Precision {
+	if p.fine != nil {
+		return Fine
+	}
+	return Standard
+}
+
+// countsFine reports whether l counts by Fine precision, as init clamps
+// it.
+func (l Limit) countsFine() bool {
+	return l.Precision == Fine && (l.Algorithm == SlidingWindow || l.Algorithm > Concurrency) &&
+		!l.Soft && l.Limit <= MaxFineLimit
 }
 
 // position returns the index of the period holding t (ns since the epoch)
@@ -446,44 +474,16 @@ func (p *params) decide(ent *counters, w, e, t int64, cost, limit uint64, d *Dec
 		p.decideQuota(ent, t, cost, limit, d)
 		return
 	}
+	if p.fine != nil {
+		p.decideFine(ent, w, e, t, cost, limit, d)
+		return
+	}
 	e = p.advance(ent, w, e)
 	if p.soft {
 		p.decideSoft(ent, e, t, cost, limit, d)
 		return
 	}
-	mitigation := ent.mitigationLeft(e)
-	// Allowed iff estimate + cost − 1 < limit, or estimate < limit at cost
-	// 0: estimate < target.
-	target := costTarget(limit, cost)
-	d.Overflow = false
-	d.win = ent.win
-	if mitigation == 0 && target > 0 && below(ent.prev, ent.curr, target, p.period, e) {
-		ent.curr = satAdd(ent.curr, cost)
-		d.allow(cost)
-		d.Remaining, d.Reset = p.quota(ent.prev, ent.curr, e, limit)
-		return
-	}
-	d.refuse()
-	if target == 0 {
-		// More than the limit: never allowed, so neither counted nor
-		// mitigated.
-		d.RetryAfter = 0
-		d.Mitigated = mitigation > 0
-		p.windowQuota(ent, e, limit, mitigation, d)
-		return
-	}
-	p.countRefused(ent, cost, d)
-	if mitigation == 0 && p.mitigation > 0 {
-		// Refused for the first time since any earlier mitigation ended:
-		// start one. It is kept to the millisecond, rounded up, so the wait
-		// reported is the one the entry will enforce, not the configured
-		// length, which can be up to 1ms shorter.
-		ent.until = uint32((e + p.mitigation + int64(time.Millisecond) - 1) / int64(time.Millisecond))
-		mitigation = ent.mitigationLeft(e)
-	}
-	d.Mitigated = mitigation > 0
-	d.RetryAfter = max(p.retry(ent.prev, ent.curr, e, target), time.Duration(mitigation), 1)
-	p.windowQuota(ent, e, limit, mitigation, d)
+	p.decideCounters(ent, e, cost, limit, d)
 }
 
 // costTarget is what a window's count (or estimate) must be below for a
@@ -654,6 +654,9 @@ func (p *params) pressure(ent counters, now int64) float64 {
 	if p.algorithm == Quota {
 		return math.Inf(1) // never evicted before its reset: see quotaExpired
 	}
+	if p.hasLog(&ent) {
+		return p.finePressure(ent, now)
+	}
 	w, e := p.position(now)
 	e = p.advance(&ent, w, e)
 	if ent.mitigationLeft(e) > 0 && !p.soft {
@@ -672,6 +675,9 @@ func (p *params) expired(ent counters, now int64) bool {
 	}
 	if p.algorithm == Quota {
 		return p.quotaExpired(ent, now)
+	}
+	if p.hasLog(&ent) {
+		return p.fineExpired(ent, now)
 	}
 	w, e := p.position(now)
 	e = p.advance(&ent, w, e)

@@ -27,9 +27,15 @@ import (
 // beside the sliding window, the sliding window beside any other), and
 // the followed sources.
 func (f *replayFlags) plotData(ctx context.Context, in replay.Input, r *replay.Report, opts replay.Options) error {
+	// The side-by-side figure: a sliding window at both precisions, any
+	// other algorithm beside the sliding window.
 	other := in
-	other.Rule.Algorithm = window.FixedWindow
-	if in.Rule.Algorithm != window.SlidingWindow {
+	switch {
+	case in.Rule.Algorithm == window.SlidingWindow && in.Rule.Precision == window.Fine:
+		other.Rule.Precision = window.Standard
+	case in.Rule.Algorithm == window.SlidingWindow:
+		other.Rule.Precision = window.Fine
+	default:
 		other.Rule.Algorithm = window.SlidingWindow
 	}
 	second, err := replay.Run(ctx, other, opts)
@@ -50,8 +56,8 @@ func (f *replayFlags) plotData(ctx context.Context, in replay.Input, r *replay.R
 		Command: f.command,
 		Report:  r,
 		Pair: [2]replay.Labelled{
-			{Label: r.Rule.Algorithm, Report: r},
-			{Label: second.Rule.Algorithm, Report: second},
+			{Label: plotLabel(r), Report: r},
+			{Label: plotLabel(second), Report: second},
 		},
 		Traces: traces,
 	}
@@ -108,4 +114,13 @@ func drawPlots(ctx context.Context, dir string, stderr io.Writer) error {
 func isFile(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && st.Mode().IsRegular()
+}
+
+// plotLabel names a report in the side-by-side figure: its algorithm, and
+// a sliding window's precision.
+func plotLabel(r *replay.Report) string {
+	if r.Rule.Algorithm == window.SlidingWindow.String() {
+		return r.Rule.Algorithm + " (" + r.Precision + ")"
+	}
+	return r.Rule.Algorithm
 }

@@ -45,6 +45,7 @@ type replayFlags struct {
 	limit        int64
 	period       time.Duration
 	algorithm    string
+	precision    string
 	burst        int64
 	compare      bool
 	mitigation   time.Duration
@@ -107,8 +108,11 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			total += in.Sources // Suggest replays twice
 		case f.compare:
 			total += (len(replay.Algorithms) - 1) * in.Sources
-		case f.plot != "":
-			total += in.Sources // the second report of the side-by-side figure
+		default:
+			total += (len(f.precisions(in)) - 1) * in.Sources
+			if f.plot != "" {
+				total += in.Sources // the second report of the side-by-side figure
+			}
 		}
 	}
 	bar := startProgress(stderr, f.progress, total)
@@ -149,6 +153,7 @@ func newReplayFlagSet(stderr io.Writer, f *replayFlags) *flag.FlagSet {
 	fs.Int64Var(&f.limit, "limit", 100, "allow at most `N` requests per -period and source")
 	fs.DurationVar(&f.period, "period", time.Minute, "window length (whole milliseconds)")
 	fs.StringVar(&f.algorithm, "algorithm", "sliding_window", "count by algorithm `NAME`: sliding_window, fixed_window, token_bucket or leaky_bucket")
+	fs.StringVar(&f.precision, "precision", "standard", "sliding window precision `P`: standard, or fine to replay every sliding-window rule at both precisions, side by side")
 	fs.Int64Var(&f.burst, "burst", 0, "with -algorithm token_bucket or leaky_bucket, or -compare: the bucket's capacity `N` (0: the limit)")
 	fs.BoolVar(&f.compare, "compare", false, "replay through every algorithm with the same limit and period and print one table")
 	fs.DurationVar(&f.mitigation, "mitigation", 0, "block a source this long once it goes over the limit (0: none)")
@@ -285,6 +290,15 @@ func (f *replayFlags) checkAlgorithm() []error {
 	if f.compare && f.suggest {
 		errs = append(errs, errors.New("-compare: not with -suggest"))
 	}
+	switch {
+	case f.precision != window.Standard.String() && f.precision != window.Fine.String():
+		errs = append(errs, fmt.Errorf("-precision: want standard or fine, got %q", f.precision))
+	case f.precision == window.Standard.String():
+	case f.compare || f.suggest:
+		errs = append(errs, errors.New("-precision: not with -compare or -suggest"))
+	case err == nil && alg != window.SlidingWindow:
+		errs = append(errs, fmt.Errorf("-precision: applies only to the sliding window, got -algorithm %s", alg))
+	}
 	return errs
 }
 
@@ -353,6 +367,17 @@ func (f *replayFlags) logRules() ([]replay.LogRule, int, error) {
 	return lrs, table.IPv6Prefix, nil
 }
 
+// precisions returns in as it is to replay, and with -precision fine a
+// sliding window twice, at each precision, standard first.
+func (f *replayFlags) precisions(in replay.Input) []replay.Input {
+	if f.precision != window.Fine.String() || in.Rule.Algorithm != window.SlidingWindow {
+		return []replay.Input{in}
+	}
+	std, fine := in, in
+	std.Rule.Precision, fine.Rule.Precision = window.Standard, window.Fine
+	return []replay.Input{std, fine}
+}
+
 // replayOutput is the -json document.
 type replayOutput struct {
 	GoVersion   string               `json:"go_version"`
@@ -400,14 +425,20 @@ func (f *replayFlags) replay(ctx context.Context, inputs []replay.Input, opts re
 		}
 		runOpts := opts
 		runOpts.ByRate = f.plot != ""
-		r, err := replay.Run(ctx, in, runOpts)
-		if err != nil {
-			return nil, err
+		var first *replay.Report
+		for _, in := range f.precisions(in) {
+			r, err := replay.Run(ctx, in, runOpts)
+			if err != nil {
+				return nil, err
+			}
+			doc.Reports = append(doc.Reports, r)
+			bar.next(in.Sources)
+			if first == nil {
+				first = r
+			}
 		}
-		doc.Reports = append(doc.Reports, r)
-		bar.next(in.Sources)
 		if f.plot != "" {
-			if err := f.plotData(ctx, in, r, opts); err != nil {
+			if err := f.plotData(ctx, in, first, opts); err != nil {
 				return nil, err
 			}
 			bar.next(in.Sources)

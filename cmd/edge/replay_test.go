@@ -327,6 +327,9 @@ func TestReplayBadFlags(t *testing.T) {
 		{[]string{"replay", "-plot-sources", "a", log}, "-plot-sources: only with -plot"},
 		{[]string{"replay", "-sample", "-1", log}, "-sample: must be at least 0, got -1"},
 		{[]string{"replay", "-sample", "5", "-suggest", log}, "-sample: not with -compare or -suggest"},
+		{[]string{"replay", "-precision", "exact", log}, `-precision: want standard or fine, got "exact"`},
+		{[]string{"replay", "-precision", "fine", "-compare", log}, "-precision: not with -compare or -suggest"},
+		{[]string{"replay", "-precision", "fine", "-algorithm", "fixed_window", log}, "-precision: applies only to the sliding window, got -algorithm fixed_window"},
 	} {
 		t.Run(strings.Join(tt.args[1:], " "), func(t *testing.T) {
 			code, _, errOut := runEdge(tt.args...)
@@ -411,4 +414,53 @@ func TestReplayProgressLines(t *testing.T) {
 			t.Error("progress drawn as a bar on a buffer without -progress")
 		}
 	})
+}
+
+// TestReplayPrecision: -precision fine replays every sliding-window input
+// at both precisions, standard first, each report naming its precision in
+// -json and the fine one labelled in the table; a configuration's rule of
+// precision fine is replayed as such.
+func TestReplayPrecision(t *testing.T) {
+	type report struct {
+		Name      string `json:"name"`
+		Precision string `json:"precision"`
+		CountAll  struct {
+			Misjudged float64 `json:"misjudged_fraction"`
+		} `json:"count_all"`
+	}
+	code, out, errOut := runEdge("replay", "-synthetic", "nearlimit", "-precision", "fine", "-json")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %s", code, errOut)
+	}
+	var got struct{ Reports []report }
+	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got.Reports) == 0 || len(got.Reports)%2 != 0 {
+		t.Fatalf("got %v, %d reports; want pairs", err, len(got.Reports))
+	}
+	for i := 0; i < len(got.Reports); i += 2 {
+		std, fine := got.Reports[i], got.Reports[i+1]
+		if std.Name != fine.Name || std.Precision != "standard" || fine.Precision != "fine" {
+			t.Fatalf("reports %d and %d: %+v, %+v; want one input at standard then fine", i, i+1, std, fine)
+		}
+		if std.CountAll.Misjudged == 0 || fine.CountAll.Misjudged >= std.CountAll.Misjudged/10 {
+			t.Errorf("%s: misjudged %g standard, %g fine; want fine under a tenth of standard", std.Name, std.CountAll.Misjudged, fine.CountAll.Misjudged)
+		}
+	}
+	code, out, errOut = runEdge("replay", "-precision", "fine", "-limit", "2", "-period", "10s", writeFile(t, "access.log", accessLog))
+	if code != 0 || !strings.Contains(out, "2/10s fine") {
+		t.Errorf("table: exit %d, stderr %s, out:\n%s\nwant a row labelled fine", code, errOut, out)
+	}
+	cfg := apiConfig(t, `
+      - name: exact
+        limit: 2
+        period: 10s
+        precision: fine
+`)
+	code, out, errOut = runEdge("replay", "-json", "-config", cfg, writeFile(t, "access.log", accessLog))
+	if code != 0 {
+		t.Fatalf("config: exit %d, stderr %s", code, errOut)
+	}
+	got.Reports = nil
+	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got.Reports) != 1 || got.Reports[0].Precision != "fine" {
+		t.Errorf("config: %v, %+v; want one report of precision fine", err, got.Reports)
+	}
 }

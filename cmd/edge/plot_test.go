@@ -46,7 +46,7 @@ func TestReplayPlot(t *testing.T) {
 				t.Fatal(err)
 			}
 			if len(d.Traces) != 2 || d.Traces[0].Name != "1" || len(d.Report.ByRate) == 0 ||
-				d.Pair[0].Label != "sliding_window" || d.Pair[1].Label != "fixed_window" || !strings.HasPrefix(d.Command, "edge replay -synthetic nearlimit") {
+				d.Pair[0].Label != "sliding_window (standard)" || d.Pair[1].Label != "sliding_window (fine)" || !strings.HasPrefix(d.Command, "edge replay -synthetic nearlimit") {
 				t.Errorf("%s: %d traces, %d rate bins, pair %q/%q, command %q", name, len(d.Traces), len(d.Report.ByRate), d.Pair[0].Label, d.Pair[1].Label, d.Command)
 			}
 			for _, fig := range []string{"-sources.svg", "-difference.svg", "-side-by-side.svg"} {

@@ -136,6 +136,8 @@ type domain struct {
 	queue *queue
 	// shed is the domain's load shedding (shed.go); nil when it has none.
 	shed *shedState
+	// fast: the fast path may decide the domain's requests (fast.go).
+	fast bool
 }
 
 // ruleState is a compiled rule with what limit and its answers need
@@ -373,6 +375,7 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 			d.countsAfter = slices.ContainsFunc(rd.Rules, (*rules.Rule).CountsAfter)
 			d.upstream = p.newForwarder(d, origin, cip, transport, always)
 		}
+		d.fast = fastDomain(d, p.cluster != nil)
 		st.domains[i] = d
 	}
 	return st, nil

@@ -56,7 +56,7 @@ func BenchmarkServeHTTP(b *testing.B) {
 
 // benchProxy returns a Proxy answering api.example.com with a static
 // response under rule r, on a clock that stands still.
-func benchProxy(b *testing.B, r rules.RuleConfig) *Proxy {
+func benchProxy(b testing.TB, r rules.RuleConfig) *Proxy {
 	b.Helper()
 	table, err := rules.Compile(rules.Config{
 		Domains: []rules.DomainConfig{{

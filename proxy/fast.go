@@ -88,6 +88,7 @@ type fastScratch struct {
 	keys     keyBuffer
 	vbuf     [8]verdict
 	path     []byte   // the decoded path
+	host     []byte   // the Host, lower-cased
 	xff      []string // X-Forwarded-For lines, into the head
 	view     headerView
 	body     []byte
@@ -133,7 +134,7 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 	if !ok {
 		return out, false
 	}
-	host, ok := rules.NormalizeHost(bytesString(h.Host))
+	host, ok := rules.NormalizeHost(s.lower(h.Host))
 	if !ok {
 		return out, false
 	}
@@ -224,6 +225,21 @@ func (it *fieldLines) next() (name, value []byte, ok bool) {
 	}
 	name, value, _ = bytes.Cut(line, []byte(":"))
 	return name, rules.TrimOWS(value), true
+}
+
+// lower returns b lower-cased as a string, which NormalizeHost then need
+// not allocate for.
+func (s *fastScratch) lower(b []byte) string {
+	if bytes.IndexFunc(b, func(r rune) bool { return 'A' <= r && r <= 'Z' }) < 0 {
+		return bytesString(b)
+	}
+	s.host = append(s.host[:0], b...)
+	for i, c := range s.host {
+		if 'A' <= c && c <= 'Z' {
+			s.host[i] = c + 'a' - 'A'
+		}
+	}
+	return bytesString(s.host)
 }
 
 // screenFields does the screen's checks of the header fields: it declines

@@ -69,7 +69,7 @@ type diffServer struct {
 
 // startDiff starts an edge with diffConfig (limit per-ip's limit) and
 // fastpath set as fast.
-func startDiff(t *testing.T, origin string, limit int, fast bool, extra string) *diffServer {
+func startDiff(t testing.TB, origin string, limit int, fast bool, extra string) *diffServer {
 	t.Helper()
 	cfg := strings.NewReplacer("ORIGIN", origin, "LIMIT", fmt.Sprint(limit)).Replace(diffConfig) +
 		fmt.Sprintf("fastpath: %v\n", fast) + extra
@@ -288,6 +288,76 @@ func TestFastPathDifferential(t *testing.T) {
 			}
 			if g, w := metricsText(t, fast.reg), metricsText(t, slow.reg); g != w {
 				t.Errorf("metrics differ:\nfast path\n%s\nslow path\n%s", g, w)
+			}
+		})
+	}
+}
+
+// BenchmarkFastRefuse measures the fast path's refusal loop as edge runs
+// it: the framing guard reading pipelined heads from a loopback TCP
+// connection, the proxy deciding each (one rule, every request over its
+// limit) and the guard writing the 429, with local counting. allocs/op
+// counts the whole process, the client included (which allocates nothing
+// per request); it must be 0.
+//
+//	go test -run='^$' -bench=FastRefuse -benchmem ./cmd/edge/
+func BenchmarkFastRefuse(b *testing.B) {
+	for _, fast := range []bool{true, false} {
+		b.Run(fmt.Sprintf("fastpath=%v", fast), func(b *testing.B) {
+			origin := httptest.NewServer(http.NotFoundHandler())
+			defer origin.Close()
+			ds := startDiff(b, origin.URL, 2, fast, "")
+			c, err := net.Dial("tcp", ds.addr)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			req := get("api.example.com", "/a")
+			// Use up the limit, and learn the length of a 429.
+			br := bufio.NewReader(c)
+			var last []byte
+			for range 4 {
+				io.WriteString(c, req)
+				var got bytes.Buffer
+				resp, err := http.ReadResponse(bufio.NewReader(io.TeeReader(br, &got)), nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				last = got.Bytes()
+				if resp.StatusCode != http.StatusTooManyRequests {
+					continue
+				}
+			}
+			if !bytes.HasPrefix(last, []byte("HTTP/1.1 429")) {
+				b.Fatalf("not refused: %q", last)
+			}
+			size := len(last)
+			const batch = 64
+			reqs := []byte(strings.Repeat(req, batch))
+			done := make(chan error, 1)
+			b.ReportAllocs()
+			b.ResetTimer()
+			go func() {
+				buf := make([]byte, 64<<10)
+				want := b.N * size
+				for want > 0 {
+					n, err := br.Read(buf[:min(len(buf), want)])
+					want -= n
+					if err != nil {
+						done <- err
+						return
+					}
+				}
+				done <- nil
+			}()
+			for sent := 0; sent < b.N; sent += batch {
+				if _, err := c.Write(reqs[:min(batch, b.N-sent)*len(req)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := <-done; err != nil {
+				b.Fatal(err)
 			}
 		})
 	}

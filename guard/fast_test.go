@@ -5,10 +5,13 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/textproto"
+	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/edgerate/edge/internal/hostile"
 )
@@ -146,4 +149,138 @@ func FuzzFastPath(f *testing.F) {
 			t.Fatalf("delivered and answered bytes are not the input in order:\n%q\nof\n%q", seen, data)
 		}
 	})
+}
+
+// fastServer serves l's connections with net/http, answering on the fast
+// path every request whose target starts with "/r", and "slow" otherwise.
+func fastServer(t *testing.T, opts ListenerOptions, srv *http.Server) (addr string, l *Listener) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Answer = func(r *Request, out []byte) ([]byte, bool) {
+		if !bytes.HasPrefix(r.Target, []byte("/r")) {
+			return out, false
+		}
+		return append(out, fastAnswer...), true
+	}
+	opts.ReadHeaderTimeout, opts.ReadTimeout = srv.ReadHeaderTimeout, srv.ReadTimeout
+	opts.WriteTimeout, opts.IdleTimeout = srv.WriteTimeout, srv.IdleTimeout
+	l = NewListener(ln, opts)
+	srv.ConnState = l.ConnState
+	srv.ErrorLog = discardLog
+	srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "slow")
+	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Serve(l)
+	}()
+	t.Cleanup(func() {
+		srv.Close()
+		<-done
+	})
+	return ln.Addr().String(), l
+}
+
+// roundTrip sends req on c and reads one response, returning its status
+// line's code and body.
+func roundTrip(t *testing.T, c net.Conn, br *bufio.Reader, req string) (int, string) {
+	t.Helper()
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestFastPathKeepsTimeouts: while the fast path answers, the connection
+// is bound by the server's header and idle timeouts as between requests
+// net/http serves, and a request it declines is served by net/http on the
+// same connection.
+func TestFastPathKeepsTimeouts(t *testing.T) {
+	tests := []struct {
+		name       string
+		header     time.Duration
+		idle       time.Duration
+		then       string // sent after two answered requests
+		wantClosed bool
+	}{
+		{"header timeout", 100 * time.Millisecond, time.Minute, "GET /r HTTP/1.1\r\nHost: a\r\n", true},
+		{"idle timeout", time.Minute, 100 * time.Millisecond, "", true},
+		{"declined request served", time.Minute, time.Minute, hostile.Get("/slow"), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			addr, _ := fastServer(t, ListenerOptions{}, &http.Server{ReadHeaderTimeout: tt.header, IdleTimeout: tt.idle})
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			br := bufio.NewReader(c)
+			// The first request on a new connection (no ReadTimeout) and
+			// the next are answered on the fast path.
+			for range 2 {
+				if code, _ := roundTrip(t, c, br, hostile.Get("/r")); code != 429 {
+					t.Fatalf("status %d, want the fast path's 429", code)
+				}
+			}
+			start := time.Now()
+			if !tt.wantClosed {
+				if code, body := roundTrip(t, c, br, tt.then); code != 200 || body != "slow" {
+					t.Fatalf("declined request: %d %q, want net/http's 200", code, body)
+				}
+				if code, _ := roundTrip(t, c, br, hostile.Get("/r")); code != 429 {
+					t.Fatalf("after net/http served one: status %d, want 429", code)
+				}
+				return
+			}
+			io.WriteString(c, tt.then)
+			if n, err := br.Read(make([]byte, 1)); n != 0 || err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("read %d bytes, %v; want the connection closed by the server", n, err)
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Errorf("closed after %v", d)
+			}
+		})
+	}
+}
+
+// TestFastPathConnectionCap: a connection the fast path answers on is
+// idle between its requests, as one net/http serves is: at the cap, a new
+// connection closes it.
+func TestFastPathConnectionCap(t *testing.T) {
+	addr, _ := fastServer(t, ListenerOptions{MaxConnections: 1}, &http.Server{})
+	a, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	a.SetDeadline(time.Now().Add(10 * time.Second))
+	ra := bufio.NewReader(a)
+	for range 3 {
+		if code, _ := roundTrip(t, a, ra, hostile.Get("/r")); code != 429 {
+			t.Fatalf("status %d, want 429", code)
+		}
+	}
+	b, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	b.SetDeadline(time.Now().Add(10 * time.Second))
+	if code, _ := roundTrip(t, b, bufio.NewReader(b), hostile.Get("/r")); code != 429 {
+		t.Fatalf("new connection: status %d, want 429", code)
+	}
+	if n, err := ra.Read(make([]byte, 1)); n != 0 || err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("idle connection: read %d, %v; want it closed for the new one", n, err)
+	}
 }

@@ -111,9 +111,6 @@ func (c *guardConn) Read(p []byte) (int, error) {
 		c.mu.Unlock()
 		n, err := c.Conn.Read(dst)
 		c.mu.Lock()
-		if c.owned && n > 0 && c.f.lo == c.f.hi {
-			c.headStart = time.Now()
-		}
 		c.f.hi += n
 		rerr = err
 	}

@@ -219,8 +219,10 @@ func (c *guardConn) fastWrite(b []byte, now time.Time) error {
 
 // armRead sets the read deadline that holds while the fast path reads the
 // next head: the idle timeout from the last answer while nothing of it has
-// come, the header timeout from its first byte after. Called with c.mu held
-// before a blocking read, while c.owned.
+// come, the header timeout from its first byte after (taken as the first
+// time a read must wait with part of the head in hand: the clock is not
+// read for every read). Called with c.mu held before a blocking read,
+// while c.owned.
 func (c *guardConn) armRead() error {
 	var want time.Time
 	if c.f.lo == c.f.hi {

@@ -44,7 +44,9 @@ type Head struct {
 	Host   []byte // the Host field's value
 	Raw    []byte // the whole head, request line to the empty line
 	Peer   netip.Addr
-	Now    time.Time // the wall clock, for the Date field
+	// Now is the wall clock when the head was taken up: the Date field's,
+	// and the decisions' unless Options.Now set another clock.
+	Now time.Time
 }
 
 // fastBodyMax bounds a block response's body on the fast path: net/http
@@ -158,7 +160,10 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 		Host:   host,
 		Header: &s.view,
 	}
-	now := p.now()
+	now := h.Now // the wall clock, read by the guard
+	if !p.wallClock {
+		now = p.now()
+	}
 	ctx := context.Background()
 	tally := d.counter.Begin()
 	dec := p.decideRules(ctx, d, method, nil, &src, tally, now, &s.keys, s.vbuf[:0])
@@ -230,7 +235,11 @@ func (it *fieldLines) next() (name, value []byte, ok bool) {
 // lower returns b lower-cased as a string, which NormalizeHost then need
 // not allocate for.
 func (s *fastScratch) lower(b []byte) string {
-	if bytes.IndexFunc(b, func(r rune) bool { return 'A' <= r && r <= 'Z' }) < 0 {
+	upper := false
+	for _, c := range b {
+		upper = upper || 'A' <= c && c <= 'Z'
+	}
+	if !upper {
 		return bytesString(b)
 	}
 	s.host = append(s.host[:0], b...)

@@ -76,10 +76,11 @@ type Options struct {
 // Proxy is the edge request handler. It is safe for concurrent use; make it
 // with New.
 type Proxy struct {
-	now     func() time.Time
-	log     *slog.Logger
-	metrics *metrics
-	state   atomic.Pointer[state]
+	now       func() time.Time
+	wallClock bool // now is time.Now: the fast path may use the guard's reading
+	log       *slog.Logger
+	metrics   *metrics
+	state     atomic.Pointer[state]
 	// started is the configuration New was given: settings that take
 	// effect only at a restart keep its values (reload.go).
 	started *rules.Table
@@ -209,7 +210,7 @@ func New(opts Options) (*Proxy, error) {
 	}
 	p := &Proxy{now: opts.Now, log: opts.Logger, started: opts.Table, configPath: opts.ConfigPath}
 	if p.now == nil {
-		p.now = time.Now
+		p.now, p.wallClock = time.Now, true
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)

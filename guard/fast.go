@@ -169,13 +169,15 @@ func (c *guardConn) offer() error {
 	c.mu.Unlock()
 	now := time.Now()
 	fc.req.Peer, fc.req.Now = fc.peer, now
-	c.l.markIdle(c, false)
 	out, answered := c.l.answer(&fc.req, fc.out[:0])
 	var err error
 	if answered {
+		// Busy while the answer is written, then the most recently idle
+		// connection, as if net/http had served the request.
+		c.l.markIdle(c, false)
 		err = c.fastWrite(out, now)
+		c.l.markIdle(c, true)
 	}
-	c.l.markIdle(c, true)
 	if cap(out) <= 64<<10 {
 		fc.out = out[:0]
 	}

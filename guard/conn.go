@@ -28,6 +28,18 @@ type guardConn struct {
 	f        framer
 	deadline time.Time // write deadline set by the server; zero for none
 	applied  time.Time // write deadline last set on Conn by Write
+
+	// The fast path (fast.go). fast is made on the first offer. While
+	// owned, the fast path has answered since net/http last got bytes and
+	// keeps the read deadline itself: rapplied is the one it set (if
+	// rset), lastAnswer when it last answered, headStart when the next
+	// head's first byte came (zero before).
+	fast       *fastConn
+	owned      bool
+	rset       bool
+	rapplied   time.Time
+	lastAnswer time.Time
+	headStart  time.Time
 }
 
 // errFraming is the error a body read gets when its framing is broken.
@@ -44,6 +56,7 @@ func (c *guardConn) Read(p []byte) (int, error) {
 	c.mu.Lock()
 	for {
 		if n := c.f.deliver(p); n > 0 {
+			c.handBack()
 			c.mu.Unlock()
 			return n, nil
 		}
@@ -61,6 +74,12 @@ func (c *guardConn) Read(p []byte) (int, error) {
 			return n, nil
 		}
 		if c.f.step() {
+			if c.f.st == stFast {
+				if err := c.offer(); err != nil {
+					c.mu.Unlock()
+					return 0, err
+				}
+			}
 			continue
 		}
 		if rerr != nil {
@@ -78,6 +97,12 @@ func (c *guardConn) Read(p []byte) (int, error) {
 			c.f.readDirect(n)
 			c.mu.Unlock()
 			return n, err
+		}
+		if c.owned {
+			if err := c.armRead(); err != nil {
+				c.mu.Unlock()
+				return 0, err
+			}
 		}
 		// Only this goroutine touches the buffer past f.hi (net/http
 		// never reads a connection from two goroutines at once), so the
@@ -101,21 +126,34 @@ func (c *guardConn) Write(b []byte) (int, error) {
 		if !c.deadline.IsZero() && c.deadline.Before(d) {
 			d = c.deadline
 		}
-		// Setting a deadline re-arms a runtime timer: do it at most once a
-		// second while it only moves later (the idle bound is then
-		// writeIdle less under a second), and at once when it moves
-		// earlier. Measured at 0.3–0.8% of CPU per request when set on
-		// every write (docs/performance.md).
-		if d.Before(c.applied) || d.Sub(c.applied) > time.Second {
-			if err := c.Conn.SetWriteDeadline(d); err != nil {
-				c.mu.Unlock()
-				return 0, err
-			}
-			c.applied = d
+		if err := c.applyWriteDeadline(d); err != nil {
+			c.mu.Unlock()
+			return 0, err
 		}
 	}
 	c.mu.Unlock()
 	return c.Conn.Write(b)
+}
+
+// applyWriteDeadline sets the write deadline d (zero for none), with c.mu
+// held. Setting a deadline re-arms a runtime timer: it is done at most
+// once a second while it only moves later (an idle bound is then up to a
+// second shorter), and at once when it moves earlier. Measured at
+// 0.3–0.8% of CPU per request when set on every write
+// (docs/performance.md).
+func (c *guardConn) applyWriteDeadline(d time.Time) error {
+	if d.IsZero() {
+		if c.applied.IsZero() {
+			return nil
+		}
+	} else if !c.applied.IsZero() && !d.Before(c.applied) && d.Sub(c.applied) <= time.Second {
+		return nil
+	}
+	if err := c.Conn.SetWriteDeadline(d); err != nil {
+		return err
+	}
+	c.applied = d
+	return nil
 }
 
 // SetDeadline records the write deadline for Write, then sets both.

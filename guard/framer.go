@@ -20,6 +20,7 @@ const (
 	stPassthrough                      // no longer following the framing
 	stRejected                         // a head was replaced; nothing more is read
 	stBroken                           // a body broke its framing; reads fail
+	stFast                             // a head may be offered to the fast path (fast.go)
 )
 
 // Limits on what the framer holds; both are net/http's own.
@@ -41,6 +42,15 @@ const rejectLine = "\x00 / HTTP/1.1\r\n\r\n"
 type framer struct {
 	maxHead  int
 	onReject func() // nil for none
+
+	// The fast path (fast.go): fast is set when the Listener has a hook,
+	// free while net/http waits for a request and holds none of this
+	// connection's bytes, and a head of at most maxSimple bytes found then
+	// waits in state stFast, fastEnd bytes long, to be offered.
+	fast      bool
+	free      bool
+	maxSimple int
+	fastEnd   int
 
 	st     frameState
 	buf    []byte // buf[lo:hi] is received and not yet delivered
@@ -117,11 +127,34 @@ func (f *framer) deliver(p []byte) int {
 	n := copy(p, f.buf[f.lo:f.lo+f.ready])
 	f.lo += n
 	f.ready -= n
+	f.free = false
+	f.release()
+	return n
+}
+
+// release drops a large head's buffer once it is empty, so that an idle
+// connection does not keep it.
+func (f *framer) release() {
 	if f.lo == f.hi && len(f.buf) > 64<<10 {
-		f.buf = nil // do not keep a large head's buffer on an idle connection
+		f.buf = nil
 		f.lo, f.hi = 0, 0
 	}
-	return n
+}
+
+// pass clears a head waiting in stFast, end bytes long, for delivery to
+// net/http: the fast path declined it.
+func (f *framer) pass(end int) {
+	f.upgrade = false
+	f.clear(end)
+	f.endMessage()
+}
+
+// answered drops a head waiting in stFast, end bytes long, that the fast
+// path answered.
+func (f *framer) answered(end int) {
+	f.lo += end
+	f.st, f.scan, f.lineOK = stHead, 0, false
+	f.release()
 }
 
 // direct reports how many bytes a Read may take straight from the network
@@ -149,6 +182,7 @@ func (f *framer) clear(n int) {
 // readDirect accounts for n bytes a Read took straight from the network.
 func (f *framer) readDirect(n int) {
 	f.consumed += int64(n)
+	f.free = false
 	switch f.st {
 	case stBody:
 		f.remain -= int64(n)
@@ -334,6 +368,11 @@ func (f *framer) stepHead(in []byte) bool {
 		f.reject(reason)
 		return true
 	}
+	if f.fast && f.free && f.ready == 0 && f.skip == 0 && !h.upgrade && !h.passthrough &&
+		h.bodyLen == 0 && end <= f.maxSimple {
+		f.st, f.fastEnd = stFast, end // offered first (guardConn.offer)
+		return true
+	}
 	f.clear(end)
 	f.scan, f.lineOK = 0, false
 	f.upgrade = h.upgrade
@@ -381,6 +420,7 @@ func (f *framer) upgradeRead(p []byte) int {
 	}
 	p[0] = in[0]
 	f.skip = 1
+	f.free = false
 	return 1
 }
 

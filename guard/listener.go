@@ -12,10 +12,12 @@
 package guard
 
 import (
+	"cmp"
 	"container/list"
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -54,6 +56,25 @@ type ListenerOptions struct {
 	// connection and with -1 when that connection closes, so that a gauge
 	// can follow the connections open. It must be quick and must not block.
 	OnConnections func(delta int)
+
+	// Answer, if set, is offered every simple request head that is the
+	// only request on its connection, before net/http sees it (see
+	// Request, and fast.go for what simple means). To answer, it appends a
+	// complete HTTP/1.1 response to out and returns it with true: the
+	// Listener writes it to the client, keeps the connection open, and
+	// net/http never sees the request. The response must not close the
+	// connection (no "Connection: close") and must be one for a request
+	// without a body. To decline, it returns false, and must then have
+	// changed nothing that net/http's serving of the request would: the
+	// request goes on to net/http as if it had never been offered. It is
+	// called from the goroutine reading the connection, concurrently for
+	// different connections. The server's ConnState must call
+	// [Listener.ConnState]: without it nothing is offered.
+	Answer func(r *Request, out []byte) ([]byte, bool)
+	// The http.Server's timeouts, which the Listener keeps while it
+	// answers (they must equal the server's; 0 means none, as for the
+	// server).
+	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 }
 
 // CapEvent describes a connection that arrived while a Listener had its
@@ -105,6 +126,15 @@ type Listener struct {
 	onCapped func(CapEvent)
 	onConns  func(delta int)
 
+	// The fast path (fast.go).
+	answer        func(r *Request, out []byte) ([]byte, bool)
+	maxSimple     int           // the server's MaxHeaderBytes
+	headerTimeout time.Duration // ReadHeaderTimeout, else ReadTimeout
+	idleTimeout   time.Duration // IdleTimeout, else ReadTimeout
+	writeTimeout  time.Duration
+	fastNew       bool        // new connections may be answered (no ReadTimeout)
+	closing       atomic.Bool // Close was called
+
 	mu     sync.Mutex
 	freed  *sync.Cond // signalled when a connection closes or becomes idle, and on Close
 	open   int        // connections returned by Accept and not closed
@@ -129,6 +159,13 @@ func NewListener(ln net.Listener, opts ListenerOptions) *Listener {
 		maxConns:  max(opts.MaxConnections, 0),
 		onCapped:  opts.OnCapped,
 		onConns:   opts.OnConnections,
+
+		answer:        opts.Answer,
+		maxSimple:     mhb,
+		headerTimeout: cmp.Or(max(opts.ReadHeaderTimeout, 0), max(opts.ReadTimeout, 0)),
+		idleTimeout:   cmp.Or(max(opts.IdleTimeout, 0), max(opts.ReadTimeout, 0)),
+		writeTimeout:  max(opts.WriteTimeout, 0),
+		fastNew:       opts.ReadTimeout <= 0,
 	}
 	l.freed = sync.NewCond(&l.mu)
 	return l
@@ -146,7 +183,8 @@ func (l *Listener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &guardConn{Conn: c, f: framer{maxHead: l.maxHead, onReject: l.onReject}, writeIdle: l.writeIdle, l: l}
+	g := &guardConn{Conn: c, writeIdle: l.writeIdle, l: l, f: framer{maxHead: l.maxHead, onReject: l.onReject,
+		fast: l.answer != nil, maxSimple: l.maxSimple}}
 	if err := l.admit(); err != nil {
 		c.Close()
 		return nil, err
@@ -193,6 +231,7 @@ func (l *Listener) admit() error {
 // Close closes the listener; an Accept waiting for room returns
 // net.ErrClosed. Connections already accepted stay open.
 func (l *Listener) Close() error {
+	l.closing.Store(true)
 	l.mu.Lock()
 	l.closed = true
 	l.freed.Broadcast()
@@ -201,7 +240,8 @@ func (l *Listener) Close() error {
 }
 
 // ConnState records which connections are idle between requests, the ones
-// Accept may close at MaxConnections. Install it as the http.Server's
+// Accept may close at MaxConnections and the ones whose next request may be
+// offered to ListenerOptions.Answer. Install it as the http.Server's
 // ConnState (or call it from that hook). Connections that did not come
 // from this Listener are ignored.
 func (l *Listener) ConnState(c net.Conn, st http.ConnState) {
@@ -209,12 +249,29 @@ func (l *Listener) ConnState(c net.Conn, st http.ConnState) {
 	if !ok || g.l != l {
 		return
 	}
+	if l.answer != nil {
+		g.mu.Lock()
+		g.f.free = st == http.StateIdle || st == http.StateNew && l.fastNew
+		g.mu.Unlock()
+	}
+	if l.maxConns == 0 {
+		return
+	}
+	l.markIdle(g, st == http.StateIdle)
+}
+
+// markIdle puts g at the end of the idle connections, or takes it out of
+// them, for the connection cap.
+func (l *Listener) markIdle(g *guardConn, idle bool) {
+	if l.maxConns == 0 {
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if g.gone {
 		return
 	}
-	if st == http.StateIdle {
+	if idle {
 		if g.idleAt == nil {
 			g.idleAt = l.idle.PushBack(g)
 			l.freed.Signal() // an Accept waiting at the cap can close it

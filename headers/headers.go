@@ -297,3 +297,16 @@ func appendString(dst []byte, s string) []byte {
 	}
 	return append(dst, '"')
 }
+
+// AppendXRateLimit appends the values SetXRateLimit sets, each followed by
+// CRLF, as the field lines X-Ratelimit-Limit, X-Ratelimit-Remaining and
+// X-Ratelimit-Reset of a response head edge writes itself.
+func AppendXRateLimit(dst []byte, limit, remaining int64, reset time.Duration) []byte {
+	dst = append(dst, FieldXRateLimitLimit+": "...)
+	dst = strconv.AppendInt(dst, clampCount(limit), 10)
+	dst = append(dst, "\r\n"+FieldXRateLimitRemaining+": "...)
+	dst = strconv.AppendInt(dst, clampCount(remaining), 10)
+	dst = append(dst, "\r\n"+FieldXRateLimitReset+": "...)
+	dst = strconv.AppendInt(dst, ceilSeconds(reset), 10)
+	return append(dst, "\r\n"...)
+}

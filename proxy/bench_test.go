@@ -64,7 +64,7 @@ func BenchmarkServeHTTP(b *testing.B) {
 // response under rule r, on a clock that stands still.
 //
 // sample is accuracy_sample: 0 leaves the default, -1 turns it off.
-func benchProxy(b *testing.B, r rules.RuleConfig, sample int) *Proxy {
+func benchProxy(b testing.TB, r rules.RuleConfig, sample int) *Proxy {
 	b.Helper()
 	cfg := rules.Config{
 		Domains: []rules.DomainConfig{{

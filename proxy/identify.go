@@ -172,6 +172,12 @@ func (c *ClientIP) Resolve(remoteAddr string, xff []string) Identity {
 	if !ok {
 		return Identity{Key: netip.IPv4Unspecified()}
 	}
+	return c.resolvePeer(peer, xff)
+}
+
+// resolvePeer is Resolve for a peer address already parsed (unmapped,
+// without zone).
+func (c *ClientIP) resolvePeer(peer netip.Addr, xff []string) Identity {
 	id := Identity{Peer: peer, Client: peer}
 	if c.Trusted(peer) {
 		client, malformed := c.walkXFF(xff)

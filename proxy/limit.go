@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -37,62 +38,16 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, d *domain, src *ru
 	}
 	keys := keyBuffers.Get().(*keyBuffer)
 	defer putKeyBuffer(keys)
-	var (
-		vbuf     [8]verdict
-		vs       = vbuf[:0]
-		blocker  = -1 // index into vs of the block rule with the longest wait
-		always   bool // some matching rule wants fields on allowed responses
-		fellBack bool // some rule was decided by a shared counter's failure mode
-		tally    = d.counter.Begin()
-	)
-	for i := range d.rules {
-		rs := &d.rules[i]
-		if !rs.Matches(r.Method, src.Path) || rs.Exempt(src.Addr) {
-			continue
-		}
-		cost, problem := requestCost(rs.Rule, r.Header)
-		if problem != costOK {
-			// Only a log rule gets here (checkCosts answered for block
-			// rules): it never refuses, and cannot count what it cannot
-			// price.
-			if p.log.Enabled(r.Context(), slog.LevelDebug) {
-				p.log.Debug("log rule cannot use the request's cost; request not counted by it", "domain", d.Name,
-					"rule", rs.Name, "client", src.Client.Addr().String(), "header", rs.CostHeader)
-			}
-			continue
-		}
-		start := len(keys.b)
-		keys.b = rules.AppendKey(keys.b, rs.Key, src)
-		name := keys.b[start:len(keys.b):len(keys.b)]
-		v := verdict{rule: i, cost: cost, id: window.ID{Key: d.store.Key(i, name), Name: name}}
-		v.Decision = tally.Decide(v.id, upfront(rs, cost), now)
-		fellBack = fellBack || v.Fallback
-		if v.Unavailable {
-			refund(d, vs, tally, now)
-			endTally(d, tally, true)
-			p.unavailable(w, d, v.RetryAfter)
-			return nil
-		}
-		rs.outcomes.observe(v.Decision)
-		if rs.judged && d.sample.Sampled(name) { // accuracy.go
-			v.sampled = true
-			rs.accuracy.observe(d.sample.Judge(v.id.Key, now, upfront(rs, cost), v.Decision))
-		}
-		if !v.Allowed || v.Remaining*2 <= rs.nodeCapacity() {
-			rs.top.observe(v.id.Key, !v.Allowed, func() string { return rules.KeyText(rs.Key, src) })
-		}
-		if !v.Allowed {
-			if rs.Action == rules.ActionBlock {
-				if blocker < 0 || v.RetryAfter > vs[blocker].RetryAfter {
-					blocker = len(vs)
-				}
-			} else if p.log.Enabled(r.Context(), slog.LevelDebug) {
-				p.log.Debug("log rule over its limit; request not blocked", "domain", d.Name, "rule", rs.Name,
-					"client", src.Client.Addr().String(), "retry_after", v.RetryAfter)
-			}
-		}
-		always = always || rs.Headers == rules.HeadersAlways
-		vs = append(vs, v)
+	var vbuf [8]verdict
+	tally := d.counter.Begin()
+	dec := p.decideRules(r.Context(), d, r.Method, r.Header, src, tally, now, keys, vbuf[:0])
+	vs, blocker, always, fellBack := dec.vs, dec.blocker, dec.always, dec.fellBack
+	p.observe(r.Context(), d, vs, src, now)
+	if dec.unavailable {
+		refund(d, vs, tally, now)
+		endTally(d, tally, true)
+		p.unavailable(w, d, dec.retry)
+		return nil
 	}
 	if blocker < 0 {
 		if delay, q := queueDelay(d, vs); delay > 0 { // queue.go
@@ -121,6 +76,91 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, d *domain, src *ru
 	endTally(d, tally, fellBack)
 	p.refuse(w, r, d, vs, blocker, src.Client.Addr())
 	return nil
+}
+
+// decided is what decideRules found: the verdicts of the matching rules
+// decided (in vs), the block rule with the longest wait (vs[blocker], -1
+// for none), whether some rule wants fields on allowed responses, and
+// whether some rule was decided by a shared counter's failure mode. If
+// unavailable, the counter could not decide the rule after the last of vs,
+// and retry is when to try again.
+type decided struct {
+	vs          []verdict
+	blocker     int
+	always      bool
+	fellBack    bool
+	unavailable bool
+	retry       time.Duration
+}
+
+// decideRules decides every rule of d that matches a request with method
+// and header h at now, by the keys of src, appending the verdicts to vs and
+// the keys to keys. It counts, through tally, and changes nothing else:
+// what the decisions show in metrics, top talkers and logs is observe's,
+// and what they counted is the caller's to keep or give back, so that the
+// fast path (fast.go) can decide first and decline after. It stops at the
+// first rule the counter could not decide.
+func (p *Proxy) decideRules(ctx context.Context, d *domain, method string, h http.Header, src *rules.KeySource,
+	tally window.Tally, now time.Time, keys *keyBuffer, vs []verdict) decided {
+	out := decided{blocker: -1}
+	for i := range d.rules {
+		rs := &d.rules[i]
+		if !rs.Matches(method, src.Path) || rs.Exempt(src.Addr) {
+			continue
+		}
+		cost, problem := requestCost(rs.Rule, h)
+		if problem != costOK {
+			// Only a log rule gets here (checkCosts answered for block
+			// rules): it never refuses, and cannot count what it cannot
+			// price.
+			if p.log.Enabled(ctx, slog.LevelDebug) {
+				p.log.Debug("log rule cannot use the request's cost; request not counted by it", "domain", d.Name,
+					"rule", rs.Name, "client", src.Client.Addr().String(), "header", rs.CostHeader)
+			}
+			continue
+		}
+		start := len(keys.b)
+		keys.b = rules.AppendKey(keys.b, rs.Key, src)
+		name := keys.b[start:len(keys.b):len(keys.b)]
+		v := verdict{rule: i, cost: cost, id: window.ID{Key: d.store.Key(i, name), Name: name}}
+		v.Decision = tally.Decide(v.id, upfront(rs, cost), now)
+		out.fellBack = out.fellBack || v.Fallback
+		if v.Unavailable {
+			out.unavailable, out.retry = true, v.RetryAfter
+			break
+		}
+		if !v.Allowed && rs.Action == rules.ActionBlock {
+			if out.blocker < 0 || v.RetryAfter > vs[out.blocker].RetryAfter {
+				out.blocker = len(vs)
+			}
+		}
+		out.always = out.always || rs.Headers == rules.HeadersAlways
+		vs = append(vs, v)
+	}
+	out.vs = vs
+	return out
+}
+
+// observe shows the verdicts of a request in the rules' outcome metrics
+// and top talkers, judges those of the accuracy sample (accuracy.go), and
+// logs at debug level the log rules over their limit.
+func (p *Proxy) observe(ctx context.Context, d *domain, vs []verdict, src *rules.KeySource, now time.Time) {
+	for i := range vs {
+		v := &vs[i]
+		rs := &d.rules[v.rule]
+		rs.outcomes.observe(v.Decision)
+		if rs.judged && d.sample.Sampled(v.id.Name) { // accuracy.go
+			v.sampled = true
+			rs.accuracy.observe(d.sample.Judge(v.id.Key, now, upfront(rs, v.cost), v.Decision))
+		}
+		if !v.Allowed || v.Remaining*2 <= rs.nodeCapacity() {
+			rs.top.observe(v.id.Key, !v.Allowed, func() string { return rules.KeyText(rs.Key, src) })
+		}
+		if !v.Allowed && rs.Action != rules.ActionBlock && p.log.Enabled(ctx, slog.LevelDebug) {
+			p.log.Debug("log rule over its limit; request not blocked", "domain", d.Name, "rule", rs.Name,
+				"client", src.Client.Addr().String(), "retry_after", v.RetryAfter)
+		}
+	}
 }
 
 // verdict is one matching rule's decision for a request.

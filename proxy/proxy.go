@@ -81,10 +81,11 @@ type Options struct {
 // Proxy is the edge request handler. It is safe for concurrent use; make it
 // with New.
 type Proxy struct {
-	now     func() time.Time
-	log     *slog.Logger
-	metrics *metrics
-	state   atomic.Pointer[state]
+	now       func() time.Time
+	wallClock bool // now is time.Now: the fast path may use the guard's reading
+	log       *slog.Logger
+	metrics   *metrics
+	state     atomic.Pointer[state]
 	// started is the configuration New was given: settings that take
 	// effect only at a restart keep its values (reload.go).
 	started *rules.Table
@@ -151,6 +152,8 @@ type domain struct {
 	// sample is the accuracy sample of the domain's sliding-window rules
 	// (accuracy.go); nil when accuracy_sample is 0 or no rule is judged.
 	sample *window.Sample
+	// fast: the fast path may decide the domain's requests (fast.go).
+	fast bool
 }
 
 // ruleState is a compiled rule with what limit and its answers need
@@ -230,7 +233,7 @@ func New(opts Options) (*Proxy, error) {
 	}
 	p := &Proxy{now: opts.Now, log: opts.Logger, started: opts.Table, configPath: opts.ConfigPath, version: opts.Version}
 	if p.now == nil {
-		p.now = time.Now
+		p.now, p.wallClock = time.Now, true
 	}
 	p.startedAt = p.now()
 	if p.log == nil {
@@ -411,6 +414,7 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 			d.countsAfter = slices.ContainsFunc(rd.Rules, (*rules.Rule).CountsAfter)
 			d.upstream = p.newForwarder(d, origin, cip, transport, always)
 		}
+		d.fast = fastDomain(d, p.cluster != nil)
 		st.domains[i] = d
 	}
 	return st, nil

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"net/http"
@@ -18,8 +19,15 @@ import (
 // block, logs it at debug level with the client's address, and writes the
 // block response.
 func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, d *domain, vs []verdict, blocker int, client netip.Addr) {
+	p.countBlock(r.Context(), d, vs, blocker, client)
+	writeBlocked(w, r, d, vs, blocker)
+}
+
+// countBlock logs and counts a request the block rule of vs[blocker]
+// refused, for refuse and the fast path.
+func (p *Proxy) countBlock(ctx context.Context, d *domain, vs []verdict, blocker int, client netip.Addr) {
 	v := vs[blocker]
-	if p.log.Enabled(r.Context(), slog.LevelDebug) {
+	if p.log.Enabled(ctx, slog.LevelDebug) {
 		p.log.Debug("request blocked", "domain", d.Name, "rule", d.rules[v.rule].Name,
 			"client", client.String(), "retry_after", v.RetryAfter)
 	}
@@ -29,7 +37,6 @@ func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, d *domain, vs []v
 	} else {
 		d.requests.blockedLimit.Inc()
 	}
-	writeBlocked(w, r, d, vs, blocker)
 }
 
 // refuseQueued answers a request that the queue of the rule of vs[q]
@@ -69,14 +76,7 @@ func writeBlocked(w http.ResponseWriter, r *http.Request, d *domain, vs []verdic
 		}
 	}
 	retry := strconv.FormatInt(headers.RetryAfterSeconds(v.RetryAfter), 10)
-	errName, text := "rate_limited", "rate limited: retry in "
-	if rs.Algorithm == rules.Quota {
-		// Used up for the period, not too fast: the client should wait for
-		// the reset, not slow down.
-		errName, text = "quota_exceeded", "quota used up: it resets in "
-	} else if rs.Algorithm == rules.Concurrency {
-		errName, text = "too_many_concurrent_requests", "too many requests in flight: retry in "
-	}
+	errName, text := blockedWords(rs)
 	var body string
 	if acceptsJSON(r.Header.Get("Accept")) {
 		h["Content-Type"] = contentTypeJSON
@@ -100,6 +100,20 @@ func writeBlocked(w http.ResponseWriter, r *http.Request, d *domain, vs []verdic
 	if r.Method != http.MethodHead {
 		_, _ = io.WriteString(w, body)
 	}
+}
+
+// blockedWords returns the error name of a block response's JSON body
+// and the start of its text body, by the rule's algorithm.
+func blockedWords(rs *ruleState) (errName, text string) {
+	switch rs.Algorithm {
+	case rules.Quota:
+		// Used up for the period, not too fast: the client should wait for
+		// the reset, not slow down.
+		return "quota_exceeded", "quota used up: it resets in "
+	case rules.Concurrency:
+		return "too_many_concurrent_requests", "too many requests in flight: retry in "
+	}
+	return "rate_limited", "rate limited: retry in "
 }
 
 // Field values that never change, shared by every response: net/http only

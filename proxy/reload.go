@@ -201,6 +201,8 @@ var settings = []setting{
 	reloads("timeouts.drain_delay"),
 	restarts("max_header_bytes", func(t *rules.Table) any { return t.MaxHeaderBytes }),
 	restarts("max_connections", func(t *rules.Table) any { return t.MaxConnections }),
+	// Read on every request the listener offers.
+	reloads("fastpath"),
 	reloads("log.level"),
 	restarts("log.format", func(t *rules.Table) any { return t.LogFormat }),
 	// One Redis client serves the Proxy's lifetime (shared.go).

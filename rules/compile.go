@@ -148,6 +148,7 @@ func Compile(cfg Config) (*Table, error) {
 	}
 
 	t.MaxConnections = cfg.MaxConnections
+	t.FastPath = cfg.FastPath == nil || *cfg.FastPath
 	if cfg.MaxConnections < 0 || cfg.MaxConnections > maxConnections {
 		p.add("max_connections", "must be between 1 and %d, got %d", maxConnections, cfg.MaxConnections)
 	}

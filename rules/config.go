@@ -105,6 +105,11 @@ type Config struct {
 	// listener; valid 1..1048576. Zero means the default, which depends on
 	// the process's open-file limit (see [DefaultMaxConnections]).
 	MaxConnections int `mapstructure:"max_connections"`
+	// FastPath lets the public listener answer a request that a rule
+	// refuses before net/http parses it, when the request is simple and
+	// alone on its connection; the answer is the same byte for byte.
+	// Default true; false sends every request through net/http.
+	FastPath *bool `mapstructure:"fastpath"`
 	// Log configures the process logger.
 	Log LogConfig `mapstructure:"log"`
 	// Cluster says whether the nodes of a PoP share their counters, and

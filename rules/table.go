@@ -43,6 +43,8 @@ type Table struct {
 	// means [DefaultMaxConnections] of the open-file limit, which only
 	// the process that listens can read.
 	MaxConnections int
+	// FastPath: refusals may be answered at the listener ([Config.FastPath]).
+	FastPath bool
 
 	// MaxBufferedBytes bounds the request body bytes buffered by all
 	// requests together.

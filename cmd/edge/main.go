@@ -18,6 +18,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -283,18 +284,7 @@ type servers struct {
 func listen(table *rules.Table, p *proxy.Proxy, reg *prometheus.Registry, ready *atomic.Bool, log *slog.Logger) (*servers, error) {
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	s := &servers{
-		public: &http.Server{
-			Handler:           p,
-			ReadHeaderTimeout: table.Timeouts.ReadHeader,
-			ReadTimeout:       table.Timeouts.Read,
-			WriteTimeout:      table.Timeouts.Write,
-			IdleTimeout:       table.Timeouts.Idle,
-			MaxHeaderBytes:    table.MaxHeaderBytes,
-			ErrorLog:          errLog,
-			// net/http would answer OPTIONS * itself (200, for any Host); the
-			// framing guard refuses it, and so would the proxy's screen.
-			DisableGeneralOptionsHandler: true,
-		},
+		public: publicServer(table, p, errLog),
 		admin: &http.Server{
 			ReadHeaderTimeout: 5 * time.Second,
 			ReadTimeout:       10 * time.Second,
@@ -324,16 +314,7 @@ func listen(table *rules.Table, p *proxy.Proxy, reg *prometheus.Registry, ready 
 		}
 		// The public server's limits: a question is a request head, and
 		// the asking proxies keep their connections open.
-		s.check = &http.Server{
-			Handler:                      p.CheckHandler(),
-			ReadHeaderTimeout:            table.Timeouts.ReadHeader,
-			ReadTimeout:                  table.Timeouts.Read,
-			WriteTimeout:                 table.Timeouts.Write,
-			IdleTimeout:                  table.Timeouts.Idle,
-			MaxHeaderBytes:               table.MaxHeaderBytes,
-			ErrorLog:                     errLog,
-			DisableGeneralOptionsHandler: true,
-		}
+		s.check = publicServer(table, p.CheckHandler(), errLog)
 		s.checkLn = checkListener(checkLn, s.check, maxConns)
 	}
 	return s, nil
@@ -353,22 +334,59 @@ func checkListener(ln net.Listener, srv *http.Server, maxConns int) net.Listener
 	return guarded
 }
 
+// publicServer is an HTTP server with the public listener's limits of
+// table, serving h: the public server (the proxy) and the check server.
+func publicServer(table *rules.Table, h http.Handler, errLog *log.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: table.Timeouts.ReadHeader,
+		ReadTimeout:       table.Timeouts.Read,
+		WriteTimeout:      table.Timeouts.Write,
+		IdleTimeout:       table.Timeouts.Idle,
+		MaxHeaderBytes:    table.MaxHeaderBytes,
+		ErrorLog:          errLog,
+		// net/http would answer OPTIONS * itself (200, for any Host); the
+		// framing guard refuses it, and so would the proxy's screen.
+		DisableGeneralOptionsHandler: true,
+	}
+}
+
 // guardListener wraps the public socket ln for server srv in the framing
 // guard: it refuses ambiguous HTTP/1.1 framing that net/http accepts, cuts
 // clients that stop reading (WriteTimeout stays 0 so long streams are not
-// cut), and caps the connections open, closing idle ones first (hence
-// ConnState).
+// cut), caps the connections open at maxConns, closing idle ones first
+// (hence ConnState), and offers simple requests to the proxy's fast path,
+// which answers the ones a rule refuses (fastpath).
 func guardListener(ln net.Listener, srv *http.Server, p *proxy.Proxy, maxConns int) net.Listener {
-	guarded := guard.NewListener(ln, guard.ListenerOptions{
+	guarded := guard.NewListener(ln, guardOptions(srv, p, maxConns))
+	srv.ConnState = guarded.ConnState
+	return guarded
+}
+
+// guardOptions are the framing guard's options for the public server srv.
+func guardOptions(srv *http.Server, p *proxy.Proxy, maxConns int) guard.ListenerOptions {
+	return guard.ListenerOptions{
 		MaxHeaderBytes:   srv.MaxHeaderBytes, // must equal the server's
 		WriteIdleTimeout: 30 * time.Second,
 		OnReject:         p.FramingRefused,
 		MaxConnections:   maxConns,
 		OnCapped:         func(ev guard.CapEvent) { p.ConnectionsCapped(ev.Max, ev.ClosedIdle) },
 		OnConnections:    p.ConnectionsOpen,
-	})
-	srv.ConnState = guarded.ConnState
-	return guarded
+		Answer:           fastAnswer(p),
+		// The server's own, which the fast path keeps while it answers.
+		ReadHeaderTimeout: srv.ReadHeaderTimeout,
+		ReadTimeout:       srv.ReadTimeout,
+		WriteTimeout:      srv.WriteTimeout,
+		IdleTimeout:       srv.IdleTimeout,
+	}
+}
+
+// fastAnswer hands the heads the framing guard offers to p's fast path.
+func fastAnswer(p *proxy.Proxy) func(*guard.Request, []byte) ([]byte, bool) {
+	return func(r *guard.Request, out []byte) ([]byte, bool) {
+		h := proxy.Head{Method: r.Method, Target: r.Target, Host: r.Host, Raw: r.Head, Peer: r.Peer, Now: r.Now}
+		return p.Answer(&h, out)
+	}
 }
 
 // start serves every server, each in a goroutine that sends Serve's

@@ -1,0 +1,364 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/edgerate/edge/guard"
+	"github.com/edgerate/edge/internal/hostile"
+	"github.com/edgerate/edge/proxy"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+)
+
+// The differential test of the fast path: the same request sequences go
+// to two edges with the same configuration and clock, one with fastpath
+// true and one with fastpath false, and everything the clients receive,
+// and every metric, must be the same byte for byte (but Date).
+
+// diffConfig serves api.example.com and www.example.com with rules that
+// exercise the refusal's parts: JSON and text bodies, every field,
+// mitigation, count_blocked, a log rule, a header key, a path rule, a
+// custom block response, a quota, a token bucket, a trusted proxy.
+const diffConfig = `
+origin: ORIGIN
+client_ip: {trusted_proxies: ["127.0.0.0/8"]}
+domains:
+  - name: api
+    hosts: [api.example.com]
+    rules:
+      - {name: per-ip, limit: LIMIT, period: 1m, key: [ip]}
+      - {name: watch, limit: 1, period: 1m, key: [ip], action: log}
+      - {name: per-token, limit: 3, period: 1m, key: ["header:X-Api-Key"], count_blocked: true}
+      - {name: items, limit: 2, period: 1m, key: [ip, path], match: {path_prefix: /items/}, mitigation_timeout: 5m}
+      - {name: hidden, limit: 100, period: 1m, key: [host], headers: none}
+  - name: www
+    hosts: [www.example.com]
+    rules:
+      - {name: bucket, algorithm: token_bucket, limit: 2, period: 1m, key: [ip]}
+      - {name: monthly, algorithm: quota, limit: 3, reset: monthly, key: [ip], headers: always}
+      - name: custom
+        limit: 1
+        period: 1m
+        key: [ip]
+        match: {path_prefix: /custom}
+        block_response: {status: 420, body: "slow down\n", content_type: text/plain}
+`
+
+// sentinel is answered 421 with Connection: close, so that the server
+// closes the connection after everything before it.
+const sentinel = "GET /end HTTP/1.1\r\nHost: nobody.example.com\r\nConnection: close\r\n\r\n"
+
+type diffServer struct {
+	addr     string
+	reg      *prometheus.Registry
+	answered atomic.Int64 // requests the fast path answered
+}
+
+// startDiff starts an edge with diffConfig (limit per-ip's limit) and
+// fastpath set as fast.
+func startDiff(t testing.TB, origin string, limit int, fast bool, extra string) *diffServer {
+	t.Helper()
+	cfg := strings.NewReplacer("ORIGIN", origin, "LIMIT", fmt.Sprint(limit)).Replace(diffConfig) +
+		fmt.Sprintf("fastpath: %v\n", fast) + extra
+	table, err := parseConfig([]byte(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	ds := &diffServer{reg: prometheus.NewRegistry()}
+	p, err := proxy.New(proxy.Options{Table: table, Registerer: ds.reg, Now: func() time.Time { return now },
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := publicServer(table, p, log.New(io.Discard, "", 0))
+	opts := guardOptions(srv, p, connectionCap(table, slog.New(slog.DiscardHandler)))
+	answer := opts.Answer
+	opts.Answer = func(r *guard.Request, out []byte) ([]byte, bool) {
+		out, ok := answer(r, out)
+		if ok {
+			ds.answered.Add(1)
+		}
+		return out, ok
+	}
+	gl := guard.NewListener(ln, opts)
+	srv.ConnState = gl.ConnState
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Serve(gl)
+	}()
+	t.Cleanup(func() {
+		srv.Close()
+		<-done
+		p.Close()
+	})
+	ds.addr = ln.Addr().String()
+	return ds
+}
+
+var dateLine = regexp.MustCompile(`(?m)^Date: [^\r\n]*\r\n`)
+
+// exchange sends steps on one connection: each step is written, and when
+// wait is set its response is read before the next is written (so that
+// the connection is idle in between); at the end the client half-closes
+// (or sends the sentinel) and reads until the server closes.
+func exchange(t *testing.T, addr string, steps []string, wait bool, halfClose bool) string {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	var got bytes.Buffer
+	br := bufio.NewReader(io.TeeReader(c, &got))
+	for _, s := range steps {
+		if _, err := io.WriteString(c, s); err != nil {
+			break
+		}
+		if wait {
+			method, _, _ := strings.Cut(s, " ")
+			resp, err := http.ReadResponse(br, &http.Request{Method: method})
+			if err != nil {
+				break
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}
+	if halfClose {
+		c.(*net.TCPConn).CloseWrite()
+	} else {
+		io.WriteString(c, sentinel)
+	}
+	// What the reader buffered is in got already; read the rest.
+	c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	io.Copy(io.Discard, br)
+	return dateLine.ReplaceAllString(got.String(), "")
+}
+
+// metricsText is the registry's metrics but those that time things.
+func metricsText(t *testing.T, reg *prometheus.Registry) string {
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	for _, mf := range mfs {
+		switch mf.GetName() {
+		case "edge_upstream_request_duration_seconds", "edge_connections_open":
+			continue
+		}
+		expfmt.MetricFamilyToText(&b, mf)
+	}
+	return b.String()
+}
+
+func get(host, target string, fields ...string) string {
+	return hostile.Req(append([]string{"GET " + target + " HTTP/1.1", "Host: " + host}, fields...)...)
+}
+
+func repeat(s string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = s
+	}
+	return out
+}
+
+// diffCase is one request sequence.
+type diffCase struct {
+	name      string
+	steps     []string
+	wait      bool // one request at a time
+	halfClose bool
+	limit     int    // per-ip's limit; 0 for 2
+	extra     string // more configuration
+	fast      bool   // the fast path must have answered some
+}
+
+func TestFastPathDifferential(t *testing.T) {
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/plain")
+		io.WriteString(w, "origin "+r.Method+" "+r.URL.Path+"\n")
+	}))
+	t.Cleanup(origin.Close) // after the parallel subtests
+
+	api := "api.example.com"
+	cases := []diffCase{
+		{name: "flood, one at a time", steps: repeat(get(api, "/a"), 8), wait: true, fast: true},
+		{name: "flood, JSON", steps: repeat(get(api, "/a", "Accept: text/html, application/json;q=0.5"), 8), wait: true, fast: true},
+		{name: "flood, JSON refused by q=0", steps: repeat(get(api, "/a", "Accept: application/json;q=0"), 6), wait: true, fast: true},
+		{name: "flood, pipelined", steps: []string{strings.Repeat(get(api, "/a"), 10)}},
+		{name: "flood, pipelined in pieces", steps: repeat(get(api, "/a")+get(api, "/b"), 6)},
+		{name: "mixed case host with port", steps: repeat(get("API.Example.com:80", "/a"), 6), wait: true, fast: true},
+		{name: "keep-alive field", steps: repeat(get(api, "/a", "Connection: keep-alive"), 6), wait: true, fast: true},
+		{name: "connection close midway", steps: append(repeat(get(api, "/a"), 4), get(api, "/a", "Connection: close"), get(api, "/a")), wait: true, fast: true},
+		{name: "HEAD", steps: append(repeat(get(api, "/a"), 4), hostile.Req("HEAD /a HTTP/1.1", "Host: "+api)), wait: true},
+		{name: "POST with a body", steps: append(repeat(get(api, "/a"), 4), hostile.Req("POST /a HTTP/1.1", "Host: "+api, "Content-Length: 5")+"hello", get(api, "/a")), wait: true},
+		{name: "HTTP/1.0", steps: append(repeat(get(api, "/a"), 4), hostile.Req("GET /a HTTP/1.0", "Host: "+api)), wait: true},
+		{name: "path rule and mitigation", steps: repeat(get(api, "/items/1"), 6), wait: true, limit: 100, fast: true},
+		{name: "encoded path", steps: repeat(get(api, "/items/%31"), 6), wait: true, limit: 100, fast: true},
+		{name: "encoded slash", steps: append(repeat(get(api, "/items/1"), 4), get(api, "/items%2f1"), get(api, "/items/1")), wait: true, limit: 100, fast: true},
+		{name: "dot segment", steps: append(repeat(get(api, "/a"), 4), get(api, "/x/../a")), wait: true},
+		{name: "bad escape", steps: append(repeat(get(api, "/a"), 4), get(api, "/a%zz")), wait: true},
+		{name: "params in path", steps: repeat(get(api, "/items;x=1/2"), 6), wait: true, limit: 100, fast: true},
+		{name: "header key", steps: repeat(get(api, "/a", "X-Api-Key: k1", "x-api-key: k2"), 6), wait: true, limit: 100, fast: true},
+		{name: "header key blank", steps: repeat(get(api, "/a", "X-Api-Key:  "), 6), wait: true, limit: 100, fast: true},
+		{name: "trusted proxy", steps: repeat(get(api, "/a", "X-Forwarded-For: 203.0.113.7"), 6), wait: true, fast: true},
+		{name: "trusted proxy, two lines", steps: repeat(get(api, "/a", "X-Forwarded-For: 198.51.100.1, 203.0.113.7", "X-Forwarded-For: 127.0.0.2"), 6), wait: true, fast: true},
+		{name: "trusted proxy, malformed", steps: repeat(get(api, "/a", "X-Forwarded-For: 203.0.113.7:80"), 6), wait: true, fast: true},
+		{name: "underscore field", steps: append(repeat(get(api, "/a"), 4), get(api, "/a", "X_Forwarded_For: 1.2.3.4")), wait: true},
+		{name: "h2c upgrade", steps: append(repeat(get(api, "/a"), 4), get(api, "/a", "Connection: Upgrade, HTTP2-Settings", "Upgrade: h2c", "HTTP2-Settings: AAA")), wait: true},
+		{name: "lower-case method", steps: append(repeat(get(api, "/a"), 4), hostile.Req("get /a HTTP/1.1", "Host: "+api)), wait: true},
+		{name: "unknown host", steps: append(repeat(get(api, "/a"), 4), get("nobody.example.com", "/a"), get(api, "/a")), wait: true},
+		{name: "bad host", steps: append(repeat(get(api, "/a"), 4), get("a_b.example.com", "/a"), get(api, "/a")), wait: true},
+		{name: "expect", steps: append(repeat(get(api, "/a"), 4), get(api, "/a", "Expect: 100-continue")), wait: true},
+		{name: "token bucket JSON", steps: repeat(get("www.example.com", "/a", "Accept: application/json"), 6), wait: true, fast: true},
+		{name: "quota", steps: repeat(get("www.example.com", "/q"), 6), wait: true, fast: true},
+		{name: "custom block response", steps: repeat(get("www.example.com", "/custom"), 5), wait: true, fast: true},
+		{name: "PUT DELETE PATCH OPTIONS", steps: append(repeat(get(api, "/a"), 3), hostile.Req("PUT /a HTTP/1.1", "Host: "+api),
+			hostile.Req("DELETE /a HTTP/1.1", "Host: "+api), hostile.Req("PATCH /a HTTP/1.1", "Host: "+api),
+			hostile.Req("OPTIONS /a HTTP/1.1", "Host: "+api)), wait: true, fast: true},
+		{name: "no read timeout: first request too", steps: repeat(get(api, "/a"), 6), wait: true, extra: "timeouts: {read: 0s}\n", fast: true},
+		{name: "half-close", steps: repeat(get(api, "/a"), 5), wait: true, halfClose: true, fast: true},
+	}
+	// Every hostile input, after requests that put the connection on the
+	// fast path, under a limit that refuses and one that allows.
+	prime := repeat(get(api, "/a"), 3)
+	for _, hc := range hostile.Corpus() {
+		for _, limit := range []int{1, 1_000_000} {
+			cases = append(cases, diffCase{name: fmt.Sprintf("hostile %s/%s, limit %d", hc.Class, hc.Name, limit),
+				steps: append(append([]string(nil), prime...), hc.Raw), wait: false, halfClose: hc.HalfClose, limit: limit})
+		}
+	}
+	// The guard's own framing streams, likewise.
+	for i, s := range []string{
+		hostile.Get("/") + hostile.Req("POST /b HTTP/1.1", hostile.HostAPI, "Content-Length: 5") + "hello" + hostile.Get("/d"),
+		hostile.Req("POST /c HTTP/1.1", hostile.HostAPI, "Transfer-Encoding: chunked") + "5;x=1\r\nhello\r\n0\r\nX-T: 1\r\n\r\n" + hostile.Get("/d"),
+		hostile.Get("/") + hostile.Req("POST / HTTP/1.1", hostile.HostAPI, "Transfer-Encoding: chunked", "Content-Length: 3") + "abc",
+		hostile.Get("/") + "\x16\x03\x01\n",
+		hostile.Get("/", "X: "+strings.Repeat("a", 70_000)),
+		hostile.Get("/ws", "Connection: Upgrade", "Upgrade: websocket") + hostile.Get("/"),
+	} {
+		for _, limit := range []int{1, 1_000_000} {
+			cases = append(cases, diffCase{name: fmt.Sprintf("framing stream %d, limit %d", i, limit),
+				steps: append(append([]string(nil), prime...), s), limit: limit})
+		}
+	}
+
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			limit := tc.limit
+			if limit == 0 {
+				limit = 2
+			}
+			fast := startDiff(t, origin.URL, limit, true, tc.extra)
+			slow := startDiff(t, origin.URL, limit, false, tc.extra)
+			got := exchange(t, fast.addr, tc.steps, tc.wait, tc.halfClose)
+			want := exchange(t, slow.addr, tc.steps, tc.wait, tc.halfClose)
+			if got != want {
+				t.Errorf("fast path answered\n%s\nslow path\n%s", got, want)
+			}
+			if slow.answered.Load() != 0 {
+				t.Errorf("fastpath false: %d requests answered by the fast path", slow.answered.Load())
+			}
+			if tc.fast && fast.answered.Load() == 0 {
+				t.Errorf("the fast path answered nothing")
+			}
+			if g, w := metricsText(t, fast.reg), metricsText(t, slow.reg); g != w {
+				t.Errorf("metrics differ:\nfast path\n%s\nslow path\n%s", g, w)
+			}
+		})
+	}
+}
+
+// BenchmarkFastRefuse measures the fast path's refusal loop as edge runs
+// it: the framing guard reading pipelined heads from a loopback TCP
+// connection, the proxy deciding each (one rule, every request over its
+// limit) and the guard writing the 429, with local counting. allocs/op
+// counts the whole process, the client included (which allocates nothing
+// per request); it must be 0.
+//
+//	go test -run='^$' -bench=FastRefuse -benchmem ./cmd/edge/
+func BenchmarkFastRefuse(b *testing.B) {
+	for _, fast := range []bool{true, false} {
+		b.Run(fmt.Sprintf("fastpath=%v", fast), func(b *testing.B) {
+			origin := httptest.NewServer(http.NotFoundHandler())
+			defer origin.Close()
+			ds := startDiff(b, origin.URL, 2, fast, "")
+			c, err := net.Dial("tcp", ds.addr)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			req := get("api.example.com", "/a")
+			// Use up the limit, and learn the length of a 429.
+			br := bufio.NewReader(c)
+			var last []byte
+			for range 4 {
+				io.WriteString(c, req)
+				var got bytes.Buffer
+				resp, err := http.ReadResponse(bufio.NewReader(io.TeeReader(br, &got)), nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				last = got.Bytes()
+				if resp.StatusCode != http.StatusTooManyRequests {
+					continue
+				}
+			}
+			if !bytes.HasPrefix(last, []byte("HTTP/1.1 429")) {
+				b.Fatalf("not refused: %q", last)
+			}
+			size := len(last)
+			const batch = 64
+			reqs := []byte(strings.Repeat(req, batch))
+			done := make(chan error, 1)
+			b.ReportAllocs()
+			b.ResetTimer()
+			go func() {
+				buf := make([]byte, 64<<10)
+				want := b.N * size
+				for want > 0 {
+					n, err := br.Read(buf[:min(len(buf), want)])
+					want -= n
+					if err != nil {
+						done <- err
+						return
+					}
+				}
+				done <- nil
+			}()
+			for sent := 0; sent < b.N; sent += batch {
+				if _, err := c.Write(reqs[:min(batch, b.N-sent)*len(req)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := <-done; err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}

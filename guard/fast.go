@@ -1,0 +1,269 @@
+package guard
+
+import (
+	"bytes"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/edgerate/edge/rules"
+)
+
+// The fast path: a request head that is complete, simple, and the only
+// request on its connection is offered to ListenerOptions.Answer before
+// net/http sees it. If the hook answers, the Listener writes the answer
+// to the connection itself and reads on; net/http never sees the request.
+// If it declines, the head goes on to net/http as if nobody had asked.
+//
+// "Simple" means that net/http would parse the head exactly as Request
+// says and serve it on a connection that stays open, with no body to read
+// or skip: HTTP/1.1; an origin-form target of printable ASCII; one Host
+// whose bytes net/http accepts; no Upgrade, Expect, Transfer-Encoding or
+// Content-Length other than 0 (the framer's job); no Connection field other than
+// keep-alive; field values without control bytes other than HTAB; a head
+// of at most MaxHeaderBytes and 64 field lines. Anything else goes to
+// net/http, which answers it as always.
+//
+// "The only request" means net/http has answered everything it was handed
+// on the connection and waits for the next request: the server reported
+// the connection idle through ConnState (which the fast path needs
+// installed), or new when the server has no ReadTimeout (with one, the
+// first request on a connection goes to net/http, whose request deadline
+// would otherwise date from before the requests answered here), and no
+// byte has been handed to net/http since. Pipelined requests behind one
+// that net/http serves go to net/http too.
+//
+// While it answers, the Listener keeps the deadlines net/http would keep
+// between requests: the idle timeout from each answer to the next head's
+// first byte, the header timeout from that byte to the head's end, each
+// write bounded as net/http's WriteTimeout and WriteIdleTimeout bound it.
+// Read deadlines that only move later are re-armed at most once a second
+// (each re-arm updates a runtime timer), so the idle bound may be up to a
+// second shorter. A connection being answered is not idle for the
+// connection cap; once answered it is the most recently idle one. After
+// Close, nothing is answered here.
+
+// Request is a request head offered to ListenerOptions.Answer. Its byte
+// slices point into the connection's buffer: they are valid only during
+// the call and must not be kept or changed.
+type Request struct {
+	Method []byte
+	Target []byte // origin-form: starts with '/'
+	Host   []byte // the Host field's value, without surrounding whitespace
+	// Fields are the head's field lines in order, Host included, values
+	// without surrounding whitespace (as net/http keeps them).
+	Fields []Field
+	// Head is the whole head, from the request line to the empty line.
+	Head []byte
+	// Peer is the client's TCP address, unmapped and without a zone; the
+	// zero Addr if the connection is not TCP.
+	Peer netip.Addr
+	// Now is when the head was taken up (the wall clock).
+	Now time.Time
+}
+
+// Field is one field line of a Request.
+type Field struct {
+	Name, Value []byte
+}
+
+// maxFastFields bounds the field lines of a head the fast path offers.
+const maxFastFields = 64
+
+// fastConn is a connection's fast-path state, made on its first offer.
+type fastConn struct {
+	req    Request
+	fields [maxFastFields]Field
+	out    []byte // the answer, reused
+	peer   netip.Addr
+}
+
+// simpleHead parses head, complete and checked by parseHead, into r and
+// reports whether it is simple (see above). fields is r's backing array.
+func simpleHead(head []byte, r *Request, fields *[maxFastFields]Field) bool {
+	line, rest, _ := bytes.Cut(head, []byte("\r\n"))
+	method, line, _ := bytes.Cut(line, []byte(" "))
+	target, version, _ := bytes.Cut(line, []byte(" "))
+	if string(version) != "HTTP/1.1" || len(target) == 0 || target[0] != '/' {
+		return false
+	}
+	for _, c := range target {
+		if c <= ' ' || c >= 0x7f {
+			return false // net/http refuses control bytes; leave the rest to it
+		}
+	}
+	n, host, hosts := 0, []byte(nil), 0
+	for {
+		line, rest, _ = bytes.Cut(rest, []byte("\r\n"))
+		if len(line) == 0 {
+			break
+		}
+		if n == maxFastFields {
+			return false
+		}
+		name, value, _ := bytes.Cut(line, []byte(":"))
+		value = rules.TrimOWS(value)
+		for _, c := range value {
+			if c < ' ' && c != '\t' || c == 0x7f {
+				return false // net/http answers 400
+			}
+		}
+		switch {
+		case rules.EqualFoldLower(name, "host"):
+			host, hosts = value, hosts+1
+		case rules.EqualFoldLower(name, "connection"):
+			if !rules.EqualFoldLower(value, "keep-alive") {
+				return false
+			}
+		case rules.EqualFoldLower(name, "expect"), rules.EqualFoldLower(name, "upgrade"),
+			rules.EqualFoldLower(name, "transfer-encoding"):
+			return false
+		}
+		fields[n] = Field{Name: name, Value: value}
+		n++
+	}
+	if hosts != 1 || !validHost(host) {
+		return false
+	}
+	*r = Request{Method: method, Target: target, Host: host, Fields: fields[:n], Head: head}
+	return true
+}
+
+// validHost reports whether h is a non-empty Host of letters, digits and
+// ".-:[]" only: a subset of what net/http accepts.
+func validHost(h []byte) bool {
+	for _, c := range h {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+			c == '.' || c == '-' || c == ':' || c == '[' || c == ']') {
+			return false
+		}
+	}
+	return len(h) > 0
+}
+
+// peerAddr is the client address of a connection, as Request.Peer.
+func peerAddr(c net.Conn) netip.Addr {
+	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		return ta.AddrPort().Addr().Unmap().WithZone("")
+	}
+	return netip.Addr{}
+}
+
+// offer offers the head the framer holds (state stFast) to the Listener's
+// hook, with c.mu held, which it releases while the hook runs and the
+// answer is written. An answered head is dropped from the stream; a
+// declined one is cleared for delivery to net/http. A failed write is
+// returned: the connection is then of no more use.
+func (c *guardConn) offer() error {
+	f := &c.f
+	end := f.fastEnd
+	head := f.buf[f.lo : f.lo+end]
+	if c.fast == nil {
+		c.fast = &fastConn{peer: peerAddr(c.Conn)}
+	}
+	fc := c.fast
+	if !simpleHead(head, &fc.req, &fc.fields) || c.l.closing.Load() {
+		f.pass(end)
+		return nil
+	}
+	c.mu.Unlock()
+	now := time.Now()
+	fc.req.Peer, fc.req.Now = fc.peer, now
+	out, answered := c.l.answer(&fc.req, fc.out[:0])
+	var err error
+	if answered {
+		// Busy while the answer is written, then the most recently idle
+		// connection, as if net/http had served the request.
+		c.l.markIdle(c, false)
+		err = c.fastWrite(out, now)
+		c.l.markIdle(c, true)
+	}
+	if cap(out) <= 64<<10 {
+		fc.out = out[:0]
+	}
+	fc.req = Request{}
+	c.mu.Lock()
+	if !answered {
+		f.pass(end)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	f.answered(end)
+	c.owned, c.lastAnswer = true, now
+	c.headStart = time.Time{}
+	if f.lo != f.hi {
+		c.headStart = now // the next head has begun already
+	}
+	return nil
+}
+
+// fastWrite writes an answer within the write bounds net/http would set
+// for a request read at now.
+func (c *guardConn) fastWrite(b []byte, now time.Time) error {
+	var d time.Time
+	if c.writeIdle > 0 {
+		d = now.Add(c.writeIdle)
+	}
+	if wt := c.l.writeTimeout; wt > 0 && (d.IsZero() || now.Add(wt).Before(d)) {
+		d = now.Add(wt)
+	}
+	c.mu.Lock()
+	err := c.applyWriteDeadline(d)
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	_, err = c.Conn.Write(b)
+	return err
+}
+
+// armRead sets the read deadline that holds while the fast path reads the
+// next head: the idle timeout from the last answer while nothing of it has
+// come, the header timeout from its first byte after (taken as the first
+// time a read must wait with part of the head in hand: the clock is not
+// read for every read). Called with c.mu held before a blocking read,
+// while c.owned.
+func (c *guardConn) armRead() error {
+	var want time.Time
+	if c.f.lo == c.f.hi {
+		if c.l.idleTimeout > 0 {
+			want = c.lastAnswer.Add(c.l.idleTimeout)
+		}
+	} else if c.l.headerTimeout > 0 {
+		if c.headStart.IsZero() {
+			c.headStart = time.Now()
+		}
+		want = c.headStart.Add(c.l.headerTimeout)
+	}
+	if c.rset && (want.Equal(c.rapplied) || !want.IsZero() && !c.rapplied.IsZero() &&
+		want.After(c.rapplied) && want.Sub(c.rapplied) <= time.Second) {
+		return nil
+	}
+	if err := c.Conn.SetReadDeadline(want); err != nil {
+		return err
+	}
+	c.rapplied, c.rset = want, true
+	return nil
+}
+
+// handBack gives the read deadline back to net/http before it gets bytes
+// again after the fast path answered: the header timeout from the first
+// byte of the head it gets, which net/http replaces with its own once it
+// has read the head. Called with c.mu held.
+func (c *guardConn) handBack() {
+	if !c.owned {
+		return
+	}
+	c.owned, c.rset = false, false
+	var want time.Time
+	if c.l.headerTimeout > 0 {
+		start := c.headStart
+		if start.IsZero() {
+			start = time.Now()
+		}
+		want = start.Add(c.l.headerTimeout)
+	}
+	_ = c.Conn.SetReadDeadline(want) // a failure shows on the next read
+}

@@ -1,0 +1,286 @@
+package guard
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/textproto"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgerate/edge/internal/hostile"
+)
+
+// fastAnswer is the response the tests' hook writes.
+const fastAnswer = "HTTP/1.1 429 Too Many Requests\r\nContent-Length: 0\r\n\r\n"
+
+// fastStream runs data through a guardConn whose Listener offers heads to
+// a hook that answers those whose target starts with "/r", as a server
+// that has answered everything before each read would see them. It
+// returns, in stream order, every byte delivered to net/http and every
+// head answered; the heads answered; what was written; the final error
+// and the framer.
+func fastStream(t *testing.T, data []byte, step int) (seen []byte, answered []*http.Request, written []byte, err error, f *framer) {
+	var all bytes.Buffer
+	l := NewListener(nil, ListenerOptions{MaxHeaderBytes: 4096, Answer: func(r *Request, out []byte) ([]byte, bool) {
+		if !bytes.HasPrefix(r.Target, []byte("/r")) {
+			return out, false
+		}
+		all.Write(r.Head)
+		// What net/http makes of the head must be what the hook was told.
+		req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(r.Head)))
+		if err != nil {
+			t.Fatalf("net/http refuses an offered head: %v\n%q", err, r.Head)
+		}
+		if req.Method != string(r.Method) || req.RequestURI != string(r.Target) || req.Host != string(r.Host) ||
+			req.ProtoMajor != 1 || req.ProtoMinor != 1 || req.ContentLength != 0 || len(req.TransferEncoding) > 0 ||
+			req.Close || req.Header.Get("Expect") != "" || req.Header.Get("Upgrade") != "" {
+			t.Fatalf("offered head read differently by net/http: %+v\n%q", req, r.Head)
+		}
+		n := 0
+		for name, vs := range req.Header {
+			n += len(vs)
+			for _, f := range r.Fields {
+				if textproto.CanonicalMIMEHeaderKey(string(f.Name)) == name && !strings.Contains(strings.Join(vs, "\x00"), string(f.Value)) {
+					t.Fatalf("field %s: net/http %q, offered %q", name, vs, f.Value)
+				}
+			}
+		}
+		if n+1 != len(r.Fields) { // net/http moves Host out of Header
+			t.Fatalf("net/http has %d field values, offered %d fields", n+1, len(r.Fields))
+		}
+		answered = append(answered, req)
+		return append(out, fastAnswer...), true
+	}})
+	sc := &scriptConn{data: data, step: step}
+	w := &writeLog{scriptConn: sc}
+	g := &guardConn{Conn: w, l: l, f: framer{maxHead: l.maxHead, fast: true, maxSimple: l.maxSimple}}
+	p := make([]byte, 512)
+	for range 1 << 20 {
+		g.mu.Lock()
+		g.f.free = true // the server has answered everything it read
+		g.mu.Unlock()
+		n, rerr := g.Read(p)
+		all.Write(p[:n])
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			err = rerr
+			break
+		}
+	}
+	return all.Bytes(), answered, w.out.Bytes(), err, &g.f
+}
+
+type writeLog struct {
+	*scriptConn
+	out bytes.Buffer
+}
+
+func (w *writeLog) Write(p []byte) (int, error) { return w.out.Write(p) }
+
+func TestFastPathOffers(t *testing.T) {
+	r := hostile.Get("/r")
+	tests := []struct {
+		name     string
+		in       string
+		answered int
+	}{
+		{"answered in a row", r + r + r, 3},
+		{"declined then answered", hostile.Get("/a") + r, 2 - 1},
+		{"body: not offered", hostile.Req("GET /r HTTP/1.1", hostile.HostAPI, "Content-Length: 1") + "x" + r, 1},
+		{"zero body offered", hostile.Req("GET /r HTTP/1.1", hostile.HostAPI, "Content-Length: 0"), 1},
+		{"HTTP/1.0 not offered", hostile.Req("GET /r HTTP/1.0", hostile.HostAPI), 0},
+		{"Connection: close not offered", hostile.Get("/r", "Connection: close"), 0},
+		{"keep-alive offered", hostile.Get("/r", "Connection: Keep-Alive"), 1},
+		{"Expect not offered", hostile.Get("/r", "Expect: 100-continue"), 0},
+		{"upgrade not offered", hostile.Get("/r", "Upgrade: websocket", "Connection: upgrade"), 0},
+		{"control byte in a value", hostile.Get("/r", "X: a\x01b"), 0},
+		{"absolute form", hostile.Req("GET http://api.example.com/r HTTP/1.1", hostile.HostAPI), 0},
+		{"host with underscore", hostile.Req("GET /r HTTP/1.1", "Host: a_b"), 0},
+		{"no host", hostile.Req("GET /r HTTP/1.1"), 0},
+		{"rejected framing after", r + hostile.Req("POST /r HTTP/1.1", hostile.HostAPI, "Content-Length: 1", "Content-Length: 1"), 1},
+	}
+	for _, tt := range tests {
+		for _, step := range []int{1, 5, 4096} {
+			_, answered, written, _, _ := fastStream(t, []byte(tt.in), step)
+			if len(answered) != tt.answered || len(written) != tt.answered*len(fastAnswer) {
+				t.Errorf("%s (step %d): %d answered, %d bytes written; want %d", tt.name, step, len(answered), len(written), tt.answered)
+			}
+		}
+	}
+}
+
+// FuzzFastPath checks the fast path's offers on arbitrary request streams:
+// every head offered is one net/http reads exactly as the Request says
+// (see fastStream), the bytes delivered and the heads answered are the
+// input in order, and net/http ends every delivered message where the
+// framer does.
+func FuzzFastPath(f *testing.F) {
+	for _, c := range hostile.Corpus() {
+		f.Add([]byte(hostile.Get("/r")+c.Raw), uint8(3))
+	}
+	f.Add([]byte(hostile.Get("/r")+hostile.Get("/a")+hostile.Get("/r", "Connection: keep-alive")), uint8(0))
+	f.Fuzz(func(t *testing.T, data []byte, step uint8) {
+		if len(data) > 16<<10 {
+			return
+		}
+		seen, answered, written, err, fr := fastStream(t, data, int(step)+1)
+		var fe *errFraming
+		if err != nil && !errors.As(err, &fe) {
+			t.Fatalf("unexpected error %v", err)
+		}
+		if len(written) != len(answered)*len(fastAnswer) {
+			t.Fatalf("%d answers written for %d heads answered", len(written)/len(fastAnswer), len(answered))
+		}
+		if fr.st == stRejected {
+			if !bytes.HasSuffix(seen, []byte(rejectLine)) {
+				t.Fatalf("rejected stream does not end with the replacement: %q", seen)
+			}
+			seen = seen[:len(seen)-len(rejectLine)]
+		}
+		if !bytes.HasPrefix(data, seen) {
+			t.Fatalf("delivered and answered bytes are not the input in order:\n%q\nof\n%q", seen, data)
+		}
+	})
+}
+
+// fastServer serves l's connections with net/http, answering on the fast
+// path every request whose target starts with "/r", and "slow" otherwise.
+func fastServer(t *testing.T, opts ListenerOptions, srv *http.Server) (addr string, l *Listener) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Answer = func(r *Request, out []byte) ([]byte, bool) {
+		if !bytes.HasPrefix(r.Target, []byte("/r")) {
+			return out, false
+		}
+		return append(out, fastAnswer...), true
+	}
+	opts.ReadHeaderTimeout, opts.ReadTimeout = srv.ReadHeaderTimeout, srv.ReadTimeout
+	opts.WriteTimeout, opts.IdleTimeout = srv.WriteTimeout, srv.IdleTimeout
+	l = NewListener(ln, opts)
+	srv.ConnState = l.ConnState
+	srv.ErrorLog = discardLog
+	srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "slow")
+	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Serve(l)
+	}()
+	t.Cleanup(func() {
+		srv.Close()
+		<-done
+	})
+	return ln.Addr().String(), l
+}
+
+// roundTrip sends req on c and reads one response, returning its status
+// line's code and body.
+func roundTrip(t *testing.T, c net.Conn, br *bufio.Reader, req string) (int, string) {
+	t.Helper()
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestFastPathKeepsTimeouts: while the fast path answers, the connection
+// is bound by the server's header and idle timeouts as between requests
+// net/http serves, and a request it declines is served by net/http on the
+// same connection.
+func TestFastPathKeepsTimeouts(t *testing.T) {
+	tests := []struct {
+		name       string
+		header     time.Duration
+		idle       time.Duration
+		then       string // sent after two answered requests
+		wantClosed bool
+	}{
+		{"header timeout", 100 * time.Millisecond, time.Minute, "GET /r HTTP/1.1\r\nHost: a\r\n", true},
+		{"idle timeout", time.Minute, 100 * time.Millisecond, "", true},
+		{"declined request served", time.Minute, time.Minute, hostile.Get("/slow"), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			addr, _ := fastServer(t, ListenerOptions{}, &http.Server{ReadHeaderTimeout: tt.header, IdleTimeout: tt.idle})
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			br := bufio.NewReader(c)
+			// The first request on a new connection (no ReadTimeout) and
+			// the next are answered on the fast path.
+			for range 2 {
+				if code, _ := roundTrip(t, c, br, hostile.Get("/r")); code != 429 {
+					t.Fatalf("status %d, want the fast path's 429", code)
+				}
+			}
+			start := time.Now()
+			if !tt.wantClosed {
+				if code, body := roundTrip(t, c, br, tt.then); code != 200 || body != "slow" {
+					t.Fatalf("declined request: %d %q, want net/http's 200", code, body)
+				}
+				if code, _ := roundTrip(t, c, br, hostile.Get("/r")); code != 429 {
+					t.Fatalf("after net/http served one: status %d, want 429", code)
+				}
+				return
+			}
+			io.WriteString(c, tt.then)
+			if n, err := br.Read(make([]byte, 1)); n != 0 || err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("read %d bytes, %v; want the connection closed by the server", n, err)
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Errorf("closed after %v", d)
+			}
+		})
+	}
+}
+
+// TestFastPathConnectionCap: a connection the fast path answers on is
+// idle between its requests, as one net/http serves is: at the cap, a new
+// connection closes it.
+func TestFastPathConnectionCap(t *testing.T) {
+	addr, _ := fastServer(t, ListenerOptions{MaxConnections: 1}, &http.Server{})
+	a, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	a.SetDeadline(time.Now().Add(10 * time.Second))
+	ra := bufio.NewReader(a)
+	for range 3 {
+		if code, _ := roundTrip(t, a, ra, hostile.Get("/r")); code != 429 {
+			t.Fatalf("status %d, want 429", code)
+		}
+	}
+	b, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	b.SetDeadline(time.Now().Add(10 * time.Second))
+	if code, _ := roundTrip(t, b, bufio.NewReader(b), hostile.Get("/r")); code != 429 {
+		t.Fatalf("new connection: status %d, want 429", code)
+	}
+	if n, err := ra.Read(make([]byte, 1)); n != 0 || err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("idle connection: read %d, %v; want it closed for the new one", n, err)
+	}
+}

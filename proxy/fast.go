@@ -1,0 +1,477 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/edgerate/edge/headers"
+	"github.com/edgerate/edge/rules"
+	"github.com/edgerate/edge/window"
+)
+
+// The fast path refuses at the wire. The framing guard offers each simple
+// request head that is alone on its connection to Answer before net/http
+// parses it (cmd/edge installs the hook); Answer carries the head through
+// the same steps as ServeHTTP (screen, route, identify, limit) and, when a
+// block rule refuses it, observes, counts and logs the refusal exactly as
+// refuse does and appends the response writeBlocked would have made, byte
+// for byte, as net/http would have framed it. Anything else it declines,
+// having changed nothing: net/http then serves the request as always. A
+// request that every rule allows is decided twice: here, where what it
+// counted is given back at once, and again by ServeHTTP.
+//
+// Answer declines, besides anything the screen or route would answer
+// itself: when fastpath is false; in Redis modes (cluster.store redis),
+// where a decision is a round trip and its failure modes are ServeHTTP's
+// to handle; HEAD and methods other than GET, POST, PUT, DELETE, PATCH and
+// OPTIONS; domains with a rule whose decision cannot be taken back
+// unchanged or whose answer depends on more than the head (see fastDomain);
+// block responses over fastBodyMax bytes or with a status without a body.
+
+// Head is a request head offered to Answer: guard.Request's fields that
+// the fast path reads. Its byte slices are valid only during the call.
+type Head struct {
+	Method []byte
+	Target []byte // origin-form
+	Host   []byte // the Host field's value
+	Raw    []byte // the whole head, request line to the empty line
+	Peer   netip.Addr
+	// Now is the wall clock when the head was taken up: the Date field's,
+	// and the decisions' unless Options.Now set another clock.
+	Now time.Time
+}
+
+// fastBodyMax bounds a block response's body on the fast path: net/http
+// sends a longer body of a handler that has not returned in chunks, not
+// with Content-Length.
+const fastBodyMax = 1024
+
+// fastDomain reports whether the fast path may decide d's requests: its
+// counter is this node's own store, and no rule takes its cost from a
+// header, holds a slot or a queue turn, is soft (a random draw, which a
+// second decision would repeat), or is a log rule with a mitigation
+// timeout (which a refusal starts and a refund does not end); and every
+// block response can be written here.
+func fastDomain(d *domain, shared bool) bool {
+	if d.store == nil || shared || d.queue != nil || d.slots {
+		return false
+	}
+	for _, r := range d.Rules {
+		if r.CostHeader != "" || r.Soft || r.Action != rules.ActionBlock && r.MitigationTimeout > 0 {
+			return false
+		}
+		if br := r.BlockResponse; br != nil {
+			if !bodyAllowed(br.Status) || len(br.Body) > fastBodyMax ||
+				br.ContentType != strings.TrimSpace(br.ContentType) || strings.ContainsAny(br.ContentType, "\r\n") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// bodyAllowed reports whether a response with status may have a body, as
+// net/http decides it.
+func bodyAllowed(status int) bool {
+	return !(status >= 100 && status <= 199 || status == 204 || status == 304)
+}
+
+// fastScratch holds what one Answer call needs, pooled so that the call
+// allocates nothing.
+type fastScratch struct {
+	keys     keyBuffer
+	vbuf     [8]verdict
+	path     []byte   // the decoded path
+	host     []byte   // the Host, lower-cased
+	xff      []string // X-Forwarded-For lines, into the head
+	view     headerView
+	body     []byte
+	limits   []byte
+	policies []byte
+}
+
+var fastScratches = sync.Pool{New: func() any {
+	return &fastScratch{keys: keyBuffer{b: make([]byte, 0, 512)}, xff: make([]string, 0, 8)}
+}}
+
+func (s *fastScratch) put() {
+	s.keys.b = s.keys.b[:0]
+	s.view = headerView{vals: s.view.vals[:0]}
+	s.xff = s.xff[:0]
+	if cap(s.keys.b) <= maxKeyBuffer && cap(s.view.vals) <= 64 && cap(s.path) <= 64<<10 {
+		fastScratches.Put(s)
+	}
+}
+
+// Answer is the fast path's hook for guard.ListenerOptions.Answer: it
+// appends to out the block response for a request that a rule refuses and
+// reports true, or declines with false, having changed nothing. It is safe
+// for concurrent use and, with this node's own counters, allocates
+// nothing.
+func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
+	st := p.state.Load()
+	if !st.table.FastPath || p.cluster != nil || !h.Peer.IsValid() {
+		return out, false
+	}
+	method := fastMethod(h.Method)
+	if method == "" {
+		return out, false
+	}
+	s := fastScratches.Get().(*fastScratch)
+	defer s.put()
+	s.view.raw = h.Raw
+	accept, ok := s.screenFields(h.Raw)
+	if !ok {
+		return out, false
+	}
+	path, ok := s.screenTarget(h.Target)
+	if !ok {
+		return out, false
+	}
+	host, ok := rules.NormalizeHost(s.lower(h.Host))
+	if !ok {
+		return out, false
+	}
+	d := st.lookup(host, false) // route.go: a domain the public listener serves
+	if d == nil || !d.fast {
+		return out, false
+	}
+	var xff []string
+	if st.clientIP.Trusted(h.Peer) {
+		xff = s.xff
+	}
+	id := st.clientIP.resolvePeer(h.Peer, xff)
+	src := rules.KeySource{
+		Client: rules.ClientPrefix(id.Key, st.table.IPv6Prefix),
+		Addr:   id.Client,
+		Path:   path,
+		Host:   host,
+		Header: &s.view,
+	}
+	now := h.Now // the wall clock, read by the guard
+	if !p.wallClock {
+		now = p.now()
+	}
+	ctx := context.Background()
+	tally := d.counter.Begin()
+	dec := p.decideRules(ctx, d, method, nil, &src, tally, now, &s.keys, s.vbuf[:0])
+	vs := dec.vs
+	if dec.unavailable || dec.blocker < 0 {
+		refundAll(vs, tally, now)
+		tally.End()
+		return out, false
+	}
+	// Refused: what ServeHTTP does from here on, in its order.
+	if id.XFFMalformed {
+		p.metrics.xffMalformed.Inc()
+	}
+	p.observe(ctx, d, vs, &src, now)
+	refund(d, vs, tally, now)
+	endTally(d, tally, dec.fellBack)
+	p.countBlock(ctx, d, vs, dec.blocker, src.Client.Addr())
+	return s.appendBlocked(out, d, vs, dec.blocker, acceptsJSON(accept), h.Now), true
+}
+
+// fastMethod returns the method as a constant string, or "" for a method
+// the fast path declines.
+func fastMethod(m []byte) string {
+	switch string(m) {
+	case http.MethodGet:
+		return http.MethodGet
+	case http.MethodPost:
+		return http.MethodPost
+	case http.MethodPut:
+		return http.MethodPut
+	case http.MethodDelete:
+		return http.MethodDelete
+	case http.MethodPatch:
+		return http.MethodPatch
+	case http.MethodOptions:
+		return http.MethodOptions
+	}
+	return ""
+}
+
+// bytesString is b as a string without a copy. The string is valid only
+// while b is not changed: the fast path uses it for the head, which stays
+// put during Answer, and nothing it is given to keeps it (keys are copied
+// into the key buffer, texts for top talkers are built anew).
+func bytesString(b []byte) string {
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// fieldLines iterates over the field lines of a head.
+type fieldLines struct{ rest []byte }
+
+func newFieldLines(raw []byte) fieldLines {
+	_, rest, _ := bytes.Cut(raw, []byte("\r\n"))
+	return fieldLines{rest}
+}
+
+// next returns the next field's name and its value without surrounding
+// whitespace, or false at the end of the head.
+func (it *fieldLines) next() (name, value []byte, ok bool) {
+	line, rest, _ := bytes.Cut(it.rest, []byte("\r\n"))
+	it.rest = rest
+	if len(line) == 0 {
+		return nil, nil, false
+	}
+	name, value, _ = bytes.Cut(line, []byte(":"))
+	return name, rules.TrimOWS(value), true
+}
+
+// lower returns b lower-cased as a string, which NormalizeHost then need
+// not allocate for.
+func (s *fastScratch) lower(b []byte) string {
+	upper := false
+	for _, c := range b {
+		upper = upper || 'A' <= c && c <= 'Z'
+	}
+	if !upper {
+		return bytesString(b)
+	}
+	s.host = append(s.host[:0], b...)
+	for i, c := range s.host {
+		if 'A' <= c && c <= 'Z' {
+			s.host[i] = c + 'a' - 'A'
+		}
+	}
+	return bytesString(s.host)
+}
+
+// screenFields does the screen's checks of the header fields: it declines
+// a field name with '_' (which the screen refuses when it aliases a
+// forwarding field) and HTTP2-Settings (an h2c upgrade). It gathers the
+// first Accept value and the X-Forwarded-For lines.
+func (s *fastScratch) screenFields(raw []byte) (accept string, ok bool) {
+	haveAccept := false
+	for it := newFieldLines(raw); ; {
+		name, value, more := it.next()
+		if !more {
+			return accept, true
+		}
+		switch {
+		case bytes.IndexByte(name, '_') >= 0, rules.EqualFoldLower(name, "http2-settings"):
+			return "", false
+		case rules.EqualFoldLower(name, "accept"):
+			if !haveAccept {
+				accept, haveAccept = bytesString(value), true
+			}
+		case rules.EqualFoldLower(name, "x-forwarded-for"):
+			s.xff = append(s.xff, bytesString(value))
+		}
+	}
+}
+
+// screenTarget does the screen's checks of an origin-form target and
+// returns its path as rules match it (net/http's URL.Path, cleaned), or
+// false for a target the screen or net/http would refuse, or that the fast
+// path leaves to them.
+func (s *fastScratch) screenTarget(target []byte) (string, bool) {
+	if bytes.IndexByte(target, '#') >= 0 {
+		return "", false
+	}
+	raw, _, _ := bytes.Cut(target, []byte("?"))
+	if bytes.IndexByte(raw, '\\') >= 0 {
+		return "", false
+	}
+	decoded := raw
+	if bytes.IndexByte(raw, '%') >= 0 {
+		s.path = s.path[:0]
+		for i := 0; i < len(raw); i++ {
+			c := raw[i]
+			if c == '%' {
+				if i+2 >= len(raw) || !rules.IsHexDigit(raw[i+1]) || !rules.IsHexDigit(raw[i+2]) {
+					return "", false // net/http: invalid URL escape
+				}
+				c = rules.Unhex(raw[i+1])<<4 | rules.Unhex(raw[i+2])
+				if c == '/' || c == '\\' {
+					return "", false
+				}
+				i += 2
+			}
+			s.path = append(s.path, c)
+		}
+		decoded = s.path
+	}
+	p := bytesString(decoded)
+	if screenPath(p) != "" {
+		return "", false
+	}
+	return rules.CleanPath(p), true
+}
+
+// headerView gives a head's field values by name, as http.Header does for
+// the request net/http would make of it (rules.HeaderValues).
+type headerView struct {
+	raw  []byte
+	vals []string
+}
+
+func (v *headerView) Values(name string) []string {
+	start := len(v.vals)
+	for it := newFieldLines(v.raw); ; {
+		n, value, more := it.next()
+		if !more {
+			break
+		}
+		if strings.EqualFold(bytesString(n), name) {
+			v.vals = append(v.vals, bytesString(value))
+		}
+	}
+	if len(v.vals) == start {
+		return nil
+	}
+	return v.vals[start:len(v.vals):len(v.vals)]
+}
+
+// refundAll gives back what every verdict counted, for a request the fast
+// path declines after deciding it.
+func refundAll(vs []verdict, tally window.Tally, now time.Time) {
+	for i := range vs {
+		vs[i].Decision = tally.Refund(vs[i].id, vs[i].Decision, now)
+	}
+}
+
+// appendBlocked appends to b the response writeBlocked writes for a
+// request a rule refused, as net/http frames it for an HTTP/1.1 request on
+// a connection that stays open: status line, the handler's fields sorted
+// by name, Date, Content-Length, body.
+func (s *fastScratch) appendBlocked(b []byte, d *domain, vs []verdict, blocker int, json bool, now time.Time) []byte {
+	v := vs[blocker]
+	rs := &d.rules[v.rule]
+	status := http.StatusTooManyRequests
+	custom := false
+	if br := rs.BlockResponse; br != nil {
+		status = br.Status
+		custom = br.Body != ""
+	}
+	contentType := "text/plain; charset=utf-8"
+	s.body = s.body[:0]
+	switch {
+	case custom:
+		contentType = rs.BlockResponse.ContentType
+		s.body = append(s.body, rs.BlockResponse.Body...)
+	case json:
+		contentType = "application/json"
+		s.body = appendBlockedJSON(s.body, rs, v)
+	default:
+		s.body = appendBlockedText(s.body, rs, v)
+	}
+
+	b = append(b, "HTTP/1.1 "...)
+	if text := http.StatusText(status); text != "" {
+		b = strconv.AppendInt(b, int64(status), 10)
+		b = append(b, ' ')
+		b = append(b, text...)
+	} else {
+		b = strconv.AppendInt(b, int64(status), 10) // a status of 3 digits
+		b = append(b, " status code "...)
+		b = strconv.AppendInt(b, int64(status), 10)
+	}
+	b = append(b, "\r\nCache-Control: no-store\r\nContent-Type: "...)
+	b = append(b, contentType...)
+	b = append(b, "\r\n"...)
+	x := s.appendFields(d, vs, blocker)
+	if len(s.limits) > 0 {
+		b = append(b, headers.FieldRateLimit+": "...)
+		b = append(b, s.limits...)
+		b = append(b, "\r\n"+headers.FieldRateLimitPolicy+": "...)
+		b = append(b, s.policies...)
+		b = append(b, "\r\n"...)
+	}
+	b = append(b, headers.FieldRetryAfter+": "...)
+	b = headers.AppendRetryAfter(b, v.RetryAfter)
+	b = append(b, "\r\n"...)
+	if !custom {
+		b = append(b, "X-Content-Type-Options: nosniff\r\n"...)
+	}
+	if x >= 0 {
+		xv := vs[x]
+		b = headers.AppendXRateLimit(b, d.rules[xv.rule].Capacity(), xv.Remaining, xv.Reset)
+	}
+	b = append(b, "Date: "...)
+	b = appendDate(b, now)
+	b = append(b, "\r\nContent-Length: "...)
+	b = strconv.AppendInt(b, int64(len(s.body)), 10)
+	b = append(b, "\r\n\r\n"...)
+	return append(b, s.body...)
+}
+
+// appendFields makes the RateLimit and RateLimit-Policy values of a
+// blocked request in s.limits and s.policies, as newFields does, and
+// returns the verdict whose rule gives X-RateLimit-*, or -1 for none.
+func (s *fastScratch) appendFields(d *domain, vs []verdict, blocker int) int {
+	s.limits, s.policies = s.limits[:0], s.policies[:0]
+	for _, v := range vs {
+		rs := &d.rules[v.rule]
+		if rs.Headers == rules.HeadersNone {
+			continue
+		}
+		if len(s.policies) > 0 {
+			s.policies = append(s.policies, ", "...)
+			s.limits = append(s.limits, ", "...)
+		}
+		s.policies = append(s.policies, rs.policyText...)
+		s.limits = headers.AppendLimit(s.limits, headers.Limit{Name: rs.Name, Remaining: v.Remaining, Reset: v.Reset})
+	}
+	if len(s.policies) == 0 || d.rules[vs[blocker].rule].Headers == rules.HeadersNone {
+		return -1
+	}
+	return blocker
+}
+
+// appendBlockedJSON and appendBlockedText append writeBlocked's bodies.
+func appendBlockedJSON(b []byte, rs *ruleState, v verdict) []byte {
+	errName, _ := blockedWords(rs)
+	b = append(b, `{"error":"`...)
+	b = append(b, errName...)
+	b = append(b, `","rule":"`...)
+	b = append(b, rs.Name...)
+	b = append(b, `","retry_after":`...)
+	b = strconv.AppendInt(b, headers.RetryAfterSeconds(v.RetryAfter), 10)
+	if rs.restoreRate != "" {
+		b = append(b, `,"cost":`...)
+		b = strconv.AppendInt(b, v.cost, 10)
+		b = append(b, `,"remaining":`...)
+		b = strconv.AppendInt(b, max(v.Remaining, 0), 10)
+		b = append(b, `,"restore_rate":`...)
+		b = append(b, rs.restoreRate...)
+	}
+	return append(b, "}\n"...)
+}
+
+func appendBlockedText(b []byte, rs *ruleState, v verdict) []byte {
+	_, text := blockedWords(rs)
+	b = append(b, text...)
+	b = strconv.AppendInt(b, headers.RetryAfterSeconds(v.RetryAfter), 10)
+	return append(b, "s\n"...)
+}
+
+// dateCache holds the Date field's value for one second.
+type dateCache struct {
+	sec int64
+	b   []byte
+}
+
+var lastDate atomic.Pointer[dateCache]
+
+// appendDate appends now as net/http writes the Date field, formatting it
+// once a second.
+func appendDate(b []byte, now time.Time) []byte {
+	sec := now.Unix()
+	if c := lastDate.Load(); c != nil && c.sec == sec {
+		return append(b, c.b...)
+	}
+	c := &dateCache{sec: sec, b: now.UTC().AppendFormat(make([]byte, 0, len(http.TimeFormat)), http.TimeFormat)}
+	lastDate.Store(c)
+	return append(b, c.b...)
+}

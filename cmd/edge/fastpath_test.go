@@ -31,7 +31,9 @@ import (
 // diffConfig serves api.example.com and www.example.com with rules that
 // exercise the refusal's parts: JSON and text bodies, every field,
 // mitigation, count_blocked, a log rule, a header key, a path rule, a
-// custom block response, a quota, a token bucket, a trusted proxy.
+// custom block response, a quota, a token bucket, a trusted proxy; and a
+// domain only the check listener answers for, whose hosts the public
+// listener misdirects.
 const diffConfig = `
 origin: ORIGIN
 client_ip: {trusted_proxies: ["127.0.0.0/8"]}
@@ -55,6 +57,12 @@ domains:
         key: [ip]
         match: {path_prefix: /custom}
         block_response: {status: 420, body: "slow down\n", content_type: text/plain}
+  - name: asked
+    hosts: [asked.example.com]
+    serve: check
+    rules:
+      - {name: per-ip, limit: 1, period: 1m, key: [ip]}
+check: {listen: "127.0.0.1:0"}
 `
 
 // sentinel is answered 421 with Connection: close, so that the server
@@ -241,6 +249,8 @@ func TestFastPathDifferential(t *testing.T) {
 			hostile.Req("OPTIONS /a HTTP/1.1", "Host: "+api)), wait: true, fast: true},
 		{name: "no read timeout: first request too", steps: repeat(get(api, "/a"), 6), wait: true, extra: "timeouts: {read: 0s}\n", fast: true},
 		{name: "half-close", steps: repeat(get(api, "/a"), 5), wait: true, halfClose: true, fast: true},
+		{name: "every key in the accuracy sample", steps: repeat(get(api, "/a"), 8), wait: true, extra: "accuracy_sample: 1\n", fast: true},
+		{name: "a domain served only by the check listener", steps: append(repeat(get("asked.example.com", "/a"), 3), get(api, "/a")), wait: true},
 	}
 	// Every hostile input, after requests that put the connection on the
 	// fast path, under a limit that refuses and one that allows.

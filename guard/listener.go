@@ -210,6 +210,11 @@ func (l *Listener) admit() error {
 			l.mu.Unlock()
 			l.onCapped(CapEvent{Max: l.maxConns, ClosedIdle: victim != nil})
 			l.mu.Lock()
+			if victim == nil {
+				// Close, or a connection's end, may have broadcast while
+				// the lock was let go: look again before waiting.
+				continue
+			}
 		}
 		if victim != nil {
 			l.mu.Unlock()

@@ -58,6 +58,11 @@ func TestExactMatchesStore(t *testing.T) {
 		{"fixed", window.Limit{Algorithm: window.FixedWindow, Limit: 7, Period: 10 * time.Second}},
 		{"fixed count_blocked", window.Limit{Algorithm: window.FixedWindow, Limit: 4, Period: 3 * time.Second, CountBlocked: true}},
 		{"fixed mitigation", window.Limit{Algorithm: window.FixedWindow, Limit: 6, Period: time.Second, Mitigation: 2 * time.Second}},
+		// Lyft's year, longer than window.MaxSpan: the trace runs some 75
+		// years on from 2027, to near the end of Lua's exact integers (µs
+		// below 2⁵³, the year 2255).
+		{"sliding year", window.Limit{Limit: 3, Period: 365 * 24 * time.Hour}},
+		{"fixed year count_blocked", window.Limit{Algorithm: window.FixedWindow, Limit: 3, Period: 365 * 24 * time.Hour, CountBlocked: true}},
 		{"token", window.Limit{Algorithm: window.TokenBucket, Limit: 7, Period: 10 * time.Second, Burst: 9}},
 		{"token burst 4", window.Limit{Algorithm: window.TokenBucket, Limit: 3, Period: 7 * time.Second, Burst: 4}},
 		{"token count_blocked", window.Limit{Algorithm: window.TokenBucket, Limit: 6, Period: 3 * time.Second, Burst: 6, CountBlocked: true}},
@@ -150,6 +155,8 @@ func TestExactOnRedisClock(t *testing.T) {
 	}{
 		{"sliding", window.Limit{Limit: 3, Period: time.Hour}, 3, 0, time.Hour + 1, 2 * time.Hour},
 		{"fixed", window.Limit{Algorithm: window.FixedWindow, Limit: 3, Period: time.Hour}, 3, 0, time.Hour, time.Hour},
+		{"sliding year", window.Limit{Limit: 3, Period: year}, 3, 0, year + 1, 2 * year},
+		{"fixed year", window.Limit{Algorithm: window.FixedWindow, Limit: 3, Period: year}, 3, 0, year, year},
 		{"token", window.Limit{Algorithm: window.TokenBucket, Limit: 6, Period: time.Hour, Burst: 2}, 2, 9 * time.Minute, 10 * time.Minute, 20*time.Minute + time.Second},
 		{"leaky", window.Limit{Algorithm: window.LeakyBucket, Limit: 4, Period: time.Hour}, 4, 14 * time.Minute, 15 * time.Minute, time.Hour + time.Second},
 		// The burst, then one request queued 15 minutes; the next one's turn
@@ -409,4 +416,78 @@ func TestBatchedQuota(t *testing.T) {
 		}
 	}
 	checkTTLs(t, srv)
+}
+
+// year is Lyft's longest unit, 365 days: longer than window.MaxSpan.
+const year = 365 * 24 * time.Hour
+
+// TestExactYearAtBoundaries: a year's windows in Redis decide as the
+// store does at the edges of their epoch-aligned periods (a microsecond
+// before and at each start, Redis's clock having whole microseconds),
+// from before the epoch to 2250, near the end of Lua's exact integers.
+func TestExactYearAtBoundaries(t *testing.T) {
+	srv := redistest.Start(t)
+	c := exactClient(t, srv)
+	const P = int64(year / time.Microsecond)
+	for _, tt := range []struct {
+		l window.Limit
+		// the steps allowed (T) and refused (F): a period of a year, not
+		// of window.MaxSpan
+		want string
+	}{
+		{window.Limit{Limit: 10, Period: year}, "TTFTFTFFTFTFTFTT"},
+		{window.Limit{Algorithm: window.FixedWindow, Limit: 10, Period: year, CountBlocked: true}, "TTFFFFTTTTTTFTFT"},
+	} {
+		l := tt.l
+		for _, base := range []time.Time{
+			time.Date(1950, 1, 1, 0, 0, 0, 0, time.UTC),
+			time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC),
+			time.Date(2113, 12, 31, 0, 0, 0, 0, time.UTC),
+			time.Date(2250, 1, 1, 0, 0, 0, 0, time.UTC),
+		} {
+			t.Run(l.Algorithm.String()+"/"+strconv.Itoa(base.Year()), func(t *testing.T) {
+				local, err := window.New(window.Options{Capacity: 64, Limits: []window.Limit{l}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				shared, store := newDomain(t, c, l)
+				shared.scriptTime = true
+				w := base.UnixMicro() / P
+				if base.UnixMicro()%P < 0 {
+					w--
+				}
+				S := w * P
+				// µs after S, and the cost asked there.
+				steps := []struct{ at, cost int64 }{
+					{0, 4}, {0, 4}, {0, 4}, {P / 2, 1}, {P - 1, 2}, {P - 1, 1},
+					{P, 1}, {P, 3}, {P + 1, 1}, {P + P/10, 1}, {P + P/10 + 1, 1}, {P + P/10 + 1, 1},
+					{2*P - 1, 5}, {2 * P, 10}, {2 * P, 1}, {4*P + 1, 1},
+				}
+				var allowed []byte
+				for i, st := range steps {
+					now := time.UnixMicro(S + st.at)
+					want := local.AllowN(id(local, "k").Key, now, st.cost)
+					call := shared.Begin()
+					got := call.Decide(id(store, "k"), st.cost, now)
+					call.End()
+					if got.Unavailable || got.Fallback || publicOf(got) != publicOf(want) {
+						t.Fatalf("step %d (%dµs into the period, cost %d): redis decided %+v, the store %+v",
+							i, st.at, st.cost, publicOf(got), publicOf(want))
+					}
+					allowed = append(allowed, "FT"[btoi(got.Allowed)])
+				}
+				if string(allowed) != tt.want {
+					t.Fatalf("allowed %s, want %s", allowed, tt.want)
+				}
+			})
+		}
+	}
+	checkTTLs(t, srv)
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -182,3 +182,32 @@ func TestRestartRequiredStaysUntilRestart(t *testing.T) {
 		}
 	}
 }
+
+// TestRLSOnlyReloadAddsDomains: edge started as the rate limit service
+// alone binds no public listener; a reload that adds domains lists listen
+// under restart_required (the public listener is bound at the next
+// start), and one back to no domains lists nothing.
+func TestRLSOnlyReloadAddsDomains(t *testing.T) {
+	origin, _ := newOrigin(t, "a")
+	rlsOnly := rules.Config{AdminListen: "127.0.0.1:9001",
+		RLS: rules.RLSConfig{Listen: "127.0.0.1:8081", Config: []string{"ratelimit/*.yaml"}}}
+	e := newEnv(t, rlsOnly)
+	withDomain := oneDomain(origin.URL, rule("per-ip", 5, time.Minute))
+	withDomain.AdminListen, withDomain.RLS = rlsOnly.AdminListen, rlsOnly.RLS
+	for _, s := range []struct {
+		name string
+		cfg  rules.Config
+		want []string
+	}{
+		{"a domain added", withDomain, []string{"listen"}},
+		{"the domain removed", rlsOnly, nil},
+	} {
+		res, err := e.proxy.Reload(compile(t, s.cfg), s.name)
+		if err != nil {
+			t.Fatalf("%s: Reload: %v", s.name, err)
+		}
+		if got := res.RestartRequired; !slices.Equal(got, s.want) {
+			t.Errorf("%s: restart_required got %q, want %q", s.name, got, s.want)
+		}
+	}
+}

@@ -13,6 +13,13 @@
 // ("descriptors[1].rate_limit.unit"); and a key Lyft accepts anywhere but
 // uses in one place only (unit at a descriptor's level, say) is accepted
 // with a warning that it is ignored, where Lyft ignores it silently.
+//
+// Every unit Lyft has is counted, second to year, in epoch-aligned periods
+// of Lyft's lengths (a month 30 days, a year 365): period k of a unit of n
+// seconds starts at Unix second k×n, as Lyft's cache keys do, so a fixed
+// window resets when Lyft's would. A year is longer than the 49.7 days
+// that bound most of the store's periods; the service's windows keep no
+// mitigation, which is what lets a window count it (window.MaxWindowPeriod).
 package rls
 
 import (
@@ -572,8 +579,6 @@ func (l *loader) rateLimit(n *yaml.Node, path string) *Limit {
 		// Lyft ignores a unit it cannot read on an unlimited entry.
 	case !valid:
 		l.fail(orNode(unitNode, n), path+".unit", "invalid rate limit unit '%s' (valid: second, minute, hour, day, week, month, year)", unit)
-	case u == Year:
-		l.fail(unitNode, path+".unit", "year: not supported yet: edge's longest window is 49 days (month, 30 days, is the longest unit it counts)")
 	default:
 		lim.Unit = u
 	}

@@ -23,8 +23,8 @@ func TestLoadLyftDirectory(t *testing.T) {
 	if got := len(api.Descriptors()); got != 2 {
 		t.Errorf("api merged from two files: got %d descriptors, want 2", got)
 	}
-	if got := len(shop.Descriptors()); got != 12 {
-		t.Errorf("shop: got %d top-level descriptors, want 12", got)
+	if got := len(shop.Descriptors()); got != 13 {
+		t.Errorf("shop: got %d top-level descriptors, want 13", got)
 	}
 	warned := strings.Join(c.Warnings, "\n")
 	for _, want := range []string{"detailed_metric", "value_to_metric", "metadata"} {
@@ -70,8 +70,6 @@ func TestConfigErrors(t *testing.T) {
 			false, `f.yaml:5: descriptors[0].rate_limit.unit: invalid rate limit unit 'fortnight'`},
 		{"missing unit", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      requests_per_unit: 1\n",
 			false, `descriptors[0].rate_limit.unit: invalid rate limit unit ''`},
-		{"year", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: year\n      requests_per_unit: 1\n",
-			false, `descriptors[0].rate_limit.unit: year: not supported yet`},
 		{"duplicate descriptor", "domain: d\ndescriptors:\n  - key: a\n    value: b\n  - key: a\n    value: b\n",
 			false, `f.yaml:5: descriptors[1]: duplicate descriptor composite key 'd.a_b'`},
 		{"duplicate nested descriptor", "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n      - key: b\n",

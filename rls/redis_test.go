@@ -3,6 +3,7 @@ package rls
 import (
 	"context"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -106,26 +107,26 @@ func TestRedisExact(t *testing.T) {
 
 // TestRedisBatched: in batched mode each node decides locally and shares
 // its counts every batch interval: once a flush has carried node a's
-// counts, node b refuses too.
+// counts, node b refuses too (b's own requests could not refuse it this
+// side of 1000 of them).
 func TestRedisBatched(t *testing.T) {
 	srv := redistest.Start(t)
-	a := node(t, srv.Addr, rules.SyncBatched, rules.SlidingWindow, "a")
-	b := node(t, srv.Addr, rules.SyncBatched, rules.SlidingWindow, "b")
-	ask := func(c pb.RateLimitServiceClient) pb.RateLimitResponse_Code {
-		resp, err := c.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "shop", Descriptors: []*rlspb.RateLimitDescriptor{desc("user=bob")}})
+	const lyft = "domain: shop\ndescriptors:\n  - key: user\n    rate_limit: {unit: month, requests_per_unit: 1000}\n"
+	a := nodeWith(t, srv.Addr, rules.SyncBatched, rules.SlidingWindow, "a", lyft)
+	b := nodeWith(t, srv.Addr, rules.SyncBatched, rules.SlidingWindow, "b", lyft)
+	ask := func(c pb.RateLimitServiceClient, hits uint32) pb.RateLimitResponse_Code {
+		resp, err := c.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "shop", HitsAddend: hits, Descriptors: []*rlspb.RateLimitDescriptor{desc("user=bob")}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return resp.OverallCode
 	}
-	for range 3 {
-		if got := ask(a); got != ok {
-			t.Fatalf("node a: got %v, want OK", got)
-		}
+	if got := ask(a, 1000); got != ok {
+		t.Fatalf("node a: got %v, want OK", got)
 	}
 	// b's first request is its own, decided locally; its next ones see a's
 	// counts once both have flushed and read back.
-	wait.For(t, 10*time.Second, "node b to see node a's counts", func() bool { return ask(b) == over })
+	wait.For(t, 10*time.Second, "node b to see node a's counts", func() bool { return ask(b, 1) == over })
 }
 
 // TestRedisDownClosed: with on_store_failure closed and Redis gone, a call
@@ -176,6 +177,90 @@ descriptors:
 					t.Errorf("%s after the refund: got %s, want %s", user, got, want)
 				}
 			}
+		})
+	}
+}
+
+// TestRedisYear: a limit per year, counted through a real redis-server by
+// two nodes, in exact mode under both algorithms and in batched mode:
+// once node a has counted the year's limit, node b refuses, the keys are those of Lyft's
+// year (period start (now ÷ 31536000) × 31536000, Unix seconds) and
+// expire when that year's counts stop mattering, and a fixed window
+// resets when Lyft's would.
+func TestRedisYear(t *testing.T) {
+	const divider = 365 * 24 * 60 * 60 // Lyft's UnitToDivider(YEAR)
+	const lyft = `domain: shop
+descriptors:
+  - key: license
+    rate_limit: {unit: year, requests_per_unit: 1000}
+`
+	for _, tc := range []struct {
+		sync rules.SyncMode
+		algo rules.Algorithm
+	}{
+		{rules.SyncExact, rules.SlidingWindow},
+		{rules.SyncExact, rules.FixedWindow},
+		{rules.SyncBatched, rules.SlidingWindow},
+	} {
+		t.Run(tc.sync.String()+"/"+tc.algo.String(), func(t *testing.T) {
+			srv := redistest.Start(t)
+			a := nodeWith(t, srv.Addr, tc.sync, tc.algo, "a", lyft)
+			b := nodeWith(t, srv.Addr, tc.sync, tc.algo, "b", lyft)
+			ask := func(c pb.RateLimitServiceClient, hits uint32) *pb.RateLimitResponse_DescriptorStatus {
+				resp, err := c.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "shop", HitsAddend: hits, Descriptors: []*rlspb.RateLimitDescriptor{desc("license=l1")}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return resp.Statuses[0]
+			}
+			ctx := context.Background()
+			suffix := ":" + strconv.FormatInt(time.Now().Unix()/divider*divider, 10)
+			// The year's whole limit on node a, at once (hits_addend).
+			if st := ask(a, 1000); st.Code != ok {
+				t.Fatalf("node a: %v, want OK", st)
+			}
+			if tc.sync == rules.SyncBatched {
+				// b decides alone until a flush has brought it a's 1000:
+				// its own requests could not refuse it this side of 1000
+				// of them.
+				wait.For(t, 10*time.Second, "node b to see node a's counts", func() bool { return ask(b, 1).Code == over })
+			}
+			st := ask(b, 1)
+			now := time.Now()
+			if st.Code != over {
+				t.Fatalf("node b, after the year's limit: %v, want OVER_LIMIT", st)
+			}
+			end := time.Duration(divider-now.Unix()%divider) * time.Second // Lyft's reset
+			got := st.DurationUntilReset.AsDuration()
+			switch {
+			case tc.algo == rules.FixedWindow && (got > end+time.Second || got < end-2*time.Second):
+				t.Errorf("reset: got %v, want Lyft's %v", got, end)
+			case tc.algo == rules.SlidingWindow && (got < end-2*time.Second || got > end+365*24*time.Hour+time.Second):
+				t.Errorf("reset: got %v, want after the year's end (%v), within a year of it", got, end)
+			}
+			keys, err := srv.Client().Do(ctx, srv.Client().B().Keys().Pattern("edge:test:rls.shop:*").Build()).AsStrSlice()
+			if err != nil || len(keys) == 0 {
+				t.Fatalf("keys: %v, %v; want some", keys, err)
+			}
+			counted := false
+			for _, k := range keys {
+				if !strings.HasSuffix(k, suffix) {
+					continue
+				}
+				counted = true
+				ttl, err := srv.Client().Do(ctx, srv.Client().B().Pttl().Key(k).Build()).AsInt64()
+				lives := 2 * 365 * 24 * time.Hour // a sliding window's count, two periods
+				if tc.algo == rules.FixedWindow {
+					lives = 365 * 24 * time.Hour
+				}
+				if err != nil || ttl <= 0 || time.Duration(ttl)*time.Millisecond > lives {
+					t.Errorf("PTTL %s: %dms, %v; want in (0, %v]", k, ttl, err, lives)
+				}
+			}
+			if !counted {
+				t.Errorf("keys %v: none counts Lyft's year (ending %s)", keys, suffix)
+			}
+			srv.CheckTTLs(t)
 		})
 	}
 }

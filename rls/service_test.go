@@ -198,6 +198,9 @@ func TestConformance(t *testing.T) {
 			repeat(1, one(desc("bucket=img8.png"), ok, 2)),
 			repeat(1, one(desc("bucket=img7.jpg"), ok, 0)))},
 		{"zero requests per unit", repeat(2, one(desc("blocked=x"), over, 0))},
+		{"a year", cat(
+			repeat(2, one(desc("license=l1"), ok, 2)),
+			repeat(1, one(desc("license=l1"), over, 2)))},
 		{"quota mode: every quota descriptor over", cat(
 			repeat(1, one(desc("quota=q"), ok, 1)),
 			repeat(1, one(desc("quota=q"), over, 1)))},
@@ -260,6 +263,75 @@ func TestStatusFields(t *testing.T) {
 	// is until 00:01:00 plus a third of a minute.
 	if d := st.DurationUntilReset.AsDuration(); st.Code != over || d <= 0 || d > 2*time.Minute {
 		t.Errorf("over: got %v, want OVER_LIMIT with a reset within two minutes", st)
+	}
+}
+
+// TestYear: a limit per year counts Lyft's years, 365 days aligned to
+// the epoch (period k starts at Unix second k×31536000), at their edges:
+// a fixed window refuses to the last second of the year and starts afresh
+// at its end, resetting when Lyft's would; a sliding window still counts
+// the past year at the edge, and frees it as it slides out.
+func TestYear(t *testing.T) {
+	const divider = 365 * 24 * 60 * 60 // Lyft's UnitToDivider(YEAR)
+	lyftReset := func(now time.Time) time.Duration {
+		return time.Duration(divider-now.Unix()%divider) * time.Second
+	}
+	for _, algo := range []rules.Algorithm{rules.SlidingWindow, rules.FixedWindow} {
+		t.Run(algo.String(), func(t *testing.T) {
+			f := serve(t, rules.RLS{Algorithm: algo, ResponseHeaders: true})
+			ask := func() *pb.RateLimitResponse_DescriptorStatus {
+				return f.ask(t, "shop", 0, desc("license=l1")).Statuses[0]
+			}
+			for i := range 2 {
+				if st := ask(); st.Code != ok || st.LimitRemaining != uint32(1-i) {
+					t.Fatalf("request %d: %v, want OK with %d left", i, st, 1-i)
+				}
+			}
+			resp := f.ask(t, "shop", 0, desc("license=l1"))
+			st := resp.Statuses[0]
+			if st.Code != over || st.CurrentLimit.Unit != pb.RateLimitResponse_RateLimit_YEAR {
+				t.Fatalf("third request: %v, want OVER_LIMIT of a limit per YEAR", st)
+			}
+			var policy string
+			for _, h := range resp.ResponseHeadersToAdd {
+				if strings.EqualFold(h.Key, "RateLimit-Policy") {
+					policy = h.Value
+				}
+			}
+			if !strings.Contains(policy, ";w=31536000") {
+				t.Errorf("RateLimit-Policy %q, want a window of 31536000 seconds", policy)
+			}
+			end := lyftReset(f.clock.now()) // to the end of Lyft's year
+			if algo == rules.FixedWindow {
+				if got := st.DurationUntilReset.AsDuration(); got != end {
+					t.Errorf("reset: got %v, want Lyft's %v", got, end)
+				}
+			} else if got := st.DurationUntilReset.AsDuration(); got <= end || got > end+365*24*time.Hour {
+				t.Errorf("reset: got %v, want after the year's end (%v), within a year of it", got, end)
+			}
+			f.clock.add(end - time.Second) // the year's last second
+			if st := ask(); st.Code != over || (algo == rules.FixedWindow && st.DurationUntilReset.AsDuration() != time.Second) {
+				t.Fatalf("in the year's last second: %v, want OVER_LIMIT", st)
+			}
+			f.clock.add(time.Second) // the next year's first
+			if now := f.clock.now(); now.Unix()%divider != 0 {
+				t.Fatalf("the clock is at %v, not at the start of a Lyft year", now)
+			}
+			st = ask()
+			if algo == rules.FixedWindow {
+				if st.Code != ok || st.LimitRemaining != 1 || st.DurationUntilReset.AsDuration() != 365*24*time.Hour {
+					t.Fatalf("the next year's first request: %v, want OK, 1 left, reset in 365 days", st)
+				}
+				return
+			}
+			if st.Code != over {
+				t.Fatalf("the next year's first request: %v, want OVER_LIMIT (the past year still counts)", st)
+			}
+			f.clock.add(365 * 24 * time.Hour / 2) // half of the past year slid out: 1 of 2 left
+			if st := ask(); st.Code != ok {
+				t.Fatalf("half a year on: %v, want OK", st)
+			}
+		})
 	}
 }
 

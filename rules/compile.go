@@ -90,13 +90,23 @@ func Compile(cfg Config) (*Table, error) {
 		byName:      make(map[string]*Domain),
 	}
 
-	if t.Listen == "" {
-		t.Listen = DefaultListen
-	}
 	if t.AdminListen == "" {
 		t.AdminListen = DefaultAdminListen
 	}
-	checkListeners(&p, t.Listen, t.AdminListen)
+	switch {
+	case !rlsOnly(cfg) && t.Listen == "":
+		t.Listen = DefaultListen
+		checkListeners(&p, t.Listen, t.AdminListen)
+	case !rlsOnly(cfg):
+		checkListeners(&p, t.Listen, t.AdminListen)
+	case t.Listen != "":
+		// Only the rate limit service: there is nothing for a public
+		// listener to serve, so edge binds none (Table.Listen "").
+		p.add("listen", "has no domain to serve: with rls and no domains edge binds no public listener; remove listen or add a domain, got %q", t.Listen)
+		t.Listen = ""
+	default:
+		checkAddr(&p, "admin_listen", t.AdminListen)
+	}
 	t.AdminHosts = compileAdminHosts(&p, cfg.AdminHosts)
 	t.Check = compileCheck(&p, cfg.Check, t.Listen, t.AdminListen)
 
@@ -416,9 +426,19 @@ func compileLog(p *problems, c LogConfig) (slog.Level, string) {
 // hostClaim records where a normalised host was first listed.
 type hostClaim struct{ domain, host int }
 
+// rlsOnly reports whether cfg runs edge as the rate limit service alone:
+// rls.listen set, no domains and no check section (whose questions the
+// domains decide). Then domains may be left out and no public listener is
+// bound.
+func rlsOnly(cfg Config) bool {
+	return len(cfg.Domains) == 0 && cfg.RLS.Listen != "" && cfg.Check == nil
+}
+
 func compileDomains(p *problems, t *Table, cfg Config) {
 	if len(cfg.Domains) == 0 {
-		p.missing("domains", "", "must list at least one domain")
+		if !rlsOnly(cfg) {
+			p.missing("domains", "", "must list at least one domain")
+		}
 		return
 	}
 	claims := make(map[string]hostClaim)

@@ -61,3 +61,41 @@ func TestCompileRLSErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestRLSOnly: with rls.listen set, domains may be left out; edge then
+// binds no public listener (Table.Listen ""), and a listen set anyway is
+// an error, as are no domains with a check section (the domains decide
+// its questions) or without rls.
+func TestRLSOnly(t *testing.T) {
+	rlsOnly := RLSConfig{Listen: "127.0.0.1:8081", Config: []string{"ratelimit/*.yaml"}}
+	tab, err := Compile(Config{RLS: rlsOnly, AdminListen: "127.0.0.1:9090"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tab.Listen != "" || len(tab.Domains) != 0 || tab.AdminListen != "127.0.0.1:9090" || tab.RLS.Listen != "127.0.0.1:8081" {
+		t.Errorf("got listen %q, %d domains, admin_listen %q, rls.listen %q; want no public listener",
+			tab.Listen, len(tab.Domains), tab.AdminListen, tab.RLS.Listen)
+	}
+	// rls.listen may then take the port listen would have defaulted to.
+	if _, err := Compile(Config{RLS: RLSConfig{Listen: ":8080", Config: []string{"x"}}}); err != nil {
+		t.Errorf("rls on :8080 with no public listener: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"listen set", Config{RLS: rlsOnly, Listen: ":8080"},
+			`listen: has no domain to serve: with rls and no domains edge binds no public listener; remove listen or add a domain, got ":8080"`},
+		{"with check", Config{RLS: rlsOnly, Check: &CheckConfig{Listen: "127.0.0.1:8082"}}, "domains: required"},
+		{"without rls", Config{}, "domains: required"},
+		{"bad admin_listen", Config{RLS: rlsOnly, AdminListen: "9090"}, `admin_listen: must be host:port, got "9090"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Compile(tc.cfg)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -14,7 +14,7 @@ import (
 // new Table and swaps it in. Callers must not modify any field, nor anything
 // a field points to.
 type Table struct {
-	Listen      string // proxy listen address, host:port
+	Listen      string // proxy listen address, host:port; "" binds none (rls alone, no domains)
 	AdminListen string // admin listen address, host:port
 	AdminToken  string // bearer token for the admin API; "" = none
 	Pop         string // point-of-presence label

@@ -105,7 +105,7 @@ const blockedSlots = 8
 // shard's mutex, read without it: see lookup for why two words suffice.
 type blockedSlot struct {
 	fp    atomic.Uint64
-	until atomic.Int64 // 2×(ns since the epoch) + 1 if mitigated: good to 2116
+	until atomic.Int64 // 2×(ns since the epoch) + 1 if mitigated: good to 2114 (a wait is under 2×MaxWindowPeriod)
 }
 
 // lookup reports whether a cached block of fp holds at now, and if so

@@ -99,6 +99,21 @@ const (
 	// It also bounds the time an empty bucket takes to fill: Burst ×
 	// Period/Limit.
 	MaxSpan = time.Duration(math.MaxUint32) * time.Millisecond
+	// MaxWindowPeriod is the longest Period of a window that keeps no
+	// mitigation end: a SlidingWindow or FixedWindow that is not Soft,
+	// counts by Standard precision and has no Mitigation (which MaxSpan −
+	// Period leaves none of once Period passes MaxSpan). Such a window's
+	// entry holds only a period index and two counts, none of which is
+	// measured in the period's length, so its period may pass MaxSpan: 366
+	// days, a leap year, so that a year of 365 days (Lyft's) can be counted.
+	// Every other limit's Period stays at most MaxSpan. The arithmetic on
+	// such a period holds (see window_test.go's year tests): elapsed times
+	// and waits stay under 2×Period, far within a Duration; the products
+	// of the estimate are 128-bit; period indexes stay within ±293 (the
+	// range of int64 nanoseconds), so a shift of periods × Period in ms
+	// stays within int64; and a blocked key's cached end, 2×(now + wait) in
+	// 63 bits, holds until the year 2114.
+	MaxWindowPeriod = 366 * 24 * time.Hour
 	// MaxCost is the largest cost of one request.
 	MaxCost = 1_000_000
 	// MaxQueueDelay is the largest Limit.MaxDelay: a bucket's level then
@@ -164,9 +179,11 @@ type Limit struct {
 	// the rate at which it refills (or drains).
 	Limit int64
 	// Period is the window length, a whole number of milliseconds from 1ms
-	// to MaxSpan (rounded down to one, and to at least 1ms). A Quota
-	// ignores it: its periods are Reset's, and Store.Limit reports a
-	// nominal length for them (a day, a week, 31 days).
+	// to MaxSpan (rounded down to one, and to at least 1ms), or to
+	// MaxWindowPeriod for a window that keeps no mitigation end (see
+	// MaxWindowPeriod). A Quota ignores it: its periods are Reset's, and
+	// Store.Limit reports a nominal length for them (a day, a week, 31
+	// days).
 	Period time.Duration
 	// Reset is a Quota's calendar period; other algorithms ignore it.
 	Reset Reset
@@ -185,7 +202,7 @@ type Limit struct {
 	MaxDelay time.Duration
 	// Mitigation, when positive, blocks a key for this long once a request
 	// of it is refused, whatever its counters do meanwhile; at most MaxSpan
-	// − Period.
+	// − Period, so none for a Period above MaxSpan.
 	Mitigation time.Duration
 	// CountBlocked makes blocked requests count too, so that a client that
 	// keeps sending while blocked stays blocked: a window counts their cost,
@@ -340,7 +357,7 @@ type params struct {
 
 // init prepares l, clamped to what the store can count (see Limit).
 func (p *params) init(l Limit) {
-	period := min(max(l.Period.Truncate(time.Millisecond), time.Millisecond), MaxSpan)
+	period := min(max(l.Period.Truncate(time.Millisecond), time.Millisecond), l.maxPeriod())
 	p.algorithm = l.Algorithm
 	if p.algorithm > Concurrency {
 		p.algorithm = SlidingWindow
@@ -355,7 +372,7 @@ func (p *params) init(l Limit) {
 	p.limit = uint64(min(max(l.Limit, 1), MaxLimit))
 	p.period = int64(period)
 	p.periodMillis = int64(period / time.Millisecond)
-	p.mitigation = int64(min(max(l.Mitigation, 0), MaxSpan-period))
+	p.mitigation = int64(min(max(l.Mitigation, 0), max(MaxSpan-period, 0)))
 	p.countBlocked = l.CountBlocked
 	p.soft = l.Soft && (p.algorithm == SlidingWindow || p.algorithm == FixedWindow)
 	if p.soft {
@@ -398,6 +415,20 @@ func (p *params) limitOf() Limit {
 		Reset:        p.cal.reset,
 		Location:     p.cal.loc,
 	}
+}
+
+// maxPeriod is the longest Period l may count by: MaxWindowPeriod for a
+// window that keeps no mitigation end beyond MaxSpan (a window that is not
+// Soft and counts by Standard precision: its Mitigation is then clamped to
+// none), MaxSpan for every other limit, whose entries keep times (a
+// mitigation end, a soft warm-up's end, a fine log's ticks, a bucket's
+// state) that MaxSpan bounds.
+func (l Limit) maxPeriod() time.Duration {
+	window := l.Algorithm == SlidingWindow || l.Algorithm == FixedWindow || l.Algorithm > Concurrency
+	if window && !l.Soft && !l.countsFine() {
+		return MaxWindowPeriod
+	}
+	return MaxSpan
 }
 
 // precision is the precision p counts by.
@@ -611,8 +642,8 @@ func (p *params) retry(prev, curr uint32, e int64, target uint64) time.Duration 
 // curr > 0 or prev > 0). In a fixed window that is the period's end; in a
 // sliding one it is exact, the first whole nanosecond at which
 // prev×(P−e−Δ) < (target−curr)×P holds (or its form in the next period).
-// Waits stay under 2P + 1ns, which for the longest period (2³² ms) is far
-// below the range of a Duration.
+// Waits stay under 2P + 1ns, which for the longest period
+// (MaxWindowPeriod) is far below the range of a Duration.
 func (p *params) until(prev, curr uint32, e int64, target uint64) time.Duration {
 	toEnd := p.period - e
 	if p.algorithm == FixedWindow {

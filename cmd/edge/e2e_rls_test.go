@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -225,5 +228,100 @@ func TestReloadRLSFiles(t *testing.T) {
 	a.rl.reload(false)
 	if got := limit(); got != 333 {
 		t.Errorf("after the fix: limit %d, want 333", got)
+	}
+}
+
+// TestEndToEndRLSOnly runs the built binary as the rate limit service
+// alone: a configuration of rls and admin_listen, with no domains, passes
+// edge -check, starts without a public listener, answers ShouldRateLimit
+// over gRPC (a limit per year), serves /readyz and /metrics on the admin
+// listener, and stops cleanly on SIGTERM. configs/rls-only.yaml is such a
+// configuration.
+func TestEndToEndRLSOnly(t *testing.T) {
+	code, stdout, stderr := runEdge("-check", "-config", "../../configs/rls-only.yaml")
+	if code != 0 || !strings.Contains(stdout, "0 domains, 0 rules; rls: 1 domain from 1 file") {
+		t.Errorf("configs/rls-only.yaml: got %d, %q, %q", code, stdout, stderr)
+	}
+	bin := buildEdge(t)
+	dir := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(dir, "licenses.yaml"), []byte("domain: licenses\ndescriptors:\n  - key: license\n    rate_limit: {unit: year, requests_per_unit: 2}\n"), 0o644))
+	cfg := filepath.Join(dir, "edge.yaml")
+	must(t, os.WriteFile(cfg, []byte(`admin_listen: "`+adminAnyPort+`"
+rls:
+  listen: "127.0.0.1:0"
+  config: [licenses.yaml]
+`), 0o644))
+	code, stdout, stderr = runEdge("-check", "-config", cfg)
+	if code != 0 || !strings.Contains(stdout, "is valid: 0 domains, 0 rules; rls: 1 domain from 1 file") {
+		t.Fatalf("edge -check: got %d, %q, %q", code, stdout, stderr)
+	}
+
+	e := runBinary(t, bin, cfg)
+	public, admin := e.stderr.waitListening(t)
+	if public != "" {
+		t.Errorf("a public listener on %s, want none:\n%s", public, e.stderr.String())
+	}
+	m := rlsListenAttr.FindStringSubmatch(e.stderr.String())
+	if m == nil {
+		t.Fatalf("no rls_listen in the log:\n%s", e.stderr.String())
+	}
+	conn, err := grpc.NewClient(m[1], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	must(t, err)
+	defer conn.Close()
+	client := pb.NewRateLimitServiceClient(conn)
+	var codes []string
+	for range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		resp, err := client.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "licenses", Descriptors: []*rlspb.RateLimitDescriptor{
+			{Entries: []*rlspb.RateLimitDescriptor_Entry{{Key: "license", Value: "l-1"}}},
+		}})
+		cancel()
+		must(t, err)
+		codes = append(codes, resp.OverallCode.String())
+	}
+	if got, want := strings.Join(codes, " "), "OK OK OVER_LIMIT"; got != want {
+		t.Errorf("ShouldRateLimit: got %s, want %s", got, want)
+	}
+	h, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("health: got %v, %v; want SERVING", h, err)
+	}
+	for _, tc := range []struct{ path, want string }{
+		{"/readyz", ""},
+		{"/healthz", ""},
+		{"/metrics", `edge_rls_requests_total{code="over_limit",domain="licenses"`},
+	} {
+		resp, err := http.Get("http://" + admin + tc.path)
+		must(t, err)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), tc.want) {
+			t.Errorf("GET %s: %d, want 200 with %q:\n%s", tc.path, resp.StatusCode, tc.want, body)
+		}
+	}
+	e.stop(t)
+}
+
+// TestReadmeRLSOnly: README's example of the rate limit service alone is
+// configs/rls-only.yaml less its comments, which TestEndToEndRLSOnly runs.
+func TestReadmeRLSOnly(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	must(t, err)
+	_, after, ok := strings.Cut(string(readme), "**The rate limit service alone.**")
+	if !ok {
+		t.Fatal("README has no paragraph on the rate limit service alone")
+	}
+	_, block, ok := strings.Cut(after, "```yaml\n")
+	block, _, _ = strings.Cut(block, "```")
+	if !ok {
+		t.Fatal("README shows no configuration of the rate limit service alone")
+	}
+	file, err := os.ReadFile("../../configs/rls-only.yaml")
+	must(t, err)
+	var shown, real map[string]any
+	must(t, yaml.Unmarshal([]byte(block), &shown))
+	must(t, yaml.Unmarshal(file, &real))
+	if fmt.Sprint(shown) != fmt.Sprint(real) {
+		t.Errorf("README shows %v, configs/rls-only.yaml has %v", shown, real)
 	}
 }

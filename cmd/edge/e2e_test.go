@@ -50,6 +50,16 @@ type edgeProcess struct {
 // running.
 func startBinary(t *testing.T, bin, cfgPath string) *edgeProcess {
 	t.Helper()
+	e := runBinary(t, bin, cfgPath)
+	e.public, e.admin = e.stderr.waitStarted(t)
+	return e
+}
+
+// runBinary starts bin with the config file at cfgPath, killed at the
+// end of the test if it is still running, without waiting for it to
+// start.
+func runBinary(t *testing.T, bin, cfgPath string) *edgeProcess {
+	t.Helper()
 	e := &edgeProcess{cmd: exec.Command(bin, "-config", cfgPath), exited: make(chan error, 1), stderr: newEdgeLog()}
 	e.cmd.Stderr = e.stderr
 	if err := e.cmd.Start(); err != nil {
@@ -62,7 +72,6 @@ func startBinary(t *testing.T, bin, cfgPath string) *edgeProcess {
 			<-e.exited
 		}
 	})
-	e.public, e.admin = e.stderr.waitStarted(t)
 	return e
 }
 

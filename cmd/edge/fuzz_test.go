@@ -58,8 +58,16 @@ func FuzzParseConfig(f *testing.F) {
 			}
 			return
 		}
-		if table == nil || len(table.Domains) == 0 {
+		if table == nil {
+			t.Fatalf("parseConfig returned neither a table nor an error")
+		}
+		// Without domains edge is the rate limit service alone: rls.listen
+		// is set and no public listener is bound.
+		if len(table.Domains) == 0 && (table.RLS.Listen == "" || table.Listen != "" || table.Check != nil) {
 			t.Fatalf("parseConfig accepted a config without domains: %+v", table)
+		}
+		if len(table.Domains) > 0 && table.Listen == "" {
+			t.Fatalf("parseConfig left domains without a public listener: %+v", table)
 		}
 		for _, d := range []struct {
 			name string

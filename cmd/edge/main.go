@@ -217,11 +217,7 @@ func serve(ctx context.Context, table *rules.Table, hash, path string, log *slog
 		return err
 	}
 	if srv.rls, err = listenRLS(table, rc, p, prometheus.WrapRegistererWith(prometheus.Labels{"pop": table.Pop}, reg)); err != nil {
-		srv.publicLn.Close()
-		srv.adminLn.Close()
-		if srv.checkLn != nil {
-			srv.checkLn.Close()
-		}
+		srv.closeListeners()
 		return err
 	}
 	if srv.rls != nil {
@@ -237,8 +233,11 @@ func serve(ctx context.Context, table *rules.Table, hash, path string, log *slog
 	defer start(rl.run)()        // reload on change and SIGHUP
 	defer start(p.RunRecorder)() // the status page's per-second figures
 	ready.Store(true)
-	started := []any{"version", buildVersion(), "pop", table.Pop,
-		"listen", srv.publicLn.Addr().String(), "admin_listen", srv.adminLn.Addr().String()}
+	started := []any{"version", buildVersion(), "pop", table.Pop}
+	if srv.publicLn != nil {
+		started = append(started, "listen", srv.publicLn.Addr().String())
+	}
+	started = append(started, "admin_listen", srv.adminLn.Addr().String())
 	if srv.checkLn != nil {
 		started = append(started, "check_listen", srv.checkLn.Addr().String())
 	}
@@ -269,7 +268,7 @@ func newProxy(table *rules.Table, hash, path string, log *slog.Logger, reg prome
 // listeners.
 type servers struct {
 	public, admin     *http.Server
-	publicLn, adminLn net.Listener // publicLn is the framing guard's
+	publicLn, adminLn net.Listener // publicLn is the framing guard's; nil when table.Listen is ""
 	// check answers other proxies' questions (the check section); nil
 	// when the configuration edge started with has none.
 	check   *http.Server
@@ -280,7 +279,8 @@ type servers struct {
 // listen binds the public, admin and check listeners of table and makes
 // their servers: the public one serves p behind the framing guard, the
 // admin one adminRouter, the check one p's check handler behind a framing
-// guard of its own.
+// guard of its own. With no public listen address (edge as the rate limit
+// service alone, with no domains) no public listener is bound.
 func listen(table *rules.Table, p *proxy.Proxy, reg *prometheus.Registry, ready *atomic.Bool, log *slog.Logger) (*servers, error) {
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	s := &servers{
@@ -293,23 +293,29 @@ func listen(table *rules.Table, p *proxy.Proxy, reg *prometheus.Registry, ready 
 			ErrorLog:          errLog,
 		},
 	}
-	publicLn, err := net.Listen("tcp", table.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("public listener: %w", err)
+	var publicLn net.Listener
+	var err error
+	if table.Listen != "" {
+		if publicLn, err = net.Listen("tcp", table.Listen); err != nil {
+			return nil, fmt.Errorf("public listener: %w", err)
+		}
 	}
 	if s.adminLn, err = net.Listen("tcp", table.AdminListen); err != nil {
-		publicLn.Close()
+		if publicLn != nil {
+			publicLn.Close()
+		}
 		return nil, fmt.Errorf("admin listener: %w", err)
 	}
 	// The bound address decides, not the configured name.
 	s.admin.Handler = adminRouter(reg, p, ready, isLoopback(s.adminLn.Addr().String()))
 	maxConns := connectionCap(table, log)
-	s.publicLn = guardListener(publicLn, s.public, p, maxConns)
+	if publicLn != nil {
+		s.publicLn = guardListener(publicLn, s.public, p, maxConns)
+	}
 	if table.Check != nil {
 		checkLn, err := net.Listen("tcp", table.Check.Listen)
 		if err != nil {
-			publicLn.Close()
-			s.adminLn.Close()
+			s.closeListeners()
 			return nil, fmt.Errorf("check listener: %w", err)
 		}
 		// The public server's limits: a question is a request head, and
@@ -318,6 +324,16 @@ func listen(table *rules.Table, p *proxy.Proxy, reg *prometheus.Registry, ready 
 		s.checkLn = checkListener(checkLn, s.check, maxConns)
 	}
 	return s, nil
+}
+
+// closeListeners closes the listeners bound so far, for a start that
+// fails before they serve.
+func (s *servers) closeListeners() {
+	for _, ln := range []net.Listener{s.publicLn, s.adminLn, s.checkLn} {
+		if ln != nil {
+			ln.Close()
+		}
+	}
 }
 
 // checkListener wraps the check socket ln for server srv in a framing
@@ -393,7 +409,9 @@ func fastAnswer(p *proxy.Proxy) func(*guard.Request, []byte) ([]byte, bool) {
 // result on the returned channel.
 func (s *servers) start() <-chan error {
 	errc := make(chan error, 4)
-	go func() { errc <- s.public.Serve(s.publicLn) }()
+	if s.publicLn != nil {
+		go func() { errc <- s.public.Serve(s.publicLn) }()
+	}
 	go func() { errc <- s.admin.Serve(s.adminLn) }()
 	if s.check != nil {
 		go func() { errc <- s.check.Serve(s.checkLn) }()
@@ -451,7 +469,10 @@ func waitForStop(ctx context.Context, p *proxy.Proxy, ready *atomic.Bool, errc <
 func (s *servers) shutdown(timeout time.Duration, serveErr error, errc <-chan error, log *slog.Logger) error {
 	drainCtx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	pending := 2
+	pending := 1 // the admin server
+	if s.publicLn != nil {
+		pending++
+	}
 	checkDone := make(chan struct{})
 	if s.check != nil {
 		pending++

@@ -60,6 +60,9 @@ type Request struct {
 	Peer netip.Addr
 	// Now is when the head was taken up (the wall clock).
 	Now time.Time
+	// W writes to the client while the hook runs, for an answer too long
+	// to append to out (forward.go). Valid only during the call.
+	W *Writer
 }
 
 // Field is one field line of a Request.
@@ -76,6 +79,7 @@ type fastConn struct {
 	fields [maxFastFields]Field
 	out    []byte // the answer, reused
 	peer   netip.Addr
+	w      Writer
 }
 
 // simpleHead parses head, complete and checked by parseHead, into r and
@@ -166,21 +170,26 @@ func (c *guardConn) offer() error {
 		f.pass(end)
 		return nil
 	}
+	c.busy = true
+	c.l.answering.Add(1)
 	c.mu.Unlock()
 	now := time.Now()
-	fc.req.Peer, fc.req.Now = fc.peer, now
+	fc.w = Writer{c: c, start: now}
+	fc.req.Peer, fc.req.Now, fc.req.W = fc.peer, now, &fc.w
 	c.l.markIdle(c, false)
 	out, answered := c.l.answer(&fc.req, fc.out[:0])
-	var err error
-	if answered {
-		err = c.fastWrite(out, now)
-	}
+	err := fc.w.finish(out, answered)
 	c.l.markIdle(c, true)
 	if cap(out) <= 64<<10 {
 		fc.out = out[:0]
 	}
-	fc.req = Request{}
+	fc.req, fc.w = Request{}, Writer{}
 	c.mu.Lock()
+	c.busy = false
+	c.l.answering.Add(-1)
+	if c.closeLater {
+		return c.closeNow()
+	}
 	if !answered {
 		f.pass(end)
 		return nil

@@ -67,6 +67,8 @@ func newTransport(t rules.Timeouts) *http.Transport {
 func (p *Proxy) newForwarder(d *domain, origin *url.URL, cip *ClientIP, transport http.RoundTripper, mergeFields bool) http.Handler {
 	domain := d.Name
 	errLog := newErrorLog(p.log, domain, p.refuseBody)
+	obs := p.metrics.upstreamObservers(domain)
+	d.ffwd = p.fastOriginFor(d, origin, mergeFields, obs, errLog)
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(origin)
@@ -98,7 +100,7 @@ func (p *Proxy) newForwarder(d *domain, origin *url.URL, cip *ClientIP, transpor
 			// 100, with a body it already holds.
 			delete(pr.Out.Header, "Expect")
 		},
-		Transport: timedTransport{rt: transport, obs: p.metrics.upstreamObservers(domain)},
+		Transport: timedTransport{rt: transport, obs: obs},
 		// Without a pool ReverseProxy allocates a 32 KiB buffer for every
 		// response body it copies (docs/performance.md).
 		BufferPool:   copyBuffers{},

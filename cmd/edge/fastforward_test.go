@@ -181,6 +181,7 @@ func (o *rawOrigin) received() string {
 // fwdConfig: a domain with no rules, and one whose rule allows everything.
 const fwdConfig = `
 origin: ORIGIN
+max_keys: 1000
 TRUST
 domains:
   - name: plain

@@ -706,7 +706,7 @@ func removeHopByHop(h http.Header) {
 		}
 	}
 	for _, f := range hopHeaders {
-		h.Del(f)
+		delete(h, f) // Del, without canonicalising names that are canonical
 	}
 }
 

@@ -80,6 +80,7 @@ type fastConn struct {
 	out    []byte // the answer, reused
 	peer   netip.Addr
 	w      Writer
+	used   bool // the last answer went through w
 }
 
 // simpleHead parses head, complete and checked by parseHead, into r and
@@ -179,6 +180,7 @@ func (c *guardConn) offer() error {
 	c.l.markIdle(c, false)
 	out, answered := c.l.answer(&fc.req, fc.out[:0])
 	err := fc.w.finish(out, answered)
+	fc.used = fc.w.used
 	c.l.markIdle(c, true)
 	if cap(out) <= 64<<10 {
 		fc.out = out[:0]
@@ -198,6 +200,9 @@ func (c *guardConn) offer() error {
 		return err
 	}
 	f.answered(end)
+	if fc.used {
+		now = time.Now() // the answer took its time (forward.go)
+	}
 	c.owned, c.lastAnswer = true, now
 	c.headStart = time.Time{}
 	if f.lo != f.hi {

@@ -51,6 +51,12 @@ func (w *Writer) Write(b []byte) (int, error) {
 	return n, err
 }
 
+// Forwarding says that the answer is not made at once (the hook forwards
+// the request): its writes are bounded from when they are made, and the
+// idle timeout runs from when it is written, as net/http times a
+// handler's response.
+func (w *Writer) Forwarding() { w.used = true }
+
 // CloseAfter asks that the connection close once the answer is written,
 // as net/http closes it after a response it could not finish.
 func (w *Writer) CloseAfter() { w.close = true }

@@ -385,6 +385,9 @@ func containsToken(v []byte, token string) bool {
 // (guard.Writer).
 type ClientWriter interface {
 	Write(b []byte) (int, error)
+	// Forwarding says the answer takes time: write bounds and the idle
+	// timeout after it run from when it is written.
+	Forwarding()
 	// CloseAfter closes the connection once the answer is written.
 	CloseAfter()
 }
@@ -392,6 +395,7 @@ type ClientWriter interface {
 // forwardFast forwards h to d's origin and appends the rest of the answer
 // to out, having written what came before through h.Client.
 func (p *Proxy) forwardFast(d *domain, h *Head, method string, trusted bool, upstream time.Duration, out []byte) []byte {
+	h.Client.Forwarding()
 	d.requests.served.Inc()
 	p.inFlight.Add(1)
 	defer p.inFlight.Add(-1)

@@ -26,6 +26,7 @@ type bufClient struct {
 }
 
 func (c *bufClient) CloseAfter() { c.closed = true }
+func (c *bufClient) Forwarding() {}
 
 // relayRaw relays raw, an origin's answer to a GET (or HEAD), as the fast
 // forward does, and returns what the client receives, and whether its

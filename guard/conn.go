@@ -40,6 +40,11 @@ type guardConn struct {
 	rapplied   time.Time
 	lastAnswer time.Time
 	headStart  time.Time
+	// busy: the fast path's hook runs (c.mu is not held meanwhile); a
+	// Close then only sets closeLater, and the connection closes when the
+	// hook is done (forward.go).
+	busy       bool
+	closeLater bool
 }
 
 // errFraming is the error a body read gets when its framing is broken.
@@ -181,6 +186,11 @@ const lingerTime = 250 * time.Millisecond
 // Close closes the connection, draining a rejected one briefly first.
 func (c *guardConn) Close() error {
 	c.mu.Lock()
+	if c.busy {
+		c.closeLater = true
+		c.mu.Unlock()
+		return nil
+	}
 	rejected := c.f.st == stRejected
 	c.mu.Unlock()
 	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok && rejected {

@@ -60,6 +60,9 @@ type Request struct {
 	Peer netip.Addr
 	// Now is when the head was taken up (the wall clock).
 	Now time.Time
+	// W writes to the client while the hook runs, for an answer too long
+	// to append to out (forward.go). Valid only during the call.
+	W *Writer
 }
 
 // Field is one field line of a Request.
@@ -76,6 +79,8 @@ type fastConn struct {
 	fields [maxFastFields]Field
 	out    []byte // the answer, reused
 	peer   netip.Addr
+	w      Writer
+	used   bool // the last answer went through w
 }
 
 // simpleHead parses head, complete and checked by parseHead, into r and
@@ -166,23 +171,33 @@ func (c *guardConn) offer() error {
 		f.pass(end)
 		return nil
 	}
+	c.busy = true
+	c.l.answering.Add(1)
 	c.mu.Unlock()
 	now := time.Now()
-	fc.req.Peer, fc.req.Now = fc.peer, now
+	fc.w = Writer{c: c, start: now}
+	fc.req.Peer, fc.req.Now, fc.req.W = fc.peer, now, &fc.w
+	// Busy while the hook decides and an answer (a refusal, or a
+	// forwarded response) is written, then the most recently idle
+	// connection, as if net/http had served the request; a declined
+	// request is net/http's, which reports its state itself.
+	c.l.markIdle(c, false)
 	out, answered := c.l.answer(&fc.req, fc.out[:0])
-	var err error
+	err := fc.w.finish(out, answered)
+	fc.used = fc.w.used
 	if answered {
-		// Busy while the answer is written, then the most recently idle
-		// connection, as if net/http had served the request.
-		c.l.markIdle(c, false)
-		err = c.fastWrite(out, now)
 		c.l.markIdle(c, true)
 	}
 	if cap(out) <= 64<<10 {
 		fc.out = out[:0]
 	}
-	fc.req = Request{}
+	fc.req, fc.w = Request{}, Writer{}
 	c.mu.Lock()
+	c.busy = false
+	c.l.answering.Add(-1)
+	if c.closeLater {
+		return c.closeNow()
+	}
 	if !answered {
 		f.pass(end)
 		return nil
@@ -191,6 +206,9 @@ func (c *guardConn) offer() error {
 		return err
 	}
 	f.answered(end)
+	if fc.used {
+		now = time.Now() // the answer took its time (forward.go)
+	}
 	c.owned, c.lastAnswer = true, now
 	c.headStart = time.Time{}
 	if f.lo != f.hi {

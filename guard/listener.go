@@ -62,8 +62,10 @@ type ListenerOptions struct {
 	// Request, and fast.go for what simple means). To answer, it appends a
 	// complete HTTP/1.1 response to out and returns it with true: the
 	// Listener writes it to the client, keeps the connection open, and
-	// net/http never sees the request. The response must not close the
-	// connection (no "Connection: close") and must be one for a request
+	// net/http never sees the request. A response too long to hold may
+	// be written in part through Request.W first, which can also close
+	// the connection after it; otherwise the response must not close the
+	// connection (no "Connection: close"). It must be one for a request
 	// without a body. To decline, it returns false, and must then have
 	// changed nothing that net/http's serving of the request would: the
 	// request goes on to net/http as if it had never been offered. It is
@@ -134,6 +136,8 @@ type Listener struct {
 	writeTimeout  time.Duration
 	fastNew       bool        // new connections may be answered (no ReadTimeout)
 	closing       atomic.Bool // Close was called
+
+	answering atomic.Int64 // fast-path answers being made (WaitAnswers)
 
 	mu     sync.Mutex
 	freed  *sync.Cond // signalled when a connection closes or becomes idle, and on Close

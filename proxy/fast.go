@@ -23,16 +23,18 @@ import (
 // the same steps as ServeHTTP (screen, route, identify, limit) and, when a
 // block rule refuses it, observes, counts and logs the refusal exactly as
 // refuse does and appends the response writeBlocked would have made, byte
-// for byte, as net/http would have framed it. Anything else it declines,
-// having changed nothing: net/http then serves the request as always. A
-// request that every rule allows is decided twice: here, where what it
-// counted is given back at once, and again by ServeHTTP.
+// for byte, as net/http would have framed it. A GET or HEAD that every
+// rule allows it forwards itself where the domain allows that
+// (fastforward.go). Anything else it declines, having changed nothing:
+// net/http then serves the request as always. Any other request that
+// every rule allows is decided twice: here, where what it counted is
+// given back at once, and again by ServeHTTP.
 //
 // Answer declines, besides anything the screen or route would answer
 // itself: when fastpath is false; in Redis modes (cluster.store redis),
 // where a decision is a round trip and its failure modes are ServeHTTP's
-// to handle; HEAD and methods other than GET, POST, PUT, DELETE, PATCH and
-// OPTIONS; domains with a rule whose decision cannot be taken back
+// to handle; methods other than GET, HEAD, POST, PUT, DELETE, PATCH and
+// OPTIONS, and HEAD unless it is forwarded; domains with a rule whose decision cannot be taken back
 // unchanged or whose answer depends on more than the head (see fastDomain);
 // block responses over fastBodyMax bytes or with a status without a body.
 
@@ -47,6 +49,9 @@ type Head struct {
 	// Now is the wall clock when the head was taken up: the Date field's,
 	// and the decisions' unless Options.Now set another clock.
 	Now time.Time
+	// Client writes to the client while the answer is made: an allowed
+	// request is forwarded through it (fastforward.go). Nil: no forward.
+	Client ClientWriter
 }
 
 // fastBodyMax bounds a block response's body on the fast path: net/http
@@ -121,9 +126,12 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 	if !st.table.FastPath || p.cluster != nil || !h.Peer.IsValid() {
 		return out, false
 	}
-	method := fastMethod(h.Method)
+	method, isHEAD := fastMethod(h.Method), false
 	if method == "" {
-		return out, false
+		if string(h.Method) != http.MethodHead {
+			return out, false
+		}
+		method, isHEAD = http.MethodHead, true
 	}
 	s := fastScratches.Get().(*fastScratch)
 	defer s.put()
@@ -141,11 +149,22 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 		return out, false
 	}
 	d := st.lookup(host, false) // route.go: a domain the public listener serves
-	if d == nil || !d.fast {
+	if d == nil {
+		return out, false
+	}
+	trusted := st.clientIP.Trusted(h.Peer)
+	forward := d.ffwd != nil && h.Client != nil && (method == http.MethodGet || isHEAD) && fastForwardable(h)
+	if !d.fast {
+		if d.store == nil && forward {
+			return p.forwardFast(d, h, method, trusted, st.table.Timeouts.Upstream, out), true
+		}
+		return out, false
+	}
+	if isHEAD && !forward {
 		return out, false
 	}
 	var xff []string
-	if st.clientIP.Trusted(h.Peer) {
+	if trusted {
 		xff = s.xff
 	}
 	id := st.clientIP.resolvePeer(h.Peer, xff)
@@ -164,7 +183,16 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 	tally := d.counter.Begin()
 	dec := p.decideRules(ctx, d, method, nil, &src, tally, now, &s.keys, s.vbuf[:0])
 	vs := dec.vs
-	if dec.unavailable || dec.blocker < 0 {
+	if forward && !dec.unavailable && dec.blocker < 0 {
+		// Allowed: what limit and ServeHTTP do for it, then the forward.
+		if id.XFFMalformed {
+			p.metrics.xffMalformed.Inc()
+		}
+		p.observe(ctx, d, vs, &src, now)
+		endTally(d, tally, dec.fellBack)
+		return p.forwardFast(d, h, method, trusted, st.table.Timeouts.Upstream, out), true
+	}
+	if dec.unavailable || dec.blocker < 0 || isHEAD {
 		refundAll(vs, tally, now)
 		tally.End()
 		return out, false

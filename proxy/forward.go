@@ -67,7 +67,9 @@ func newTransport(t rules.Timeouts) *http.Transport {
 func (p *Proxy) newForwarder(d *domain, origin *url.URL, cip *ClientIP, transport http.RoundTripper, mergeFields bool) http.Handler {
 	domain := d.Name
 	errLog := newErrorLog(p.log, domain, p.refuseBody)
-	d.upstreamObs = p.metrics.upstreamObservers(domain)
+	obs := p.metrics.upstreamObservers(domain)
+	d.upstreamObs = obs // the status page reads them (recent.go)
+	d.ffwd = p.fastOriginFor(d, origin, mergeFields, obs, errLog)
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(origin)
@@ -99,7 +101,7 @@ func (p *Proxy) newForwarder(d *domain, origin *url.URL, cip *ClientIP, transpor
 			// 100, with a body it already holds.
 			delete(pr.Out.Header, "Expect")
 		},
-		Transport: timedTransport{rt: transport, obs: d.upstreamObs},
+		Transport: timedTransport{rt: transport, obs: obs},
 		// Without a pool ReverseProxy allocates a 32 KiB buffer for every
 		// response body it copies (docs/performance.md).
 		BufferPool:   copyBuffers{},

@@ -105,6 +105,7 @@ type Proxy struct {
 	cluster *cluster.Client
 
 	buffered bufferBudget // request body bytes held in memory (body.go)
+	origins  originPools  // the fast forward's origin connections (fastforward.go)
 	inFlight atomic.Int64 // requests sent to an origin and not yet done
 
 	version   string    // Options.Version
@@ -154,6 +155,9 @@ type domain struct {
 	sample *window.Sample
 	// fast: the fast path may decide the domain's requests (fast.go).
 	fast bool
+	// ffwd: the fast path may forward the domain's allowed requests
+	// (fastforward.go); nil where it may not.
+	ffwd *fastOrigin
 }
 
 // ruleState is a compiled rule with what limit and its answers need

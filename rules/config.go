@@ -107,8 +107,9 @@ type Config struct {
 	MaxConnections int `mapstructure:"max_connections"`
 	// FastPath lets the public listener answer a request that a rule
 	// refuses before net/http parses it, when the request is simple and
-	// alone on its connection; the answer is the same byte for byte.
-	// Default true; false sends every request through net/http.
+	// alone on its connection, and forward a simple GET or HEAD that the
+	// rules allow without net/http; the answers are the same byte for
+	// byte. Default true; false sends every request through net/http.
 	FastPath *bool `mapstructure:"fastpath"`
 	// Log configures the process logger.
 	Log LogConfig `mapstructure:"log"`

@@ -5,8 +5,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"log"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -16,9 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgerate/edge/guard"
 	"github.com/edgerate/edge/internal/hostile"
-	"github.com/edgerate/edge/proxy"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 )
@@ -86,56 +82,8 @@ type diffServer struct {
 // fastpath set as fast.
 func startDiff(t testing.TB, origin string, limit int, fast bool, extra string) *diffServer {
 	t.Helper()
-	cfg := strings.NewReplacer("ORIGIN", origin, "LIMIT", fmt.Sprint(limit)).Replace(diffConfig) +
-		fmt.Sprintf("fastpath: %v\n", fast) + extra
-	table, err := parseConfig([]byte(cfg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	ds := &diffServer{reg: prometheus.NewRegistry()}
-	p, err := proxy.New(proxy.Options{Table: table, Registerer: ds.reg, Now: func() time.Time { return now },
-		Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := publicServer(table, p, log.New(io.Discard, "", 0))
-	opts := guardOptions(srv, p, connectionCap(table, slog.New(slog.DiscardHandler)))
-	answer := opts.Answer
-	opts.Answer = func(r *guard.Request, out []byte) ([]byte, bool) {
-		out, ok := answer(r, out)
-		if ok {
-			ds.answered.Add(1)
-		}
-		return out, ok
-	}
-	gl := guard.NewListener(ln, opts)
-	ds.idle = make(chan struct{}, 64)
-	srv.ConnState = func(c net.Conn, st http.ConnState) {
-		gl.ConnState(c, st)
-		if st == http.StateIdle {
-			select {
-			case ds.idle <- struct{}{}:
-			default:
-			}
-		}
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		srv.Serve(gl)
-	}()
-	t.Cleanup(func() {
-		srv.Close()
-		<-done
-		p.Close()
-	})
-	ds.addr = ln.Addr().String()
-	return ds
+	cfg := strings.NewReplacer("ORIGIN", origin, "LIMIT", fmt.Sprint(limit)).Replace(diffConfig) + extra
+	return startConfig(t, cfg, fast)
 }
 
 var dateLine = regexp.MustCompile(`(?m)^Date: [^\r\n]*\r\n`)

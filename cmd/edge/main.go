@@ -401,6 +401,9 @@ func guardOptions(srv *http.Server, p *proxy.Proxy, maxConns int) guard.Listener
 func fastAnswer(p *proxy.Proxy) func(*guard.Request, []byte) ([]byte, bool) {
 	return func(r *guard.Request, out []byte) ([]byte, bool) {
 		h := proxy.Head{Method: r.Method, Target: r.Target, Host: r.Host, Raw: r.Head, Peer: r.Peer, Now: r.Now}
+		if r.W != nil {
+			h.Client = r.W
+		}
 		return p.Answer(&h, out)
 	}
 }
@@ -486,7 +489,13 @@ func (s *servers) shutdown(timeout time.Duration, serveErr error, errc <-chan er
 	} else {
 		close(checkDone)
 	}
-	if err := s.public.Shutdown(drainCtx); err != nil {
+	err := s.public.Shutdown(drainCtx)
+	if gl, ok := s.publicLn.(*guard.Listener); ok && err == nil {
+		// net/http counts a connection whose request the fast path
+		// forwards as idle, and has closed it: the answer ends first.
+		err = gl.WaitAnswers(drainCtx)
+	}
+	if err != nil {
 		log.Warn("drain timed out; closing remaining connections", "err", err)
 		s.public.Close()
 	}

@@ -1,0 +1,918 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"mime"
+	"net"
+	"net/http"
+	"net/textproto"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The fast forward: a request the fast path (fast.go) finds allowed is
+// sent to the origin from the guard's parsed head, on a pool of origin
+// connections, without an http.Request, a ResponseWriter or the
+// transport's goroutines. What the client and the origin see is what the
+// slow path (forward.go: httputil.ReverseProxy with its Rewrite, over the
+// pooled http.Transport, behind net/http's server) makes them see, byte
+// for byte but Date:
+//
+//   - the request head: the request line as the client sent it, Host, the
+//     client's User-Agent (the first one, if any), then the other fields
+//     sorted by canonical name, less the hop-by-hop fields, Forwarded,
+//     Expect and (from a peer that is not a trusted proxy) X-Real-Ip, with
+//     X-Forwarded-For, -Host and -Proto set as Rewrite sets them, and
+//     "Te: trailers" kept when the client asked for trailers;
+//   - the response: read with http.ReadResponse (the transport's own
+//     parser, head bounded at the transport's 10 MiB), 1xx responses
+//     passed on, hop-by-hop fields removed, announced trailers declared,
+//     and framed as net/http's server frames what ReverseProxy writes:
+//     the origin's Content-Length kept, a body of unknown length chunked
+//     (one chunk per read; empty: Content-Length 0), Date and a sniffed
+//     Content-Type added when missing, fields sorted, trailers after the
+//     last chunk;
+//   - failures: 502, or 504 for a timeout, with the slow path's bodies and
+//     logs; an origin that breaks off a body closes the client's
+//     connection, as ReverseProxy's abort does.
+//
+// It applies only where that is all the slow path does (fastOriginFor):
+// an http origin without path or query, edge's own transport, no rule that
+// counts after the response, holds a slot or a queue turn, sends fields on
+// allowed responses, or sheds; and only to GET and HEAD without a body,
+// which the transport also retries on a pooled connection the origin
+// closed meanwhile. Everything else goes to net/http and ReverseProxy.
+// (With two trailers or more the slow path announces them in map order; the
+// fast forward sorts them. When an origin's chunked body is already at hand
+// with its head, ReverseProxy races its first write against a flush timer,
+// and the fast forward takes the write's side: a sniffed Content-Type, and
+// Content-Length 0 for an empty body.)
+
+const (
+	originIdleMax     = 256              // the transport's MaxIdleConnsPerHost
+	originIdleTimeout = 90 * time.Second // its IdleConnTimeout
+	originHeadMax     = 10 << 20         // its default MaxResponseHeaderBytes
+	originReadBuffer  = 4 << 10          // its default ReadBufferSize
+	// fastFlushAt: the answer is written to the client when this much of
+	// it is held, or the origin's next read would wait.
+	fastFlushAt = 32 << 10
+)
+
+var originDialer = &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+
+// originPools holds a pool of idle connections per origin address.
+type originPools struct {
+	mu    sync.Mutex
+	pools map[string]*originPool
+}
+
+func (o *originPools) get(addr string) *originPool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.pools == nil {
+		o.pools = make(map[string]*originPool)
+	}
+	if p := o.pools[addr]; p != nil {
+		return p
+	}
+	p := &originPool{addr: addr}
+	o.pools[addr] = p
+	return p
+}
+
+// close closes every idle connection.
+func (o *originPools) close() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, p := range o.pools {
+		p.mu.Lock()
+		for _, oc := range p.idle {
+			oc.conn.Close()
+		}
+		p.idle = nil
+		p.mu.Unlock()
+	}
+}
+
+type originPool struct {
+	addr string
+	mu   sync.Mutex
+	idle []*originConn // the most recently used last
+}
+
+// take returns an idle connection, or nil.
+func (p *originPool) take(now time.Time) *originConn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for n := len(p.idle); n > 0; n = len(p.idle) {
+		oc := p.idle[n-1]
+		p.idle[n-1] = nil
+		p.idle = p.idle[:n-1]
+		if now.Sub(oc.idleSince) <= originIdleTimeout {
+			return oc
+		}
+		oc.conn.Close()
+	}
+	return nil
+}
+
+func (p *originPool) put(oc *originConn, now time.Time) {
+	oc.idleSince = now
+	p.mu.Lock()
+	if len(p.idle) < originIdleMax {
+		p.idle = append(p.idle, oc)
+		oc = nil
+	}
+	p.mu.Unlock()
+	if oc != nil {
+		oc.conn.Close()
+	}
+}
+
+// originConn is a connection to an origin. Its reads are bounded while a
+// response head is read, as the transport bounds them.
+type originConn struct {
+	conn      net.Conn
+	br        *bufio.Reader
+	limit     int64
+	idleSince time.Time
+}
+
+func (oc *originConn) Read(b []byte) (int, error) {
+	if oc.limit <= 0 {
+		return 0, fmt.Errorf("read limit of %d bytes exhausted", originHeadMax)
+	}
+	if int64(len(b)) > oc.limit {
+		b = b[:oc.limit]
+	}
+	n, err := oc.conn.Read(b)
+	oc.limit -= int64(n)
+	return n, err
+}
+
+// fastOrigin is a domain's origin for the fast forward.
+type fastOrigin struct {
+	pool *originPool
+	obs  *upstreamObservers
+	log  *errorLog
+}
+
+// fastOriginFor returns d's origin for the fast forward, or nil where the
+// fast forward does not apply (see above).
+func (p *Proxy) fastOriginFor(d *domain, origin *url.URL, merge bool, obs *upstreamObservers, log *errorLog) *fastOrigin {
+	if !p.ownTransport || merge || d.countsAfter || d.slots || d.queue != nil || d.shed != nil ||
+		d.costHeaders || p.cluster != nil {
+		return nil
+	}
+	if origin.Scheme != "http" || origin.User != nil || origin.Opaque != "" || origin.RawQuery != "" ||
+		origin.ForceQuery || origin.RawPath != "" || origin.Path != "" && origin.Path != "/" || origin.Host == "" {
+		return nil
+	}
+	port := origin.Port()
+	if port == "" {
+		port = "80"
+	}
+	return &fastOrigin{pool: p.origins.get(net.JoinHostPort(origin.Hostname(), port)), obs: obs, log: log}
+}
+
+// Requests handed to http.ReadResponse, which reads only their method.
+var (
+	getRequest  = &http.Request{Method: http.MethodGet}
+	headRequest = &http.Request{Method: http.MethodHead}
+)
+
+// fastForwardable reports whether the target of h can be forwarded as it
+// is: the slow path would send the same request-target (url.URL's
+// EscapedPath gives the path back unchanged, cleanQueryParams leaves the
+// query alone).
+func fastForwardable(h *Head) bool {
+	t := h.Target
+	if len(t) > 1 && t[1] == '/' {
+		return false
+	}
+	if h.Peer.Is6() && h.Peer.IsLinkLocalUnicast() {
+		return false // its zone, which the head's peer does not carry, would be in X-Forwarded-For
+	}
+	path := true
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		switch {
+		case c == '?':
+			path = false
+		case c == '%':
+			if i+2 >= len(t) || !isHex(t[i+1]) || !isHex(t[i+2]) {
+				return false
+			}
+			i += 2
+		case !path:
+			if c == ';' {
+				return false
+			}
+		case 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9':
+		default:
+			if !strings.ContainsRune("-_.~/!$&'()*+,;=:@[]", rune(c)) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// reqField is a field of the request head sent to the origin.
+type reqField struct{ key, value []byte }
+
+// forwardScratch is what one fast forward needs, pooled.
+type forwardScratch struct {
+	head   []byte
+	keys   []byte
+	fields []reqField
+	buf    [32 << 10]byte
+}
+
+var forwardScratches = sync.Pool{New: func() any { return new(forwardScratch) }}
+
+// appendOriginHead appends the request head the slow path sends to the
+// origin for h (see the top of this file).
+func (s *forwardScratch) appendOriginHead(b []byte, h *Head, trusted bool) []byte {
+	s.keys, s.fields = s.keys[:0], s.fields[:0]
+	var ua []byte
+	haveUA, teTrailers := false, false
+	var xff, xfh, xfp []reqField
+	for it := newFieldLines(h.Raw); ; {
+		name, value, more := it.next()
+		if !more {
+			break
+		}
+		start := len(s.keys)
+		s.keys = appendCanonical(s.keys, name)
+		key := s.keys[start:len(s.keys):len(s.keys)]
+		f := reqField{key, value}
+		switch string(key) {
+		case "User-Agent":
+			if !haveUA {
+				ua, haveUA = value, true
+			}
+			continue
+		case "Te":
+			teTrailers = teTrailers || containsToken(value, "trailers")
+			continue
+		case "X-Forwarded-For":
+			xff = append(xff, f)
+			continue
+		case "X-Forwarded-Host":
+			xfh = append(xfh, f)
+			continue
+		case "X-Forwarded-Proto":
+			xfp = append(xfp, f)
+			continue
+		case "Host", "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+			"Proxy-Authorization", "Trailer", "Transfer-Encoding", "Upgrade", "Forwarded",
+			"Expect", "Content-Length":
+			continue
+		case "X-Real-Ip":
+			if !trusted {
+				continue
+			}
+		}
+		s.fields = append(s.fields, f)
+	}
+	if teTrailers {
+		s.fields = append(s.fields, reqField{[]byte("Te"), []byte("trailers")})
+	}
+	// X-Forwarded-For: the trusted proxy's lines joined, then the peer.
+	start := len(s.keys)
+	if trusted {
+		for _, f := range xff {
+			s.keys = append(s.keys, f.value...)
+			s.keys = append(s.keys, ", "...)
+		}
+	}
+	s.keys = h.Peer.AppendTo(s.keys)
+	s.fields = append(s.fields, reqField{[]byte("X-Forwarded-For"), s.keys[start:len(s.keys):len(s.keys)]})
+	if trusted && len(xfh) > 0 {
+		s.fields = append(s.fields, xfh...)
+	} else {
+		s.fields = append(s.fields, reqField{[]byte("X-Forwarded-Host"), h.Host})
+	}
+	if trusted && len(xfp) > 0 {
+		s.fields = append(s.fields, xfp...)
+	} else {
+		s.fields = append(s.fields, reqField{[]byte("X-Forwarded-Proto"), []byte("http")})
+	}
+	slices.SortStableFunc(s.fields, func(a, b reqField) int { return strings.Compare(bytesString(a.key), bytesString(b.key)) })
+
+	b = append(b, h.Method...)
+	b = append(b, ' ')
+	b = append(b, h.Target...)
+	b = append(b, " HTTP/1.1\r\nHost: "...)
+	b = appendCleanHost(b, h.Host)
+	b = append(b, "\r\n"...)
+	if len(ua) > 0 {
+		b = append(b, "User-Agent: "...)
+		b = append(b, ua...)
+		b = append(b, "\r\n"...)
+	}
+	for _, f := range s.fields {
+		b = append(b, f.key...)
+		b = append(b, ": "...)
+		b = append(b, f.value...)
+		b = append(b, "\r\n"...)
+	}
+	return append(b, "\r\n"...)
+}
+
+// appendCanonical appends name in canonical form, as textproto gives it
+// (the guard passes only token names).
+func appendCanonical(b, name []byte) []byte {
+	upper := true
+	for _, c := range name {
+		if upper && 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		} else if !upper && 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		b = append(b, c)
+		upper = c == '-'
+	}
+	return b
+}
+
+// appendCleanHost appends the Host the transport writes for host: what
+// net/http's cleanHost makes of an ASCII host (split at the port and
+// joined again).
+func appendCleanHost(b, host []byte) []byte {
+	if bytes.IndexByte(host, '[') < 0 {
+		return append(b, host...) // split and joined, it is the same
+	}
+	h, port, err := net.SplitHostPort(bytesString(host))
+	if err != nil {
+		return append(b, host...)
+	}
+	return append(b, net.JoinHostPort(h, port)...)
+}
+
+// containsToken reports whether a comma-separated field value holds token,
+// case-insensitively, as httpguts.HeaderValuesContainsToken does.
+func containsToken(v []byte, token string) bool {
+	for len(v) > 0 {
+		var elem []byte
+		if i := strings.IndexByte(bytesString(v), ','); i >= 0 {
+			elem, v = v[:i], v[i+1:]
+		} else {
+			elem, v = v, nil
+		}
+		if strings.EqualFold(strings.Trim(bytesString(elem), " \t"), token) {
+			return true
+		}
+	}
+	return false
+}
+
+// ClientWriter is the client's connection while the fast path answers
+// (guard.Writer).
+type ClientWriter interface {
+	Write(b []byte) (int, error)
+	// Forwarding says the answer takes time: write bounds and the idle
+	// timeout after it run from when it is written.
+	Forwarding()
+	// CloseAfter closes the connection once the answer is written.
+	CloseAfter()
+}
+
+// forwardFast forwards h to d's origin and appends the rest of the answer
+// to out, having written what came before through h.Client.
+func (p *Proxy) forwardFast(d *domain, h *Head, method string, trusted bool, upstream time.Duration, out []byte) []byte {
+	h.Client.Forwarding()
+	d.requests.served.Inc()
+	p.inFlight.Add(1)
+	defer p.inFlight.Add(-1)
+	s := forwardScratches.Get().(*forwardScratch)
+	defer func() {
+		if cap(s.keys) <= 64<<10 && cap(s.head) <= 64<<10 {
+			forwardScratches.Put(s)
+		}
+	}()
+	s.head = s.appendOriginHead(s.head[:0], h, trusted)
+	fo := d.ffwd
+	req := getRequest
+	if method == http.MethodHead {
+		req = headRequest
+	}
+	r := relay{p: p, d: d, h: h, client: h.Client, out: out, isHEAD: method == http.MethodHead}
+	start := time.Now()
+	oc, resp, err := r.roundTrip(fo.pool, s.head, req, upstream, start)
+	class := 5
+	if err == nil && resp.StatusCode >= 100 && resp.StatusCode < 600 {
+		class = resp.StatusCode/100 - 1
+	}
+	fo.obs[class].Observe(time.Since(start).Seconds())
+	if err != nil {
+		return r.fail(fo.log, err)
+	}
+	r.br = oc.br
+	if r.relay(resp, s.buf[:]) {
+		fo.pool.put(oc, time.Now())
+	} else {
+		oc.conn.Close()
+	}
+	return r.out
+}
+
+// relay is one fast forward's answer to its client.
+type relay struct {
+	p      *Proxy
+	d      *domain
+	h      *Head
+	client ClientWriter
+	out    []byte
+	br     *bufio.Reader // the origin connection's
+	isHEAD bool
+	failed bool // a write to the client failed
+}
+
+// flush writes what the answer holds to the client.
+func (r *relay) flush() {
+	if len(r.out) > 0 && !r.failed {
+		if _, err := r.client.Write(r.out); err != nil {
+			r.failed = true
+		}
+	}
+	r.out = r.out[:0]
+}
+
+// roundTrip sends head on a pooled connection, or a new one, and reads the
+// origin's final response head, passing 1xx responses on to the client. A
+// pooled connection that fails before the origin has sent a byte is
+// dropped and the request sent again, as the transport retries it.
+func (r *relay) roundTrip(pool *originPool, head []byte, req *http.Request, timeout time.Duration, now time.Time) (*originConn, *http.Response, error) {
+	for {
+		oc, reused := pool.take(now), true
+		if oc == nil {
+			c, err := originDialer.Dial("tcp", pool.addr)
+			if err != nil {
+				return nil, nil, err
+			}
+			oc, reused = &originConn{conn: c}, false
+			oc.br = bufio.NewReaderSize(oc, originReadBuffer)
+		}
+		oc.limit = originHeadMax
+		_, err := oc.conn.Write(head)
+		if err == nil && timeout > 0 {
+			err = oc.conn.SetReadDeadline(time.Now().Add(timeout))
+		}
+		if err == nil {
+			_, err = oc.br.Peek(1)
+		}
+		if err != nil {
+			oc.conn.Close()
+			var ne net.Error
+			if reused && !(errors.As(err, &ne) && ne.Timeout()) {
+				continue
+			}
+			return nil, nil, err
+		}
+		resp, err := r.readResponse(oc, req)
+		if err != nil {
+			oc.conn.Close()
+			return nil, nil, err
+		}
+		oc.limit = math.MaxInt64
+		if timeout > 0 {
+			if err := oc.conn.SetReadDeadline(time.Time{}); err != nil {
+				oc.conn.Close()
+				return nil, nil, err
+			}
+		}
+		return oc, resp, nil
+	}
+}
+
+// readResponse reads the final response head, passing each 1xx response
+// on as ReverseProxy's Got1xxResponse hook and net/http's server do.
+func (r *relay) readResponse(oc *originConn, req *http.Request) (*http.Response, error) {
+	for {
+		resp, err := http.ReadResponse(oc.br, req)
+		if err != nil {
+			return nil, err
+		}
+		if c := resp.StatusCode; c < 100 || c > 199 || c == http.StatusSwitchingProtocols {
+			return resp, nil
+		}
+		r.out = appendStatusLine(r.out, resp.StatusCode)
+		r.out = appendHeader(r.out, resp.Header, excludedNoBody)
+		r.out = append(r.out, "\r\n"...)
+		r.flush()
+		oc.limit = originHeadMax
+	}
+}
+
+var (
+	excludedNoBody = map[string]bool{"Content-Length": true, "Transfer-Encoding": true}
+	excluded304    = map[string]bool{"Content-Type": true, "Content-Length": true, "Transfer-Encoding": true}
+)
+
+// appendHeader appends h's fields as net/http writes them: sorted by name,
+// less exclude's.
+func appendHeader(b []byte, h http.Header, exclude map[string]bool) []byte {
+	w := byteAppender{b}
+	_ = h.WriteSubset(&w, exclude)
+	return w.b
+}
+
+type byteAppender struct{ b []byte }
+
+func (a *byteAppender) Write(p []byte) (int, error) {
+	a.b = append(a.b, p...)
+	return len(p), nil
+}
+
+func (a *byteAppender) WriteString(s string) (int, error) {
+	a.b = append(a.b, s...)
+	return len(s), nil
+}
+
+// appendStatusLine appends the status line net/http's server writes.
+func appendStatusLine(b []byte, code int) []byte {
+	b = append(b, "HTTP/1.1 "...)
+	if text := http.StatusText(code); text != "" {
+		b = strconv.AppendInt(b, int64(code), 10)
+		b = append(b, ' ')
+		b = append(b, text...)
+		return append(b, "\r\n"...)
+	}
+	return fmt.Appendf(b, "%03d status code %d\r\n", code, code)
+}
+
+// fail answers a forward that got no response, as errorLog.handle does.
+func (r *relay) fail(l *errorLog, err error) []byte {
+	status, body := http.StatusBadGateway, "bad gateway: the origin could not be reached\n"
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		status, body = http.StatusGatewayTimeout, "gateway timeout: the origin did not answer in time\n"
+	}
+	l.logFast(string(r.h.Method), r.h.Target, status, err)
+	return r.appendText(status, body)
+}
+
+// appendText appends what writeText writes, as net/http frames it.
+func (r *relay) appendText(status int, body string) []byte {
+	b := appendStatusLine(r.out, status)
+	b = append(b, "Content-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nDate: "...)
+	b = appendDate(b, time.Now())
+	b = append(b, "\r\nContent-Length: "...)
+	b = strconv.AppendInt(b, int64(len(body)), 10)
+	b = append(b, "\r\n\r\n"...)
+	if r.isHEAD {
+		return b
+	}
+	return append(b, body...)
+}
+
+// logFast logs a failed fast forward as logf logs a failed forward.
+func (l *errorLog) logFast(method string, target []byte, status int, err error) {
+	raw, _, _ := strings.Cut(string(target), "?")
+	path, perr := url.PathUnescape(raw)
+	if perr != nil {
+		path = raw
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.limiter.Allow() {
+		l.suppressed++
+		return
+	}
+	l.log.Warn("upstream request failed",
+		"domain", l.domain, "method", method, "path", path,
+		"status", status, "err", err, "suppressed", l.suppressed)
+	l.suppressed = 0
+}
+
+// relay writes resp, the origin's final response, to the client as
+// ReverseProxy and net/http's server would, and reports whether the origin
+// connection may be used again. buf is the copy buffer.
+func (r *relay) relay(resp *http.Response, buf []byte) bool {
+	status := resp.StatusCode
+	if status == http.StatusSwitchingProtocols {
+		resp.Body.Close()
+		err := fmt.Errorf("backend tried to switch protocol %q when %q was requested", upgradeOf(resp.Header), "")
+		r.out = r.fail(r.d.ffwd.log, err)
+		return false
+	}
+	if status < 100 || status > 999 {
+		// net/http's WriteHeader panics; the server closes the connection.
+		resp.Body.Close()
+		r.client.CloseAfter()
+		return false
+	}
+	hdr := resp.Header
+	removeHopByHop(hdr)
+	announced := len(resp.Trailer)
+	if announced > 0 {
+		keys := make([]string, 0, announced)
+		for k := range resp.Trailer {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		hdr.Add("Trailer", strings.Join(keys, ", "))
+	}
+	w := responseWriter{r: r, hdr: hdr, status: status, contentLength: -1}
+	if cl := hdr.Get("Content-Length"); cl != "" {
+		if v, err := strconv.ParseInt(cl, 10, 64); err == nil && v >= 0 {
+			w.contentLength = v
+		} else {
+			hdr.Del("Content-Length")
+		}
+	}
+	for _, v := range hdr["Trailer"] {
+		forEachElement(v, func(k string) {
+			k = http.CanonicalHeaderKey(k)
+			if validTrailer(k) {
+				w.trailers = append(w.trailers, k)
+			}
+		})
+	}
+	w.flushEach = resp.ContentLength == -1
+	if ct, _, _ := mime.ParseMediaType(hdr.Get("Content-Type")); ct == "text/event-stream" {
+		w.flushEach = true
+	}
+
+	if w.flushEach && !r.isHEAD && resp.Body != http.NoBody {
+		// ReverseProxy's flush timer, set to fire at once, flushes the
+		// header before the first write (measured: it does so even when
+		// the body came with the head).
+		w.writeHeader(nil, false)
+	}
+	ok := w.copyBody(resp.Body, buf)
+	if !ok {
+		// ReverseProxy aborts the handler: net/http closes the
+		// connection after what it had written.
+		resp.Body.Close()
+		r.client.CloseAfter()
+		return false
+	}
+	resp.Body.Close() // reads the trailers
+	if len(resp.Trailer) > 0 && !w.wroteHeader {
+		w.writeHeader(nil, false)
+	}
+	if len(resp.Trailer) == announced {
+		for k, vv := range resp.Trailer {
+			for _, v := range vv {
+				hdr.Add(k, v)
+			}
+		}
+	} else {
+		for k, vv := range resp.Trailer {
+			for _, v := range vv {
+				hdr.Add(http.TrailerPrefix+k, v)
+			}
+		}
+	}
+	w.finish()
+	if r.failed {
+		r.client.CloseAfter()
+		return false
+	}
+	return !resp.Close
+}
+
+func upgradeOf(h http.Header) string {
+	if !containsToken([]byte(h.Get("Connection")), "upgrade") {
+		return ""
+	}
+	return h.Get("Upgrade")
+}
+
+// hopHeaders are ReverseProxy's hop-by-hop fields.
+var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// removeHopByHop removes the fields Connection names and hopHeaders, as
+// ReverseProxy does.
+func removeHopByHop(h http.Header) {
+	for _, f := range h["Connection"] {
+		for sf := range strings.SplitSeq(f, ",") {
+			if sf = textproto.TrimString(sf); sf != "" {
+				h.Del(sf)
+			}
+		}
+	}
+	for _, f := range hopHeaders {
+		delete(h, f) // Del, without canonicalising names that are canonical
+	}
+}
+
+// forEachElement calls fn for each comma-separated element of v, as
+// net/http's server reads the Trailer field.
+func forEachElement(v string, fn func(string)) {
+	for f := range strings.SplitSeq(v, ",") {
+		if f = textproto.TrimString(f); f != "" {
+			fn(f)
+		}
+	}
+}
+
+// validTrailer is httpguts.ValidTrailerHeader.
+func validTrailer(k string) bool {
+	switch k {
+	case "Authorization", "Cache-Control", "Connection", "Content-Encoding", "Content-Length",
+		"Content-Range", "Content-Type", "Expect", "Host", "Keep-Alive", "Max-Forwards", "Pragma",
+		"Proxy-Authenticate", "Proxy-Authorization", "Proxy-Connection", "Range", "Realm", "Te",
+		"Trailer", "Transfer-Encoding", "Www-Authenticate":
+		return false
+	}
+	return true
+}
+
+// responseWriter frames a relayed response as net/http's server frames
+// what a handler writes (its chunkWriter), for an HTTP/1.1 request on a
+// connection that stays open.
+type responseWriter struct {
+	r             *relay
+	hdr           http.Header
+	status        int
+	contentLength int64 // -1: unknown
+	written       int64
+	trailers      []string // declared
+	flushEach     bool     // ReverseProxy flushes after each write
+	wroteHeader   bool
+	chunking      bool
+	aborted       bool
+}
+
+// copyBody copies the body as ReverseProxy's copyBuffer does, and reports
+// whether it ended well.
+func (w *responseWriter) copyBody(body io.Reader, buf []byte) bool {
+	sniff := !w.flushEach && w.needsSniff()
+	held := 0 // bytes of buf held for sniffing
+	for {
+		if w.r.isHEAD || body == http.NoBody {
+			return true
+		}
+		if held == 0 && len(w.r.out) > 0 && !w.bodyAtHand(body) {
+			w.r.flush()
+		}
+		nr, rerr := body.Read(buf[held:])
+		if rerr != nil && rerr != io.EOF {
+			w.r.p.log.Warn("httputil: ReverseProxy read error during body copy: " + rerr.Error())
+		}
+		if sniff && !w.wroteHeader {
+			held += nr
+			if held < 512 && rerr == nil {
+				continue
+			}
+			nr, held = held, 0
+		}
+		if nr > 0 && !w.write(buf[:nr]) {
+			return false
+		}
+		if rerr != nil {
+			return rerr == io.EOF
+		}
+		if len(w.r.out) >= fastFlushAt {
+			w.r.flush()
+		}
+	}
+}
+
+// bodyAtHand reports whether the next read of body can likely be served
+// without waiting for the origin (then the answer need not be flushed
+// first).
+func (w *responseWriter) bodyAtHand(io.Reader) bool {
+	return w.r.br != nil && w.r.br.Buffered() > 0
+}
+
+func (w *responseWriter) needsSniff() bool {
+	_, haveType := w.hdr["Content-Type"]
+	return bodyAllowed(w.status) && !haveType && w.hdr.Get("Content-Encoding") == ""
+}
+
+// write is the handler's Write of p.
+func (w *responseWriter) write(p []byte) bool {
+	if w.r.failed {
+		return false
+	}
+	w.written += int64(len(p))
+	if w.contentLength != -1 && w.written > w.contentLength {
+		return false // http.ErrContentLength: ReverseProxy aborts
+	}
+	if !w.wroteHeader {
+		w.writeHeader(p, false)
+	}
+	if w.chunking {
+		w.r.out = strconv.AppendInt(w.r.out, int64(len(p)), 16)
+		w.r.out = append(w.r.out, "\r\n"...)
+		w.r.out = append(w.r.out, p...)
+		w.r.out = append(w.r.out, "\r\n"...)
+	} else {
+		w.r.out = append(w.r.out, p...)
+	}
+	return true
+}
+
+// writeHeader is net/http's chunkWriter.writeHeader for the first bytes p
+// of the body; done: the handler has returned.
+func (w *responseWriter) writeHeader(p []byte, done bool) {
+	w.wroteHeader = true
+	hdr, isHEAD := w.hdr, w.r.isHEAD
+	trailers := len(hdr["Trailer"]) > 0
+	for k := range hdr {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			trailers = true
+		}
+	}
+	var setLength []byte
+	if done && !trailers && bodyAllowed(w.status) && !has(hdr, "Content-Length") && (!isHEAD || len(p) > 0) {
+		w.contentLength = int64(len(p))
+		setLength = strconv.AppendInt(nil, int64(len(p)), 10)
+	}
+	hasCL := w.contentLength != -1
+	exclude := map[string]bool(nil)
+	var contentType string
+	if bodyAllowed(w.status) {
+		if w.needsSniff() && len(p) > 0 {
+			contentType = http.DetectContentType(p)
+		}
+	} else if w.status == http.StatusNotModified {
+		exclude = excluded304
+	} else {
+		exclude = excludedNoBody
+	}
+	if !isHEAD && bodyAllowed(w.status) && !hasCL {
+		w.chunking = true
+	}
+	b := appendStatusLine(w.r.out, w.status)
+	b = appendHeader(b, hdr, exclude)
+	if !has(hdr, "Date") {
+		b = append(b, "Date: "...)
+		b = appendDate(b, time.Now())
+		b = append(b, "\r\n"...)
+	}
+	if setLength != nil {
+		b = append(b, "Content-Length: "...)
+		b = append(b, setLength...)
+		b = append(b, "\r\n"...)
+	}
+	if contentType != "" {
+		b = append(b, "Content-Type: "...)
+		b = append(b, contentType...)
+		b = append(b, "\r\n"...)
+	}
+	if w.chunking {
+		b = append(b, "Transfer-Encoding: chunked\r\n"...)
+	}
+	w.r.out = append(b, "\r\n"...)
+}
+
+func has(h http.Header, key string) bool {
+	_, ok := h[key]
+	return ok
+}
+
+// finish is net/http's end of a handler: the header if not yet written,
+// the last chunk and the trailers; and the connection closed if the body
+// fell short of its Content-Length.
+func (w *responseWriter) finish() {
+	if !w.wroteHeader {
+		w.writeHeader(nil, true)
+	}
+	if w.chunking {
+		w.r.out = append(w.r.out, "0\r\n"...)
+		t := http.Header(nil)
+		for k, vv := range w.hdr {
+			if kk, found := strings.CutPrefix(k, http.TrailerPrefix); found {
+				if t == nil {
+					t = make(http.Header)
+				}
+				t[kk] = vv
+			}
+		}
+		for _, k := range w.trailers {
+			if t == nil {
+				t = make(http.Header)
+			}
+			for _, v := range w.hdr[k] {
+				t.Add(k, v)
+			}
+		}
+		if t != nil {
+			w.r.out = appendHeader(w.r.out, t, nil)
+		}
+		w.r.out = append(w.r.out, "\r\n"...)
+	}
+	if !w.r.isHEAD && w.contentLength != -1 && bodyAllowed(w.status) && w.contentLength != w.written {
+		w.r.client.CloseAfter()
+	}
+}

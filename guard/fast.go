@@ -65,8 +65,10 @@ type Request struct {
 	W *Writer
 }
 
-// Field is one field line of a Request.
-type Field struct {
+// Field is one field line of a Request. It is an alias of an unnamed
+// struct so that a hook's package can name the same type (proxy.HeadField)
+// and take Request.Fields as they are, without importing guard.
+type Field = struct {
 	Name, Value []byte
 }
 

@@ -44,7 +44,9 @@ type Head struct {
 	Method []byte
 	Target []byte // origin-form
 	Host   []byte // the Host field's value
-	Raw    []byte // the whole head, request line to the empty line
+	// Fields are the head's field lines in order, Host included, values
+	// without surrounding whitespace, as the framing guard parsed them.
+	Fields []HeadField
 	Peer   netip.Addr
 	// Now is the wall clock when the head was taken up: the Date field's,
 	// and the decisions' unless Options.Now set another clock.
@@ -52,6 +54,11 @@ type Head struct {
 	// Client writes to the client while the answer is made: an allowed
 	// request is forwarded through it (fastforward.go). Nil: no forward.
 	Client ClientWriter
+}
+
+// HeadField is one field line of a Head: the same type as guard.Field.
+type HeadField = struct {
+	Name, Value []byte
 }
 
 // fastBodyMax bounds a block response's body on the fast path: net/http
@@ -135,8 +142,8 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 	}
 	s := fastScratches.Get().(*fastScratch)
 	defer s.put()
-	s.view.raw = h.Raw
-	accept, ok := s.screenFields(h.Raw)
+	s.view.fields = h.Fields
+	accept, ok := s.screenFields(h.Fields)
 	if !ok {
 		return out, false
 	}
@@ -236,26 +243,6 @@ func bytesString(b []byte) string {
 	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
-// fieldLines iterates over the field lines of a head.
-type fieldLines struct{ rest []byte }
-
-func newFieldLines(raw []byte) fieldLines {
-	_, rest, _ := bytes.Cut(raw, []byte("\r\n"))
-	return fieldLines{rest}
-}
-
-// next returns the next field's name and its value without surrounding
-// whitespace, or false at the end of the head.
-func (it *fieldLines) next() (name, value []byte, ok bool) {
-	line, rest, _ := bytes.Cut(it.rest, []byte("\r\n"))
-	it.rest = rest
-	if len(line) == 0 {
-		return nil, nil, false
-	}
-	name, value, _ = bytes.Cut(line, []byte(":"))
-	return name, rules.TrimOWS(value), true
-}
-
 // lower returns b lower-cased as a string, which NormalizeHost then need
 // not allocate for.
 func (s *fastScratch) lower(b []byte) string {
@@ -279,13 +266,10 @@ func (s *fastScratch) lower(b []byte) string {
 // a field name with '_' (which the screen refuses when it aliases a
 // forwarding field) and HTTP2-Settings (an h2c upgrade). It gathers the
 // first Accept value and the X-Forwarded-For lines.
-func (s *fastScratch) screenFields(raw []byte) (accept string, ok bool) {
+func (s *fastScratch) screenFields(fields []HeadField) (accept string, ok bool) {
 	haveAccept := false
-	for it := newFieldLines(raw); ; {
-		name, value, more := it.next()
-		if !more {
-			return accept, true
-		}
+	for _, f := range fields {
+		name, value := f.Name, f.Value
 		switch {
 		case bytes.IndexByte(name, '_') >= 0, rules.EqualFoldLower(name, "http2-settings"):
 			return "", false
@@ -297,6 +281,7 @@ func (s *fastScratch) screenFields(raw []byte) (accept string, ok bool) {
 			s.xff = append(s.xff, bytesString(value))
 		}
 	}
+	return accept, true
 }
 
 // screenTarget does the screen's checks of an origin-form target and
@@ -340,19 +325,15 @@ func (s *fastScratch) screenTarget(target []byte) (string, bool) {
 // headerView gives a head's field values by name, as http.Header does for
 // the request net/http would make of it (rules.HeaderValues).
 type headerView struct {
-	raw  []byte
-	vals []string
+	fields []HeadField
+	vals   []string
 }
 
 func (v *headerView) Values(name string) []string {
 	start := len(v.vals)
-	for it := newFieldLines(v.raw); ; {
-		n, value, more := it.next()
-		if !more {
-			break
-		}
-		if strings.EqualFold(bytesString(n), name) {
-			v.vals = append(v.vals, bytesString(value))
+	for _, f := range v.fields {
+		if strings.EqualFold(bytesString(f.Name), name) {
+			v.vals = append(v.vals, bytesString(f.Value))
 		}
 	}
 	if len(v.vals) == start {

@@ -16,12 +16,16 @@ func fastHead(raw string) *Head {
 	line, _, _ := strings.Cut(raw, "\r\n")
 	parts := strings.SplitN(line, " ", 3)
 	host := ""
+	var fields []HeadField
 	for _, l := range strings.Split(raw, "\r\n")[1:] {
-		if name, v, ok := strings.Cut(l, ":"); ok && strings.EqualFold(name, "host") {
-			host = strings.TrimSpace(v)
+		if name, v, ok := strings.Cut(l, ":"); ok {
+			fields = append(fields, HeadField{Name: []byte(name), Value: []byte(rules.TrimOWS(v))})
+			if strings.EqualFold(name, "host") {
+				host = rules.TrimOWS(v)
+			}
 		}
 	}
-	return &Head{Method: []byte(parts[0]), Target: []byte(parts[1]), Host: []byte(host), Raw: []byte(raw),
+	return &Head{Method: []byte(parts[0]), Target: []byte(parts[1]), Host: []byte(host), Fields: fields,
 		Peer: netip.MustParseAddr("203.0.113.9"), Now: time.Unix(1_800_000_000, 0)}
 }
 

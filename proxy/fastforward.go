@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/edgerate/edge/rules"
 )
 
 // The fast forward: a request the fast path (fast.go) finds allowed is
@@ -209,7 +211,7 @@ func fastForwardable(h *Head) bool {
 		case c == '?':
 			path = false
 		case c == '%':
-			if i+2 >= len(t) || !isHex(t[i+1]) || !isHex(t[i+2]) {
+			if i+2 >= len(t) || !rules.IsHexDigit(t[i+1]) || !rules.IsHexDigit(t[i+2]) {
 				return false
 			}
 			i += 2
@@ -225,10 +227,6 @@ func fastForwardable(h *Head) bool {
 		}
 	}
 	return true
-}
-
-func isHex(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
 // reqField is a field of the request head sent to the origin.
@@ -251,11 +249,8 @@ func (s *forwardScratch) appendOriginHead(b []byte, h *Head, trusted bool) []byt
 	var ua []byte
 	haveUA, teTrailers := false, false
 	var xff, xfh, xfp []reqField
-	for it := newFieldLines(h.Raw); ; {
-		name, value, more := it.next()
-		if !more {
-			break
-		}
+	for _, hf := range h.Fields {
+		name, value := hf.Name, hf.Value
 		start := len(s.keys)
 		s.keys = appendCanonical(s.keys, name)
 		key := s.keys[start:len(s.keys):len(s.keys)]

@@ -400,7 +400,7 @@ func guardOptions(srv *http.Server, p *proxy.Proxy, maxConns int) guard.Listener
 // fastAnswer hands the heads the framing guard offers to p's fast path.
 func fastAnswer(p *proxy.Proxy) func(*guard.Request, []byte) ([]byte, bool) {
 	return func(r *guard.Request, out []byte) ([]byte, bool) {
-		h := proxy.Head{Method: r.Method, Target: r.Target, Host: r.Host, Raw: r.Head, Peer: r.Peer, Now: r.Now}
+		h := proxy.Head{Method: r.Method, Target: r.Target, Host: r.Host, Fields: r.Fields, Peer: r.Peer, Now: r.Now}
 		if r.W != nil {
 			h.Client = r.W
 		}

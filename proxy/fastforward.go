@@ -553,11 +553,7 @@ func appendStatusLine(b []byte, code int) []byte {
 
 // fail answers a forward that got no response, as errorLog.handle does.
 func (r *relay) fail(l *errorLog, err error) []byte {
-	status, body := http.StatusBadGateway, "bad gateway: the origin could not be reached\n"
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		status, body = http.StatusGatewayTimeout, "gateway timeout: the origin did not answer in time\n"
-	}
+	status, body := upstreamFailure(err) // forward.go
 	l.logFast(string(r.h.Method), r.h.Target, status, err)
 	return r.appendText(status, body)
 }
@@ -576,23 +572,15 @@ func (r *relay) appendText(status int, body string) []byte {
 	return append(b, body...)
 }
 
-// logFast logs a failed fast forward as logf logs a failed forward.
+// logFast logs a failed fast forward as handle logs a failed forward:
+// the path as net/http's URL.Path gives it.
 func (l *errorLog) logFast(method string, target []byte, status int, err error) {
 	raw, _, _ := strings.Cut(string(target), "?")
 	path, perr := url.PathUnescape(raw)
 	if perr != nil {
 		path = raw
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.limiter.Allow() {
-		l.suppressed++
-		return
-	}
-	l.log.Warn("upstream request failed",
-		"domain", l.domain, "method", method, "path", path,
-		"status", status, "err", err, "suppressed", l.suppressed)
-	l.suppressed = 0
+	l.warn(method, path, status, err)
 }
 
 // relay writes resp, the origin's final response, to the client as

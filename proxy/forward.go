@@ -188,16 +188,24 @@ func (l *errorLog) handle(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 		panic(http.ErrAbortHandler)
 	}
-	status, body := http.StatusBadGateway, "bad gateway: the origin could not be reached\n"
-	var ne net.Error
-	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
-		status, body = http.StatusGatewayTimeout, "gateway timeout: the origin did not answer in time\n"
-	}
-	l.logf(r, status, err)
+	status, body := upstreamFailure(err)
+	l.warn(r.Method, r.URL.Path, status, err)
 	writeText(w, status, body)
 }
 
-func (l *errorLog) logf(r *http.Request, status int, err error) {
+// upstreamFailure is the answer to a forward the origin failed: 504 when
+// it was too slow, else 502.
+func upstreamFailure(err error) (status int, body string) {
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		return http.StatusGatewayTimeout, "gateway timeout: the origin did not answer in time\n"
+	}
+	return http.StatusBadGateway, "bad gateway: the origin could not be reached\n"
+}
+
+// warn logs a failed forward, at most as often as the limiter lets it,
+// counting the lines it holds back.
+func (l *errorLog) warn(method, path string, status int, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.limiter.Allow() {
@@ -205,7 +213,7 @@ func (l *errorLog) logf(r *http.Request, status int, err error) {
 		return
 	}
 	l.log.Warn("upstream request failed",
-		"domain", l.domain, "method", r.Method, "path", r.URL.Path,
+		"domain", l.domain, "method", method, "path", path,
 		"status", status, "err", err, "suppressed", l.suppressed)
 	l.suppressed = 0
 }

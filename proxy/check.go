@@ -218,6 +218,8 @@ func oneField(h http.Header, field, fallback string, list bool) (string, string)
 		return "", "empty " + name
 	case !list && strings.IndexByte(v, ',') >= 0:
 		return "", "list in " + name
+	case strings.ContainsFunc(v, func(c rune) bool { return c < ' ' && c != '\t' || c == 0x7f }):
+		return "", "control character in " + name
 	}
 	return v, ""
 }

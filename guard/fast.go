@@ -1,12 +1,9 @@
 package guard
 
 import (
-	"bytes"
 	"net"
 	"net/netip"
 	"time"
-
-	"github.com/edgerate/edge/rules"
 )
 
 // The fast path: a request head that is complete, simple, and the only
@@ -77,62 +74,35 @@ const maxFastFields = 64
 
 // fastConn is a connection's fast-path state, made on its first offer.
 type fastConn struct {
-	req    Request
-	fields [maxFastFields]Field
-	out    []byte // the answer, reused
-	peer   netip.Addr
-	w      Writer
-	used   bool // the last answer went through w
+	out  []byte // the answer, reused
+	peer netip.Addr
+	w    Writer
+	used bool // the last answer went through w
 }
 
-// simpleHead parses head, complete and checked by parseHead, into r and
-// reports whether it is simple (see above). fields is r's backing array.
-func simpleHead(head []byte, r *Request, fields *[maxFastFields]Field) bool {
-	line, rest, _ := bytes.Cut(head, []byte("\r\n"))
-	method, line, _ := bytes.Cut(line, []byte(" "))
-	target, version, _ := bytes.Cut(line, []byte(" "))
-	if string(version) != "HTTP/1.1" || len(target) == 0 || target[0] != '/' {
+// simpleTarget reports whether a request target may be offered: in origin
+// form, of printable ASCII (net/http refuses control bytes; the rest is
+// left to it).
+func simpleTarget(t []byte) bool {
+	if len(t) == 0 || t[0] != '/' {
 		return false
 	}
-	for _, c := range target {
+	for _, c := range t {
 		if c <= ' ' || c >= 0x7f {
-			return false // net/http refuses control bytes; leave the rest to it
-		}
-	}
-	n, host, hosts := 0, []byte(nil), 0
-	for {
-		line, rest, _ = bytes.Cut(rest, []byte("\r\n"))
-		if len(line) == 0 {
-			break
-		}
-		if n == maxFastFields {
 			return false
 		}
-		name, value, _ := bytes.Cut(line, []byte(":"))
-		value = rules.TrimOWS(value)
-		for _, c := range value {
-			if c < ' ' && c != '\t' || c == 0x7f {
-				return false // net/http answers 400
-			}
-		}
-		switch {
-		case rules.EqualFoldLower(name, "host"):
-			host, hosts = value, hosts+1
-		case rules.EqualFoldLower(name, "connection"):
-			if !rules.EqualFoldLower(value, "keep-alive") {
-				return false
-			}
-		case rules.EqualFoldLower(name, "expect"), rules.EqualFoldLower(name, "upgrade"),
-			rules.EqualFoldLower(name, "transfer-encoding"):
+	}
+	return true
+}
+
+// simpleValue reports whether a field value has no control bytes but HTAB
+// (net/http answers 400 for one).
+func simpleValue(v []byte) bool {
+	for _, c := range v {
+		if c < ' ' && c != '\t' || c == 0x7f {
 			return false
 		}
-		fields[n] = Field{Name: name, Value: value}
-		n++
 	}
-	if hosts != 1 || !validHost(host) {
-		return false
-	}
-	*r = Request{Method: method, Target: target, Host: host, Fields: fields[:n], Head: head}
 	return true
 }
 
@@ -164,27 +134,27 @@ func peerAddr(c net.Conn) netip.Addr {
 func (c *guardConn) offer() error {
 	f := &c.f
 	end := f.fastEnd
-	head := f.buf[f.lo : f.lo+end]
 	if c.fast == nil {
 		c.fast = &fastConn{peer: peerAddr(c.Conn)}
 	}
 	fc := c.fast
-	if !simpleHead(head, &fc.req, &fc.fields) || c.l.closing.Load() {
+	if c.l.closing.Load() {
 		f.pass(end)
 		return nil
 	}
+	req := &f.simple.req // read by parseHead as the framer took the head up
 	c.busy = true
 	c.l.answering.Add(1)
 	c.mu.Unlock()
 	now := time.Now()
 	fc.w = Writer{c: c, start: now}
-	fc.req.Peer, fc.req.Now, fc.req.W = fc.peer, now, &fc.w
+	req.Peer, req.Now, req.W = fc.peer, now, &fc.w
 	// Busy while the hook decides and an answer (a refusal, or a
 	// forwarded response) is written, then the most recently idle
 	// connection, as if net/http had served the request; a declined
 	// request is net/http's, which reports its state itself.
 	c.l.markIdle(c, false)
-	out, answered := c.l.answer(&fc.req, fc.out[:0])
+	out, answered := c.l.answer(req, fc.out[:0])
 	err := fc.w.finish(out, answered)
 	fc.used = fc.w.used
 	if answered {
@@ -193,7 +163,7 @@ func (c *guardConn) offer() error {
 	if cap(out) <= 64<<10 {
 		fc.out = out[:0]
 	}
-	fc.req, fc.w = Request{}, Writer{}
+	*req, fc.w = Request{}, Writer{}
 	c.mu.Lock()
 	c.busy = false
 	c.l.answering.Add(-1)

@@ -46,11 +46,13 @@ type framer struct {
 	// The fast path (fast.go): fast is set when the Listener has a hook,
 	// free while net/http waits for a request and holds none of this
 	// connection's bytes, and a head of at most maxSimple bytes found then
-	// waits in state stFast, fastEnd bytes long, to be offered.
+	// waits in state stFast, fastEnd bytes long, to be offered, its parts
+	// read into simple.
 	fast      bool
 	free      bool
 	maxSimple int
 	fastEnd   int
+	simple    *simple // the parts of the head in stFast; made when first needed
 
 	st     frameState
 	buf    []byte // buf[lo:hi] is received and not yet delivered
@@ -337,7 +339,7 @@ func (f *framer) stepHead(in []byte) bool {
 		if !f.lineOK {
 			// Refuse a malformed request line (binary garbage, a TLS
 			// handshake) as soon as it is complete, too.
-			if _, _, reason := parseRequestLine(in[:nl-1]); reason != "" {
+			if _, _, _, reason := parseRequestLine(in[:nl-1]); reason != "" {
 				f.reject(reason)
 				return true
 			}
@@ -363,13 +365,19 @@ func (f *framer) stepHead(in []byte) bool {
 		f.st = stPassthrough
 		return true
 	}
-	h, reason := parseHead(in[:end])
+	var s *simple // where a head the fast path may be offered is read
+	if f.fast && f.free && f.ready == 0 && f.skip == 0 && end <= f.maxSimple {
+		if f.simple == nil {
+			f.simple = new(simple)
+		}
+		s = f.simple
+	}
+	h, reason := parseHead(in[:end], s)
 	if reason != "" {
 		f.reject(reason)
 		return true
 	}
-	if f.fast && f.free && f.ready == 0 && f.skip == 0 && !h.upgrade && !h.passthrough &&
-		h.bodyLen == 0 && end <= f.maxSimple {
+	if h.simple && !h.upgrade && !h.passthrough && h.bodyLen == 0 {
 		f.st, f.fastEnd = stFast, end // offered first (guardConn.offer)
 		return true
 	}

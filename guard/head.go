@@ -11,10 +11,20 @@ type head struct {
 	bodyLen     int64 // -1 for chunked
 	upgrade     bool  // the request carries Upgrade
 	passthrough bool  // net/http will refuse it and close the connection
+	simple      bool  // parseHead filled its simple (fast.go)
+}
+
+// simple is where parseHead puts the parts of a simple head (fast.go)
+// for the fast path, in the same pass.
+type simple struct {
+	req    Request
+	fields [maxFastFields]Field
 }
 
 // parseHead checks a complete request head (request line, field lines,
-// empty line) and returns its framing, or the reason to reject it.
+// empty line) and returns its framing, or the reason to reject it. If s is
+// not nil and the head is simple (fast.go), it also fills s.req's Method,
+// Target, Host, Fields and Head and sets the result's simple.
 //
 // A head is rejected for: a line that ends in a bare LF (RFC 9112 §2.2
 // lets a recipient accept one; net/http does, and so might an origin that
@@ -32,18 +42,21 @@ type head struct {
 // It is one function, longer than most, because it is one pass over the
 // head's lines whose checks share what earlier lines said (Host seen,
 // lengths, Transfer-Encoding); split up, that state would travel between
-// the parts.
-func parseHead(h []byte) (head, string) {
+// the parts. The fast path's reading rides along in the same pass: a head
+// is read once, whatever asks.
+func parseHead(h []byte, s *simple) (head, string) {
 	var (
 		out                 head
 		line                []byte
 		rest                = h
 		first               = true
 		http10              bool
-		target              []byte
+		method, target      []byte
 		nCL, nTE, nHost     int
 		clVal, teVal, hostV []byte
+		nf                  int // fields in s
 	)
+	keep := s != nil // the head is simple so far
 	for len(rest) > 0 {
 		i := bytes.IndexByte(rest, '\n')
 		line, rest = rest[:i], rest[i+1:]
@@ -57,7 +70,7 @@ func parseHead(h []byte) (head, string) {
 		}
 		if first {
 			first = false
-			tgt, version, reason := parseRequestLine(line)
+			m, tgt, version, reason := parseRequestLine(line)
 			if reason != "" {
 				return out, reason
 			}
@@ -66,7 +79,8 @@ func parseHead(h []byte) (head, string) {
 				return out, ""
 			}
 			http10 = version[7] == '0'
-			target = tgt
+			method, target = m, tgt
+			keep = keep && string(version) == "HTTP/1.1" && simpleTarget(tgt)
 			continue
 		}
 		if len(line) == 0 {
@@ -80,18 +94,42 @@ func parseHead(h []byte) (head, string) {
 			return out, "malformed field line"
 		}
 		value = rules.TrimOWS(value)
-		switch {
-		case rules.EqualFoldLower(name, "content-length"):
-			nCL++
-			clVal = value
-		case rules.EqualFoldLower(name, "transfer-encoding"):
-			nTE++
-			teVal = value
-		case rules.EqualFoldLower(name, "host"):
-			nHost++
-			hostV = value
-		case rules.EqualFoldLower(name, "upgrade"):
-			out.upgrade = true
+		// Names by length first: most fields are none of these.
+		switch len(name) {
+		case len("host"):
+			if rules.EqualFoldLower(name, "host") {
+				nHost++
+				hostV = value
+			}
+		case len("expect"):
+			keep = keep && !rules.EqualFoldLower(name, "expect")
+		case len("upgrade"):
+			if rules.EqualFoldLower(name, "upgrade") {
+				out.upgrade, keep = true, false
+			}
+		case len("connection"):
+			if keep && rules.EqualFoldLower(name, "connection") {
+				keep = rules.EqualFoldLower(value, "keep-alive")
+			}
+		case len("content-length"):
+			if rules.EqualFoldLower(name, "content-length") {
+				nCL++
+				clVal = value
+			}
+		case len("transfer-encoding"):
+			if rules.EqualFoldLower(name, "transfer-encoding") {
+				nTE++
+				teVal = value
+				keep = false
+			}
+		}
+		if keep {
+			if nf == maxFastFields || !simpleValue(value) {
+				keep = false
+			} else {
+				s.fields[nf] = Field{Name: name, Value: value}
+				nf++
+			}
 		}
 	}
 	switch {
@@ -117,6 +155,10 @@ func parseHead(h []byte) (head, string) {
 	if reason := checkAbsoluteForm(target, hostV, nHost == 1); reason != "" {
 		return out, reason
 	}
+	if keep && nHost == 1 && validHost(hostV) {
+		s.req = Request{Method: method, Target: target, Host: hostV, Fields: s.fields[:nf], Head: h}
+		out.simple = true
+	}
 	return out, ""
 }
 
@@ -130,22 +172,22 @@ func parseHead(h []byte) (head, string) {
 // net/http would answer it itself (200, for any Host) unless its
 // DisableGeneralOptionsHandler is set. Refusing it here counts it with
 // the other framing refusals.
-func parseRequestLine(line []byte) (target, version []byte, reason string) {
+func parseRequestLine(line []byte) (method, target, version []byte, reason string) {
 	if bytes.IndexByte(line, '\r') >= 0 {
-		return nil, nil, "CR inside a line"
+		return nil, nil, nil, "CR inside a line"
 	}
 	method, r, ok1 := bytes.Cut(line, []byte(" "))
 	target, version, ok2 := bytes.Cut(r, []byte(" "))
 	if !ok1 || !ok2 || !rules.IsToken(method) || len(target) == 0 || !isHTTPVersion(version) {
-		return nil, nil, "malformed request line"
+		return nil, nil, nil, "malformed request line"
 	}
 	if version[5] == '2' && string(method) == "PRI" {
-		return nil, nil, "HTTP/2 preface (h2c is not served)"
+		return nil, nil, nil, "HTTP/2 preface (h2c is not served)"
 	}
 	if string(target) == "*" {
-		return nil, nil, "asterisk-form target"
+		return nil, nil, nil, "asterisk-form target"
 	}
-	return target, version, ""
+	return method, target, version, ""
 }
 
 // checkAbsoluteForm checks an absolute-form request target against the

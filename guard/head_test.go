@@ -1,9 +1,12 @@
 package guard
 
 import (
+	"bytes"
+	"reflect"
 	"testing"
 
 	"github.com/edgerate/edge/internal/hostile"
+	"github.com/edgerate/edge/rules"
 )
 
 func TestParseHead(t *testing.T) {
@@ -46,7 +49,7 @@ func TestParseHead(t *testing.T) {
 		{"absolute, no Host", hostile.Req("GET http://api.example.com/x HTTP/1.0"), 0, false, false, false},
 	}
 	for _, tt := range tests {
-		h, reason := parseHead([]byte(tt.head))
+		h, reason := parseHead([]byte(tt.head), nil)
 		if got := reason != ""; got != tt.reject {
 			t.Errorf("%s: rejected = %v (%q), want %v", tt.name, got, reason, tt.reject)
 			continue
@@ -58,4 +61,97 @@ func TestParseHead(t *testing.T) {
 			t.Errorf("%s: got %+v, want bodyLen %d upgrade %v passthrough %v", tt.name, h, tt.wantLen, tt.upgrade, tt.passthrough)
 		}
 	}
+}
+
+// FuzzSimpleHeadOnePass checks that parseHead, reading a head once for
+// the framing and the fast path alike, finds the same simple heads with
+// the same parts as the fast path's own second pass did, and the same
+// framing whether it is asked for them or not.
+func FuzzSimpleHeadOnePass(f *testing.F) {
+	for _, c := range hostile.Corpus() {
+		f.Add([]byte(c.Raw))
+	}
+	f.Add([]byte(hostile.Get("/a", "Connection: keep-alive", "X: \tv ")))
+	f.Add([]byte("GET / HTTP/1.2\r\nHost: a\r\n\r\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		end := bytes.Index(data, []byte("\r\n\r\n"))
+		if end < 0 {
+			return
+		}
+		h := data[:end+4]
+		plain, reason := parseHead(h, nil)
+		var s simple
+		read, reason2 := parseHead(h, &s)
+		if reason != reason2 {
+			t.Fatalf("%q: reason %q without the fast path's reading, %q with", h, reason, reason2)
+		}
+		got := read.simple
+		read.simple = false
+		if plain != read {
+			t.Fatalf("%q: framing %+v without the fast path's reading, %+v with", h, plain, read)
+		}
+		if reason != "" {
+			return
+		}
+		var want Request
+		var fields [maxFastFields]Field
+		wantSimple := simpleHeadTwoPass(h, &want, &fields)
+		if got != wantSimple {
+			t.Fatalf("%q: simple %v, the second pass says %v", h, got, wantSimple)
+		}
+		if got && !reflect.DeepEqual(s.req, want) {
+			t.Fatalf("%q: read %+v, the second pass %+v", h, s.req, want)
+		}
+	})
+}
+
+// simpleHeadTwoPass is the fast path's own reading of a head, in a second
+// pass, that parseHead's one pass replaced.
+func simpleHeadTwoPass(head []byte, r *Request, fields *[maxFastFields]Field) bool {
+	line, rest, _ := bytes.Cut(head, []byte("\r\n"))
+	method, line, _ := bytes.Cut(line, []byte(" "))
+	target, version, _ := bytes.Cut(line, []byte(" "))
+	if string(version) != "HTTP/1.1" || len(target) == 0 || target[0] != '/' {
+		return false
+	}
+	for _, c := range target {
+		if c <= ' ' || c >= 0x7f {
+			return false // net/http refuses control bytes; leave the rest to it
+		}
+	}
+	n, host, hosts := 0, []byte(nil), 0
+	for {
+		line, rest, _ = bytes.Cut(rest, []byte("\r\n"))
+		if len(line) == 0 {
+			break
+		}
+		if n == maxFastFields {
+			return false
+		}
+		name, value, _ := bytes.Cut(line, []byte(":"))
+		value = rules.TrimOWS(value)
+		for _, c := range value {
+			if c < ' ' && c != '\t' || c == 0x7f {
+				return false // net/http answers 400
+			}
+		}
+		switch {
+		case rules.EqualFoldLower(name, "host"):
+			host, hosts = value, hosts+1
+		case rules.EqualFoldLower(name, "connection"):
+			if !rules.EqualFoldLower(value, "keep-alive") {
+				return false
+			}
+		case rules.EqualFoldLower(name, "expect"), rules.EqualFoldLower(name, "upgrade"),
+			rules.EqualFoldLower(name, "transfer-encoding"):
+			return false
+		}
+		fields[n] = Field{Name: name, Value: value}
+		n++
+	}
+	if hosts != 1 || !validHost(host) {
+		return false
+	}
+	*r = Request{Method: method, Target: target, Host: host, Fields: fields[:n], Head: head}
+	return true
 }

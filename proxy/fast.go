@@ -160,14 +160,16 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 		return out, false
 	}
 	trusted := st.clientIP.Trusted(h.Peer)
-	forward := d.ffwd != nil && h.Client != nil && (method == http.MethodGet || isHEAD) && fastForwardable(h)
+	// fwd: the request may be forwarded here if its target can go as it
+	// is (fastForwardable, asked only once it matters).
+	fwd := d.ffwd != nil && h.Client != nil && (method == http.MethodGet || isHEAD)
 	if !d.fast {
-		if d.store == nil && forward {
-			return p.forwardFast(d, h, method, trusted, st.table.Timeouts.Upstream, out), true
+		if d.store == nil && fwd && fastForwardable(h) {
+			return p.forwardCopy(d, h, method, trusted, st.table.Timeouts.Upstream, out), true
 		}
 		return out, false
 	}
-	if isHEAD && !forward {
+	if isHEAD && !(fwd && fastForwardable(h)) {
 		return out, false
 	}
 	var xff []string
@@ -190,14 +192,14 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 	tally := d.counter.Begin()
 	dec := p.decideRules(ctx, d, method, nil, &src, tally, now, &s.keys, s.vbuf[:0])
 	vs := dec.vs
-	if forward && !dec.unavailable && dec.blocker < 0 {
+	if fwd && !dec.unavailable && dec.blocker < 0 && (isHEAD || fastForwardable(h)) {
 		// Allowed: what limit and ServeHTTP do for it, then the forward.
 		if id.XFFMalformed {
 			p.metrics.xffMalformed.Inc()
 		}
 		p.observe(ctx, d, vs, &src, now)
 		endTally(d, tally, dec.fellBack)
-		return p.forwardFast(d, h, method, trusted, st.table.Timeouts.Upstream, out), true
+		return p.forwardCopy(d, h, method, trusted, st.table.Timeouts.Upstream, out), true
 	}
 	if dec.unavailable || dec.blocker < 0 || isHEAD {
 		refundAll(vs, tally, now)
@@ -213,6 +215,15 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 	endTally(d, tally, dec.fellBack)
 	p.countBlock(ctx, d, vs, dec.blocker, src.Client.Addr())
 	return s.appendBlocked(out, d, vs, dec.blocker, acceptsJSON(accept), h.Now), true
+}
+
+// forwardCopy forwards a copy of h. The forward keeps h where escape
+// analysis loses track of it; made only for a request forwarded, the copy
+// leaves the caller's Head on its stack, so that a refusal allocates
+// nothing.
+func (p *Proxy) forwardCopy(d *domain, h *Head, method string, trusted bool, upstream time.Duration, out []byte) []byte {
+	c := *h
+	return p.forwardFast(d, &c, method, trusted, upstream, out)
 }
 
 // fastMethod returns the method as a constant string, or "" for a method

@@ -156,7 +156,8 @@ func parseHead(h []byte, s *simple) (head, string) {
 		return out, reason
 	}
 	if keep && nHost == 1 && validHost(hostV) {
-		s.req = Request{Method: method, Target: target, Host: hostV, Fields: s.fields[:nf], Head: h}
+		// Field by field: the rest of s.req is the offer's to set.
+		s.req.Method, s.req.Target, s.req.Host, s.req.Fields, s.req.Head = method, target, hostV, s.fields[:nf], h
 		out.simple = true
 	}
 	return out, ""
@@ -196,8 +197,11 @@ func parseRequestLine(line []byte) (method, target, version []byte, reason strin
 // a gateway in a chain of proxies that might route by the Host field
 // instead must refuse the disagreement (HAProxy does the same).
 func checkAbsoluteForm(target, host []byte, haveHost bool) string {
+	if len(target) == 0 || target[0] == '/' {
+		return "" // origin form: most targets, without a search
+	}
 	_, after, ok := bytes.Cut(target, []byte("://"))
-	if !ok || len(target) == 0 || target[0] == '/' {
+	if !ok {
 		return ""
 	}
 	authority := after

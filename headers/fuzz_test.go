@@ -79,6 +79,10 @@ func FuzzLimit(f *testing.F) {
 		if !ok {
 			t.Fatalf("AppendLimit overwrote its buffer: %q", out)
 		}
+		named := headers.AppendLimitNamed([]byte("prefix"), string(headers.AppendName(nil, name)), remaining, l.Reset)
+		if string(named) != out {
+			t.Fatalf("AppendLimitNamed wrote %q, AppendLimit %q", named, out)
+		}
 		want := headers.Limit{
 			Name:      wantName(name),
 			Remaining: wantCount(remaining),

@@ -172,12 +172,23 @@ func AppendPolicies(dst []byte, ps ...Policy) []byte {
 // The name is written as AppendPolicy writes it. To write several items,
 // separate them with ", " or use AppendLimits.
 func AppendLimit(dst []byte, l Limit) []byte {
-	dst = appendString(dst, l.Name)
+	return appendLimitParams(appendString(dst, l.Name), l.Remaining, l.Reset)
+}
+
+// AppendName appends name as AppendPolicy and AppendLimit write it.
+func AppendName(dst []byte, name string) []byte { return appendString(dst, name) }
+
+// AppendLimitNamed is AppendLimit for a name already written by
+// AppendName: a caller that sends the same name often writes it once.
+func AppendLimitNamed(dst []byte, name string, remaining int64, reset time.Duration) []byte {
+	return appendLimitParams(append(dst, name...), remaining, reset)
+}
+
+func appendLimitParams(dst []byte, remaining int64, reset time.Duration) []byte {
 	dst = append(dst, ";r="...)
-	dst = strconv.AppendInt(dst, clampCount(l.Remaining), 10)
+	dst = strconv.AppendInt(dst, clampCount(remaining), 10)
 	dst = append(dst, ";t="...)
-	dst = strconv.AppendInt(dst, ceilSeconds(l.Reset), 10)
-	return dst
+	return strconv.AppendInt(dst, ceilSeconds(reset), 10)
 }
 
 // AppendLimits appends ls as a RateLimit field value, items joined by ", ",

@@ -441,7 +441,7 @@ func (s *fastScratch) appendFields(d *domain, vs []verdict, blocker int) int {
 			s.limits = append(s.limits, ", "...)
 		}
 		s.policies = append(s.policies, rs.policyText...)
-		s.limits = headers.AppendLimit(s.limits, headers.Limit{Name: rs.Name, Remaining: v.Remaining, Reset: v.Reset})
+		s.limits = headers.AppendLimitNamed(s.limits, rs.limitName, v.Remaining, v.Reset)
 	}
 	if len(s.policies) == 0 || d.rules[vs[blocker].rule].Headers == rules.HeadersNone {
 		return -1

@@ -63,7 +63,7 @@ func newFields(d *domain, vs []verdict, blocker int) (fields, bool) {
 		}
 		policies = headers.AppendPolicy(policies, rs.policy)
 		reported, only = reported+1, v.rule
-		limits = headers.AppendLimit(limits, headers.Limit{Name: rs.Name, Remaining: v.Remaining, Reset: v.Reset})
+		limits = headers.AppendLimitNamed(limits, rs.limitName, v.Remaining, v.Reset)
 		if blocker < 0 && (primary < 0 || v.Remaining < vs[primary].Remaining) {
 			primary = i
 		}

@@ -174,6 +174,9 @@ type ruleState struct {
 	// policyText is policy as a RateLimit-Policy member, formatted once:
 	// a response reporting only this rule sends it without formatting.
 	policyText string
+	// limitName is the rule's name as a RateLimit member names it,
+	// formatted once.
+	limitName string
 	// restoreRate is a bucket's refill rate in units per second, as a
 	// JSON number, for its 429 body; "" for a window.
 	restoreRate string
@@ -194,6 +197,7 @@ func newRuleState(r *rules.Rule, c ruleCounters) ruleState {
 		Rule:       r,
 		policy:     p,
 		policyText: string(headers.AppendPolicy(nil, p)),
+		limitName:  string(headers.AppendName(nil, r.Name)),
 		outcomes:   c,
 		top:        newTopTalkers(),
 	}

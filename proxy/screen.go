@@ -140,30 +140,19 @@ func screenTarget(r *http.Request) string {
 
 // screenPath returns why a decoded path is refused, or "".
 func screenPath(p string) string {
-	// One pass: a segment runs from after a '/' to the next, and its name
-	// ends at its first ';'. A control character outranks a dot segment.
-	start, name, dot := 0, -1, false // name: where the name ends, -1 before a ';'
-	for i := 0; i <= len(p); i++ {
-		var c byte = '/'
-		if i < len(p) {
-			c = p[i]
-		}
-		switch {
-		case c < ' ' || c == 0x7f:
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c < ' ' || c == 0x7f {
 			return "control character in path"
-		case c == ';' && name < 0:
-			name = i
-		case c == '/':
-			if name < 0 {
-				name = i
-			}
-			seg := p[start:name]
-			dot = dot || seg == "." || seg == ".."
-			start, name = i+1, -1
 		}
 	}
-	if dot {
-		return "dot segment in path"
+	if strings.IndexByte(p, '.') < 0 {
+		return "" // no dot, no dot segment: most paths, without splitting
+	}
+	for seg := range strings.SplitSeq(p, "/") {
+		name, _, _ := strings.Cut(seg, ";")
+		if name == "." || name == ".." {
+			return "dot segment in path"
+		}
 	}
 	return ""
 }

@@ -442,20 +442,18 @@ func NormalizeHost(raw string) (string, bool) {
 	upper := false
 	label := 0
 	for i := 0; i < len(host); i++ {
-		c := host[i]
-		switch {
-		case c <= ' ' || c >= 0x7f:
-			return "", false
-		case c == '/', c == '\\', c == '@', c == '%', c == '[', c == ']':
-			return "", false
-		case c == '.':
+		switch hostByteClass[host[i]] {
+		case hostByteOK:
+		case hostByteUpper:
+			upper = true
+		case hostByteDot:
 			if label == 0 {
 				return "", false
 			}
 			label = 0
 			continue
-		case 'A' <= c && c <= 'Z':
-			upper = true
+		default:
+			return "", false
 		}
 		label++
 		if label > maxLabelLen {
@@ -478,6 +476,33 @@ func NormalizeHost(raw string) (string, bool) {
 	}
 	return string(b), true
 }
+
+// Classes of the bytes of a host name, for NormalizeHost.
+const (
+	hostByteBad   = iota // a control byte, space, non-ASCII, or one of /\\@%[]
+	hostByteOK           // any other byte but these:
+	hostByteUpper        // A to Z
+	hostByteDot          // '.'
+)
+
+// hostByteClass gives each byte's class: one lookup where a chain of
+// comparisons would be several, for every byte of every Host.
+var hostByteClass = func() (t [256]uint8) {
+	for i := range t {
+		c := byte(i)
+		switch {
+		case c <= ' ' || c >= 0x7f, c == '/', c == '\\', c == '@', c == '%', c == '[', c == ']':
+			t[i] = hostByteBad
+		case c == '.':
+			t[i] = hostByteDot
+		case 'A' <= c && c <= 'Z':
+			t[i] = hostByteUpper
+		default:
+			t[i] = hostByteOK
+		}
+	}
+	return t
+}()
 
 // normalizeIPv6Host handles a Host value that starts with '['.
 func normalizeIPv6Host(raw string) (string, bool) {

@@ -1,7 +1,6 @@
 package guard
 
 import (
-	"container/list"
 	"io"
 	"net"
 	"sync"
@@ -18,11 +17,12 @@ type guardConn struct {
 	net.Conn
 	writeIdle time.Duration
 
-	// l counted this connection in; nil for none. l.mu guards idleAt and
-	// gone.
-	l      *Listener
-	idleAt *list.Element // in l.idle while idle between requests
-	gone   bool          // closed and counted out
+	// l counted this connection in; nil for none. l.mu guards idle, its
+	// links and gone.
+	l                  *Listener
+	idle               bool // in l.idle, idle between requests
+	idlePrev, idleNext *guardConn
+	gone               bool // closed and counted out
 
 	mu       sync.Mutex
 	f        framer

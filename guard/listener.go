@@ -13,7 +13,6 @@ package guard
 
 import (
 	"cmp"
-	"container/list"
 	"net"
 	"net/http"
 	"sync"
@@ -142,7 +141,7 @@ type Listener struct {
 	mu     sync.Mutex
 	freed  *sync.Cond // signalled when a connection closes or becomes idle, and on Close
 	open   int        // connections returned by Accept and not closed
-	idle   list.List  // of *guardConn idle between requests, longest idle first
+	idle   idleList   // connections idle between requests, longest idle first
 	closed bool
 }
 
@@ -204,10 +203,9 @@ func (l *Listener) admit() error {
 	l.mu.Lock()
 	reported := false
 	for !l.closed && l.maxConns > 0 && l.open >= l.maxConns {
-		var victim *guardConn
-		if e := l.idle.Front(); e != nil {
-			victim = l.idle.Remove(e).(*guardConn)
-			victim.idleAt = nil
+		victim := l.idle.first
+		if victim != nil {
+			l.idle.remove(victim)
 		}
 		if !reported && l.onCapped != nil {
 			reported = true
@@ -281,16 +279,47 @@ func (l *Listener) markIdle(g *guardConn, idle bool) {
 		return
 	}
 	if idle {
-		if g.idleAt == nil {
-			g.idleAt = l.idle.PushBack(g)
+		if !g.idle {
+			l.idle.pushBack(g)
 			l.freed.Signal() // an Accept waiting at the cap can close it
 		}
 		return
 	}
-	if g.idleAt != nil {
-		l.idle.Remove(g.idleAt)
-		g.idleAt = nil
+	if g.idle {
+		l.idle.remove(g)
 	}
+}
+
+// idleList is a list of the connections idle between requests, longest
+// idle first, linked through the connections themselves: a connection goes
+// in and out of it around every request, which container/list would make
+// an allocation each time.
+type idleList struct {
+	first, last *guardConn
+}
+
+func (q *idleList) pushBack(g *guardConn) {
+	g.idle, g.idlePrev, g.idleNext = true, q.last, nil
+	if q.last != nil {
+		q.last.idleNext = g
+	} else {
+		q.first = g
+	}
+	q.last = g
+}
+
+func (q *idleList) remove(g *guardConn) {
+	if g.idlePrev != nil {
+		g.idlePrev.idleNext = g.idleNext
+	} else {
+		q.first = g.idleNext
+	}
+	if g.idleNext != nil {
+		g.idleNext.idlePrev = g.idlePrev
+	} else {
+		q.last = g.idlePrev
+	}
+	g.idle, g.idlePrev, g.idleNext = false, nil, nil
 }
 
 // release counts g out, once.
@@ -301,9 +330,8 @@ func (l *Listener) release(g *guardConn) {
 		return
 	}
 	g.gone = true
-	if g.idleAt != nil {
-		l.idle.Remove(g.idleAt)
-		g.idleAt = nil
+	if g.idle {
+		l.idle.remove(g)
 	}
 	l.open--
 	l.freed.Signal()

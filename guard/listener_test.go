@@ -193,3 +193,64 @@ func BenchmarkConnMemory(b *testing.B) {
 		}
 	}
 }
+
+// TestIdleList: the connection cap's list keeps the longest idle first
+// through every kind of removal, and marking a connection busy and idle
+// again, as the fast path does around each answer, allocates nothing.
+func TestIdleList(t *testing.T) {
+	l := &Listener{maxConns: 10}
+	l.freed = sync.NewCond(&l.mu)
+	conns := make([]*guardConn, 4)
+	for i := range conns {
+		conns[i] = &guardConn{l: l}
+	}
+	a, b, c, d := conns[0], conns[1], conns[2], conns[3]
+	order := func() []*guardConn {
+		var got []*guardConn
+		for g := l.idle.first; g != nil; g = g.idleNext {
+			got = append(got, g)
+		}
+		var back []*guardConn
+		for g := l.idle.last; g != nil; g = g.idlePrev {
+			back = append([]*guardConn{g}, back...)
+		}
+		if len(got) != len(back) {
+			t.Fatalf("forward links give %d connections, backward links %d", len(got), len(back))
+		}
+		for i := range got {
+			if got[i] != back[i] {
+				t.Fatalf("forward and backward links disagree at %d", i)
+			}
+		}
+		return got
+	}
+	steps := []struct {
+		name string
+		do   func()
+		want []*guardConn
+	}{
+		{"idle in turn", func() { l.markIdle(a, true); l.markIdle(b, true); l.markIdle(c, true) }, []*guardConn{a, b, c}},
+		{"idle again keeps its place", func() { l.markIdle(a, true) }, []*guardConn{a, b, c}},
+		{"middle busy", func() { l.markIdle(b, false) }, []*guardConn{a, c}},
+		{"middle idle again goes last", func() { l.markIdle(b, true) }, []*guardConn{a, c, b}},
+		{"first busy", func() { l.markIdle(a, false) }, []*guardConn{c, b}},
+		{"last closed", func() { l.open = 4; l.release(b) }, []*guardConn{c}},
+		{"closed never comes back", func() { l.markIdle(b, true); l.markIdle(d, true) }, []*guardConn{c, d}},
+		{"busy twice", func() { l.markIdle(c, false); l.markIdle(c, false); l.markIdle(d, false) }, nil},
+	}
+	for _, s := range steps {
+		s.do()
+		got := order()
+		if len(got) != len(s.want) {
+			t.Fatalf("%s: %d idle, want %d", s.name, len(got), len(s.want))
+		}
+		for i := range got {
+			if got[i] != s.want[i] {
+				t.Fatalf("%s: idle connection %d is not the one expected", s.name, i)
+			}
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { l.markIdle(a, false); l.markIdle(a, true) }); n != 0 {
+		t.Errorf("marking a connection busy and idle again: %v allocations, want 0", n)
+	}
+}

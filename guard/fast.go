@@ -4,6 +4,8 @@ import (
 	"net"
 	"net/netip"
 	"time"
+
+	"github.com/edgerate/edge/rules"
 )
 
 // The fast path: a request head that is complete, simple, and the only
@@ -81,15 +83,22 @@ type fastConn struct {
 }
 
 // simpleTarget reports whether a request target may be offered: in origin
-// form, of printable ASCII (net/http refuses control bytes; the rest is
-// left to it).
+// form, of printable ASCII (net/http refuses control bytes), with every
+// '%' followed by two hexadecimal digits (net/http refuses an invalid
+// escape in the path; one in the query it passes on, and such a head goes
+// to it too).
 func simpleTarget(t []byte) bool {
 	if len(t) == 0 || t[0] != '/' {
 		return false
 	}
-	for _, c := range t {
-		if c <= ' ' || c >= 0x7f {
+	for i := 0; i < len(t); i++ {
+		switch c := t[i]; {
+		case c <= ' ' || c >= 0x7f:
 			return false
+		case c == '%':
+			if i+2 >= len(t) || !rules.IsHexDigit(t[i+1]) || !rules.IsHexDigit(t[i+2]) {
+				return false
+			}
 		}
 	}
 	return true

@@ -57,11 +57,15 @@ type framer struct {
 	st     frameState
 	buf    []byte // buf[lo:hi] is received and not yet delivered
 	lo, hi int
-	ready  int   // buf[lo:lo+ready] may be delivered
-	skip   int   // buf[lo:lo+skip] was delivered already (stUpgradePending)
-	scan   int   // bytes of the current head already scanned
-	lineOK bool  // the current head's request line is complete and valid
-	remain int64 // bytes left in a body or chunk
+	ready  int // buf[lo:lo+ready] may be delivered
+	skip   int // buf[lo:lo+skip] was delivered already (stUpgradePending)
+	scan   int // bytes of the current head already scanned
+	// The current head's request line is complete, ending at
+	// in[lineEnd], if lineSeen; checked and valid if lineOK too.
+	lineSeen bool
+	lineEnd  int
+	lineOK   bool
+	remain   int64 // bytes left in a body or chunk
 
 	trailer int    // trailer bytes so far
 	upgrade bool   // an upgrade request's response status is awaited
@@ -155,7 +159,7 @@ func (f *framer) pass(end int) {
 // path answered.
 func (f *framer) answered(end int) {
 	f.lo += end
-	f.st, f.scan, f.lineOK = stHead, 0, false
+	f.st, f.scan, f.lineSeen, f.lineOK = stHead, 0, false, false
 	f.release()
 }
 
@@ -313,7 +317,7 @@ func (f *framer) endMessage() {
 		f.st = stUpgradePending
 		return
 	}
-	f.st, f.scan, f.lineOK = stHead, 0, false
+	f.st, f.scan, f.lineSeen, f.lineOK = stHead, 0, false, false
 }
 
 // stepHead looks for the end of the head at the start of in and, once it
@@ -333,17 +337,15 @@ func (f *framer) stepHead(in []byte) bool {
 		// Refuse a bare LF as soon as it arrives, not at a head end that
 		// may never come.
 		if nl == 0 || in[nl-1] != '\r' {
+			if reason := f.checkLine(in); reason != "" {
+				f.reject(reason) // the earlier line's fault comes first
+				return true
+			}
 			f.reject("bare LF line end")
 			return true
 		}
-		if !f.lineOK {
-			// Refuse a malformed request line (binary garbage, a TLS
-			// handshake) as soon as it is complete, too.
-			if _, _, _, reason := parseRequestLine(in[:nl-1]); reason != "" {
-				f.reject(reason)
-				return true
-			}
-			f.lineOK = true
+		if !f.lineSeen {
+			f.lineSeen, f.lineEnd = true, nl
 			continue
 		}
 		// The line before this CRLF is empty when the CR follows the
@@ -351,6 +353,15 @@ func (f *framer) stepHead(in []byte) bool {
 		if in[nl-2] == '\n' {
 			end = nl + 1
 			break
+		}
+	}
+	if end < 0 || end > f.maxHead {
+		// Refuse a malformed request line (binary garbage, a TLS
+		// handshake) as soon as it is complete, too, not at a head end
+		// that may never come; a head that has ended parseHead checks.
+		if reason := f.checkLine(in); reason != "" {
+			f.reject(reason)
+			return true
 		}
 	}
 	if end < 0 {
@@ -382,7 +393,7 @@ func (f *framer) stepHead(in []byte) bool {
 		return true
 	}
 	f.clear(end)
-	f.scan, f.lineOK = 0, false
+	f.scan, f.lineSeen, f.lineOK = 0, false, false
 	f.upgrade = h.upgrade
 	f.status = f.status[:0]
 	switch {
@@ -396,6 +407,18 @@ func (f *framer) stepHead(in []byte) bool {
 		f.endMessage()
 	}
 	return true
+}
+
+// checkLine checks the current head's request line, in[:f.lineEnd], once
+// it is complete, if it has not been checked: it returns why the line is
+// malformed, or "".
+func (f *framer) checkLine(in []byte) string {
+	if !f.lineSeen || f.lineOK {
+		return ""
+	}
+	f.lineOK = true
+	_, _, _, reason := parseRequestLine(in[:f.lineEnd-1])
+	return reason
 }
 
 // reject replaces the current head, and drops everything after it.
@@ -485,7 +508,7 @@ func (f *framer) upgradeRefused() {
 	f.upgrade = false
 	f.status = nil
 	if f.st == stUpgradePending {
-		f.st, f.scan, f.lineOK = stHead, 0, false
+		f.st, f.scan, f.lineSeen, f.lineOK = stHead, 0, false, false
 	}
 }
 

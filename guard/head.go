@@ -89,11 +89,11 @@ func parseHead(h []byte, s *simple) (head, string) {
 		if line[0] == ' ' || line[0] == '\t' {
 			return out, "obs-fold line"
 		}
-		name, value, ok := bytes.Cut(line, []byte(":"))
-		if !ok || !rules.IsToken(name) {
+		colon := bytes.IndexByte(line, ':')
+		if colon < 0 || !rules.IsToken(line[:colon]) {
 			return out, "malformed field line"
 		}
-		value = rules.TrimOWS(value)
+		name, value := line[:colon], rules.TrimOWS(line[colon+1:])
 		// Names by length first: most fields are none of these.
 		switch len(name) {
 		case len("host"):

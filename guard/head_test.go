@@ -114,10 +114,8 @@ func simpleHeadTwoPass(head []byte, r *Request, fields *[maxFastFields]Field) bo
 	if string(version) != "HTTP/1.1" || len(target) == 0 || target[0] != '/' {
 		return false
 	}
-	for _, c := range target {
-		if c <= ' ' || c >= 0x7f {
-			return false // net/http refuses control bytes; leave the rest to it
-		}
+	if !simpleTarget(target) { // the target's own rules, since changed
+		return false
 	}
 	n, host, hosts := 0, []byte(nil), 0
 	for {

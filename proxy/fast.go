@@ -102,7 +102,7 @@ type fastScratch struct {
 	keys     keyBuffer
 	vbuf     [8]verdict
 	path     []byte   // the decoded path
-	host     []byte   // the Host, lower-cased
+	host     []byte   // the Host, lower-cased when it has capitals
 	xff      []string // X-Forwarded-For lines, into the head
 	view     headerView
 	body     []byte
@@ -151,7 +151,8 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 	if !ok {
 		return out, false
 	}
-	host, ok := rules.NormalizeHost(s.lower(h.Host))
+	var host string
+	host, s.host, ok = rules.NormalizeHostInto(bytesString(h.Host), s.host)
 	if !ok {
 		return out, false
 	}
@@ -254,25 +255,6 @@ func bytesString(b []byte) string {
 	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
-// lower returns b lower-cased as a string, which NormalizeHost then need
-// not allocate for.
-func (s *fastScratch) lower(b []byte) string {
-	upper := false
-	for _, c := range b {
-		upper = upper || 'A' <= c && c <= 'Z'
-	}
-	if !upper {
-		return bytesString(b)
-	}
-	s.host = append(s.host[:0], b...)
-	for i, c := range s.host {
-		if 'A' <= c && c <= 'Z' {
-			s.host[i] = c + 'a' - 'A'
-		}
-	}
-	return bytesString(s.host)
-}
-
 // screenFields does the screen's checks of the header fields: it declines
 // a field name with '_' (which the screen refuses when it aliases a
 // forwarding field) and HTTP2-Settings (an h2c upgrade). It gathers the
@@ -300,15 +282,26 @@ func (s *fastScratch) screenFields(fields []HeadField) (accept string, ok bool) 
 // false for a target the screen or net/http would refuse, or that the fast
 // path leaves to them.
 func (s *fastScratch) screenTarget(target []byte) (string, bool) {
-	if bytes.IndexByte(target, '#') >= 0 {
-		return "", false
-	}
-	raw, _, _ := bytes.Cut(target, []byte("?"))
-	if bytes.IndexByte(raw, '\\') >= 0 {
-		return "", false
+	// One pass over the path: a target is a few dozen bytes, for which
+	// a search per byte sought costs more than the bytes.
+	raw, escaped := target, false
+scan:
+	for i, c := range target {
+		switch c {
+		case '#', '\\':
+			return "", false
+		case '%':
+			escaped = true
+		case '?':
+			if bytes.IndexByte(target[i+1:], '#') >= 0 {
+				return "", false
+			}
+			raw = target[:i]
+			break scan
+		}
 	}
 	decoded := raw
-	if bytes.IndexByte(raw, '%') >= 0 {
+	if escaped {
 		s.path = s.path[:0]
 		for i := 0; i < len(raw); i++ {
 			c := raw[i]

@@ -107,8 +107,15 @@ func FuzzNormalizeHost(f *testing.F) {
 	} {
 		f.Add(s)
 	}
+	buf := make([]byte, 0, 8)
 	f.Fuzz(func(t *testing.T, raw string) {
 		out, ok := NormalizeHost(raw)
+		var into string
+		var ok2 bool
+		into, buf, ok2 = NormalizeHostInto(raw, buf)
+		if into != out || ok2 != ok {
+			t.Fatalf("NormalizeHostInto(%q) = %q, %v; NormalizeHost gives %q, %v", raw, into, ok2, out, ok)
+		}
 		if !ok {
 			if out != "" {
 				t.Fatalf("NormalizeHost(%q) = %q, false; want \"\" with false", raw, out)

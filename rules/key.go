@@ -232,7 +232,7 @@ func CleanPath(p string) string {
 	if p == "" {
 		return "/"
 	}
-	if p[0] == '/' && !strings.Contains(p, "//") && !strings.Contains(p, "/.") && strings.IndexByte(p, ';') < 0 {
+	if p[0] == '/' && !needsCleaning(p) {
 		return p
 	}
 	p = stripParams(p)
@@ -241,6 +241,22 @@ func CleanPath(p string) string {
 		clean += "/"
 	}
 	return clean
+}
+
+// needsCleaning reports whether p holds "//", "/." or ';': one pass where
+// three searches would each call out for a path of a few bytes.
+func needsCleaning(p string) bool {
+	for i := 0; i < len(p); i++ {
+		switch p[i] {
+		case ';':
+			return true
+		case '/':
+			if i+1 < len(p) && (p[i+1] == '/' || p[i+1] == '.') {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // stripParams cuts the ";params" part off every segment of a path, as

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unsafe"
 )
 
 // Table is a compiled, validated configuration. It is immutable: build one
@@ -420,16 +421,26 @@ const (
 // NormalizeHost allocates only when the result differs from a substring of
 // raw: when lower-casing is needed or an IPv6 literal is not canonical.
 func NormalizeHost(raw string) (string, bool) {
+	host, _, ok := NormalizeHostInto(raw, nil)
+	return host, ok
+}
+
+// NormalizeHostInto is NormalizeHost for a caller that must not allocate:
+// a host that needs lower-casing is written into buf's storage, grown if
+// it is too small, and the string returned shares it, valid while buf is
+// not changed. It returns buf, possibly grown, for reuse.
+func NormalizeHostInto(raw string, buf []byte) (string, []byte, bool) {
 	if raw == "" {
-		return "", false
+		return "", buf, false
 	}
 	if raw[0] == '[' {
-		return normalizeIPv6Host(raw)
+		host, ok := normalizeIPv6Host(raw)
+		return host, buf, ok
 	}
 	host := raw
 	if i := strings.IndexByte(raw, ':'); i >= 0 {
 		if !validPort(raw[i+1:]) {
-			return "", false
+			return "", buf, false
 		}
 		host = raw[:i]
 	}
@@ -437,7 +448,7 @@ func NormalizeHost(raw string) (string, bool) {
 		host = host[:len(host)-1]
 	}
 	if host == "" || len(host) > maxHostLen {
-		return "", false
+		return "", buf, false
 	}
 	upper := false
 	label := 0
@@ -448,33 +459,36 @@ func NormalizeHost(raw string) (string, bool) {
 			upper = true
 		case hostByteDot:
 			if label == 0 {
-				return "", false
+				return "", buf, false
 			}
 			label = 0
 			continue
 		default:
-			return "", false
+			return "", buf, false
 		}
 		label++
 		if label > maxLabelLen {
-			return "", false
+			return "", buf, false
 		}
 	}
 	if label == 0 { // a second trailing dot
-		return "", false
+		return "", buf, false
 	}
 	if !upper {
-		return host, true
+		return host, buf, true
 	}
-	b := make([]byte, len(host))
-	for i := 0; i < len(host); i++ {
-		c := host[i]
+	buf = append(buf[:0], host...) // NormalizeHost's nil: a new array, then no one else's
+	lowerASCII(buf)
+	return unsafe.String(unsafe.SliceData(buf), len(buf)), buf, true
+}
+
+// lowerASCII lower-cases the letters A to Z of b in place.
+func lowerASCII(b []byte) {
+	for i, c := range b {
 		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
+			b[i] = c + 'a' - 'A'
 		}
-		b[i] = c
 	}
-	return string(b), true
 }
 
 // Classes of the bytes of a host name, for NormalizeHost.

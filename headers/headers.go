@@ -118,7 +118,7 @@ func RetryAfterSeconds(d time.Duration) int64 {
 // AppendRetryAfter appends the Retry-After value for d, as described at
 // RetryAfterSeconds, to dst and returns the extended buffer.
 func AppendRetryAfter(dst []byte, d time.Duration) []byte {
-	return strconv.AppendInt(dst, RetryAfterSeconds(d), 10)
+	return appendInt(dst, RetryAfterSeconds(d))
 }
 
 // AppendPolicy appends p as one RateLimit-Policy list item to dst and
@@ -138,10 +138,10 @@ func AppendRetryAfter(dst []byte, d time.Duration) []byte {
 func AppendPolicy(dst []byte, p Policy) []byte {
 	dst = appendString(dst, p.Name)
 	dst = append(dst, ";q="...)
-	dst = strconv.AppendInt(dst, clampCount(p.Quota), 10)
+	dst = appendInt(dst, clampCount(p.Quota))
 	if p.Window > 0 {
 		dst = append(dst, ";w="...)
-		dst = strconv.AppendInt(dst, ceilSeconds(p.Window), 10)
+		dst = appendInt(dst, ceilSeconds(p.Window))
 	}
 	if p.Unit != "" {
 		dst = append(dst, ";qu="...)
@@ -186,9 +186,9 @@ func AppendLimitNamed(dst []byte, name string, remaining int64, reset time.Durat
 
 func appendLimitParams(dst []byte, remaining int64, reset time.Duration) []byte {
 	dst = append(dst, ";r="...)
-	dst = strconv.AppendInt(dst, clampCount(remaining), 10)
+	dst = appendInt(dst, clampCount(remaining))
 	dst = append(dst, ";t="...)
-	return strconv.AppendInt(dst, ceilSeconds(reset), 10)
+	return appendInt(dst, ceilSeconds(reset))
 }
 
 // AppendLimits appends ls as a RateLimit field value, items joined by ", ",
@@ -224,11 +224,11 @@ func SetXRateLimit(h http.Header, limit, remaining int64, reset time.Duration) {
 	// element so that an append by a later handler cannot overwrite its
 	// neighbour.
 	var buf [3 * 16]byte
-	b := strconv.AppendInt(buf[:0], clampCount(limit), 10)
+	b := appendInt(buf[:0], clampCount(limit))
 	i := len(b)
-	b = strconv.AppendInt(b, clampCount(remaining), 10)
+	b = appendInt(b, clampCount(remaining))
 	j := len(b)
-	b = strconv.AppendInt(b, ceilSeconds(reset), 10)
+	b = appendInt(b, ceilSeconds(reset))
 	s := string(b)
 
 	vs := make([]string, 3)
@@ -314,10 +314,28 @@ func appendString(dst []byte, s string) []byte {
 // X-Ratelimit-Reset of a response head edge writes itself.
 func AppendXRateLimit(dst []byte, limit, remaining int64, reset time.Duration) []byte {
 	dst = append(dst, FieldXRateLimitLimit+": "...)
-	dst = strconv.AppendInt(dst, clampCount(limit), 10)
+	dst = appendInt(dst, clampCount(limit))
 	dst = append(dst, "\r\n"+FieldXRateLimitRemaining+": "...)
-	dst = strconv.AppendInt(dst, clampCount(remaining), 10)
+	dst = appendInt(dst, clampCount(remaining))
 	dst = append(dst, "\r\n"+FieldXRateLimitReset+": "...)
-	dst = strconv.AppendInt(dst, ceilSeconds(reset), 10)
+	dst = appendInt(dst, ceilSeconds(reset))
 	return append(dst, "\r\n"...)
+}
+
+// appendInt appends n in decimal. The fields' numbers are mostly below
+// 10,000 (counts left, seconds to wait), which it writes byte by byte;
+// strconv formats into a buffer of its own and copies, several times the
+// work for a response that writes half a dozen of them.
+func appendInt(dst []byte, n int64) []byte {
+	switch {
+	case n < 0 || n >= 10000:
+		return strconv.AppendInt(dst, n, 10)
+	case n < 10:
+		return append(dst, byte('0'+n))
+	case n < 100:
+		return append(dst, byte('0'+n/10), byte('0'+n%10))
+	case n < 1000:
+		return append(dst, byte('0'+n/100), byte('0'+n/10%10), byte('0'+n%10))
+	}
+	return append(dst, byte('0'+n/1000), byte('0'+n/100%10), byte('0'+n/10%10), byte('0'+n%10))
 }

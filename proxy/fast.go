@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -361,38 +362,20 @@ func refundAll(vs []verdict, tally window.Tally, now time.Time) {
 func (s *fastScratch) appendBlocked(b []byte, d *domain, vs []verdict, blocker int, json bool, now time.Time) []byte {
 	v := vs[blocker]
 	rs := &d.rules[v.rule]
-	status := http.StatusTooManyRequests
-	custom := false
-	if br := rs.BlockResponse; br != nil {
-		status = br.Status
-		custom = br.Body != ""
-	}
-	contentType := "text/plain; charset=utf-8"
+	custom := rs.BlockResponse != nil && rs.BlockResponse.Body != ""
 	s.body = s.body[:0]
+	kind := blockText
 	switch {
 	case custom:
-		contentType = rs.BlockResponse.ContentType
 		s.body = append(s.body, rs.BlockResponse.Body...)
 	case json:
-		contentType = "application/json"
+		kind = blockJSON
 		s.body = appendBlockedJSON(s.body, rs, v)
 	default:
 		s.body = appendBlockedText(s.body, rs, v)
 	}
 
-	b = append(b, "HTTP/1.1 "...)
-	if text := http.StatusText(status); text != "" {
-		b = strconv.AppendInt(b, int64(status), 10)
-		b = append(b, ' ')
-		b = append(b, text...)
-	} else {
-		b = strconv.AppendInt(b, int64(status), 10) // a status of 3 digits
-		b = append(b, " status code "...)
-		b = strconv.AppendInt(b, int64(status), 10)
-	}
-	b = append(b, "\r\nCache-Control: no-store\r\nContent-Type: "...)
-	b = append(b, contentType...)
-	b = append(b, "\r\n"...)
+	b = append(b, rs.blockHeads[kind]...)
 	x := s.appendFields(d, vs, blocker)
 	if len(s.limits) > 0 {
 		b = append(b, headers.FieldRateLimit+": "...)
@@ -403,9 +386,10 @@ func (s *fastScratch) appendBlocked(b []byte, d *domain, vs []verdict, blocker i
 	}
 	b = append(b, headers.FieldRetryAfter+": "...)
 	b = headers.AppendRetryAfter(b, v.RetryAfter)
-	b = append(b, "\r\n"...)
-	if !custom {
-		b = append(b, "X-Content-Type-Options: nosniff\r\n"...)
+	if custom {
+		b = append(b, "\r\n"...)
+	} else {
+		b = append(b, "\r\nX-Content-Type-Options: nosniff\r\n"...)
 	}
 	if x >= 0 {
 		xv := vs[x]
@@ -417,6 +401,31 @@ func (s *fastScratch) appendBlocked(b []byte, d *domain, vs []verdict, blocker i
 	b = strconv.AppendInt(b, int64(len(s.body)), 10)
 	b = append(b, "\r\n\r\n"...)
 	return append(b, s.body...)
+}
+
+// Kinds of block response body, indexes of ruleState.blockHeads.
+const (
+	blockText = iota // writeBlocked's text, or the rule's own body
+	blockJSON        // writeBlocked's JSON
+)
+
+// blockHeads returns the start of the fast path's block responses for a
+// rule, made once: the status line, Cache-Control and Content-Type, for a
+// text body and for a JSON one (a rule with a body of its own has its own
+// Content-Type in both).
+func blockHeads(r *rules.Rule) [2]string {
+	status, text, json := http.StatusTooManyRequests, "text/plain; charset=utf-8", "application/json"
+	if br := r.BlockResponse; br != nil {
+		status = br.Status
+		if br.Body != "" {
+			text, json = br.ContentType, br.ContentType
+		}
+	}
+	line := fmt.Sprintf("HTTP/1.1 %03d %s\r\nCache-Control: no-store\r\nContent-Type: ", status, http.StatusText(status))
+	if http.StatusText(status) == "" {
+		line = fmt.Sprintf("HTTP/1.1 %03d status code %d\r\nCache-Control: no-store\r\nContent-Type: ", status, status)
+	}
+	return [2]string{line + text + "\r\n", line + json + "\r\n"}
 }
 
 // appendFields makes the RateLimit and RateLimit-Policy values of a
@@ -450,7 +459,7 @@ func appendBlockedJSON(b []byte, rs *ruleState, v verdict) []byte {
 	b = append(b, `","rule":"`...)
 	b = append(b, rs.Name...)
 	b = append(b, `","retry_after":`...)
-	b = strconv.AppendInt(b, headers.RetryAfterSeconds(v.RetryAfter), 10)
+	b = headers.AppendRetryAfter(b, v.RetryAfter)
 	if rs.restoreRate != "" {
 		b = append(b, `,"cost":`...)
 		b = strconv.AppendInt(b, v.cost, 10)
@@ -465,7 +474,7 @@ func appendBlockedJSON(b []byte, rs *ruleState, v verdict) []byte {
 func appendBlockedText(b []byte, rs *ruleState, v verdict) []byte {
 	_, text := blockedWords(rs)
 	b = append(b, text...)
-	b = strconv.AppendInt(b, headers.RetryAfterSeconds(v.RetryAfter), 10)
+	b = headers.AppendRetryAfter(b, v.RetryAfter)
 	return append(b, "s\n"...)
 }
 

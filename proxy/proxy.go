@@ -174,6 +174,8 @@ type ruleState struct {
 	// policyText is policy as a RateLimit-Policy member, formatted once:
 	// a response reporting only this rule sends it without formatting.
 	policyText string
+	// blockHeads are the fast path's block responses' first lines.
+	blockHeads [2]string
 	// limitName is the rule's name as a RateLimit member names it,
 	// formatted once.
 	limitName string
@@ -198,6 +200,7 @@ func newRuleState(r *rules.Rule, c ruleCounters) ruleState {
 		policy:     p,
 		policyText: string(headers.AppendPolicy(nil, p)),
 		limitName:  string(headers.AppendName(nil, r.Name)),
+		blockHeads: blockHeads(r),
 		outcomes:   c,
 		top:        newTopTalkers(),
 	}

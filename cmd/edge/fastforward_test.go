@@ -297,9 +297,17 @@ func startConfig(t testing.TB, cfg string, fast bool) *diffServer {
 		t.Fatal(err)
 	}
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	ds := &diffServer{reg: prometheus.NewRegistry()}
+	ds := &diffServer{reg: prometheus.NewRegistry(), logs: new(lockedBuffer)}
+	// Every log line, debug included, but its time.
+	logger := slog.New(slog.NewTextHandler(ds.logs, &slog.HandlerOptions{Level: slog.LevelDebug,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) == 0 && a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		}}))
 	p, err := proxy.New(proxy.Options{Table: table, Registerer: ds.reg, Now: func() time.Time { return now },
-		Logger: slog.New(slog.DiscardHandler)})
+		Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,6 +80,7 @@ type diffServer struct {
 	// a request: only then does the guard offer the next one to the fast
 	// path.
 	idle chan struct{}
+	logs *lockedBuffer // the proxy's log, debug lines included, without times
 }
 
 // startDiff starts an edge with diffConfig (limit per-ip's limit) and
@@ -280,6 +281,9 @@ func TestFastPathDifferential(t *testing.T) {
 			}
 			if g, w := metricsText(t, fast.reg), metricsText(t, slow.reg); g != w {
 				t.Errorf("metrics differ:\nfast path\n%s\nslow path\n%s", g, w)
+			}
+			if g, w := fast.logs.String(), slow.logs.String(); g != w {
+				t.Errorf("logs differ:\nfast path\n%s\nslow path\n%s", g, w)
 			}
 		})
 	}

@@ -308,15 +308,9 @@ func (t *tally) Decide(id window.ID, cost int64, now time.Time) window.Decision 
 		}
 		return dec
 	}
-	// A request that needs one unit (cost 0 or 1) is refused while a block
-	// found for such a request lasts: the key cannot change state until
-	// then, its own requests all blocked and counted nowhere.
 	cached := cost <= 1 && !r.Limit.CountBlocked
-	if cached {
-		if b, ok := d.blocked.Get(k); ok && now.Before(b.until) {
-			wait := b.until.Sub(now)
-			return window.Decision{RetryAfter: wait, Reset: wait, Mitigated: b.mitigated}
-		}
+	if dec, ok := d.cachedBlock(r, k, cost, now); ok {
+		return dec
 	}
 	start := time.Now()
 	if t.unavailable || !d.c.br.allow(start) {
@@ -339,6 +333,60 @@ func (t *tally) Decide(id window.ID, cost int64, now time.Time) window.Decision 
 	}
 	return dec
 }
+
+// cachedBlock refuses, in exact mode, a request that needs one unit (cost
+// 0 or 1) while a block found for such a request lasts: the key cannot
+// change state until then, its own requests all blocked and counted
+// nowhere. It reports false where the cache cannot decide.
+func (d *Domain) cachedBlock(r *domainRule, k window.Key, cost int64, now time.Time) (window.Decision, bool) {
+	if cost > 1 || r.Limit.CountBlocked {
+		return window.Decision{}, false
+	}
+	b, ok := d.blocked.Get(k)
+	if !ok || !now.Before(b.until) {
+		return window.Decision{}, false
+	}
+	wait := b.until.Sub(now)
+	return window.Decision{RetryAfter: wait, Reset: wait, Mitigated: b.mitigated}, true
+}
+
+// BeginLocal opens a tally that decides only what needs no round trip to
+// Redis: in batched mode every decision (made on this node, as Begin's
+// are), in exact mode a request the blocked-key cache refuses. Any other
+// decision comes back Unavailable, having counted nothing: the caller gives
+// back what the tally counted and decides the request again through Begin.
+// The proxy's fast path refuses at the wire with it. An exact-mode tally
+// holds nothing but the Domain, and allocates nothing.
+func (d *Domain) BeginLocal() window.Tally {
+	if !d.exact() {
+		return d.Begin()
+	}
+	return localTally{d}
+}
+
+// localTally is BeginLocal's tally in exact mode.
+type localTally struct{ d *Domain }
+
+func (t localTally) Decide(id window.ID, cost int64, now time.Time) window.Decision {
+	r := &t.d.rules[id.Key.Rule()]
+	if !r.slots() && cost >= 0 {
+		if dec, ok := t.d.cachedBlock(r, id.Key, cost, now); ok {
+			return dec
+		}
+	}
+	return window.Decision{Unavailable: true}
+}
+
+// Refund does what a tally's Refund does for a decision that counted
+// nothing in Redis, the only kind a localTally makes.
+func (t localTally) Refund(id window.ID, dec window.Decision, now time.Time) window.Decision {
+	return t.d.store.Refund(id.Key, dec, now)
+}
+
+// Charge and Release have nothing to do: a localTally allows nothing.
+func (localTally) Charge(window.ID, int64, time.Time) {}
+func (localTally) Release(window.ID, time.Time)      {}
+func (localTally) End()                              {}
 
 // judge runs r's script for a request of cost units of the client whose
 // keys start with prefix, and returns the Decision, what it counted (n 0

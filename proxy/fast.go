@@ -31,10 +31,15 @@ import (
 // every rule allows is decided twice: here, where what it counted is
 // given back at once, and again by ServeHTTP.
 //
+// In Redis modes (cluster.store redis) Answer decides only what needs no
+// round trip (cluster.Domain.BeginLocal): with sync batched or share every
+// decision, with sync exact a refusal by the blocked-key cache, which
+// under a flood is almost every request; a decision that would need Redis
+// it declines, and ServeHTTP makes it, with its failure modes. Allowed
+// requests are not forwarded here in Redis modes.
+//
 // Answer declines, besides anything the screen or route would answer
-// itself: when fastpath is false; in Redis modes (cluster.store redis),
-// where a decision is a round trip and its failure modes are ServeHTTP's
-// to handle; methods other than GET, HEAD, POST, PUT, DELETE, PATCH and
+// itself: when fastpath is false; methods other than GET, HEAD, POST, PUT, DELETE, PATCH and
 // OPTIONS, and HEAD unless it is forwarded; domains with a rule whose decision cannot be taken back
 // unchanged or whose answer depends on more than the head (see fastDomain);
 // block responses over fastBodyMax bytes or with a status without a body.
@@ -67,14 +72,13 @@ type HeadField = struct {
 // with Content-Length.
 const fastBodyMax = 1024
 
-// fastDomain reports whether the fast path may decide d's requests: its
-// counter is this node's own store, and no rule takes its cost from a
-// header, holds a slot or a queue turn, is soft (a random draw, which a
-// second decision would repeat), or is a log rule with a mitigation
-// timeout (which a refusal starts and a refund does not end); and every
-// block response can be written here.
-func fastDomain(d *domain, shared bool) bool {
-	if d.store == nil || shared || d.queue != nil || d.slots {
+// fastDomain reports whether the fast path may decide d's requests: it has
+// rules, and no rule takes its cost from a header, holds a slot or a queue
+// turn, is soft (a random draw, which a second decision would repeat), or
+// is a log rule with a mitigation timeout (which a refusal starts and a
+// refund does not end); and every block response can be written here.
+func fastDomain(d *domain) bool {
+	if d.store == nil || d.queue != nil || d.slots {
 		return false
 	}
 	for _, r := range d.Rules {
@@ -90,6 +94,10 @@ func fastDomain(d *domain, shared bool) bool {
 	}
 	return true
 }
+
+// localCounter is a shared counter that decides without a round trip what
+// it can (cluster.Domain).
+type localCounter interface{ BeginLocal() window.Tally }
 
 // bodyAllowed reports whether a response with status may have a body, as
 // net/http decides it.
@@ -131,7 +139,7 @@ func (s *fastScratch) put() {
 // nothing.
 func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 	st := p.state.Load()
-	if !st.table.FastPath || p.cluster != nil || !h.Peer.IsValid() {
+	if !st.table.FastPath || !h.Peer.IsValid() {
 		return out, false
 	}
 	method, isHEAD := fastMethod(h.Method), false
@@ -191,7 +199,12 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 		now = p.now()
 	}
 	ctx := context.Background()
-	tally := d.counter.Begin()
+	var tally window.Tally
+	if d.local != nil {
+		tally = d.local.BeginLocal() // Redis modes: no round trip here
+	} else {
+		tally = d.counter.Begin()
+	}
 	dec := p.decideRules(ctx, d, method, nil, &src, tally, now, &s.keys, s.vbuf[:0])
 	vs := dec.vs
 	if fwd && !dec.unavailable && dec.blocker < 0 && (isHEAD || fastForwardable(h)) {

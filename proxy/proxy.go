@@ -155,6 +155,9 @@ type domain struct {
 	sample *window.Sample
 	// fast: the fast path may decide the domain's requests (fast.go).
 	fast bool
+	// local decides the fast path's requests where the counter is shared
+	// (cluster.Domain.BeginLocal); nil for a counter of this node's own.
+	local localCounter
 	// ffwd: the fast path may forward the domain's allowed requests
 	// (fastforward.go); nil where it may not.
 	ffwd *fastOrigin
@@ -425,7 +428,8 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 			d.countsAfter = slices.ContainsFunc(rd.Rules, (*rules.Rule).CountsAfter)
 			d.upstream = p.newForwarder(d, origin, cip, transport, always)
 		}
-		d.fast = fastDomain(d, p.cluster != nil)
+		d.fast = fastDomain(d)
+		d.local, _ = d.counter.(localCounter)
 		st.domains[i] = d
 	}
 	return st, nil

@@ -385,8 +385,8 @@ func (t localTally) Refund(id window.ID, dec window.Decision, now time.Time) win
 
 // Charge and Release have nothing to do: a localTally allows nothing.
 func (localTally) Charge(window.ID, int64, time.Time) {}
-func (localTally) Release(window.ID, time.Time)      {}
-func (localTally) End()                              {}
+func (localTally) Release(window.ID, time.Time)       {}
+func (localTally) End()                               {}
 
 // judge runs r's script for a request of cost units of the client whose
 // keys start with prefix, and returns the Decision, what it counted (n 0

@@ -163,7 +163,7 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 	forward := d.ffwd != nil && h.Client != nil && (method == http.MethodGet || isHEAD) && fastForwardable(h)
 	if !d.fast {
 		if d.store == nil && forward {
-			return p.forwardFast(d, h, method, trusted, st.table.Timeouts.Upstream, out), true
+			return p.forwardFast(d, h, method, trusted, st.table.Timeouts.Upstream, out, nil), true
 		}
 		return out, false
 	}
@@ -196,8 +196,11 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 			p.metrics.xffMalformed.Inc()
 		}
 		p.observe(ctx, d, vs, &src, now)
-		endTally(d, tally, dec.fellBack)
-		return p.forwardFast(d, h, method, trusted, st.table.Timeouts.Upstream, out), true
+		if !d.countsAfter && !d.slots && !dec.always {
+			endTally(d, tally, dec.fellBack)
+			return p.forwardFast(d, h, method, trusted, st.table.Timeouts.Upstream, out, nil), true
+		}
+		return p.forwardHeld(d, h, method, trusted, st.table.Timeouts.Upstream, out, tally, &dec), true
 	}
 	if dec.unavailable || dec.blocker < 0 || isHEAD {
 		refundAll(vs, tally, now)

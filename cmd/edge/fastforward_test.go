@@ -151,6 +151,9 @@ func (o *rawOrigin) serve(c net.Conn) {
 		if r, racy := racyResponses[name]; racy {
 			resp, ok = r, true
 		}
+		if r, acct := accountingResponses[name]; acct {
+			resp, ok = r, true
+		}
 		if !ok {
 			resp = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nyes"
 		}
@@ -166,7 +169,7 @@ func (o *rawOrigin) serve(c net.Conn) {
 			return
 		}
 		switch name {
-		case "short", "hang", "eof-body", "close", "http10", "malformed", "garbage":
+		case "short", "hang", "eof-body", "close", "http10", "malformed", "garbage", "cost-broken":
 			return
 		}
 	}

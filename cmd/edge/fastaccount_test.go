@@ -1,0 +1,171 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/edgerate/edge/internal/hostile"
+)
+
+// accountingResponses are origin answers (rawOrigin) that report a cost
+// or carry rate-limit fields of their own.
+var accountingResponses = map[string]string{
+	"cost3":       "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Cost: 3\r\nContent-Length: 2\r\n\r\nok",
+	"cost-lower":  "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nx-cost: 2\r\nContent-Length: 2\r\n\r\nok",
+	"cost-404":    "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nX-Cost: 4\r\nContent-Length: 2\r\n\r\nno",
+	"cost-bad":    "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Cost: abc\r\nContent-Length: 2\r\n\r\nok",
+	"cost-twice":  "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Cost: 1\r\nX-Cost: 1\r\nContent-Length: 2\r\n\r\nok",
+	"cost-hop":    "HTTP/1.1 200 OK\r\nConnection: X-Cost\r\nContent-Type: text/plain\r\nX-Cost: 5\r\nContent-Length: 2\r\n\r\nok",
+	"cost-chunks": "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Cost: 2\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+	"cost-trailer": "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTrailer: X-Cost\r\nTransfer-Encoding: chunked\r\n\r\n" +
+		"5\r\nhello\r\n0\r\nX-Cost: 2\r\n\r\n",
+	"cost-trailers": "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTrailer: X-Sum, X-Cost\r\nTransfer-Encoding: chunked\r\n\r\n" +
+		"5\r\nhello\r\n0\r\nX-Sum: 9\r\nX-Cost: 3\r\n\r\n",
+	"cost-late": "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nX-Cost: 4\r\n\r\n",
+	"cost-none": "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTrailer: X-Cost\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+	// The origin breaks off the body before the trailer: nothing charged.
+	"cost-broken": "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTrailer: X-Cost\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n",
+	"cost-switch": "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: x\r\nX-Cost: 2\r\n\r\n",
+	"cost-early": "HTTP/1.1 103 Early Hints\r\nX-Cost: 5\r\n\r\n" +
+		"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Cost: 1\r\nContent-Length: 2\r\n\r\nok",
+	"own-fields": "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nRateLimit: \"o\";r=1;t=2\r\nRateLimit-Policy: \"o\";q=5;w=60\r\n" +
+		"X-RateLimit-Limit: 5\r\nX-RateLimit-Remaining: 1\r\nX-RateLimit-Reset: 30\r\nContent-Length: 2\r\n\r\nok",
+	"own-high": "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-RateLimit-Limit: 5000\r\nX-RateLimit-Remaining: 4000\r\n" +
+		"X-RateLimit-Reset: 30\r\nContent-Length: 2\r\n\r\nok",
+}
+
+// accountingConfig has a domain of each kind whose rules do something
+// with the response: costs the origin reports, statuses counted, fields
+// on allowed responses; and one with all of them.
+const accountingConfig = `
+origin: ORIGIN
+max_keys: 1000
+domains:
+  - name: reported
+    hosts: [reported.example.com]
+    rules:
+      - {name: units, limit: 20, period: 1m, key: [ip], response_cost_header: X-Cost}
+  - name: statuses
+    hosts: [statuses.example.com]
+    rules:
+      - {name: misses, limit: 3, period: 1m, key: [ip], count_status: [404, 503]}
+      - {name: paid, limit: 12, period: 1m, key: [ip], count_status: [200], response_cost_header: X-Cost}
+  - name: always
+    hosts: [always.example.com]
+    rules:
+      - {name: per-ip, limit: 6, period: 1m, key: [ip], headers: always}
+      - {name: per-path, limit: 3, period: 1m, key: [ip, path], headers: always}
+      - {name: quiet, limit: 100, period: 1m, key: [ip]}
+      - {name: hidden, limit: 100, period: 1m, key: [host], headers: none}
+  - name: mixed
+    hosts: [mixed.example.com]
+    rules:
+      - {name: budget, algorithm: token_bucket, limit: 10, period: 1m, key: [ip], response_cost_header: X-Cost, headers: always}
+      - {name: errors, limit: 2, period: 1m, key: [ip], count_status: [502, 404], match: {path_prefix: /r/}}
+`
+
+// TestFastForwardAccounting is TestFastForwardDifferential for domains
+// whose rules count after the response or add fields to it: the fast
+// forward must charge what the slow path charges (the refusals that
+// follow, the decisions in the metrics and edge_response_cost_invalid_total
+// show it) and send the same bytes both ways.
+func TestFastForwardAccounting(t *testing.T) {
+	head := func(host, target string) string {
+		return hostile.Req("HEAD "+target+" HTTP/1.1", "Host: "+host)
+	}
+	cases := []struct {
+		name  string
+		steps []string
+		// then: the connections after steps's, one after another (an
+		// answer broken off closes its connection).
+		then [][]string
+	}{
+		{"reported in the head", []string{
+			get("reported.example.com", "/r/cost3"), get("reported.example.com", "/r/cost-lower"),
+			get("reported.example.com", "/r/cost-bad"), get("reported.example.com", "/r/cost-twice"),
+			get("reported.example.com", "/r/cost-hop"), get("reported.example.com", "/r/cost-chunks"),
+			get("reported.example.com", "/r/cost-early"), get("reported.example.com", "/r/cost-switch"),
+			head("reported.example.com", "/r/cost3"), get("reported.example.com", "/r/cost3"),
+			get("reported.example.com", "/r/cost3"), get("reported.example.com", "/r/cost3"),
+			get("reported.example.com", "/r/cost3"), get("reported.example.com", "/r/cl"),
+		}, nil},
+		{"reported in trailers", []string{
+			get("reported.example.com", "/r/cost-trailer", "Te: trailers"), get("reported.example.com", "/r/cost-trailers"),
+			get("reported.example.com", "/r/cost-late"), get("reported.example.com", "/r/cost-none"),
+			head("reported.example.com", "/r/cost-trailer"), get("reported.example.com", "/r/cost-trailer"),
+			get("reported.example.com", "/r/cost-trailers"), get("reported.example.com", "/r/cost-trailers"),
+			get("reported.example.com", "/r/cost-trailer"), get("reported.example.com", "/r/cl"),
+		}, nil},
+		// The first request on a connection is net/http's; its origin
+		// closes the connection, which then is in neither pool, and the
+		// origin that fails at once is retried (or not) alike.
+		{"origin fails", []string{
+			get("reported.example.com", "/r/close"), get("reported.example.com", "/r/hang"),
+			get("reported.example.com", "/r/garbage"), get("statuses.example.com", "/r/hang"),
+			get("mixed.example.com", "/r/hang"), get("mixed.example.com", "/r/hang"),
+			get("mixed.example.com", "/r/hang"), get("mixed.example.com", "/r/cl"),
+			get("reported.example.com", "/r/cost-broken"),
+		}, [][]string{
+			{get("reported.example.com", "/r/cl"), get("reported.example.com", "/r/cost-broken")},
+			repeat(get("reported.example.com", "/r/cost3"), 5),
+		}},
+		{"statuses", []string{
+			get("statuses.example.com", "/r/notfound"), get("statuses.example.com", "/r/cl"),
+			get("statuses.example.com", "/r/cost3"), get("statuses.example.com", "/r/cost-404"),
+			get("statuses.example.com", "/r/server-err"), get("statuses.example.com", "/r/cost-trailer"),
+			get("statuses.example.com", "/r/notfound"), get("statuses.example.com", "/r/cl"),
+			get("statuses.example.com", "/r/cost3"), get("statuses.example.com", "/r/cost3"),
+			get("statuses.example.com", "/r/cl"),
+		}, nil},
+		{"fields always", []string{
+			get("always.example.com", "/r/cl"), get("always.example.com", "/r/own-fields"),
+			get("always.example.com", "/r/own-high"), head("always.example.com", "/r/cl"),
+			get("always.example.com", "/r/chunked"), get("always.example.com", "/r/nocontent"),
+			get("always.example.com", "/r/cl"), get("always.example.com", "/r/trailer"),
+			get("always.example.com", "/r/hang"), get("always.example.com", "/r/cl"),
+		}, nil},
+		{"mixed", []string{
+			get("mixed.example.com", "/r/cost3"), get("mixed.example.com", "/r/own-fields"),
+			get("mixed.example.com", "/r/cost-trailers"), get("mixed.example.com", "/r/cost-404"),
+			get("mixed.example.com", "/x/cost-404"), get("mixed.example.com", "/r/cost3"),
+			get("mixed.example.com", "/r/cl"), get("mixed.example.com", "/r/cl"),
+		}, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var got, want, metrics [2]string
+			var answered int64
+			for i, fast := range []bool{true, false} {
+				origin := startRawOrigin(t)
+				cfg := strings.ReplaceAll(accountingConfig, "ORIGIN", "http://"+origin.ln.Addr().String())
+				ds := startConfig(t, cfg, fast)
+				got[i] = exchange(t, ds, tc.steps, true, false)
+				for _, steps := range tc.then {
+					got[i] += "\n---\n" + exchange(t, ds, steps, true, false)
+				}
+				want[i] = dateLine.ReplaceAllString(origin.received(), "")
+				if fast {
+					answered = ds.answered.Load()
+				}
+				metrics[i] = metricsText(t, ds.reg)
+			}
+			if got[0] != got[1] {
+				t.Errorf("client received, fast path:\n%s\nslow path:\n%s", got[0], got[1])
+			}
+			if want[0] != want[1] {
+				t.Errorf("origin received, fast path:\n%s\nslow path:\n%s", want[0], want[1])
+			}
+			if metrics[0] != metrics[1] {
+				t.Errorf("metrics differ:\nfast path\n%s\nslow path\n%s", metrics[0], metrics[1])
+			}
+			if refused := int64(strings.Count(got[1], " 429 Too Many Requests\r\n")); answered <= refused {
+				t.Errorf("the fast path answered %d requests, %d of them refusals: it forwarded none", answered, refused)
+			}
+			if !strings.Contains(got[1], " 429 Too Many Requests\r\n") {
+				t.Errorf("no request was refused: the sequence tests no charge")
+			}
+			t.Logf("slow path answered:\n%s", got[1])
+		})
+	}
+}

@@ -54,13 +54,14 @@ import (
 // tally left open for them (charge.go's hold and onHead, which both
 // forwarders call; a cost in the trailers when the body has ended), and
 // the fields of rules with headers: always are merged into the origin's
-// head (fields.go); the tally is ended when the answer is complete or has
-// failed, as ServeHTTP's deferred endAfter ends it (forwardHeld).
+// head (fields.go); the tally is ended, and a concurrency rule's slot
+// given back, when the answer is complete or has failed (origin failure,
+// client gone), as ServeHTTP's deferred endAfter does it (forwardHeld).
 //
 // It applies only where that is all the slow path does (fastOriginFor):
 // an http origin without path or query, edge's own transport, no rule that
-// holds a slot or a queue turn or takes its cost from a request header,
-// no shedding; and only to GET and HEAD without a body,
+// holds a queue turn or takes its cost from a request header, no
+// shedding; and only to GET and HEAD without a body,
 // which the transport also retries on a pooled connection the origin
 // closed meanwhile. Everything else goes to net/http and ReverseProxy.
 // (With two trailers or more the slow path announces them in map order; the
@@ -181,7 +182,7 @@ type fastOrigin struct {
 // fastOriginFor returns d's origin for the fast forward, or nil where the
 // fast forward does not apply (see above).
 func (p *Proxy) fastOriginFor(d *domain, origin *url.URL, obs *upstreamObservers, log *errorLog) *fastOrigin {
-	if !p.ownTransport || d.slots || d.queue != nil || d.shed != nil || d.costHeaders || p.cluster != nil {
+	if !p.ownTransport || d.queue != nil || d.shed != nil || d.costHeaders || p.cluster != nil {
 		return nil
 	}
 	if origin.Scheme != "http" || origin.User != nil || origin.Opaque != "" || origin.RawQuery != "" ||

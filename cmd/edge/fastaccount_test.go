@@ -1,10 +1,17 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
+	"io"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/edgerate/edge/internal/hostile"
+	"github.com/edgerate/edge/internal/wait"
 )
 
 // accountingResponses are origin answers (rawOrigin) that report a cost
@@ -168,4 +175,145 @@ func TestFastForwardAccounting(t *testing.T) {
 			t.Logf("slow path answered:\n%s", got[1])
 		})
 	}
+}
+
+// slotsConfig: a concurrency rule beside a rate, with fields on allowed
+// responses.
+const slotsConfig = `
+origin: ORIGIN
+max_keys: 1000
+domains:
+  - name: slots
+    hosts: [slots.example.com]
+    rules:
+      - {name: inflight, algorithm: concurrency, limit: 2, key: [ip], headers: always}
+      - {name: per-ip, limit: 100, period: 1m, key: [ip]}
+`
+
+// diffConn is one client connection of a test that interleaves several.
+type diffConn struct {
+	t   *testing.T
+	ds  *diffServer
+	c   net.Conn
+	got bytes.Buffer
+	br  *bufio.Reader
+}
+
+func dialDiff(t *testing.T, ds *diffServer) *diffConn {
+	t.Helper()
+	c, err := net.Dial("tcp", ds.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	dc := &diffConn{t: t, ds: ds, c: c}
+	dc.br = bufio.NewReader(io.TeeReader(c, &dc.got))
+	return dc
+}
+
+func (dc *diffConn) send(req string) {
+	if _, err := io.WriteString(dc.c, req); err != nil {
+		dc.t.Fatal(err)
+	}
+}
+
+// read reads one response to a request with method, waiting (as exchange
+// does) for net/http to report the connection idle if it served it.
+func (dc *diffConn) read(method string, answered int64) {
+	resp, err := http.ReadResponse(dc.br, &http.Request{Method: method})
+	if err != nil {
+		dc.t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if dc.ds.answered.Load() == answered && !resp.Close {
+		select {
+		case <-dc.ds.idle:
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// do sends req and reads its response.
+func (dc *diffConn) do(req string) {
+	answered := dc.ds.answered.Load()
+	dc.send(req)
+	method, _, _ := strings.Cut(req, " ")
+	dc.read(method, answered)
+}
+
+// TestFastForwardSlots is TestFastForwardAccounting for a concurrency
+// rule: requests in flight at once hold their slots until their answers
+// end (completed, the client gone, the origin failed), and the requests
+// beside them are refused while both are held. Both edges go through the
+// same steps; what every client and the origin received and the metrics
+// must be the same.
+func TestFastForwardSlots(t *testing.T) {
+	const host = "slots.example.com"
+	var got, origins, metrics [2]string
+	var answered int64
+	for i, fast := range []bool{true, false} {
+		gates := map[string]chan struct{}{"slow1": make(chan struct{}), "slow2": make(chan struct{})}
+		arrived := make(chan string, 4)
+		origin := startGatedOrigin(t, gates, arrived)
+		ds := startConfig(t, strings.ReplaceAll(slotsConfig, "ORIGIN", "http://"+origin.ln.Addr().String()), fast)
+		var conns [4]*diffConn
+		for j := range conns {
+			conns[j] = dialDiff(t, ds)
+			conns[j].do(get(host, "/r/cl")) // net/http's: the first on a connection
+		}
+		a, b, c, d := conns[0], conns[1], conns[2], conns[3]
+		inUse := func(want string) {
+			wait.For(t, 10*time.Second, "slots in use "+want, func() bool {
+				return strings.Contains(metricsText(t, ds.reg), `edge_concurrency_slots_in_use{domain="slots",rule="inflight"} `+want+"\n")
+			})
+		}
+		answeredA := ds.answered.Load()
+		a.send(get(host, "/r/slow1"))
+		if name := <-arrived; name != "slow1" {
+			t.Fatalf("origin got %s, want slow1", name)
+		}
+		b.send(get(host, "/r/slow2"))
+		if name := <-arrived; name != "slow2" {
+			t.Fatalf("origin got %s, want slow2", name)
+		}
+		inUse("2")
+		c.do(get(host, "/r/cl")) // refused: both slots held
+		c.do(hostile.Req("HEAD /r/cl HTTP/1.1", "Host: "+host))
+		close(gates["slow1"])
+		a.read(http.MethodGet, answeredA)
+		c.do(get(host, "/r/cl")) // a slot is free again
+		b.c.Close()              // the client gone mid-request
+		close(gates["slow2"])
+		inUse("0")
+		c.do(get(host, "/r/chunked"))
+		d.do(get(host, "/r/garbage")) // the origin fails: 502
+		inUse("0")
+		d.do(hostile.Req("HEAD /r/cl HTTP/1.1", "Host: "+host))
+		c.do(get(host, "/r/cl"))
+		for _, dc := range []*diffConn{a, c, d} {
+			dc.send(sentinel)
+			io.Copy(io.Discard, dc.br)
+			got[i] += dateLine.ReplaceAllString(dc.got.String(), "") + "\n---\n"
+		}
+		origins[i] = dateLine.ReplaceAllString(origin.received(), "")
+		metrics[i] = metricsText(t, ds.reg)
+		if fast {
+			answered = ds.answered.Load()
+		}
+	}
+	if got[0] != got[1] {
+		t.Errorf("clients received, fast path:\n%s\nslow path:\n%s", got[0], got[1])
+	}
+	if origins[0] != origins[1] {
+		t.Errorf("origin received, fast path:\n%s\nslow path:\n%s", origins[0], origins[1])
+	}
+	if metrics[0] != metrics[1] {
+		t.Errorf("metrics differ:\nfast path\n%s\nslow path\n%s", metrics[0], metrics[1])
+	}
+	if refused := int64(strings.Count(got[1], " 429 Too Many Requests\r\n")); refused != 2 || answered <= refused {
+		t.Errorf("%d refused (want 2), %d answered by the fast path: it must forward too", refused, answered)
+	}
+	t.Logf("slow path answered:\n%s", got[1])
 }

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"io"
 	"net/http"
 	"strconv"
 
@@ -74,17 +73,28 @@ func parseCostValue(v string, most int64) (int64, costProblem) {
 // request may go on. A log rule never refuses: limit leaves a request it
 // cannot price uncounted by it.
 func (p *Proxy) checkCosts(w http.ResponseWriter, r *http.Request, d *domain, src *rules.KeySource) bool {
-	for i := range d.rules {
-		rs := &d.rules[i]
-		if rs.CostHeader == "" || rs.Action != rules.ActionBlock || !rs.Matches(r.Method, src.Path) || rs.Exempt(src.Addr) {
-			continue
-		}
-		if _, problem := requestCost(rs.Rule, r.Header); problem != costOK {
-			p.refuseCost(w, r, rs, problem)
-			return false
-		}
+	if rs, problem := costRefusal(d, r.Method, r.Header, src); rs != nil {
+		p.refuseCost(w, r, rs, problem)
+		return false
 	}
 	return true
+}
+
+// costRefusal returns the first block rule of d that matches a request
+// with method and header h, does not exempt its client, and cannot take
+// the cost the request states, and why; or nil. The fast path (fast.go)
+// asks it too.
+func costRefusal(d *domain, method string, h http.Header, src *rules.KeySource) (*ruleState, costProblem) {
+	for i := range d.rules {
+		rs := &d.rules[i]
+		if rs.CostHeader == "" || rs.Action != rules.ActionBlock || !rs.Matches(method, src.Path) || rs.Exempt(src.Addr) {
+			continue
+		}
+		if _, problem := requestCost(rs.Rule, h); problem != costOK {
+			return rs, problem
+		}
+	}
+	return nil, costOK
 }
 
 // refuseCost answers a request whose cost rule rs cannot take: 400, with
@@ -97,28 +107,44 @@ func (p *Proxy) refuseCost(w http.ResponseWriter, r *http.Request, rs *ruleState
 	h := w.Header()
 	h["Cache-Control"] = noStore
 	h["X-Content-Type-Options"] = nosniff
-	// Rule names are [A-Za-z0-9_.-] and header names HTTP tokens, which
-	// hold no '"' or '\': neither needs JSON escaping.
-	maxCost := strconv.FormatInt(rs.MaxCost, 10)
 	json := acceptsJSON(r.Header.Get("Accept"))
 	if json {
 		h["Content-Type"] = contentTypeJSON
 	} else {
 		h["Content-Type"] = contentTypeText
 	}
-	var body string
-	switch {
-	case problem == costTooHigh && json:
-		body = `{"error":"cost_too_high","rule":"` + rs.Name + `","header":"` + rs.CostHeader + `","max_cost":` + maxCost + "}\n"
-	case problem == costTooHigh:
-		body = "cost too high: " + rs.CostHeader + " must be at most " + maxCost + "\n"
-	case json:
-		body = `{"error":"bad_cost","rule":"` + rs.Name + `","header":"` + rs.CostHeader + `","max_cost":` + maxCost + "}\n"
-	default:
-		body = "bad cost: " + rs.CostHeader + " must be sent once, as a whole number from 0 to " + maxCost + "\n"
-	}
 	w.WriteHeader(http.StatusBadRequest)
 	if r.Method != http.MethodHead {
-		_, _ = io.WriteString(w, body)
+		_, _ = w.Write(appendCostBody(nil, rs, problem, json))
 	}
+}
+
+// appendCostBody appends refuseCost's body, as JSON if json.
+func appendCostBody(b []byte, rs *ruleState, problem costProblem, json bool) []byte {
+	// Rule names are [A-Za-z0-9_.-] and header names HTTP tokens, which
+	// hold no '"' or '\': neither needs JSON escaping.
+	switch {
+	case problem == costTooHigh && json:
+		b = append(b, `{"error":"cost_too_high","rule":"`...)
+	case problem == costTooHigh:
+		b = append(b, "cost too high: "...)
+		b = append(b, rs.CostHeader...)
+		b = append(b, " must be at most "...)
+		b = strconv.AppendInt(b, rs.MaxCost, 10)
+		return append(b, '\n')
+	case json:
+		b = append(b, `{"error":"bad_cost","rule":"`...)
+	default:
+		b = append(b, "bad cost: "...)
+		b = append(b, rs.CostHeader...)
+		b = append(b, " must be sent once, as a whole number from 0 to "...)
+		b = strconv.AppendInt(b, rs.MaxCost, 10)
+		return append(b, '\n')
+	}
+	b = append(b, rs.Name...)
+	b = append(b, `","header":"`...)
+	b = append(b, rs.CostHeader...)
+	b = append(b, `","max_cost":`...)
+	b = strconv.AppendInt(b, rs.MaxCost, 10)
+	return append(b, "}\n"...)
 }

@@ -67,8 +67,7 @@ type HeadField = struct {
 const fastBodyMax = 1024
 
 // fastDomain reports whether the fast path may decide d's requests: its
-// counter is this node's own store, and no rule takes its cost from a
-// header, holds a queue turn, is soft (a random draw, which a second
+// counter is this node's own store, and no rule holds a queue turn, is soft (a random draw, which a second
 // decision would repeat), or is a log rule with a mitigation timeout
 // (which a refusal starts and a refund does not end); and every block
 // response can be written here. A concurrency rule's slot is given back
@@ -78,7 +77,7 @@ func fastDomain(d *domain, shared bool) bool {
 		return false
 	}
 	for _, r := range d.Rules {
-		if r.CostHeader != "" || r.Soft || r.Action != rules.ActionBlock && r.MitigationTimeout > 0 {
+		if r.Soft || r.Action != rules.ActionBlock && r.MitigationTimeout > 0 {
 			return false
 		}
 		if br := r.BlockResponse; br != nil {
@@ -109,6 +108,7 @@ type fastScratch struct {
 	body     []byte
 	limits   []byte
 	policies []byte
+	costs    http.Header // costHeader's
 }
 
 var fastScratches = sync.Pool{New: func() any {
@@ -188,8 +188,23 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 		now = p.now()
 	}
 	ctx := context.Background()
+	var costs http.Header // the cost_header fields, as requestCost reads them (cost.go)
+	if d.costNames != nil {
+		costs = s.costHeader(d.costNames)
+		if rs, problem := costRefusal(d, method, costs, &src); rs != nil {
+			if isHEAD {
+				return out, false
+			}
+			// What limit's checkCosts does, before any rule counts.
+			if id.XFFMalformed {
+				p.metrics.xffMalformed.Inc()
+			}
+			p.metrics.refused.WithLabelValues("400").Inc()
+			return s.appendCostRefusal(out, rs, problem, acceptsJSON(accept), h.Now), true
+		}
+	}
 	tally := d.counter.Begin()
-	dec := p.decideRules(ctx, d, method, nil, &src, tally, now, &s.keys, s.vbuf[:0])
+	dec := p.decideRules(ctx, d, method, costs, &src, tally, now, &s.keys, s.vbuf[:0])
 	vs := dec.vs
 	if forward && !dec.unavailable && dec.blocker < 0 {
 		// Allowed: what limit and ServeHTTP do for it, then the forward.
@@ -344,6 +359,40 @@ func (v *headerView) Values(name string) []string {
 		return nil
 	}
 	return v.vals[start:len(v.vals):len(v.vals)]
+}
+
+// costHeader returns the head's values of the fields names (canonical),
+// as the request's http.Header would hold them; they are valid during
+// Answer.
+func (s *fastScratch) costHeader(names []string) http.Header {
+	if s.costs == nil {
+		s.costs = make(http.Header, len(names))
+	}
+	clear(s.costs)
+	for _, n := range names {
+		if vs := s.view.Values(n); vs != nil {
+			s.costs[n] = vs
+		}
+	}
+	return s.costs
+}
+
+// appendCostRefusal appends the 400 refuseCost writes (cost.go) for a
+// request whose cost rule rs cannot take, as net/http frames it.
+func (s *fastScratch) appendCostRefusal(b []byte, rs *ruleState, problem costProblem, json bool, now time.Time) []byte {
+	s.body = appendCostBody(s.body[:0], rs, problem, json)
+	b = append(b, "HTTP/1.1 400 Bad Request\r\nCache-Control: no-store\r\nContent-Type: "...)
+	if json {
+		b = append(b, contentTypeJSON[0]...)
+	} else {
+		b = append(b, contentTypeText[0]...)
+	}
+	b = append(b, "\r\nX-Content-Type-Options: nosniff\r\nDate: "...)
+	b = appendDate(b, now)
+	b = append(b, "\r\nContent-Length: "...)
+	b = strconv.AppendInt(b, int64(len(s.body)), 10)
+	b = append(b, "\r\n\r\n"...)
+	return append(b, s.body...)
 }
 
 // refundAll gives back what every verdict counted, for a request the fast

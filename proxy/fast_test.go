@@ -31,7 +31,7 @@ func fastHead(raw string) *Head {
 
 // TestFastAnswerAllocs: with local counting, deciding and writing a
 // refusal on the fast path allocates nothing, with fields, JSON, a header
-// key and a path rule.
+// key, a path rule and a cost header.
 func TestFastAnswerAllocs(t *testing.T) {
 	tests := []struct {
 		name string
@@ -44,6 +44,8 @@ func TestFastAnswerAllocs(t *testing.T) {
 			"GET /v1/items?a=1 HTTP/1.1\r\nHost: API.example.com\r\nAccept: application/json\r\nX-Api-Key: k\r\n\r\n"},
 		{"path, token bucket", rules.RuleConfig{Name: "per-path", Limit: 1, Period: time.Minute, Key: []string{"ip", "path"}, Algorithm: "token_bucket"},
 			"POST /v1/%69tems HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 0\r\n\r\n"},
+		{"cost header", rules.RuleConfig{Name: "per-unit", Limit: 3, Period: time.Minute, CostHeader: "X-Units", MaxCost: 3},
+			"GET /v1/items HTTP/1.1\r\nHost: api.example.com\r\nx-units: 2\r\n\r\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -60,8 +60,7 @@ import (
 //
 // It applies only where that is all the slow path does (fastOriginFor):
 // an http origin without path or query, edge's own transport, no rule that
-// holds a queue turn or takes its cost from a request header, no
-// shedding; and only to GET and HEAD without a body,
+// holds a queue turn, no shedding; and only to GET and HEAD without a body,
 // which the transport also retries on a pooled connection the origin
 // closed meanwhile. Everything else goes to net/http and ReverseProxy.
 // (With two trailers or more the slow path announces them in map order; the
@@ -182,7 +181,7 @@ type fastOrigin struct {
 // fastOriginFor returns d's origin for the fast forward, or nil where the
 // fast forward does not apply (see above).
 func (p *Proxy) fastOriginFor(d *domain, origin *url.URL, obs *upstreamObservers, log *errorLog) *fastOrigin {
-	if !p.ownTransport || d.queue != nil || d.shed != nil || d.costHeaders || p.cluster != nil {
+	if !p.ownTransport || d.queue != nil || d.shed != nil || p.cluster != nil {
 		return nil
 	}
 	if origin.Scheme != "http" || origin.User != nil || origin.Opaque != "" || origin.RawQuery != "" ||

@@ -69,6 +69,13 @@ domains:
     rules:
       - {name: budget, algorithm: token_bucket, limit: 10, period: 1m, key: [ip], response_cost_header: X-Cost, headers: always}
       - {name: errors, limit: 2, period: 1m, key: [ip], count_status: [502, 404], match: {path_prefix: /r/}}
+  - name: priced
+    hosts: [priced.example.com]
+    rules:
+      - {name: units, limit: 12, period: 1m, key: [ip], cost_header: X-Units, max_cost: 5}
+      - {name: watch, limit: 4, period: 1m, key: [ip], cost_header: x-watch, max_cost: 3, action: log}
+      - {name: paid, limit: 20, period: 1m, key: [ip], cost_header: X-Units, max_cost: 5, count_status: [200], headers: always}
+      - {name: free, limit: 5, period: 1m, key: [ip], cost_header: X-Units, max_cost: 5, match: {path_prefix: /free/}, allow: {cidrs: ["127.0.0.0/8"]}}
 `
 
 // TestFastForwardAccounting is TestFastForwardDifferential for domains
@@ -77,8 +84,8 @@ domains:
 // follow, the decisions in the metrics and edge_response_cost_invalid_total
 // show it) and send the same bytes both ways.
 func TestFastForwardAccounting(t *testing.T) {
-	head := func(host, target string) string {
-		return hostile.Req("HEAD "+target+" HTTP/1.1", "Host: "+host)
+	head := func(host, target string, fields ...string) string {
+		return hostile.Req(append([]string{"HEAD " + target + " HTTP/1.1", "Host: " + host}, fields...)...)
 	}
 	cases := []struct {
 		name  string
@@ -130,6 +137,19 @@ func TestFastForwardAccounting(t *testing.T) {
 			get("always.example.com", "/r/chunked"), get("always.example.com", "/r/nocontent"),
 			get("always.example.com", "/r/cl"), get("always.example.com", "/r/trailer"),
 			get("always.example.com", "/r/hang"), get("always.example.com", "/r/cl"),
+		}, nil},
+		{"cost header", []string{
+			get("priced.example.com", "/r/cl", "X-Units: 3"), get("priced.example.com", "/r/cl"),
+			get("priced.example.com", "/r/cl", "X-Units: abc"), get("priced.example.com", "/r/cl", "X-Units: 9", "Accept: application/json"),
+			get("priced.example.com", "/r/cl", "X-Units: 1", "x-units: 1"), get("priced.example.com", "/r/cl", "X-Units: 1, 1"),
+			get("priced.example.com", "/r/cl", "X-Units: 9"), get("priced.example.com", "/r/cl", "X-Units: -1", "Accept: application/json"),
+			get("priced.example.com", "/r/cl", "X-Units:"), head("priced.example.com", "/r/cl", "X-Units: x"),
+			get("priced.example.com", "/r/notfound", "x-units:  2 "), get("priced.example.com", "/r/cl", "X-Watch: 7"),
+			get("priced.example.com", "/r/cl", "X-Watch: 2"), get("priced.example.com", "/free/cl", "X-Units: x"),
+			head("priced.example.com", "/r/cl", "X-Units: 1"), get("priced.example.com", "/r/cl", "X-Units: 0"),
+			get("priced.example.com", "/r/cl", "X-Units: 4"), get("priced.example.com", "/r/cl", "X-Units: 00002"),
+			get("priced.example.com", "/r/cl", "X-Units: 1"), get("priced.example.com", "/r/cl", "X-Units: 1"),
+			get("priced.example.com", "/r/cl", "X-Units: 3"),
 		}, nil},
 		{"mixed", []string{
 			get("mixed.example.com", "/r/cost3"), get("mixed.example.com", "/r/own-fields"),

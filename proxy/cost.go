@@ -16,7 +16,8 @@ const (
 	costTooHigh             // the cost header is above the rule's max_cost
 )
 
-// requestCost returns what a request with header h costs under rule r:
+// requestCost returns what a request with header h (an http.Header, or
+// the fast path's view of a parsed head) costs under rule r:
 // the value of r's cost header, or r's cost when the rule has none or the
 // request does not send it.
 //
@@ -27,11 +28,11 @@ const (
 // has, is costTooHigh; anything else that is not such a number is
 // costBad. rules keeps MaxCost within what the rule can hold, so any cost
 // returned could be allowed. It does not allocate.
-func requestCost(r *rules.Rule, h http.Header) (int64, costProblem) {
+func requestCost(r *rules.Rule, h rules.HeaderValues) (int64, costProblem) {
 	if r.CostHeader == "" {
 		return r.Cost, costOK
 	}
-	vs := h[r.CostHeader]
+	vs := h.Values(r.CostHeader) // canonical
 	switch len(vs) {
 	case 0:
 		return r.Cost, costOK
@@ -73,28 +74,17 @@ func parseCostValue(v string, most int64) (int64, costProblem) {
 // request may go on. A log rule never refuses: limit leaves a request it
 // cannot price uncounted by it.
 func (p *Proxy) checkCosts(w http.ResponseWriter, r *http.Request, d *domain, src *rules.KeySource) bool {
-	if rs, problem := costRefusal(d, r.Method, r.Header, src); rs != nil {
-		p.refuseCost(w, r, rs, problem)
-		return false
-	}
-	return true
-}
-
-// costRefusal returns the first block rule of d that matches a request
-// with method and header h, does not exempt its client, and cannot take
-// the cost the request states, and why; or nil. The fast path (fast.go)
-// asks it too.
-func costRefusal(d *domain, method string, h http.Header, src *rules.KeySource) (*ruleState, costProblem) {
 	for i := range d.rules {
 		rs := &d.rules[i]
-		if rs.CostHeader == "" || rs.Action != rules.ActionBlock || !rs.Matches(method, src.Path) || rs.Exempt(src.Addr) {
+		if rs.CostHeader == "" || rs.Action != rules.ActionBlock || !rs.Matches(r.Method, src.Path) || rs.Exempt(src.Addr) {
 			continue
 		}
-		if _, problem := requestCost(rs.Rule, h); problem != costOK {
-			return rs, problem
+		if _, problem := requestCost(rs.Rule, r.Header); problem != costOK {
+			p.refuseCost(w, r, rs, problem)
+			return false
 		}
 	}
-	return nil, costOK
+	return true
 }
 
 // refuseCost answers a request whose cost rule rs cannot take: 400, with

@@ -108,7 +108,6 @@ type fastScratch struct {
 	body     []byte
 	limits   []byte
 	policies []byte
-	costs    http.Header // costHeader's
 }
 
 var fastScratches = sync.Pool{New: func() any {
@@ -188,23 +187,8 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 		now = p.now()
 	}
 	ctx := context.Background()
-	var costs http.Header // the cost_header fields, as requestCost reads them (cost.go)
-	if d.costNames != nil {
-		costs = s.costHeader(d.costNames)
-		if rs, problem := costRefusal(d, method, costs, &src); rs != nil {
-			if isHEAD {
-				return out, false
-			}
-			// What limit's checkCosts does, before any rule counts.
-			if id.XFFMalformed {
-				p.metrics.xffMalformed.Inc()
-			}
-			p.metrics.refused.WithLabelValues("400").Inc()
-			return s.appendCostRefusal(out, rs, problem, acceptsJSON(accept), h.Now), true
-		}
-	}
 	tally := d.counter.Begin()
-	dec := p.decideRules(ctx, d, method, costs, &src, tally, now, &s.keys, s.vbuf[:0])
+	dec := p.decideRules(ctx, d, method, &src, tally, now, &s.keys, s.vbuf[:0])
 	vs := dec.vs
 	if forward && !dec.unavailable && dec.blocker < 0 {
 		// Allowed: what limit and ServeHTTP do for it, then the forward.
@@ -221,6 +205,15 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 	if dec.unavailable || dec.blocker < 0 || isHEAD {
 		refundAll(vs, tally, now)
 		tally.End()
+		if dec.badCost != nil && !isHEAD {
+			// What limit's checkCosts answers before any rule counts: a
+			// block rule cannot take the request's cost (cost.go).
+			if id.XFFMalformed {
+				p.metrics.xffMalformed.Inc()
+			}
+			p.metrics.refused.WithLabelValues("400").Inc()
+			return s.appendCostRefusal(out, dec.badCost, dec.costProblem, acceptsJSON(accept), h.Now), true
+		}
 		return out, false
 	}
 	// Refused: what ServeHTTP does from here on, in its order.
@@ -359,22 +352,6 @@ func (v *headerView) Values(name string) []string {
 		return nil
 	}
 	return v.vals[start:len(v.vals):len(v.vals)]
-}
-
-// costHeader returns the head's values of the fields names (canonical),
-// as the request's http.Header would hold them; they are valid during
-// Answer.
-func (s *fastScratch) costHeader(names []string) http.Header {
-	if s.costs == nil {
-		s.costs = make(http.Header, len(names))
-	}
-	clear(s.costs)
-	for _, n := range names {
-		if vs := s.view.Values(n); vs != nil {
-			s.costs[n] = vs
-		}
-	}
-	return s.costs
 }
 
 // appendCostRefusal appends the 400 refuseCost writes (cost.go) for a

@@ -137,9 +137,6 @@ type domain struct {
 	// costHeaders says whether a block rule takes its cost from a request
 	// header, which limit checks before any rule counts (cost.go).
 	costHeaders bool
-	// costNames are the rules' distinct cost_header fields, which the fast
-	// path reads from the head (fast.go).
-	costNames []string
 	// countsAfter: some rule counts after the origin's response (charge.go).
 	countsAfter bool
 	// slots: some rule is a concurrency rule, whose slots the request
@@ -360,9 +357,6 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 					Location:     r.Location,
 				}
 				d.costHeaders = d.costHeaders || (r.CostHeader != "" && r.Action == rules.ActionBlock)
-				if r.CostHeader != "" && !slices.Contains(d.costNames, r.CostHeader) {
-					d.costNames = append(d.costNames, r.CostHeader)
-				}
 			}
 			opts := window.Options{Capacity: rd.MaxKeys, Limits: limits}
 			if prev != nil && prev.store != nil {

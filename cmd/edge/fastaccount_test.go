@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -41,6 +42,13 @@ var accountingResponses = map[string]string{
 		"X-RateLimit-Reset: 30\r\nContent-Length: 2\r\n\r\nok",
 }
 
+// unseeded matches the metrics of keys a count_status rule holds nothing
+// for until the response is charged: a decision's sweep for expired
+// entries (window/store.go) reclaims such a key or not by where the
+// store's seeded hash put it, which differs from one store to the next
+// whatever the path (seen once in a few runs).
+var unseeded = regexp.MustCompile(`(?m)^edge_(key_evictions_total\{domain="(statuses|mixed|priced)",reason="expired"|tracked_keys\{domain="(statuses|mixed|priced)")\} \d+\n`)
+
 // accountingConfig has a domain of each kind whose rules do something
 // with the response: costs the origin reports, statuses counted, fields
 // on allowed responses; and one with all of them.
@@ -72,6 +80,7 @@ domains:
   - name: priced
     hosts: [priced.example.com]
     rules:
+      - {name: plain, limit: 14, period: 1m, key: [ip]}
       - {name: units, limit: 12, period: 1m, key: [ip], cost_header: X-Units, max_cost: 5}
       - {name: watch, limit: 4, period: 1m, key: [ip], cost_header: x-watch, max_cost: 3, action: log}
       - {name: paid, limit: 20, period: 1m, key: [ip], cost_header: X-Units, max_cost: 5, count_status: [200], headers: always}
@@ -175,7 +184,7 @@ func TestFastForwardAccounting(t *testing.T) {
 				if fast {
 					answered = ds.answered.Load()
 				}
-				metrics[i] = metricsText(t, ds.reg)
+				metrics[i] = unseeded.ReplaceAllString(metricsText(t, ds.reg), "")
 			}
 			if got[0] != got[1] {
 				t.Errorf("client received, fast path:\n%s\nslow path:\n%s", got[0], got[1])

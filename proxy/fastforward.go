@@ -427,7 +427,7 @@ func (p *Proxy) forwardFast(d *domain, h *Head, method string, trusted bool, ups
 	if err != nil {
 		return r.fail(fo.log, err)
 	}
-	r.br = oc.br
+	r.br, r.origin = oc.br, oc.conn
 	if r.relay(resp, s.buf[:]) {
 		fo.pool.put(oc, time.Now())
 	} else {
@@ -464,6 +464,7 @@ type relay struct {
 	client ClientWriter
 	out    []byte
 	br     *bufio.Reader // the origin connection's
+	origin net.Conn      // closed first when the answer fails
 	isHEAD bool
 	failed bool       // a write to the client failed
 	after  *fastAfter // nil: the rules do nothing with the response
@@ -631,6 +632,7 @@ func (r *relay) relay(resp *http.Response, buf []byte) bool {
 	r.onHead(resp)
 	if status < 100 || status > 999 {
 		// net/http's WriteHeader panics; the server closes the connection.
+		r.abandon()
 		resp.Body.Close()
 		r.client.CloseAfter()
 		return false
@@ -675,6 +677,7 @@ func (r *relay) relay(resp *http.Response, buf []byte) bool {
 	if !ok {
 		// ReverseProxy aborts the handler: net/http closes the
 		// connection after what it had written.
+		r.abandon()
 		resp.Body.Close()
 		r.client.CloseAfter()
 		return false
@@ -725,6 +728,16 @@ func (r *relay) onHead(resp *http.Response) {
 	}
 	if a.fields != nil {
 		a.fields.merge(resp.Header)
+	}
+}
+
+// abandon closes the origin connection of an answer that failed, before
+// its body is closed: http.ReadResponse's body, closed, reads on to its
+// end (which an endless stream never reaches), where the transport's
+// drops the connection.
+func (r *relay) abandon() {
+	if r.origin != nil {
+		r.origin.Close()
 	}
 }
 

@@ -23,7 +23,9 @@ import (
 // the same steps as ServeHTTP (screen, route, identify, limit) and, when a
 // block rule refuses it, observes, counts and logs the refusal exactly as
 // refuse does and appends the response writeBlocked would have made, byte
-// for byte, as net/http would have framed it. A GET or HEAD that every
+// for byte, as net/http would have framed it; and a request whose cost a
+// block rule cannot take it answers with checkCosts's 400 (cost.go), what
+// the rules before that one counted given back. A GET or HEAD that every
 // rule allows it forwards itself where the domain allows that
 // (fastforward.go). Anything else it declines, having changed nothing:
 // net/http then serves the request as always. Any other request that

@@ -59,8 +59,11 @@ import (
 // client gone), as ServeHTTP's deferred endAfter does it (forwardHeld).
 //
 // It applies only where that is all the slow path does (fastOriginFor):
-// an http origin without path or query, edge's own transport, no rule that
-// holds a queue turn, no shedding; and only to GET and HEAD without a body,
+// an http origin without path or query, edge's own transport, this node's
+// own counters (with Redis a charge or a slot is a round trip, and its
+// failures are ServeHTTP's), no rule that holds a queue turn and no
+// shedding (ServeHTTP waits for the turn, or for admission, between limit
+// and the forward); and only to GET and HEAD without a body,
 // which the transport also retries on a pooled connection the origin
 // closed meanwhile. Everything else goes to net/http and ReverseProxy.
 // (With two trailers or more the slow path announces them in map order; the

@@ -69,11 +69,12 @@ type HeadField = struct {
 const fastBodyMax = 1024
 
 // fastDomain reports whether the fast path may decide d's requests: its
-// counter is this node's own store, and no rule holds a queue turn, is soft (a random draw, which a second
-// decision would repeat), or is a log rule with a mitigation timeout
-// (which a refusal starts and a refund does not end); and every block
-// response can be written here. A concurrency rule's slot is given back
-// exactly by a refund, and held by the fast forward until its answer ends.
+// counter is this node's own store, and no rule holds a queue turn, is
+// soft (a random draw, which a second decision would repeat), or is a log
+// rule with a mitigation timeout (which a refusal starts and a refund does
+// not end); and every block response can be written here. A concurrency
+// rule's slot is given back exactly by a refund, and held by the fast
+// forward until its answer ends.
 func fastDomain(d *domain, shared bool) bool {
 	if d.store == nil || shared || d.queue != nil {
 		return false

@@ -83,7 +83,7 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, d *domain, src *ru
 // for none), whether some rule wants fields on allowed responses, and
 // whether some rule was decided by a shared counter's failure mode. If
 // unavailable, the counter could not decide the rule after the last of vs,
-// and retry is when to try again.
+// and retry is when to try again; or that rule is badCost.
 type decided struct {
 	vs          []verdict
 	blocker     int
@@ -104,7 +104,8 @@ type decided struct {
 // what the decisions show in metrics, top talkers and logs is observe's,
 // and what they counted is the caller's to keep or give back, so that the
 // fast path (fast.go) can decide first and decline after. It stops at the
-// first rule the counter could not decide.
+// first rule the counter could not decide, or whose cost the request's
+// cost_header cannot give (badCost).
 func (p *Proxy) decideRules(ctx context.Context, d *domain, method string, src *rules.KeySource,
 	tally window.Tally, now time.Time, keys *keyBuffer, vs []verdict) decided {
 	out := decided{blocker: -1}

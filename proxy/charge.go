@@ -57,6 +57,19 @@ func upfront(rs *ruleState, cost int64) int64 {
 // returns r. fellBack counts the request as decided by a shared counter's
 // failure mode.
 func holdTally(r *http.Request, d *domain, tally window.Tally, vs []verdict, fellBack bool) *http.Request {
+	a := hold(d, tally, vs, fellBack)
+	if a == nil {
+		return r
+	}
+	return r.WithContext(context.WithValue(r.Context(), afterKey{}, a))
+}
+
+// hold returns what the request decided in vs still counts after the
+// response, holding tally open for it (ended by endHeld); or nil, having
+// ended the tally, when nothing does. Both forwarders take their charges
+// from it: ReverseProxy's through holdTally, the fast forward's directly
+// (fastforward.go).
+func hold(d *domain, tally window.Tally, vs []verdict, fellBack bool) *afterResponse {
 	n := 0
 	for i := range vs {
 		if holds(&d.rules[vs[i].rule], &vs[i]) {
@@ -65,7 +78,7 @@ func holdTally(r *http.Request, d *domain, tally window.Tally, vs []verdict, fel
 	}
 	if n == 0 && d.shed == nil {
 		endTally(d, tally, fellBack)
-		return r
+		return nil
 	}
 	if fellBack {
 		d.requests.fallback.Inc()
@@ -93,7 +106,7 @@ func holdTally(r *http.Request, d *domain, tally window.Tally, vs []verdict, fel
 			a.charges = append(a.charges, c)
 		}
 	}
-	return r.WithContext(context.WithValue(r.Context(), afterKey{}, a))
+	return a
 }
 
 // holds reports whether the request keeps its tally open for rule rs's
@@ -146,19 +159,28 @@ type charge struct {
 // endAfter ends the tally that limit kept open for r's charges, if it did.
 // ServeHTTP defers it, so that it runs on every path, once.
 func (p *Proxy) endAfter(r *http.Request) {
-	if a, ok := r.Context().Value(afterKey{}).(*afterResponse); ok && !a.ended {
-		a.ended = true
-		var now time.Time
-		for i := range a.charges {
-			if c := &a.charges[i]; c.slot {
-				if now.IsZero() {
-					now = p.now()
-				}
-				a.tally.Release(c.id, now)
-			}
-		}
-		a.tally.End()
+	if a, ok := r.Context().Value(afterKey{}).(*afterResponse); ok {
+		p.endHeld(a)
 	}
+}
+
+// endHeld gives back the slots a holds and ends its tally, once; the fast
+// forward calls it when its answer is complete or has failed.
+func (p *Proxy) endHeld(a *afterResponse) {
+	if a.ended {
+		return
+	}
+	a.ended = true
+	var now time.Time
+	for i := range a.charges {
+		if c := &a.charges[i]; c.slot {
+			if now.IsZero() {
+				now = p.now()
+			}
+			a.tally.Release(c.id, now)
+		}
+	}
+	a.tally.End()
 }
 
 // giveBack takes back what r's rules counted, for a request that load
@@ -179,12 +201,20 @@ func (p *Proxy) giveBack(r *http.Request) {
 	a.tally.End()
 }
 
-// onResponse settles the charges of resp's request (if it has any) as its
-// headers arrive, at now, and removes the domain's cost fields from what
-// the client will see. A cost sent as a trailer is settled when the body
-// has been read (costTrailers).
+// onResponse is ReverseProxy's ModifyResponse for a domain whose rules
+// count after the response: it settles resp's charges (onHead).
 func (p *Proxy) onResponse(d *domain, resp *http.Response) {
 	a, _ := resp.Request.Context().Value(afterKey{}).(*afterResponse)
+	p.onHead(d, a, resp, false)
+}
+
+// onHead settles the charges of a (nil when the request has none) as
+// resp's headers arrive, and removes the domain's cost fields from what
+// the client will see. A cost sent as a trailer is settled when the body
+// has been read (costTrailers): onHead wraps resp's body to see its end.
+// Both forwarders call it at the same point, with the hop-by-hop fields
+// removed but for a 101; the fast forward sets eofOnly (trailerBody).
+func (p *Proxy) onHead(d *domain, a *afterResponse, resp *http.Response, eofOnly bool) {
 	if a != nil && !a.ended {
 		now := p.now()
 		for i := range a.charges {
@@ -213,20 +243,25 @@ func (p *Proxy) onResponse(d *domain, resp *http.Response) {
 	// The body of a 101 is the upgraded connection, which the proxy
 	// needs as it is; it has no trailers.
 	if resp.StatusCode != http.StatusSwitchingProtocols && resp.Body != nil && resp.Body != http.NoBody {
-		resp.Body = &trailerBody{ReadCloser: resp.Body, p: p, d: d, resp: resp, a: a}
+		resp.Body = &trailerBody{ReadCloser: resp.Body, p: p, d: d, resp: resp, a: a, eofOnly: eofOnly}
 	}
 }
 
 // trailerBody settles the costs reported in resp's trailers once they are
-// known: when the body is read to its end, or closed (the proxy closes it
-// before it copies the trailers).
+// known: when the body is read to its end, or closed (ReverseProxy closes
+// it before it copies the trailers). The transport's body, closed before
+// its end, drops the connection without reading the trailers; the body
+// http.ReadResponse gives the fast forward reads them to its end instead,
+// so for it (eofOnly) only the end of the body counts, and a copy that
+// failed (client gone, origin broke off) charges no trailer alike.
 type trailerBody struct {
 	io.ReadCloser
-	p    *Proxy
-	d    *domain
-	resp *http.Response
-	a    *afterResponse // nil when the request charges nothing
-	done bool
+	p       *Proxy
+	d       *domain
+	resp    *http.Response
+	a       *afterResponse // nil when the request charges nothing
+	done    bool
+	eofOnly bool
 }
 
 func (b *trailerBody) Read(buf []byte) (int, error) {
@@ -238,6 +273,9 @@ func (b *trailerBody) Read(buf []byte) (int, error) {
 }
 
 func (b *trailerBody) Close() error {
+	if b.eofOnly {
+		b.done = true
+	}
 	err := b.ReadCloser.Close()
 	b.costTrailers()
 	return err

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"io"
 	"net/http"
 	"strconv"
 
@@ -17,7 +16,8 @@ const (
 	costTooHigh             // the cost header is above the rule's max_cost
 )
 
-// requestCost returns what a request with header h costs under rule r:
+// requestCost returns what a request with header h (an http.Header, or
+// the fast path's view of a parsed head) costs under rule r:
 // the value of r's cost header, or r's cost when the rule has none or the
 // request does not send it.
 //
@@ -28,11 +28,11 @@ const (
 // has, is costTooHigh; anything else that is not such a number is
 // costBad. rules keeps MaxCost within what the rule can hold, so any cost
 // returned could be allowed. It does not allocate.
-func requestCost(r *rules.Rule, h http.Header) (int64, costProblem) {
+func requestCost(r *rules.Rule, h rules.HeaderValues) (int64, costProblem) {
 	if r.CostHeader == "" {
 		return r.Cost, costOK
 	}
-	vs := h[r.CostHeader]
+	vs := h.Values(r.CostHeader) // canonical
 	switch len(vs) {
 	case 0:
 		return r.Cost, costOK
@@ -97,28 +97,44 @@ func (p *Proxy) refuseCost(w http.ResponseWriter, r *http.Request, rs *ruleState
 	h := w.Header()
 	h["Cache-Control"] = noStore
 	h["X-Content-Type-Options"] = nosniff
-	// Rule names are [A-Za-z0-9_.-] and header names HTTP tokens, which
-	// hold no '"' or '\': neither needs JSON escaping.
-	maxCost := strconv.FormatInt(rs.MaxCost, 10)
 	json := acceptsJSON(r.Header.Get("Accept"))
 	if json {
 		h["Content-Type"] = contentTypeJSON
 	} else {
 		h["Content-Type"] = contentTypeText
 	}
-	var body string
-	switch {
-	case problem == costTooHigh && json:
-		body = `{"error":"cost_too_high","rule":"` + rs.Name + `","header":"` + rs.CostHeader + `","max_cost":` + maxCost + "}\n"
-	case problem == costTooHigh:
-		body = "cost too high: " + rs.CostHeader + " must be at most " + maxCost + "\n"
-	case json:
-		body = `{"error":"bad_cost","rule":"` + rs.Name + `","header":"` + rs.CostHeader + `","max_cost":` + maxCost + "}\n"
-	default:
-		body = "bad cost: " + rs.CostHeader + " must be sent once, as a whole number from 0 to " + maxCost + "\n"
-	}
 	w.WriteHeader(http.StatusBadRequest)
 	if r.Method != http.MethodHead {
-		_, _ = io.WriteString(w, body)
+		_, _ = w.Write(appendCostBody(nil, rs, problem, json))
 	}
+}
+
+// appendCostBody appends refuseCost's body, as JSON if json.
+func appendCostBody(b []byte, rs *ruleState, problem costProblem, json bool) []byte {
+	// Rule names are [A-Za-z0-9_.-] and header names HTTP tokens, which
+	// hold no '"' or '\': neither needs JSON escaping.
+	switch {
+	case problem == costTooHigh && json:
+		b = append(b, `{"error":"cost_too_high","rule":"`...)
+	case problem == costTooHigh:
+		b = append(b, "cost too high: "...)
+		b = append(b, rs.CostHeader...)
+		b = append(b, " must be at most "...)
+		b = strconv.AppendInt(b, rs.MaxCost, 10)
+		return append(b, '\n')
+	case json:
+		b = append(b, `{"error":"bad_cost","rule":"`...)
+	default:
+		b = append(b, "bad cost: "...)
+		b = append(b, rs.CostHeader...)
+		b = append(b, " must be sent once, as a whole number from 0 to "...)
+		b = strconv.AppendInt(b, rs.MaxCost, 10)
+		return append(b, '\n')
+	}
+	b = append(b, rs.Name...)
+	b = append(b, `","header":"`...)
+	b = append(b, rs.CostHeader...)
+	b = append(b, `","max_cost":`...)
+	b = strconv.AppendInt(b, rs.MaxCost, 10)
+	return append(b, "}\n"...)
 }

@@ -24,7 +24,9 @@ import (
 // the same steps as ServeHTTP (screen, route, identify, limit) and, when a
 // block rule refuses it, observes, counts and logs the refusal exactly as
 // refuse does and appends the response writeBlocked would have made, byte
-// for byte, as net/http would have framed it. A GET or HEAD that every
+// for byte, as net/http would have framed it; and a request whose cost a
+// block rule cannot take it answers with checkCosts's 400 (cost.go), what
+// the rules before that one counted given back. A GET or HEAD that every
 // rule allows it forwards itself where the domain allows that
 // (fastforward.go). Anything else it declines, having changed nothing:
 // net/http then serves the request as always. Any other request that
@@ -73,16 +75,19 @@ type HeadField = struct {
 const fastBodyMax = 1024
 
 // fastDomain reports whether the fast path may decide d's requests: it has
-// rules, and no rule takes its cost from a header, holds a slot or a queue
-// turn, is soft (a random draw, which a second decision would repeat), or
-// is a log rule with a mitigation timeout (which a refusal starts and a
-// refund does not end); and every block response can be written here.
-func fastDomain(d *domain) bool {
-	if d.store == nil || d.queue != nil || d.slots {
+// rules, and no rule holds a queue turn, is soft (a random draw, which a
+// second decision would repeat), or is a log rule with a mitigation
+// timeout (which a refusal starts and a refund does not end); and every
+// block response can be written here. A concurrency rule's slot is given
+// back exactly by a refund, and held by the fast forward until its answer
+// ends, with this node's own counter (shared is false); a shared one
+// takes its slots in Redis.
+func fastDomain(d *domain, shared bool) bool {
+	if d.store == nil || d.queue != nil || shared && d.slots {
 		return false
 	}
 	for _, r := range d.Rules {
-		if r.CostHeader != "" || r.Soft || r.Action != rules.ActionBlock && r.MitigationTimeout > 0 {
+		if r.Soft || r.Action != rules.ActionBlock && r.MitigationTimeout > 0 {
 			return false
 		}
 		if br := r.BlockResponse; br != nil {
@@ -175,7 +180,7 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 	fwd := d.ffwd != nil && h.Client != nil && (method == http.MethodGet || isHEAD)
 	if !d.fast {
 		if d.store == nil && fwd && fastForwardable(h) {
-			return p.forwardCopy(d, h, method, trusted, st.table.Timeouts.Upstream, out), true
+			return p.forwardFast(d, h, method, trusted, st.table.Timeouts.Upstream, out, nil), true
 		}
 		return out, false
 	}
@@ -205,7 +210,7 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 	} else {
 		tally = d.counter.Begin()
 	}
-	dec := p.decideRules(ctx, d, method, nil, &src, tally, now, &s.keys, s.vbuf[:0])
+	dec := p.decideRules(ctx, d, method, &src, tally, now, &s.keys, s.vbuf[:0])
 	vs := dec.vs
 	if fwd && !dec.unavailable && dec.blocker < 0 && (isHEAD || fastForwardable(h)) {
 		// Allowed: what limit and ServeHTTP do for it, then the forward.
@@ -213,12 +218,24 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 			p.metrics.xffMalformed.Inc()
 		}
 		p.observe(ctx, d, vs, &src, now)
-		endTally(d, tally, dec.fellBack)
-		return p.forwardCopy(d, h, method, trusted, st.table.Timeouts.Upstream, out), true
+		if !d.countsAfter && !d.slots && !dec.always {
+			endTally(d, tally, dec.fellBack)
+			return p.forwardFast(d, h, method, trusted, st.table.Timeouts.Upstream, out, nil), true
+		}
+		return p.forwardHeld(d, h, method, trusted, st.table.Timeouts.Upstream, out, tally, &dec), true
 	}
 	if dec.unavailable || dec.blocker < 0 || isHEAD {
 		refundAll(vs, tally, now)
 		tally.End()
+		if dec.badCost != nil && !isHEAD {
+			// What limit's checkCosts answers before any rule counts: a
+			// block rule cannot take the request's cost (cost.go).
+			if id.XFFMalformed {
+				p.metrics.xffMalformed.Inc()
+			}
+			p.metrics.refused.WithLabelValues("400").Inc()
+			return s.appendCostRefusal(out, dec.badCost, dec.costProblem, acceptsJSON(accept), h.Now), true
+		}
 		return out, false
 	}
 	// Refused: what ServeHTTP does from here on, in its order.
@@ -230,15 +247,6 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 	endTally(d, tally, dec.fellBack)
 	p.countBlock(ctx, d, vs, dec.blocker, src.Client.Addr())
 	return s.appendBlocked(out, d, vs, dec.blocker, acceptsJSON(accept), h.Now), true
-}
-
-// forwardCopy forwards a copy of h. The forward keeps h where escape
-// analysis loses track of it; made only for a request forwarded, the copy
-// leaves the caller's Head on its stack, so that a refusal allocates
-// nothing.
-func (p *Proxy) forwardCopy(d *domain, h *Head, method string, trusted bool, upstream time.Duration, out []byte) []byte {
-	c := *h
-	return p.forwardFast(d, &c, method, trusted, upstream, out)
 }
 
 // fastMethod returns the method as a constant string, or "" for a method
@@ -358,6 +366,24 @@ func (v *headerView) Values(name string) []string {
 		return nil
 	}
 	return v.vals[start:len(v.vals):len(v.vals)]
+}
+
+// appendCostRefusal appends the 400 refuseCost writes (cost.go) for a
+// request whose cost rule rs cannot take, as net/http frames it.
+func (s *fastScratch) appendCostRefusal(b []byte, rs *ruleState, problem costProblem, json bool, now time.Time) []byte {
+	s.body = appendCostBody(s.body[:0], rs, problem, json)
+	b = append(b, "HTTP/1.1 400 Bad Request\r\nCache-Control: no-store\r\nContent-Type: "...)
+	if json {
+		b = append(b, contentTypeJSON[0]...)
+	} else {
+		b = append(b, contentTypeText[0]...)
+	}
+	b = append(b, "\r\nX-Content-Type-Options: nosniff\r\nDate: "...)
+	b = appendDate(b, now)
+	b = append(b, "\r\nContent-Length: "...)
+	b = strconv.AppendInt(b, int64(len(s.body)), 10)
+	b = append(b, "\r\n\r\n"...)
+	return append(b, s.body...)
 }
 
 // refundAll gives back what every verdict counted, for a request the fast

@@ -31,7 +31,7 @@ func fastHead(raw string) *Head {
 
 // TestFastAnswerAllocs: with local counting, deciding and writing a
 // refusal on the fast path allocates nothing, with fields, JSON, a header
-// key and a path rule.
+// key, a path rule and a cost header.
 func TestFastAnswerAllocs(t *testing.T) {
 	tests := []struct {
 		name string
@@ -44,6 +44,8 @@ func TestFastAnswerAllocs(t *testing.T) {
 			"GET /v1/items?a=1 HTTP/1.1\r\nHost: API.example.com\r\nAccept: application/json\r\nX-Api-Key: k\r\n\r\n"},
 		{"path, token bucket", rules.RuleConfig{Name: "per-path", Limit: 1, Period: time.Minute, Key: []string{"ip", "path"}, Algorithm: "token_bucket"},
 			"POST /v1/%69tems HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 0\r\n\r\n"},
+		{"cost header", rules.RuleConfig{Name: "per-unit", Limit: 3, Period: time.Minute, CostHeader: "X-Units", MaxCost: 3},
+			"GET /v1/items HTTP/1.1\r\nHost: api.example.com\r\nx-units: 2\r\n\r\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -111,4 +113,48 @@ func FuzzFastTarget(f *testing.F) {
 			t.Fatalf("%q: fast path reads path %q, the slow path %q", target, path, want)
 		}
 	})
+}
+
+// TestFastCostRefusal: a request whose cost a block rule cannot take is
+// answered 400 by the fast path itself, as checkCosts answers it, and
+// what the rules decided before that rule is given back.
+func TestFastCostRefusal(t *testing.T) {
+	p := benchProxy(t, rules.RuleConfig{Name: "units", Limit: 3, Period: time.Minute, CostHeader: "X-Units", MaxCost: 3}, 0)
+	tests := []struct {
+		name     string
+		raw      string
+		answered bool
+		want     string // the answer's start
+	}{
+		{"bad", "GET / HTTP/1.1\r\nHost: api.example.com\r\nX-Units: x\r\n\r\n", true,
+			"HTTP/1.1 400 Bad Request\r\nCache-Control: no-store\r\nContent-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\n"},
+		{"too high, JSON", "GET / HTTP/1.1\r\nHost: api.example.com\r\nAccept: application/json\r\nx-units: 4\r\n\r\n", true,
+			"HTTP/1.1 400 Bad Request\r\nCache-Control: no-store\r\nContent-Type: application/json\r\nX-Content-Type-Options: nosniff\r\n"},
+		{"twice", "GET / HTTP/1.1\r\nHost: api.example.com\r\nX-Units: 1\r\nX-UNITS: 1\r\n\r\n", true, "HTTP/1.1 400 Bad Request\r\n"},
+		{"HEAD: net/http's", "HEAD / HTTP/1.1\r\nHost: api.example.com\r\nX-Units: x\r\n\r\n", false, ""},
+		{"valid: allowed, declined", "GET / HTTP/1.1\r\nHost: api.example.com\r\nX-Units: 3\r\n\r\n", false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, ok := p.Answer(fastHead(tt.raw), nil)
+			if ok != tt.answered || !strings.HasPrefix(string(out), tt.want) {
+				t.Errorf("Answer: %v, %q; want %v, %q...", ok, out, tt.answered, tt.want)
+			}
+		})
+	}
+	// Nothing was counted: a request of cost 3 is refused only after one.
+	h := fastHead("GET / HTTP/1.1\r\nHost: api.example.com\r\nX-Units: 3\r\n\r\n")
+	req, err := http.ReadRequest(bufio.NewReader(strings.NewReader("GET / HTTP/1.1\r\nHost: api.example.com\r\nX-Units: 3\r\n\r\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.RemoteAddr = "203.0.113.9:4000"
+	w := &nopWriter{h: make(http.Header)}
+	p.ServeHTTP(w, req)
+	if w.status != http.StatusOK {
+		t.Fatalf("ServeHTTP: status %d, want 200", w.status)
+	}
+	if out, ok := p.Answer(h, nil); !ok || !strings.HasPrefix(string(out), "HTTP/1.1 429 ") {
+		t.Errorf("after one request of cost 3: %v, %q; want a 429", ok, out)
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/edgerate/edge/rules"
+	"github.com/edgerate/edge/window"
 )
 
 // The fast forward: a request the fast path (fast.go) finds allowed is
@@ -47,10 +48,22 @@ import (
 //     logs; an origin that breaks off a body closes the client's
 //     connection, as ReverseProxy's abort does.
 //
+// What the rules do with the response they do here at the point where
+// ReverseProxy's ModifyResponse does it (relay.onHead): the costs and
+// statuses of rules that count after the response are charged through the
+// tally left open for them (charge.go's hold and onHead, which both
+// forwarders call; a cost in the trailers when the body has ended), and
+// the fields of rules with headers: always are merged into the origin's
+// head (fields.go); the tally is ended, and a concurrency rule's slot
+// given back, when the answer is complete or has failed (origin failure,
+// client gone), as ServeHTTP's deferred endAfter does it (forwardHeld).
+//
 // It applies only where that is all the slow path does (fastOriginFor):
-// an http origin without path or query, edge's own transport, no rule that
-// counts after the response, holds a slot or a queue turn, sends fields on
-// allowed responses, or sheds; and only to GET and HEAD without a body,
+// an http origin without path or query, edge's own transport, this node's
+// own counters (with Redis a charge or a slot is a round trip, and its
+// failures are ServeHTTP's), no rule that holds a queue turn and no
+// shedding (ServeHTTP waits for the turn, or for admission, between limit
+// and the forward); and only to GET and HEAD without a body,
 // which the transport also retries on a pooled connection the origin
 // closed meanwhile. Everything else goes to net/http and ReverseProxy.
 // (With two trailers or more the slow path announces them in map order; the
@@ -170,9 +183,8 @@ type fastOrigin struct {
 
 // fastOriginFor returns d's origin for the fast forward, or nil where the
 // fast forward does not apply (see above).
-func (p *Proxy) fastOriginFor(d *domain, origin *url.URL, merge bool, obs *upstreamObservers, log *errorLog) *fastOrigin {
-	if !p.ownTransport || merge || d.countsAfter || d.slots || d.queue != nil || d.shed != nil ||
-		d.costHeaders || p.cluster != nil {
+func (p *Proxy) fastOriginFor(d *domain, origin *url.URL, obs *upstreamObservers, log *errorLog) *fastOrigin {
+	if !p.ownTransport || d.queue != nil || d.shed != nil || p.cluster != nil {
 		return nil
 	}
 	if origin.Scheme != "http" || origin.User != nil || origin.Opaque != "" || origin.RawQuery != "" ||
@@ -387,9 +399,15 @@ type ClientWriter interface {
 	CloseAfter()
 }
 
-// forwardFast forwards h to d's origin and appends the rest of the answer
-// to out, having written what came before through h.Client.
-func (p *Proxy) forwardFast(d *domain, h *Head, method string, trusted bool, upstream time.Duration, out []byte) []byte {
+// forwardFast forwards head to d's origin and appends the rest of the answer
+// to out, having written what came before through head.Client. after is what
+// the request's rules still do with the response, or nil for nothing.
+func (p *Proxy) forwardFast(d *domain, head *Head, method string, trusted bool, upstream time.Duration, out []byte, after *fastAfter) []byte {
+	// A copy: the forward keeps its Head where escape analysis loses track
+	// of it, and the copy, made only for a request forwarded, leaves the
+	// caller's on its stack, so that a refusal allocates nothing.
+	hc := *head
+	h := &hc
 	h.Client.Forwarding()
 	d.requests.served.Inc()
 	p.inFlight.Add(1)
@@ -406,7 +424,7 @@ func (p *Proxy) forwardFast(d *domain, h *Head, method string, trusted bool, ups
 	if method == http.MethodHead {
 		req = headRequest
 	}
-	r := relay{p: p, d: d, h: h, client: h.Client, out: out, isHEAD: method == http.MethodHead}
+	r := relay{p: p, d: d, h: h, client: h.Client, out: out, isHEAD: method == http.MethodHead, after: after}
 	start := time.Now()
 	oc, resp, err := r.roundTrip(fo.pool, s.head, req, upstream, start)
 	class := 5
@@ -417,13 +435,33 @@ func (p *Proxy) forwardFast(d *domain, h *Head, method string, trusted bool, ups
 	if err != nil {
 		return r.fail(fo.log, err)
 	}
-	r.br = oc.br
+	r.br, r.origin = oc.br, oc.conn
 	if r.relay(resp, s.buf[:]) {
 		fo.pool.put(oc, time.Now())
 	} else {
 		oc.conn.Close()
 	}
 	return r.out
+}
+
+// forwardHeld forwards h as forwardFast does, for a request whose rules
+// do something with the response (fastAfter): what limit and ServeHTTP do
+// for it around ReverseProxy, in their order. The tally stays open
+// through the answer, and is ended when it is complete or has failed.
+func (p *Proxy) forwardHeld(d *domain, h *Head, method string, trusted bool, upstream time.Duration, out []byte,
+	tally window.Tally, dec *decided) []byte {
+	var after fastAfter
+	after.held = hold(d, tally, dec.vs, dec.fellBack) // charge.go, as holdTally
+	if dec.always {
+		if f, ok := newFields(d, dec.vs, -1); ok { // fields.go, as withFields
+			after.fields = &f
+		}
+	}
+	out = p.forwardFast(d, h, method, trusted, upstream, out, &after)
+	if after.held != nil {
+		p.endHeld(after.held) // as ServeHTTP's deferred endAfter
+	}
+	return out
 }
 
 // relay is one fast forward's answer to its client.
@@ -434,8 +472,10 @@ type relay struct {
 	client ClientWriter
 	out    []byte
 	br     *bufio.Reader // the origin connection's
+	origin net.Conn      // closed first when the answer fails
 	isHEAD bool
-	failed bool // a write to the client failed
+	failed bool       // a write to the client failed
+	after  *fastAfter // nil: the rules do nothing with the response
 }
 
 // flush writes what the answer holds to the client.
@@ -589,19 +629,22 @@ func (l *errorLog) logFast(method string, target []byte, status int, err error) 
 func (r *relay) relay(resp *http.Response, buf []byte) bool {
 	status := resp.StatusCode
 	if status == http.StatusSwitchingProtocols {
+		r.onHead(resp) // ReverseProxy's ModifyResponse sees a 101 as it came
 		resp.Body.Close()
 		err := fmt.Errorf("backend tried to switch protocol %q when %q was requested", upgradeOf(resp.Header), "")
 		r.out = r.fail(r.d.ffwd.log, err)
 		return false
 	}
+	hdr := resp.Header
+	removeHopByHop(hdr)
+	r.onHead(resp)
 	if status < 100 || status > 999 {
 		// net/http's WriteHeader panics; the server closes the connection.
+		r.abandon()
 		resp.Body.Close()
 		r.client.CloseAfter()
 		return false
 	}
-	hdr := resp.Header
-	removeHopByHop(hdr)
 	announced := len(resp.Trailer)
 	if announced > 0 {
 		keys := make([]string, 0, announced)
@@ -642,6 +685,7 @@ func (r *relay) relay(resp *http.Response, buf []byte) bool {
 	if !ok {
 		// ReverseProxy aborts the handler: net/http closes the
 		// connection after what it had written.
+		r.abandon()
 		resp.Body.Close()
 		r.client.CloseAfter()
 		return false
@@ -669,6 +713,40 @@ func (r *relay) relay(resp *http.Response, buf []byte) bool {
 		return false
 	}
 	return !resp.Close
+}
+
+// fastAfter is what a fast forward's rules do with the response, as
+// ReverseProxy's ModifyResponse does it (forward.go): the charges of
+// rules that count after the response and the slots held until it is
+// complete (charge.go), the rate-limit fields of rules with headers:
+// always (fields.go).
+type fastAfter struct {
+	held   *afterResponse // nil: nothing held
+	fields *fields        // nil: none
+}
+
+// onHead is ModifyResponse for the response head resp.
+func (r *relay) onHead(resp *http.Response) {
+	a := r.after
+	if a == nil {
+		return
+	}
+	if r.d.countsAfter {
+		r.p.onHead(r.d, a.held, resp, true)
+	}
+	if a.fields != nil {
+		a.fields.merge(resp.Header)
+	}
+}
+
+// abandon closes the origin connection of an answer that failed, before
+// its body is closed: http.ReadResponse's body, closed, reads on to its
+// end (which an endless stream never reaches), where the transport's
+// drops the connection.
+func (r *relay) abandon() {
+	if r.origin != nil {
+		r.origin.Close()
+	}
 }
 
 func upgradeOf(h http.Header) string {

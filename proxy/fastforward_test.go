@@ -7,7 +7,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/edgerate/edge/rules"
 )
 
 // byteConn is an origin connection that reads from a byte slice.
@@ -123,4 +129,157 @@ func FuzzFastResponse(f *testing.F) {
 			t.Fatalf("relayed body %q, the origin sent %q", body, wantBody)
 		}
 	})
+}
+
+// goneClient is a client whose connection is gone: every write fails.
+type goneClient struct{ writes int }
+
+func (c *goneClient) Write(b []byte) (int, error) { c.writes++; return 0, net.ErrClosed }
+func (c *goneClient) Forwarding()                 {}
+func (c *goneClient) CloseAfter()                 {}
+
+// TestFastForwardGoneTrailerCost: a client gone mid-body is charged no
+// cost the origin reports in the trailers, as on the slow path, where the
+// transport drops a body closed before its end without reading them; the
+// fast forward's body would read them while it is closed.
+func TestFastForwardGoneTrailerCost(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := strings.Repeat("x", 40<<10) // more than the fast forward holds before it writes
+	answer := "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTrailer: X-Cost\r\nTransfer-Encoding: chunked\r\n\r\n" +
+		strconv.FormatInt(int64(len(body)), 16) + "\r\n" + body + "\r\n0\r\nX-Cost: 5\r\n\r\n"
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer ln.Close()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					if _, err := http.ReadRequest(br); err != nil {
+						return
+					}
+					if _, err := io.WriteString(c, answer); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	table, err := rules.Compile(rules.Config{
+		Origin: "http://" + ln.Addr().String(),
+		Domains: []rules.DomainConfig{{
+			Hosts: []string{"api.example.com"},
+			Rules: []rules.RuleConfig{{Name: "units", Limit: 6, Period: time.Minute, ResponseCostHeader: "X-Cost"}},
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_800_000_000, 0)
+	p, err := New(Options{Table: table, Now: func() time.Time { return now }, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	raw := "GET / HTTP/1.1\r\nHost: api.example.com\r\n\r\n"
+	gone := &goneClient{}
+	h := fastHead(raw)
+	h.Client = gone
+	if _, ok := p.Answer(h, nil); !ok || gone.writes == 0 {
+		t.Fatalf("the fast forward did not take the request (%v) or wrote nothing (%d writes)", ok, gone.writes)
+	}
+	// Charged 1 (the request), not 6: the next request is allowed, and
+	// its own answer, complete, charges the 5.
+	c := &bufClient{}
+	h = fastHead(raw)
+	h.Client = c
+	out, ok := p.Answer(h, nil)
+	c.Write(out)
+	if !ok || !strings.HasPrefix(c.String(), "HTTP/1.1 200 OK\r\n") {
+		t.Fatalf("after a client gone: %v, %.40q; want 200", ok, c.String())
+	}
+	if out, ok := p.Answer(fastHead(raw), nil); !ok || !strings.HasPrefix(string(out), "HTTP/1.1 429 ") {
+		t.Errorf("after a complete answer reporting 5: %v, %.40q; want 429", ok, out)
+	}
+}
+
+// TestFastForwardGoneEndless: a client gone in the middle of an endless
+// body ends the forward, as ReverseProxy's abort does; the origin's body
+// is not read to an end that never comes.
+func TestFastForwardGoneEndless(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(stop)
+	defer ln.Close()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+			return
+		}
+		chunk := "8000\r\n" + strings.Repeat("x", 0x8000) + "\r\n"
+		if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n"); err != nil {
+			return
+		}
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := io.WriteString(c, chunk); err != nil {
+				return // edge closed the connection
+			}
+		}
+	}()
+	table, err := rules.Compile(rules.Config{
+		Origin:  "http://" + ln.Addr().String(),
+		Domains: []rules.DomainConfig{{Hosts: []string{"api.example.com"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(Options{Table: table, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	h := fastHead("GET / HTTP/1.1\r\nHost: api.example.com\r\n\r\n")
+	gone := &goneClient{}
+	h.Client = gone
+	done := make(chan bool)
+	go func() {
+		_, ok := p.Answer(h, nil)
+		done <- ok
+	}()
+	select {
+	case ok := <-done:
+		if !ok || gone.writes == 0 {
+			t.Errorf("Answer: %v, %d writes; want the forward taken and written to", ok, gone.writes)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the forward to a gone client did not end")
+	}
 }

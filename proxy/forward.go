@@ -69,7 +69,7 @@ func (p *Proxy) newForwarder(d *domain, origin *url.URL, cip *ClientIP, transpor
 	errLog := newErrorLog(p.log, domain, p.refuseBody)
 	obs := p.metrics.upstreamObservers(domain)
 	d.upstreamObs = obs // the status page reads them (recent.go)
-	d.ffwd = p.fastOriginFor(d, origin, mergeFields, obs, errLog)
+	d.ffwd = p.fastOriginFor(d, origin, obs, errLog)
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(origin)

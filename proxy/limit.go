@@ -40,7 +40,7 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, d *domain, src *ru
 	defer putKeyBuffer(keys)
 	var vbuf [8]verdict
 	tally := d.counter.Begin()
-	dec := p.decideRules(r.Context(), d, r.Method, r.Header, src, tally, now, keys, vbuf[:0])
+	dec := p.decideRules(r.Context(), d, r.Method, src, tally, now, keys, vbuf[:0])
 	vs, blocker, always, fellBack := dec.vs, dec.blocker, dec.always, dec.fellBack
 	p.observe(r.Context(), d, vs, src, now)
 	if dec.unavailable {
@@ -83,7 +83,7 @@ func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, d *domain, src *ru
 // for none), whether some rule wants fields on allowed responses, and
 // whether some rule was decided by a shared counter's failure mode. If
 // unavailable, the counter could not decide the rule after the last of vs,
-// and retry is when to try again.
+// and retry is when to try again; or that rule is badCost.
 type decided struct {
 	vs          []verdict
 	blocker     int
@@ -91,16 +91,22 @@ type decided struct {
 	fellBack    bool
 	unavailable bool
 	retry       time.Duration
+	// badCost is the block rule that cannot take the request's cost, and
+	// costProblem why, when the fast path asks (unavailable is set too);
+	// limit's checkCosts answers such a request before deciding it.
+	badCost     *ruleState
+	costProblem costProblem
 }
 
 // decideRules decides every rule of d that matches a request with method
-// and header h at now, by the keys of src, appending the verdicts to vs and
+// at now, by the keys and header of src, appending the verdicts to vs and
 // the keys to keys. It counts, through tally, and changes nothing else:
 // what the decisions show in metrics, top talkers and logs is observe's,
 // and what they counted is the caller's to keep or give back, so that the
 // fast path (fast.go) can decide first and decline after. It stops at the
-// first rule the counter could not decide.
-func (p *Proxy) decideRules(ctx context.Context, d *domain, method string, h http.Header, src *rules.KeySource,
+// first rule the counter could not decide, or whose cost the request's
+// cost_header cannot give (badCost).
+func (p *Proxy) decideRules(ctx context.Context, d *domain, method string, src *rules.KeySource,
 	tally window.Tally, now time.Time, keys *keyBuffer, vs []verdict) decided {
 	out := decided{blocker: -1}
 	for i := range d.rules {
@@ -108,10 +114,16 @@ func (p *Proxy) decideRules(ctx context.Context, d *domain, method string, h htt
 		if !rs.Matches(method, src.Path) || rs.Exempt(src.Addr) {
 			continue
 		}
-		cost, problem := requestCost(rs.Rule, h)
+		cost, problem := requestCost(rs.Rule, src.Header)
 		if problem != costOK {
-			// Only a log rule gets here (checkCosts answered for block
-			// rules): it never refuses, and cannot count what it cannot
+			if rs.Action == rules.ActionBlock {
+				// Only the fast path gets here: limit's checkCosts
+				// answered first. It gives back what the rules before
+				// counted (unavailable) and answers checkCosts's 400.
+				out.unavailable, out.badCost, out.costProblem = true, rs, problem
+				break
+			}
+			// A log rule never refuses, and cannot count what it cannot
 			// price.
 			if p.log.Enabled(ctx, slog.LevelDebug) {
 				p.log.Debug("log rule cannot use the request's cost; request not counted by it", "domain", d.Name,

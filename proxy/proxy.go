@@ -428,7 +428,7 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 			d.countsAfter = slices.ContainsFunc(rd.Rules, (*rules.Rule).CountsAfter)
 			d.upstream = p.newForwarder(d, origin, cip, transport, always)
 		}
-		d.fast = fastDomain(d)
+		d.fast = fastDomain(d, p.cluster != nil)
 		d.local, _ = d.counter.(localCounter)
 		st.domains[i] = d
 	}

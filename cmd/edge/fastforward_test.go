@@ -89,15 +89,24 @@ type rawOrigin struct {
 	got  bytes.Buffer // every request head, in the order they came
 	wg   sync.WaitGroup
 	stop chan struct{}
+	// gates hold the answers to the requests named by their keys until
+	// closed; arrived is told each such name when its head has come.
+	gates   map[string]chan struct{}
+	arrived chan string
 }
 
 func startRawOrigin(t *testing.T) *rawOrigin {
+	return startGatedOrigin(t, nil, nil)
+}
+
+// startGatedOrigin starts a rawOrigin with gates and arrived set.
+func startGatedOrigin(t *testing.T, gates map[string]chan struct{}, arrived chan string) *rawOrigin {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := &rawOrigin{ln: ln, stop: make(chan struct{})}
+	o := &rawOrigin{ln: ln, stop: make(chan struct{}), gates: gates, arrived: arrived}
 	o.wg.Add(1)
 	go func() {
 		defer o.wg.Done()
@@ -151,8 +160,19 @@ func (o *rawOrigin) serve(c net.Conn) {
 		if r, racy := racyResponses[name]; racy {
 			resp, ok = r, true
 		}
+		if r, acct := accountingResponses[name]; acct {
+			resp, ok = r, true
+		}
 		if !ok {
 			resp = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nyes"
+		}
+		if gate, ok := o.gates[name]; ok {
+			o.arrived <- name
+			select {
+			case <-gate:
+			case <-o.stop:
+				return
+			}
 		}
 		if parts[0] == http.MethodHead { // the final head only
 			last := strings.LastIndex(resp, "HTTP/1.")
@@ -166,7 +186,7 @@ func (o *rawOrigin) serve(c net.Conn) {
 			return
 		}
 		switch name {
-		case "short", "hang", "eof-body", "close", "http10", "malformed", "garbage":
+		case "short", "hang", "eof-body", "close", "http10", "malformed", "garbage", "cost-broken":
 			return
 		}
 	}

@@ -51,7 +51,10 @@ type HeaderValues interface {
 // address (IPv4-mapped ones unmapped) as a /32, an IPv6 address as its
 // first ipv6Bits bits (32 to 128), without its zone. It does not allocate.
 func ClientPrefix(a netip.Addr, ipv6Bits int) netip.Prefix {
-	a = a.Unmap().WithZone("")
+	if a = a.Unmap(); a.Is4() {
+		return netip.PrefixFrom(a, 32) // all its bits: nothing to mask
+	}
+	a = a.WithZone("")
 	if !a.Is6() || ipv6Bits <= 0 || ipv6Bits > 128 {
 		ipv6Bits = a.BitLen()
 	}

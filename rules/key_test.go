@@ -206,3 +206,17 @@ func FuzzMatchPath(f *testing.F) {
 		}
 	})
 }
+
+// TestClientPrefixIPv4 checks ClientPrefix's shortcut for IPv4 against the
+// masking it skips, mapped addresses included.
+func TestClientPrefixIPv4(t *testing.T) {
+	for _, s := range []string{"0.0.0.0", "203.0.113.9", "255.255.255.255", "::ffff:192.0.2.1", "10.1.2.3"} {
+		a := netip.MustParseAddr(s)
+		want, _ := a.Unmap().Prefix(32)
+		for _, bits := range []int{0, 32, 64, 128} {
+			if got := ClientPrefix(a, bits); got != want {
+				t.Errorf("ClientPrefix(%s, %d) = %v, want %v", s, bits, got, want)
+			}
+		}
+	}
+}

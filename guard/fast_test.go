@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -28,6 +29,7 @@ const fastAnswer = "HTTP/1.1 429 Too Many Requests\r\nContent-Length: 0\r\n\r\n"
 // and the framer.
 func fastStream(t *testing.T, data []byte, step int) (seen []byte, answered []*http.Request, written []byte, err error, f *framer) {
 	var all bytes.Buffer
+	var bodies []string
 	l := NewListener(nil, ListenerOptions{MaxHeaderBytes: 4096, Answer: func(r *Request, out []byte) ([]byte, bool) {
 		if !bytes.HasPrefix(r.Target, []byte("/r")) {
 			return out, false
@@ -39,9 +41,21 @@ func fastStream(t *testing.T, data []byte, step int) (seen []byte, answered []*h
 			t.Fatalf("net/http refuses an offered head: %v\n%q", err, r.Head)
 		}
 		if req.Method != string(r.Method) || req.RequestURI != string(r.Target) || req.Host != string(r.Host) ||
-			req.ProtoMajor != 1 || req.ProtoMinor != 1 || req.ContentLength != 0 || len(req.TransferEncoding) > 0 ||
-			req.Close || req.Header.Get("Expect") != "" || req.Header.Get("Upgrade") != "" {
+			req.ProtoMajor != 1 || req.ProtoMinor != 1 || req.ContentLength != r.BodyLen ||
+			(len(req.TransferEncoding) > 0) != (r.BodyLen < 0) || (r.Body == nil) != (r.BodyLen == 0) ||
+			req.Close || (req.Header.Get("Expect") != "") != r.expect || req.Header.Get("Upgrade") != "" {
 			t.Fatalf("offered head read differently by net/http: %+v\n%q", req, r.Head)
+		}
+		if r.Body != nil {
+			head := string(r.Head)
+			got, err := io.ReadAll(r.Body)
+			if err != nil {
+				t.Fatalf("body: %v", err)
+			}
+			if string(r.Head) != head {
+				t.Fatalf("the head changed while its body was read: %q, was %q", r.Head, head)
+			}
+			bodies = append(bodies, fmt.Sprintf("%q %v", got, r.Body.Trailer()))
 		}
 		n := 0
 		for name, vs := range req.Header {
@@ -52,7 +66,10 @@ func fastStream(t *testing.T, data []byte, step int) (seen []byte, answered []*h
 				}
 			}
 		}
-		if n+1 != len(r.Fields) { // net/http moves Host out of Header
+		if r.BodyLen < 0 {
+			n++ // net/http moves Transfer-Encoding out of Header
+		}
+		if n+1 != len(r.Fields) { // and Host
 			t.Fatalf("net/http has %d field values, offered %d fields", n+1, len(r.Fields))
 		}
 		answered = append(answered, req)
@@ -76,6 +93,25 @@ func fastStream(t *testing.T, data []byte, step int) (seen []byte, answered []*h
 			break
 		}
 	}
+	// The hook read each body as net/http reads it.
+	br := bufio.NewReader(bytes.NewReader(data))
+	var want []string
+	for {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			break
+		}
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			break
+		}
+		if strings.HasPrefix(req.RequestURI, "/r") && req.ContentLength != 0 && req.Header.Get("Expect") != "foo" {
+			want = append(want, fmt.Sprintf("%q %v", body, req.Trailer))
+		}
+	}
+	if err == nil && strings.Join(bodies, "\n") != strings.Join(want, "\n") {
+		t.Errorf("bodies read:\n%s\nnet/http reads:\n%s", strings.Join(bodies, "\n"), strings.Join(want, "\n"))
+	}
 	return all.Bytes(), answered, w.out.Bytes(), err, &g.f
 }
 
@@ -95,12 +131,18 @@ func TestFastPathOffers(t *testing.T) {
 	}{
 		{"answered in a row", r + r + r, 3},
 		{"declined then answered", hostile.Get("/a") + r, 2 - 1},
-		{"body: not offered", hostile.Req("GET /r HTTP/1.1", hostile.HostAPI, "Content-Length: 1") + "x" + r, 1},
+		{"body offered", hostile.Req("GET /r HTTP/1.1", hostile.HostAPI, "Content-Length: 1") + "x" + r, 2},
+		{"chunked body offered", hostile.Req("POST /r HTTP/1.1", hostile.HostAPI, "Transfer-Encoding: chunked") +
+			"3\r\nabc\r\n1;ext=1\r\nd\r\n0\r\nX-T: 1\r\nx-u: 2\r\n\r\n" + r, 2},
+		{"chunked body declined", hostile.Req("POST /a HTTP/1.1", hostile.HostAPI, "Transfer-Encoding: chunked") +
+			"3\r\nabc\r\n0\r\n\r\n" + r, 1},
+		{"Expect offered with a body", hostile.Req("POST /r HTTP/1.1", hostile.HostAPI, "Expect: 100-Continue", "Content-Length: 2") + "ab", 1},
 		{"zero body offered", hostile.Req("GET /r HTTP/1.1", hostile.HostAPI, "Content-Length: 0"), 1},
 		{"HTTP/1.0 not offered", hostile.Req("GET /r HTTP/1.0", hostile.HostAPI), 0},
 		{"Connection: close not offered", hostile.Get("/r", "Connection: close"), 0},
 		{"keep-alive offered", hostile.Get("/r", "Connection: Keep-Alive"), 1},
-		{"Expect not offered", hostile.Get("/r", "Expect: 100-continue"), 0},
+		{"Expect not offered without a body", hostile.Get("/r", "Expect: 100-continue"), 0},
+		{"other Expect not offered", hostile.Req("POST /r HTTP/1.1", hostile.HostAPI, "Expect: foo", "Content-Length: 1") + "x", 0},
 		{"upgrade not offered", hostile.Get("/r", "Upgrade: websocket", "Connection: upgrade"), 0},
 		{"control byte in a value", hostile.Get("/r", "X: a\x01b"), 0},
 		{"absolute form", hostile.Req("GET http://api.example.com/r HTTP/1.1", hostile.HostAPI), 0},
@@ -111,6 +153,7 @@ func TestFastPathOffers(t *testing.T) {
 	for _, tt := range tests {
 		for _, step := range []int{1, 5, 4096} {
 			_, answered, written, _, _ := fastStream(t, []byte(tt.in), step)
+			written = bytes.ReplaceAll(written, continueLine, nil)
 			if len(answered) != tt.answered || len(written) != tt.answered*len(fastAnswer) {
 				t.Errorf("%s (step %d): %d answered, %d bytes written; want %d", tt.name, step, len(answered), len(written), tt.answered)
 			}

@@ -46,11 +46,13 @@ type framer struct {
 	// The fast path (fast.go): fast is set when the Listener has a hook,
 	// free while net/http waits for a request and holds none of this
 	// connection's bytes, and a head of at most maxSimple bytes found then
-	// waits in state stFast, fastEnd bytes long, to be offered.
+	// waits in state stFast, fastEnd bytes long, to be offered, with a
+	// body of fastBody bytes (-1: chunked).
 	fast      bool
 	free      bool
 	maxSimple int
 	fastEnd   int
+	fastBody  int64
 
 	st     frameState
 	buf    []byte // buf[lo:hi] is received and not yet delivered
@@ -146,7 +148,21 @@ func (f *framer) release() {
 func (f *framer) pass(end int) {
 	f.upgrade = false
 	f.clear(end)
-	f.endMessage()
+	f.beginBody(f.fastBody)
+}
+
+// beginBody follows the body of the head just passed or taken up, of
+// length n (-1: chunked), or ends the message if it has none.
+func (f *framer) beginBody(n int64) {
+	f.scan, f.lineOK = 0, false
+	switch {
+	case n < 0:
+		f.st = stChunkSize
+	case n > 0:
+		f.st, f.remain = stBody, n
+	default:
+		f.endMessage()
+	}
 }
 
 // answered drops a head waiting in stFast, end bytes long, that the fast
@@ -369,8 +385,8 @@ func (f *framer) stepHead(in []byte) bool {
 		return true
 	}
 	if f.fast && f.free && f.ready == 0 && f.skip == 0 && !h.upgrade && !h.passthrough &&
-		h.bodyLen == 0 && end <= f.maxSimple {
-		f.st, f.fastEnd = stFast, end // offered first (guardConn.offer)
+		end <= f.maxSimple {
+		f.st, f.fastEnd, f.fastBody = stFast, end, h.bodyLen // offered first (guardConn.offer)
 		return true
 	}
 	f.clear(end)

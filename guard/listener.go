@@ -134,8 +134,9 @@ type Listener struct {
 	headerTimeout time.Duration // ReadHeaderTimeout, else ReadTimeout
 	idleTimeout   time.Duration // IdleTimeout, else ReadTimeout
 	writeTimeout  time.Duration
-	fastNew       bool        // new connections may be answered (no ReadTimeout)
-	closing       atomic.Bool // Close was called
+	readTimeout   time.Duration // a request body's, from its head's first byte
+	fastNew       bool          // new connections may be answered (no ReadTimeout)
+	closing       atomic.Bool   // Close was called
 
 	answering atomic.Int64 // fast-path answers being made (WaitAnswers)
 
@@ -169,6 +170,7 @@ func NewListener(ln net.Listener, opts ListenerOptions) *Listener {
 		headerTimeout: cmp.Or(max(opts.ReadHeaderTimeout, 0), max(opts.ReadTimeout, 0)),
 		idleTimeout:   cmp.Or(max(opts.IdleTimeout, 0), max(opts.ReadTimeout, 0)),
 		writeTimeout:  max(opts.WriteTimeout, 0),
+		readTimeout:   max(opts.ReadTimeout, 0),
 		fastNew:       opts.ReadTimeout <= 0,
 	}
 	l.freed = sync.NewCond(&l.mu)

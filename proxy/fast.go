@@ -54,6 +54,11 @@ type Head struct {
 	// Client writes to the client while the answer is made: an allowed
 	// request is forwarded through it (fastforward.go). Nil: no forward.
 	Client ClientWriter
+	// BodyLen is the body's declared length: 0 for none, -1 for chunked;
+	// Body reads it (nil for none), and only a forward reads it
+	// (fastbody.go).
+	BodyLen int64
+	Body    RequestBody
 }
 
 // HeadField is one field line of a Head: the same type as guard.Field.
@@ -160,14 +165,14 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 		return out, false
 	}
 	trusted := st.clientIP.Trusted(h.Peer)
-	forward := d.ffwd != nil && h.Client != nil && (method == http.MethodGet || isHEAD) && fastForwardable(h)
+	forward := d.ffwd != nil && h.Client != nil && fastForwardable(h) && fastBodyOK(d, h)
 	if !d.fast {
 		if d.store == nil && forward {
 			return p.forwardFast(d, h, method, trusted, st.table.Timeouts.Upstream, out), true
 		}
 		return out, false
 	}
-	if isHEAD && !forward {
+	if (isHEAD || h.BodyLen != 0) && !forward {
 		return out, false
 	}
 	var xff []string
@@ -199,7 +204,7 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 		endTally(d, tally, dec.fellBack)
 		return p.forwardFast(d, h, method, trusted, st.table.Timeouts.Upstream, out), true
 	}
-	if dec.unavailable || dec.blocker < 0 || isHEAD {
+	if dec.unavailable || dec.blocker < 0 || isHEAD || h.BodyLen != 0 {
 		refundAll(vs, tally, now)
 		tally.End()
 		return out, false

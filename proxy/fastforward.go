@@ -235,6 +235,7 @@ type reqField struct{ key, value []byte }
 // forwardScratch is what one fast forward needs, pooled.
 type forwardScratch struct {
 	head   []byte
+	frame  []byte // the body's framing fields (fastbody.go)
 	keys   []byte
 	fields []reqField
 	buf    [32 << 10]byte
@@ -244,7 +245,7 @@ var forwardScratches = sync.Pool{New: func() any { return new(forwardScratch) }}
 
 // appendOriginHead appends the request head the slow path sends to the
 // origin for h (see the top of this file).
-func (s *forwardScratch) appendOriginHead(b []byte, h *Head, trusted bool) []byte {
+func (s *forwardScratch) appendOriginHead(b []byte, h *Head, trusted bool, framing []byte) []byte {
 	s.keys, s.fields = s.keys[:0], s.fields[:0]
 	var ua []byte
 	haveUA, teTrailers := false, false
@@ -320,6 +321,7 @@ func (s *forwardScratch) appendOriginHead(b []byte, h *Head, trusted bool) []byt
 		b = append(b, ua...)
 		b = append(b, "\r\n"...)
 	}
+	b = append(b, framing...) // the body's length or chunking (fastbody.go)
 	for _, f := range s.fields {
 		b = append(b, f.key...)
 		b = append(b, ": "...)
@@ -391,6 +393,11 @@ type ClientWriter interface {
 // to out, having written what came before through h.Client.
 func (p *Proxy) forwardFast(d *domain, h *Head, method string, trusted bool, upstream time.Duration, out []byte) []byte {
 	h.Client.Forwarding()
+	fb, err := p.readFastBody(d, h, method) // fastbody.go: buffering, or 400/408/413
+	if err != nil {
+		return p.refuseFastBody(h, method, err, out)
+	}
+	defer fb.release()
 	d.requests.served.Inc()
 	p.inFlight.Add(1)
 	defer p.inFlight.Add(-1)
@@ -400,7 +407,9 @@ func (p *Proxy) forwardFast(d *domain, h *Head, method string, trusted bool, ups
 			forwardScratches.Put(s)
 		}
 	}()
-	s.head = s.appendOriginHead(s.head[:0], h, trusted)
+	var ferr error
+	s.frame, ferr = fb.appendFraming(s.frame[:0], method)
+	s.head = s.appendOriginHead(s.head[:0], h, trusted, s.frame)
 	fo := d.ffwd
 	req := getRequest
 	if method == http.MethodHead {
@@ -408,14 +417,22 @@ func (p *Proxy) forwardFast(d *domain, h *Head, method string, trusted bool, ups
 	}
 	r := relay{p: p, d: d, h: h, client: h.Client, out: out, isHEAD: method == http.MethodHead}
 	start := time.Now()
-	oc, resp, err := r.roundTrip(fo.pool, s.head, req, upstream, start)
+	var oc *originConn
+	var resp *http.Response
+	if err = ferr; err == nil {
+		oc, resp, err = r.roundTrip(fo.pool, s.head, req, upstream, start, &fb, replayable(h, method, &fb), s.buf[:])
+	}
 	class := 5
 	if err == nil && resp.StatusCode >= 100 && resp.StatusCode < 600 {
 		class = resp.StatusCode/100 - 1
 	}
 	fo.obs[class].Observe(time.Since(start).Seconds())
 	if err != nil {
-		return r.fail(fo.log, err)
+		if ce := (errClientBody{}); errors.As(err, &ce) {
+			return p.refuseFastBody(h, method, ce.err, r.out)
+		}
+		at := len(r.out)
+		return finishBody(h, r.fail(fo.log, err), at)
 	}
 	r.br = oc.br
 	if r.relay(resp, s.buf[:]) {
@@ -448,13 +465,24 @@ func (r *relay) flush() {
 	r.out = r.out[:0]
 }
 
-// roundTrip sends head on a pooled connection, or a new one, and reads the
-// origin's final response head, passing 1xx responses on to the client. A
-// pooled connection that fails before the origin has sent a byte is
-// dropped and the request sent again, as the transport retries it.
-func (r *relay) roundTrip(pool *originPool, head []byte, req *http.Request, timeout time.Duration, now time.Time) (*originConn, *http.Response, error) {
+// roundTrip sends head and the body fb on a pooled connection, or a new
+// one, and reads the origin's final response head, passing 1xx responses
+// on to the client. buf is the body's copy buffer. A pooled connection
+// that fails before the origin has sent a byte is dropped and the request
+// sent again where the transport sends it again: a replayable request
+// (see replayable), or one without a body of which nothing was written.
+// A pooled connection is checked before a request that is not replayable
+// is sent on it: the transport's reader would have found it closed.
+func (r *relay) roundTrip(pool *originPool, head []byte, req *http.Request, timeout time.Duration, now time.Time,
+	fb *fastBody, replay bool, buf []byte) (*originConn, *http.Response, error) {
 	for {
 		oc, reused := pool.take(now), true
+		if oc != nil && !replay && !oc.alive() {
+			// The transport's reader would have seen this connection
+			// end while it was idle, and not have used it.
+			oc.conn.Close()
+			continue
+		}
 		if oc == nil {
 			c, err := originDialer.Dial("tcp", pool.addr)
 			if err != nil {
@@ -464,7 +492,11 @@ func (r *relay) roundTrip(pool *originPool, head []byte, req *http.Request, time
 			oc.br = bufio.NewReaderSize(oc, originReadBuffer)
 		}
 		oc.limit = originHeadMax
-		_, err := oc.conn.Write(head)
+		n, err := oc.conn.Write(head)
+		nothingWritten := err != nil && n == 0
+		if err == nil {
+			err = fb.send(oc.conn, buf)
+		}
 		if err == nil && timeout > 0 {
 			err = oc.conn.SetReadDeadline(time.Now().Add(timeout))
 		}
@@ -474,7 +506,7 @@ func (r *relay) roundTrip(pool *originPool, head []byte, req *http.Request, time
 		if err != nil {
 			oc.conn.Close()
 			var ne net.Error
-			if reused && !(errors.As(err, &ne) && ne.Timeout()) {
+			if reused && (replay && !(errors.As(err, &ne) && ne.Timeout()) || nothingWritten && fb.r == nil) {
 				continue
 			}
 			return nil, nil, err

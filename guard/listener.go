@@ -65,8 +65,8 @@ type ListenerOptions struct {
 	// net/http never sees the request. A response too long to hold may
 	// be written in part through Request.W first, which can also close
 	// the connection after it; otherwise the response must not close the
-	// connection (no "Connection: close"). It must be one for a request
-	// without a body. To decline, it returns false, and must then have
+	// connection (no "Connection: close"). A request's body is read
+	// through Request.Body while the hook runs (body.go). To decline, it returns false, and must then have
 	// changed nothing that net/http's serving of the request would: the
 	// request goes on to net/http as if it had never been offered. It is
 	// called from the goroutine reading the connection, concurrently for

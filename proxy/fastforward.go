@@ -50,9 +50,34 @@ import (
 // It applies only where that is all the slow path does (fastOriginFor):
 // an http origin without path or query, edge's own transport, no rule that
 // counts after the response, holds a slot or a queue turn, sends fields on
-// allowed responses, or sheds; and only to GET and HEAD without a body,
-// which the transport also retries on a pooled connection the origin
-// closed meanwhile. Everything else goes to net/http and ReverseProxy.
+// allowed responses, or sheds; to GET, HEAD, POST, PUT, DELETE, PATCH and
+// OPTIONS, with or without a body. A body (fastbody.go) is read as body.go
+// reads it (max_request_body, request_buffering, request_buffer,
+// max_buffered_bytes, the 64 KiB prefetch; 400, 408 or 413 when it fails
+// while buffered, and the connection closed) and sent as the transport
+// sends what ReverseProxy hands it: Content-Length kept, or set from a
+// chunked body buffered whole, chunked otherwise with the Trailer field
+// and, from a body buffered whole, the trailer. A body that fails once it
+// streams cuts the origin's request off and gets the same 400, 408 or
+// 413. The transport's retries are kept: a request without a body and
+// with an idempotent method (or an Idempotency-Key) is sent again when a
+// pooled connection fails before the response, any other only when
+// nothing of it was written; and a pooled connection is checked before a
+// request that is not sent again, since the transport's reader would have
+// seen it close. After a 502 or 504, the rest of the client's body is
+// read or the connection closed as net/http's server does (guard.Body's
+// Close and Reuse). Everything else goes to net/http and ReverseProxy,
+// including (Answer declines them) a refused request with a body, a
+// declared length over max_request_body, and a Trailer field naming a
+// field net/http refuses there.
+// The chunks of a chunked body follow the client's reads on both paths,
+// so their sizes may differ. The fast forward writes the whole body
+// before it reads the response: an origin that answers early and stops
+// reading gets the transport's early answer passed on by the slow path,
+// and a 502 here. Where net/http's server closes a connection after a
+// body it gave up on, it first waits half a second with its side shut
+// (against a reset that could lose the answer); the fast path closes at
+// once.
 // (With two trailers or more the slow path announces them in map order; the
 // fast forward sorts them. When an origin's chunked body is already at hand
 // with its head, ReverseProxy races its first write against a flush timer,

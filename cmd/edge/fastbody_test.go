@@ -111,6 +111,11 @@ func TestFastForwardBodies(t *testing.T) {
 			seq{"short chunked " + host, []string{cutEnd(withChunks("POST", host, "/r/cl", []string{"hello"}, ""), 8)}, true, true},
 			seq{"broken chunked " + host, []string{
 				strings.Replace(withChunks("POST", host, "/r/cl", []string{"hello"}, ""), "5\r\n", "zz\r\n", 1)}, true, false},
+			seq{"origin closes idle " + host, []string{
+				withBody("POST", host, "/r/idleclose", "hello"), withBody("POST", host, "/r/cl", "hello"),
+				withBody("PUT", host, "/r/idleclose", "hello"), hostile.Req("DELETE /r/cl HTTP/1.1", "Host: "+host),
+				get(host, "/r/idleclose"), hostile.Req("POST /r/cl HTTP/1.1", "Host: "+host),
+				get(host, "/r/idleclose"), get(host, "/r/cl")}, true, false},
 			seq{"origin fails " + host, []string{
 				withBody("POST", host, "/r/cl", "hello"), withBody("POST", host, "/r/hang", "hello"),
 				withBody("POST", host, "/r/malformed", "hello")}, true, false},

@@ -72,9 +72,10 @@ var rawResponses = map[string]string{
 	"server-err":  "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 3\r\nContent-Length: 0\r\n\r\n",
 	"big":         "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: 100000\r\n\r\n" + strings.Repeat("x", 100000),
 	"bigchunked":  "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n" + rawChunks(3, 1000),
-	"short":       "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n\r\nok", // then the origin closes
-	"hang":        "",                                                                            // the origin closes at once
-	"eof-body":    "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the end",            // then the origin closes
+	"short":       "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n\r\nok",  // then the origin closes
+	"hang":        "",                                                                             // the origin closes at once
+	"eof-body":    "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the end",             // then the origin closes
+	"idleclose":   "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 4\r\n\r\nidle", // then the origin closes
 }
 
 func rawChunks(n, size int) string {
@@ -219,7 +220,7 @@ func (o *rawOrigin) serve(c net.Conn, st *originState) {
 			return
 		}
 		switch name {
-		case "short", "hang", "eof-body", "close", "http10", "malformed", "garbage":
+		case "short", "hang", "eof-body", "close", "http10", "malformed", "garbage", "idleclose":
 			return
 		}
 	}

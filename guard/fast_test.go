@@ -29,7 +29,8 @@ const fastAnswer = "HTTP/1.1 429 Too Many Requests\r\nContent-Length: 0\r\n\r\n"
 // and the framer.
 func fastStream(t *testing.T, data []byte, step int) (seen []byte, answered []*http.Request, written []byte, err error, f *framer) {
 	var all bytes.Buffer
-	var bodies []string
+	var g *guardConn
+	bodies := 0
 	l := NewListener(nil, ListenerOptions{MaxHeaderBytes: 4096, Answer: func(r *Request, out []byte) ([]byte, bool) {
 		if !bytes.HasPrefix(r.Target, []byte("/r")) {
 			return out, false
@@ -47,15 +48,25 @@ func fastStream(t *testing.T, data []byte, step int) (seen []byte, answered []*h
 			t.Fatalf("offered head read differently by net/http: %+v\n%q", req, r.Head)
 		}
 		if r.Body != nil {
+			// The hook reads the body as net/http would have read it.
 			head := string(r.Head)
-			got, err := io.ReadAll(r.Body)
+			rest := data[all.Len():]
+			wreq, err := http.ReadRequest(bufio.NewReader(io.MultiReader(strings.NewReader(head), bytes.NewReader(rest))))
 			if err != nil {
-				t.Fatalf("body: %v", err)
+				t.Fatalf("net/http refuses an offered head: %v", err)
 			}
+			want, werr := io.ReadAll(wreq.Body)
+			before := g.f.consumed
+			got, err := io.ReadAll(r.Body)
 			if string(r.Head) != head {
 				t.Fatalf("the head changed while its body was read: %q, was %q", r.Head, head)
 			}
-			bodies = append(bodies, fmt.Sprintf("%q %v", got, r.Body.Trailer()))
+			if err == nil && (werr != nil || !bytes.Equal(got, want) || fmt.Sprint(r.Body.Trailer()) != fmt.Sprint(wreq.Trailer)) {
+				// (The guard may refuse what net/http reads: it is stricter.)
+				t.Fatalf("body read %q, trailer %v; net/http reads %q, %v, trailer %v", got, r.Body.Trailer(), want, werr, wreq.Trailer)
+			}
+			all.Write(rest[:g.f.consumed-before]) // the body's bytes, for seen
+			bodies++
 		}
 		n := 0
 		for name, vs := range req.Header {
@@ -67,7 +78,12 @@ func fastStream(t *testing.T, data []byte, step int) (seen []byte, answered []*h
 			}
 		}
 		if r.BodyLen < 0 {
-			n++ // net/http moves Transfer-Encoding out of Header
+			n++ // net/http moves Transfer-Encoding out of Header, and Trailer
+			for _, f := range r.Fields {
+				if strings.EqualFold(string(f.Name), "trailer") {
+					n++
+				}
+			}
 		}
 		if n+1 != len(r.Fields) { // and Host
 			t.Fatalf("net/http has %d field values, offered %d fields", n+1, len(r.Fields))
@@ -77,7 +93,7 @@ func fastStream(t *testing.T, data []byte, step int) (seen []byte, answered []*h
 	}})
 	sc := &scriptConn{data: data, step: step}
 	w := &writeLog{scriptConn: sc}
-	g := &guardConn{Conn: w, l: l, f: framer{maxHead: l.maxHead, fast: true, maxSimple: l.maxSimple}}
+	g = &guardConn{Conn: w, l: l, f: framer{maxHead: l.maxHead, fast: true, maxSimple: l.maxSimple}}
 	p := make([]byte, 512)
 	for range 1 << 20 {
 		g.mu.Lock()
@@ -93,26 +109,12 @@ func fastStream(t *testing.T, data []byte, step int) (seen []byte, answered []*h
 			break
 		}
 	}
-	// The hook read each body as net/http reads it.
-	br := bufio.NewReader(bytes.NewReader(data))
-	var want []string
-	for {
-		req, err := http.ReadRequest(br)
-		if err != nil {
-			break
-		}
-		body, err := io.ReadAll(req.Body)
-		if err != nil {
-			break
-		}
-		if strings.HasPrefix(req.RequestURI, "/r") && req.ContentLength != 0 && req.Header.Get("Expect") != "foo" {
-			want = append(want, fmt.Sprintf("%q %v", body, req.Trailer))
-		}
+	if bodies > len(answered) {
+		t.Fatalf("%d bodies read for %d heads answered", bodies, len(answered))
 	}
-	if err == nil && strings.Join(bodies, "\n") != strings.Join(want, "\n") {
-		t.Errorf("bodies read:\n%s\nnet/http reads:\n%s", strings.Join(bodies, "\n"), strings.Join(want, "\n"))
-	}
-	return all.Bytes(), answered, w.out.Bytes(), err, &g.f
+	// The answers, without the 100 Continue sent for an Expect.
+	written = bytes.ReplaceAll(w.out.Bytes(), continueLine, nil)
+	return all.Bytes(), answered, written, err, &g.f
 }
 
 type writeLog struct {
@@ -153,7 +155,6 @@ func TestFastPathOffers(t *testing.T) {
 	for _, tt := range tests {
 		for _, step := range []int{1, 5, 4096} {
 			_, answered, written, _, _ := fastStream(t, []byte(tt.in), step)
-			written = bytes.ReplaceAll(written, continueLine, nil)
 			if len(answered) != tt.answered || len(written) != tt.answered*len(fastAnswer) {
 				t.Errorf("%s (step %d): %d answered, %d bytes written; want %d", tt.name, step, len(answered), len(written), tt.answered)
 			}
@@ -171,6 +172,12 @@ func FuzzFastPath(f *testing.F) {
 		f.Add([]byte(hostile.Get("/r")+c.Raw), uint8(3))
 	}
 	f.Add([]byte(hostile.Get("/r")+hostile.Get("/a")+hostile.Get("/r", "Connection: keep-alive")), uint8(0))
+	// Bodies the hook reads (body.go), and one it declines.
+	f.Add([]byte(hostile.Req("POST /r HTTP/1.1", hostile.HostAPI, "Transfer-Encoding: chunked", "Trailer: X-T")+
+		"3;x=y\r\nabc\r\n0\r\nX-T: 1\r\nX-U: 2\r\n\r\n"+hostile.Get("/r")), uint8(2))
+	f.Add([]byte(hostile.Req("PUT /r HTTP/1.1", hostile.HostAPI, "Content-Length: 3", "Expect: 100-continue")+"abc"+
+		hostile.Req("POST /a HTTP/1.1", hostile.HostAPI, "Transfer-Encoding: chunked")+"1\r\nz\r\n0\r\n\r\n"+hostile.Get("/r")), uint8(7))
+	f.Add([]byte(hostile.Req("POST /r HTTP/1.1", hostile.HostAPI, "Transfer-Encoding: chunked")+"5\r\nab"), uint8(1))
 	f.Fuzz(func(t *testing.T, data []byte, step uint8) {
 		if len(data) > 16<<10 {
 			return

@@ -67,12 +67,7 @@ func cutEnd(s string, n int) string { return s[:len(s)-n] }
 
 func TestFastForwardBodies(t *testing.T) {
 	big := strings.Repeat("b", 100000)
-	type seq struct {
-		name      string
-		steps     []string
-		wait      bool
-		halfClose bool
-	}
+	type seq = bodySeq
 	var seqs []seq
 	for _, host := range []string{"plain.example.com", "limited.example.com"} {
 		var methods []string
@@ -159,6 +154,21 @@ func TestFastForwardBodies(t *testing.T) {
 			[]string{strings.ReplaceAll(hc.Raw, hostile.HostAPI, "Host: plain.example.com")}, true, true})
 	}
 
+	runBodySeqs(t, bodyConfig, seqs)
+}
+
+// bodySeq is one request sequence of TestFastForwardBodies.
+type bodySeq struct {
+	name      string
+	steps     []string
+	wait      bool
+	halfClose bool
+}
+
+// runBodySeqs sends each sequence through an edge with configuration cfg
+// and fastpath true, and one with false, and compares what their origins
+// and clients received.
+func runBodySeqs(t *testing.T, cfg string, seqs []bodySeq) {
 	for _, sq := range seqs {
 		// The first request on a connection is net/http's (timeouts.read
 		// is set): the ones after it are the fast path's to take.
@@ -173,7 +183,7 @@ func TestFastForwardBodies(t *testing.T) {
 			var answered int64
 			for i, fast := range []bool{true, false} {
 				origin := startRawOrigin(t)
-				cfg := strings.NewReplacer("ORIGIN", "http://"+origin.ln.Addr().String()).Replace(bodyConfig)
+				cfg := strings.NewReplacer("ORIGIN", "http://"+origin.ln.Addr().String()).Replace(cfg)
 				ds := startConfig(t, cfg, fast)
 				got[i] = exchange(t, ds, sq.steps, sq.wait, sq.halfClose)
 				want[i] = dateLine.ReplaceAllString(origin.received(t), "")
@@ -200,4 +210,18 @@ func TestFastForwardBodies(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFastForwardSlowBody: a body that stops coming gets 408 once
+// timeouts.read has passed since its head began, buffered (before the
+// origin is contacted) or streamed (the origin's request cut off), on
+// both paths alike.
+func TestFastForwardSlowBody(t *testing.T) {
+	cfg := bodyConfig + "timeouts: {read: 300ms}\n"
+	runBodySeqs(t, cfg, []bodySeq{
+		{"buffered", []string{cutEnd(withBody("POST", "plain.example.com", "/r/cl", "hello"), 2)}, true, false},
+		{"buffered chunked", []string{cutEnd(withChunks("POST", "plain.example.com", "/r/cl", []string{"hello"}, ""), 5)}, true, false},
+		{"streamed", []string{cutEnd(withBody("POST", "stream.example.com", "/r/cl", "hello"), 2)}, true, false},
+		{"expect", []string{cutEnd(withBody("POST", "plain.example.com", "/r/cl", "hello", "Expect: 100-continue"), 5)}, true, false},
+	})
 }

@@ -172,7 +172,7 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 		}
 		return out, false
 	}
-	if (isHEAD || h.BodyLen != 0) && !forward {
+	if isHEAD && !forward || h.BodyLen != 0 && (h.Body == nil || h.Client == nil) {
 		return out, false
 	}
 	var xff []string
@@ -204,7 +204,7 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 		endTally(d, tally, dec.fellBack)
 		return p.forwardFast(d, h, method, trusted, st.table.Timeouts.Upstream, out), true
 	}
-	if dec.unavailable || dec.blocker < 0 || isHEAD || h.BodyLen != 0 {
+	if dec.unavailable || dec.blocker < 0 || isHEAD {
 		refundAll(vs, tally, now)
 		tally.End()
 		return out, false
@@ -217,6 +217,9 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 	refund(d, vs, tally, now)
 	endTally(d, tally, dec.fellBack)
 	p.countBlock(ctx, d, vs, dec.blocker, src.Client.Addr())
+	if h.Body != nil {
+		return refusedBody(h, s.appendBlocked(out, d, vs, dec.blocker, acceptsJSON(accept), h.Now), len(out)), true
+	}
 	return s.appendBlocked(out, d, vs, dec.blocker, acceptsJSON(accept), h.Now), true
 }
 

@@ -292,6 +292,22 @@ func finishBody(h *Head, out []byte, at int) []byte {
 	return out
 }
 
+// refusedBody does what net/http's server does with the body of a request
+// refused without reading it, before the refusal (at out[at:]) is
+// written: it reads up to 256 KiB of it and keeps the connection, or
+// closes the connection after the refusal with "Connection: close" (a
+// longer or failing body, or a client still waiting for 100 Continue).
+func refusedBody(h *Head, out []byte, at int) []byte {
+	keep, announce := h.Body.Reuse()
+	if !keep {
+		h.Client.CloseAfter()
+	}
+	if announce {
+		out = announceClose(out, at)
+	}
+	return out
+}
+
 // announceClose adds "Connection: close" as net/http's server adds it, at
 // the end of the response head that begins at out[at:].
 func announceClose(out []byte, at int) []byte {

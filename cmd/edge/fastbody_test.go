@@ -80,7 +80,7 @@ func TestFastForwardBodies(t *testing.T) {
 			)
 		}
 		seqs = append(seqs,
-			seq{"methods " + host, methods, true, false},
+			seq{"methods " + host, methods, true, false, 0},
 			seq{"chunked " + host, []string{
 				withChunks("POST", host, "/r/cl", []string{"hello", " world"}, ""),
 				withChunks("POST", host, "/r/chunked", nil, ""),
@@ -89,31 +89,34 @@ func TestFastForwardBodies(t *testing.T) {
 				withChunks("POST", host, "/r/cl", []string{"ab"}, "x-b: 2\r\nX-A: 1\r\nX-C: 3\r\n", "trailer: x-a, X-B"),
 				withChunks("POST", host, "/r/cl", nil, "X-Sum: 1\r\n", "Trailer: X-Sum"),
 				withChunks("POST", host, "/r/cl", []string{"a"}, "", "Trailer: Content-Length"),
-			}, true, false},
+			}, true, false, 0},
 			seq{"big " + host, []string{
 				withBody("POST", host, "/r/cl", big),
 				withChunks("POST", host, "/r/big", []string{big[:40000], big[:40000], big[:20000]}, ""),
 				withBody("POST", host, "/r/big", big, "Expect: 100-continue"),
-			}, true, false},
+			}, true, false, 0},
 			seq{"expect " + host, []string{
 				withBody("POST", host, "/r/cl", "hello", "Expect: 100-continue"),
 				withChunks("POST", host, "/r/cl", []string{"hello"}, "", "Expect: 100-continue"),
 				withBody("POST", host, "/r/cl", "hello", "Expect: 100-continue, foo"),
-			}, true, false},
+			}, true, false, 0},
 			seq{"pipelined " + host, []string{withBody("POST", host, "/r/cl", "hello") + get(host, "/r/cl") +
-				withChunks("PUT", host, "/r/chunked", []string{"x"}, "") + withBody("DELETE", host, "/r/trailer", "y")}, true, false},
-			seq{"short " + host, []string{cutEnd(withBody("POST", host, "/r/cl", "hello"), 3)}, true, true},
-			seq{"short chunked " + host, []string{cutEnd(withChunks("POST", host, "/r/cl", []string{"hello"}, ""), 8)}, true, true},
+				withChunks("PUT", host, "/r/chunked", []string{"x"}, "") + withBody("DELETE", host, "/r/trailer", "y")}, true, false, 0},
+			seq{"short " + host, []string{cutEnd(withBody("POST", host, "/r/cl", "hello"), 3)}, true, true, 0},
+			seq{"short chunked " + host, []string{cutEnd(withChunks("POST", host, "/r/cl", []string{"hello"}, ""), 8)}, true, true, 0},
 			seq{"broken chunked " + host, []string{
-				strings.Replace(withChunks("POST", host, "/r/cl", []string{"hello"}, ""), "5\r\n", "zz\r\n", 1)}, true, false},
+				strings.Replace(withChunks("POST", host, "/r/cl", []string{"hello"}, ""), "5\r\n", "zz\r\n", 1)}, true, false, 0},
+			// A GET after each closed connection: whether net/http's
+			// transport has seen the close yet is a race, which it wins
+			// for a GET by sending it again (TestFastForwardChecksPooled
+			// covers a request it would not send again).
 			seq{"origin closes idle " + host, []string{
-				withBody("POST", host, "/r/idleclose", "hello"), withBody("POST", host, "/r/cl", "hello"),
-				withBody("PUT", host, "/r/idleclose", "hello"), hostile.Req("DELETE /r/cl HTTP/1.1", "Host: "+host),
-				get(host, "/r/idleclose"), hostile.Req("POST /r/cl HTTP/1.1", "Host: "+host),
-				get(host, "/r/idleclose"), get(host, "/r/cl")}, true, false},
+				withBody("POST", host, "/r/idleclose", "hello"), get(host, "/r/cl"), withBody("POST", host, "/r/cl", "hello"),
+				withBody("PUT", host, "/r/idleclose", "hello"), get(host, "/r/cl"), hostile.Req("DELETE /r/cl HTTP/1.1", "Host: "+host),
+				get(host, "/r/idleclose"), get(host, "/r/cl")}, true, false, 0},
 			seq{"origin fails " + host, []string{
 				withBody("POST", host, "/r/cl", "hello"), withBody("POST", host, "/r/hang", "hello"),
-				withBody("POST", host, "/r/malformed", "hello")}, true, false},
+				withBody("POST", host, "/r/malformed", "hello")}, true, false, 0},
 		)
 	}
 	seqs = append(seqs,
@@ -122,36 +125,42 @@ func TestFastForwardBodies(t *testing.T) {
 			withChunks("POST", "small.example.com", "/r/cl", []string{strings.Repeat("s", 1500)}, ""),
 			withBody("POST", "small.example.com", "/r/cl", strings.Repeat("s", 2048)),
 			withBody("POST", "small.example.com", "/r/cl", strings.Repeat("s", 3000)), // 413 from net/http
-		}, true, false},
+		}, true, false, 0},
 		seq{"small chunked over max", []string{
-			withChunks("POST", "small.example.com", "/r/cl", []string{strings.Repeat("s", 1500), strings.Repeat("s", 1500)}, "")}, true, false},
+			withChunks("POST", "small.example.com", "/r/cl", []string{strings.Repeat("s", 1500), strings.Repeat("s", 1500)}, "")}, true, false, 0},
 		seq{"small chunked over max later", []string{
-			withChunks("POST", "small.example.com", "/r/cl", []string{strings.Repeat("s", 500), strings.Repeat("s", 1000), strings.Repeat("s", 1000)}, "")}, true, false},
+			withChunks("POST", "small.example.com", "/r/cl", []string{strings.Repeat("s", 500), strings.Repeat("s", 1000), strings.Repeat("s", 1000)}, "")}, true, false, 0},
 		seq{"stream", []string{
 			withBody("POST", "stream.example.com", "/r/cl", big),
 			withChunks("POST", "stream.example.com", "/r/cl", []string{big[:50000], big[:50000]}, "X-Sum: 1\r\n", "Trailer: X-Sum"),
 			withChunks("POST", "stream.example.com", "/r/cl", []string{"small"}, "X-Sum: 1\r\n", "Trailer: X-Sum"),
 			withBody("POST", "stream.example.com", "/r/cl", "hello", "Expect: 100-continue"),
-		}, true, false},
+		}, true, false, 0},
 		seq{"stream broken late", []string{strings.Replace(
-			withChunks("POST", "stream.example.com", "/r/cl", []string{big[:50000], big[:50000], "x"}, ""), "1\r\nx", "zz\r\nx", 1)}, true, false},
+			withChunks("POST", "stream.example.com", "/r/cl", []string{big[:50000], big[:50000], "x"}, ""), "1\r\nx", "zz\r\nx", 1)}, true, false, 0},
 		seq{"refused with a body", []string{
 			withBody("POST", "once.example.com", "/r/cl", "hello"),
 			withBody("POST", "once.example.com", "/r/cl", "hello"),
 			withBody("POST", "once.example.com", "/r/cl", "hello", "Expect: 100-continue"),
-		}, true, false},
+		}, true, false, 3},
 		seq{"refused with a big body", []string{
 			withBody("POST", "once.example.com", "/r/cl", "hello"),
 			withBody("POST", "once.example.com", "/r/cl", big+big+big),
 			withChunks("POST", "once.example.com", "/r/cl", []string{big}, ""),
-		}, true, false},
+		}, true, false, 2},
+		seq{"refused with a body, kept", []string{
+			withBody("POST", "once.example.com", "/r/cl", "hello"),
+			withBody("POST", "once.example.com", "/r/cl", strings.Repeat("k", 200000)),
+			withChunks("POST", "once.example.com", "/r/cl", []string{"hello"}, "X-T: 1\r\n"),
+			get("once.example.com", "/r/cl"),
+		}, true, false, 4},
 	)
 
 	// The hostile corpus, each after a request the fast path can take,
 	// half-closed after it (some get no answer until then).
 	for _, hc := range hostile.Corpus() {
 		seqs = append(seqs, seq{"hostile " + hc.Class + "/" + hc.Name,
-			[]string{strings.ReplaceAll(hc.Raw, hostile.HostAPI, "Host: plain.example.com")}, true, true})
+			[]string{strings.ReplaceAll(hc.Raw, hostile.HostAPI, "Host: plain.example.com")}, true, true, 0})
 	}
 
 	runBodySeqs(t, bodyConfig, seqs)
@@ -163,6 +172,7 @@ type bodySeq struct {
 	steps     []string
 	wait      bool
 	halfClose bool
+	answered  int64 // at least this many answered by the fast path
 }
 
 // runBodySeqs sends each sequence through an edge with configuration cfg
@@ -205,8 +215,8 @@ func runBodySeqs(t *testing.T, cfg string, seqs []bodySeq) {
 			if metrics[0] != metrics[1] {
 				t.Errorf("metrics differ:\nfast path\n%s\nslow path\n%s", metrics[0], metrics[1])
 			}
-			if answered == 0 && !strings.HasPrefix(sq.name, "hostile") {
-				t.Errorf("the fast path answered nothing")
+			if answered == 0 && !strings.HasPrefix(sq.name, "hostile") || answered < sq.answered {
+				t.Errorf("the fast path answered %d requests, want at least %d", answered, max(sq.answered, 1))
 			}
 		})
 	}
@@ -219,9 +229,9 @@ func runBodySeqs(t *testing.T, cfg string, seqs []bodySeq) {
 func TestFastForwardSlowBody(t *testing.T) {
 	cfg := bodyConfig + "timeouts: {read: 300ms}\n"
 	runBodySeqs(t, cfg, []bodySeq{
-		{"buffered", []string{cutEnd(withBody("POST", "plain.example.com", "/r/cl", "hello"), 2)}, true, false},
-		{"buffered chunked", []string{cutEnd(withChunks("POST", "plain.example.com", "/r/cl", []string{"hello"}, ""), 5)}, true, false},
-		{"streamed", []string{cutEnd(withBody("POST", "stream.example.com", "/r/cl", "hello"), 2)}, true, false},
-		{"expect", []string{cutEnd(withBody("POST", "plain.example.com", "/r/cl", "hello", "Expect: 100-continue"), 5)}, true, false},
+		{"buffered", []string{cutEnd(withBody("POST", "plain.example.com", "/r/cl", "hello"), 2)}, true, false, 0},
+		{"buffered chunked", []string{cutEnd(withChunks("POST", "plain.example.com", "/r/cl", []string{"hello"}, ""), 5)}, true, false, 0},
+		{"streamed", []string{cutEnd(withBody("POST", "stream.example.com", "/r/cl", "hello"), 2)}, true, false, 0},
+		{"expect", []string{cutEnd(withBody("POST", "plain.example.com", "/r/cl", "hello", "Expect: 100-continue"), 5)}, true, false, 0},
 	})
 }

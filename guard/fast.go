@@ -227,7 +227,10 @@ func (c *guardConn) offer() error {
 	if cap(out) <= 64<<10 {
 		fc.out = out[:0]
 	}
-	fc.req, fc.w, fc.body = Request{}, Writer{}, Body{}
+	if fc.req.Body != nil {
+		fc.body = Body{}
+	}
+	fc.req, fc.w = Request{}, Writer{}
 	if fc.held != nil {
 		if cap(fc.held) <= 64<<10 {
 			fc.spare = fc.held[:0]

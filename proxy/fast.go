@@ -23,9 +23,10 @@ import (
 // the same steps as ServeHTTP (screen, route, identify, limit) and, when a
 // block rule refuses it, observes, counts and logs the refusal exactly as
 // refuse does and appends the response writeBlocked would have made, byte
-// for byte, as net/http would have framed it. A request that every rule
-// allows it forwards itself, body and all, where the domain allows that
-// (fastforward.go, fastbody.go). Anything else it declines, having changed nothing:
+// for byte, as net/http would have framed it (a request's body it then
+// reads or gives up on as net/http does: refusedBody). A request that
+// every rule allows it forwards itself, body and all, where the domain
+// allows that (fastforward.go, fastbody.go). Anything else it declines, having changed nothing:
 // net/http then serves the request as always. Any other request that
 // every rule allows is decided twice: here, where what it counted is
 // given back at once, and again by ServeHTTP.
@@ -34,7 +35,7 @@ import (
 // itself: when fastpath is false; in Redis modes (cluster.store redis),
 // where a decision is a round trip and its failure modes are ServeHTTP's
 // to handle; methods other than GET, HEAD, POST, PUT, DELETE, PATCH and
-// OPTIONS, and HEAD or a request with a body unless it is forwarded; domains with a rule whose decision cannot be taken back
+// OPTIONS, and HEAD unless it is forwarded; domains with a rule whose decision cannot be taken back
 // unchanged or whose answer depends on more than the head (see fastDomain);
 // block responses over fastBodyMax bytes or with a status without a body.
 

@@ -66,9 +66,9 @@ import (
 // request that is not sent again, since the transport's reader would have
 // seen it close. After a 502 or 504, the rest of the client's body is
 // read or the connection closed as net/http's server does (guard.Body's
-// Close and Reuse). Everything else goes to net/http and ReverseProxy,
-// including (Answer declines them) a refused request with a body, a
-// declared length over max_request_body, and a Trailer field naming a
+// Close and Reuse), and so after a refusal (fast.go). Everything else goes
+// to net/http and ReverseProxy, including (Answer declines them) a
+// declared length over max_request_body and a Trailer field naming a
 // field net/http refuses there.
 // The chunks of a chunked body follow the client's reads on both paths,
 // so their sizes may differ. The fast forward writes the whole body

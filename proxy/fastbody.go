@@ -40,6 +40,23 @@ type fastBody struct {
 	keys    []string
 	trailer http.Header
 	release func()
+	merged  bool // the body went into the head's write (merge)
+}
+
+// mergeMax bounds a body written with its head in one write.
+const mergeMax = 16 << 10
+
+// merge appends a body of a known length that is buffered whole and
+// small to head, to be written with it: the origin receives the same
+// bytes, with one write fewer.
+func (fb *fastBody) merge(head *[]byte) {
+	pr, ok := fb.r.(*prefixReader)
+	if !ok || fb.size <= 0 || int64(len(pr.buf)) != fb.size || fb.size > mergeMax {
+		return
+	}
+	*head = append(*head, pr.buf...)
+	fb.r, fb.merged = nil, true
+	fb.release()
 }
 
 // clientRead reads the client's body and remembers its first failure, as

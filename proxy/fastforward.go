@@ -442,10 +442,12 @@ func (p *Proxy) forwardFast(d *domain, h *Head, method string, trusted bool, ups
 	}
 	r := relay{p: p, d: d, h: h, client: h.Client, out: out, isHEAD: method == http.MethodHead}
 	start := time.Now()
+	replay := replayable(h, method, &fb)
+	fb.merge(&s.head) // a small body buffered whole goes in the head's write
 	var oc *originConn
 	var resp *http.Response
 	if err = ferr; err == nil {
-		oc, resp, err = r.roundTrip(fo.pool, s.head, req, upstream, start, &fb, replayable(h, method, &fb), s.buf[:])
+		oc, resp, err = r.roundTrip(fo.pool, s.head, req, upstream, start, &fb, replay, s.buf[:])
 	}
 	class := 5
 	if err == nil && resp.StatusCode >= 100 && resp.StatusCode < 600 {
@@ -531,7 +533,7 @@ func (r *relay) roundTrip(pool *originPool, head []byte, req *http.Request, time
 		if err != nil {
 			oc.conn.Close()
 			var ne net.Error
-			if reused && (replay && !(errors.As(err, &ne) && ne.Timeout()) || nothingWritten && fb.r == nil) {
+			if reused && (replay && !(errors.As(err, &ne) && ne.Timeout()) || nothingWritten && fb.r == nil && !fb.merged) {
 				continue
 			}
 			return nil, nil, err

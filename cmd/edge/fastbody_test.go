@@ -71,7 +71,7 @@ func TestFastForwardBodies(t *testing.T) {
 	var seqs []seq
 	for _, host := range []string{"plain.example.com", "limited.example.com"} {
 		var methods []string
-		for _, m := range []string{"POST", "PUT", "PATCH", "DELETE", "OPTIONS", "GET"} {
+		for _, m := range []string{"POST", "PUT", "PATCH", "DELETE", "OPTIONS", "GET", "HEAD"} {
 			methods = append(methods,
 				withBody(m, host, "/r/cl", "hello"),
 				hostile.Req(m+" /r/cl HTTP/1.1", "Host: "+host),

@@ -19,8 +19,11 @@ import (
 // the head's first byte (none without one), and "HTTP/1.1 100 Continue"
 // written before the first read when the request expects it. Close and
 // Reuse say what net/http does with the connection when a handler's
-// response is written before the body was read whole. It is not safe for
-// concurrent use, and valid only during the hook's call.
+// response is written before the body was read whole. A Close meanwhile
+// waits for the answer, body and all, as for any answer (WaitAnswers):
+// http.Server.Shutdown takes the connection for idle, and its drain lets
+// the upload finish, within ReadTimeout, as net/http's own would. It is
+// not safe for concurrent use, and valid only during the hook's call.
 type Body struct {
 	c       *guardConn
 	size    int64 // declared length; -1 for chunked

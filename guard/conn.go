@@ -232,8 +232,6 @@ func (c *guardConn) Close() error {
 	c.mu.Lock()
 	if c.busy {
 		c.closeLater = true
-		// A request body the hook reads (body.go) stops being read.
-		_ = c.Conn.SetReadDeadline(time.Unix(1, 0))
 		c.mu.Unlock()
 		return nil
 	}

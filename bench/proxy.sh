@@ -15,7 +15,8 @@
 # Knobs (environment): ROUNDS, DURATION and WARMUP (seconds per measurement
 # and per unmeasured warm-up), CONNS (wrk connections, 64), VARIANTS (a
 # space-separated subset, e.g. "bare edge-allow"), KEEP_RESULTS (a file to
-# copy the raw per-round rows to), EDGE_CANDIDATE (the path of another edge
+# copy the raw per-round rows to), POST_BYTES (wrk sends a POST with a body
+# of this many bytes instead of a GET), EDGE_CANDIDATE (the path of another edge
 # binary, say a build with a hot-path change: it is measured as cand-allow
 # and cand-block with edge's configurations, in the same rounds, and
 # compared with edge pair by pair). edge-block-nofast and edge-allow-nofast
@@ -426,6 +427,12 @@ to_ms() {
 }
 
 results=$tmp/results.tsv
+METHOD=GET
+if [[ -n ${POST_BYTES:-} ]]; then
+	[[ $POST_BYTES =~ ^[0-9]+$ ]] || die "POST_BYTES must be a number of bytes, got $POST_BYTES"
+	METHOD="POST of $POST_BYTES bytes to"
+	printf 'wrk.method = "POST"\nwrk.body = string.rep("x", %d)\n' "$POST_BYTES" >"$tmp/post.lua"
+fi
 printf 'round\tvariant\trps\tp50_ms\tp99_ms\tcpu_us\tproxy_cpu_pct\tother_pct\tnon2xx_pct\terrors\n' >"$results"
 
 # measure ROUND VARIANT: warm up, then one measured wrk run.
@@ -433,6 +440,7 @@ measure() {
 	local round=$1 v=$2 pid=${PIDOF[$2]} url="http://127.0.0.1:${PORT[$2]}$REQ_PATH"
 	local args=(-t1 "-c$CONNS")
 	[[ -n ${HOSTHDR[$v]:-} ]] && args+=(-H "Host: ${HOSTHDR[$v]}")
+	[[ -n ${POST_BYTES:-} ]] && args+=(-s "$tmp/post.lua")
 	taskset -c "$LOAD_CPU" wrk "${args[@]}" "-d${WARMUP}s" "$url" >/dev/null &
 	wait $!
 	local cpu=$PROXY_CPU
@@ -491,7 +499,7 @@ echo
 echo "## edge proxy benchmark"
 echo
 echo "$(date -u '+%Y-%m-%d %H:%M UTC'); $(nproc) cores ($(lscpu | awk -F: '/Model name/ {gsub(/^ +/, "", $2); print $2; exit}')), kernel $(uname -r), $(go version | awk '{print $3}')."
-echo "nginx $(nginx -v 2>&1 | sed 's|.*nginx/||'), HAProxy $(haproxy -v 2>/dev/null | awk 'NR == 1 {print $3}'), Caddy $(caddy version 2>/dev/null | awk '{print $1}'), wrk -t1 -c$CONNS, GET $REQ_PATH."
+echo "nginx $(nginx -v 2>&1 | sed 's|.*nginx/||'), HAProxy $(haproxy -v 2>/dev/null | awk 'NR == 1 {print $3}'), Caddy $(caddy version 2>/dev/null | awk '{print $1}'), wrk -t1 -c$CONNS, $METHOD $REQ_PATH."
 echo "Proxy on core $PROXY_CPU (1 worker; GOMAXPROCS=1), wrk and the origin on core $LOAD_CPU. $ROUNDS rounds x ${DURATION}s; medians over rounds."
 echo
 for v in "${!SKIP[@]}"; do echo "Skipped $v: ${SKIP[$v]}."; done

@@ -121,6 +121,50 @@ func (c *guardConn) Read(p []byte) (int, error) {
 	}
 }
 
+// readBody reads the raw bytes of a request body that the fast path took
+// up (body.go), through the framer, which checks its chunked framing: 0,
+// io.EOF once the message is over.
+func (c *guardConn) readBody(p []byte) (int, error) {
+	var rerr error
+	c.mu.Lock()
+	for {
+		if n := c.f.deliver(p); n > 0 {
+			c.mu.Unlock()
+			return n, nil
+		}
+		switch c.f.st {
+		case stHead:
+			c.mu.Unlock()
+			return 0, io.EOF
+		case stBroken:
+			err := &errFraming{c.f.reason}
+			c.mu.Unlock()
+			return 0, err
+		}
+		if c.f.step() {
+			continue
+		}
+		if rerr != nil {
+			c.mu.Unlock()
+			return 0, rerr
+		}
+		if limit := c.f.direct(); limit > 0 {
+			c.mu.Unlock()
+			n, err := c.Conn.Read(p[:min(int64(len(p)), limit)])
+			c.mu.Lock()
+			c.f.readDirect(n)
+			c.mu.Unlock()
+			return n, err
+		}
+		dst := c.f.space(4096)
+		c.mu.Unlock()
+		n, err := c.Conn.Read(dst)
+		c.mu.Lock()
+		c.f.hi += n
+		rerr = err
+	}
+}
+
 // Write sends b to the client, within the write idle timeout, and tells
 // the framer how an upgrade request was answered.
 func (c *guardConn) Write(b []byte) (int, error) {

@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"bufio"
 	"net"
 	"net/netip"
 	"time"
@@ -15,13 +16,14 @@ import (
 // If it declines, the head goes on to net/http as if nobody had asked.
 //
 // "Simple" means that net/http would parse the head exactly as Request
-// says and serve it on a connection that stays open, with no body to read
-// or skip: HTTP/1.1; an origin-form target of printable ASCII; one Host
-// whose bytes net/http accepts; no Upgrade, Expect, Transfer-Encoding or
-// Content-Length other than 0 (the framer's job); no Connection field other than
-// keep-alive; field values without control bytes other than HTAB; a head
-// of at most MaxHeaderBytes and 64 field lines. Anything else goes to
-// net/http, which answers it as always.
+// says and serve it on a connection that stays open: HTTP/1.1; an
+// origin-form target of printable ASCII; one Host whose bytes net/http
+// accepts; no Upgrade; no Expect but one "100-continue" on a request with
+// a body; no Connection field other than keep-alive; field values without
+// control bytes other than HTAB; a head of at most MaxHeaderBytes and 64
+// field lines. Its body, if it has one (a Content-Length or chunked, as
+// the framer found), the hook reads through Request.Body (body.go).
+// Anything else goes to net/http, which answers it as always.
 //
 // "The only request" means net/http has answered everything it was handed
 // on the connection and waits for the next request: the server reported
@@ -62,6 +64,14 @@ type Request struct {
 	// W writes to the client while the hook runs, for an answer too long
 	// to append to out (forward.go). Valid only during the call.
 	W *Writer
+	// BodyLen is the body's declared length: 0 for none, -1 for chunked.
+	BodyLen int64
+	// Body reads the body (nil for none). Valid only during the call. A
+	// hook that declines must not have read it; one that answers must
+	// have read it whole, or asked Body.Reuse what net/http would do.
+	Body *Body
+
+	expect bool // "Expect: 100-continue"
 }
 
 // Field is one field line of a Request. It is an alias of an unnamed
@@ -80,6 +90,11 @@ type fastConn struct {
 	peer netip.Addr
 	w    Writer
 	used bool // the last answer went through w
+	body Body
+	br   *bufio.Reader // a chunked body's, reused
+	// held is the buffer with the head while its body is read into
+	// another (body.go); spare is one to read into next time.
+	held, spare []byte
 }
 
 // simpleTarget reports whether a request target may be offered: in origin
@@ -147,23 +162,37 @@ func (c *guardConn) offer() error {
 		c.fast = &fastConn{peer: peerAddr(c.Conn)}
 	}
 	fc := c.fast
-	if c.l.closing.Load() {
+	req := &f.simple.req // read by parseHead as the framer took the head up
+	if c.l.closing.Load() || req.expect && f.fastBody == 0 {
 		f.pass(end)
 		return nil
 	}
-	req := &f.simple.req // read by parseHead as the framer took the head up
 	c.busy = true
 	c.l.answering.Add(1)
 	c.mu.Unlock()
 	now := time.Now()
 	fc.w = Writer{c: c, start: now}
 	req.Peer, req.Now, req.W = fc.peer, now, &fc.w
+	if n := f.fastBody; n != 0 {
+		fc.body = Body{c: c, size: n, left: n, expect: req.expect, now: now}
+		req.BodyLen, req.Body = n, &fc.body
+	}
 	// Busy while the hook decides and an answer (a refusal, or a
 	// forwarded response) is written, then the most recently idle
 	// connection, as if net/http had served the request; a declined
 	// request is net/http's, which reports its state itself.
 	c.l.markIdle(c, false)
 	out, answered := c.l.answer(req, fc.out[:0])
+	taken := req.Body != nil && fc.body.started
+	if answered && req.Body != nil {
+		// A body the answer left unread, or whose framing broke, leaves
+		// the connection where no next request can be found: close it.
+		c.mu.Lock()
+		if !taken || f.st != stHead {
+			fc.w.close = true
+		}
+		c.mu.Unlock()
+	}
 	err := fc.w.finish(out, answered)
 	fc.used = fc.w.used
 	if answered {
@@ -172,7 +201,16 @@ func (c *guardConn) offer() error {
 	if cap(out) <= 64<<10 {
 		fc.out = out[:0]
 	}
+	if req.Body != nil {
+		fc.body = Body{}
+	}
 	*req, fc.w = Request{}, Writer{}
+	if fc.held != nil {
+		if cap(fc.held) <= 64<<10 {
+			fc.spare = fc.held[:0]
+		}
+		fc.held = nil
+	}
 	c.mu.Lock()
 	c.busy = false
 	c.l.answering.Add(-1)
@@ -180,13 +218,23 @@ func (c *guardConn) offer() error {
 		return c.closeNow()
 	}
 	if !answered {
+		if taken {
+			return c.closeNow() // the hook broke its contract: part of the body is gone
+		}
 		f.pass(end)
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	f.answered(end)
+	if taken {
+		// The head went when the body was taken up, and the body is
+		// read: net/http still waits for the next request.
+		f.free = true
+		f.release()
+	} else {
+		f.answered(end)
+	}
 	if fc.used {
 		now = time.Now() // the answer took its time (forward.go)
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -28,6 +29,8 @@ const fastAnswer = "HTTP/1.1 429 Too Many Requests\r\nContent-Length: 0\r\n\r\n"
 // and the framer.
 func fastStream(t *testing.T, data []byte, step int) (seen []byte, answered []*http.Request, written []byte, err error, f *framer) {
 	var all bytes.Buffer
+	var g *guardConn
+	bodies := 0
 	l := NewListener(nil, ListenerOptions{MaxHeaderBytes: 4096, Answer: func(r *Request, out []byte) ([]byte, bool) {
 		if !bytes.HasPrefix(r.Target, []byte("/r")) {
 			return out, false
@@ -39,9 +42,31 @@ func fastStream(t *testing.T, data []byte, step int) (seen []byte, answered []*h
 			t.Fatalf("net/http refuses an offered head: %v\n%q", err, r.Head)
 		}
 		if req.Method != string(r.Method) || req.RequestURI != string(r.Target) || req.Host != string(r.Host) ||
-			req.ProtoMajor != 1 || req.ProtoMinor != 1 || req.ContentLength != 0 || len(req.TransferEncoding) > 0 ||
-			req.Close || req.Header.Get("Expect") != "" || req.Header.Get("Upgrade") != "" {
+			req.ProtoMajor != 1 || req.ProtoMinor != 1 || req.ContentLength != r.BodyLen ||
+			(len(req.TransferEncoding) > 0) != (r.BodyLen < 0) || (r.Body == nil) != (r.BodyLen == 0) ||
+			req.Close || (req.Header.Get("Expect") != "") != r.expect || req.Header.Get("Upgrade") != "" {
 			t.Fatalf("offered head read differently by net/http: %+v\n%q", req, r.Head)
+		}
+		if r.Body != nil {
+			// The hook reads the body as net/http would have read it.
+			head := string(r.Head)
+			rest := data[all.Len():]
+			wreq, err := http.ReadRequest(bufio.NewReader(io.MultiReader(strings.NewReader(head), bytes.NewReader(rest))))
+			if err != nil {
+				t.Fatalf("net/http refuses an offered head: %v", err)
+			}
+			want, werr := io.ReadAll(wreq.Body)
+			before := g.f.consumed
+			got, err := io.ReadAll(r.Body)
+			if string(r.Head) != head {
+				t.Fatalf("the head changed while its body was read: %q, was %q", r.Head, head)
+			}
+			if err == nil && (werr != nil || !bytes.Equal(got, want) || fmt.Sprint(r.Body.Trailer()) != fmt.Sprint(wreq.Trailer)) {
+				// (The guard may refuse what net/http reads: it is stricter.)
+				t.Fatalf("body read %q, trailer %v; net/http reads %q, %v, trailer %v", got, r.Body.Trailer(), want, werr, wreq.Trailer)
+			}
+			all.Write(rest[:g.f.consumed-before]) // the body's bytes, for seen
+			bodies++
 		}
 		n := 0
 		for name, vs := range req.Header {
@@ -52,7 +77,15 @@ func fastStream(t *testing.T, data []byte, step int) (seen []byte, answered []*h
 				}
 			}
 		}
-		if n+1 != len(r.Fields) { // net/http moves Host out of Header
+		if r.BodyLen < 0 {
+			n++ // net/http moves Transfer-Encoding out of Header, and Trailer
+			for _, f := range r.Fields {
+				if strings.EqualFold(string(f.Name), "trailer") {
+					n++
+				}
+			}
+		}
+		if n+1 != len(r.Fields) { // and Host
 			t.Fatalf("net/http has %d field values, offered %d fields", n+1, len(r.Fields))
 		}
 		answered = append(answered, req)
@@ -60,7 +93,7 @@ func fastStream(t *testing.T, data []byte, step int) (seen []byte, answered []*h
 	}})
 	sc := &scriptConn{data: data, step: step}
 	w := &writeLog{scriptConn: sc}
-	g := &guardConn{Conn: w, l: l, f: framer{maxHead: l.maxHead, fast: true, maxSimple: l.maxSimple}}
+	g = &guardConn{Conn: w, l: l, f: framer{maxHead: l.maxHead, fast: true, maxSimple: l.maxSimple}}
 	p := make([]byte, 512)
 	for range 1 << 20 {
 		g.mu.Lock()
@@ -76,7 +109,12 @@ func fastStream(t *testing.T, data []byte, step int) (seen []byte, answered []*h
 			break
 		}
 	}
-	return all.Bytes(), answered, w.out.Bytes(), err, &g.f
+	if bodies > len(answered) {
+		t.Fatalf("%d bodies read for %d heads answered", bodies, len(answered))
+	}
+	// The answers, without the 100 Continue sent for an Expect.
+	written = bytes.ReplaceAll(w.out.Bytes(), continueLine, nil)
+	return all.Bytes(), answered, written, err, &g.f
 }
 
 type writeLog struct {
@@ -95,12 +133,18 @@ func TestFastPathOffers(t *testing.T) {
 	}{
 		{"answered in a row", r + r + r, 3},
 		{"declined then answered", hostile.Get("/a") + r, 2 - 1},
-		{"body: not offered", hostile.Req("GET /r HTTP/1.1", hostile.HostAPI, "Content-Length: 1") + "x" + r, 1},
+		{"body offered", hostile.Req("GET /r HTTP/1.1", hostile.HostAPI, "Content-Length: 1") + "x" + r, 2},
+		{"chunked body offered", hostile.Req("POST /r HTTP/1.1", hostile.HostAPI, "Transfer-Encoding: chunked") +
+			"3\r\nabc\r\n1;ext=1\r\nd\r\n0\r\nX-T: 1\r\nx-u: 2\r\n\r\n" + r, 2},
+		{"chunked body declined", hostile.Req("POST /a HTTP/1.1", hostile.HostAPI, "Transfer-Encoding: chunked") +
+			"3\r\nabc\r\n0\r\n\r\n" + r, 1},
+		{"Expect offered with a body", hostile.Req("POST /r HTTP/1.1", hostile.HostAPI, "Expect: 100-Continue", "Content-Length: 2") + "ab", 1},
 		{"zero body offered", hostile.Req("GET /r HTTP/1.1", hostile.HostAPI, "Content-Length: 0"), 1},
 		{"HTTP/1.0 not offered", hostile.Req("GET /r HTTP/1.0", hostile.HostAPI), 0},
 		{"Connection: close not offered", hostile.Get("/r", "Connection: close"), 0},
 		{"keep-alive offered", hostile.Get("/r", "Connection: Keep-Alive"), 1},
-		{"Expect not offered", hostile.Get("/r", "Expect: 100-continue"), 0},
+		{"Expect not offered without a body", hostile.Get("/r", "Expect: 100-continue"), 0},
+		{"other Expect not offered", hostile.Req("POST /r HTTP/1.1", hostile.HostAPI, "Expect: foo", "Content-Length: 1") + "x", 0},
 		{"upgrade not offered", hostile.Get("/r", "Upgrade: websocket", "Connection: upgrade"), 0},
 		{"control byte in a value", hostile.Get("/r", "X: a\x01b"), 0},
 		{"absolute form", hostile.Req("GET http://api.example.com/r HTTP/1.1", hostile.HostAPI), 0},
@@ -128,6 +172,12 @@ func FuzzFastPath(f *testing.F) {
 		f.Add([]byte(hostile.Get("/r")+c.Raw), uint8(3))
 	}
 	f.Add([]byte(hostile.Get("/r")+hostile.Get("/a")+hostile.Get("/r", "Connection: keep-alive")), uint8(0))
+	// Bodies the hook reads (body.go), and one it declines.
+	f.Add([]byte(hostile.Req("POST /r HTTP/1.1", hostile.HostAPI, "Transfer-Encoding: chunked", "Trailer: X-T")+
+		"3;x=y\r\nabc\r\n0\r\nX-T: 1\r\nX-U: 2\r\n\r\n"+hostile.Get("/r")), uint8(2))
+	f.Add([]byte(hostile.Req("PUT /r HTTP/1.1", hostile.HostAPI, "Content-Length: 3", "Expect: 100-continue")+"abc"+
+		hostile.Req("POST /a HTTP/1.1", hostile.HostAPI, "Transfer-Encoding: chunked")+"1\r\nz\r\n0\r\n\r\n"+hostile.Get("/r")), uint8(7))
+	f.Add([]byte(hostile.Req("POST /r HTTP/1.1", hostile.HostAPI, "Transfer-Encoding: chunked")+"5\r\nab"), uint8(1))
 	f.Fuzz(func(t *testing.T, data []byte, step uint8) {
 		if len(data) > 16<<10 {
 			return

@@ -47,12 +47,13 @@ type framer struct {
 	// free while net/http waits for a request and holds none of this
 	// connection's bytes, and a head of at most maxSimple bytes found then
 	// waits in state stFast, fastEnd bytes long, to be offered, its parts
-	// read into simple.
+	// read into simple, with a body of fastBody bytes (-1: chunked).
 	fast      bool
 	free      bool
 	maxSimple int
 	fastEnd   int
 	simple    *simple // the parts of the head in stFast; made when first needed
+	fastBody  int64
 
 	st     frameState
 	buf    []byte // buf[lo:hi] is received and not yet delivered
@@ -152,7 +153,21 @@ func (f *framer) release() {
 func (f *framer) pass(end int) {
 	f.upgrade = false
 	f.clear(end)
-	f.endMessage()
+	f.beginBody(f.fastBody)
+}
+
+// beginBody follows the body of the head just passed or taken up, of
+// length n (-1: chunked), or ends the message if it has none.
+func (f *framer) beginBody(n int64) {
+	f.scan, f.lineSeen, f.lineOK = 0, false, false
+	switch {
+	case n < 0:
+		f.st = stChunkSize
+	case n > 0:
+		f.st, f.remain = stBody, n
+	default:
+		f.endMessage()
+	}
 }
 
 // answered drops a head waiting in stFast, end bytes long, that the fast
@@ -388,8 +403,8 @@ func (f *framer) stepHead(in []byte) bool {
 		f.reject(reason)
 		return true
 	}
-	if h.simple && !h.upgrade && !h.passthrough && h.bodyLen == 0 {
-		f.st, f.fastEnd = stFast, end // offered first (guardConn.offer)
+	if h.simple && !h.upgrade && !h.passthrough {
+		f.st, f.fastEnd, f.fastBody = stFast, end, h.bodyLen // offered first (guardConn.offer)
 		return true
 	}
 	f.clear(end)

@@ -54,7 +54,8 @@ func parseHead(h []byte, s *simple) (head, string) {
 		method, target      []byte
 		nCL, nTE, nHost     int
 		clVal, teVal, hostV []byte
-		nf                  int // fields in s
+		nf                  int  // fields in s
+		expect              bool // an Expect field seen
 	)
 	keep := s != nil // the head is simple so far
 	for len(rest) > 0 {
@@ -102,7 +103,12 @@ func parseHead(h []byte, s *simple) (head, string) {
 				hostV = value
 			}
 		case len("expect"):
-			keep = keep && !rules.EqualFoldLower(name, "expect")
+			if keep && rules.EqualFoldLower(name, "expect") {
+				// net/http answers 417 for another expectation, and reads
+				// only the first of two.
+				keep = !expect && rules.EqualFoldLower(value, "100-continue")
+				expect = true
+			}
 		case len("upgrade"):
 			if rules.EqualFoldLower(name, "upgrade") {
 				out.upgrade, keep = true, false
@@ -120,7 +126,6 @@ func parseHead(h []byte, s *simple) (head, string) {
 			if rules.EqualFoldLower(name, "transfer-encoding") {
 				nTE++
 				teVal = value
-				keep = false
 			}
 		}
 		if keep {
@@ -158,6 +163,7 @@ func parseHead(h []byte, s *simple) (head, string) {
 	if keep && nHost == 1 && validHost(hostV) {
 		// Field by field: the rest of s.req is the offer's to set.
 		s.req.Method, s.req.Target, s.req.Host, s.req.Fields, s.req.Head = method, target, hostV, s.fields[:nf], h
+		s.req.expect = expect
 		out.simple = true
 	}
 	return out, ""

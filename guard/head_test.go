@@ -117,7 +117,7 @@ func simpleHeadTwoPass(head []byte, r *Request, fields *[maxFastFields]Field) bo
 	if !simpleTarget(target) { // the target's own rules, since changed
 		return false
 	}
-	n, host, hosts := 0, []byte(nil), 0
+	n, host, hosts, expect := 0, []byte(nil), 0, false
 	for {
 		line, rest, _ = bytes.Cut(rest, []byte("\r\n"))
 		if len(line) == 0 {
@@ -140,8 +140,12 @@ func simpleHeadTwoPass(head []byte, r *Request, fields *[maxFastFields]Field) bo
 			if !rules.EqualFoldLower(value, "keep-alive") {
 				return false
 			}
-		case rules.EqualFoldLower(name, "expect"), rules.EqualFoldLower(name, "upgrade"),
-			rules.EqualFoldLower(name, "transfer-encoding"):
+		case rules.EqualFoldLower(name, "expect"):
+			if expect || !rules.EqualFoldLower(value, "100-continue") {
+				return false // net/http answers 417, or reads the first only
+			}
+			expect = true
+		case rules.EqualFoldLower(name, "upgrade"):
 			return false
 		}
 		fields[n] = Field{Name: name, Value: value}
@@ -150,6 +154,6 @@ func simpleHeadTwoPass(head []byte, r *Request, fields *[maxFastFields]Field) bo
 	if hosts != 1 || !validHost(host) {
 		return false
 	}
-	*r = Request{Method: method, Target: target, Host: host, Fields: fields[:n], Head: head}
+	*r = Request{Method: method, Target: target, Host: host, Fields: fields[:n], Head: head, expect: expect}
 	return true
 }

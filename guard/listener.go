@@ -64,8 +64,8 @@ type ListenerOptions struct {
 	// net/http never sees the request. A response too long to hold may
 	// be written in part through Request.W first, which can also close
 	// the connection after it; otherwise the response must not close the
-	// connection (no "Connection: close"). It must be one for a request
-	// without a body. To decline, it returns false, and must then have
+	// connection (no "Connection: close"). A request's body is read
+	// through Request.Body while the hook runs (body.go). To decline, it returns false, and must then have
 	// changed nothing that net/http's serving of the request would: the
 	// request goes on to net/http as if it had never been offered. It is
 	// called from the goroutine reading the connection, concurrently for
@@ -133,8 +133,9 @@ type Listener struct {
 	headerTimeout time.Duration // ReadHeaderTimeout, else ReadTimeout
 	idleTimeout   time.Duration // IdleTimeout, else ReadTimeout
 	writeTimeout  time.Duration
-	fastNew       bool        // new connections may be answered (no ReadTimeout)
-	closing       atomic.Bool // Close was called
+	readTimeout   time.Duration // a request body's, from its head's first byte
+	fastNew       bool          // new connections may be answered (no ReadTimeout)
+	closing       atomic.Bool   // Close was called
 
 	answering atomic.Int64 // fast-path answers being made (WaitAnswers)
 
@@ -168,6 +169,7 @@ func NewListener(ln net.Listener, opts ListenerOptions) *Listener {
 		headerTimeout: cmp.Or(max(opts.ReadHeaderTimeout, 0), max(opts.ReadTimeout, 0)),
 		idleTimeout:   cmp.Or(max(opts.IdleTimeout, 0), max(opts.ReadTimeout, 0)),
 		writeTimeout:  max(opts.WriteTimeout, 0),
+		readTimeout:   max(opts.ReadTimeout, 0),
 		fastNew:       opts.ReadTimeout <= 0,
 	}
 	l.freed = sync.NewCond(&l.mu)

@@ -24,11 +24,13 @@ import (
 // the same steps as ServeHTTP (screen, route, identify, limit) and, when a
 // block rule refuses it, observes, counts and logs the refusal exactly as
 // refuse does and appends the response writeBlocked would have made, byte
-// for byte, as net/http would have framed it; and a request whose cost a
-// block rule cannot take it answers with checkCosts's 400 (cost.go), what
-// the rules before that one counted given back. A GET or HEAD that every
-// rule allows it forwards itself where the domain allows that
-// (fastforward.go). Anything else it declines, having changed nothing:
+// for byte, as net/http would have framed it (a request's body it then
+// reads or gives up on as net/http does: refusedBody); and a request whose
+// cost a block rule cannot take it answers with checkCosts's 400 (cost.go),
+// what the rules before that one counted given back. A request that every
+// rule allows it forwards itself, body and all, where the domain allows
+// that (fastforward.go, fastbody.go). Anything else it declines, having
+// changed nothing:
 // net/http then serves the request as always. Any other request that
 // every rule allows is decided twice: here, where what it counted is
 // given back at once, and again by ServeHTTP.
@@ -62,6 +64,11 @@ type Head struct {
 	// Client writes to the client while the answer is made: an allowed
 	// request is forwarded through it (fastforward.go). Nil: no forward.
 	Client ClientWriter
+	// BodyLen is the body's declared length: 0 for none, -1 for chunked;
+	// Body reads it (nil for none), and only a forward reads it
+	// (fastbody.go).
+	BodyLen int64
+	Body    RequestBody
 }
 
 // HeadField is one field line of a Head: the same type as guard.Field.
@@ -175,16 +182,16 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 		return out, false
 	}
 	trusted := st.clientIP.Trusted(h.Peer)
-	// fwd: the request may be forwarded here if its target can go as it
-	// is (fastForwardable, asked only once it matters).
-	fwd := d.ffwd != nil && h.Client != nil && (method == http.MethodGet || isHEAD)
+	// fwd: the request may be forwarded here if its target and its body
+	// can go as they are (forwardable, asked only once it matters).
+	fwd := d.ffwd != nil && h.Client != nil
 	if !d.fast {
-		if d.store == nil && fwd && fastForwardable(h) {
+		if d.store == nil && fwd && forwardable(d, h) {
 			return p.forwardFast(d, h, method, trusted, st.table.Timeouts.Upstream, out, nil), true
 		}
 		return out, false
 	}
-	if isHEAD && !(fwd && fastForwardable(h)) {
+	if isHEAD && !(fwd && forwardable(d, h)) || h.BodyLen != 0 && (h.Body == nil || h.Client == nil) {
 		return out, false
 	}
 	var xff []string
@@ -212,7 +219,7 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 	}
 	dec := p.decideRules(ctx, d, method, &src, tally, now, &s.keys, s.vbuf[:0])
 	vs := dec.vs
-	if fwd && !dec.unavailable && dec.blocker < 0 && (isHEAD || fastForwardable(h)) {
+	if fwd && !dec.unavailable && dec.blocker < 0 && (isHEAD || forwardable(d, h)) {
 		// Allowed: what limit and ServeHTTP do for it, then the forward.
 		if id.XFFMalformed {
 			p.metrics.xffMalformed.Inc()
@@ -234,7 +241,12 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 				p.metrics.xffMalformed.Inc()
 			}
 			p.metrics.refused.WithLabelValues("400").Inc()
-			return s.appendCostRefusal(out, dec.badCost, dec.costProblem, acceptsJSON(accept), h.Now), true
+			at := len(out)
+			out = s.appendCostRefusal(out, dec.badCost, dec.costProblem, acceptsJSON(accept), h.Now)
+			if h.Body != nil {
+				out = refusedBody(h, out, at)
+			}
+			return out, true
 		}
 		return out, false
 	}
@@ -246,7 +258,16 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 	refund(d, vs, tally, now)
 	endTally(d, tally, dec.fellBack)
 	p.countBlock(ctx, d, vs, dec.blocker, src.Client.Addr())
+	if h.Body != nil {
+		return refusedBody(h, s.appendBlocked(out, d, vs, dec.blocker, acceptsJSON(accept), h.Now), len(out)), true
+	}
 	return s.appendBlocked(out, d, vs, dec.blocker, acceptsJSON(accept), h.Now), true
+}
+
+// forwardable reports whether h can be forwarded here as it is: its target
+// (fastForwardable) and its body (fastBodyOK).
+func forwardable(d *domain, h *Head) bool {
+	return fastForwardable(h) && fastBodyOK(d, h)
 }
 
 // fastMethod returns the method as a constant string, or "" for a method

@@ -63,9 +63,34 @@ import (
 // own counters (with Redis a charge or a slot is a round trip, and its
 // failures are ServeHTTP's), no rule that holds a queue turn and no
 // shedding (ServeHTTP waits for the turn, or for admission, between limit
-// and the forward); and only to GET and HEAD without a body,
-// which the transport also retries on a pooled connection the origin
-// closed meanwhile. Everything else goes to net/http and ReverseProxy.
+// and the forward); to GET, HEAD, POST, PUT, DELETE, PATCH and OPTIONS,
+// with or without a body. A body (fastbody.go) is read as body.go
+// reads it (max_request_body, request_buffering, request_buffer,
+// max_buffered_bytes, the 64 KiB prefetch; 400, 408 or 413 when it fails
+// while buffered, and the connection closed) and sent as the transport
+// sends what ReverseProxy hands it: Content-Length kept, or set from a
+// chunked body buffered whole, chunked otherwise with the Trailer field
+// and, from a body buffered whole, the trailer. A body that fails once it
+// streams cuts the origin's request off and gets the same 400, 408 or
+// 413. The transport's retries are kept: a request without a body and
+// with an idempotent method (or an Idempotency-Key) is sent again when a
+// pooled connection fails before the response, any other only when
+// nothing of it was written; and a pooled connection is checked before a
+// request that is not sent again, since the transport's reader would have
+// seen it close. After a 502 or 504, the rest of the client's body is
+// read or the connection closed as net/http's server does (guard.Body's
+// Close and Reuse), and so after a refusal (fast.go). Everything else goes
+// to net/http and ReverseProxy, including (Answer declines them) a
+// declared length over max_request_body and a Trailer field naming a
+// field net/http refuses there.
+// The chunks of a chunked body follow the client's reads on both paths,
+// so their sizes may differ. The fast forward writes the whole body
+// before it reads the response: an origin that answers early and stops
+// reading gets the transport's early answer passed on by the slow path,
+// and a 502 here. Where net/http's server closes a connection after a
+// body it gave up on, it first waits half a second with its side shut
+// (against a reset that could lose the answer); the fast path closes at
+// once.
 // (With two trailers or more the slow path announces them in map order; the
 // fast forward sorts them. When an origin's chunked body is already at hand
 // with its head, ReverseProxy races its first write against a flush timer,
@@ -247,6 +272,7 @@ type reqField struct{ key, value []byte }
 // forwardScratch is what one fast forward needs, pooled.
 type forwardScratch struct {
 	head   []byte
+	frame  []byte // the body's framing fields (fastbody.go)
 	keys   []byte
 	fields []reqField
 	buf    [32 << 10]byte
@@ -256,7 +282,7 @@ var forwardScratches = sync.Pool{New: func() any { return new(forwardScratch) }}
 
 // appendOriginHead appends the request head the slow path sends to the
 // origin for h (see the top of this file).
-func (s *forwardScratch) appendOriginHead(b []byte, h *Head, trusted bool) []byte {
+func (s *forwardScratch) appendOriginHead(b []byte, h *Head, trusted bool, framing []byte) []byte {
 	s.keys, s.fields = s.keys[:0], s.fields[:0]
 	var ua []byte
 	haveUA, teTrailers := false, false
@@ -332,6 +358,7 @@ func (s *forwardScratch) appendOriginHead(b []byte, h *Head, trusted bool) []byt
 		b = append(b, ua...)
 		b = append(b, "\r\n"...)
 	}
+	b = append(b, framing...) // the body's length or chunking (fastbody.go)
 	for _, f := range s.fields {
 		b = append(b, f.key...)
 		b = append(b, ": "...)
@@ -409,6 +436,11 @@ func (p *Proxy) forwardFast(d *domain, head *Head, method string, trusted bool, 
 	hc := *head
 	h := &hc
 	h.Client.Forwarding()
+	fb, err := p.readFastBody(d, h, method) // fastbody.go: buffering, or 400/408/413
+	if err != nil {
+		return p.refuseFastBody(h, method, err, out)
+	}
+	defer fb.release()
 	d.requests.served.Inc()
 	p.inFlight.Add(1)
 	defer p.inFlight.Add(-1)
@@ -418,7 +450,9 @@ func (p *Proxy) forwardFast(d *domain, head *Head, method string, trusted bool, 
 			forwardScratches.Put(s)
 		}
 	}()
-	s.head = s.appendOriginHead(s.head[:0], h, trusted)
+	var ferr error
+	s.frame, ferr = fb.appendFraming(s.frame[:0], method)
+	s.head = s.appendOriginHead(s.head[:0], h, trusted, s.frame)
 	fo := d.ffwd
 	req := getRequest
 	if method == http.MethodHead {
@@ -426,14 +460,24 @@ func (p *Proxy) forwardFast(d *domain, head *Head, method string, trusted bool, 
 	}
 	r := relay{p: p, d: d, h: h, client: h.Client, out: out, isHEAD: method == http.MethodHead, after: after}
 	start := time.Now()
-	oc, resp, err := r.roundTrip(fo.pool, s.head, req, upstream, start)
+	replay := replayable(h, method, &fb)
+	fb.merge(&s.head) // a small body buffered whole goes in the head's write
+	var oc *originConn
+	var resp *http.Response
+	if err = ferr; err == nil {
+		oc, resp, err = r.roundTrip(fo.pool, s.head, req, upstream, start, &fb, replay, s.buf[:])
+	}
 	class := 5
 	if err == nil && resp.StatusCode >= 100 && resp.StatusCode < 600 {
 		class = resp.StatusCode/100 - 1
 	}
 	fo.obs[class].Observe(time.Since(start).Seconds())
 	if err != nil {
-		return r.fail(fo.log, err)
+		if ce := (errClientBody{}); errors.As(err, &ce) {
+			return p.refuseFastBody(h, method, ce.err, r.out)
+		}
+		at := len(r.out)
+		return finishBody(h, r.fail(fo.log, err), at)
 	}
 	r.br, r.origin = oc.br, oc.conn
 	if r.relay(resp, s.buf[:]) {
@@ -488,13 +532,24 @@ func (r *relay) flush() {
 	r.out = r.out[:0]
 }
 
-// roundTrip sends head on a pooled connection, or a new one, and reads the
-// origin's final response head, passing 1xx responses on to the client. A
-// pooled connection that fails before the origin has sent a byte is
-// dropped and the request sent again, as the transport retries it.
-func (r *relay) roundTrip(pool *originPool, head []byte, req *http.Request, timeout time.Duration, now time.Time) (*originConn, *http.Response, error) {
+// roundTrip sends head and the body fb on a pooled connection, or a new
+// one, and reads the origin's final response head, passing 1xx responses
+// on to the client. buf is the body's copy buffer. A pooled connection
+// that fails before the origin has sent a byte is dropped and the request
+// sent again where the transport sends it again: a replayable request
+// (see replayable), or one without a body of which nothing was written.
+// A pooled connection is checked before a request that is not replayable
+// is sent on it: the transport's reader would have found it closed.
+func (r *relay) roundTrip(pool *originPool, head []byte, req *http.Request, timeout time.Duration, now time.Time,
+	fb *fastBody, replay bool, buf []byte) (*originConn, *http.Response, error) {
 	for {
 		oc, reused := pool.take(now), true
+		if oc != nil && !replay && !oc.alive() {
+			// The transport's reader would have seen this connection
+			// end while it was idle, and not have used it.
+			oc.conn.Close()
+			continue
+		}
 		if oc == nil {
 			c, err := originDialer.Dial("tcp", pool.addr)
 			if err != nil {
@@ -504,7 +559,11 @@ func (r *relay) roundTrip(pool *originPool, head []byte, req *http.Request, time
 			oc.br = bufio.NewReaderSize(oc, originReadBuffer)
 		}
 		oc.limit = originHeadMax
-		_, err := oc.conn.Write(head)
+		n, err := oc.conn.Write(head)
+		nothingWritten := err != nil && n == 0
+		if err == nil {
+			err = fb.send(oc.conn, buf)
+		}
 		if err == nil && timeout > 0 {
 			err = oc.conn.SetReadDeadline(time.Now().Add(timeout))
 		}
@@ -514,7 +573,7 @@ func (r *relay) roundTrip(pool *originPool, head []byte, req *http.Request, time
 		if err != nil {
 			oc.conn.Close()
 			var ne net.Error
-			if reused && !(errors.As(err, &ne) && ne.Timeout()) {
+			if reused && (replay && !(errors.As(err, &ne) && ne.Timeout()) || nothingWritten && fb.r == nil && !fb.merged) {
 				continue
 			}
 			return nil, nil, err

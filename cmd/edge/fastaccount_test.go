@@ -180,7 +180,7 @@ func TestFastForwardAccounting(t *testing.T) {
 				for _, steps := range tc.then {
 					got[i] += "\n---\n" + exchange(t, ds, steps, true, false)
 				}
-				want[i] = dateLine.ReplaceAllString(origin.received(), "")
+				want[i] = dateLine.ReplaceAllString(origin.received(t), "")
 				if fast {
 					answered = ds.answered.Load()
 				}
@@ -326,7 +326,7 @@ func TestFastForwardSlots(t *testing.T) {
 			io.Copy(io.Discard, dc.br)
 			got[i] += dateLine.ReplaceAllString(dc.got.String(), "") + "\n---\n"
 		}
-		origins[i] = dateLine.ReplaceAllString(origin.received(), "")
+		origins[i] = dateLine.ReplaceAllString(origin.received(t), "")
 		metrics[i] = metricsText(t, ds.reg)
 		if fast {
 			answered = ds.answered.Load()

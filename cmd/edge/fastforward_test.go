@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"log"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/edgerate/edge/guard"
 	"github.com/edgerate/edge/internal/hostile"
+	"github.com/edgerate/edge/internal/wait"
 	"github.com/edgerate/edge/proxy"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -69,9 +72,10 @@ var rawResponses = map[string]string{
 	"server-err":  "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 3\r\nContent-Length: 0\r\n\r\n",
 	"big":         "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: 100000\r\n\r\n" + strings.Repeat("x", 100000),
 	"bigchunked":  "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n" + rawChunks(3, 1000),
-	"short":       "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n\r\nok", // then the origin closes
-	"hang":        "",                                                                            // the origin closes at once
-	"eof-body":    "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the end",            // then the origin closes
+	"short":       "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n\r\nok",  // then the origin closes
+	"hang":        "",                                                                             // the origin closes at once
+	"eof-body":    "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the end",             // then the origin closes
+	"idleclose":   "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 4\r\n\r\nidle", // then the origin closes
 }
 
 func rawChunks(n, size int) string {
@@ -84,11 +88,12 @@ func rawChunks(n, size int) string {
 
 // rawOrigin is a TCP origin that records what it receives.
 type rawOrigin struct {
-	ln   net.Listener
-	mu   sync.Mutex
-	got  bytes.Buffer // every request head, in the order they came
-	wg   sync.WaitGroup
-	stop chan struct{}
+	ln    net.Listener
+	conns map[net.Conn]*originState
+	mu    sync.Mutex
+	got   bytes.Buffer // every request head, in the order they came
+	wg    sync.WaitGroup
+	stop  chan struct{}
 	// gates hold the answers to the requests named by their keys until
 	// closed; arrived is told each such name when its head has come.
 	gates   map[string]chan struct{}
@@ -106,7 +111,7 @@ func startGatedOrigin(t *testing.T, gates map[string]chan struct{}, arrived chan
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := &rawOrigin{ln: ln, stop: make(chan struct{}), gates: gates, arrived: arrived}
+	o := &rawOrigin{ln: ln, stop: make(chan struct{}), conns: make(map[net.Conn]*originState), gates: gates, arrived: arrived}
 	o.wg.Add(1)
 	go func() {
 		defer o.wg.Done()
@@ -115,10 +120,17 @@ func startGatedOrigin(t *testing.T, gates map[string]chan struct{}, arrived chan
 			if err != nil {
 				return
 			}
+			st := &originState{}
+			o.mu.Lock()
+			o.conns[c] = st
+			o.mu.Unlock()
 			o.wg.Add(1)
 			go func() {
 				defer o.wg.Done()
-				o.serve(c)
+				o.serve(c, st)
+				o.mu.Lock()
+				delete(o.conns, c)
+				o.mu.Unlock()
 			}()
 		}
 	}()
@@ -130,7 +142,31 @@ func startGatedOrigin(t *testing.T, gates map[string]chan struct{}, arrived chan
 	return o
 }
 
-func (o *rawOrigin) serve(c net.Conn) {
+// originState is where a rawOrigin's connection is: waiting for a
+// request with nothing read of it.
+type originState struct {
+	waiting bool // for a request's first byte, with none buffered
+}
+
+// settled reports whether the origin has taken in everything sent to it:
+// no connection waits to be accepted, and each accepted one waits for a
+// request, with nothing buffered or unread (what an edge sent before its client got an answer
+// is then recorded, even if no response followed it).
+func (o *rawOrigin) settled() bool {
+	if pendingAccept(o.ln) {
+		return false // a connection the accept loop has yet to take up
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for c, st := range o.conns {
+		if !st.waiting || readable(c) {
+			return false
+		}
+	}
+	return true
+}
+
+func (o *rawOrigin) serve(c net.Conn, st *originState) {
 	defer c.Close()
 	go func() {
 		<-o.stop
@@ -140,20 +176,41 @@ func (o *rawOrigin) serve(c net.Conn) {
 	for {
 		var head bytes.Buffer
 		for {
+			if head.Len() == 0 {
+				o.mu.Lock()
+				st.waiting = br.Buffered() == 0
+				o.mu.Unlock()
+			}
 			line, err := br.ReadString('\n')
+			o.mu.Lock()
+			st.waiting = false
+			o.mu.Unlock()
 			head.WriteString(line)
 			if err != nil {
+				if head.Len() > 0 {
+					o.mu.Lock()
+					fmt.Fprintf(&o.got, "head cut: %q (%v)\n", head.String(), err)
+					o.mu.Unlock()
+				}
 				return
 			}
 			if line == "\r\n" {
 				break
 			}
 		}
+		body, ok := readRawBody(br, head.String())
 		o.mu.Lock()
 		o.got.Write(head.Bytes())
+		o.got.WriteString(body)
 		o.mu.Unlock()
+		if !ok {
+			return
+		}
 		reqLine, _, _ := strings.Cut(head.String(), "\r\n")
 		parts := strings.Fields(reqLine)
+		if len(parts) < 2 {
+			return // not a request: recorded as it came
+		}
 		path, _, _ := strings.Cut(parts[1], "?")
 		name := path[strings.LastIndexByte(path, '/')+1:]
 		resp, ok := rawResponses[name]
@@ -186,13 +243,81 @@ func (o *rawOrigin) serve(c net.Conn) {
 			return
 		}
 		switch name {
-		case "short", "hang", "eof-body", "close", "http10", "malformed", "garbage", "cost-broken":
+		case "short", "hang", "eof-body", "close", "http10", "malformed", "garbage", "cost-broken", "idleclose":
 			return
 		}
 	}
 }
 
-func (o *rawOrigin) received() string {
+// readRawBody reads the body of the request with head from br and
+// describes it: a Content-Length body as it came, a chunked one decoded
+// (its chunks follow the client's reads on both paths) with its trailer
+// as it came. It reports false if the body broke off.
+func readRawBody(br *bufio.Reader, head string) (string, bool) {
+	cl, chunked := int64(0), false
+	for line := range strings.SplitSeq(head, "\r\n") {
+		name, value, _ := strings.Cut(line, ":")
+		value = strings.TrimSpace(value)
+		switch strings.ToLower(name) {
+		case "content-length":
+			cl, _ = strconv.ParseInt(value, 10, 64)
+		case "transfer-encoding":
+			chunked = strings.EqualFold(value, "chunked")
+		}
+	}
+	describe := func(b []byte) string {
+		if len(b) > 256 {
+			return fmt.Sprintf("%d bytes, crc %08x", len(b), crc32.ChecksumIEEE(b))
+		}
+		return fmt.Sprintf("%q", b)
+	}
+	if !chunked {
+		if cl == 0 {
+			return "", true
+		}
+		b := make([]byte, cl)
+		n, err := io.ReadFull(br, b)
+		if err != nil {
+			return fmt.Sprintf("body cut after %d bytes: %s\n", n, describe(b[:n])), false
+		}
+		return "body: " + describe(b) + "\n", true
+	}
+	var body []byte
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return fmt.Sprintf("chunked body cut: %s\n", describe(body)), false
+		}
+		hex, _, _ := strings.Cut(strings.TrimSpace(line), ";")
+		size, err := strconv.ParseInt(hex, 16, 64)
+		if err != nil {
+			return fmt.Sprintf("chunked body broken at %q: %s\n", line, describe(body)), false
+		}
+		if size == 0 {
+			break
+		}
+		chunk := make([]byte, size+2)
+		if _, err := io.ReadFull(br, chunk); err != nil {
+			return fmt.Sprintf("chunked body cut: %s\n", describe(body)), false
+		}
+		body = append(body, chunk[:size]...)
+	}
+	trailer := ""
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return fmt.Sprintf("chunked body cut in its trailer: %s\n", describe(body)), false
+		}
+		if line == "\r\n" {
+			break
+		}
+		trailer += line
+	}
+	return fmt.Sprintf("chunked body: %s, trailer %q\n", describe(body), trailer), true
+}
+
+func (o *rawOrigin) received(t *testing.T) string {
+	wait.For(t, 5*time.Second, "the origin to take in what it was sent", o.settled)
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.got.String()
@@ -278,7 +403,7 @@ func TestFastForwardDifferential(t *testing.T) {
 					cfg := strings.NewReplacer("ORIGIN", "http://"+origin.ln.Addr().String(), "TRUST", trustLine).Replace(fwdConfig)
 					ds := startConfig(t, cfg, fast)
 					got[i] = exchange(t, ds, sq.steps, sq.wait, false)
-					want[i] = dateLine.ReplaceAllString(origin.received(), "")
+					want[i] = dateLine.ReplaceAllString(origin.received(t), "")
 					if fast {
 						answered = ds.answered.Load()
 					} else if ds.answered.Load() != 0 {

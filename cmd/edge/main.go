@@ -404,6 +404,9 @@ func fastAnswer(p *proxy.Proxy) func(*guard.Request, []byte) ([]byte, bool) {
 		if r.W != nil {
 			h.Client = r.W
 		}
+		if r.Body != nil {
+			h.BodyLen, h.Body = r.BodyLen, r.Body
+		}
 		return p.Answer(&h, out)
 	}
 }

@@ -1,0 +1,377 @@
+package proxy
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/edgerate/edge/rules"
+)
+
+// The request side of the fast forward (fastforward.go): an allowed
+// request's body read as body.go reads it on the slow path, and sent to
+// the origin as the transport sends what ReverseProxy hands it.
+
+// RequestBody is a request body the fast path reads (guard.Body): read as
+// net/http's server reads it, with its Close, and Reuse, which says what
+// the server does with the connection once a response is written.
+type RequestBody interface {
+	Read(p []byte) (int, error)
+	Close() error
+	Trailer() http.Header
+	Reuse() (keep, announce bool)
+}
+
+// fastBody is an allowed request's body on its way to the origin.
+type fastBody struct {
+	src *clientRead
+	r   io.Reader // what is sent: a buffered prefix, then the rest of src
+	// size is what the origin is told: a Content-Length (0: none, or 0
+	// for POST, PUT and PATCH, as the transport says it), or -1: chunked.
+	size int64
+	// keys are the Trailer field's names (sorted; chunked only) and
+	// trailer the fields sent after the last chunk.
+	keys    []string
+	trailer http.Header
+	release func()
+	merged  bool // the body went into the head's write (merge)
+}
+
+// mergeMax bounds a body written with its head in one write.
+const mergeMax = 16 << 10
+
+// merge appends a body of a known length that is buffered whole and
+// small to head, to be written with it: the origin receives the same
+// bytes, with one write fewer.
+func (fb *fastBody) merge(head *[]byte) {
+	pr, ok := fb.r.(*prefixReader)
+	if !ok || fb.size <= 0 || int64(len(pr.buf)) != fb.size || fb.size > mergeMax {
+		return
+	}
+	*head = append(*head, pr.buf...)
+	fb.r, fb.merged = nil, true
+	fb.release()
+}
+
+// clientRead reads the client's body and remembers its first failure, as
+// clientBody does.
+type clientRead struct {
+	b   RequestBody
+	err error
+}
+
+func (c *clientRead) Read(p []byte) (int, error) {
+	n, err := c.b.Read(p)
+	if err != nil && err != io.EOF && c.err == nil {
+		c.err = err
+	}
+	return n, err
+}
+
+// declaredTrailers returns the names a chunked request's Trailer fields
+// declare, canonical, as net/http's server keeps them, and false if the
+// server refuses the request for them (fixTrailer).
+func declaredTrailers(h *Head) ([]string, bool) {
+	if h.BodyLen >= 0 {
+		return nil, true
+	}
+	var keys []string
+	for _, f := range h.Fields {
+		if !rules.EqualFoldLower(f.Name, "trailer") {
+			continue
+		}
+		for k := range strings.SplitSeq(string(f.Value), ",") {
+			if k = strings.Trim(k, " \t"); k == "" {
+				continue
+			}
+			k = http.CanonicalHeaderKey(k)
+			switch k {
+			case "Transfer-Encoding", "Trailer", "Content-Length":
+				return nil, false
+			}
+			if !slices.Contains(keys, k) {
+				keys = append(keys, k)
+			}
+		}
+	}
+	slices.Sort(keys)
+	return keys, true
+}
+
+// fastBodyOK reports whether the fast forward may take h's body: not one
+// that the slow path answers before reading it (413 for a declared length
+// over max_request_body, 400 for a Trailer field net/http refuses).
+func fastBodyOK(d *domain, h *Head) bool {
+	if h.BodyLen == 0 {
+		return true
+	}
+	if h.Body == nil || d.Body.MaxSize > 0 && h.BodyLen > int64(d.Body.MaxSize) {
+		return false
+	}
+	_, ok := declaredTrailers(h)
+	return ok
+}
+
+// readFastBody is readBody for the fast forward: it enforces the domain's
+// max_request_body on a chunked body, buffers the body as the domain says
+// (within max_buffered_bytes) and says how the origin gets it. A failed
+// read while buffering is returned; the request is then answered with
+// bodyRefusal.
+func (p *Proxy) readFastBody(d *domain, h *Head, method string) (fastBody, error) {
+	fb := fastBody{release: noRelease}
+	size := h.BodyLen
+	if size == 0 {
+		return fb, nil
+	}
+	keys, _ := declaredTrailers(h)
+	fb.src = &clientRead{b: h.Body}
+	fb.r, fb.size, fb.keys = fb.src, size, keys
+	pol := d.Body
+	if pol.MaxSize > 0 && size < 0 {
+		fb.r = &capReader{r: fb.r, left: int64(pol.MaxSize)}
+	}
+	limit := int64(0)
+	switch {
+	case pol.Buffer:
+		limit = int64(pol.BufferSize)
+	case size < 0:
+		limit = prefetchLimit
+	}
+	if size >= 0 {
+		limit = min(limit, size)
+	}
+	if limit == 0 {
+		return fb, nil
+	}
+	if size < 0 {
+		limit++
+	}
+	if !p.buffered.reserve(limit, int64(p.state.Load().table.MaxBufferedBytes)) {
+		p.metrics.bufferFull.Inc()
+		return fb, nil
+	}
+	var released atomic.Bool
+	fb.release = func() {
+		if released.CompareAndSwap(false, true) {
+			p.buffered.held.Add(-limit)
+		}
+	}
+	buf, err := readPrefix(fb.r, size, limit)
+	if err != nil {
+		fb.release()
+		return fb, err
+	}
+	prefix := &prefixReader{buf: buf, done: fb.release}
+	if int64(len(buf)) < limit || size == int64(len(buf)) {
+		fb.r = prefix
+		if keys == nil {
+			fb.size = int64(len(buf))
+		} else {
+			// Chunked, with the trailer the client sent: ReverseProxy
+			// copies the request, trailer and all, once it is read.
+			fb.trailer = h.Body.Trailer()
+			for k := range fb.trailer {
+				if !slices.Contains(keys, k) {
+					keys = append(keys, k)
+				}
+			}
+			slices.Sort(keys)
+			fb.keys = keys
+		}
+	} else {
+		fb.r = io.MultiReader(prefix, fb.r)
+	}
+	if fb.size == 0 {
+		fb.r = nil // ReverseProxy sends no body for a length of 0
+	}
+	return fb, nil
+}
+
+// contentLengthZero reports whether the transport says "Content-Length: 0"
+// for a request of method without a body.
+func contentLengthZero(method string) bool {
+	return method == http.MethodPost || method == http.MethodPut || method == http.MethodPatch
+}
+
+// appendFraming appends the fields the transport writes after Host and
+// User-Agent for the body fb: its length or chunking, and the Trailer
+// field. It returns an error where the transport refuses the request.
+func (fb *fastBody) appendFraming(b []byte, method string) ([]byte, error) {
+	switch {
+	case fb.size > 0 || fb.size == 0 && contentLengthZero(method):
+		b = append(b, "Content-Length: "...)
+		b = strconv.AppendInt(b, fb.size, 10)
+		b = append(b, "\r\n"...)
+	case fb.size < 0:
+		b = append(b, "Transfer-Encoding: chunked\r\n"...)
+	}
+	if len(fb.keys) > 0 {
+		for _, k := range fb.keys {
+			switch k {
+			case "Transfer-Encoding", "Trailer", "Content-Length":
+				return b, fmt.Errorf("net/http: invalid Trailer key %q", k)
+			}
+		}
+		b = append(b, "Trailer: "...)
+		b = append(b, strings.Join(fb.keys, ",")...)
+		b = append(b, "\r\n"...)
+	}
+	return b, nil
+}
+
+// errClientBody marks a failed read of the client's body while it was
+// sent: the client's failure, not the origin's.
+type errClientBody struct{ err error }
+
+func (e errClientBody) Error() string { return "reading the request body: " + e.err.Error() }
+func (e errClientBody) Unwrap() error { return e.err }
+
+// send writes the body to the origin after its head, as the transport
+// does: a Content-Length body as it is read, a chunked one a chunk per
+// read, then the last chunk and the trailer. buf is the copy buffer
+// (32 KiB, io.Copy's).
+func (fb *fastBody) send(c net.Conn, buf []byte) error {
+	if fb.r == nil {
+		return nil
+	}
+	chunked := fb.size < 0
+	var written int64
+	for {
+		off := 0
+		if chunked {
+			off = 18 // room for the chunk-size line
+		}
+		n, rerr := fb.r.Read(buf[off : len(buf)-2])
+		if n > 0 {
+			var out []byte
+			if chunked {
+				line := strconv.AppendInt(buf[:0:off], int64(n), 16)
+				line = append(line, "\r\n"...)
+				start := off - len(line)
+				copy(buf[start:], line)
+				out = append(buf[start:off+n], "\r\n"...)
+			} else {
+				out = buf[:n]
+				if written+int64(n) > fb.size {
+					out = out[:fb.size-written] // io.LimitReader's cut
+				}
+			}
+			written += int64(n)
+			if _, err := c.Write(out); err != nil {
+				return err
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return errClientBody{rerr}
+		}
+		if !chunked && written >= fb.size {
+			break
+		}
+	}
+	if !chunked {
+		if written < fb.size {
+			return fmt.Errorf("http: ContentLength=%d with Body length %d", fb.size, written)
+		}
+		return nil
+	}
+	end := append(buf[:0], "0\r\n"...)
+	end = appendHeader(end, fb.trailer, nil)
+	end = append(end, "\r\n"...)
+	_, err := c.Write(end)
+	return err
+}
+
+// finishBody answers, when the fast forward writes its own response (a
+// failure), what net/http's server does with the rest of the client's
+// body: the transport closed it, and the server then keeps the connection
+// or closes it, announced or not. at is where the response begins in out.
+func finishBody(h *Head, out []byte, at int) []byte {
+	if h.Body == nil {
+		return out
+	}
+	_ = h.Body.Close()
+	keep, announce := h.Body.Reuse()
+	if !keep {
+		h.Client.CloseAfter()
+	}
+	if announce {
+		out = announceClose(out, at)
+	}
+	return out
+}
+
+// refusedBody does what net/http's server does with the body of a request
+// refused without reading it, before the refusal (at out[at:]) is
+// written: it reads up to 256 KiB of it and keeps the connection, or
+// closes the connection after the refusal with "Connection: close" (a
+// longer or failing body, or a client still waiting for 100 Continue).
+func refusedBody(h *Head, out []byte, at int) []byte {
+	keep, announce := h.Body.Reuse()
+	if !keep {
+		h.Client.CloseAfter()
+	}
+	if announce {
+		out = announceClose(out, at)
+	}
+	return out
+}
+
+// announceClose adds "Connection: close" as net/http's server adds it, at
+// the end of the response head that begins at out[at:].
+func announceClose(out []byte, at int) []byte {
+	i := strings.Index(bytesString(out[at:]), "\r\n\r\n")
+	if i < 0 {
+		return out
+	}
+	i += at + 2
+	out = slices.Insert(out, i, []byte("Connection: close\r\n")...)
+	return out
+}
+
+// refuseFastBody answers a request whose body failed (bodyRefusal), as
+// refuseBody does, after out: the connection closes after it.
+func (p *Proxy) refuseFastBody(h *Head, method string, err error, out []byte) []byte {
+	no := bodyRefusal(err)
+	p.metrics.refused.WithLabelValues(strconv.Itoa(no.status)).Inc()
+	h.Client.CloseAfter()
+	b := appendStatusLine(out, no.status)
+	text := strings.ToLower(http.StatusText(no.status)) + ": " + no.reason + "\n"
+	b = append(b, "Connection: close\r\nContent-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nDate: "...)
+	b = appendDate(b, time.Now())
+	b = append(b, "\r\nContent-Length: "...)
+	b = strconv.AppendInt(b, int64(len(text)), 10)
+	b = append(b, "\r\n\r\n"...)
+	if method == http.MethodHead {
+		return b
+	}
+	return append(b, text...)
+}
+
+// replayable reports whether the transport sends a request again on a new
+// connection when a reused one failed before the response (net/http's
+// Request.isReplayable): no body, and an idempotent method or an
+// Idempotency-Key field.
+func replayable(h *Head, method string, fb *fastBody) bool {
+	if fb.r != nil {
+		return false
+	}
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return true
+	}
+	for _, f := range h.Fields {
+		if rules.EqualFoldLower(f.Name, "idempotency-key") || rules.EqualFoldLower(f.Name, "x-idempotency-key") {
+			return true
+		}
+	}
+	return false
+}

@@ -510,21 +510,23 @@ func (p *Proxy) forwardHeld(d *domain, h *Head, method string, trusted bool, ups
 
 // relay is one fast forward's answer to its client.
 type relay struct {
-	p      *Proxy
-	d      *domain
-	h      *Head
-	client ClientWriter
-	out    []byte
-	br     *bufio.Reader // the origin connection's
-	origin net.Conn      // closed first when the answer fails
-	isHEAD bool
-	failed bool       // a write to the client failed
-	after  *fastAfter // nil: the rules do nothing with the response
+	p       *Proxy
+	d       *domain
+	h       *Head
+	client  ClientWriter
+	out     []byte
+	br      *bufio.Reader // the origin connection's
+	origin  net.Conn      // closed first when the answer fails
+	isHEAD  bool
+	failed  bool       // a write to the client failed
+	flushes int        // writes to the client so far
+	after   *fastAfter // nil: the rules do nothing with the response
 }
 
 // flush writes what the answer holds to the client.
 func (r *relay) flush() {
 	if len(r.out) > 0 && !r.failed {
+		r.flushes++
 		if _, err := r.client.Write(r.out); err != nil {
 			r.failed = true
 		}
@@ -713,7 +715,7 @@ func (r *relay) relay(resp *http.Response, buf []byte) bool {
 		slices.Sort(keys)
 		hdr.Add("Trailer", strings.Join(keys, ", "))
 	}
-	w := responseWriter{r: r, hdr: hdr, status: status, contentLength: -1}
+	w := responseWriter{r: r, hdr: hdr, status: status, contentLength: -1, start: len(r.out), flushes: r.flushes}
 	if cl := hdr.Get("Content-Length"); cl != "" {
 		if v, err := strconv.ParseInt(cl, 10, 64); err == nil && v >= 0 {
 			w.contentLength = v
@@ -743,7 +745,11 @@ func (r *relay) relay(resp *http.Response, buf []byte) bool {
 	ok := w.copyBody(resp.Body, buf)
 	if !ok {
 		// ReverseProxy aborts the handler: net/http closes the
-		// connection after what it had written.
+		// connection after what it had written, which is nothing while
+		// the response's buffer held it all (see held).
+		if w.held() {
+			r.out = r.out[:w.start]
+		}
 		r.abandon()
 		resp.Body.Close()
 		r.client.CloseAfter()
@@ -867,6 +873,8 @@ type responseWriter struct {
 	written       int64
 	trailers      []string // declared
 	flushEach     bool     // ReverseProxy flushes after each write
+	start         int      // where the response begins in r.out
+	flushes       int      // r.flushes when it began
 	wroteHeader   bool
 	chunking      bool
 	aborted       bool
@@ -881,7 +889,7 @@ func (w *responseWriter) copyBody(body io.Reader, buf []byte) bool {
 		if w.r.isHEAD || body == http.NoBody {
 			return true
 		}
-		if held == 0 && len(w.r.out) > 0 && !w.bodyAtHand(body) {
+		if held == 0 && len(w.r.out) > 0 && !w.bodyAtHand(body) && !w.held() {
 			w.r.flush()
 		}
 		nr, rerr := body.Read(buf[held:])
@@ -905,6 +913,22 @@ func (w *responseWriter) copyBody(body io.Reader, buf []byte) bool {
 			w.r.flush()
 		}
 	}
+}
+
+// handlerBuffer is what net/http's server holds of a handler's response
+// before it writes the head (bufferBeforeChunkingSize).
+const handlerBuffer = 2048
+
+// held reports whether net/http's server would still hold all of the
+// response in its buffer: ReverseProxy does not flush a response of known
+// length, so nothing of it reaches the client until more than
+// handlerBuffer bytes of its body have been written (however the writes
+// were cut), and a response that breaks off before that reaches the client
+// not at all. The fast forward then holds it too; beyond, the slow path's
+// client gets what its buffers let through, which depends on how the
+// origin's bytes came, and the fast forward writes as it reads.
+func (w *responseWriter) held() bool {
+	return !w.flushEach && w.r.flushes == w.flushes && w.written <= handlerBuffer
 }
 
 // bodyAtHand reports whether the next read of body can likely be served

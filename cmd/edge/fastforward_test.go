@@ -382,6 +382,14 @@ func TestFastForwardDifferential(t *testing.T) {
 		}, true},
 		seq{"ipv6 host", []string{get("[::1]:80", "/r/cl")}, true},
 	)
+	// The responses that end their connection, each on its own (in the
+	// sequences above only the first of them is reached), after two that
+	// put the client's connection on the fast path and leave an origin
+	// connection in each path's pool, so that both retry alike.
+	for _, n := range []string{"short", "hang", "eof-body", "close", "http10", "malformed", "garbage", "idleclose"} {
+		seqs = append(seqs, seq{"ends its connection " + n, []string{get("plain.example.com", "/r/cl"),
+			get("plain.example.com", "/r/cl"), get("plain.example.com", "/r/"+n), get("plain.example.com", "/r/cl")}, true})
+	}
 	prime := []string{get("plain.example.com", "/r/cl"), get("limited.example.com", "/r/cl")}
 	for _, hc := range hostile.Corpus() {
 		seqs = append(seqs, seq{"hostile " + hc.Class + "/" + hc.Name,

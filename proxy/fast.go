@@ -40,7 +40,7 @@ import (
 // decision, with sync exact a refusal by the blocked-key cache, which
 // under a flood is almost every request; a decision that would need Redis
 // it declines, and ServeHTTP makes it, with its failure modes. Allowed
-// requests are not forwarded here in Redis modes.
+// requests it forwards in batched and share modes (fastOriginFor).
 //
 // Answer declines, besides anything the screen or route would answer
 // itself: when fastpath is false; methods other than GET, HEAD, POST, PUT, DELETE, PATCH and

@@ -59,9 +59,11 @@ import (
 // client gone), as ServeHTTP's deferred endAfter does it (forwardHeld).
 //
 // It applies only where that is all the slow path does (fastOriginFor):
-// an http origin without path or query, edge's own transport, this node's
-// own counters (with Redis a charge or a slot is a round trip, and its
-// failures are ServeHTTP's), no rule that holds a queue turn and no
+// an http origin without path or query, edge's own transport, decisions
+// made on this node (with Redis: a domain without rules, or sync batched or
+// share without rules that charge after the response or hold slots; in
+// exact mode a decision, and in any mode a charge or a slot, is a round
+// trip, and its failures are ServeHTTP's), no rule that holds a queue turn and no
 // shedding (ServeHTTP waits for the turn, or for admission, between limit
 // and the forward); to GET, HEAD, POST, PUT, DELETE, PATCH and OPTIONS,
 // with or without a body. A body (fastbody.go) is read as body.go
@@ -209,7 +211,13 @@ type fastOrigin struct {
 // fastOriginFor returns d's origin for the fast forward, or nil where the
 // fast forward does not apply (see above).
 func (p *Proxy) fastOriginFor(d *domain, origin *url.URL, obs *upstreamObservers, log *errorLog) *fastOrigin {
-	if !p.ownTransport || d.queue != nil || d.shed != nil || p.cluster != nil {
+	if !p.ownTransport || d.queue != nil || d.shed != nil {
+		return nil
+	}
+	if p.cluster != nil && d.store != nil && (p.cluster.Config().Sync == rules.SyncExact || d.countsAfter || d.slots) {
+		// With Redis in exact mode every decision, and in any mode a
+		// charge after the response or a slot, is a round trip, and its
+		// failures are ServeHTTP's.
 		return nil
 	}
 	if origin.Scheme != "http" || origin.User != nil || origin.Opaque != "" || origin.RawQuery != "" ||

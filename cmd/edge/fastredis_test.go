@@ -113,6 +113,17 @@ func TestFastPathDifferentialRedis(t *testing.T) {
 				if tc.fast && fast.answered.Load() == 0 {
 					t.Errorf("the fast path answered nothing")
 				}
+				if tc.name == "flood, one at a time" {
+					// The first request goes to net/http (timeouts.read is
+					// set). In exact mode the second, allowed, needs Redis,
+					// and the third is the refusal that fills the cache: the
+					// fast path refuses the other five. Deciding on the
+					// node, it forwards the second and refuses six.
+					want := map[string]int64{"exact": 5, "batched": 7, "share": 7}[sync]
+					if got := fast.answered.Load(); got != want {
+						t.Errorf("the fast path answered %d requests, want %d", got, want)
+					}
+				}
 				if slow.answered.Load() != 0 {
 					t.Errorf("fastpath false: %d requests answered by the fast path", slow.answered.Load())
 				}

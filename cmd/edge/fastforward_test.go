@@ -459,6 +459,9 @@ func startConfig(t testing.TB, cfg string, fast bool) *diffServer {
 			}
 			return a
 		}}))
+	if _, bench := t.(*testing.B); bench {
+		logger = slog.New(slog.DiscardHandler) // as edge runs: no debug lines
+	}
 	p, err := proxy.New(proxy.Options{Table: table, Registerer: ds.reg, Now: func() time.Time { return now },
 		Logger: logger})
 	if err != nil {

@@ -299,14 +299,7 @@ func finishBody(h *Head, out []byte, at int) []byte {
 		return out
 	}
 	_ = h.Body.Close()
-	keep, announce := h.Body.Reuse()
-	if !keep {
-		h.Client.CloseAfter()
-	}
-	if announce {
-		out = announceClose(out, at)
-	}
-	return out
+	return refusedBody(h, out, at)
 }
 
 // refusedBody does what net/http's server does with the body of a request

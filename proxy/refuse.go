@@ -129,9 +129,12 @@ var (
 // acceptsJSON reports whether an Accept field names a JSON media type
 // (application/json or a +json suffix) without refusing it with q=0.
 func acceptsJSON(accept string) bool {
-	if !containsJSON(accept) {
-		return false // the common case, without splitting
-	}
+	return containsJSON(accept) && acceptsJSONType(accept) // most fields name no json: no parse
+}
+
+// acceptsJSONType reads an Accept field for a JSON media type not refused
+// with q=0.
+func acceptsJSONType(accept string) bool {
 	for part := range strings.SplitSeq(accept, ",") {
 		mt, params, _ := strings.Cut(strings.TrimSpace(part), ";")
 		mt = strings.ToLower(strings.TrimSpace(mt))

@@ -140,14 +140,26 @@ func screenTarget(r *http.Request) string {
 
 // screenPath returns why a decoded path is refused, or "".
 func screenPath(p string) string {
+	if reason := pathControl(p); reason != "" {
+		return reason
+	}
+	if strings.IndexByte(p, '.') < 0 {
+		return "" // no dot, no dot segment: most paths, without splitting
+	}
+	return pathDotSegment(p)
+}
+
+// pathControl and pathDotSegment are screenPath's two checks.
+func pathControl(p string) string {
 	for i := 0; i < len(p); i++ {
 		if c := p[i]; c < ' ' || c == 0x7f {
 			return "control character in path"
 		}
 	}
-	if strings.IndexByte(p, '.') < 0 {
-		return "" // no dot, no dot segment: most paths, without splitting
-	}
+	return ""
+}
+
+func pathDotSegment(p string) string {
 	for seg := range strings.SplitSeq(p, "/") {
 		name, _, _ := strings.Cut(seg, ";")
 		if name == "." || name == ".." {

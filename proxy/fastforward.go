@@ -628,25 +628,68 @@ var (
 	excluded304    = map[string]bool{"Content-Type": true, "Content-Length": true, "Transfer-Encoding": true}
 )
 
-// appendHeader appends h's fields as net/http writes them: sorted by name,
-// less exclude's.
+// first is h.Get(key) for a key in canonical form, without canonicalising
+// it again.
+func first(h http.Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// mediaType is the media type mime.ParseMediaType finds in a Content-Type
+// value, lower-cased, or "" where it finds none.
+func mediaType(v string) string {
+	mt, _, _ := mime.ParseMediaType(v)
+	return mt
+}
+
+// containsFold reports whether s contains sub (lower-case ASCII) in any
+// case: mime.ParseMediaType, a parse and an allocation, is then asked only
+// about a value that may name it.
+func containsFold(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if rules.EqualFoldLower(s[i:i+len(sub)], sub) {
+			return true
+		}
+	}
+	return false
+}
+
+// appendHeader appends h's fields as net/http's Header.WriteSubset writes
+// them: sorted by name, less exclude's and those whose name is not a token,
+// each value with CR and LF made spaces and surrounding whitespace trimmed.
+// It writes them itself, without WriteSubset's pooled sorter and the
+// Replacer it runs over every value.
 func appendHeader(b []byte, h http.Header, exclude map[string]bool) []byte {
-	w := byteAppender{b}
-	_ = h.WriteSubset(&w, exclude)
-	return w.b
+	var buf [16]string
+	keys := buf[:0]
+	for k := range h {
+		if !exclude[k] {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if !rules.IsToken(k) { // httpguts.ValidHeaderFieldName
+			continue
+		}
+		for _, v := range h[k] {
+			if strings.ContainsAny(v, "\r\n") {
+				v = headerNewlineToSpace.Replace(v)
+			}
+			v = textproto.TrimString(v)
+			b = append(b, k...)
+			b = append(b, ": "...)
+			b = append(b, v...)
+			b = append(b, "\r\n"...)
+		}
+	}
+	return b
 }
 
-type byteAppender struct{ b []byte }
-
-func (a *byteAppender) Write(p []byte) (int, error) {
-	a.b = append(a.b, p...)
-	return len(p), nil
-}
-
-func (a *byteAppender) WriteString(s string) (int, error) {
-	a.b = append(a.b, s...)
-	return len(s), nil
-}
+// headerNewlineToSpace is net/http's own, for appendHeader.
+var headerNewlineToSpace = strings.NewReplacer("\n", " ", "\r", " ")
 
 // appendStatusLine appends the status line net/http's server writes.
 func appendStatusLine(b []byte, code int) []byte {
@@ -724,11 +767,11 @@ func (r *relay) relay(resp *http.Response, buf []byte) bool {
 		hdr.Add("Trailer", strings.Join(keys, ", "))
 	}
 	w := responseWriter{r: r, hdr: hdr, status: status, contentLength: -1, start: len(r.out), flushes: r.flushes}
-	if cl := hdr.Get("Content-Length"); cl != "" {
+	if cl := first(hdr, "Content-Length"); cl != "" {
 		if v, err := strconv.ParseInt(cl, 10, 64); err == nil && v >= 0 {
 			w.contentLength = v
 		} else {
-			hdr.Del("Content-Length")
+			delete(hdr, "Content-Length")
 		}
 	}
 	for _, v := range hdr["Trailer"] {
@@ -740,7 +783,7 @@ func (r *relay) relay(resp *http.Response, buf []byte) bool {
 		})
 	}
 	w.flushEach = resp.ContentLength == -1
-	if ct, _, _ := mime.ParseMediaType(hdr.Get("Content-Type")); ct == "text/event-stream" {
+	if ct := first(hdr, "Content-Type"); containsFold(ct, "event-stream") && mediaType(ct) == "text/event-stream" {
 		w.flushEach = true
 	}
 
@@ -838,7 +881,13 @@ var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy
 func removeHopByHop(h http.Header) {
 	for _, f := range h["Connection"] {
 		for sf := range strings.SplitSeq(f, ",") {
-			if sf = textproto.TrimString(sf); sf != "" {
+			switch sf = textproto.TrimString(sf); {
+			case sf == "":
+			case rules.EqualFoldLower(sf, "keep-alive"):
+				delete(h, "Keep-Alive") // Del, without making the canonical name anew
+			case rules.EqualFoldLower(sf, "close"):
+				delete(h, "Close")
+			default:
 				h.Del(sf)
 			}
 		}
@@ -948,7 +997,7 @@ func (w *responseWriter) bodyAtHand(io.Reader) bool {
 
 func (w *responseWriter) needsSniff() bool {
 	_, haveType := w.hdr["Content-Type"]
-	return bodyAllowed(w.status) && !haveType && w.hdr.Get("Content-Encoding") == ""
+	return bodyAllowed(w.status) && !haveType && first(w.hdr, "Content-Encoding") == ""
 }
 
 // write is the handler's Write of p.

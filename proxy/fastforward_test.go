@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -281,5 +282,38 @@ func TestFastForwardGoneEndless(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the forward to a gone client did not end")
+	}
+}
+
+// TestAppendHeaderAsWriteSubset checks the fast forward's own writing of
+// a header against net/http's Header.WriteSubset.
+func TestAppendHeaderAsWriteSubset(t *testing.T) {
+	tests := []struct {
+		name    string
+		h       http.Header
+		exclude map[string]bool
+	}{
+		{"empty", http.Header{}, nil},
+		{"sorted", http.Header{"Content-Type": {"text/plain"}, "A": {"1"}, "Z-Last": {"z"}, "Date": {"x"}}, nil},
+		{"several values", http.Header{"Set-Cookie": {"a=1", "b=2", ""}, "Vary": {"Accept"}}, nil},
+		{"newlines and spaces", http.Header{"X": {" a\r\nb \t", "\n", "c\rd"}}, nil},
+		{"invalid names", http.Header{"Bad Name": {"x"}, "": {"y"}, "Ünicode": {"z"}, "Ok": {"v"}}, nil},
+		{"excluded", http.Header{"Content-Length": {"3"}, "Transfer-Encoding": {"chunked"}, "X": {"1"}}, excludedNoBody},
+		{"many", func() http.Header {
+			h := http.Header{}
+			for i := range 40 {
+				h.Add(fmt.Sprintf("X-%02d", 39-i), fmt.Sprint(i))
+			}
+			return h
+		}(), nil},
+	}
+	for _, tt := range tests {
+		var want bytes.Buffer
+		if err := tt.h.WriteSubset(&want, tt.exclude); err != nil {
+			t.Fatal(err)
+		}
+		if got := appendHeader([]byte("prefix"), tt.h, tt.exclude); string(got) != "prefix"+want.String() {
+			t.Errorf("%s: appendHeader wrote\n%q\nWriteSubset\n%q", tt.name, got, want.String())
+		}
 	}
 }

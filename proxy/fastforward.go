@@ -624,8 +624,8 @@ func (r *relay) readResponse(oc *originConn, req *http.Request) (*http.Response,
 }
 
 var (
-	excludedNoBody = map[string]bool{"Content-Length": true, "Transfer-Encoding": true}
-	excluded304    = map[string]bool{"Content-Type": true, "Content-Length": true, "Transfer-Encoding": true}
+	excludedNoBody = fieldSet{"Content-Length", "Transfer-Encoding"}
+	excluded304    = fieldSet{"Content-Type", "Content-Length", "Transfer-Encoding"}
 )
 
 // first is h.Get(key) for a key in canonical form, without canonicalising
@@ -661,11 +661,11 @@ func containsFold(s, sub string) bool {
 // each value with CR and LF made spaces and surrounding whitespace trimmed.
 // It writes them itself, without WriteSubset's pooled sorter and the
 // Replacer it runs over every value.
-func appendHeader(b []byte, h http.Header, exclude map[string]bool) []byte {
+func appendHeader(b []byte, h http.Header, exclude fieldSet) []byte {
 	var buf [16]string
 	keys := buf[:0]
 	for k := range h {
-		if !exclude[k] {
+		if !exclude.has(k) {
 			keys = append(keys, k)
 		}
 	}
@@ -675,7 +675,7 @@ func appendHeader(b []byte, h http.Header, exclude map[string]bool) []byte {
 			continue
 		}
 		for _, v := range h[k] {
-			if strings.ContainsAny(v, "\r\n") {
+			if strings.IndexByte(v, '\n') >= 0 || strings.IndexByte(v, '\r') >= 0 {
 				v = headerNewlineToSpace.Replace(v)
 			}
 			v = textproto.TrimString(v)
@@ -686,6 +686,19 @@ func appendHeader(b []byte, h http.Header, exclude map[string]bool) []byte {
 		}
 	}
 	return b
+}
+
+// fieldSet is a few canonical field names: a search of two or three
+// strings costs less than a map's hash.
+type fieldSet []string
+
+func (s fieldSet) has(k string) bool {
+	for _, f := range s {
+		if f == k {
+			return true
+		}
+	}
+	return false
 }
 
 // headerNewlineToSpace is net/http's own, for appendHeader.
@@ -872,12 +885,8 @@ func upgradeOf(h http.Header) string {
 	return h.Get("Upgrade")
 }
 
-// hopHeaders are ReverseProxy's hop-by-hop fields.
-var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
-	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
-
-// removeHopByHop removes the fields Connection names and hopHeaders, as
-// ReverseProxy does.
+// removeHopByHop removes the fields Connection names and the hop-by-hop
+// fields (hopHeader), as ReverseProxy does.
 func removeHopByHop(h http.Header) {
 	for _, f := range h["Connection"] {
 		for sf := range strings.SplitSeq(f, ",") {
@@ -892,9 +901,21 @@ func removeHopByHop(h http.Header) {
 			}
 		}
 	}
-	for _, f := range hopHeaders {
-		delete(h, f) // Del, without canonicalising names that are canonical
+	for k := range h { // a few fields: fewer steps than a delete per hop-by-hop name
+		if hopHeader(k) {
+			delete(h, k)
+		}
 	}
+}
+
+// hopHeader reports whether k is one of ReverseProxy's hop-by-hop fields.
+func hopHeader(k string) bool {
+	switch k {
+	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+		"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade":
+		return true
+	}
+	return false
 }
 
 // forEachElement calls fn for each comma-separated element of v, as
@@ -1040,7 +1061,7 @@ func (w *responseWriter) writeHeader(p []byte, done bool) {
 		setLength = strconv.AppendInt(nil, int64(len(p)), 10)
 	}
 	hasCL := w.contentLength != -1
-	exclude := map[string]bool(nil)
+	var exclude fieldSet
 	var contentType string
 	if bodyAllowed(w.status) {
 		if w.needsSniff() && len(p) > 0 {

@@ -4,7 +4,13 @@
 # and in syscalls (strace -c), on bounded runs that do not depend on how
 # busy the machine is.
 #
-#   bash bench/instructions.sh      # N1=2000 N2=12000 requests, 4 connections
+#   bash bench/instructions.sh            # N1=2000 N2=12000 requests, 4 connections
+#   FORWARD=1 bash bench/instructions.sh  # the same for forwarded requests
+#
+# With FORWARD=1 the rule never refuses (nginx's limit_req at 1,000,000 r/s
+# with a burst as large, as bench/proxy.sh's nginx-allow; edge's
+# bench/edge/allow.yaml), and every request is forwarded to the
+# nginx origin: the counts are what one forward costs each server.
 #
 # Each server runs under callgrind; after 40 warm-up requests (past the
 # requests its limit allows) its counts are zeroed, N requests are sent,
@@ -44,14 +50,14 @@ http {
     server_tokens off;
     keepalive_requests 10000000;
     keepalive_timeout 120s;
-    limit_req_zone $binary_remote_addr zone=block:10m rate=1r/s;
+    limit_req_zone $binary_remote_addr zone=block:10m rate=RATE;
     limit_req_status 429;
     limit_req_log_level info;
     upstream origin { server 127.0.0.1:38080; keepalive 256; }
     server {
         listen 127.0.0.1:38083 backlog=4096;
         location / {
-            limit_req zone=block;
+            limit_req zone=block BURST;
             proxy_pass http://origin;
             proxy_http_version 1.1;
             proxy_set_header Connection "";
@@ -61,8 +67,15 @@ http {
     }
 }
 CONF
-sed -e 's/28089/38089/; s/29089/39089/; s/28080/38080/' "$here/edge/block.yaml" >"$tmp/fast.yaml"
-sed -e 's/28089/38093/; s/29089/39093/; s/28080/38080/' "$here/edge/block.yaml" >"$tmp/nofast.yaml"
+rate=1r/s burst= edgeconf=block.yaml what=refused from=28089 fromadmin=29089
+if [[ ${FORWARD:-0} == 1 ]]; then
+	# bench/proxy.sh's nginx-allow: without a burst nginx refuses a second
+	# request in the same millisecond even at this rate.
+	rate=1000000r/s burst="burst=1000000 nodelay" edgeconf=allow.yaml what=forwarded from=28088 fromadmin=29088
+fi
+sed -i "s#RATE#$rate#; s# BURST#${burst:+ $burst}#" "$tmp/nginx-block.conf"
+sed -e "s/$from/38089/; s/$fromadmin/39089/; s/28080/38080/" "$here/edge/$edgeconf" >"$tmp/fast.yaml"
+sed -e "s/$from/38093/; s/$fromadmin/39093/; s/28080/38080/" "$here/edge/$edgeconf" >"$tmp/nofast.yaml"
 echo "fastpath: false" >>"$tmp/nofast.yaml"
 mkdir -p "$tmp/origin/logs" "$tmp/nginx/logs"
 nginx -p "$tmp/origin/" -e "$tmp/origin/logs/error.log" -c "$tmp/origin.conf" -g "daemon off; pid $tmp/origin/nginx.pid;" &
@@ -77,7 +90,7 @@ server() {
 	edge-nofast) port=38093 cmd=("$tmp/edge" -config "$tmp/nofast.yaml") ;;
 	esac
 }
-echo "instructions per refused request (callgrind Ir, user space):"
+echo "instructions per $what request (callgrind Ir, user space):"
 for s in nginx edge-fast edge-nofast; do
 	declare -A ir=()
 	for n in $N1 $N2; do
@@ -98,7 +111,7 @@ for s in nginx edge-fast edge-nofast; do
 	done
 	echo "  $s: $(((ir[$N2] - ir[$N1]) / (N2 - N1))) instructions per request"
 done
-echo "syscalls per refused request (strace -c -f, $N2 requests):"
+echo "syscalls per $what request (strace -c -f, $N2 requests):"
 for s in nginx edge-fast edge-nofast; do
 	server "$s"
 	GOMAXPROCS=1 "${cmd[@]}" >/dev/null 2>&1 &

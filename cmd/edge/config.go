@@ -80,6 +80,9 @@ func parseConfig(data []byte) (*rules.Table, error) {
 	cfg.Given = givenPaths(v.AllSettings())
 	table, err := rules.Compile(cfg)
 	if err == nil && len(errs) == 0 {
+		if v := os.Getenv("EDGE_CHECK_TOKEN"); v != "" && table.Check != nil {
+			table.Check.Token = v // as EDGE_ADMIN_TOKEN: the secret need not be in the file
+		}
 		return table, nil
 	}
 	if err != nil {

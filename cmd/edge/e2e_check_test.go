@@ -145,3 +145,42 @@ func TestWarnIfCheckExposed(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckTokenFromEnvironment: EDGE_CHECK_TOKEN sets the check
+// listener's token, over the file's, at every load (start and reload read
+// the configuration through parseConfig), and the check listener then
+// takes that token only; without a check section it changes nothing.
+func TestCheckTokenFromEnvironment(t *testing.T) {
+	const base = "check: {listen: \"127.0.0.1:0\"TOKEN}\ndomains:\n  - hosts: [api.example.com]\n    serve: check\n    rules: [{name: per-ip, limit: 2, period: 1m}]\n"
+	for _, tt := range []struct {
+		name, env, file, want string
+	}{
+		{"environment alone", "from-env", "", "from-env"},
+		{"environment over the file", "from-env", "from-file", "from-env"},
+		{"file alone", "", "from-file", "from-file"},
+		{"neither", "", "", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("EDGE_CHECK_TOKEN", tt.env)
+			token := ""
+			if tt.file != "" {
+				token = ", token: " + tt.file
+			}
+			table, err := parseConfig([]byte(strings.Replace(base, "TOKEN", token, 1)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if table.Check.Token != tt.want {
+				t.Errorf("check token %q, want %q", table.Check.Token, tt.want)
+			}
+		})
+	}
+	t.Setenv("EDGE_CHECK_TOKEN", "from-env")
+	table, err := parseConfig([]byte("origin: http://127.0.0.1:9\ndomains: [{hosts: [a.example], rules: [{name: r, limit: 1, period: 1m}]}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if table.Check != nil {
+		t.Errorf("no check section, yet a check listener: %+v", table.Check)
+	}
+}

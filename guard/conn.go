@@ -93,32 +93,43 @@ func (c *guardConn) Read(p []byte) (int, error) {
 			c.mu.Unlock()
 			return 0, rerr
 		}
-		// The framer needs more input. Body bytes, and bytes after the
-		// framing is no longer followed, are read straight into p.
-		if limit := c.f.direct(); limit > 0 {
-			c.mu.Unlock()
-			n, err := c.Conn.Read(p[:min(int64(len(p)), limit)])
-			c.mu.Lock()
-			c.f.readDirect(n)
+		n, done, err := c.fill(p, c.owned)
+		if done {
 			c.mu.Unlock()
 			return n, err
 		}
-		if c.owned {
-			if err := c.armRead(); err != nil {
-				c.mu.Unlock()
-				return 0, err
-			}
-		}
-		// Only this goroutine touches the buffer past f.hi (net/http
-		// never reads a connection from two goroutines at once), so the
-		// read can fill it without the lock.
-		dst := c.f.space(4096)
-		c.mu.Unlock()
-		n, err := c.Conn.Read(dst)
-		c.mu.Lock()
-		c.f.hi += n
 		rerr = err
 	}
+}
+
+// fill reads more of the stream when the framer needs more input, with
+// c.mu held (let go while the read blocks). Body bytes, and bytes after
+// the framing is no longer followed, are read straight into p: done, and
+// n and err are the caller's to return. Anything else is read into the
+// framer's buffer, arming the fast path's read deadline first if arm, and
+// err is the caller's to keep until the framer has stepped over what came.
+func (c *guardConn) fill(p []byte, arm bool) (n int, done bool, err error) {
+	if limit := c.f.direct(); limit > 0 {
+		c.mu.Unlock()
+		n, err := c.Conn.Read(p[:min(int64(len(p)), limit)])
+		c.mu.Lock()
+		c.f.readDirect(n)
+		return n, true, err
+	}
+	if arm {
+		if err := c.armRead(); err != nil {
+			return 0, true, err
+		}
+	}
+	// Only this goroutine touches the buffer past f.hi (net/http never
+	// reads a connection from two goroutines at once), so the read can
+	// fill it without the lock.
+	dst := c.f.space(4096)
+	c.mu.Unlock()
+	n, err = c.Conn.Read(dst)
+	c.mu.Lock()
+	c.f.hi += n
+	return 0, false, err
 }
 
 // readBody reads the raw bytes of a request body that the fast path took
@@ -148,19 +159,11 @@ func (c *guardConn) readBody(p []byte) (int, error) {
 			c.mu.Unlock()
 			return 0, rerr
 		}
-		if limit := c.f.direct(); limit > 0 {
-			c.mu.Unlock()
-			n, err := c.Conn.Read(p[:min(int64(len(p)), limit)])
-			c.mu.Lock()
-			c.f.readDirect(n)
+		n, done, err := c.fill(p, false)
+		if done {
 			c.mu.Unlock()
 			return n, err
 		}
-		dst := c.f.space(4096)
-		c.mu.Unlock()
-		n, err := c.Conn.Read(dst)
-		c.mu.Lock()
-		c.f.hi += n
 		rerr = err
 	}
 }

@@ -191,19 +191,29 @@ func (p *Proxy) deleteKey(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// queryInt reads the query parameter name, an integer from 1 to most (def
+// when left out), or answers 400 and reports false.
+func queryInt(w http.ResponseWriter, r *http.Request, name string, def, most int) (int, bool) {
+	q := r.URL.Query().Get(name)
+	if q == "" {
+		return def, true
+	}
+	v, err := strconv.Atoi(q)
+	if err != nil || v < 1 || v > most {
+		writeJSON(w, http.StatusBadRequest, apiError{fmt.Sprintf("%s must be an integer from 1 to %d, got %q", name, most, q)})
+		return 0, false
+	}
+	return v, true
+}
+
 func (p *Proxy) getTop(w http.ResponseWriter, r *http.Request) {
 	st, d, rs, ok := p.lookupRule(w, r)
 	if !ok {
 		return
 	}
-	n := 20
-	if q := r.URL.Query().Get("n"); q != "" {
-		v, err := strconv.Atoi(q)
-		if err != nil || v < 1 || v > topSize {
-			writeJSON(w, http.StatusBadRequest, apiError{fmt.Sprintf("n must be an integer from 1 to %d, got %q", topSize, q)})
-			return
-		}
-		n = v
+	n, ok := queryInt(w, r, "n", 20, topSize)
+	if !ok {
+		return
 	}
 	now := p.now()
 	ctx, cancel := context.WithTimeout(r.Context(), time.Second)

@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -258,10 +257,12 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 	refund(d, vs, tally, now)
 	endTally(d, tally, dec.fellBack)
 	p.countBlock(ctx, d, vs, dec.blocker, src.Client.Addr())
+	at := len(out)
+	out = s.appendBlocked(out, d, vs, dec.blocker, acceptsJSON(accept), h.Now)
 	if h.Body != nil {
-		return refusedBody(h, s.appendBlocked(out, d, vs, dec.blocker, acceptsJSON(accept), h.Now), len(out)), true
+		out = refusedBody(h, out, at)
 	}
-	return s.appendBlocked(out, d, vs, dec.blocker, acceptsJSON(accept), h.Now), true
+	return out, true
 }
 
 // forwardable reports whether h can be forwarded here as it is: its target
@@ -399,12 +400,19 @@ func (s *fastScratch) appendCostRefusal(b []byte, rs *ruleState, problem costPro
 	} else {
 		b = append(b, contentTypeText[0]...)
 	}
-	b = append(b, "\r\nX-Content-Type-Options: nosniff\r\nDate: "...)
+	b = append(b, "\r\nX-Content-Type-Options: nosniff\r\n"...)
+	return appendEnd(b, now, s.body)
+}
+
+// appendEnd ends a response the fast path makes: Date, Content-Length and
+// the end of the head, then body.
+func appendEnd(b []byte, now time.Time, body []byte) []byte {
+	b = append(b, "Date: "...)
 	b = appendDate(b, now)
 	b = append(b, "\r\nContent-Length: "...)
-	b = strconv.AppendInt(b, int64(len(s.body)), 10)
+	b = strconv.AppendInt(b, int64(len(body)), 10)
 	b = append(b, "\r\n\r\n"...)
-	return append(b, s.body...)
+	return append(b, body...)
 }
 
 // refundAll gives back what every verdict counted, for a request the fast
@@ -455,12 +463,7 @@ func (s *fastScratch) appendBlocked(b []byte, d *domain, vs []verdict, blocker i
 		xv := vs[x]
 		b = headers.AppendXRateLimit(b, d.rules[xv.rule].Capacity(), xv.Remaining, xv.Reset)
 	}
-	b = append(b, "Date: "...)
-	b = appendDate(b, now)
-	b = append(b, "\r\nContent-Length: "...)
-	b = strconv.AppendInt(b, int64(len(s.body)), 10)
-	b = append(b, "\r\n\r\n"...)
-	return append(b, s.body...)
+	return appendEnd(b, now, s.body)
 }
 
 // Kinds of block response body, indexes of ruleState.blockHeads.
@@ -481,10 +484,7 @@ func blockHeads(r *rules.Rule) [2]string {
 			text, json = br.ContentType, br.ContentType
 		}
 	}
-	line := fmt.Sprintf("HTTP/1.1 %03d %s\r\nCache-Control: no-store\r\nContent-Type: ", status, http.StatusText(status))
-	if http.StatusText(status) == "" {
-		line = fmt.Sprintf("HTTP/1.1 %03d status code %d\r\nCache-Control: no-store\r\nContent-Type: ", status, status)
-	}
+	line := string(appendStatusLine(nil, status)) + "Cache-Control: no-store\r\nContent-Type: "
 	return [2]string{line + text + "\r\n", line + json + "\r\n"}
 }
 

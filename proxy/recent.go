@@ -2,11 +2,9 @@ package proxy
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"net/http"
 	"runtime"
-	"strconv"
 	"sync"
 	"time"
 
@@ -369,14 +367,9 @@ func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
 // getStatus serves GET /v1/status?seconds=120 (1 to 300; 300 when left
 // out).
 func (p *Proxy) getStatus(w http.ResponseWriter, r *http.Request) {
-	seconds := recentSeconds
-	if q := r.URL.Query().Get("seconds"); q != "" {
-		v, err := strconv.Atoi(q)
-		if err != nil || v < 1 || v > recentSeconds {
-			writeJSON(w, http.StatusBadRequest, apiError{fmt.Sprintf("seconds must be an integer from 1 to %d, got %q", recentSeconds, q)})
-			return
-		}
-		seconds = v
+	seconds, ok := queryInt(w, r, "seconds", recentSeconds, recentSeconds)
+	if !ok {
+		return
 	}
 	v := statusView{
 		Version: p.version, GoVersion: runtime.Version(),

@@ -129,7 +129,7 @@ var (
 // acceptsJSON reports whether an Accept field names a JSON media type
 // (application/json or a +json suffix) without refusing it with q=0.
 func acceptsJSON(accept string) bool {
-	return containsJSON(accept) && acceptsJSONType(accept) // most fields name no json: no parse
+	return containsFold(accept, "json") && acceptsJSONType(accept) // most fields name no json: no parse
 }
 
 // acceptsJSONType reads an Accept field for a JSON media type not refused
@@ -172,14 +172,4 @@ func writeText(w http.ResponseWriter, status int, body string) {
 	h["X-Content-Type-Options"] = []string{"nosniff"}
 	w.WriteHeader(status)
 	_, _ = w.Write([]byte(body))
-}
-
-// containsJSON reports whether s contains "json" in any case.
-func containsJSON(s string) bool {
-	for i := 0; i+4 <= len(s); i++ {
-		if s[i]|0x20 == 'j' && s[i+1]|0x20 == 's' && s[i+2]|0x20 == 'o' && s[i+3]|0x20 == 'n' {
-			return true
-		}
-	}
-	return false
 }

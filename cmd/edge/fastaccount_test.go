@@ -186,15 +186,7 @@ func TestFastForwardAccounting(t *testing.T) {
 				}
 				metrics[i] = unseeded.ReplaceAllString(metricsText(t, ds.reg), "")
 			}
-			if got[0] != got[1] {
-				t.Errorf("client received, fast path:\n%s\nslow path:\n%s", got[0], got[1])
-			}
-			if want[0] != want[1] {
-				t.Errorf("origin received, fast path:\n%s\nslow path:\n%s", want[0], want[1])
-			}
-			if metrics[0] != metrics[1] {
-				t.Errorf("metrics differ:\nfast path\n%s\nslow path\n%s", metrics[0], metrics[1])
-			}
+			sidesAgree(t, got, want, metrics)
 			if refused := int64(strings.Count(got[1], " 429 Too Many Requests\r\n")); answered <= refused {
 				t.Errorf("the fast path answered %d requests, %d of them refusals: it forwarded none", answered, refused)
 			}
@@ -332,15 +324,7 @@ func TestFastForwardSlots(t *testing.T) {
 			answered = ds.answered.Load()
 		}
 	}
-	if got[0] != got[1] {
-		t.Errorf("clients received, fast path:\n%s\nslow path:\n%s", got[0], got[1])
-	}
-	if origins[0] != origins[1] {
-		t.Errorf("origin received, fast path:\n%s\nslow path:\n%s", origins[0], origins[1])
-	}
-	if metrics[0] != metrics[1] {
-		t.Errorf("metrics differ:\nfast path\n%s\nslow path\n%s", metrics[0], metrics[1])
-	}
+	sidesAgree(t, got, origins, metrics)
 	if refused := int64(strings.Count(got[1], " 429 Too Many Requests\r\n")); refused != 2 || answered <= refused {
 		t.Errorf("%d refused (want 2), %d answered by the fast path: it must forward too", refused, answered)
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 
@@ -202,19 +201,7 @@ func runBodySeqs(t *testing.T, cfg string, seqs []bodySeq) {
 				}
 				metrics[i] = metricsText(t, ds.reg)
 			}
-			if got[0] != got[1] {
-				t.Errorf("client received, fast path:\n%s\nslow path:\n%s", got[0], got[1])
-				if dir := os.Getenv("FFWD_DUMP"); dir != "" {
-					os.WriteFile(dir+"/fast", []byte(got[0]), 0o644)
-					os.WriteFile(dir+"/slow", []byte(got[1]), 0o644)
-				}
-			}
-			if want[0] != want[1] {
-				t.Errorf("origin received, fast path:\n%s\nslow path:\n%s", want[0], want[1])
-			}
-			if metrics[0] != metrics[1] {
-				t.Errorf("metrics differ:\nfast path\n%s\nslow path\n%s", metrics[0], metrics[1])
-			}
+			sidesAgree(t, got, want, metrics)
 			if answered == 0 && !strings.HasPrefix(sq.name, "hostile") || answered < sq.answered {
 				t.Errorf("the fast path answered %d requests, want at least %d", answered, max(sq.answered, 1))
 			}

@@ -419,24 +419,33 @@ func TestFastForwardDifferential(t *testing.T) {
 					}
 					metrics[i] = metricsText(t, ds.reg)
 				}
-				if got[0] != got[1] {
-					t.Errorf("client received, fast path:\n%s\nslow path:\n%s", got[0], got[1])
-					if dir := os.Getenv("FFWD_DUMP"); dir != "" {
-						os.WriteFile(dir+"/fast", []byte(got[0]), 0o644)
-						os.WriteFile(dir+"/slow", []byte(got[1]), 0o644)
-					}
-				}
-				if want[0] != want[1] {
-					t.Errorf("origin received, fast path:\n%s\nslow path:\n%s", want[0], want[1])
-				}
-				if metrics[0] != metrics[1] {
-					t.Errorf("metrics differ:\nfast path\n%s\nslow path\n%s", metrics[0], metrics[1])
-				}
+				sidesAgree(t, got, want, metrics)
 				if strings.HasPrefix(sq.name, "responses") && answered == 0 {
 					t.Errorf("the fast path forwarded nothing")
 				}
 			})
 		}
+	}
+}
+
+// sidesAgree reports where the fast path's side of a comparison differs
+// from the slow path's: what the clients received (written to
+// $FFWD_DUMP/fast and /slow when set), what the origin received, the
+// metrics. Each argument is {fast path, slow path}.
+func sidesAgree(t *testing.T, client, origin, metrics [2]string) {
+	t.Helper()
+	if client[0] != client[1] {
+		t.Errorf("client received, fast path:\n%s\nslow path:\n%s", client[0], client[1])
+		if dir := os.Getenv("FFWD_DUMP"); dir != "" {
+			os.WriteFile(dir+"/fast", []byte(client[0]), 0o644)
+			os.WriteFile(dir+"/slow", []byte(client[1]), 0o644)
+		}
+	}
+	if origin[0] != origin[1] {
+		t.Errorf("origin received, fast path:\n%s\nslow path:\n%s", origin[0], origin[1])
+	}
+	if metrics[0] != metrics[1] {
+		t.Errorf("metrics differ:\nfast path\n%s\nslow path\n%s", metrics[0], metrics[1])
 	}
 }
 

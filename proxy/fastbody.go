@@ -3,7 +3,6 @@ package proxy
 import (
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -236,7 +235,7 @@ func (e errClientBody) Unwrap() error { return e.err }
 // does: a Content-Length body as it is read, a chunked one a chunk per
 // read, then the last chunk and the trailer. buf is the copy buffer
 // (32 KiB, io.Copy's).
-func (fb *fastBody) send(c net.Conn, buf []byte) error {
+func (fb *fastBody) send(c io.Writer, buf []byte) error {
 	if fb.r == nil {
 		return nil
 	}

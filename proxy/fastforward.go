@@ -458,15 +458,24 @@ func (p *Proxy) forwardFast(d *domain, head *Head, method string, trusted bool, 
 			forwardScratches.Put(s)
 		}
 	}()
+	// An origin may not expect a body on GET, HEAD or OPTIONS, and read
+	// it as a request of its own, whose answer could reach the next
+	// client on this connection: it is closed after this answer, and the
+	// origin told so, as the transport tells it for Request.Close.
+	once := fb.r != nil && ignoresBody(method)
+	s.frame = s.frame[:0]
+	if once {
+		s.frame = append(s.frame, "Connection: close\r\n"...)
+	}
 	var ferr error
-	s.frame, ferr = fb.appendFraming(s.frame[:0], method)
+	s.frame, ferr = fb.appendFraming(s.frame, method)
 	s.head = s.appendOriginHead(s.head[:0], h, trusted, s.frame)
 	fo := d.ffwd
 	req := getRequest
 	if method == http.MethodHead {
 		req = headRequest
 	}
-	r := relay{p: p, d: d, h: h, client: h.Client, out: out, isHEAD: method == http.MethodHead, after: after}
+	r := relay{p: p, d: d, h: h, client: h.Client, out: out, isHEAD: method == http.MethodHead, after: after, once: once}
 	start := time.Now()
 	replay := replayable(h, method, &fb)
 	fb.merge(&s.head) // a small body buffered whole goes in the head's write
@@ -488,12 +497,21 @@ func (p *Proxy) forwardFast(d *domain, head *Head, method string, trusted bool, 
 		return finishBody(h, r.fail(fo.log, err), at)
 	}
 	r.br, r.origin = oc.br, oc.conn
-	if r.relay(resp, s.buf[:]) {
+	if r.relay(resp, s.buf[:]) && !r.once && oc.alive() {
+		// Nothing the origin sent outside this answer is left: a byte
+		// more would be read as the next client's response.
 		fo.pool.put(oc, time.Now())
 	} else {
 		oc.conn.Close()
 	}
 	return r.out
+}
+
+// ignoresBody reports whether an origin may ignore a request body sent
+// with method, which has no defined meaning for it (RFC 9110, 9.3.1,
+// 9.3.2, 9.3.7).
+func ignoresBody(method string) bool {
+	return method == http.MethodGet || method == http.MethodHead || method == http.MethodOptions
 }
 
 // forwardHeld forwards h as forwardFast does, for a request whose rules
@@ -526,6 +544,7 @@ type relay struct {
 	br      *bufio.Reader // the origin connection's
 	origin  net.Conn      // closed first when the answer fails
 	isHEAD  bool
+	once    bool       // the origin connection is closed after this answer
 	failed  bool       // a write to the client failed
 	flushes int        // writes to the client so far
 	after   *fastAfter // nil: the rules do nothing with the response
@@ -548,15 +567,17 @@ func (r *relay) flush() {
 // that fails before the origin has sent a byte is dropped and the request
 // sent again where the transport sends it again: a replayable request
 // (see replayable), or one without a body of which nothing was written.
-// A pooled connection is checked before a request that is not replayable
-// is sent on it: the transport's reader would have found it closed.
+// Every pooled connection is checked before a request is sent on it: one
+// that ended, or received anything, while idle is closed (the transport's
+// reader would have seen either). A response that began before the body
+// was written whole may be followed by an answer to what the origin made
+// of the rest: the connection is then used for this response only
+// (r.once).
 func (r *relay) roundTrip(pool *originPool, head []byte, req *http.Request, timeout time.Duration, now time.Time,
 	fb *fastBody, replay bool, buf []byte) (*originConn, *http.Response, error) {
 	for {
 		oc, reused := pool.take(now), true
-		if oc != nil && !replay && !oc.alive() {
-			// The transport's reader would have seen this connection
-			// end while it was idle, and not have used it.
+		if oc != nil && !oc.alive() {
 			oc.conn.Close()
 			continue
 		}
@@ -569,10 +590,13 @@ func (r *relay) roundTrip(pool *originPool, head []byte, req *http.Request, time
 			oc.br = bufio.NewReaderSize(oc, originReadBuffer)
 		}
 		oc.limit = originHeadMax
-		n, err := oc.conn.Write(head)
+		n, err := writeStalled(oc.conn, head, timeout)
 		nothingWritten := err != nil && n == 0
-		if err == nil {
-			err = fb.send(oc.conn, buf)
+		if err == nil && fb.r != nil {
+			err = fb.send(stallWriter{oc.conn, timeout}, buf)
+			if err == nil && !oc.alive() {
+				r.once = true // the origin answered, or closed, before the body's end
+			}
 		}
 		if err == nil && timeout > 0 {
 			err = oc.conn.SetReadDeadline(time.Now().Add(timeout))
@@ -800,10 +824,14 @@ func (r *relay) relay(resp *http.Response, buf []byte) bool {
 		w.flushEach = true
 	}
 
-	if w.flushEach && !r.isHEAD && resp.Body != http.NoBody {
-		// ReverseProxy's flush timer, set to fire at once, flushes the
-		// header before the first write (measured: it does so even when
-		// the body came with the head).
+	// ReverseProxy's flush timer, set to fire at once, flushes the header
+	// before the first write of a chunked body (measured: it does so even
+	// when the body came with the head). A body that ends with the
+	// connection is at hand sooner: its first write, sniffed, wins
+	// (measured too: ends its connection eof-sniff in
+	// TestFastForwardDifferential).
+	delimited := resp.ContentLength == -1 && len(resp.TransferEncoding) == 0
+	if w.flushEach && !r.isHEAD && resp.Body != http.NoBody && (!delimited || !w.needsSniff()) {
 		w.writeHeader(nil, false)
 	}
 	ok := w.copyBody(resp.Body, buf)

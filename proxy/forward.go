@@ -3,13 +3,16 @@ package proxy
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/edgerate/edge/rules"
@@ -30,10 +33,12 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, d *domain) {
 
 // newTransport returns the pooled transport shared by every origin. It never
 // uses proxies from the environment, and bounds the wait for an origin's
-// response headers by the configured upstream timeout (exceeded: 504).
+// response headers, and a write the origin stops taking, by the configured
+// upstream timeout (exceeded: 504).
 func newTransport(t rules.Timeouts) *http.Transport {
 	return &http.Transport{
-		DialContext:       (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		// A write the origin takes no byte of for t.Upstream fails (stall.go).
+		DialContext:       stallDialer(originDialer, t.Upstream),
 		ForceAttemptHTTP2: true,
 		// Pass Accept-Encoding through as the client sent it. Otherwise the
 		// transport asks origins for gzip on behalf of clients that did not,
@@ -100,6 +105,12 @@ func (p *Proxy) newForwarder(d *domain, origin *url.URL, cip *ClientIP, transpor
 			// ExpectContinueTimeout for an origin that may never send
 			// 100, with a body it already holds.
 			delete(pr.Out.Header, "Expect")
+			// A body on GET, HEAD or OPTIONS may be read by the origin as
+			// a request of its own, whose answer would reach the next
+			// client on the connection (the fast forward does the same).
+			if ignoresBody(pr.In.Method) && pr.In.ContentLength != 0 {
+				pr.Out.Close = true
+			}
 		},
 		Transport: timedTransport{rt: transport, obs: obs},
 		// Without a pool ReverseProxy allocates a 32 KiB buffer for every
@@ -145,15 +156,53 @@ type timedTransport struct {
 	obs *upstreamObservers
 }
 
+// A response that begins before its request's body is written whole may
+// be followed by an answer to what the origin made of the rest of the
+// body, which the transport's reader would take for the next request's
+// answer: its connection is closed once the response is read.
 func (t timedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	start := time.Now()
+	var w *writeWatch
+	if req.ContentLength != 0 {
+		w = new(writeWatch)
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+			GotConn:      func(info httptrace.GotConnInfo) { w.conn.Store(&info.Conn) },
+			WroteRequest: func(httptrace.WroteRequestInfo) { w.wrote.Store(true) },
+		}))
+	}
 	resp, err := t.rt.RoundTrip(req)
 	class := 5 // error
 	if err == nil && resp.StatusCode >= 100 && resp.StatusCode < 600 {
 		class = resp.StatusCode/100 - 1
 	}
 	t.obs[class].Observe(time.Since(start).Seconds())
+	if err == nil && w != nil && !w.wrote.Load() && resp.StatusCode != http.StatusSwitchingProtocols {
+		if c := w.conn.Load(); c != nil {
+			resp.Body = closingBody{ReadCloser: resp.Body, conn: *c}
+		}
+	}
 	return resp, err
+}
+
+// writeWatch is what the transport reports of a request's connection.
+type writeWatch struct {
+	conn  atomic.Pointer[net.Conn]
+	wrote atomic.Bool // the request was written whole
+}
+
+// closingBody is a response body that closes its connection when it is
+// closed. (The transport may have made the connection idle at the body's
+// end, just before: a request that takes it then fails as on a
+// connection the origin closed, which the transport retries where it can.)
+type closingBody struct {
+	io.ReadCloser
+	conn net.Conn
+}
+
+func (b closingBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.conn.Close()
+	return err
 }
 
 // errorLog answers and logs failed forwards. An origin that is down fails

@@ -75,6 +75,7 @@ var rawResponses = map[string]string{
 	"short":       "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n\r\nok",  // then the origin closes
 	"hang":        "",                                                                             // the origin closes at once
 	"eof-body":    "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the end",             // then the origin closes
+	"eof-sniff":   "HTTP/1.1 200 OK\r\n\r\n<html>until the end</html>",                            // then the origin closes
 	"idleclose":   "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 4\r\n\r\nidle", // then the origin closes
 }
 
@@ -243,7 +244,7 @@ func (o *rawOrigin) serve(c net.Conn, st *originState) {
 			return
 		}
 		switch name {
-		case "short", "hang", "eof-body", "close", "http10", "malformed", "garbage", "cost-broken", "idleclose":
+		case "short", "hang", "eof-body", "eof-sniff", "close", "http10", "malformed", "garbage", "cost-broken", "idleclose":
 			return
 		}
 	}
@@ -386,7 +387,7 @@ func TestFastForwardDifferential(t *testing.T) {
 	// sequences above only the first of them is reached), after two that
 	// put the client's connection on the fast path and leave an origin
 	// connection in each path's pool, so that both retry alike.
-	for _, n := range []string{"short", "hang", "eof-body", "close", "http10", "malformed", "garbage", "idleclose"} {
+	for _, n := range []string{"short", "hang", "eof-body", "eof-sniff", "close", "http10", "malformed", "garbage", "idleclose"} {
 		seqs = append(seqs, seq{"ends its connection " + n, []string{get("plain.example.com", "/r/cl"),
 			get("plain.example.com", "/r/cl"), get("plain.example.com", "/r/"+n), get("plain.example.com", "/r/cl")}, true})
 	}

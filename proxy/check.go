@@ -133,13 +133,21 @@ const (
 //   - the client: the question's X-Forwarded-For, believed only from a
 //     peer in client_ip.trusted_proxies, as for a proxied request.
 //
-// Each field must appear at most once, as one value: a list ("a, b") or a
-// repeated line is malformed, since edge cannot tell which element the
-// asking proxy wrote. The rebuilt request keeps r's header fields (rules
-// key by them), peer address and context. It returns a reason, a constant
-// string, when r cannot be read; screenRequest then checks what the fields
-// name as it checks a proxied request.
+// A question with X-Original-Method or X-Original-URI is nginx's, whose
+// auth_request passes the client's own header fields beside the ones it
+// sets: an X-Forwarded-Method, -Uri, -Host or -Proto beside them is the
+// client's choice of method, target, domain or scheme, so such a question
+// is unreadable (see nginxMixed). Each field must appear at most once, as
+// one value: a list ("a, b") or a repeated line is malformed, since edge
+// cannot tell which element the asking proxy wrote. The rebuilt request
+// keeps r's header fields (rules key by them), peer address and context.
+// It returns a reason, a constant string, when r cannot be read;
+// screenRequest then checks what the fields name as it checks a proxied
+// request.
 func readQuestion(r *http.Request) (*http.Request, string) {
+	if reason := nginxMixed(r.Header); reason != "" {
+		return nil, reason
+	}
 	method, reason := oneField(r.Header, fieldMethod, fieldOriginalMethod, false)
 	if reason != "" {
 		return nil, reason
@@ -192,6 +200,24 @@ func readQuestion(r *http.Request) (*http.Request, string) {
 		Body:       http.NoBody,
 	}
 	return q.WithContext(r.Context()), ""
+}
+
+// nginxMixed returns a reason when h has an X-Original-* field, which
+// only an nginx configuration sets, and beside it an X-Forwarded-* field
+// edge reads, which nginx then passed on from the client (README's
+// snippet clears them; an older one does not). Without X-Original-* the
+// X-Forwarded-* fields are Traefik's or Caddy's, which set every one they
+// send, and are read as ever.
+func nginxMixed(h http.Header) string {
+	if h[fieldOriginalMethod] == nil && h[fieldOriginalURI] == nil {
+		return ""
+	}
+	for _, f := range [...]string{fieldMethod, fieldURI, fieldHost, fieldProto} {
+		if h[f] != nil {
+			return f + " beside X-Original-Method or X-Original-URI: a field of the client's that nginx passed on"
+		}
+	}
+	return ""
 }
 
 // oneField returns the one value of field in h, else of fallback (""

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -150,6 +151,57 @@ func TestCheckNginx(t *testing.T) {
 	}
 }
 
+// TestCheckNginxClientForwardedFields: nginx's auth_request passes the
+// client's own header fields to edge beside the X-Original-* fields it
+// sets, so a question with X-Original-Method or X-Original-URI is
+// nginx's, and an X-Forwarded-Method, -Uri, -Host or -Proto beside them
+// is the client's: such a question is unreadable (deny_status, counted,
+// under no rule) rather than read from the client's choice of method,
+// target or domain. Four POST /login under a rule of 3 would otherwise
+// all be allowed.
+func TestCheckNginxClientForwardedFields(t *testing.T) {
+	cfg := checkTestConfig(403)
+	cfg.Domains[0].Rules = []rules.RuleConfig{{Name: "login", Limit: 3, Period: 720 * time.Hour,
+		Match: &rules.MatchConfig{PathPrefix: "/login", Methods: []string{"POST"}}}}
+	cfg.Domains = append(cfg.Domains, rules.DomainConfig{Hosts: []string{"open.example.com"}, Serve: "check"})
+	nginx := func() http.Header {
+		return http.Header{"Host": {"api.example.com"}, "X-Original-Method": {"POST"},
+			"X-Original-Uri": {"/login"}, "X-Forwarded-For": {"203.0.113.7"}}
+	}
+	for _, tt := range []struct{ field, value string }{
+		{"X-Forwarded-Method", "GET"},
+		{"X-Forwarded-Uri", "/"},
+		{"X-Forwarded-Host", "open.example.com"},
+		{"X-Forwarded-Proto", "https"},
+	} {
+		t.Run(tt.field, func(t *testing.T) {
+			e := newCheckEnv(t, cfg)
+			q := nginx()
+			q[tt.field] = []string{tt.value}
+			var got []int
+			for range 4 {
+				resp, body := e.ask(q)
+				got = append(got, resp.StatusCode)
+				if resp.StatusCode != 200 && !strings.Contains(body, tt.field) {
+					t.Errorf("answer %q does not name %s", body, tt.field)
+				}
+			}
+			if want := []int{403, 403, 403, 403}; !slices.Equal(got, want) {
+				t.Errorf("4 POST /login with the client's %s: statuses %v, want %v", tt.field, got, want)
+			}
+			if got := e.answers(answerUnreadable); got != 4 {
+				t.Errorf("unreadable answers %v, want 4", got)
+			}
+			// nginx's own question then: the refused ones counted under no rule.
+			for i, want := range []int{200, 200, 200, 403} {
+				if resp, body := e.ask(nginx()); resp.StatusCode != want {
+					t.Errorf("nginx's question %d: status %d (%q), want %d", i, resp.StatusCode, body, want)
+				}
+			}
+		})
+	}
+}
+
 // TestCheckUnreadable: a question whose forwarded fields edge cannot read,
 // or that describes a request the public listener would refuse, is
 // answered deny_status and counted, and counts under no rule.
@@ -181,6 +233,8 @@ func TestCheckUnreadable(t *testing.T) {
 		{"host list", with("X-Forwarded-Host", "api.example.com, evil.test"), answerUnreadable},
 		{"repeated host", with("X-Forwarded-Host", "api.example.com", "api.example.com"), answerUnreadable},
 		{"proto", with("X-Forwarded-Proto", "gopher"), answerUnreadable},
+		{"X-Original-Method beside X-Forwarded-*", with("X-Original-Method", "GET"), answerUnreadable},
+		{"X-Original-Uri beside X-Forwarded-*", with("X-Original-Uri", "/"), answerUnreadable},
 		{"h2c", with("Upgrade", "h2c"), answerUnreadable},
 		{"underscore alias", with("X_Forwarded_For", "1.2.3.4"), answerUnreadable},
 		{"malformed X-Forwarded-For", with("X-Forwarded-For", "203.0.113.7:80"), answerUnreadable},
@@ -292,30 +346,38 @@ func TestCheckWithoutSection(t *testing.T) {
 }
 
 // FuzzCheckQuestion feeds readQuestion and the screen hostile forwarded
-// fields: neither panics, and a question they accept describes a request
-// as the public listener would accept it: an upper-case method, a
-// screened origin-form target and one host.
+// fields: neither panics, a question with an X-Original-* field and an
+// X-Forwarded-* field edge reads is never accepted (nginx passed the
+// latter on from the client), and a question they accept describes a
+// request as the public listener would accept it: an upper-case method, a
+// screened origin-form target and one host, read from one form's fields.
 func FuzzCheckQuestion(f *testing.F) {
-	for _, s := range [][5]string{
-		{"GET", "/", "api.example.com", "https", ""},
-		{"POST", "/v1/orders?id=1,2", "api.example.com", "http", ""},
-		{"", "", "", "", "GET"},
-		{"get", "/a/../b", "a, b", "gopher", ""},
-		{"GET", "/%2e%2e/x", "api.example.com:8080", "HTTPS", ""},
-		{"GET", "/a\x00b", "[2001:db8::1]", "", ""},
-		{"GET", "//x;y/..;/z", "*.example.com", "", "POST"},
+	for _, s := range [][6]string{
+		{"GET", "/", "api.example.com", "https", "", ""},
+		{"POST", "/v1/orders?id=1,2", "api.example.com", "http", "", ""},
+		{"", "", "", "", "GET", "/"},
+		{"get", "/a/../b", "a, b", "gopher", "", ""},
+		{"GET", "/%2e%2e/x", "api.example.com:8080", "HTTPS", "", ""},
+		{"GET", "/a\x00b", "[2001:db8::1]", "", "", ""},
+		{"GET", "//x;y/..;/z", "*.example.com", "", "POST", "POST"},
+		{"", "", "open.example.com", "", "POST", "/login"},
+		{"", "", "", "https", "", "/login"},
 	} {
-		f.Add(s[0], s[1], s[2], s[3], s[4])
+		f.Add(s[0], s[1], s[2], s[3], s[4], s[5])
 	}
-	f.Fuzz(func(t *testing.T, method, uri, host, proto, original string) {
+	f.Fuzz(func(t *testing.T, method, uri, host, proto, origMethod, origURI string) {
 		r := httptest.NewRequest("GET", "http://edge.check/", nil)
 		for k, v := range map[string]string{"X-Forwarded-Method": method, "X-Forwarded-Uri": uri,
-			"X-Forwarded-Host": host, "X-Forwarded-Proto": proto, "X-Original-Method": original, "X-Original-Uri": original} {
+			"X-Forwarded-Host": host, "X-Forwarded-Proto": proto, "X-Original-Method": origMethod, "X-Original-Uri": origURI} {
 			if v != "" {
 				r.Header[k] = strings.Split(v, "\n")
 			}
 		}
 		q, reason := readQuestion(r)
+		nginx := origMethod != "" || origURI != ""
+		if nginx && reason == "" && (method != "" || uri != "" || host != "" || proto != "") {
+			t.Fatalf("accepted X-Original-* %q %q beside X-Forwarded-* %q %q %q %q", origMethod, origURI, method, uri, host, proto)
+		}
 		if reason != "" {
 			return
 		}
@@ -327,6 +389,9 @@ func FuzzCheckQuestion(f *testing.F) {
 		}
 		if strings.Contains(q.Host, ",") || strings.TrimSpace(q.Host) != q.Host {
 			t.Fatalf("accepted host %q", q.Host)
+		}
+		if nginx && (q.Method != rules.TrimOWS(origMethod) || q.RequestURI != rules.TrimOWS(origURI) || q.Host != r.Host || q.URL.Scheme != "http") {
+			t.Fatalf("nginx's %q %q read as %q %q, host %q, scheme %q", origMethod, origURI, q.Method, q.RequestURI, q.Host, q.URL.Scheme)
 		}
 	})
 }

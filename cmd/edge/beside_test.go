@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -64,6 +65,13 @@ func replaceOnce(t *testing.T, s, old, new string) string {
 // It returns the check listener's address; edge stops when the test ends.
 func startCheckEdge(t *testing.T, forNginx bool) string {
 	t.Helper()
+	return startEdgeConfig(t, checkConfig(t, forNginx))
+}
+
+// checkConfig returns configs/check.yaml with its listeners on free ports,
+// as startCheckEdge runs it.
+func checkConfig(t *testing.T, forNginx bool) string {
+	t.Helper()
 	b, err := os.ReadFile("../../configs/check.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -74,6 +82,14 @@ func startCheckEdge(t *testing.T, forNginx bool) string {
 	if !forNginx {
 		cfg = replaceOnce(t, cfg, "  deny_status: 403\n", "")
 	}
+	return cfg
+}
+
+// startEdgeConfig runs edge in-process with configuration cfg, which has a
+// check listener, and returns that listener's address; edge stops when the
+// test ends.
+func startEdgeConfig(t *testing.T, cfg string) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "check.yaml")
 	must(t, os.WriteFile(path, []byte(cfg), 0o644))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -232,13 +248,95 @@ const besidePolicy = `"per-ip";q=3;w=3600`
 // configuration that keeps nginx in the foreground, in one process, with
 // its files in a temporary directory.
 func TestBesideNginx(t *testing.T) {
-	bin := proxyBinary(t, "nginx", "/usr/sbin/nginx")
 	check := startCheckEdge(t, true)
 	origin, _ := besideOrigin(t)
+	addr := startBesideNginx(t, readmeBeside(t, "nginx", "nginx"), check, origin.URL)
+
+	untilRefused(t, addr, func(i int, resp *http.Response, _ string) {
+		if got := resp.Header.Get("RateLimit-Policy"); got != besidePolicy {
+			t.Errorf("request %d: RateLimit-Policy %q, want %q", i, got, besidePolicy)
+		}
+		if got, want := resp.Header.Get("RateLimit"), fmt.Sprintf(`"per-ip";r=%d;`, 2-i); !strings.HasPrefix(got, want) {
+			t.Errorf("request %d: RateLimit %q, want %s...", i, got, want)
+		}
+	})
+}
+
+// nginxClears is what README's nginx snippet says to clear the client's
+// own X-Forwarded-* fields, which auth_request would pass on to edge.
+const nginxClears = `        # nginx passes the client's own fields on; edge refuses a question
+        # with X-Original-* and any of these, so clear them ("" sends none).
+        proxy_set_header X-Forwarded-Method "";
+        proxy_set_header X-Forwarded-Uri "";
+        proxy_set_header X-Forwarded-Host "";
+        proxy_set_header X-Forwarded-Proto "";
+`
+
+// TestBesideNginxClientForwardedFields: a client behind nginx sends its
+// own X-Forwarded-Method, -Uri, -Host or -Proto, which auth_request passes
+// on to edge beside the X-Original-* fields nginx sets, with 4 POST /login
+// under a login rule of 3 an hour and a domain without rules beside it.
+// Behind README's snippet, which clears those fields, the rule holds: 3
+// allowed, then 429. Behind an older snippet that does not clear them,
+// edge itself refuses every such question (nginx turns edge's 403 into
+// 429), rather than let the client's field pick another method, target or
+// domain.
+func TestBesideNginxClientForwardedFields(t *testing.T) {
+	proxyBinary(t, "nginx", "/usr/sbin/nginx") // skips the test before edge starts without nginx
+	cfg := checkConfig(t, true)
+	cfg = replaceOnce(t, cfg, "      - name: per-ip\n", "      - name: per-ip\n        match: {methods: [POST], path_prefix: /login}\n")
+	cfg += "  - name: open\n    hosts: [\"open.example.com\"]\n    serve: check\n"
+	readme := readmeBeside(t, "nginx", "nginx")
+	snippets := []struct {
+		name, server string
+		want         []int
+	}{
+		{"README", readme, []int{200, 200, 200, 429}},
+		{"old", replaceOnce(t, readme, nginxClears, ""), []int{429, 429, 429, 429}},
+	}
+	for _, sn := range snippets {
+		for _, f := range []struct{ field, value string }{
+			{"X-Forwarded-Method", "GET"},
+			{"X-Forwarded-Uri", "/"},
+			{"X-Forwarded-Host", "open.example.com"},
+			{"X-Forwarded-Proto", "https"},
+		} {
+			t.Run(sn.name+"/"+f.field, func(t *testing.T) {
+				check := startEdgeConfig(t, cfg)
+				origin, _ := besideOrigin(t)
+				addr := startBesideNginx(t, sn.server, check, origin.URL)
+				var got []int
+				for range 4 {
+					req, err := http.NewRequest("POST", "http://"+addr+"/login", nil)
+					must(t, err)
+					req.Host = "api.example.com"
+					req.Header.Set(f.field, f.value)
+					c := &http.Client{Timeout: 10 * time.Second}
+					resp, err := c.Do(req)
+					must(t, err)
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					got = append(got, resp.StatusCode)
+				}
+				if !slices.Equal(got, sn.want) {
+					t.Errorf("4 POST /login with the client's %s: %s: statuses %v, want %v", f.field, f.value, got, sn.want)
+				}
+			})
+		}
+	}
+}
+
+// startBesideNginx runs nginx with server, a server block of README's
+// shape, on a free port, in front of origin and asking edge's check
+// listener at check, wrapped in a main configuration that keeps nginx in
+// the foreground, in one process, with its files in a temporary
+// directory. It returns nginx's address; nginx stops when the test ends.
+func startBesideNginx(t *testing.T, server, check, origin string) string {
+	t.Helper()
+	bin := proxyBinary(t, "nginx", "/usr/sbin/nginx")
 	port := freePort(t)
-	server := readmeBeside(t, "nginx", "nginx")
 	server = replaceOnce(t, server, "listen 80;", fmt.Sprintf("listen 127.0.0.1:%d;", port))
-	server = replaceOnce(t, server, "http://127.0.0.1:8000;", origin.URL+";")
+	server = replaceOnce(t, server, "http://127.0.0.1:8000;", origin+";")
 	server = replaceOnce(t, server, "http://127.0.0.1:8082;", "http://"+check+";")
 
 	dir := t.TempDir()
@@ -259,15 +357,7 @@ http {
 	must(t, os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644))
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	startProxy(t, exec.Command(bin, "-p", dir+"/", "-e", dir+"/error.log", "-c", dir+"/nginx.conf"), addr)
-
-	untilRefused(t, addr, func(i int, resp *http.Response, _ string) {
-		if got := resp.Header.Get("RateLimit-Policy"); got != besidePolicy {
-			t.Errorf("request %d: RateLimit-Policy %q, want %q", i, got, besidePolicy)
-		}
-		if got, want := resp.Header.Get("RateLimit"), fmt.Sprintf(`"per-ip";r=%d;`, 2-i); !strings.HasPrefix(got, want) {
-			t.Errorf("request %d: RateLimit %q, want %s...", i, got, want)
-		}
-	})
+	return addr
 }
 
 // TestBesideCaddy runs README's Caddyfile site block, on a free port and

@@ -17,6 +17,8 @@
 //     Requests spread over several nodes can never together exceed a limit.
 //     A key found blocked is remembered locally until its Retry-After and
 //     answered without Redis (Cloudflare does the same with mitigations).
+//     A call of the rate limit service sends all its decisions in one
+//     pipelined round trip (many.go).
 //   - batched, for sliding windows only (package rules refuses the other
 //     algorithms): decisions are local, in the domain's window.Store; every
 //     batch interval the node adds the counts it made to Redis in one
@@ -83,8 +85,9 @@ type Options struct {
 	// OnRoundTrip, if set, is called after every round trip to Redis with
 	// what it was for ("decide", "refund", "charge", "flush", "heartbeat",
 	// "forget", "peek", and for concurrency rules "release" and "renew"),
-	// how long it took and its error (nil on success). It must be fast and
-	// safe for concurrent use.
+	// how long it took and its error (nil on success); a round trip may
+	// carry many decisions or refunds (many.go). It must be fast and safe
+	// for concurrent use.
 	OnRoundTrip func(op string, took time.Duration, err error)
 	// OnStateChange, if set, is called when the circuit changes state.
 	OnStateChange func(from, to State)

@@ -216,38 +216,10 @@ func (c *Client) keep(items []flushItem, retired []*batch) {
 
 func (c *Client) flushChunk(ctx context.Context, items []flushItem) error {
 	start := time.Now()
-	rdb := c.redis()
-	if rdb == nil {
-		c.done("flush", start, errNotConnected)
-		return errNotConnected
-	}
-	cmds := make(rueidis.Commands, len(items))
-	for i, it := range items {
-		cmds[i] = flushCommand(rdb, it, false)
-	}
-	res := rdb.DoMulti(ctx, cmds...) // one pipeline (per node in Redis Cluster mode)
-	if anyNoScript(res) {
-		// Redis restarted or flushed its scripts: send the script with
-		// the commands that missed it (EVAL caches it again).
-		c.scriptsLoaded.Store(false)
-		var again []int
-		cmds = cmds[:0]
-		for i, r := range res {
-			if isNoScript(r.Error()) {
-				again = append(again, i)
-				cmds = append(cmds, flushCommand(rdb, items[i], true))
-			}
-		}
-		for j, r := range rdb.DoMulti(ctx, cmds...) {
-			res[again[j]] = r
-		}
-	}
-	var err error
-	for _, r := range res {
-		if err = r.Error(); err != nil {
-			break
-		}
-	}
+	res := c.pipeline(ctx, len(items), func(rdb rueidis.Client, i int, eval bool) rueidis.Completed {
+		return flushCommand(rdb, items[i], eval)
+	})
+	err := firstError(res)
 	c.done("flush", start, err)
 	if err != nil {
 		return err
@@ -284,10 +256,7 @@ func flushCommand(rdb rueidis.Client, it flushItem, eval bool) rueidis.Completed
 		}
 		s, args = bucketScript, r.bucketArgs(mode, n, "")
 	}
-	if eval {
-		return rdb.B().Eval().Script(s.src).Numkeys(1).Key(it.p.prefix).Arg(args...).Build()
-	}
-	return rdb.B().Evalsha().Sha1(s.sha).Numkeys(1).Key(it.p.prefix).Arg(args...).Build()
+	return scriptCommand(rdb, s, it.p.prefix, args, eval)
 }
 
 func anyNoScript(res []rueidis.RedisResult) bool {

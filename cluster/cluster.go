@@ -17,6 +17,8 @@
 //     Requests spread over several nodes can never together exceed a limit.
 //     A key found blocked is remembered locally until its Retry-After and
 //     answered without Redis (Cloudflare does the same with mitigations).
+//     A call of the rate limit service sends all its decisions in one
+//     pipelined round trip (many.go).
 //   - batched, for sliding windows only (package rules refuses the other
 //     algorithms): decisions are local, in the domain's window.Store; every
 //     batch interval the node adds the counts it made to Redis in one
@@ -83,8 +85,9 @@ type Options struct {
 	// OnRoundTrip, if set, is called after every round trip to Redis with
 	// what it was for ("decide", "refund", "charge", "flush", "heartbeat",
 	// "forget", "peek", and for concurrency rules "release" and "renew"),
-	// how long it took and its error (nil on success). It must be fast and
-	// safe for concurrent use.
+	// how long it took and its error (nil on success); a round trip may
+	// carry many decisions or refunds (many.go). It must be fast and safe
+	// for concurrent use.
 	OnRoundTrip func(op string, took time.Duration, err error)
 	// OnStateChange, if set, is called when the circuit changes state.
 	OnStateChange func(from, to State)
@@ -303,10 +306,74 @@ func (c *Client) exec(ctx context.Context, s *script, keys, args []string) rueid
 // of want integers; what names the script in the error otherwise.
 func (c *Client) execInts(ctx context.Context, s *script, keys, args []string, want int, what string) ([]int64, error) {
 	vals, err := c.exec(ctx, s, keys, args).AsIntSlice()
-	if err == nil && len(vals) != want {
-		err = fmt.Errorf("cluster: %s script returned %d values, want %d", what, len(vals), want)
+	if err == nil {
+		err = wantInts(vals, want, what)
 	}
 	return vals, err
+}
+
+// wantInts checks that vals, the reply of the script what names, has want
+// integers.
+func wantInts(vals []int64, want int, what string) error {
+	if len(vals) != want {
+		return fmt.Errorf("cluster: %s script returned %d values, want %d", what, len(vals), want)
+	}
+	return nil
+}
+
+// pipeline sends n commands that run scripts, built by cmd (EVALSHA, or
+// with eval EVAL), in one pipelined round trip (one per node in Redis
+// Cluster mode, where rueidis sends each command to its slot's node), and
+// returns their results in order. Those Redis answers NOSCRIPT (it
+// restarted, or its scripts were flushed) are sent again with EVAL, which
+// caches the script again: a second round trip, after an outage only.
+func (c *Client) pipeline(ctx context.Context, n int, cmd func(rdb rueidis.Client, i int, eval bool) rueidis.Completed) []rueidis.RedisResult {
+	rdb := c.redis()
+	if rdb == nil {
+		res := make([]rueidis.RedisResult, n)
+		for i := range res {
+			res[i] = rueidis.NewErrorResult(errNotConnected)
+		}
+		return res
+	}
+	cmds := make(rueidis.Commands, n)
+	for i := range cmds {
+		cmds[i] = cmd(rdb, i, false)
+	}
+	res := rdb.DoMulti(ctx, cmds...)
+	if anyNoScript(res) {
+		c.scriptsLoaded.Store(false)
+		var again []int
+		cmds = cmds[:0]
+		for i, r := range res {
+			if isNoScript(r.Error()) {
+				again = append(again, i)
+				cmds = append(cmds, cmd(rdb, i, true))
+			}
+		}
+		for j, r := range rdb.DoMulti(ctx, cmds...) {
+			res[again[j]] = r
+		}
+	}
+	return res
+}
+
+// scriptCommand runs s on key with args: EVALSHA, or with eval EVAL.
+func scriptCommand(rdb rueidis.Client, s *script, key string, args []string, eval bool) rueidis.Completed {
+	if eval {
+		return rdb.B().Eval().Script(s.src).Numkeys(1).Key(key).Arg(args...).Build()
+	}
+	return rdb.B().Evalsha().Sha1(s.sha).Numkeys(1).Key(key).Arg(args...).Build()
+}
+
+// firstError is the first error of res, nil if none.
+func firstError(res []rueidis.RedisResult) error {
+	for _, r := range res {
+		if err := r.Error(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func defaultNode() string {

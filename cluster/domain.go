@@ -14,6 +14,7 @@ import (
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/window"
 	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/redis/rueidis"
 )
 
 // blockedKeys bounds each domain's cache of blocked keys in exact mode. An
@@ -308,7 +309,6 @@ func (t *tally) Decide(id window.ID, cost int64, now time.Time) window.Decision 
 		}
 		return dec
 	}
-	cached := cost <= 1 && !r.Limit.CountBlocked
 	if dec, ok := d.cachedBlock(r, k, cost, now); ok {
 		return dec
 	}
@@ -316,19 +316,36 @@ func (t *tally) Decide(id window.ID, cost int64, now time.Time) window.Decision 
 	if t.unavailable || !d.c.br.allow(start) {
 		return t.fallback(i, k, id.Name, cost, now, false)
 	}
-	prefix := r.prefix(id.Name)
-	dec, c, mitigation, err := t.judge(r, prefix, cost, now)
+	j, err := t.judge(r, r.prefix(id.Name), cost, now)
 	d.c.done("decide", start, err)
+	return t.settle(id, cost, now, j, err)
+}
+
+// judgement is what Redis's answer to a deciding script means: the
+// Decision, what it counted (n 0 if nothing) and the mitigation left.
+type judgement struct {
+	dec        window.Decision
+	c          counted
+	mitigation time.Duration
+}
+
+// settle ends an exact-mode decision that Redis was asked for: the failure
+// mode decides if Redis did not answer (err), what Redis counted is kept
+// for a refund, and a block that will last is remembered.
+func (t *tally) settle(id window.ID, cost int64, now time.Time, j judgement, err error) window.Decision {
+	d, i, k := t.d, id.Key.Rule(), id.Key
 	if err != nil {
 		return t.fallback(i, k, id.Name, cost, now, true)
 	}
-	if c.n > 0 {
-		c.rule, c.k = i, k
-		t.record(c)
+	if j.c.n > 0 {
+		j.c.rule, j.c.k = i, k
+		t.record(j.c)
 	}
 	// Cached only where the whole wait is as refused as now: no mitigation
 	// ends before it (Mitigated stays true throughout).
-	if cached && !dec.Allowed && dec.RetryAfter > 0 && (mitigation == 0 || mitigation >= dec.RetryAfter) {
+	dec := j.dec
+	if cost <= 1 && !d.rules[i].Limit.CountBlocked && !dec.Allowed && dec.RetryAfter > 0 &&
+		(j.mitigation == 0 || j.mitigation >= dec.RetryAfter) {
 		d.blocked.Add(k, blockedUntil{until: now.Add(dec.RetryAfter), mitigated: dec.Mitigated})
 	}
 	return dec
@@ -388,29 +405,49 @@ func (localTally) Charge(window.ID, int64, time.Time) {}
 func (localTally) Release(window.ID, time.Time)       {}
 func (localTally) End()                               {}
 
-// judge runs r's script for a request of cost units of the client whose
-// keys start with prefix, and returns the Decision, what it counted (n 0
-// if nothing) and the mitigation left.
-func (t *tally) judge(r *domainRule, prefix string, cost int64, now time.Time) (window.Decision, counted, time.Duration, error) {
-	ctx := t.context(t.d.c.cfg.Budget)
+// judge runs r's deciding script for a request of cost units of the
+// client whose keys start with prefix.
+func (t *tally) judge(r *domainRule, prefix string, cost int64, now time.Time) (judgement, error) {
+	s, args := t.d.judgeCall(r, cost, now)
+	vals, err := t.d.c.exec(t.context(t.d.c.cfg.Budget), s, []string{prefix}, args).AsIntSlice()
+	if err != nil {
+		return judgement{}, err
+	}
+	return t.judged(r, prefix, cost, vals)
+}
+
+// judgeCall is r's deciding script and its ARGV for a request of cost
+// units at now: a round trip of its own (judge), or one command of a
+// call's pipeline (DecideMany).
+func (d *Domain) judgeCall(r *domainRule, cost int64, now time.Time) (*script, []string) {
+	switch {
+	case r.bucket():
+		return bucketScript, r.bucketArgs("d", cost, d.timeArg(now))
+	case r.quota():
+		return quotaScript, d.quotaArgs(r, "d", cost, now)
+	}
+	return r.decide, append(r.args[:len(r.args):len(r.args)], strconv.FormatInt(cost, 10), d.timeArg(now))
+}
+
+// judged is what vals, the reply of judgeCall's script for the client
+// whose keys start with prefix, means for a request of cost units.
+func (t *tally) judged(r *domainRule, prefix string, cost int64, vals []int64) (judgement, error) {
 	if r.bucket() {
-		b, c, err := t.d.bucket(ctx, r, prefix, "d", cost, now)
+		b, c, err := bucketReply(prefix, cost, vals)
 		if err != nil {
-			return window.Decision{}, c, 0, err
+			return judgement{}, err
 		}
-		return r.Limit.JudgeBucket(b, cost), c, b.Mitigation, nil
+		return judgement{r.Limit.JudgeBucket(b, cost), c, b.Mitigation}, nil
 	}
 	if r.quota() {
-		q, c, err := t.d.quota(ctx, r, prefix, "d", cost, now)
+		q, c, err := quotaReply(prefix, cost, vals)
 		if err != nil {
-			return window.Decision{}, c, 0, err
+			return judgement{}, err
 		}
-		return r.Limit.JudgeQuota(q, cost), c, q.Mitigation, nil
+		return judgement{r.Limit.JudgeQuota(q, cost), c, q.Mitigation}, nil
 	}
-	args := append(r.args[:len(r.args):len(r.args)], strconv.FormatInt(cost, 10), t.d.timeArg(now))
-	vals, err := t.d.c.execInts(ctx, r.decide, []string{prefix}, args, 7, "decide")
-	if err != nil {
-		return window.Decision{}, counted{}, 0, err
+	if err := wantInts(vals, 7, "decide"); err != nil {
+		return judgement{}, err
 	}
 	counts := window.Counts{
 		Allowed:    vals[0] == 1,
@@ -425,9 +462,9 @@ func (t *tally) judge(r *domainRule, prefix string, cost int64, now time.Time) (
 	}
 	if r.Limit.Soft {
 		// The warm-up left, not a mitigation: nothing to remember.
-		return r.Limit.JudgeSoft(counts, cost, t.d.draw()), c, 0, nil
+		return judgement{r.Limit.JudgeSoft(counts, cost, t.d.draw()), c, 0}, nil
 	}
-	return r.Limit.JudgeCost(counts, cost), c, counts.Mitigation, nil
+	return judgement{r.Limit.JudgeCost(counts, cost), c, counts.Mitigation}, nil
 }
 
 // bucket runs bucketScript in mode ("d" decide, "c" charge, "r" refund,
@@ -435,8 +472,17 @@ func (t *tally) judge(r *domainRule, prefix string, cost int64, now time.Time) (
 // n units (a cost, or a charge) of the client whose keys start with prefix
 // under r, and returns the bucket as Redis left it and what it counted.
 func (d *Domain) bucket(ctx context.Context, r *domainRule, prefix, mode string, n int64, now time.Time) (window.BucketCounts, counted, error) {
-	vals, err := d.c.execInts(ctx, bucketScript, []string{prefix}, r.bucketArgs(mode, n, d.timeArg(now)), 5, "bucket")
+	vals, err := d.c.exec(ctx, bucketScript, []string{prefix}, r.bucketArgs(mode, n, d.timeArg(now))).AsIntSlice()
 	if err != nil {
+		return window.BucketCounts{}, counted{}, err
+	}
+	return bucketReply(prefix, n, vals)
+}
+
+// bucketReply is what vals, bucketScript's reply for n units of the client
+// whose keys start with prefix, says of the bucket and of what it counted.
+func bucketReply(prefix string, n int64, vals []int64) (window.BucketCounts, counted, error) {
+	if err := wantInts(vals, 5, "bucket"); err != nil {
 		return window.BucketCounts{}, counted{}, err
 	}
 	b := window.BucketCounts{
@@ -456,16 +502,31 @@ func (d *Domain) bucket(ctx context.Context, r *domainRule, prefix, mode string,
 // calendar periods at now, and returns the quota as Redis left it and what
 // it counted.
 func (d *Domain) quota(ctx context.Context, r *domainRule, prefix, mode string, cost int64, now time.Time) (window.QuotaCounts, counted, error) {
+	vals, err := d.c.exec(ctx, quotaScript, []string{prefix}, d.quotaArgs(r, mode, cost, now)).AsIntSlice()
+	if err != nil {
+		return window.QuotaCounts{}, counted{}, err
+	}
+	return quotaReply(prefix, cost, vals)
+}
+
+// quotaArgs is quotaScript's ARGV in mode for cost units, with the
+// calendar periods at now.
+func (d *Domain) quotaArgs(r *domainRule, mode string, cost int64, now time.Time) []string {
 	idx, end := r.Limit.QuotaPeriod(now)
 	next, nextEnd := r.Limit.QuotaPeriod(end)
-	args := []string{
+	return []string{
 		mode, r.args[0], r.args[2], r.args[3], strconv.FormatInt(cost, 10),
 		strconv.FormatInt(idx, 10), strconv.FormatInt(end.UnixMicro(), 10),
 		strconv.FormatInt(next, 10), strconv.FormatInt(nextEnd.UnixMicro(), 10),
 		d.timeArg(now),
 	}
-	vals, err := d.c.execInts(ctx, quotaScript, []string{prefix}, args, 6, "quota")
-	if err != nil {
+}
+
+// quotaReply is what vals, quotaScript's reply for a request of cost units
+// of the client whose keys start with prefix, says of the quota and of
+// what it counted.
+func quotaReply(prefix string, cost int64, vals []int64) (window.QuotaCounts, counted, error) {
+	if err := wantInts(vals, 6, "quota"); err != nil {
 		return window.QuotaCounts{}, counted{}, err
 	}
 	q := window.QuotaCounts{
@@ -563,39 +624,54 @@ func (t *tally) Refund(id window.ID, dec window.Decision, now time.Time) window.
 		d.batch.refund(&d.rules[i], i, k, c.prefix, c.start, c.n)
 		return d.store.Refund(k, dec, now)
 	}
-	r := &d.rules[i]
 	start := time.Now()
 	if t.unavailable || !d.c.br.allow(start) {
 		return dec
 	}
-	ctx := t.context(d.c.cfg.Budget)
+	s, args := refundCall(&d.rules[i], c, d.timeArg(now))
+	res := d.c.exec(t.context(d.c.cfg.Budget), s, []string{c.prefix}, args)
+	d.c.done("refund", start, res.Error())
+	return refunded(&d.rules[i], c, dec, res)
+}
+
+// refundCall is the script and ARGV that take back in Redis what c
+// counted under r: a round trip of its own (Refund), or one command of a
+// call's pipeline (RefundMany). now is timeArg's.
+func refundCall(r *domainRule, c *counted, now string) (*script, []string) {
 	if r.bucket() {
-		b, _, err := d.bucket(ctx, r, c.prefix, "r", c.n, now)
-		d.c.done("refund", start, err)
-		if err == nil && dec.Allowed {
-			after := r.Limit.JudgeBucket(window.BucketCounts{Allowed: true, Level: b.Level}, 0)
-			dec.Remaining, dec.Reset = after.Remaining, after.Reset
-		}
+		return bucketScript, r.bucketArgs("r", c.n, now)
+	}
+	return refundScript, []string{strconv.FormatInt(c.start, 10), strconv.FormatInt(c.n, 10)}
+}
+
+// refunded is dec as it is once refundCall's script has taken back what c
+// counted under r, given Redis's answer res (an error: dec stays as it
+// was, and so does the count, which errs on the strict side).
+func refunded(r *domainRule, c *counted, dec window.Decision, res rueidis.RedisResult) window.Decision {
+	if res.Error() != nil || !dec.Allowed {
 		return dec
 	}
-	err := d.c.exec(ctx, refundScript, []string{c.prefix},
-		[]string{strconv.FormatInt(c.start, 10), strconv.FormatInt(c.n, 10)}).Error()
-	d.c.done("refund", start, err)
-	if err == nil && dec.Allowed && r.quota() {
+	var after window.Decision
+	switch {
+	case r.bucket():
+		vals, err := res.AsIntSlice()
+		b, _, err2 := bucketReply(c.prefix, c.n, vals)
+		if err != nil || err2 != nil {
+			return dec
+		}
+		after = r.Limit.JudgeBucket(window.BucketCounts{Allowed: true, Level: b.Level}, 0)
+	case r.quota():
 		q := c.quota
 		q.Count = max(q.Count-c.n, 0)
-		after := r.Limit.JudgeQuota(q, 0)
-		dec.Remaining, dec.Reset = after.Remaining, after.Reset
-		return dec
-	}
-	if err == nil && dec.Allowed {
+		after = r.Limit.JudgeQuota(q, 0)
+	default:
 		// Described as the store describes its own counts without the
 		// request.
 		counts := c.counts
 		counts.Current = max(counts.Current-c.n, 0)
-		after := r.Limit.JudgeCost(counts, 0)
-		dec.Remaining, dec.Reset = after.Remaining, after.Reset
+		after = r.Limit.JudgeCost(counts, 0)
 	}
+	dec.Remaining, dec.Reset = after.Remaining, after.Reset
 	return dec
 }
 

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -109,6 +110,79 @@ func TestRedisClusterMode(t *testing.T) {
 		}
 		if d, _ := allow(ds[0], ss[0], keys[0]); !d.Allowed || d.Fallback {
 			t.Errorf("after Reset: allowed %v fallback %v, want allowed through redis", d.Allowed, d.Fallback)
+		}
+	})
+
+	// A call of the rate limit service decides many keys, on every master,
+	// in one DoMulti (one pipeline per master), and gives back what a
+	// refused call counted in one more.
+	t.Run("exact, many at once", func(t *testing.T) {
+		var mu sync.Mutex
+		trips := map[string]int{}
+		c, err := New(Options{Config: conf(rules.SyncExact), Pop: "many", Node: "m", OnRoundTrip: func(op string, _ time.Duration, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				trips[op]++
+			}
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		wait.For(t, 5*time.Second, "scripts loaded", c.scriptsLoaded.Load)
+		d, s := newDomain(t, c, window.Limit{Limit: 1, Period: time.Hour})
+		ids := make([]window.ID, len(keys))
+		costs := make([]int64, len(keys))
+		for i, key := range keys {
+			ids[i], costs[i] = id(s, key), 1
+		}
+		r := rc.Client(t)
+		calls := func() []string {
+			var out []string
+			for _, srv := range rc.Servers {
+				info, err := srv.Client().Do(ctx, srv.Client().B().Info().Section("commandstats").Build()).ToString()
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, after, _ := strings.Cut(info, "cmdstat_evalsha:calls=")
+				n, _, _ := strings.Cut(after, ",")
+				out = append(out, n)
+			}
+			return out
+		}
+		before := calls()
+		call := d.Begin().(*tally)
+		defer call.End()
+		decs := make([]window.Decision, len(ids))
+		call.DecideMany(ids, costs, time.Now(), decs)
+		mu.Lock()
+		if got := trips["decide"]; got != 1 {
+			t.Errorf("decide round trips for %d keys: got %d, want 1", len(keys), got)
+		}
+		mu.Unlock()
+		for i, dec := range decs {
+			if !dec.Allowed || dec.Fallback {
+				t.Errorf("%s: allowed %v, fallback %v; want allowed through redis", keys[i], dec.Allowed, dec.Fallback)
+			}
+		}
+		for i, n := range calls() {
+			if n == before[i] {
+				t.Errorf("master %d ran no EVALSHA (%s before and after): the keys were not sent to every master", i, n)
+			}
+		}
+		call.RefundMany(ids, decs, time.Now(), make([]window.Decision, len(ids)))
+		mu.Lock()
+		if got := trips["refund"]; got != 1 {
+			t.Errorf("refund round trips for %d keys: got %d, want 1", len(keys), got)
+		}
+		mu.Unlock()
+		r0 := &d.rules[0]
+		for _, key := range keys {
+			k := r0.prefix([]byte(key)) + ":" + strconv.FormatInt(r0.periodStart(time.Now()), 10)
+			if n, err := r.Do(ctx, r.B().Get().Key(k).Build()).AsInt64(); err != nil && !rueidis.IsRedisNil(err) || n != 0 {
+				t.Errorf("%s after the refund: count %d, %v; want 0", key, n, err)
+			}
 		}
 	})
 

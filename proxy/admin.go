@@ -286,6 +286,7 @@ type rlsView struct {
 	MergeDomains    bool     `json:"merge_domains"`
 	ResponseHeaders bool     `json:"response_headers"`
 	Algorithm       string   `json:"algorithm"`
+	MaxDescriptors  int      `json:"max_descriptors"`
 }
 
 // clusterView is the cluster section as it runs (its changes take effect
@@ -468,7 +469,7 @@ func (p *Proxy) configView() configView {
 	v.Cluster = p.clusterView()
 	if run.RLS.Listen != "" {
 		v.RLS = &rlsView{Listen: run.RLS.Listen, Config: t.RLS.Config, MergeDomains: t.RLS.MergeDomains,
-			ResponseHeaders: t.RLS.ResponseHeaders, Algorithm: t.RLS.Algorithm.String()}
+			ResponseHeaders: t.RLS.ResponseHeaders, Algorithm: t.RLS.Algorithm.String(), MaxDescriptors: t.RLS.MaxDescriptors}
 	}
 	rs := p.ReloadStatus()
 	v.Reload = reloadView{ConfigPath: rs.ConfigPath, OK: rs.Err == nil, Problems: len(rs.Problems)}

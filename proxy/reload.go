@@ -230,6 +230,7 @@ var settings = []setting{
 	reloads("rls.merge_domains"),
 	reloads("rls.response_headers"),
 	reloads("rls.algorithm"),
+	reloads("rls.max_descriptors"),
 	// Domains and rules are rebuilt by every reload (Proxy.build).
 	reloads("domains[].name"),
 	reloads("domains[].hosts"),

@@ -28,10 +28,11 @@ var outcomeNames = [numOutcomes]string{"ok", "over_limit", "shadow_over_limit", 
 const (
 	codeOK = iota
 	codeOver
+	codeInvalid // refused INVALID_ARGUMENT, counting nothing
 	numCodes
 )
 
-var codeNames = [numCodes]string{"ok", "over_limit"}
+var codeNames = [numCodes]string{"ok", "over_limit", "invalid_argument"}
 
 func codeOf(c pb.RateLimitResponse_Code) int {
 	if c == pb.RateLimitResponse_OVER_LIMIT {
@@ -41,10 +42,11 @@ func codeOf(c pb.RateLimitResponse_Code) int {
 }
 
 type metrics struct {
-	requests      *prometheus.CounterVec // domain, code
-	descriptors   *prometheus.CounterVec // domain, descriptor, outcome
-	unknownDomain prometheus.Counter
-	unavailable   prometheus.Counter
+	requests       *prometheus.CounterVec // domain, code
+	descriptors    *prometheus.CounterVec // domain, descriptor, outcome
+	unknownDomain  prometheus.Counter
+	unknownInvalid prometheus.Counter // INVALID_ARGUMENT for a domain no file names
+	unavailable    prometheus.Counter
 }
 
 // entryStats are one entry's descriptor counters, resolved once per
@@ -65,6 +67,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"domain", "descriptor", "outcome"}),
 	}
 	m.unknownDomain = m.requests.WithLabelValues("unknown", "ok")
+	m.unknownInvalid = m.requests.WithLabelValues("unknown", codeNames[codeInvalid])
 	m.unavailable = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "edge_rls_unavailable_total",
 		Help: "ShouldRateLimit calls answered UNAVAILABLE because the shared counter store did not answer.",

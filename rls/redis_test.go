@@ -2,9 +2,11 @@ package rls
 
 import (
 	"context"
+	"maps"
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,12 +35,22 @@ descriptors:
 
 func nodeWith(t *testing.T, addr string, sync rules.SyncMode, algo rules.Algorithm, name, lyft string) pb.RateLimitServiceClient {
 	t.Helper()
-	cc := rules.Cluster{
+	return nodeOpts(t, testCluster(addr, sync), algo, cluster.Options{Pop: "test", Node: name}, lyft)
+}
+
+func testCluster(addr string, sync rules.SyncMode) rules.Cluster {
+	return rules.Cluster{
 		Store: rules.StoreRedis, Addresses: []string{addr}, PoolSize: 4, DialTimeout: time.Second,
 		Sync: sync, BatchInterval: 50 * time.Millisecond, Budget: 500 * time.Millisecond,
 		OnStoreFailure: rules.FailClosed, HeartbeatInterval: 100 * time.Millisecond,
 	}
-	c, err := cluster.New(cluster.Options{Config: cc, Pop: "test", Node: name})
+}
+
+// nodeOpts is a node counting through a cluster client of cc and opts.
+func nodeOpts(t *testing.T, cc rules.Cluster, algo rules.Algorithm, opts cluster.Options, lyft string) pb.RateLimitServiceClient {
+	t.Helper()
+	opts.Config = cc
+	c, err := cluster.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,5 +274,105 @@ descriptors:
 			}
 			srv.CheckTTLs(t)
 		})
+	}
+}
+
+// TestRedisOneRoundTrip: in exact mode a call's descriptors are decided in
+// one pipelined round trip to Redis, not one each (a call of many
+// descriptors held Redis for as many round trips), and a refused call
+// gives back what it counted in a second one. Counted by the client's
+// round-trip hook, and by Redis itself: each descriptor is one EVALSHA
+// (INFO commandstats), all read in about one read of the connection
+// (INFO stats total_reads_processed, which also counts the INFO asking).
+func TestRedisOneRoundTrip(t *testing.T) {
+	srv := redistest.Start(t)
+	var mu sync.Mutex
+	trips := map[string]int{}
+	cc := testCluster(srv.Addr, rules.SyncExact)
+	cc.HeartbeatInterval = time.Hour // no heartbeat while counting
+	a := nodeOpts(t, cc, rules.SlidingWindow, cluster.Options{Pop: "test", Node: "a", OnRoundTrip: func(op string, _ time.Duration, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err == nil {
+			trips[op]++
+		}
+	}}, `domain: shop
+descriptors:
+  - key: user
+    rate_limit: {unit: month, requests_per_unit: 3}
+  - key: closed
+    rate_limit: {unit: month, requests_per_unit: 1}
+`)
+	const n = 64 // rls.max_descriptors' default
+	users := func(prefix string) []*rlspb.RateLimitDescriptor {
+		ds := make([]*rlspb.RateLimitDescriptor, n)
+		for i := range ds {
+			ds[i] = desc("user=" + prefix + strconv.Itoa(i))
+		}
+		return ds
+	}
+	ask := func(ds []*rlspb.RateLimitDescriptor) pb.RateLimitResponse_Code {
+		t.Helper()
+		resp, err := a.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "shop", Descriptors: ds})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.OverallCode
+	}
+	r := srv.Client()
+	info := func(section, field string) int {
+		t.Helper()
+		s, err := r.Do(context.Background(), r.B().Info().Section(section).Build()).ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.Lines(s) {
+			if v, found := strings.CutPrefix(strings.TrimSpace(line), field); found {
+				v, _, _ = strings.Cut(v, ",")
+				got, _ := strconv.Atoi(v)
+				return got
+			}
+		}
+		return 0
+	}
+	counts := func() map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		got := maps.Clone(trips)
+		clear(trips)
+		return got
+	}
+	ask(users("warm")) // the scripts are in Redis's cache from here on
+	counts()
+
+	evalsha, reads := info("commandstats", "cmdstat_evalsha:calls="), info("stats", "total_reads_processed:")
+	if got := ask(users("u")); got != ok {
+		t.Fatalf("%d new users: got %v, want OK", n, got)
+	}
+	if got, want := counts(), map[string]int{"decide": 1}; !maps.Equal(got, want) {
+		t.Errorf("round trips of a call of %d descriptors: got %v, want %v", n, got, want)
+	}
+	if got := info("commandstats", "cmdstat_evalsha:calls=") - evalsha; got != n {
+		t.Errorf("EVALSHA in Redis: got %d, want %d, one per descriptor", got, n)
+	}
+	// Reads: the pipeline's (one, or a few if Redis read it in parts),
+	// this INFO's, and the PINGs rueidis sends on idle connections, more
+	// of them on a slow machine; one round trip per descriptor is n reads.
+	if got := info("stats", "total_reads_processed:") - reads; got >= n/4 {
+		t.Errorf("reads Redis made for a call of %d descriptors: got %d, want fewer than %d", n, got, n/4)
+	}
+
+	// Refused by its last descriptor: what the others counted is given
+	// back, in one more round trip.
+	ask([]*rlspb.RateLimitDescriptor{desc("closed=x")})
+	counts()
+	if got := ask(append(users("v"), desc("closed=x"))[1:]); got != over {
+		t.Fatalf("with a descriptor over its limit: got %v, want OVER_LIMIT", got)
+	}
+	if got, want := counts(), map[string]int{"decide": 1, "refund": 1}; !maps.Equal(got, want) {
+		t.Errorf("round trips of a refused call: got %v, want %v", got, want)
+	}
+	if got := ask(users("v")[1:]); got != ok {
+		t.Errorf("the refused call's users again: got %v, want OK (their counts given back)", got)
 	}
 }

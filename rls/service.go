@@ -65,9 +65,10 @@ var _ pb.RateLimitServiceServer = (*Service)(nil)
 
 // state is one configuration, compiled for counting.
 type state struct {
-	algorithm rules.Algorithm
-	headers   bool
-	domains   map[string]*domainState
+	algorithm      rules.Algorithm
+	headers        bool
+	maxDescriptors int // rls.max_descriptors
+	domains        map[string]*domainState
 }
 
 // domainState is one Lyft domain with its counters.
@@ -119,7 +120,10 @@ func (s *Service) Reload(t *rules.Table, cfg *Config) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.state.Load()
-	st := &state{algorithm: t.RLS.Algorithm, headers: t.RLS.ResponseHeaders, domains: map[string]*domainState{}}
+	st := &state{algorithm: t.RLS.Algorithm, headers: t.RLS.ResponseHeaders, maxDescriptors: t.RLS.MaxDescriptors, domains: map[string]*domainState{}}
+	if st.maxDescriptors < 1 {
+		st.maxDescriptors = rules.DefaultMaxDescriptors
+	}
 	perDomain := max(t.MaxKeys/max(len(cfg.Domains), 1), 1<<14)
 	var made []*domainState
 	for name, d := range cfg.Domains {
@@ -217,21 +221,25 @@ func limitOf(domain string, lk LimitKey, a rules.Algorithm) window.Limit {
 // are dropped, and the rest are counted at the request's cost
 // (hits_addend, or a descriptor's own, at least 1 for the request's). The
 // answer is OVER_LIMIT if any descriptor outside shadow and quota mode is
-// over its limit, or if every quota-mode descriptor is.
+// over its limit, or if every quota-mode descriptor is. A call of more
+// than rls.max_descriptors descriptors, or with a cost the store cannot
+// count (above window.MaxCost), is INVALID_ARGUMENT and counts nothing.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
-	if req.GetDomain() == "" {
-		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
-	}
-	if len(req.GetDescriptors()) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
-	}
 	st := s.state.Load()
+	ds := st.domains[req.GetDomain()]
+	if err := st.check(req); err != nil {
+		if ds != nil {
+			ds.requests[codeInvalid].Inc()
+		} else {
+			s.metrics.unknownInvalid.Inc()
+		}
+		return nil, err
+	}
 	now := s.now()
 	resp := &pb.RateLimitResponse{
 		OverallCode: pb.RateLimitResponse_OK,
 		Statuses:    make([]*pb.RateLimitResponse_DescriptorStatus, len(req.Descriptors)),
 	}
-	ds := st.domains[req.GetDomain()]
 	if ds == nil {
 		// Lyft answers OK for a domain it does not know; so does edge,
 		// and counts it without naming it (the name is the client's).
@@ -247,12 +255,14 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 		defer c.tally.End()
 	}
 	matched, replaced := ds.matchAll(req.Descriptors)
+	c.gather(req, matched, replaced)
+	if !c.decideAll() {
+		c.refund()
+		s.metrics.unavailable.Inc()
+		return nil, status.Error(codes.Unavailable, "the shared counter store did not answer in time")
+	}
 	for i, d := range req.Descriptors {
-		if !c.decide(i, d, matched[i], replaced, req.GetHitsAddend()) {
-			c.refund()
-			s.metrics.unavailable.Inc()
-			return nil, status.Error(codes.Unavailable, "the shared counter store did not answer in time")
-		}
+		c.judge(i, d, matched[i], replaced)
 	}
 	if c.failed > 0 || (c.quotaTotal > 0 && c.quotaFailed == c.quotaTotal) {
 		resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
@@ -266,6 +276,31 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 	}
 	ds.requests[codeOf(resp.OverallCode)].Inc()
 	return resp, nil
+}
+
+// check refuses a request that cannot be decided as it is: no domain, no
+// descriptors, more descriptors than rls.max_descriptors (each may be a
+// decision in Redis), or a hits_addend above what one decision can count.
+// A cost above window.MaxCost would be refused by every limit as more than
+// it can ever hold, a wrong answer for a limit above it: it is refused as
+// invalid instead, saying why.
+func (st *state) check(req *pb.RateLimitRequest) error {
+	switch n := len(req.GetDescriptors()); {
+	case req.GetDomain() == "":
+		return status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+	case n == 0:
+		return status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	case n > st.maxDescriptors:
+		return status.Errorf(codes.InvalidArgument, "%d descriptors in one call, more than rls.max_descriptors (%d)", n, st.maxDescriptors)
+	case int64(req.GetHitsAddend()) > window.MaxCost:
+		return status.Errorf(codes.InvalidArgument, "hits_addend %d is more than one request may cost (%d)", req.GetHitsAddend(), window.MaxCost)
+	}
+	for i, d := range req.GetDescriptors() {
+		if h := d.GetHitsAddend(); h != nil && h.GetValue() > window.MaxCost {
+			return status.Errorf(codes.InvalidArgument, "descriptors[%d].hits_addend %d is more than one request may cost (%d)", i, h.GetValue(), window.MaxCost)
+		}
+	}
+	return nil
 }
 
 // matchAll matches each descriptor to its entry (nil for none) and
@@ -289,62 +324,113 @@ func (ds *domainState) matchAll(descs []*rlspb.RateLimitDescriptor) ([]*Descript
 }
 
 // call is one ShouldRateLimit call's account: its tally, the decisions
-// it may have to give back, and the tallies of refusals.
+// it asks the store for, those it may have to give back, and the tallies
+// of refusals.
 type call struct {
 	ds    *domainState
 	tally window.Tally
 	now   time.Time
 	fixed bool // rls.algorithm fixed_window: nothing is given back
 	resp  *pb.RateLimitResponse
-	name  []byte // scratch for counter names
 
-	allowed                         []counted
+	// The counted descriptors, in order: each one's index, ID and cost,
+	// and its decision once made (decideAll).
+	at    []int
+	ids   []window.ID
+	costs []int64
+	decs  []window.Decision
+	names []byte // the ids' Names, end to end
+
+	allowed                         []int // indexes into ids of decisions to give back
 	failed, quotaFailed, quotaTotal int
 }
 
-// counted is an allowed decision that a refusal may give back.
-type counted struct {
-	id window.ID
-	d  window.Decision
-	i  int // the descriptor's index
+// counts reports whether entry e, matched by a descriptor, is counted in
+// the store: it has a limit above 0 that no other limit replaces.
+func counts(e *Descriptor, replaced map[string]bool) bool {
+	return e != nil && !e.Limit.Unlimited && !(e.Limit.Name != "" && replaced[e.Limit.Name]) && e.Limit.RequestsPerUnit > 0
 }
 
-// decide sets the status of descriptor i, d, matched to entry e (nil for
-// none). It reports false if the shared store could not decide.
-func (c *call) decide(i int, d *rlspb.RateLimitDescriptor, e *Descriptor, replaced map[string]bool, hits uint32) bool {
+// gather lists the descriptors the store decides, with their counters'
+// names and costs, so that they are decided together.
+func (c *call) gather(req *pb.RateLimitRequest, matched []*Descriptor, replaced map[string]bool) {
+	var ends []int
+	for i, d := range req.Descriptors {
+		e := matched[i]
+		if !counts(e, replaced) {
+			continue
+		}
+		cost := int64(max(req.GetHitsAddend(), 1))
+		if h := d.GetHitsAddend(); h != nil {
+			cost = int64(h.GetValue()) // at most window.MaxCost (check)
+		}
+		c.names = c.ds.appendName(c.names, d.GetEntries())
+		ends = append(ends, len(c.names))
+		c.at = append(c.at, i)
+		c.costs = append(c.costs, cost)
+	}
+	c.ids = make([]window.ID, len(c.at))
+	from := 0
+	for j, i := range c.at {
+		name := c.names[from:ends[j]:ends[j]]
+		c.ids[j] = window.ID{Key: c.ds.store.Key(matched[i].Rule, name), Name: name}
+		from = ends[j]
+	}
+}
+
+// manyTally is a tally that decides and gives back many decisions at once,
+// in one round trip to a shared store: package cluster's.
+type manyTally interface {
+	DecideMany(ids []window.ID, costs []int64, now time.Time, out []window.Decision)
+	RefundMany(ids []window.ID, decs []window.Decision, now time.Time, out []window.Decision)
+}
+
+// decideAll decides every counted descriptor of the call. It reports false
+// if the shared store could not decide.
+func (c *call) decideAll() bool {
+	c.decs = make([]window.Decision, len(c.ids))
+	if m, ok := c.tally.(manyTally); ok {
+		m.DecideMany(c.ids, c.costs, c.now, c.decs)
+	} else {
+		for j, id := range c.ids {
+			c.decs[j] = c.tally.Decide(id, c.costs[j], c.now)
+		}
+	}
+	for j, dec := range c.decs {
+		if dec.Unavailable {
+			return false
+		}
+		if dec.Allowed && !c.fixed {
+			c.allowed = append(c.allowed, j)
+		}
+	}
+	return true
+}
+
+// judge sets the status of descriptor i, d, matched to entry e (nil for
+// none), from its decision if it was counted.
+func (c *call) judge(i int, d *rlspb.RateLimitDescriptor, e *Descriptor, replaced map[string]bool) {
 	ds := c.ds
 	switch {
 	case e == nil:
 		c.resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
 		ds.noLimit.add(outcomeNoLimit)
-		return true
+		return
 	case e.Limit.Unlimited:
 		c.resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
 		ds.stats[e].add(outcomeUnlimited)
-		return true
+		return
 	case e.Limit.Name != "" && replaced[e.Limit.Name]:
 		c.resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
 		ds.stats[e].add(outcomeReplaced)
-		return true
-	}
-	cost := int64(max(hits, 1))
-	if h := d.GetHitsAddend(); h != nil {
-		cost = int64(min(h.GetValue(), math.MaxInt64))
+		return
 	}
 	var dec window.Decision
-	if e.Limit.RequestsPerUnit == 0 {
-		// Nothing is ever allowed; the store cannot hold a limit of 0.
-		dec = window.Decision{Reset: untilPeriodEnd(c.now, ds.limits[e.Rule].Period)}
+	if j, ok := slices.BinarySearch(c.at, i); ok {
+		dec = c.decs[j]
 	} else {
-		c.name = ds.appendName(c.name[:0], d.GetEntries())
-		id := window.ID{Key: ds.store.Key(e.Rule, c.name), Name: c.name}
-		dec = c.tally.Decide(id, cost, c.now)
-		if dec.Unavailable {
-			return false
-		}
-		if dec.Allowed && !c.fixed {
-			c.allowed = append(c.allowed, counted{id: window.ID{Key: id.Key, Name: slices.Clone(c.name)}, d: dec, i: i})
-		}
+		// A limit of 0: nothing is ever allowed; the store cannot hold it.
+		dec = window.Decision{Reset: untilPeriodEnd(c.now, ds.limits[e.Rule].Period)}
 	}
 	c.resp.Statuses[i] = descriptorStatus(e, dec)
 	over := !dec.Allowed
@@ -365,16 +451,30 @@ func (c *call) decide(i int, d *rlspb.RateLimitDescriptor, e *Descriptor, replac
 	} else if over && !e.ShadowMode {
 		c.failed++
 	}
-	return true
 }
 
 // refund gives back every allowed decision of the call, and shows the
-// remaining after it in the descriptors' statuses.
+// remaining after it in the descriptors' statuses (those set by then).
 func (c *call) refund() {
-	for _, a := range c.allowed {
-		d := c.tally.Refund(a.id, a.d, c.now)
-		if st := c.resp.Statuses[a.i]; st != nil {
-			st.LimitRemaining = clampRemaining(d.Remaining)
+	if len(c.allowed) == 0 {
+		return
+	}
+	ids := make([]window.ID, len(c.allowed))
+	decs := make([]window.Decision, len(c.allowed))
+	for n, j := range c.allowed {
+		ids[n], decs[n] = c.ids[j], c.decs[j]
+	}
+	after := make([]window.Decision, len(ids))
+	if m, ok := c.tally.(manyTally); ok {
+		m.RefundMany(ids, decs, c.now, after)
+	} else {
+		for n, id := range ids {
+			after[n] = c.tally.Refund(id, decs[n], c.now)
+		}
+	}
+	for n, j := range c.allowed {
+		if st := c.resp.Statuses[c.at[j]]; st != nil {
+			st.LimitRemaining = clampRemaining(after[n].Remaining)
 		}
 	}
 	c.allowed = nil

@@ -445,6 +445,86 @@ func TestBadRequests(t *testing.T) {
 	}
 }
 
+// TestMaxDescriptors: a call of more descriptors than rls.max_descriptors
+// (64 unless set) is refused INVALID_ARGUMENT, counts nothing and is
+// counted as edge_rls_requests_total{code="invalid_argument"}, under its
+// domain if a file names it, else under unknown; a call of exactly the
+// maximum is decided.
+func TestMaxDescriptors(t *testing.T) {
+	many := func(n int, key string) []*rlspb.RateLimitDescriptor {
+		ds := make([]*rlspb.RateLimitDescriptor, n)
+		for i := range ds {
+			ds[i] = desc(key)
+		}
+		return ds
+	}
+	for _, tc := range []struct {
+		name string
+		max  int // rls.max_descriptors as compiled; 0 for a table made without it
+		want int
+	}{
+		{"default", 0, 64},
+		{"set", 3, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := serve(t, rules.RLS{MaxDescriptors: tc.max})
+			invalid := func(domain string) float64 {
+				return testutil.ToFloat64(f.svc.metrics.requests.WithLabelValues(domain, "invalid_argument"))
+			}
+			for _, domain := range []string{"shop", "no-such-domain"} {
+				_, err := f.client.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: domain, Descriptors: many(tc.want+1, "remote_address=10.0.0.9")})
+				if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "rls.max_descriptors") {
+					t.Errorf("%s, %d descriptors: got %v, want InvalidArgument naming rls.max_descriptors", domain, tc.want+1, err)
+				}
+			}
+			if got, unknown := invalid("shop"), invalid("unknown"); got != 1 || unknown != 1 {
+				t.Errorf(`edge_rls_requests_total{code="invalid_argument"}: got shop %v, unknown %v; want 1 each`, got, unknown)
+			}
+			f.ask(t, "shop", 0, many(tc.want, "nothing=here")...) // the maximum is decided
+			// The refused call counted nothing: remote_address allows 3 a
+			// minute.
+			if resp := f.ask(t, "shop", 0, desc("remote_address=10.0.0.9")); resp.OverallCode != ok {
+				t.Errorf("after the refused call: got %v, want OK (it counted nothing)", resp.OverallCode)
+			}
+		})
+	}
+}
+
+// TestHitsAddendAboveMaxCost: a hits_addend above what one decision can
+// count (window.MaxCost, 1,000,000), the request's or a descriptor's, is
+// refused INVALID_ARGUMENT and counted, rather than answered OVER_LIMIT
+// whatever the limit (which a limit above it would not be); at the
+// maximum it is charged as given.
+func TestHitsAddendAboveMaxCost(t *testing.T) {
+	cfg, err := Parse([]File{{Name: "big.yaml", Data: []byte(`domain: big
+descriptors:
+  - key: tenant
+    rate_limit: {unit: day, requests_per_unit: 3000000000}
+`)}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := serveConfig(t, rules.RLS{}, cfg)
+	d := desc("tenant=t1")
+	d.HitsAddend = wrapperspb.UInt64(1_000_001)
+	for _, req := range []*pb.RateLimitRequest{
+		{Domain: "big", HitsAddend: 1_000_001, Descriptors: []*rlspb.RateLimitDescriptor{desc("tenant=t1")}},
+		{Domain: "big", Descriptors: []*rlspb.RateLimitDescriptor{d}},
+	} {
+		resp, err := f.client.ShouldRateLimit(context.Background(), req)
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "hits_addend 1000001") {
+			t.Errorf("%v: got %v, %v; want InvalidArgument naming hits_addend", req, resp.GetOverallCode(), err)
+		}
+	}
+	if got := testutil.ToFloat64(f.svc.metrics.requests.WithLabelValues("big", "invalid_argument")); got != 2 {
+		t.Errorf(`edge_rls_requests_total{domain="big",code="invalid_argument"}: got %v, want 2`, got)
+	}
+	resp := f.ask(t, "big", 1_000_000, desc("tenant=t1"))
+	if resp.OverallCode != ok || resp.Statuses[0].LimitRemaining != 2_999_000_000 {
+		t.Errorf("hits_addend 1000000: got %v, want OK with 2999000000 remaining", resp.Statuses[0])
+	}
+}
+
 func TestHealth(t *testing.T) {
 	f := serve(t, rules.RLS{})
 	h := healthpb.NewHealthClient(f.conn)

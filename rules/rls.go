@@ -28,7 +28,20 @@ type RLSConfig struct {
 	// Algorithm is how descriptors count: "sliding_window" (the default)
 	// or "fixed_window", Lyft's own counting.
 	Algorithm string `mapstructure:"algorithm"`
+	// MaxDescriptors bounds the descriptors of one ShouldRateLimit call;
+	// nil means DefaultMaxDescriptors. Written, it must be 1 to
+	// MaxDescriptors.
+	MaxDescriptors *int `mapstructure:"max_descriptors"`
 }
+
+// Bounds of rls.max_descriptors. Each descriptor of a call may be a
+// decision in Redis: the default is far above what an Envoy route sends
+// (one descriptor per rate_limits action) and far below what would let one
+// call occupy Redis.
+const (
+	DefaultMaxDescriptors = 64
+	MaxDescriptors        = 10_000
+)
 
 // RLS is a compiled [RLSConfig]. Listen "" means the service is off.
 type RLS struct {
@@ -37,16 +50,18 @@ type RLS struct {
 	MergeDomains    bool
 	ResponseHeaders bool
 	Algorithm       Algorithm // SlidingWindow or FixedWindow
+	MaxDescriptors  int       // the most descriptors of one call
 }
 
 // Equal reports whether two rls sections are the same.
 func (r RLS) Equal(o RLS) bool {
 	return r.Listen == o.Listen && slices.Equal(r.Config, o.Config) && r.MergeDomains == o.MergeDomains &&
-		r.ResponseHeaders == o.ResponseHeaders && r.Algorithm == o.Algorithm
+		r.ResponseHeaders == o.ResponseHeaders && r.Algorithm == o.Algorithm && r.MaxDescriptors == o.MaxDescriptors
 }
 
 func compileRLS(p *problems, c RLSConfig, t *Table) RLS {
-	out := RLS{Listen: c.Listen, Config: c.Config, MergeDomains: c.MergeDomains, ResponseHeaders: c.ResponseHeaders}
+	out := RLS{Listen: c.Listen, Config: c.Config, MergeDomains: c.MergeDomains, ResponseHeaders: c.ResponseHeaders,
+		MaxDescriptors: DefaultMaxDescriptors}
 	if c.Listen == "" {
 		for _, k := range []struct {
 			path string
@@ -56,6 +71,7 @@ func compileRLS(p *problems, c RLSConfig, t *Table) RLS {
 			{"rls.merge_domains", c.MergeDomains},
 			{"rls.response_headers", c.ResponseHeaders},
 			{"rls.algorithm", c.Algorithm != ""},
+			{"rls.max_descriptors", c.MaxDescriptors != nil},
 		} {
 			if k.set {
 				p.add(k.path, "needs rls.listen: the rate limit service is off without it")
@@ -90,6 +106,12 @@ func compileRLS(p *problems, c RLSConfig, t *Table) RLS {
 		out.Algorithm = FixedWindow
 	default:
 		p.add("rls.algorithm", "must be sliding_window or fixed_window, got %q", c.Algorithm)
+	}
+	if n := c.MaxDescriptors; n != nil {
+		if *n < 1 || *n > MaxDescriptors {
+			p.add("rls.max_descriptors", "must be between 1 and %d, got %d", MaxDescriptors, *n)
+		}
+		out.MaxDescriptors = *n
 	}
 	if t.Cluster.Store == StoreRedis && t.Cluster.Sync == SyncBatched && out.Algorithm == FixedWindow {
 		p.add("rls.algorithm", "fixed_window cannot be counted with cluster.sync batched (sliding windows only); use cluster.sync exact")

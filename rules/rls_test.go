@@ -19,6 +19,14 @@ func TestCompileRLS(t *testing.T) {
 	if tab, err = Compile(cfg); err != nil || tab.RLS.Algorithm != SlidingWindow {
 		t.Errorf("default algorithm: got %v, %v; want sliding_window", tab, err)
 	}
+	if got := tab.RLS.MaxDescriptors; got != 64 {
+		t.Errorf("default max_descriptors: got %d, want 64", got)
+	}
+	n := 2
+	cfg.RLS.MaxDescriptors = &n
+	if tab, err = Compile(cfg); err != nil || tab.RLS.MaxDescriptors != 2 {
+		t.Errorf("max_descriptors 2: got %v, %v", tab.RLS.MaxDescriptors, err)
+	}
 }
 
 func TestCompileRLSErrors(t *testing.T) {
@@ -45,6 +53,14 @@ func TestCompileRLSErrors(t *testing.T) {
 			func(c *Config) {
 				c.Cluster = ClusterConfig{Store: "redis", Sync: "batched", Redis: RedisConfig{Addresses: []string{"127.0.0.1:6379"}}}
 			}, "rls.algorithm: fixed_window cannot be counted with cluster.sync batched"},
+		{"max_descriptors zero", RLSConfig{Listen: "127.0.0.1:8081", Config: []string{"x"}, MaxDescriptors: ptr(0)}, nil,
+			"rls.max_descriptors: must be between 1 and 10000, got 0"},
+		{"max_descriptors negative", RLSConfig{Listen: "127.0.0.1:8081", Config: []string{"x"}, MaxDescriptors: ptr(-3)}, nil,
+			"rls.max_descriptors: must be between 1 and 10000, got -3"},
+		{"max_descriptors too many", RLSConfig{Listen: "127.0.0.1:8081", Config: []string{"x"}, MaxDescriptors: ptr(10_001)}, nil,
+			"rls.max_descriptors: must be between 1 and 10000, got 10001"},
+		{"max_descriptors without listen", RLSConfig{MaxDescriptors: ptr(8)}, nil,
+			"rls.max_descriptors: needs rls.listen"},
 		{"sync share", RLSConfig{Listen: "127.0.0.1:8081", Config: []string{"x"}},
 			func(c *Config) { c.Cluster = ClusterConfig{Sync: "share", Nodes: 3} }, "rls.listen: not supported yet with cluster.sync share"},
 	} {

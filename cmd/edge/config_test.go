@@ -81,6 +81,10 @@ func TestConfigProblemMessages(t *testing.T) {
 			[]string{`client_ip.ipv6_prefix: must be a whole number, got "64.5"`}},
 		{"integer word", oneRule("name: a, limit: lots, period: 1s"),
 			[]string{`domains[0].rules[0].limit: must be a whole number, got "lots"`}},
+		{"rls.max_descriptors a word", "rls: {listen: \"127.0.0.1:8081\", config: [x.yaml], max_descriptors: lots}\n" + validDomains,
+			[]string{`rls.max_descriptors: must be a whole number, got "lots"`}},
+		{"rls.max_descriptors zero", "rls: {listen: \"127.0.0.1:8081\", config: [x.yaml], max_descriptors: 0}\n" + validDomains,
+			[]string{"rls.max_descriptors: must be between 1 and 10000, got 0"}},
 
 		// Missing means required; written as zero is out of range.
 		{"period left out", oneRule("name: a, limit: 10"),

@@ -39,17 +39,20 @@ func (s *Secrets) Add(path, value string) {
 		return
 	}
 	// A message may show the value as written, quoted by %q or by JSON
-	// (a quote, a backslash, a control character escaped), or a line of a
-	// value that spans several.
-	forms := []string{value, quoted(strconv.Quote(value)), jsonString(value)}
+	// (a quote, a backslash, a control character escaped), in lower case
+	// (a copy normalised as a host name), or a line of a value that spans
+	// several.
+	parts := []string{value}
 	for _, line := range strings.Split(value, "\n") {
-		if line = strings.TrimSpace(line); len(line) >= MinSecretBytes {
-			forms = append(forms, line)
+		if line = strings.TrimSpace(line); len(line) >= MinSecretBytes && line != value {
+			parts = append(parts, line)
 		}
 	}
-	for _, f := range forms {
-		if !slices.Contains(s.forms, f) {
-			s.forms = append(s.forms, f)
+	for _, p := range parts {
+		for _, f := range []string{p, quoted(strconv.Quote(p)), jsonString(p), strings.ToLower(p)} {
+			if !slices.Contains(s.forms, f) {
+				s.forms = append(s.forms, f)
+			}
 		}
 	}
 	// Longest first: strings.Replacer tries its pairs in order at each

@@ -15,16 +15,18 @@ func TestSecretsRedact(t *testing.T) {
 	s.Add("admin_token", "hunter22")
 	s.Add("check.token", "hunter22-long") // holds the other: replaced whole
 	s.Add("cluster.redis.password", `pa"ss\wd`)
-	s.Add("a_secret", "line-one\nline-two\n")
+	s.Add("a_secret", "Line-one\nline-two\n")
 	s.Add("pop_token", "abc") // weak
 	s.Add("pop_token", "abc") // named once
 	s.Add("empty_token", "")  // no secret
 	tests := []struct{ in, want string }{
 		{"got hunter22", "got [redacted]"},
 		{"got hunter22-long!", "got [redacted]!"},
+		{"host line-one", "host [redacted]"},
+		{"host LINE-ONE", "host LINE-ONE"},       // only the spellings edge gives it
 		{`got "pa\"ss\\wd"`, `got "[redacted]"`}, // as %q and JSON spell it
 		{`got pa"ss\wd`, "got [redacted]"},
-		{`got "line-one\nline-two\n"`, `got "[redacted]"`},
+		{`got "Line-one\nline-two\n"`, `got "[redacted]"`},
 		{"  2 |   line-two", "  2 |   [redacted]"},
 		{"abc and hunter2", "abc and hunter2"},
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strconv"
 	"time"
 
@@ -476,7 +477,55 @@ func (p *Proxy) configView() configView {
 	if rs.Err != nil {
 		v.Reload.Error = rules.ProblemText(rs.Err)
 	}
+	// A setting may hold a copy of a secret (a YAML alias), and a reload's
+	// problems may quote one of a file since replaced: no string of the
+	// view shows a secret of the running file or of the one edge started
+	// with.
+	redactStrings(reflect.ValueOf(&v).Elem(), func(s string) string { return run.Secrets.Redact(t.Secrets.Redact(s)) })
 	return v
+}
+
+// redactStrings applies redact to every string v holds, in its fields,
+// elements and map values. It copies the slices and maps it changes, so
+// that a view sharing them with the running table leaves the table as it
+// was; the pointers v holds must be its own.
+func redactStrings(v reflect.Value, redact func(string) string) {
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString(redact(v.String()))
+	case reflect.Pointer:
+		if !v.IsNil() {
+			redactStrings(v.Elem(), redact)
+		}
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				redactStrings(v.Field(i), redact)
+			}
+		}
+	case reflect.Slice:
+		if v.IsNil() {
+			return
+		}
+		c := reflect.MakeSlice(v.Type(), v.Len(), v.Len())
+		reflect.Copy(c, v)
+		for i := range c.Len() {
+			redactStrings(c.Index(i), redact)
+		}
+		v.Set(c)
+	case reflect.Map:
+		if v.IsNil() {
+			return
+		}
+		c := reflect.MakeMapWithSize(v.Type(), v.Len())
+		for it := v.MapRange(); it.Next(); {
+			e := reflect.New(v.Type().Elem()).Elem()
+			e.Set(it.Value())
+			redactStrings(e, redact)
+			c.SetMapIndex(it.Key(), e)
+		}
+		v.Set(c)
+	}
 }
 
 // serveName is a domain's serve as the configuration spells it.

@@ -85,6 +85,7 @@ func Compile(cfg Config) (*Table, error) {
 		AdminListen: cfg.AdminListen,
 		Pop:         cfg.Pop,
 		AdminToken:  cfg.AdminToken,
+		Secrets:     cfg.Secrets,
 		exact:       make(map[string]*Domain),
 		wildcard:    make(map[string]*Domain),
 		byName:      make(map[string]*Domain),

@@ -133,6 +133,11 @@ type Config struct {
 	// out is "required", one written with a zero value is out of range. Nil
 	// means every zero field was left out.
 	Given map[string]bool `mapstructure:"-"`
+	// Secrets, when not nil, are the secret values the file and the
+	// environment give; cmd/edge fills it in as it decodes, and Compile
+	// hands it to the Table, so that what shows the running configuration
+	// can clean its text of them.
+	Secrets *Secrets `mapstructure:"-"`
 }
 
 // ClientIPConfig says which peers may report the client address in

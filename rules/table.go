@@ -20,6 +20,10 @@ type Table struct {
 	AdminToken  string // bearer token for the admin API; "" = none
 	Pop         string // point-of-presence label
 
+	// Secrets are Config.Secrets: any text shown of this configuration
+	// passes through Secrets.Redact. Nil holds none.
+	Secrets *Secrets
+
 	// AdminHosts are the extra Host names a loopback admin listener
 	// answers to, normalised like NormalizeHost, in config order.
 	AdminHosts []string

@@ -54,14 +54,20 @@ func readConfig(path string) ([]byte, error) {
 // validation problem is reported for it, for anything under it, or for the
 // section that holds it (a domain whose respond failed to decode is not
 // also said to have no upstream).
+//
+// Every problem passes through the file's secrets (see fileSecrets) on its
+// way out, so that no message shows a secret's value wherever the file
+// puts it: on a line the YAML parser quotes, or copied by an alias into a
+// key whose problem names its value.
 func parseConfig(data []byte) (*rules.Table, error) {
-	settings, err := readYAML(data)
+	secrets := newFileSecrets(data)
+	settings, err := readYAML(data, secrets)
 	if err != nil {
-		return nil, err
+		return nil, secrets.RedactError(err)
 	}
 	v := viper.New()
 	if err := v.MergeConfigMap(settings); err != nil {
-		return nil, err
+		return nil, secrets.RedactError(err)
 	}
 	var cfg rules.Config
 	err = v.UnmarshalExact(&cfg, func(c *mapstructure.DecoderConfig) {
@@ -78,9 +84,10 @@ func parseConfig(data []byte) (*rules.Table, error) {
 	errs, failed := decodeErrors(err)
 	failed = append(failed, pointerAncestors(failed)...)
 	cfg.Given = givenPaths(v.AllSettings())
+	cfg.Secrets = secrets.Secrets
 	table, err := rules.Compile(cfg)
 	if err == nil && len(errs) == 0 {
-		if v := os.Getenv("EDGE_CHECK_TOKEN"); v != "" && table.Check != nil {
+		if v := os.Getenv("EDGE_CHECK_TOKEN"); v != "" && table.Check != nil { // one of secretEnv
 			table.Check.Token = v // as EDGE_ADMIN_TOKEN: the secret need not be in the file
 		}
 		return table, nil
@@ -94,18 +101,21 @@ func parseConfig(data []byte) (*rules.Table, error) {
 			errs = append(errs, e)
 		}
 	}
-	return nil, errors.Join(errs...)
+	return nil, secrets.RedactError(errors.Join(errs...))
 }
 
 // readYAML parses data and returns its top-level mapping (empty for an
 // empty file). Its errors are ones a person can act on: a syntax error
 // gives the line and column the parser reports and quotes that line, and a
-// file that is not a mapping says what it is.
-func readYAML(data []byte) (map[string]any, error) {
+// file that is not a mapping says what it is. It adds the file's secrets
+// to secrets: from its node tree, or from its lines when it does not parse.
+func readYAML(data []byte, secrets fileSecrets) (map[string]any, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, yamlError(data, err)
+		lineSecrets(secrets, data)
+		return nil, yamlError(data, secrets, err)
 	}
+	treeSecrets(secrets.Secrets, &doc)
 	settings := map[string]any{}
 	if len(doc.Content) == 0 {
 		return settings, nil // empty, or only comments
@@ -118,7 +128,7 @@ func readYAML(data []byte) (map[string]any, error) {
 		return nil, fmt.Errorf("the file must be a mapping of settings; it is %s", yamlkind.Of(root))
 	}
 	if err := root.Decode(&settings); err != nil {
-		return nil, yamlError(data, err) // a key given twice, say
+		return nil, yamlError(data, secrets, err) // a key given twice, say
 	}
 	return settings, nil
 }
@@ -128,23 +138,23 @@ func readYAML(data []byte) (map[string]any, error) {
 //	yaml: line 3, column 4: did not find expected '-' indicator (while ...)
 //	    3 |    origin: x
 //	      |    ^
-func yamlError(data []byte, err error) error {
+func yamlError(data []byte, secrets fileSecrets, err error) error {
 	var many *yaml.LoadErrors
 	if errors.As(err, &many) {
 		var out []error
 		for _, le := range many.Errors {
-			out = append(out, loadError(data, le))
+			out = append(out, loadError(data, secrets, le))
 		}
 		return errors.Join(out...)
 	}
 	var le *yaml.LoadError
 	if errors.As(err, &le) {
-		return loadError(data, le)
+		return loadError(data, secrets, le)
 	}
 	return fmt.Errorf("yaml: %s", strings.TrimPrefix(err.Error(), "yaml: "))
 }
 
-func loadError(data []byte, le *yaml.LoadError) error {
+func loadError(data []byte, secrets fileSecrets, le *yaml.LoadError) error {
 	var b strings.Builder
 	at := le.Mark
 	if at.Line > 0 {
@@ -163,13 +173,13 @@ func loadError(data []byte, le *yaml.LoadError) error {
 	// of the file after an unclosed quote or bracket, quote the line where
 	// the construct began, or else the last line with text before it.
 	if line := fileLine(data, at.Line); strings.TrimSpace(line) != "" {
-		quoteLine(&b, line, at.Line, at.Column)
+		quoteLine(&b, secrets, line, at.Line, at.Column)
 	} else if line := fileLine(data, ctx.Line); le.ContextMsg != "" && strings.TrimSpace(line) != "" {
-		quoteLine(&b, line, ctx.Line, ctx.Column)
+		quoteLine(&b, secrets, line, ctx.Line, ctx.Column)
 	} else {
 		for n := at.Line - 1; n > 0; n-- {
 			if line := fileLine(data, n); strings.TrimSpace(line) != "" {
-				quoteLine(&b, line, n, utf8.RuneCountInString(line)+1)
+				quoteLine(&b, secrets, line, n, utf8.RuneCountInString(line)+1)
 				break
 			}
 		}
@@ -192,15 +202,24 @@ var secretOnLine = regexp.MustCompile(`(?i)\b[a-z0-9_]*(password|token|secret)["
 
 // quoteLine appends the file's line n, indented below the message, with a
 // caret under column col (1-based, in characters). Control characters are
-// shown as '?', a long line only around col, and whatever follows a
-// secret's key as [redacted].
-func quoteLine(b *strings.Builder, line string, n, col int) {
+// shown as '?', a long line only around col, and as [redacted]: whatever
+// follows a secret's key, a line that may continue a secret's value
+// (secrets.hidden), and any secret's value. Secrets are replaced before
+// the line is cut to fit, so that no part of one shows.
+func quoteLine(b *strings.Builder, secrets fileSecrets, line string, n, col int) {
 	runes := []rune(line)
-	if loc := secretOnLine.FindStringIndex(line); loc != nil {
-		runes = []rune(line[:loc[1]] + " " + string(rules.Redacted))
+	caret := min(max(col-1, 0), len(runes))
+	if secrets.hidden[n] {
+		text := strings.TrimLeft(line, " \t")
+		line = line[:len(line)-len(text)] + string(rules.Redacted)
+	} else if loc := secretOnLine.FindStringIndex(line); loc != nil {
+		line = line[:loc[1]] + " " + string(rules.Redacted)
 	}
+	caret = utf8.RuneCountInString(secrets.Redact(string(runes[:caret])))
+	runes = []rune(secrets.Redact(line))
+	caret = min(caret, len(runes))
 	const window = 60 // characters either side of the caret on a long line
-	start, end, caret := 0, len(runes), min(max(col-1, 0), len(runes))
+	start, end := 0, len(runes)
 	if len(runes) > 2*window {
 		start, end = max(caret-window, 0), min(caret+window, len(runes))
 	}

@@ -103,7 +103,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	rc, err := loadRLS(*configPath, table)
 	if err != nil {
-		fmt.Fprintf(stderr, "edge: invalid configuration %s:\n%s\n", describe(*configPath), rules.ProblemText(err))
+		fmt.Fprintf(stderr, "edge: invalid configuration %s:\n%s\n", describe(*configPath), rules.ProblemText(table.Secrets.RedactError(err)))
 		return 1
 	}
 	if *check {
@@ -120,6 +120,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout)
 		for _, w := range rc.WarningsOrNil() {
 			fmt.Fprintf(stdout, "warning: rls: %s\n", w)
+		}
+		for _, path := range table.Secrets.Weak() {
+			fmt.Fprintf(stdout, "warning: %s: %s\n", path, weakSecret)
 		}
 		return 0
 	}
@@ -211,6 +214,7 @@ func serve(ctx context.Context, table *rules.Table, hash, path string, log *slog
 	rl := newReloader(path, hash, p, log, level)
 	warnIfAdminExposed(log, table, table.AdminListen)
 	warnIfCheckExposed(log, table)
+	warnWeakSecrets(log, table)
 	var ready atomic.Bool
 	srv, err := listen(table, p, reg, &ready, log)
 	if err != nil {
@@ -655,6 +659,17 @@ func warnIfCheckExposed(log *slog.Logger, t *rules.Table) {
 	if t.Check != nil && t.Check.Token == "" && !isLoopback(t.Check.Listen) {
 		log.Warn("the check listener is not on loopback and has no token: anyone who can reach it can ask about any client; set check.token",
 			"check_listen", t.Check.Listen)
+	}
+}
+
+// weakSecret is why a secret shorter than rules.MinSecretBytes is weak.
+var weakSecret = fmt.Sprintf("weak secret: shorter than %d bytes, it is hidden where its key stands but not where the file copies it, and is easy to guess; use a longer one", rules.MinSecretBytes)
+
+// warnWeakSecrets warns of each secret of t too short to be hidden by
+// value (rules.Secrets.Weak), naming its key or variable, never its value.
+func warnWeakSecrets(log *slog.Logger, t *rules.Table) {
+	if weak := t.Secrets.Weak(); len(weak) > 0 {
+		log.Warn(weakSecret, "fields", weak)
 	}
 }
 

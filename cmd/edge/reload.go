@@ -67,14 +67,16 @@ func stampOf(fi os.FileInfo) fileStamp {
 }
 
 // newReloader returns the reloader of the configuration at path, whose
-// content with the given hash p runs; p keeps how reloads stand. Each configuration it applies sets level to its log.level and warns if it
-// leaves the admin listener exposed.
+// content with the given hash p runs; p keeps how reloads stand. Each
+// configuration it applies sets level to its log.level and warns if it
+// leaves the admin listener exposed or holds a weak secret.
 func newReloader(path, hash string, p *proxy.Proxy, log *slog.Logger, level *slog.LevelVar) *reloader {
 	rl := &reloader{path: path, interval: time.Second, proxy: p, log: log, lastHash: hash}
 	adminListen := p.Table().AdminListen // a reload does not move the listener
 	rl.applied = func(t *rules.Table) {
 		level.Set(t.LogLevel)
 		warnIfAdminExposed(log, t, adminListen)
+		warnWeakSecrets(log, t)
 	}
 	if path != "" {
 		if fi, err := os.Stat(path); err == nil {
@@ -141,22 +143,24 @@ func (rl *reloader) reload(force bool) {
 		rl.failed(err, hash)
 		return
 	}
+	// What fails from here on fails with a parsed file: its problems
+	// pass through its secrets too.
 	var rc *rls.Config
 	if rl.rls != nil {
 		rl.rlsOf, rl.lastRLS = table, rlsStamp(rl.path, table)
 		if rc, err = loadRLS(rl.path, table); err != nil {
-			rl.failed(err, hash)
+			rl.failed(table.Secrets.RedactError(err), hash)
 			return
 		}
 	}
 	res, err := rl.proxy.Reload(table, hash)
 	if err != nil {
-		rl.failed(err, hash)
+		rl.failed(table.Secrets.RedactError(err), hash)
 		return
 	}
 	if rc != nil {
 		if err := rl.rls.Reload(table, rc); err != nil {
-			rl.failed(err, hash)
+			rl.failed(table.Secrets.RedactError(err), hash)
 			return
 		}
 		warnRLS(rl.log, rc)

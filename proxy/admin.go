@@ -237,7 +237,7 @@ func (p *Proxy) getTop(w http.ResponseWriter, r *http.Request) {
 	for _, t := range rs.top.top(n) {
 		key, err := parseKey(st, rs, t.text)
 		if err != nil {
-			continue // cannot happen for text rules.KeyText wrote
+			continue // cannot happen for text rules.KeyText wrote (rules.FuzzKeyText)
 		}
 		ks, _, err := p.keyState(ctx, d, rs, t.text, key, now)
 		if err != nil {

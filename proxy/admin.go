@@ -31,8 +31,9 @@ func parseKey(st *state, rs *ruleState, text string) ([]byte, error) {
 //	GET    /v1/keys/{domain}/{rule}/{key}    one key's counters
 //	DELETE /v1/keys/{domain}/{rule}/{key}    forget one key's counters (unblock it)
 //
-// {key} is the rest of the path, percent-decoded, so it may hold slashes
-// (a path key, an IPv6 prefix).
+// {key} is the rest of the path, percent-decoded once, so it may hold
+// slashes (a path key, an IPv6 prefix): the key as rules.KeyText writes
+// it, percent-encoded once more.
 //
 //	GET    /v1/top/{domain}/{rule}?n=20      the heaviest keys right now
 //	GET    /v1/status?seconds=300            build, uptime and per-second figures (recent.go)
@@ -139,7 +140,7 @@ func (p *Proxy) lookupKey(w http.ResponseWriter, r *http.Request) (d *domain, rs
 	if !ok {
 		return nil, nil, "", nil, false
 	}
-	text, err := url.PathUnescape(chi.URLParam(r, "*"))
+	text, err := keyParam(r)
 	if err == nil {
 		if key, err = parseKey(st, rs, text); err == nil {
 			return d, rs, text, key, true
@@ -147,6 +148,20 @@ func (p *Proxy) lookupKey(w http.ResponseWriter, r *http.Request) (d *domain, rs
 	}
 	writeJSON(w, http.StatusBadRequest, apiError{err.Error()})
 	return nil, nil, "", nil, false
+}
+
+// keyParam returns the key text an admin key path names, decoded once.
+// chi matches the escaped path when the URL has one of its own
+// (r.URL.RawPath, set when its escaping is not Go's default, as for
+// %2F), else the decoded path, whose key is decoded already: decoding
+// it again would turn a key text's own %7C, from "%257C" in the URL,
+// into a "|".
+func keyParam(r *http.Request) (string, error) {
+	k := chi.URLParam(r, "*")
+	if r.URL.RawPath == "" {
+		return k, nil
+	}
+	return url.PathUnescape(k)
 }
 
 func (p *Proxy) getKey(w http.ResponseWriter, r *http.Request) {
@@ -223,7 +238,7 @@ func (p *Proxy) getTop(w http.ResponseWriter, r *http.Request) {
 	for _, t := range rs.top.top(n) {
 		key, err := parseKey(st, rs, t.text)
 		if err != nil {
-			continue // cannot happen for text rules.KeyText wrote
+			continue // cannot happen for text rules.KeyText wrote (rules.FuzzKeyText)
 		}
 		ks, _, err := p.keyState(ctx, d, rs, t.text, key, now)
 		if err != nil {

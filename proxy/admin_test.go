@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -136,5 +137,111 @@ func TestAdminConfigRLS(t *testing.T) {
 			!slices.Equal(cv.RLS.Config, []string{"ratelimit/*.yaml"})):
 			t.Errorf("on: got %+v", cv.RLS)
 		}
+	}
+}
+
+// TestAdminKeyText: a key whose header values hold what key text uses as
+// structure ('|', ", ", a leading "-") is listed in the top talkers under
+// a text of its own, with its own counters, and a reset through
+// /v1/keys/... of that text, percent-encoded once more as the status page
+// encodes it, forgets that key and not the neighbour whose text it would
+// otherwise share.
+func TestAdminKeyText(t *testing.T) {
+	type request struct {
+		client string
+		header http.Header
+	}
+	tests := []struct {
+		name                string
+		hostile, neighbour  request
+		hostText, neighText string
+	}{
+		{"pipe",
+			request{"203.0.113.1", http.Header{"X-User": {"a|b"}, "X-Team": {"c"}}},
+			request{"203.0.113.2", http.Header{"X-User": {"a"}, "X-Team": {"b|c"}}},
+			"a%7Cb|c", "a|b%7Cc"},
+		{"comma",
+			request{"203.0.113.1", http.Header{"X-User": {"a, b"}, "X-Team": {"t"}}},
+			request{"203.0.113.2", http.Header{"X-User": {"a", "b"}, "X-Team": {"t"}}},
+			"a%2C b|t", "a, b|t"},
+		{"leading dash",
+			request{"203.0.113.1", http.Header{"X-User": {"-1.2.3.4"}, "X-Team": {"t"}}},
+			request{"1.2.3.4", http.Header{"X-Team": {"t"}}},
+			"%2D1.2.3.4|t", "-1.2.3.4|t"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			origin, _ := newOrigin(t, "a")
+			byUser := rule("by-user", 4, time.Minute)
+			byUser.Key = []string{"header:X-User", "header:X-Team"}
+			cfg := oneDomain(origin.URL, byUser)
+			cfg.ClientIP.TrustedProxies = []string{"127.0.0.1/32"}
+			e := newEnv(t, cfg)
+			admin := httptest.NewServer(e.proxy.AdminHandler())
+			t.Cleanup(admin.Close)
+			send := func(r request) int {
+				t.Helper()
+				req, _ := http.NewRequest("GET", e.srv.URL+"/", nil)
+				req.Host = "api.example.com"
+				req.Header = r.header.Clone()
+				req.Header.Set("X-Forwarded-For", r.client)
+				resp, err := e.srv.Client().Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				return resp.StatusCode
+			}
+			call := func(method, text string) (int, keyState) {
+				t.Helper()
+				req, _ := http.NewRequest(method, admin.URL+"/v1/keys/api.example.com/by-user/"+url.PathEscape(text), nil)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				var ks keyState
+				json.NewDecoder(resp.Body).Decode(&ks)
+				return resp.StatusCode, ks
+			}
+			for range 7 { // 4 allowed, 3 refused
+				send(tt.hostile)
+			}
+			for range 3 {
+				send(tt.neighbour)
+			}
+
+			rec := httptest.NewRecorder()
+			e.proxy.AdminHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/v1/top/api.example.com/by-user", nil))
+			var top []keyState
+			if err := json.Unmarshal(rec.Body.Bytes(), &top); err != nil {
+				t.Fatalf("GET top: %v %s", err, rec.Body)
+			}
+			// Seen counts requests from the second on: top talkers observe
+			// a key once it has used half its limit.
+			got := map[string]keyState{}
+			for _, k := range top {
+				got[k.Key] = k
+			}
+			if h, n := got[tt.hostText], got[tt.neighText]; len(top) != 2 ||
+				h.Count != 6 || h.Blocked != 3 || h.Current != 4 || n.Count != 2 || n.Blocked != 0 || n.Current != 3 {
+				t.Fatalf("top = %+v, want %q (6 seen, 3 blocked, 4 counted) and %q (2 seen, none blocked, 3 counted)",
+					top, tt.hostText, tt.neighText)
+			}
+
+			if code, _ := call("DELETE", tt.hostText); code != http.StatusNoContent {
+				t.Fatalf("DELETE %q: %d, want 204", tt.hostText, code)
+			}
+			if code, _ := call("GET", tt.hostText); code != http.StatusNotFound {
+				t.Errorf("GET %q after its reset: %d, want 404 (not tracked)", tt.hostText, code)
+			}
+			if code, ks := call("GET", tt.neighText); code != http.StatusOK || ks.Current != 3 {
+				t.Errorf("GET %q after the other's reset: %d, %d counted, want 200 and still 3", tt.neighText, code, ks.Current)
+			}
+			if code := send(tt.hostile); code != http.StatusOK {
+				t.Errorf("the reset key's next request: %d, want 200", code)
+			}
+		})
 	}
 }

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"net/netip"
 	"net/textproto"
+	"net/url"
 	"path"
 	"strings"
+	"unicode/utf8"
 )
 
 // A client key is what a rule counts requests by: the request's parts named
@@ -138,6 +140,12 @@ func appendString(b []byte, s string) []byte {
 // joined by ", ", a path or host part the cleaned path or normalised host.
 // A request that lacked a keyed header shows that part as "-" followed by
 // its client ("-203.0.113.9"). [ParseKey] reads the text back.
+//
+// The text is one-to-one: within a part, the bytes that would read as
+// structure ('|', ',', '%' itself, and a header part's leading '-') are
+// written %XX, as are control bytes and bytes that are not UTF-8 (a JSON
+// answer would turn those into U+FFFD, two keys into one text). A key
+// without them reads as it always has.
 func KeyText(ks []KeyPart, src *KeySource) string {
 	var b strings.Builder
 	for i, k := range ks {
@@ -146,20 +154,52 @@ func KeyText(ks []KeyPart, src *KeySource) string {
 		}
 		switch k.Kind {
 		case KeyIP:
-			b.WriteString(src.clientText())
+			writeEscaped(&b, src.clientText())
 		case KeyHeader:
-			if vals := src.headerValues(k.Header); !blankValues(vals) {
-				b.WriteString(strings.Join(vals, ", "))
-			} else {
-				b.WriteString("-" + src.clientText())
+			vals := src.headerValues(k.Header)
+			if blankValues(vals) {
+				b.WriteByte('-')
+				writeEscaped(&b, src.clientText())
+				continue
+			}
+			for j, v := range vals {
+				switch {
+				case j > 0:
+					b.WriteString(", ")
+				case strings.HasPrefix(v, "-"):
+					b.WriteString("%2D") // not the "-" of a missing header
+					v = v[1:]
+				}
+				writeEscaped(&b, v)
 			}
 		case KeyPath:
-			b.WriteString(src.Path)
+			writeEscaped(&b, src.Path)
 		case KeyHost:
-			b.WriteString(src.Host)
+			writeEscaped(&b, src.Host)
 		}
 	}
 	return b.String()
+}
+
+// writeEscaped writes s with the bytes KeyText escapes as %XX.
+func writeEscaped(b *strings.Builder, s string) {
+	const hex = "0123456789ABCDEF"
+	for i := 0; i < len(s); {
+		c := s[i]
+		n := 1
+		escape := c < 0x20 || c == 0x7f || c == '|' || c == ',' || c == '%'
+		if c >= utf8.RuneSelf {
+			var r rune
+			r, n = utf8.DecodeRuneInString(s[i:])
+			escape = r == utf8.RuneError && n == 1
+		}
+		if escape {
+			b.Write([]byte{'%', hex[c>>4], hex[c&15]})
+		} else {
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
 }
 
 // clientText writes the client: an address, a masked IPv6 client as its
@@ -176,9 +216,12 @@ func (src *KeySource) clientText() string {
 }
 
 // ParseKey turns the text of a key under ks, as [KeyText] writes it, back
-// into the bytes [AppendKey] composes for it. A client may be written as
+// into the bytes [AppendKey] composes for it: %XX within a part is the
+// byte it names, escaped by KeyText or not. A client may be written as
 // any address inside its prefix; it is keyed by its first ipv6Bits bits as
-// [ClientPrefix] keys it. A host is normalised.
+// [ClientPrefix] keys it. A host is normalised. A client known by name
+// has no text that ParseKey reads (only the replay lab knows clients by
+// name, and it names no key back).
 func ParseKey(ks []KeyPart, text string, ipv6Bits int) ([]byte, error) {
 	parts := strings.Split(text, "|")
 	if len(parts) != len(ks) {
@@ -195,19 +238,40 @@ func ParseKey(ks []KeyPart, text string, ipv6Bits int) ([]byte, error) {
 			}
 			b = src.appendClient(b, 'i')
 		case KeyHeader:
+			// A leading "-" is a missing header; a value's own is %2D.
 			if rest, ok := strings.CutPrefix(part, "-"); ok {
-				if src, err := parseClient(rest, ipv6Bits); err == nil {
-					b = src.appendClient(b, 'm')
-					continue
+				src, err := parseClient(rest, ipv6Bits)
+				if err != nil {
+					return nil, fmt.Errorf("a part starting with - names the client of a request without the header: %w", err)
+				}
+				b = src.appendClient(b, 'm')
+				continue
+			}
+			vals := strings.Split(part, ", ")
+			for j, v := range vals {
+				var err error
+				if vals[j], err = unescapePart(v); err != nil {
+					return nil, err
 				}
 			}
-			b = appendHeaderPart(b, strings.Split(part, ", "))
+			b = appendHeaderPart(b, vals)
 		case KeyPath:
-			b = appendString(append(b, 'p'), part)
+			p, err := unescapePart(part)
+			if err != nil {
+				return nil, err
+			}
+			b = appendString(append(b, 'p'), p)
 		case KeyHost:
-			host, ok := NormalizeHost(part)
-			if !ok {
-				return nil, fmt.Errorf("invalid host %q", part)
+			host, err := unescapePart(part)
+			if err != nil {
+				return nil, err
+			}
+			// "" is the key part of a request whose host was invalid.
+			if host != "" {
+				var ok bool
+				if host, ok = NormalizeHost(host); !ok {
+					return nil, fmt.Errorf("invalid host %q", part)
+				}
 			}
 			b = appendString(append(b, 'o'), host)
 		}
@@ -215,12 +279,25 @@ func ParseKey(ks []KeyPart, text string, ipv6Bits int) ([]byte, error) {
 	return b, nil
 }
 
+// unescapePart turns a part's %XX back into the bytes they name.
+func unescapePart(s string) (string, error) {
+	u, err := url.PathUnescape(s)
+	if err != nil {
+		return "", fmt.Errorf("part %q: %w", s, err)
+	}
+	return u, nil
+}
+
 // parseClient reads an address or a prefix as a client keyed by ipv6Bits.
 func parseClient(s string, ipv6Bits int) (KeySource, error) {
+	u, err := unescapePart(s)
+	if err != nil {
+		return KeySource{}, err
+	}
 	var a netip.Addr
-	if p, err := netip.ParsePrefix(s); err == nil {
+	if p, err := netip.ParsePrefix(u); err == nil {
 		a = p.Addr()
-	} else if a, err = netip.ParseAddr(s); err != nil {
+	} else if a, err = netip.ParseAddr(u); err != nil {
 		return KeySource{}, fmt.Errorf("invalid address %q", s)
 	}
 	return KeySource{Client: ClientPrefix(a, ipv6Bits)}, nil

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // TestKeyRoundTrip checks the three faces of a client key against each
@@ -31,6 +32,19 @@ func TestKeyRoundTrip(t *testing.T) {
 		{"no headers at all", []KeyPart{{Kind: KeyHeader, Header: "X-Api-Key"}}, KeySource{Client: v4}, "-203.0.113.9"},
 		{"path and host", []KeyPart{ip, {Kind: KeyPath}, {Kind: KeyHost}}, KeySource{Client: v4, Path: "/v1/x", Host: "api.example"},
 			"203.0.113.9|/v1/x|api.example"},
+		// Bytes that would read as structure are written %XX.
+		{"header value with |", []KeyPart{{Kind: KeyHeader, Header: "X-K"}, ip},
+			KeySource{Client: v4, Header: http.Header{"X-K": {"a|b"}}}, "a%7Cb|203.0.113.9"},
+		{"one header value with a comma", []KeyPart{{Kind: KeyHeader, Header: "X-K"}},
+			KeySource{Client: v4, Header: http.Header{"X-K": {"a, b"}}}, "a%2C b"},
+		{"header value spelling a missing header", []KeyPart{{Kind: KeyHeader, Header: "X-K"}},
+			KeySource{Client: v4, Header: http.Header{"X-K": {"-1.2.3.4"}}}, "%2D1.2.3.4"},
+		{"only the first value's - is escaped", []KeyPart{{Kind: KeyHeader, Header: "X-K"}},
+			KeySource{Client: v4, Header: http.Header{"X-K": {"-a", "-b"}}}, "%2Da, -b"},
+		{"percent, control and non-UTF-8 bytes", []KeyPart{{Kind: KeyHeader, Header: "X-K"}},
+			KeySource{Client: v4, Header: http.Header{"X-K": {"100%\t\xff\u202e"}}}, "100%25%09%FF\u202e"},
+		{"path with | and %", []KeyPart{{Kind: KeyPath}}, KeySource{Client: v4, Path: "/a|b%7C"}, "/a%7Cb%257C"},
+		{"no host", []KeyPart{{Kind: KeyHost}}, KeySource{Client: v4}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -86,6 +100,9 @@ func TestParseKeyErrors(t *testing.T) {
 		{"too many parts", []KeyPart{ip}, "1.2.3.4|x", "keyed by 1 parts ([ip]), got 2"},
 		{"not an address", []KeyPart{ip}, "nobody", `invalid address "nobody"`},
 		{"bad host", []KeyPart{{Kind: KeyHost}}, "a b", `invalid host "a b"`},
+		{"bad escape", []KeyPart{{Kind: KeyHeader, Header: "X-K"}}, "a%zz", `part "a%zz": invalid URL escape "%zz"`},
+		{"- and no client", []KeyPart{{Kind: KeyHeader, Header: "X-K"}}, "-nobody",
+			`a part starting with - names the client of a request without the header: invalid address "nobody"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -111,6 +128,41 @@ func TestParseKeyAnyAddressInPrefix(t *testing.T) {
 	if want, _ := ParseKey(ks, "192.0.2.1", 64); !bytes.Equal(got, want) {
 		t.Errorf("an IPv4-mapped address: got %x, want %x", got, want)
 	}
+}
+
+// FuzzKeyText checks that a key's text names it and no other: ParseKey
+// reads KeyText's text back into AppendKey's bytes, for any client
+// address, header values, path and host and any key parts (up to four,
+// two bits each of kinds), and the text is UTF-8, as JSON carries it.
+func FuzzKeyText(f *testing.F) {
+	f.Add(byte(0b01_00), "\xcb\x00q\t", false, byte(64), "k|1", "", byte(1), "/v1/x", "api.example")
+	f.Add(byte(0b01_01), "", true, byte(48), "a, b", "-1.2.3.4", byte(2), "/%7C", "[2001:DB8::1]:80")
+	f.Add(byte(0b11_10_01_00), "\x20\x01\x0d\xb8", false, byte(128), "-", "\xff\u202e%", byte(2), "/a|b", "")
+	kinds := []KeyKind{KeyIP, KeyHeader, KeyPath, KeyHost}
+	f.Fuzz(func(t *testing.T, parts byte, addr string, v4 bool, bits byte, h1, h2 string, nvals byte, path, host string) {
+		var ks []KeyPart
+		for i := range 1 + int(parts>>6)%4 {
+			ks = append(ks, KeyPart{Kind: kinds[parts>>(2*i)&3], Header: "X-K"})
+		}
+		var a16 [16]byte
+		copy(a16[:], addr)
+		a := netip.AddrFrom16(a16)
+		if v4 {
+			a = netip.AddrFrom4([4]byte(a16[:4]))
+		}
+		ipv6Bits := 32 + int(bits)%97
+		hdr := http.Header{"X-K": []string{h1, h2}[:int(nvals)%3]}
+		src := KeySource{Client: ClientPrefix(a, ipv6Bits), Path: CleanPath(path), Header: hdr}
+		src.Host, _ = NormalizeHost(host)
+		text := KeyText(ks, &src)
+		if !utf8.ValidString(text) {
+			t.Fatalf("KeyText = %q: not UTF-8", text)
+		}
+		got, err := ParseKey(ks, text, ipv6Bits)
+		if want := AppendKey(nil, ks, &src); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("ParseKey(KeyText = %q): got %x, %v, want %x", text, got, err, want)
+		}
+	})
 }
 
 func TestKeyAllocs(t *testing.T) {

@@ -94,10 +94,13 @@ func (r *statusRecorder) WriteHeader(code int) {
 }
 
 // harness answers the token form with token and clicks the reset button of
-// key, once each; the page's confirmation is accepted. With hide set, it
+// key, once each; the page's confirmation is accepted, and its text kept
+// in the body's data-confirmed; data-row keeps the key its row shows and
+// data-buttons how many reset buttons lay outside the viewport
+// before the click. With hide set, it
 // hides the tab instead, once the page has rendered.
 const harness = `<script>
-window.confirm = () => true;
+window.confirm = text => { document.body.dataset.confirmed = text; return true; };
 const hide = %t;
 const poll = setInterval(() => {
   if (hide && document.getElementById('h-node')) {
@@ -114,6 +117,10 @@ const poll = setInterval(() => {
   }
   const b = document.querySelector('button.reset[data-key=%q]');
   if (b && !document.body.dataset.clicked) {
+    const all = [...document.querySelectorAll('button.reset')];
+    const outside = all.filter(e => { const r = e.getBoundingClientRect(); return r.left < 0 || r.right > innerWidth; });
+    document.body.dataset.buttons = all.length + ' buttons, ' + outside.length + ' outside the viewport';
+    document.body.dataset.row = b.closest('tr').cells[0].textContent;
     document.body.dataset.clicked = b.getAttribute('aria-label');
     b.click();
     clearInterval(poll);
@@ -123,6 +130,25 @@ const poll = setInterval(() => {
 
 func newStatusUnderTest(t *testing.T, token string, hide bool) *statusUnderTest {
 	t.Helper()
+	return startStatus(t, statusSetup{token: token, hide: hide, click: "203.0.113.7"})
+}
+
+// statusSetup is what a status page test varies: the admin token, whether
+// the harness hides the tab, the key whose reset button it clicks, and
+// logins sent after the usual traffic, each five times, over login's limit.
+type statusSetup struct {
+	token  string
+	hide   bool
+	click  string
+	logins []login
+}
+
+// login is a client and the X-User it logs in as.
+type login struct{ client, user string }
+
+func startStatus(t *testing.T, setup statusSetup) *statusUnderTest {
+	t.Helper()
+	token := setup.token
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(time.Millisecond) // a latency to show
 		io.WriteString(w, "ok")
@@ -142,7 +168,7 @@ func newStatusUnderTest(t *testing.T, token string, hide bool) *statusUnderTest 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	applyTraffic(t, p)
+	applyTraffic(t, p, setup.logins)
 
 	var ready atomic.Bool
 	ready.Store(true)
@@ -152,7 +178,7 @@ func newStatusUnderTest(t *testing.T, token string, hide bool) *statusUnderTest 
 		if r.URL.Path == "/harness" {
 			rec := httptest.NewRecorder()
 			admin.ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/", nil))
-			page := strings.Replace(rec.Body.String(), "</body>", fmt.Sprintf(harness, hide, token, "203.0.113.7")+"</body>", 1)
+			page := strings.Replace(rec.Body.String(), "</body>", fmt.Sprintf(harness, setup.hide, token, setup.click)+"</body>", 1)
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
 			io.WriteString(w, page)
 			return
@@ -173,8 +199,8 @@ func newStatusUnderTest(t *testing.T, token string, hide bool) *statusUnderTest 
 // applyTraffic sends 40 seconds of requests through p, sampling its
 // counters after each second as RunRecorder does (on a clock of its own):
 // a few clients under per-ip's limit, one over it (203.0.113.7), a login
-// over its limit, and the static domain.
-func applyTraffic(t *testing.T, p *proxy.Proxy) {
+// over its limit, and the static domain; then each of logins five times.
+func applyTraffic(t *testing.T, p *proxy.Proxy, logins []login) {
 	t.Helper()
 	public := httptest.NewServer(p)
 	defer public.Close()
@@ -206,6 +232,11 @@ func applyTraffic(t *testing.T, p *proxy.Proxy) {
 			send("www.example.com", "/", "192.0.2.1", "")
 		}
 		p.Record(start.Add(time.Duration(i+1) * time.Second))
+	}
+	for _, l := range logins {
+		for range 5 {
+			send("api.example.com", "/login", l.client, l.user)
+		}
 	}
 }
 
@@ -417,6 +448,69 @@ func TestStatusPageInBrowser(t *testing.T) {
 				t.Errorf("GET /v1/config %d times in 8 s, want at least 3", n)
 			}
 		})
+	}
+}
+
+// TestStatusPageHostileKeys: the page shows a key's control and bidi
+// characters percent-encoded, in its row and its reset confirmation, so
+// that U+202E cannot make a key read as another; it cuts a long key
+// after 80 characters (the whole in its title), so that the rows' figures
+// and reset buttons stay in view; and the reset still names the key.
+func TestStatusPageHostileKeys(t *testing.T) {
+	bidi := login{"203.0.113.5", "\u202eevil/live"}
+	long := login{"203.0.113.6", strings.Repeat("x", 8000)}
+	s := startStatus(t, statusSetup{click: bidi.client + "|" + bidi.user, logins: []login{bidi, long}})
+	out := chromium(t, "--window-size=1280,800", "--dump-dom", s.url+"/harness")
+	d := parseDOM(t, out)
+	defer func() {
+		if t.Failed() {
+			t.Logf("the page as rendered:\n%.20000s", out)
+		}
+	}()
+	const caption = "Heaviest keys of api/login, as this node saw them"
+	bidiText := "203.0.113.5|%E2%80%AEevil/live"
+	longText := "203.0.113.6|" + long.user
+	longShown := longText[:80] + "…"
+	if r := d.row(caption, longShown); len(r) != 6 || !positive(r[3]) {
+		t.Errorf("the long key's row = %.200q, want it headed by its first 80 characters and …, with blocked requests", r)
+	}
+	var title string
+	d.each(func(n *html.Node) {
+		if n.Data == "code" && nodeText(n) == longShown {
+			title = nodeAttr(n, "title")
+		}
+	})
+	if title != longText {
+		t.Errorf("the long key's title is %d characters (%.40q…), want its whole text (%d)", len(title), title, len(longText))
+	}
+	var body *html.Node
+	d.each(func(n *html.Node) {
+		if n.Data == "body" {
+			body = n
+		}
+	})
+	checks := []struct{ name, got, want string }{
+		// Before the click: per-ip's 203.0.113.7, and login's bob, the
+		// bidi key and the long key.
+		{"reset buttons", nodeAttr(body, "data-buttons"), "4 buttons, 0 outside the viewport"},
+		{"clicked row", nodeAttr(body, "data-row"), bidiText},
+		{"clicked", nodeAttr(body, "data-clicked"), "Reset key " + bidiText + " of rule login"},
+		{"confirmation", nodeAttr(body, "data-confirmed"),
+			"Reset key " + bidiText + " of api/login? Its counters and any mitigation are forgotten."},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s: got %q, want %q", c.name, c.got, c.want)
+		}
+	}
+	var deletes []seenRequest
+	for _, r := range s.requests() {
+		if r.method == "DELETE" {
+			deletes = append(deletes, r)
+		}
+	}
+	if want := "/v1/keys/api/login/203.0.113.5%7C%E2%80%AEevil%2Flive"; len(deletes) != 1 || deletes[0].path != want || deletes[0].status != http.StatusNoContent {
+		t.Errorf("DELETE requests = %+v, want one of %s answered 204", deletes, want)
 	}
 }
 

@@ -9,6 +9,7 @@
   const CHART_SECONDS = 120;   // seconds a chart shows
   const RATE_SECONDS = 10;     // the "per second" figures average these
   const TOP_N = 10;            // top talkers shown per rule
+  const KEY_CHARS = 80;        // of a key shown before an ellipsis
   const TOKEN_KEY = 'edge-admin-token';
   const SVG = 'http://www.w3.org/2000/svg';
 
@@ -40,6 +41,17 @@
     const r = await fetch('/readyz', { cache: 'no-store', credentials: 'omit' });
     const text = (await r.text()).trim();
     return { ok: r.ok, text: text || String(r.status) };
+  }
+  // A key as the page shows it: control, format (bidi overrides,
+  // zero-width) and line separator characters percent-encoded, as the key
+  // text writes its other hostile bytes, so the text shown still names the
+  // key; shortKey cuts it after KEY_CHARS characters.
+  function shownKey(key) {
+    return key.replace(/[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]/gu, encodeURIComponent);
+  }
+  function shortKey(key) {
+    const chars = Array.from(shownKey(key));
+    return chars.length > KEY_CHARS ? chars.slice(0, KEY_CHARS).join('') + '…' : chars.join('');
   }
   function keyPath(domain, rule, key) {
     return '/v1/keys/' + encodeURIComponent(domain) + '/' + encodeURIComponent(rule) + '/' + encodeURIComponent(key);
@@ -240,7 +252,7 @@
       return el('div', { class: 'talkers' }, heading, el('p', { class: 'quiet' }, top ? 'No key near its limit or refused.' : 'Not available.'));
     }
     const rows = top.map((k, n) => el('tr', null,
-      el('th', { scope: 'row' }, el('code', null, k.key)),
+      el('th', { scope: 'row' }, el('code', { title: shownKey(k.key) }, shortKey(k.key))),
       el('td', null, num(k.estimate) + ' / ' + k.limit),
       el('td', null, String(k.count) + (k.count_error ? ' (±' + k.count_error + ')' : '')),
       el('td', { class: k.blocked > 0 ? 'refused' : null }, String(k.blocked || 0)),
@@ -248,7 +260,7 @@
       el('td', null, el('button', {
         type: 'button', class: 'reset', id: id + '-k' + n,
         'data-domain': d.name, 'data-rule': r.name, 'data-key': k.key,
-        'aria-label': 'Reset key ' + k.key + ' of rule ' + r.name,
+        'aria-label': 'Reset key ' + shortKey(k.key) + ' of rule ' + r.name,
       }, 'Reset'))));
     return el('div', { class: 'talkers' }, heading,
       table('talkers', 'Heaviest keys of ' + d.name + '/' + r.name + ', as this node saw them', id + '-t',
@@ -346,15 +358,16 @@
     const b = ev.target.closest('button.reset');
     if (!b) return;
     const { domain, rule, key } = b.dataset;
-    if (!window.confirm('Reset key ' + key + ' of ' + domain + '/' + rule + '? Its counters and any mitigation are forgotten.')) return;
+    const shown = shortKey(key);
+    if (!window.confirm('Reset key ' + shown + ' of ' + domain + '/' + rule + '? Its counters and any mitigation are forgotten.')) return;
     b.disabled = true;
     try {
       const r = await api('DELETE', keyPath(domain, rule, key));
-      note.textContent = r.status === 204 ? 'Key ' + key + ' of ' + domain + '/' + rule + ' reset.' :
-        'Reset of ' + key + ' failed: ' + r.status + ' ' + ((await r.json().catch(() => ({}))).error || '');
+      note.textContent = r.status === 204 ? 'Key ' + shown + ' of ' + domain + '/' + rule + ' reset.' :
+        'Reset of ' + shown + ' failed: ' + r.status + ' ' + ((await r.json().catch(() => ({}))).error || '');
     } catch (e) {
       if (e instanceof Unauthorized) { askToken('That token was refused.'); return; }
-      note.textContent = 'Reset of ' + key + ' failed: ' + e.message;
+      note.textContent = 'Reset of ' + shown + ' failed: ' + e.message;
     }
     refresh();
   });

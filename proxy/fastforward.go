@@ -639,6 +639,9 @@ func (r *relay) readResponse(oc *originConn, req *http.Request) (*http.Response,
 		if c := resp.StatusCode; c < 100 || c > 199 || c == http.StatusSwitchingProtocols {
 			return resp, nil
 		}
+		for _, h := range r.d.costFields { // as interimWriter does
+			delete(resp.Header, h)
+		}
 		r.out = appendStatusLine(r.out, resp.StatusCode)
 		r.out = appendHeader(r.out, resp.Header, excludedNoBody)
 		r.out = append(r.out, "\r\n"...)

@@ -146,9 +146,34 @@ func (p *Proxy) newForwarder(d *domain, origin *url.URL, cip *ClientIP, transpor
 		// The wait for the origin stays bounded by timeouts.upstream.
 		ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 		defer cancel()
+		if len(d.costFields) > 0 {
+			w = interimWriter{ResponseWriter: w, costFields: d.costFields}
+		}
 		rp.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
+
+// interimWriter removes the domain's response_cost_header fields from the
+// 1xx responses ReverseProxy passes on (onHead removes them from the final
+// one), which it writes from the fields the origin sent.
+type interimWriter struct {
+	http.ResponseWriter
+	costFields []string
+}
+
+func (w interimWriter) WriteHeader(code int) {
+	if code >= 100 && code <= 199 {
+		h := w.Header()
+		for _, f := range w.costFields {
+			delete(h, f)
+		}
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Unwrap gives http.ResponseController (ReverseProxy's flushes and
+// upgrades) the server's writer.
+func (w interimWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // timedTransport observes the time to each origin response's headers.
 type timedTransport struct {

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -329,4 +330,22 @@ func TestFastForwardSlots(t *testing.T) {
 		t.Errorf("%d refused (want 2), %d answered by the fast path: it must forward too", refused, answered)
 	}
 	t.Logf("slow path answered:\n%s", got[1])
+}
+
+// TestCostFieldNotInInterim: a response_cost_header field is removed from
+// a 1xx response as from the final one, on both paths.
+func TestCostFieldNotInInterim(t *testing.T) {
+	for _, fast := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fastpath=%v", fast), func(t *testing.T) {
+			origin := startRawOrigin(t)
+			ds := startConfig(t, strings.ReplaceAll(accountingConfig, "ORIGIN", "http://"+origin.ln.Addr().String()), fast)
+			got := exchange(t, ds, repeat(get("reported.example.com", "/r/cost-early"), 2), true, false)
+			if strings.Count(got, "103 Early Hints") != 2 || strings.Contains(strings.ToLower(got), "x-cost") {
+				t.Errorf("the client received\n%s", got)
+			}
+			if fast && ds.answered.Load() == 0 {
+				t.Error("the fast path forwarded nothing")
+			}
+		})
+	}
 }

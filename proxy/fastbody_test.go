@@ -48,12 +48,9 @@ func TestFastForwardChecksPooled(t *testing.T) {
 			}()
 		}
 	}()
-	pool := &originPool{addr: ln.Addr().String()}
-	defer func() {
-		for _, oc := range pool.idle {
-			oc.conn.Close()
-		}
-	}()
+	var pools originPools
+	pool := pools.get(ln.Addr().String())
+	defer pools.close()
 	var r relay
 	buf := make([]byte, 32<<10)
 	send := func(head string, fb *fastBody, replay bool) error {

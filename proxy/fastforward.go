@@ -112,10 +112,21 @@ const (
 var originDialer = &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 
 // originPools holds a pool of idle connections per origin address.
+//
+// While any pool holds idle connections a sweep runs every second (a
+// timer, not a goroutine), closing those idle for originIdleTimeout, as
+// the transport's IdleConnTimeout does, and those the origin closed or
+// sent anything on (alive), which the transport's reader would have seen:
+// a pool left alone keeps no dead descriptors.
 type originPools struct {
-	mu    sync.Mutex
-	pools map[string]*originPool
+	mu      sync.Mutex
+	pools   map[string]*originPool
+	sweeper *time.Timer // armed while some pool holds idle connections
+	closed  bool
 }
+
+// sweepEvery is how often idle origin connections are looked at.
+const sweepEvery = time.Second
 
 func (o *originPools) get(addr string) *originPool {
 	o.mu.Lock()
@@ -126,29 +137,102 @@ func (o *originPools) get(addr string) *originPool {
 	if p := o.pools[addr]; p != nil {
 		return p
 	}
-	p := &originPool{addr: addr}
+	p := &originPool{addr: addr, owner: o}
 	o.pools[addr] = p
 	return p
 }
 
-// close closes every idle connection.
+// armSweep makes sure a sweep is due.
+func (o *originPools) armSweep() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.sweeper == nil && !o.closed {
+		o.sweeper = time.AfterFunc(sweepEvery, func() { o.sweep(time.Now()) })
+	}
+}
+
+// sweep closes the idle connections that are dead or too old at now, and
+// arms the next sweep while some are left.
+func (o *originPools) sweep(now time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.sweeper != nil {
+		o.sweeper.Stop()
+		o.sweeper = nil
+	}
+	idle := 0
+	for _, p := range o.pools {
+		idle += p.sweep(now)
+	}
+	if idle > 0 && !o.closed {
+		o.sweeper = time.AfterFunc(sweepEvery, func() { o.sweep(time.Now()) })
+	}
+}
+
+// retain retires the pools of origins not in addrs (a reload removed
+// them): their idle connections are closed now, the others when their
+// requests end.
+func (o *originPools) retain(addrs map[string]bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for addr, p := range o.pools {
+		if !addrs[addr] {
+			delete(o.pools, addr)
+			p.retire()
+		}
+	}
+}
+
+// close closes every idle connection; connections in use are closed when
+// their requests end.
 func (o *originPools) close() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.closed = true
+	if o.sweeper != nil {
+		o.sweeper.Stop()
+		o.sweeper = nil
+	}
 	for _, p := range o.pools {
-		p.mu.Lock()
-		for _, oc := range p.idle {
-			oc.conn.Close()
-		}
-		p.idle = nil
-		p.mu.Unlock()
+		p.retire()
 	}
 }
 
 type originPool struct {
-	addr string
-	mu   sync.Mutex
-	idle []*originConn // the most recently used last
+	addr    string
+	owner   *originPools
+	mu      sync.Mutex
+	idle    []*originConn // the most recently used last
+	retired bool          // closed, or removed by a reload: nothing goes back
+}
+
+// retire closes the idle connections, and those put back from now on.
+func (p *originPool) retire() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.retired = true
+	for _, oc := range p.idle {
+		oc.conn.Close()
+	}
+	p.idle = nil
+}
+
+// sweep closes the idle connections dead or too old at now, and returns
+// how many are left.
+func (p *originPool) sweep(now time.Time) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	kept := p.idle[:0]
+	for _, oc := range p.idle {
+		if now.Sub(oc.idleSince) > originIdleTimeout || !oc.alive() {
+			oc.conn.Close()
+			continue
+		}
+		kept = append(kept, oc)
+	}
+	clear(p.idle[len(kept):])
+	p.idle = kept
+	return len(kept)
 }
 
 // take returns an idle connection, or nil.
@@ -170,14 +254,16 @@ func (p *originPool) take(now time.Time) *originConn {
 func (p *originPool) put(oc *originConn, now time.Time) {
 	oc.idleSince = now
 	p.mu.Lock()
-	if len(p.idle) < originIdleMax {
+	if len(p.idle) < originIdleMax && !p.retired {
 		p.idle = append(p.idle, oc)
 		oc = nil
 	}
 	p.mu.Unlock()
 	if oc != nil {
 		oc.conn.Close()
+		return
 	}
+	p.owner.armSweep()
 }
 
 // originConn is a connection to an origin. Its reads are bounded while a

@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -12,7 +11,6 @@ import (
 	"net/netip"
 	"net/url"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/edgerate/edge/rules"
@@ -38,7 +36,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, d *domain) {
 func newTransport(t rules.Timeouts) *http.Transport {
 	return &http.Transport{
 		// A write the origin takes no byte of for t.Upstream fails (stall.go).
-		DialContext:       stallDialer(originDialer, t.Upstream),
+		DialContext:       transportDialer(originDialer, t.Upstream),
 		ForceAttemptHTTP2: true,
 		// Pass Accept-Encoding through as the client sent it. Otherwise the
 		// transport asks origins for gzip on behalf of clients that did not,
@@ -175,59 +173,28 @@ func (w interimWriter) WriteHeader(code int) {
 // upgrades) the server's writer.
 func (w interimWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// timedTransport observes the time to each origin response's headers.
+// timedTransport observes the time to each origin response's headers,
+// and watches each request's origin connection (watch).
 type timedTransport struct {
 	rt  http.RoundTripper
 	obs *upstreamObservers
 }
 
-// A response that begins before its request's body is written whole may
-// be followed by an answer to what the origin made of the rest of the
-// body, which the transport's reader would take for the next request's
-// answer: its connection is closed once the response is read.
 func (t timedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	start := time.Now()
-	var w *writeWatch
-	if req.ContentLength != 0 {
-		w = new(writeWatch)
-		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
-			GotConn:      func(info httptrace.GotConnInfo) { w.conn.Store(&info.Conn) },
-			WroteRequest: func(httptrace.WroteRequestInfo) { w.wrote.Store(true) },
-		}))
-	}
+	w := new(connWatch)
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &w.trace))
+	w.watch(req.ContentLength != 0)
 	resp, err := t.rt.RoundTrip(req)
 	class := 5 // error
 	if err == nil && resp.StatusCode >= 100 && resp.StatusCode < 600 {
 		class = resp.StatusCode/100 - 1
 	}
 	t.obs[class].Observe(time.Since(start).Seconds())
-	if err == nil && w != nil && !w.wrote.Load() && resp.StatusCode != http.StatusSwitchingProtocols {
-		if c := w.conn.Load(); c != nil {
-			resp.Body = closingBody{ReadCloser: resp.Body, conn: *c}
-		}
+	if err == nil {
+		w.answered(resp)
 	}
 	return resp, err
-}
-
-// writeWatch is what the transport reports of a request's connection.
-type writeWatch struct {
-	conn  atomic.Pointer[net.Conn]
-	wrote atomic.Bool // the request was written whole
-}
-
-// closingBody is a response body that closes its connection when it is
-// closed. (The transport may have made the connection idle at the body's
-// end, just before: a request that takes it then fails as on a
-// connection the origin closed, which the transport retries where it can.)
-type closingBody struct {
-	io.ReadCloser
-	conn net.Conn
-}
-
-func (b closingBody) Close() error {
-	err := b.ReadCloser.Close()
-	b.conn.Close()
-	return err
 }
 
 // errorLog answers and logs failed forwards. An origin that is down fails

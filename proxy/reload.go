@@ -98,6 +98,7 @@ func (p *Proxy) Reload(t *rules.Table, hash string) (ReloadResult, error) {
 	st.result = res
 	p.state.Store(st)
 	old.closeShared() // the Redis client stays: only this configuration's domains go
+	p.origins.retain(st.fastOrigins())
 	p.lastErr.Store(nil)
 	p.metrics.reloaded(true, res.Time)
 	if oldTransport != nil {
@@ -392,3 +393,15 @@ func (p *Proxy) Result() ReloadResult { return p.state.Load().result }
 
 // Table returns the running configuration.
 func (p *Proxy) Table() *rules.Table { return p.state.Load().table }
+
+// fastOrigins are the addresses of the origins the fast forward sends
+// st's requests to.
+func (st *state) fastOrigins() map[string]bool {
+	addrs := make(map[string]bool)
+	for _, d := range st.domains {
+		if d.ffwd != nil {
+			addrs[d.ffwd.pool.addr] = true
+		}
+	}
+	return addrs
+}

@@ -3,19 +3,37 @@ package proxy
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptrace"
 	"os"
+	"runtime"
+	"sync/atomic"
 	"time"
+
+	"github.com/edgerate/edge/internal/netpeek"
 )
 
-// A request written to an origin that stops reading would block its
-// forward for as long as the origin's socket stays open, holding the
-// request's slots and its client's connection. Both forwarders write to
-// origins through writeStalled, which fails with a timeout (a 504, as
-// upstreamFailure says) once the origin has taken no byte for
-// timeouts.upstream. The clock starts again whenever the origin takes
-// some, so a slow client's streamed upload, which the origin reads as it
-// comes, is not cut.
+// What both forwarders guard against on their origin connections:
+//
+//   - A request written to an origin that stops reading would block its
+//     forward for as long as the origin's socket stays open, holding the
+//     request's slots and its client's connection. Writes to origins go
+//     through writeStalled, which fails with a timeout (a 504, as
+//     upstreamFailure says) once the origin has taken no byte for
+//     timeouts.upstream. The clock starts again whenever the origin takes
+//     some, so a slow client's streamed upload, which the origin reads as
+//     it comes, is not cut.
+//   - Whatever an origin sends outside the response it was asked for (a
+//     body on HEAD, 204 or 304, bytes beyond its Content-Length, an answer
+//     to a request it read from another's body) must not become the next
+//     request's answer. The fast forward checks its connections itself
+//     (fastforward.go: alive, once). On the net/http path the transport
+//     makes a connection idle before its reader has looked at what
+//     follows a response; connWatch has a request wait, before it takes
+//     such a connection, until the reader has (found in FuzzOriginPool's
+//     way: TestOriginConnectionsNoCrossTalk showed it under -race).
 
 // writeStalled writes b to c, failing when c takes no byte for stall
 // (none: no bound).
@@ -47,23 +65,128 @@ type stallWriter struct {
 
 func (w stallWriter) Write(b []byte) (int, error) { return writeStalled(w.c, b, w.stall) }
 
-// stallConn is an origin connection of the transport, whose writes are
-// writeStalled's: the transport's ResponseHeaderTimeout starts only once
-// the request is written.
-type stallConn struct {
+// transportConn is an origin connection of the transport. Its writes are
+// writeStalled's (the transport's ResponseHeaderTimeout starts only once
+// the request is written), and it knows when the transport's reader waits
+// in Read on it: then nothing the origin sent is left in the buffers
+// above it.
+type transportConn struct {
 	net.Conn
-	stall time.Duration
+	stall   time.Duration
+	reading atomic.Bool
+	closed  atomic.Bool
 }
 
-func (c stallConn) Write(b []byte) (int, error) { return writeStalled(c.Conn, b, c.stall) }
+func (c *transportConn) Write(b []byte) (int, error) { return writeStalled(c.Conn, b, c.stall) }
 
-// stallDialer dials origin connections for the transport as stallConns.
-func stallDialer(d *net.Dialer, stall time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
+func (c *transportConn) Read(b []byte) (int, error) {
+	c.reading.Store(true)
+	n, err := c.Conn.Read(b)
+	c.reading.Store(false)
+	return n, err
+}
+
+func (c *transportConn) Close() error {
+	c.closed.Store(true)
+	return c.Conn.Close()
+}
+
+// readerCaughtUpWait bounds awaitReader: the transport's reader, made
+// runnable when the response ended, needs only to be scheduled.
+const readerCaughtUpWait = 20 * time.Millisecond
+
+// awaitReader waits, within readerCaughtUpWait, until the transport's
+// reader has taken in everything the origin sent on this idle connection
+// (it waits in Read, and nothing is pending on the socket) or has closed
+// the connection for what it found there.
+func (c *transportConn) awaitReader() {
+	deadline := time.Time{}
+	for i := 0; ; i++ {
+		if c.closed.Load() {
+			return
+		}
+		if c.reading.Load() {
+			if pending, ok := netpeek.Pending(c.Conn); !ok || !pending {
+				return
+			}
+		}
+		if i < 64 {
+			runtime.Gosched()
+			continue
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(readerCaughtUpWait)
+		} else if time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+}
+
+// transportDialer dials origin connections for the transport as
+// transportConns.
+func transportDialer(d *net.Dialer, stall time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := d.DialContext(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
-		return stallConn{Conn: c, stall: stall}, nil
+		return &transportConn{Conn: c, stall: stall}, nil
 	}
+}
+
+// connWatch is what the transport reports of one request's connection.
+type connWatch struct {
+	trace httptrace.ClientTrace
+	conn  atomic.Pointer[transportConn]
+	wrote atomic.Bool // the request was written whole
+}
+
+// watch sets w's trace: a reused connection is taken once the transport's
+// reader has caught up with it; with a body, whether the response began
+// before the body was written whole is noted.
+func (w *connWatch) watch(body bool) {
+	w.trace.GotConn = func(info httptrace.GotConnInfo) {
+		c, ok := info.Conn.(*transportConn)
+		if !ok {
+			return
+		}
+		if info.Reused {
+			c.awaitReader()
+		}
+		w.conn.Store(c)
+	}
+	if body {
+		w.trace.WroteRequest = func(httptrace.WroteRequestInfo) { w.wrote.Store(true) }
+	} else {
+		w.wrote.Store(true)
+	}
+}
+
+// answered closes, once it has been read, the connection of a response
+// that began before its request was written whole: what follows it may
+// be an answer to what the origin made of the rest of the body, which the
+// transport's reader would take for the next request's answer.
+func (w *connWatch) answered(resp *http.Response) {
+	if w.wrote.Load() || resp.StatusCode == http.StatusSwitchingProtocols {
+		return
+	}
+	if c := w.conn.Load(); c != nil {
+		resp.Body = closingBody{ReadCloser: resp.Body, conn: c}
+	}
+}
+
+// closingBody is a response body that closes its connection when it is
+// closed. (The transport may have made the connection idle at the body's
+// end, just before: a request that takes it then fails as on a
+// connection the origin closed, which the transport retries where it can.)
+type closingBody struct {
+	io.ReadCloser
+	conn net.Conn
+}
+
+func (b closingBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.conn.Close()
+	return err
 }

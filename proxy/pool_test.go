@@ -176,3 +176,27 @@ func TestOriginPoolRetain(t *testing.T) {
 		t.Error("the removed origin's pool is still handed out")
 	}
 }
+
+// TestReloadRetiresOriginPool: a reload that changes a domain's origin
+// closes the idle connections to the old one (they stayed open until
+// shutdown).
+func TestReloadRetiresOriginPool(t *testing.T) {
+	oldOrigin, _ := newOrigin(t, "old")
+	newOrigin, _ := newOrigin(t, "new")
+	e := newEnv(t, oneDomain(oldOrigin.URL, rule("r", 100, time.Minute)))
+	addr := oldOrigin.Listener.Addr().String()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.proxy.origins.get(addr).put(&originConn{conn: c}, time.Now())
+	if _, err := e.proxy.Reload(compile(t, oneDomain(newOrigin.URL, rule("r", 100, time.Minute))), "second"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Read(make([]byte, 1)); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("the idle connection to the removed origin: read gave %v, want it closed", err)
+	}
+	if _, ok := e.proxy.origins.pools[addr]; ok {
+		t.Error("the removed origin's pool is still kept")
+	}
+}

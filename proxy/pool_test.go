@@ -193,6 +193,7 @@ func TestReloadRetiresOriginPool(t *testing.T) {
 	if _, err := e.proxy.Reload(compile(t, oneDomain(newOrigin.URL, rule("r", 100, time.Minute))), "second"); err != nil {
 		t.Fatal(err)
 	}
+	c.SetReadDeadline(time.Now().Add(time.Second)) // fails at once if closed
 	if _, err := c.Read(make([]byte, 1)); !errors.Is(err, net.ErrClosed) {
 		t.Errorf("the idle connection to the removed origin: read gave %v, want it closed", err)
 	}

@@ -221,10 +221,7 @@ func askInTurn(t *testing.T, ds *diffServer, clients [][]string) [][]string {
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			if ds.answered.Load() == answered && !resp.Close {
-				select {
-				case <-ds.idle:
-				case <-time.After(200 * time.Millisecond):
-				}
+				awaitIdle(ds, 200*time.Millisecond)
 			}
 			if f := resp.Header.Get("X-For"); f != "" {
 				names = append(names, f)

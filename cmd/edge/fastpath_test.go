@@ -130,10 +130,7 @@ func exchange(t *testing.T, ds *diffServer, steps []string, wait bool, halfClose
 				// close, or whose response it has not finished, never
 				// says so, and then the next request is net/http's on
 				// both paths.
-				select {
-				case <-ds.idle:
-				case <-time.After(time.Second):
-				}
+				awaitIdle(ds, time.Second)
 			}
 		}
 	}
@@ -149,6 +146,15 @@ func exchange(t *testing.T, ds *diffServer, steps []string, wait bool, halfClose
 }
 
 // metricsText is the registry's metrics but those that time things.
+// awaitIdle waits, at most for wait, until net/http reports a connection
+// of ds idle.
+func awaitIdle(ds *diffServer, wait time.Duration) {
+	select {
+	case <-ds.idle:
+	case <-time.After(wait):
+	}
+}
+
 func metricsText(t *testing.T, reg *prometheus.Registry) string {
 	mfs, err := reg.Gather()
 	if err != nil {

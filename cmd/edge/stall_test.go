@@ -85,21 +85,7 @@ func TestOriginThatNeverReads(t *testing.T) {
 				defer c.Close()
 				c.SetDeadline(time.Now().Add(20 * time.Second))
 				br := bufio.NewReader(c)
-				// A first request, to another origin: the fast path takes
-				// the upload after it.
-				for len(ds.idle) > 0 {
-					<-ds.idle
-				}
-				io.WriteString(c, get("warm.example.com", "/warm"))
-				if resp, err := http.ReadResponse(br, nil); err != nil {
-					t.Fatal(err)
-				} else {
-					io.Copy(io.Discard, resp.Body)
-				}
-				select {
-				case <-ds.idle:
-				case <-time.After(time.Second):
-				}
+				warmUp(t, ds, c, br) // to another origin: the fast path takes the upload after it
 				answered := ds.answered.Load()
 				go func() {
 					fmt.Fprintf(c, "POST /upload HTTP/1.1\r\nHost: up.example.com\r\nContent-Length: %d\r\n\r\n", size)
@@ -160,19 +146,7 @@ func TestSlowUploadNotCut(t *testing.T) {
 			defer c.Close()
 			c.SetDeadline(time.Now().Add(20 * time.Second))
 			br := bufio.NewReader(c)
-			for len(ds.idle) > 0 {
-				<-ds.idle
-			}
-			io.WriteString(c, get("warm.example.com", "/warm"))
-			if resp, err := http.ReadResponse(br, nil); err != nil {
-				t.Fatal(err)
-			} else {
-				io.Copy(io.Discard, resp.Body)
-			}
-			select {
-			case <-ds.idle:
-			case <-time.After(time.Second):
-			}
+			warmUp(t, ds, c, br)
 			answered := ds.answered.Load()
 			const pieces = 12 // 1.2 s in all, over twice timeouts.upstream
 			fmt.Fprintf(c, "POST /upload HTTP/1.1\r\nHost: up.example.com\r\nContent-Length: %d\r\n\r\n", pieces*10)
@@ -193,4 +167,21 @@ func TestSlowUploadNotCut(t *testing.T) {
 			}
 		})
 	}
+}
+
+// warmUp sends a connection's first request, to warm.example.com, and
+// waits until net/http has said the connection is idle: the fast path
+// takes the requests after it.
+func warmUp(t *testing.T, ds *diffServer, c net.Conn, br *bufio.Reader) {
+	t.Helper()
+	for len(ds.idle) > 0 {
+		<-ds.idle
+	}
+	io.WriteString(c, get("warm.example.com", "/warm"))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	awaitIdle(ds, time.Second)
 }

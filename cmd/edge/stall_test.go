@@ -18,7 +18,7 @@ import (
 const stallConfig = `
 origin: ORIGIN
 max_keys: 1000
-timeouts: {upstream: 500ms}
+timeouts: {upstream: 500ms} # stallTimeout
 domains:
   - name: warm
     hosts: [warm.example.com]
@@ -29,6 +29,8 @@ domains:
     rules:
       - {name: slots, algorithm: concurrency, limit: 2, key: [host]}
 `
+
+const stallTimeout = 500 * time.Millisecond
 
 // startDeafOrigin accepts connections and never reads from them.
 func startDeafOrigin(t *testing.T) string {
@@ -97,6 +99,9 @@ func TestOriginThatNeverReads(t *testing.T) {
 					}
 				}()
 				start := time.Now()
+				// The client reads late, when the 504 has long been sent:
+				// a reset after it would have destroyed it by then.
+				time.Sleep(3 * stallTimeout)
 				resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodPost})
 				if err != nil {
 					t.Fatalf("after %v: no response: %v", time.Since(start).Round(time.Millisecond), err)

@@ -29,17 +29,22 @@ type guardConn struct {
 	deadline time.Time // write deadline set by the server; zero for none
 	applied  time.Time // write deadline last set on Conn by Write
 
+	// The read deadline (deadline.go): srvRead is the one the server last
+	// set, rapplied the one last set on Conn (if rset); reqStart is when
+	// the request being read began, if the framer had ended reqMsgs
+	// messages then and still has.
+	srvRead  time.Time
+	rapplied time.Time
+	rset     bool
+	reqStart time.Time
+	reqMsgs  uint64
+
 	// The fast path (fast.go). fast is made on the first offer. While
 	// owned, the fast path has answered since net/http last got bytes and
-	// keeps the read deadline itself: rapplied is the one it set (if
-	// rset), lastAnswer when it last answered, headStart when the next
-	// head's first byte came (zero before).
+	// keeps the read deadline itself; lastAnswer is when it last answered.
 	fast       *fastConn
 	owned      bool
-	rset       bool
-	rapplied   time.Time
 	lastAnswer time.Time
-	headStart  time.Time
 	// busy: the fast path's hook runs (c.mu is not held meanwhile); a
 	// Close then only sets closeLater, and the connection closes when the
 	// hook is done (forward.go).
@@ -61,6 +66,9 @@ func (c *guardConn) Read(p []byte) (int, error) {
 	c.mu.Lock()
 	for {
 		if n := c.f.deliver(p); n > 0 {
+			if c.f.st != stHead && c.f.st != stRejected {
+				c.beginNow() // a head handed on whole, its body to come
+			}
 			c.handBack()
 			c.mu.Unlock()
 			return n, nil
@@ -93,7 +101,7 @@ func (c *guardConn) Read(p []byte) (int, error) {
 			c.mu.Unlock()
 			return 0, rerr
 		}
-		n, done, err := c.fill(p, c.owned)
+		n, done, err := c.fill(p)
 		if done {
 			c.mu.Unlock()
 			return n, err
@@ -103,23 +111,21 @@ func (c *guardConn) Read(p []byte) (int, error) {
 }
 
 // fill reads more of the stream when the framer needs more input, with
-// c.mu held (let go while the read blocks). Body bytes, and bytes after
-// the framing is no longer followed, are read straight into p: done, and
-// n and err are the caller's to return. Anything else is read into the
-// framer's buffer, arming the fast path's read deadline first if arm, and
+// c.mu held (let go while the read blocks), within the read deadline that
+// holds (deadline.go). Body bytes, and bytes after the framing is no
+// longer followed, are read straight into p: done, and n and err are the
+// caller's to return. Anything else is read into the framer's buffer, and
 // err is the caller's to keep until the framer has stepped over what came.
-func (c *guardConn) fill(p []byte, arm bool) (n int, done bool, err error) {
+func (c *guardConn) fill(p []byte) (n int, done bool, err error) {
+	if err := c.syncRead(); err != nil {
+		return 0, true, err
+	}
 	if limit := c.f.direct(); limit > 0 {
 		c.mu.Unlock()
 		n, err := c.Conn.Read(p[:min(int64(len(p)), limit)])
 		c.mu.Lock()
 		c.f.readDirect(n)
 		return n, true, err
-	}
-	if arm {
-		if err := c.armRead(); err != nil {
-			return 0, true, err
-		}
 	}
 	// Only this goroutine touches the buffer past f.hi (net/http never
 	// reads a connection from two goroutines at once), so the read can
@@ -159,7 +165,7 @@ func (c *guardConn) readBody(p []byte) (int, error) {
 			c.mu.Unlock()
 			return 0, rerr
 		}
-		n, done, err := c.fill(p, false)
+		n, done, err := c.fill(p)
 		if done {
 			c.mu.Unlock()
 			return n, err
@@ -206,14 +212,6 @@ func (c *guardConn) applyWriteDeadline(d time.Time) error {
 	}
 	c.applied = d
 	return nil
-}
-
-// SetDeadline records the write deadline for Write, then sets both.
-func (c *guardConn) SetDeadline(t time.Time) error {
-	c.mu.Lock()
-	c.deadline, c.applied = t, t
-	c.mu.Unlock()
-	return c.Conn.SetDeadline(t)
 }
 
 // SetWriteDeadline records the write deadline for Write, then sets it.

@@ -50,6 +50,11 @@ func (c *guardConn) beginNow() {
 func (c *guardConn) SetReadDeadline(t time.Time) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !c.grown {
+		// net/http's first call, at the top of the connection's goroutine.
+		c.grown = true
+		growStack(0)
+	}
 	c.srvRead = t
 	if c.owned && !c.busy {
 		// net/http waits in a read the fast path answers in; it gets the

@@ -227,8 +227,8 @@ func (c *guardConn) SetWriteDeadline(t time.Time) error {
 // takes, while it is shallow. net/http serves each connection on a new
 // goroutine whose stack starts small, and it used to grow on the way to
 // the first head's parse, a dozen frames deep, where copying it costs
-// most: with a new connection per request, 8.7 % of edge's CPU samples
-// went to that growth, 2.1 % once grown here (docs/performance.md).
+// most: a refusal on a new connection took 88,815 instructions under
+// callgrind, 61,540 once grown here (docs/performance.md).
 //
 //go:noinline
 func growStack(i int) byte {

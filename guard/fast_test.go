@@ -336,6 +336,7 @@ func TestFastPathReadTimeout(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			addr, _ := fastServer(t, ListenerOptions{ReadTimeout: read},
 				&http.Server{ReadHeaderTimeout: time.Minute, IdleTimeout: time.Minute})
+			start := time.Now() // a first request is dated from the connection's start
 			c, err := net.Dial("tcp", addr)
 			if err != nil {
 				t.Fatal(err)
@@ -353,8 +354,8 @@ func TestFastPathReadTimeout(t *testing.T) {
 				if code, body := roundTrip(t, c, br, hostile.Get("/r")); code != 429 {
 					t.Fatalf("status %d %q, want the fast path's 429", code, body)
 				}
+				start = time.Now() // a later one from its head's first byte
 			}
-			start := time.Now()
 			io.WriteString(c, tt.then)
 			// Whatever is answered, the connection closes.
 			io.Copy(io.Discard, br)

@@ -6,11 +6,14 @@
 #
 #   bash bench/instructions.sh            # N1=2000 N2=12000 requests, 4 connections
 #   FORWARD=1 bash bench/instructions.sh  # the same for forwarded requests
+#   NEWCONN=1 bash bench/instructions.sh  # refusals, a new connection per request
 #
 # With FORWARD=1 the rule never refuses (nginx's limit_req at 1,000,000 r/s
 # with a burst as large, as bench/proxy.sh's nginx-allow; edge's
 # bench/edge/allow.yaml), and every request is forwarded to the
-# nginx origin: the counts are what one forward costs each server.
+# nginx origin: the counts are what one forward costs each server. With
+# NEWCONN=1 every request has a connection of its own (opened, used once,
+# closed by the client): the counts include accepting and closing it.
 #
 # Each server runs under callgrind; after 40 warm-up requests (past the
 # requests its limit allows) its counts are zeroed, N requests are sent,
@@ -74,6 +77,10 @@ if [[ ${FORWARD:-0} == 1 ]]; then
 	rate=1000000r/s burst="burst=1000000 nodelay" edgeconf=allow.yaml what=forwarded from=28088 fromadmin=29088
 fi
 sed -i "s#RATE#$rate#; s# BURST#${burst:+ $burst}#" "$tmp/nginx-block.conf"
+fresh=()
+if [[ ${NEWCONN:-0} == 1 ]]; then
+	fresh=(-new) what="$what (a new connection each)"
+fi
 sed -e "s/$from/38089/; s/$fromadmin/39089/; s/28080/38080/" "$here/edge/$edgeconf" >"$tmp/fast.yaml"
 sed -e "s/$from/38093/; s/$fromadmin/39093/; s/28080/38080/" "$here/edge/$edgeconf" >"$tmp/nofast.yaml"
 echo "fastpath: false" >>"$tmp/nofast.yaml"
@@ -101,7 +108,7 @@ for s in nginx edge-fast edge-nofast; do
 		waitport "$port"
 		"$tmp/client" -addr "127.0.0.1:$port" -n 40 -c 4 >/dev/null
 		callgrind_control -z "$pid" >/dev/null 2>&1
-		statuses=$("$tmp/client" -addr "127.0.0.1:$port" -n "$n" -c 4)
+		statuses=$("$tmp/client" -addr "127.0.0.1:$port" -n "$n" -c 4 "${fresh[@]}")
 		callgrind_control -d "$pid" >/dev/null 2>&1
 		sleep 1
 		kill -KILL "$pid"
@@ -122,7 +129,7 @@ for s in nginx edge-fast edge-nofast; do
 	strace -c -f -p "$pid" -o "$tmp/strace.$s" 2>/dev/null &
 	spid=$!
 	sleep 1
-	"$tmp/client" -addr "127.0.0.1:$port" -n "$N2" -c 4 >/dev/null
+	"$tmp/client" -addr "127.0.0.1:$port" -n "$N2" -c 4 "${fresh[@]}" >/dev/null
 	sleep 0.5
 	kill -INT "$spid"
 	wait "$spid" 2>/dev/null || true

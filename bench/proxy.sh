@@ -4,6 +4,7 @@
 #
 #   bash bench/proxy.sh             # full run: 5 rounds of 8 s per variant, about 10 minutes
 #   QUICK=1 bash bench/proxy.sh     # 3 rounds of 2 s, about 2 minutes
+#   NEWCONN=1 QUICK=1 bash bench/proxy.sh  # refusals, a new connection per request
 #
 # Every proxy runs pinned to one core (PROXY_CPU, default 0) with one worker
 # (GOMAXPROCS=1 for the Go proxies); wrk and the origin share the other
@@ -19,7 +20,10 @@
 # of this many bytes instead of a GET), EDGE_CANDIDATE (the path of another edge
 # binary, say a build with a hot-path change: it is measured as cand-allow
 # and cand-block with edge's configurations, in the same rounds, and
-# compared with edge pair by pair). edge-block-nofast and edge-allow-nofast
+# compared with edge pair by pair), NEWCONN=1 (every request on a
+# connection of its own, opened, used once and closed by the client, as bots
+# and floods send them: bench/newconn instead of wrk, which cannot do that;
+# the variants default to the refusing ones). edge-block-nofast and edge-allow-nofast
 # are edge-block and edge-allow with fastpath: false, so that both ways of
 # refusing and of forwarding are measured in one run.
 #
@@ -201,6 +205,12 @@ if [[ -n ${EDGE_CANDIDATE:-} ]]; then
 	ALL_VARIANTS=${ALL_VARIANTS/edge-allow/edge-allow cand-allow}
 	ALL_VARIANTS=${ALL_VARIANTS/edge-block/edge-block cand-block}
 fi
+if [[ ${NEWCONN:-0} == 1 ]]; then
+	[[ -z ${POST_BYTES:-} ]] || die "NEWCONN=1 sends GETs only; unset POST_BYTES"
+	NEWCONN_VARIANTS="nginx-block fixed429 edge-block edge-block-nofast"
+	[[ -n ${EDGE_CANDIDATE:-} ]] && NEWCONN_VARIANTS+=" cand-block"
+	VARIANTS=${VARIANTS:-$NEWCONN_VARIANTS}
+fi
 variants=()
 for v in ${VARIANTS:-$ALL_VARIANTS}; do
 	[[ -n ${KIND[$v]:-} ]] || die "unknown variant $v (known: $ALL_VARIANTS)"
@@ -313,8 +323,9 @@ gen_edge_configs() {
 
 log "building edge (go build ./cmd/edge) and the bench programs into $tmp ..."
 (cd "$repo" && go build -o "$tmp/edge" ./cmd/edge) || die "building edge failed"
-(cd "$here" && go build -o "$tmp/bareproxy" ./bareproxy && go build -o "$tmp/fixed429" ./fixed429) ||
-	die "building bench/bareproxy or bench/fixed429 failed"
+(cd "$here" && go build -o "$tmp/bareproxy" ./bareproxy && go build -o "$tmp/fixed429" ./fixed429 &&
+	go build -o "$tmp/newconn" ./newconn) ||
+	die "building bench/bareproxy, bench/fixed429 or bench/newconn failed"
 gen_edge_configs
 for c in allow allow-nofast block block-nofast multi; do
 	"$tmp/edge" -check -config "$here/edge/$c.yaml" >/dev/null || die "bench/edge/$c.yaml is not a valid edge configuration"
@@ -441,14 +452,20 @@ measure() {
 	local args=(-t1 "-c$CONNS")
 	[[ -n ${HOSTHDR[$v]:-} ]] && args+=(-H "Host: ${HOSTHDR[$v]}")
 	[[ -n ${POST_BYTES:-} ]] && args+=(-s "$tmp/post.lua")
-	taskset -c "$LOAD_CPU" wrk "${args[@]}" "-d${WARMUP}s" "$url" >/dev/null &
+	local warm=(wrk "${args[@]}" "-d${WARMUP}s" "$url") run=(wrk "${args[@]}" "-d${DURATION}s" --latency "$url")
+	if [[ ${NEWCONN:-0} == 1 ]]; then
+		local gen=("$tmp/newconn" -c "$CONNS" -addr "127.0.0.1:${PORT[$v]}" -path "$REQ_PATH"
+			-host "${HOSTHDR[$v]:-127.0.0.1:${PORT[$v]}}")
+		warm=("${gen[@]}" -d "${WARMUP}s") run=("${gen[@]}" -d "${DURATION}s")
+	fi
+	GOMAXPROCS=1 taskset -c "$LOAD_CPU" "${warm[@]}" >/dev/null &
 	wait $!
 	local cpu=$PROXY_CPU
 	[[ $v == origin ]] && cpu=$LOAD_CPU
 	local t0 t1 c0 c1
 	t0=$(proc_ticks "$pid")
 	c0=$(cpu_ticks "$cpu")
-	taskset -c "$LOAD_CPU" wrk "${args[@]}" "-d${DURATION}s" --latency "$url" >"$tmp/wrk.out" 2>&1 &
+	GOMAXPROCS=1 taskset -c "$LOAD_CPU" "${run[@]}" >"$tmp/wrk.out" 2>&1 &
 	wait $!
 	t1=$(proc_ticks "$pid")
 	c1=$(cpu_ticks "$cpu")
@@ -499,7 +516,9 @@ echo
 echo "## edge proxy benchmark"
 echo
 echo "$(date -u '+%Y-%m-%d %H:%M UTC'); $(nproc) cores ($(lscpu | awk -F: '/Model name/ {gsub(/^ +/, "", $2); print $2; exit}')), kernel $(uname -r), $(go version | awk '{print $3}')."
-echo "nginx $(nginx -v 2>&1 | sed 's|.*nginx/||'), HAProxy $(haproxy -v 2>/dev/null | awk 'NR == 1 {print $3}'), Caddy $(caddy version 2>/dev/null | awk '{print $1}'), wrk -t1 -c$CONNS, $METHOD $REQ_PATH."
+LOADGEN="wrk -t1 -c$CONNS"
+[[ ${NEWCONN:-0} == 1 ]] && LOADGEN="bench/newconn -c $CONNS (a new connection per request, closed by the client)"
+echo "nginx $(nginx -v 2>&1 | sed 's|.*nginx/||'), HAProxy $(haproxy -v 2>/dev/null | awk 'NR == 1 {print $3}'), Caddy $(caddy version 2>/dev/null | awk '{print $1}'), $LOADGEN, $METHOD $REQ_PATH."
 echo "Proxy on core $PROXY_CPU (1 worker; GOMAXPROCS=1), wrk and the origin on core $LOAD_CPU. $ROUNDS rounds x ${DURATION}s; medians over rounds."
 echo
 for v in "${!SKIP[@]}"; do echo "Skipped $v: ${SKIP[$v]}."; done

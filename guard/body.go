@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/textproto"
-	"time"
 )
 
 // Body is the body of a Request offered to the fast path, read from the
@@ -31,7 +30,6 @@ type Body struct {
 	expect  bool  // "Expect: 100-continue"
 	asked   bool  // 100 Continue was written (at the first read)
 	started bool
-	now     time.Time // when the head was taken up
 	br      *bufio.Reader
 	cr      io.Reader // the chunked reader
 	trailer http.Header
@@ -131,17 +129,7 @@ func (b *Body) start() {
 	}
 	fc.held, fc.spare = f.buf, nil
 	f.buf, f.lo, f.hi = nb, 0, copy(nb, rest)
-	f.beginBody(b.size)
-	var d time.Time
-	if rt := c.l.readTimeout; rt > 0 {
-		start := c.headStart
-		if start.IsZero() {
-			start = b.now
-		}
-		d = start.Add(rt)
-	}
-	_ = c.Conn.SetReadDeadline(d) // a failure shows on the read
-	c.rset = false
+	f.beginBody(b.size) // read within ReadTimeout from the request's start (deadline.go)
 	c.mu.Unlock()
 	if b.size < 0 {
 		if fc.br == nil {

@@ -29,17 +29,23 @@ type guardConn struct {
 	deadline time.Time // write deadline set by the server; zero for none
 	applied  time.Time // write deadline last set on Conn by Write
 
+	// The read deadline (deadline.go): srvRead is the one the server last
+	// set, rapplied the one last set on Conn (if rset); reqStart is when
+	// the request being read began, if the framer had ended reqMsgs
+	// messages then and still has.
+	srvRead  time.Time
+	rapplied time.Time
+	rset     bool
+	reqStart time.Time
+	reqMsgs  uint64
+	grown    bool // growStack was called on net/http's goroutine
+
 	// The fast path (fast.go). fast is made on the first offer. While
 	// owned, the fast path has answered since net/http last got bytes and
-	// keeps the read deadline itself: rapplied is the one it set (if
-	// rset), lastAnswer when it last answered, headStart when the next
-	// head's first byte came (zero before).
+	// keeps the read deadline itself; lastAnswer is when it last answered.
 	fast       *fastConn
 	owned      bool
-	rset       bool
-	rapplied   time.Time
 	lastAnswer time.Time
-	headStart  time.Time
 	// busy: the fast path's hook runs (c.mu is not held meanwhile); a
 	// Close then only sets closeLater, and the connection closes when the
 	// hook is done (forward.go).
@@ -61,6 +67,9 @@ func (c *guardConn) Read(p []byte) (int, error) {
 	c.mu.Lock()
 	for {
 		if n := c.f.deliver(p); n > 0 {
+			if c.f.st != stHead && c.f.st != stRejected {
+				c.beginNow() // a head handed on whole, its body to come
+			}
 			c.handBack()
 			c.mu.Unlock()
 			return n, nil
@@ -93,7 +102,7 @@ func (c *guardConn) Read(p []byte) (int, error) {
 			c.mu.Unlock()
 			return 0, rerr
 		}
-		n, done, err := c.fill(p, c.owned)
+		n, done, err := c.fill(p)
 		if done {
 			c.mu.Unlock()
 			return n, err
@@ -103,23 +112,21 @@ func (c *guardConn) Read(p []byte) (int, error) {
 }
 
 // fill reads more of the stream when the framer needs more input, with
-// c.mu held (let go while the read blocks). Body bytes, and bytes after
-// the framing is no longer followed, are read straight into p: done, and
-// n and err are the caller's to return. Anything else is read into the
-// framer's buffer, arming the fast path's read deadline first if arm, and
+// c.mu held (let go while the read blocks), within the read deadline that
+// holds (deadline.go). Body bytes, and bytes after the framing is no
+// longer followed, are read straight into p: done, and n and err are the
+// caller's to return. Anything else is read into the framer's buffer, and
 // err is the caller's to keep until the framer has stepped over what came.
-func (c *guardConn) fill(p []byte, arm bool) (n int, done bool, err error) {
+func (c *guardConn) fill(p []byte) (n int, done bool, err error) {
+	if err := c.syncRead(); err != nil {
+		return 0, true, err
+	}
 	if limit := c.f.direct(); limit > 0 {
 		c.mu.Unlock()
 		n, err := c.Conn.Read(p[:min(int64(len(p)), limit)])
 		c.mu.Lock()
 		c.f.readDirect(n)
 		return n, true, err
-	}
-	if arm {
-		if err := c.armRead(); err != nil {
-			return 0, true, err
-		}
 	}
 	// Only this goroutine touches the buffer past f.hi (net/http never
 	// reads a connection from two goroutines at once), so the read can
@@ -159,7 +166,7 @@ func (c *guardConn) readBody(p []byte) (int, error) {
 			c.mu.Unlock()
 			return 0, rerr
 		}
-		n, done, err := c.fill(p, false)
+		n, done, err := c.fill(p)
 		if done {
 			c.mu.Unlock()
 			return n, err
@@ -208,20 +215,26 @@ func (c *guardConn) applyWriteDeadline(d time.Time) error {
 	return nil
 }
 
-// SetDeadline records the write deadline for Write, then sets both.
-func (c *guardConn) SetDeadline(t time.Time) error {
-	c.mu.Lock()
-	c.deadline, c.applied = t, t
-	c.mu.Unlock()
-	return c.Conn.SetDeadline(t)
-}
-
 // SetWriteDeadline records the write deadline for Write, then sets it.
 func (c *guardConn) SetWriteDeadline(t time.Time) error {
 	c.mu.Lock()
 	c.deadline, c.applied = t, t
 	c.mu.Unlock()
 	return c.Conn.SetWriteDeadline(t)
+}
+
+// growStack grows the calling goroutine's stack to what serving a request
+// takes, while it is shallow. net/http serves each connection on a new
+// goroutine whose stack starts small, and it used to grow on the way to
+// the first head's parse, a dozen frames deep, where copying it costs
+// most: a refusal on a new connection took 88,815 instructions under
+// callgrind, 61,540 once grown here (docs/performance.md).
+//
+//go:noinline
+func growStack(i int) byte {
+	var pad [4 << 10]byte
+	pad[i&(len(pad)-1)] = 1
+	return pad[(i+1)&(len(pad)-1)]
 }
 
 // lingerTime bounds how long a rejected connection is drained before it

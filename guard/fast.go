@@ -27,17 +27,17 @@ import (
 //
 // "The only request" means net/http has answered everything it was handed
 // on the connection and waits for the next request: the server reported
-// the connection idle through ConnState (which the fast path needs
-// installed), or new when the server has no ReadTimeout (with one, the
-// first request on a connection goes to net/http, whose request deadline
-// would otherwise date from before the requests answered here), and no
-// byte has been handed to net/http since. Pipelined requests behind one
-// that net/http serves go to net/http too.
+// the connection new or idle through ConnState (which the fast path needs
+// installed), and no byte has been handed to net/http since. (A new
+// connection's first request is offered too because the Listener keeps
+// ReadTimeout itself: deadline.go.) Pipelined requests behind one that
+// net/http serves go to net/http too.
 //
 // While it answers, the Listener keeps the deadlines net/http would keep
 // between requests: the idle timeout from each answer to the next head's
-// first byte, the header timeout from that byte to the head's end, each
-// write bounded as net/http's WriteTimeout and WriteIdleTimeout bound it.
+// first byte, the header timeout (or ReadTimeout, if shorter) from that
+// byte to the head's end, each write bounded as net/http's WriteTimeout
+// and WriteIdleTimeout bound it.
 // Read deadlines that only move later are re-armed at most once a second
 // (each re-arm updates a runtime timer), so the idle bound may be up to a
 // second shorter. A connection being answered is not idle for the
@@ -167,14 +167,15 @@ func (c *guardConn) offer() error {
 		f.pass(end)
 		return nil
 	}
+	now := time.Now()
+	c.begin(now)
 	c.busy = true
 	c.l.answering.Add(1)
 	c.mu.Unlock()
-	now := time.Now()
 	fc.w = Writer{c: c, start: now}
 	req.Peer, req.Now, req.W = fc.peer, now, &fc.w
 	if n := f.fastBody; n != 0 {
-		fc.body = Body{c: c, size: n, left: n, expect: req.expect, now: now}
+		fc.body = Body{c: c, size: n, left: n, expect: req.expect}
 		req.BodyLen, req.Body = n, &fc.body
 	}
 	// Busy while the hook decides and an answer (a refusal, or a
@@ -239,9 +240,8 @@ func (c *guardConn) offer() error {
 		now = time.Now() // the answer took its time (forward.go)
 	}
 	c.owned, c.lastAnswer = true, now
-	c.headStart = time.Time{}
 	if f.lo != f.hi {
-		c.headStart = now // the next head has begun already
+		c.begin(now) // the next head has begun already
 	}
 	return nil
 }
@@ -264,53 +264,4 @@ func (c *guardConn) fastWrite(b []byte, now time.Time) error {
 	}
 	_, err = c.Conn.Write(b)
 	return err
-}
-
-// armRead sets the read deadline that holds while the fast path reads the
-// next head: the idle timeout from the last answer while nothing of it has
-// come, the header timeout from its first byte after (taken as the first
-// time a read must wait with part of the head in hand: the clock is not
-// read for every read). Called with c.mu held before a blocking read,
-// while c.owned.
-func (c *guardConn) armRead() error {
-	var want time.Time
-	if c.f.lo == c.f.hi {
-		if c.l.idleTimeout > 0 {
-			want = c.lastAnswer.Add(c.l.idleTimeout)
-		}
-	} else if c.l.headerTimeout > 0 {
-		if c.headStart.IsZero() {
-			c.headStart = time.Now()
-		}
-		want = c.headStart.Add(c.l.headerTimeout)
-	}
-	if c.rset && (want.Equal(c.rapplied) || !want.IsZero() && !c.rapplied.IsZero() &&
-		want.After(c.rapplied) && want.Sub(c.rapplied) <= time.Second) {
-		return nil
-	}
-	if err := c.Conn.SetReadDeadline(want); err != nil {
-		return err
-	}
-	c.rapplied, c.rset = want, true
-	return nil
-}
-
-// handBack gives the read deadline back to net/http before it gets bytes
-// again after the fast path answered: the header timeout from the first
-// byte of the head it gets, which net/http replaces with its own once it
-// has read the head. Called with c.mu held.
-func (c *guardConn) handBack() {
-	if !c.owned {
-		return
-	}
-	c.owned, c.rset = false, false
-	var want time.Time
-	if c.l.headerTimeout > 0 {
-		start := c.headStart
-		if start.IsZero() {
-			start = time.Now()
-		}
-		want = start.Add(c.l.headerTimeout)
-	}
-	_ = c.Conn.SetReadDeadline(want) // a failure shows on the next read
 }

@@ -203,7 +203,9 @@ func FuzzFastPath(f *testing.F) {
 }
 
 // fastServer serves l's connections with net/http, answering on the fast
-// path every request whose target starts with "/r", and "slow" otherwise.
+// path every request whose target starts with "/r", and "slow" otherwise
+// (after reading the body). The Listener keeps opts.ReadTimeout; srv must
+// have none.
 func fastServer(t *testing.T, opts ListenerOptions, srv *http.Server) (addr string, l *Listener) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -216,12 +218,13 @@ func fastServer(t *testing.T, opts ListenerOptions, srv *http.Server) (addr stri
 		}
 		return append(out, fastAnswer...), true
 	}
-	opts.ReadHeaderTimeout, opts.ReadTimeout = srv.ReadHeaderTimeout, srv.ReadTimeout
+	opts.ReadHeaderTimeout = srv.ReadHeaderTimeout
 	opts.WriteTimeout, opts.IdleTimeout = srv.WriteTimeout, srv.IdleTimeout
 	l = NewListener(ln, opts)
 	srv.ConnState = l.ConnState
 	srv.ErrorLog = discardLog
 	srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
 		io.WriteString(w, "slow")
 	})
 	done := make(chan struct{})
@@ -277,8 +280,8 @@ func TestFastPathKeepsTimeouts(t *testing.T) {
 			defer c.Close()
 			c.SetDeadline(time.Now().Add(10 * time.Second))
 			br := bufio.NewReader(c)
-			// The first request on a new connection (no ReadTimeout) and
-			// the next are answered on the fast path.
+			// The first request on a new connection and the next are
+			// answered on the fast path.
 			for range 2 {
 				if code, _ := roundTrip(t, c, br, hostile.Get("/r")); code != 429 {
 					t.Fatalf("status %d, want the fast path's 429", code)
@@ -305,6 +308,59 @@ func TestFastPathKeepsTimeouts(t *testing.T) {
 			}
 			if d := time.Since(start); d > 5*time.Second {
 				t.Errorf("closed after %v", d)
+			}
+		})
+	}
+}
+
+// TestFastPathReadTimeout: the Listener keeps ReadTimeout in the server's
+// place, so that a connection's first request is offered to the fast path
+// too, and every request, head and body, is still cut at ReadTimeout from
+// its start (well before the header timeout), answered here or by net/http.
+func TestFastPathReadTimeout(t *testing.T) {
+	const read = 200 * time.Millisecond
+	tests := []struct {
+		name    string
+		before  int    // requests answered on the fast path first
+		then    string // sent, and never finished
+		closeBy time.Duration
+	}{
+		{"first request answered", 0, "", 0},
+		{"slow first head", 0, "GET /r HTTP/1.1\r\nHost: a\r\n", 3 * time.Second},
+		{"slow head after answers", 2, "GET /r HTTP/1.1\r\nHost: a\r\n", 3 * time.Second},
+		{"slow head for net/http after answers", 2, "GET /slow HTTP/1.1\r\nHost: a\r\nX: ", 3 * time.Second},
+		{"slow body for net/http", 0, hostile.Req("POST /slow HTTP/1.1", hostile.HostAPI, "Content-Length: 5") + "ab", 3 * time.Second},
+		{"slow body for net/http after answers", 2, hostile.Req("POST /slow HTTP/1.1", hostile.HostAPI, "Content-Length: 5") + "ab", 3 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			addr, _ := fastServer(t, ListenerOptions{ReadTimeout: read},
+				&http.Server{ReadHeaderTimeout: time.Minute, IdleTimeout: time.Minute})
+			start := time.Now() // a first request is dated from the connection's start
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			br := bufio.NewReader(c)
+			if tt.then == "" {
+				if code, body := roundTrip(t, c, br, hostile.Get("/r")); code != 429 {
+					t.Fatalf("first request: %d %q, want the fast path's 429", code, body)
+				}
+				return
+			}
+			for range tt.before {
+				if code, body := roundTrip(t, c, br, hostile.Get("/r")); code != 429 {
+					t.Fatalf("status %d %q, want the fast path's 429", code, body)
+				}
+				start = time.Now() // a later one from its head's first byte
+			}
+			io.WriteString(c, tt.then)
+			// Whatever is answered, the connection closes.
+			io.Copy(io.Discard, br)
+			if d := time.Since(start); d < read || d > tt.closeBy {
+				t.Errorf("closed after %v, want it closed at the read timeout (%v)", d.Round(time.Millisecond), read)
 			}
 		})
 	}

@@ -67,6 +67,11 @@ type framer struct {
 	lineEnd  int
 	lineOK   bool
 	remain   int64 // bytes left in a body or chunk
+	// msgs counts the messages ended (a request's, body and all), and
+	// tunnel is set once a 101 switched the connection to another
+	// protocol: what the read deadline of a request needs (deadline.go).
+	msgs   uint64
+	tunnel bool
 
 	trailer int    // trailer bytes so far
 	upgrade bool   // an upgrade request's response status is awaited
@@ -174,6 +179,7 @@ func (f *framer) beginBody(n int64) {
 // path answered.
 func (f *framer) answered(end int) {
 	f.lo += end
+	f.msgs++
 	f.st, f.scan, f.lineSeen, f.lineOK = stHead, 0, false, false
 	f.release()
 }
@@ -328,6 +334,7 @@ func (f *framer) endMessage() {
 	if f.ends != nil {
 		*f.ends = append(*f.ends, f.consumed)
 	}
+	f.msgs++
 	if f.upgrade {
 		f.st = stUpgradePending
 		return
@@ -496,7 +503,7 @@ func (f *framer) sawResponse(b []byte) {
 		case string(code) == "101":
 			f.upgrade = false
 			f.status = nil
-			f.st = stPassthrough
+			f.st, f.tunnel = stPassthrough, true
 			// The byte net/http took early belongs to the new protocol and
 			// is net/http's; everything else is passed on.
 			f.lo += f.skip

@@ -2,7 +2,8 @@
 // connections, before net/http parses them, and bounds the connections a
 // server holds: see Listener. It is split by job: the Listener and its
 // connection cap (listener.go), the connection wrapper with its write
-// deadlines (conn.go), the framing state machine that follows every message
+// deadlines (conn.go) and its read deadline, which it keeps in net/http's
+// place (deadline.go), the framing state machine that follows every message
 // on a connection (framer.go), and the request-head parser (head.go).
 //
 // The package knows nothing of rate limiting. It imports only the standard
@@ -12,7 +13,6 @@
 package guard
 
 import (
-	"cmp"
 	"net"
 	"net/http"
 	"sync"
@@ -75,7 +75,15 @@ type ListenerOptions struct {
 	// The http.Server's timeouts, which the Listener keeps while it
 	// answers (they must equal the server's; 0 means none, as for the
 	// server).
-	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	ReadHeaderTimeout, WriteTimeout, IdleTimeout time.Duration
+	// ReadTimeout bounds the reading of each request, head and body, as
+	// http.Server.ReadTimeout does, but from its head's first byte (a
+	// connection's first request: from the connection's accept), on every
+	// connection, answered here or not (deadline.go). The Listener keeps
+	// it in the server's place: the server's ReadTimeout must be 0, or
+	// net/http would bound a connection's first request from before the
+	// requests answered on it. 0 means none.
+	ReadTimeout time.Duration
 }
 
 // CapEvent describes a connection that arrived while a Listener had its
@@ -130,11 +138,11 @@ type Listener struct {
 	// The fast path (fast.go).
 	answer        func(r *Request, out []byte) ([]byte, bool)
 	maxSimple     int           // the server's MaxHeaderBytes
-	headerTimeout time.Duration // ReadHeaderTimeout, else ReadTimeout
-	idleTimeout   time.Duration // IdleTimeout, else ReadTimeout
+	readHeader    time.Duration // the server's ReadHeaderTimeout
+	headerTimeout time.Duration // the shorter of ReadHeaderTimeout and ReadTimeout
+	idleTimeout   time.Duration
 	writeTimeout  time.Duration
-	readTimeout   time.Duration // a request body's, from its head's first byte
-	fastNew       bool          // new connections may be answered (no ReadTimeout)
+	readTimeout   time.Duration // the Listener's own (deadline.go)
 	closing       atomic.Bool   // Close was called
 
 	answering atomic.Int64 // fast-path answers being made (WaitAnswers)
@@ -166,14 +174,23 @@ func NewListener(ln net.Listener, opts ListenerOptions) *Listener {
 
 		answer:        opts.Answer,
 		maxSimple:     mhb,
-		headerTimeout: cmp.Or(max(opts.ReadHeaderTimeout, 0), max(opts.ReadTimeout, 0)),
-		idleTimeout:   cmp.Or(max(opts.IdleTimeout, 0), max(opts.ReadTimeout, 0)),
+		readHeader:    max(opts.ReadHeaderTimeout, 0),
+		headerTimeout: shorter(opts.ReadHeaderTimeout, opts.ReadTimeout),
+		idleTimeout:   max(opts.IdleTimeout, 0),
 		writeTimeout:  max(opts.WriteTimeout, 0),
 		readTimeout:   max(opts.ReadTimeout, 0),
-		fastNew:       opts.ReadTimeout <= 0,
 	}
 	l.freed = sync.NewCond(&l.mu)
 	return l
+}
+
+// shorter returns the shorter of two timeouts, where 0 or less is none.
+func shorter(a, b time.Duration) time.Duration {
+	a, b = max(a, 0), max(b, 0)
+	if a == 0 || b > 0 && b < a {
+		return b
+	}
+	return a
 }
 
 // Accept returns the next connection, wrapped. At MaxConnections it first
@@ -190,6 +207,9 @@ func (l *Listener) Accept() (net.Conn, error) {
 	}
 	g := &guardConn{Conn: c, writeIdle: l.writeIdle, l: l, f: framer{maxHead: l.maxHead, onReject: l.onReject,
 		fast: l.answer != nil, maxSimple: l.maxSimple}}
+	if l.readTimeout > 0 {
+		g.reqStart = time.Now() // the first request's start, as net/http dates it
+	}
 	if err := l.admit(); err != nil {
 		c.Close()
 		return nil, err
@@ -260,7 +280,7 @@ func (l *Listener) ConnState(c net.Conn, st http.ConnState) {
 	}
 	if l.answer != nil {
 		g.mu.Lock()
-		g.f.free = st == http.StateIdle || st == http.StateNew && l.fastNew
+		g.f.free = st == http.StateIdle || st == http.StateNew
 		g.mu.Unlock()
 	}
 	if l.maxConns == 0 {

@@ -120,9 +120,9 @@ func TestFastForwardAccounting(t *testing.T) {
 			get("reported.example.com", "/r/cost-trailers"), get("reported.example.com", "/r/cost-trailers"),
 			get("reported.example.com", "/r/cost-trailer"), get("reported.example.com", "/r/cl"),
 		}, nil},
-		// The first request on a connection is net/http's; its origin
-		// closes the connection, which then is in neither pool, and the
-		// origin that fails at once is retried (or not) alike.
+		// The first request's origin closes the connection, which then
+		// is in neither pool, and the origin that fails at once is
+		// retried (or not) alike.
 		{"origin fails", []string{
 			get("reported.example.com", "/r/close"), get("reported.example.com", "/r/hang"),
 			get("reported.example.com", "/r/garbage"), get("statuses.example.com", "/r/hang"),

@@ -179,8 +179,8 @@ type bodySeq struct {
 // and clients received.
 func runBodySeqs(t *testing.T, cfg string, seqs []bodySeq) {
 	for _, sq := range seqs {
-		// The first request on a connection is net/http's (timeouts.read
-		// is set): the ones after it are the fast path's to take.
+		// Each sequence follows a plain request on its connection, as a
+		// client's later requests do.
 		host := "plain.example.com"
 		if f := strings.Fields(sq.steps[0]); len(f) > 4 && strings.HasSuffix(f[4], ".example.com") {
 			host = f[4]

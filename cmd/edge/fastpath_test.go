@@ -258,7 +258,12 @@ func TestFastPathDifferential(t *testing.T) {
 		hostile.Req("POST /c HTTP/1.1", hostile.HostAPI, "Transfer-Encoding: chunked") + "5;x=1\r\nhello\r\n0\r\nX-T: 1\r\n\r\n" + hostile.Get("/d"),
 		hostile.Get("/") + hostile.Req("POST / HTTP/1.1", hostile.HostAPI, "Transfer-Encoding: chunked", "Content-Length: 3") + "abc",
 		hostile.Get("/") + "\x16\x03\x01\n",
-		hostile.Get("/", "X: "+strings.Repeat("a", 70_000)),
+		// Over what net/http reads of a head at all (max_header_bytes and
+		// 4 KiB, and the 4 KiB it peeks at between requests): a head
+		// within that last 4 KiB is served after a request net/http
+		// served, and answered 431 by a first read, which the fast path
+		// makes of what follows the requests it answered.
+		hostile.Get("/", "X: "+strings.Repeat("a", 80_000)),
 		hostile.Get("/ws", "Connection: Upgrade", "Upgrade: websocket") + hostile.Get("/"),
 	} {
 		for _, limit := range []int{1, 1_000_000} {
@@ -295,6 +300,56 @@ func TestFastPathDifferential(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFastPathFirstRequest: with the default timeouts.read, a refused
+// request that is the first on its connection, as a client that opens a
+// connection per request sends it, is refused at the wire; and a slow head
+// on a new connection is still cut at timeouts.read.
+func TestFastPathFirstRequest(t *testing.T) {
+	origin := httptest.NewServer(http.NotFoundHandler())
+	defer origin.Close()
+	t.Run("refused", func(t *testing.T) {
+		ds := startDiff(t, origin.URL, 1, true, "")
+		for i := range 4 {
+			c, err := net.Dial("tcp", ds.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			answered := ds.answered.Load()
+			io.WriteString(c, get("api.example.com", "/a"))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			c.Close()
+			if i == 0 {
+				continue // allowed
+			}
+			if resp.StatusCode != 429 || ds.answered.Load() != answered+1 {
+				t.Errorf("connection %d: status %d, %d answered by the fast path; want 429 from it",
+					i, resp.StatusCode, ds.answered.Load()-answered)
+			}
+		}
+	})
+	t.Run("slow head", func(t *testing.T) {
+		const read = 300 * time.Millisecond
+		ds := startDiff(t, origin.URL, 1, true, fmt.Sprintf("timeouts: {read: %v}\n", read))
+		start := time.Now() // the first request is dated from the connection's start
+		c, err := net.Dial("tcp", ds.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		io.WriteString(c, "GET /a HTTP/1.1\r\nHost: api.example.com\r\n")
+		io.Copy(io.Discard, c)
+		if d := time.Since(start); d < read || d > 3*time.Second {
+			t.Errorf("closed after %v, want it closed at timeouts.read (%v), before read_header (10s)", d.Round(time.Millisecond), read)
+		}
+	})
 }
 
 // BenchmarkFastRefuse measures the fast path's refusal loop as edge runs
@@ -395,7 +450,7 @@ domains:
 	srv := publicServer(table, p, log.New(io.Discard, "", 0))
 	const req = "GET /api/v1/items HTTP/1.1\r\nHost: bench.example\r\n\r\n"
 	mc := &memConn{req: []byte(req)}
-	gl := guard.NewListener(&memListener{c: mc}, guardOptions(srv, p, connectionCap(table, slog.New(slog.DiscardHandler))))
+	gl := guard.NewListener(&memListener{c: mc}, guardOptions(srv, table.Timeouts.Read, p, connectionCap(table, slog.New(slog.DiscardHandler))))
 	c, err := gl.Accept()
 	if err != nil {
 		b.Fatal(err)

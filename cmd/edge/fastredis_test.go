@@ -114,12 +114,11 @@ func TestFastPathDifferentialRedis(t *testing.T) {
 					t.Errorf("the fast path answered nothing")
 				}
 				if tc.name == "flood, one at a time" {
-					// The first request goes to net/http (timeouts.read is
-					// set). In exact mode the second, allowed, needs Redis,
+					// In exact mode the first two, allowed, need Redis,
 					// and the third is the refusal that fills the cache: the
 					// fast path refuses the other five. Deciding on the
-					// node, it forwards the second and refuses six.
-					want := map[string]int64{"exact": 5, "batched": 7, "share": 7}[sync]
+					// node, it forwards the first two and refuses six.
+					want := map[string]int64{"exact": 5, "batched": 8, "share": 8}[sync]
 					if got := fast.answered.Load(); got != want {
 						t.Errorf("the fast path answered %d requests, want %d", got, want)
 					}

@@ -314,7 +314,7 @@ func listen(table *rules.Table, p *proxy.Proxy, reg *prometheus.Registry, ready 
 	s.admin.Handler = adminRouter(reg, p, ready, isLoopback(s.adminLn.Addr().String()))
 	maxConns := connectionCap(table, log)
 	if publicLn != nil {
-		s.publicLn = guardListener(publicLn, s.public, p, maxConns)
+		s.publicLn = guardListener(publicLn, s.public, table.Timeouts.Read, p, maxConns)
 	}
 	if table.Check != nil {
 		checkLn, err := net.Listen("tcp", table.Check.Listen)
@@ -325,7 +325,7 @@ func listen(table *rules.Table, p *proxy.Proxy, reg *prometheus.Registry, ready 
 		// The public server's limits: a question is a request head, and
 		// the asking proxies keep their connections open.
 		s.check = publicServer(table, p.CheckHandler(), errLog)
-		s.checkLn = checkListener(checkLn, s.check, maxConns)
+		s.checkLn = checkListener(checkLn, s.check, table.Timeouts.Read, maxConns)
 	}
 	return s, nil
 }
@@ -341,14 +341,15 @@ func (s *servers) closeListeners() {
 }
 
 // checkListener wraps the check socket ln for server srv in a framing
-// guard of its own, capped at maxConns connections like the public
-// listener but counted apart from it: its metrics are the public
-// listener's.
-func checkListener(ln net.Listener, srv *http.Server, maxConns int) net.Listener {
+// guard of its own, which keeps the read timeout read as the public one
+// does, capped at maxConns connections like the public listener but
+// counted apart from it: its metrics are the public listener's.
+func checkListener(ln net.Listener, srv *http.Server, read time.Duration, maxConns int) net.Listener {
 	guarded := guard.NewListener(ln, guard.ListenerOptions{
 		MaxHeaderBytes:   srv.MaxHeaderBytes,
 		WriteIdleTimeout: 30 * time.Second,
 		MaxConnections:   maxConns,
+		ReadTimeout:      read,
 	})
 	srv.ConnState = guarded.ConnState
 	return guarded
@@ -356,11 +357,13 @@ func checkListener(ln net.Listener, srv *http.Server, maxConns int) net.Listener
 
 // publicServer is an HTTP server with the public listener's limits of
 // table, serving h: the public server (the proxy) and the check server.
+// It has no ReadTimeout: the framing guard in front of it keeps
+// timeouts.read (guardListener, checkListener), so that a connection's
+// first request can be answered at the wire too.
 func publicServer(table *rules.Table, h http.Handler, errLog *log.Logger) *http.Server {
 	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: table.Timeouts.ReadHeader,
-		ReadTimeout:       table.Timeouts.Read,
 		WriteTimeout:      table.Timeouts.Write,
 		IdleTimeout:       table.Timeouts.Idle,
 		MaxHeaderBytes:    table.MaxHeaderBytes,
@@ -374,17 +377,19 @@ func publicServer(table *rules.Table, h http.Handler, errLog *log.Logger) *http.
 // guardListener wraps the public socket ln for server srv in the framing
 // guard: it refuses ambiguous HTTP/1.1 framing that net/http accepts, cuts
 // clients that stop reading (WriteTimeout stays 0 so long streams are not
-// cut), caps the connections open at maxConns, closing idle ones first
-// (hence ConnState), and offers simple requests to the proxy's fast path,
-// which answers the ones a rule refuses (fastpath).
-func guardListener(ln net.Listener, srv *http.Server, p *proxy.Proxy, maxConns int) net.Listener {
-	guarded := guard.NewListener(ln, guardOptions(srv, p, maxConns))
+// cut), bounds the reading of each request by read (timeouts.read), caps
+// the connections open at maxConns, closing idle ones first (hence
+// ConnState), and offers simple requests to the proxy's fast path, which
+// answers the ones a rule refuses (fastpath).
+func guardListener(ln net.Listener, srv *http.Server, read time.Duration, p *proxy.Proxy, maxConns int) net.Listener {
+	guarded := guard.NewListener(ln, guardOptions(srv, read, p, maxConns))
 	srv.ConnState = guarded.ConnState
 	return guarded
 }
 
-// guardOptions are the framing guard's options for the public server srv.
-func guardOptions(srv *http.Server, p *proxy.Proxy, maxConns int) guard.ListenerOptions {
+// guardOptions are the framing guard's options for the public server srv,
+// with the read timeout read it keeps in the server's place.
+func guardOptions(srv *http.Server, read time.Duration, p *proxy.Proxy, maxConns int) guard.ListenerOptions {
 	return guard.ListenerOptions{
 		MaxHeaderBytes:   srv.MaxHeaderBytes, // must equal the server's
 		WriteIdleTimeout: 30 * time.Second,
@@ -395,7 +400,7 @@ func guardOptions(srv *http.Server, p *proxy.Proxy, maxConns int) guard.Listener
 		Answer:           fastAnswer(p),
 		// The server's own, which the fast path keeps while it answers.
 		ReadHeaderTimeout: srv.ReadHeaderTimeout,
-		ReadTimeout:       srv.ReadTimeout,
+		ReadTimeout:       read,
 		WriteTimeout:      srv.WriteTimeout,
 		IdleTimeout:       srv.IdleTimeout,
 	}

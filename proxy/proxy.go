@@ -105,7 +105,7 @@ type Proxy struct {
 	cluster *cluster.Client
 
 	buffered bufferBudget // request body bytes held in memory (body.go)
-	origins  originPools  // the fast forward's origin connections (fastforward.go)
+	origins  originPools  // the fast forward's origin connections (originpool.go)
 	inFlight atomic.Int64 // requests sent to an origin and not yet done
 
 	version   string    // Options.Version

@@ -29,11 +29,11 @@ import (
 //     body on HEAD, 204 or 304, bytes beyond its Content-Length, an answer
 //     to a request it read from another's body) must not become the next
 //     request's answer. The fast forward checks its connections itself
-//     (fastforward.go: alive, once). On the net/http path the transport
-//     makes a connection idle before its reader has looked at what
-//     follows a response; connWatch has a request wait, before it takes
-//     such a connection, until the reader has (found in FuzzOriginPool's
-//     way: TestOriginConnectionsNoCrossTalk showed it under -race).
+//     (originpool.go: alive; fastforward.go: once). On the net/http path
+//     the transport makes a connection idle before its reader has looked
+//     at what follows a response; connWatch has a request that takes such
+//     a connection wait until the reader has (without it
+//     TestOriginConnectionsNoCrossTalk failed now and then under -race).
 
 // writeStalled writes b to c, failing when c takes no byte for stall
 // (none: no bound).

@@ -213,9 +213,10 @@ func (p *Proxy) forwardFast(d *domain, head *Head, method string, trusted bool, 
 		return finishBody(h, r.fail(fo.log, err), at)
 	}
 	r.br, r.origin = oc.br, oc.conn
-	if r.relay(resp, s.buf[:]) && !r.once && oc.alive() {
-		// Nothing the origin sent outside this answer is left: a byte
-		// more would be read as the next client's response.
+	if r.relay(resp, s.buf[:]) && !r.once && oc.br.Buffered() == 0 {
+		// Nothing the origin sent outside this answer is left read (a
+		// byte more would be read as the next client's response); what
+		// it may yet send, take finds.
 		fo.pool.put(oc, time.Now())
 	} else {
 		oc.conn.Close()

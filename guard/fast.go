@@ -6,7 +6,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/edgerate/edge/rules"
+	"github.com/edgerate/edge/internal/wire"
 )
 
 // The fast path: a request head that is complete, simple, and the only
@@ -111,7 +111,7 @@ func simpleTarget(t []byte) bool {
 		case c <= ' ' || c >= 0x7f:
 			return false
 		case c == '%':
-			if i+2 >= len(t) || !rules.IsHexDigit(t[i+1]) || !rules.IsHexDigit(t[i+2]) {
+			if i+2 >= len(t) || !wire.IsHexDigit(t[i+1]) || !wire.IsHexDigit(t[i+2]) {
 				return false
 			}
 		}

@@ -3,7 +3,7 @@ package guard
 import (
 	"bytes"
 
-	"github.com/edgerate/edge/rules"
+	"github.com/edgerate/edge/internal/wire"
 )
 
 // frameState is where a framer is in the request stream.
@@ -541,11 +541,11 @@ func parseChunkSize(line []byte) (int64, bool) {
 	line = line[:len(line)-2]
 	var n uint64
 	i := 0
-	for ; i < len(line) && rules.IsHexDigit(line[i]); i++ {
+	for ; i < len(line) && wire.IsHexDigit(line[i]); i++ {
 		if i == 16 {
 			return 0, false
 		}
-		n = n<<4 | uint64(rules.Unhex(line[i]))
+		n = n<<4 | uint64(wire.Unhex(line[i]))
 	}
 	if i == 0 || n > 1<<63-1 {
 		return 0, false
@@ -567,7 +567,7 @@ func parseChunkSize(line []byte) (int64, bool) {
 // a token name, no leading whitespace, and no control bytes but HTAB.
 func validFieldLine(line []byte) bool {
 	name, value, ok := bytes.Cut(line, []byte(":"))
-	if !ok || !rules.IsToken(name) {
+	if !ok || !wire.IsToken(name) {
 		return false
 	}
 	for _, c := range value {

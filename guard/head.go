@@ -3,7 +3,7 @@ package guard
 import (
 	"bytes"
 
-	"github.com/edgerate/edge/rules"
+	"github.com/edgerate/edge/internal/wire"
 )
 
 // head is what the framer needs to know about a request head.
@@ -91,39 +91,39 @@ func parseHead(h []byte, s *simple) (head, string) {
 			return out, "obs-fold line"
 		}
 		colon := bytes.IndexByte(line, ':')
-		if colon < 0 || !rules.IsToken(line[:colon]) {
+		if colon < 0 || !wire.IsToken(line[:colon]) {
 			return out, "malformed field line"
 		}
-		name, value := line[:colon], rules.TrimOWS(line[colon+1:])
+		name, value := line[:colon], wire.TrimOWS(line[colon+1:])
 		// Names by length first: most fields are none of these.
 		switch len(name) {
 		case len("host"):
-			if rules.EqualFoldLower(name, "host") {
+			if wire.EqualFoldLower(name, "host") {
 				nHost++
 				hostV = value
 			}
 		case len("expect"):
-			if keep && rules.EqualFoldLower(name, "expect") {
+			if keep && wire.EqualFoldLower(name, "expect") {
 				// net/http answers 417 for another expectation, and reads
 				// only the first of two.
-				keep = !expect && rules.EqualFoldLower(value, "100-continue")
+				keep = !expect && wire.EqualFoldLower(value, "100-continue")
 				expect = true
 			}
 		case len("upgrade"):
-			if rules.EqualFoldLower(name, "upgrade") {
+			if wire.EqualFoldLower(name, "upgrade") {
 				out.upgrade, keep = true, false
 			}
 		case len("connection"):
-			if keep && rules.EqualFoldLower(name, "connection") {
-				keep = rules.EqualFoldLower(value, "keep-alive")
+			if keep && wire.EqualFoldLower(name, "connection") {
+				keep = wire.EqualFoldLower(value, "keep-alive")
 			}
 		case len("content-length"):
-			if rules.EqualFoldLower(name, "content-length") {
+			if wire.EqualFoldLower(name, "content-length") {
 				nCL++
 				clVal = value
 			}
 		case len("transfer-encoding"):
-			if rules.EqualFoldLower(name, "transfer-encoding") {
+			if wire.EqualFoldLower(name, "transfer-encoding") {
 				nTE++
 				teVal = value
 			}
@@ -146,7 +146,7 @@ func parseHead(h []byte, s *simple) (head, string) {
 		return out, "Transfer-Encoding with Content-Length"
 	case nTE > 0 && http10:
 		return out, "Transfer-Encoding in HTTP/1.0"
-	case nTE > 1 || nTE == 1 && !rules.EqualFoldLower(teVal, "chunked"):
+	case nTE > 1 || nTE == 1 && !wire.EqualFoldLower(teVal, "chunked"):
 		out.passthrough = true // net/http answers 501
 	case nTE == 1:
 		out.bodyLen = -1
@@ -185,7 +185,7 @@ func parseRequestLine(line []byte) (method, target, version []byte, reason strin
 	}
 	method, r, ok1 := bytes.Cut(line, []byte(" "))
 	target, version, ok2 := bytes.Cut(r, []byte(" "))
-	if !ok1 || !ok2 || !rules.IsToken(method) || len(target) == 0 || !isHTTPVersion(version) {
+	if !ok1 || !ok2 || !wire.IsToken(method) || len(target) == 0 || !isHTTPVersion(version) {
 		return nil, nil, nil, "malformed request line"
 	}
 	if version[5] == '2' && string(method) == "PRI" {
@@ -220,8 +220,8 @@ func checkAbsoluteForm(target, host []byte, haveHost bool) string {
 	if !haveHost {
 		return ""
 	}
-	a, ok1 := rules.NormalizeHost(string(authority))
-	b, ok2 := rules.NormalizeHost(string(host))
+	a, ok1 := wire.NormalizeHost(string(authority))
+	b, ok2 := wire.NormalizeHost(string(host))
 	if !ok1 || !ok2 || a != b {
 		return "request target authority disagrees with Host"
 	}
@@ -235,7 +235,7 @@ func parseContentLength(v []byte) (int64, bool) {
 	}
 	var n int64
 	for _, c := range v {
-		if !rules.IsDigit(c) {
+		if !wire.IsDigit(c) {
 			return 0, false
 		}
 		n = n*10 + int64(c-'0')
@@ -245,5 +245,5 @@ func parseContentLength(v []byte) (int64, bool) {
 
 // isHTTPVersion reports whether v is "HTTP/" DIGIT "." DIGIT.
 func isHTTPVersion(v []byte) bool {
-	return len(v) == 8 && string(v[:5]) == "HTTP/" && rules.IsDigit(v[5]) && v[6] == '.' && rules.IsDigit(v[7])
+	return len(v) == 8 && string(v[:5]) == "HTTP/" && wire.IsDigit(v[5]) && v[6] == '.' && wire.IsDigit(v[7])
 }

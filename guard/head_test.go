@@ -5,8 +5,9 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/edgerate/edge/internal/wire"
+
 	"github.com/edgerate/edge/internal/hostile"
-	"github.com/edgerate/edge/rules"
 )
 
 func TestParseHead(t *testing.T) {
@@ -127,25 +128,25 @@ func simpleHeadTwoPass(head []byte, r *Request, fields *[maxFastFields]Field) bo
 			return false
 		}
 		name, value, _ := bytes.Cut(line, []byte(":"))
-		value = rules.TrimOWS(value)
+		value = wire.TrimOWS(value)
 		for _, c := range value {
 			if c < ' ' && c != '\t' || c == 0x7f {
 				return false // net/http answers 400
 			}
 		}
 		switch {
-		case rules.EqualFoldLower(name, "host"):
+		case wire.EqualFoldLower(name, "host"):
 			host, hosts = value, hosts+1
-		case rules.EqualFoldLower(name, "connection"):
-			if !rules.EqualFoldLower(value, "keep-alive") {
+		case wire.EqualFoldLower(name, "connection"):
+			if !wire.EqualFoldLower(value, "keep-alive") {
 				return false
 			}
-		case rules.EqualFoldLower(name, "expect"):
-			if expect || !rules.EqualFoldLower(value, "100-continue") {
+		case wire.EqualFoldLower(name, "expect"):
+			if expect || !wire.EqualFoldLower(value, "100-continue") {
 				return false // net/http answers 417, or reads the first only
 			}
 			expect = true
-		case rules.EqualFoldLower(name, "upgrade"):
+		case wire.EqualFoldLower(name, "upgrade"):
 			return false
 		}
 		fields[n] = Field{Name: name, Value: value}

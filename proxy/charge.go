@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/edgerate/edge/internal/wire"
+
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/window"
 )
@@ -339,7 +341,7 @@ func parseCost(vals []string) (int64, bool) {
 	if len(vals) != 1 {
 		return 0, false
 	}
-	n, problem := parseCostValue(rules.TrimOWS(vals[0]), maxReportedCost)
+	n, problem := parseCostValue(wire.TrimOWS(vals[0]), maxReportedCost)
 	return n, problem == costOK
 }
 

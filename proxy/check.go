@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/edgerate/edge/internal/wire"
+
 	"github.com/edgerate/edge/rules"
 )
 
@@ -65,7 +67,7 @@ func (p *Proxy) serveCheck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := p.now()
-	host, validHost := rules.NormalizeHost(q.Host)
+	host, validHost := wire.NormalizeHost(q.Host)
 	d := st.lookup(host, true) // route.go
 	if d == nil {
 		p.metrics.checkAnswers.WithLabelValues(answerMisdirected).Inc()
@@ -238,7 +240,7 @@ func oneField(h http.Header, field, fallback string, list bool) (string, string)
 	case len(vs) > 1:
 		return "", "repeated " + name
 	}
-	v := rules.TrimOWS(vs[0])
+	v := wire.TrimOWS(vs[0])
 	switch {
 	case v == "":
 		return "", "empty " + name

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgerate/edge/internal/wire"
+
 	"github.com/edgerate/edge/rules"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -390,7 +392,7 @@ func FuzzCheckQuestion(f *testing.F) {
 		if strings.Contains(q.Host, ",") || strings.TrimSpace(q.Host) != q.Host {
 			t.Fatalf("accepted host %q", q.Host)
 		}
-		if nginx && (q.Method != rules.TrimOWS(origMethod) || q.RequestURI != rules.TrimOWS(origURI) || q.Host != r.Host || q.URL.Scheme != "http") {
+		if nginx && (q.Method != wire.TrimOWS(origMethod) || q.RequestURI != wire.TrimOWS(origURI) || q.Host != r.Host || q.URL.Scheme != "http") {
 			t.Fatalf("nginx's %q %q read as %q %q, host %q, scheme %q", origMethod, origURI, q.Method, q.RequestURI, q.Host, q.URL.Scheme)
 		}
 	})

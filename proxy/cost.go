@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/edgerate/edge/internal/wire"
+
 	"github.com/edgerate/edge/rules"
 )
 
@@ -54,7 +56,7 @@ func parseCostValue(v string, most int64) (int64, costProblem) {
 	var n int64
 	for i := 0; i < len(v); i++ {
 		c := v[i]
-		if !rules.IsDigit(c) {
+		if !wire.IsDigit(c) {
 			return 0, costBad
 		}
 		if n <= most { // stops growing once over: cannot overflow

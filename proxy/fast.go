@@ -12,6 +12,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/edgerate/edge/internal/wire"
+
 	"github.com/edgerate/edge/headers"
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/window"
@@ -172,7 +174,7 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 		return out, false
 	}
 	var host string
-	host, s.host, ok = rules.NormalizeHostInto(bytesString(h.Host), s.host)
+	host, s.host, ok = wire.NormalizeHostInto(bytesString(h.Host), s.host)
 	if !ok {
 		return out, false
 	}
@@ -308,13 +310,13 @@ func (s *fastScratch) screenFields(fields []HeadField) (accept string, ok bool) 
 	for _, f := range fields {
 		name, value := f.Name, f.Value
 		switch {
-		case bytes.IndexByte(name, '_') >= 0, rules.EqualFoldLower(name, "http2-settings"):
+		case bytes.IndexByte(name, '_') >= 0, wire.EqualFoldLower(name, "http2-settings"):
 			return "", false
-		case rules.EqualFoldLower(name, "accept"):
+		case wire.EqualFoldLower(name, "accept"):
 			if !haveAccept {
 				accept, haveAccept = bytesString(value), true
 			}
-		case rules.EqualFoldLower(name, "x-forwarded-for"):
+		case wire.EqualFoldLower(name, "x-forwarded-for"):
 			s.xff = append(s.xff, bytesString(value))
 		}
 	}
@@ -350,10 +352,10 @@ scan:
 		for i := 0; i < len(raw); i++ {
 			c := raw[i]
 			if c == '%' {
-				if i+2 >= len(raw) || !rules.IsHexDigit(raw[i+1]) || !rules.IsHexDigit(raw[i+2]) {
+				if i+2 >= len(raw) || !wire.IsHexDigit(raw[i+1]) || !wire.IsHexDigit(raw[i+2]) {
 					return "", false // net/http: invalid URL escape
 				}
-				c = rules.Unhex(raw[i+1])<<4 | rules.Unhex(raw[i+2])
+				c = wire.Unhex(raw[i+1])<<4 | wire.Unhex(raw[i+2])
 				if c == '/' || c == '\\' {
 					return "", false
 				}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgerate/edge/internal/wire"
+
 	"github.com/edgerate/edge/rules"
 )
 
@@ -19,9 +21,9 @@ func fastHead(raw string) *Head {
 	var fields []HeadField
 	for _, l := range strings.Split(raw, "\r\n")[1:] {
 		if name, v, ok := strings.Cut(l, ":"); ok {
-			fields = append(fields, HeadField{Name: []byte(name), Value: []byte(rules.TrimOWS(v))})
+			fields = append(fields, HeadField{Name: []byte(name), Value: []byte(wire.TrimOWS(v))})
 			if strings.EqualFold(name, "host") {
-				host = rules.TrimOWS(v)
+				host = wire.TrimOWS(v)
 			}
 		}
 	}

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/edgerate/edge/rules"
+	"github.com/edgerate/edge/internal/wire"
 )
 
 // The request side of the fast forward (fastforward.go): an allowed
@@ -82,7 +82,7 @@ func declaredTrailers(h *Head) ([]string, bool) {
 	}
 	var keys []string
 	for _, f := range h.Fields {
-		if !rules.EqualFoldLower(f.Name, "trailer") {
+		if !wire.EqualFoldLower(f.Name, "trailer") {
 			continue
 		}
 		for k := range strings.SplitSeq(string(f.Value), ",") {
@@ -361,7 +361,7 @@ func replayable(h *Head, method string, fb *fastBody) bool {
 		return true
 	}
 	for _, f := range h.Fields {
-		if rules.EqualFoldLower(f.Name, "idempotency-key") || rules.EqualFoldLower(f.Name, "x-idempotency-key") {
+		if wire.EqualFoldLower(f.Name, "idempotency-key") || wire.EqualFoldLower(f.Name, "x-idempotency-key") {
 			return true
 		}
 	}

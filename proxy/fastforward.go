@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/edgerate/edge/internal/wire"
+
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/window"
 )
@@ -393,7 +395,7 @@ func mediaType(v string) string {
 // about a value that may name it.
 func containsFold(s, sub string) bool {
 	for i := 0; i+len(sub) <= len(s); i++ {
-		if rules.EqualFoldLower(s[i:i+len(sub)], sub) {
+		if wire.EqualFoldLower(s[i:i+len(sub)], sub) {
 			return true
 		}
 	}
@@ -415,7 +417,7 @@ func appendHeader(b []byte, h http.Header, exclude fieldSet) []byte {
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		if !rules.IsToken(k) { // httpguts.ValidHeaderFieldName
+		if !wire.IsToken(k) { // httpguts.ValidHeaderFieldName
 			continue
 		}
 		for _, v := range h[k] {
@@ -640,9 +642,9 @@ func removeHopByHop(h http.Header) {
 		for sf := range strings.SplitSeq(f, ",") {
 			switch sf = textproto.TrimString(sf); {
 			case sf == "":
-			case rules.EqualFoldLower(sf, "keep-alive"):
+			case wire.EqualFoldLower(sf, "keep-alive"):
 				delete(h, "Keep-Alive") // Del, without making the canonical name anew
-			case rules.EqualFoldLower(sf, "close"):
+			case wire.EqualFoldLower(sf, "close"):
 				delete(h, "Close")
 			default:
 				h.Del(sf)

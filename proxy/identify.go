@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/edgerate/edge/internal/wire"
+
 	"github.com/edgerate/edge/rules"
 )
 
@@ -220,7 +222,7 @@ func (c *ClientIP) walkXFF(xff []string) (client netip.Addr, malformed bool) {
 		line := xff[li]
 		for {
 			i := strings.LastIndexByte(line, ',')
-			elem := rules.TrimOWS(line[i+1:]) // i == -1: the whole line
+			elem := wire.TrimOWS(line[i+1:]) // i == -1: the whole line
 			examined++
 			if examined > xffMaxElements {
 				return netip.Addr{}, true
@@ -310,7 +312,7 @@ func parseZonedAddr(s string) (netip.Addr, bool) {
 		return netip.Addr{}, false
 	}
 	for i := 0; i < len(s); i++ {
-		if d := s[i]; !rules.IsHexDigit(d) && d != '.' && d != ':' {
+		if d := s[i]; !wire.IsHexDigit(d) && d != '.' && d != ':' {
 			return netip.Addr{}, false
 		}
 	}

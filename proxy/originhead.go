@@ -8,7 +8,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/edgerate/edge/rules"
+	"github.com/edgerate/edge/internal/wire"
 )
 
 // The request head the fast forward writes to an origin: what the slow
@@ -39,7 +39,7 @@ func fastForwardable(h *Head) bool {
 		case c == '?':
 			path = false
 		case c == '%':
-			if i+2 >= len(t) || !rules.IsHexDigit(t[i+1]) || !rules.IsHexDigit(t[i+2]) {
+			if i+2 >= len(t) || !wire.IsHexDigit(t[i+1]) || !wire.IsHexDigit(t[i+2]) {
 				return false
 			}
 			i += 2

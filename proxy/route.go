@@ -3,7 +3,7 @@ package proxy
 import (
 	"net/http"
 
-	"github.com/edgerate/edge/rules"
+	"github.com/edgerate/edge/internal/wire"
 )
 
 // route finds the domain that serves r's Host. It returns the domain and
@@ -12,7 +12,7 @@ import (
 func (p *Proxy) route(w http.ResponseWriter, r *http.Request, st *state) (*domain, string) {
 	// The host is normalised once: the domain is looked up by it and
 	// rules keyed by host count it.
-	host, validHost := rules.NormalizeHost(r.Host)
+	host, validHost := wire.NormalizeHost(r.Host)
 	d := st.lookup(host, false)
 	if d == nil {
 		p.misdirected(w, validHost)

@@ -2,11 +2,12 @@ package proxy
 
 import (
 	"bufio"
-	"github.com/edgerate/edge/rules"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/edgerate/edge/rules"
 
 	"github.com/edgerate/edge/internal/hostile"
 )

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/edgerate/edge/internal/wire"
+
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/trace"
 	"github.com/edgerate/edge/window"
@@ -147,7 +149,7 @@ func LogInputs(recs []trace.Record, rs []LogRule, ipv6Bits int) []Input {
 // host name as it is; the path cleaned; the host normalised.
 func RecordSource(r *trace.Record, ipv6Bits int) rules.KeySource {
 	src := rules.KeySource{Path: rules.CleanPath(r.Path), Header: recordHeaders(r.Headers)}
-	src.Host, _ = rules.NormalizeHost(r.Host)
+	src.Host, _ = wire.NormalizeHost(r.Host)
 	if a, err := netip.ParseAddr(r.Source); err == nil {
 		src.Client = rules.ClientPrefix(a, ipv6Bits)
 	} else {

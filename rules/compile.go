@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/edgerate/edge/internal/wire"
 )
 
 // Bounds of a rule, enforced by [Compile]: a compiled rule is counted as
@@ -734,8 +736,8 @@ func parseConfigHost(p *problems, path, raw string) (string, hostKind, bool) {
 // checkDNSName validates h, a lower-case host name (an IPv4 literal passes
 // as one) configured as raw, and returns what is wrong with it, or "".
 func checkDNSName(h, raw string) string {
-	if len(h) > maxHostLen {
-		return fmt.Sprintf("must be at most %d bytes, got %d bytes: %q", maxHostLen, len(h), raw)
+	if len(h) > wire.MaxHostLen {
+		return fmt.Sprintf("must be at most %d bytes, got %d bytes: %q", wire.MaxHostLen, len(h), raw)
 	}
 	label := 0
 	for i := 0; i <= len(h); i++ {
@@ -743,8 +745,8 @@ func checkDNSName(h, raw string) string {
 			if label == 0 {
 				return fmt.Sprintf("must not have an empty label, got %q", raw)
 			}
-			if label > maxLabelLen {
-				return fmt.Sprintf("must not have a label longer than %d bytes, got %q", maxLabelLen, raw)
+			if label > wire.MaxLabelLen {
+				return fmt.Sprintf("must not have a label longer than %d bytes, got %q", wire.MaxLabelLen, raw)
 			}
 			label = 0
 			continue
@@ -828,7 +830,7 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 		seen := make(map[string]int)
 		for k, raw := range m.Methods {
 			mpath := fmt.Sprintf("%s.match.methods[%d]", path, k)
-			if !IsToken(raw) {
+			if !wire.IsToken(raw) {
 				p.add(mpath, "must be an HTTP method (a token), got %q", raw)
 				continue
 			}
@@ -1002,7 +1004,7 @@ func compileCost(p *problems, path string, rc RuleConfig, r *Rule) {
 	if h := rc.CostHeader; h != "" {
 		canon := textproto.CanonicalMIMEHeaderKey(h)
 		switch {
-		case !IsToken(h):
+		case !wire.IsToken(h):
 			p.add(path+".cost_header", "must be a header name (an HTTP token), got %q", h)
 		case canon == "Host":
 			// Go's server moves Host out of Request.Header: the header
@@ -1061,7 +1063,7 @@ func compileWhatCounts(p *problems, path string, rc RuleConfig, r *Rule) {
 	if h := rc.ResponseCostHeader; h != "" {
 		name := textproto.CanonicalMIMEHeaderKey(h)
 		switch {
-		case !IsToken(h):
+		case !wire.IsToken(h):
 			p.add(path+".response_cost_header", "must be a header field name, got %q", h)
 		case reservedResponseFields[name]:
 			p.add(path+".response_cost_header", "must not be a field that HTTP or edge itself uses, got %q", h)

@@ -9,6 +9,8 @@ import (
 	"path"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/edgerate/edge/internal/wire"
 )
 
 // A client key is what a rule counts requests by: the request's parts named
@@ -35,7 +37,7 @@ type KeySource struct {
 	ClientName string
 	// Path is the request path cleaned with [CleanPath].
 	Path string
-	// Host is the request host normalised with [NormalizeHost]; "" if
+	// Host is the request host normalised with [wire.NormalizeHost]; "" if
 	// the host is invalid.
 	Host string
 	// Header gives the request's header field values by canonical name;
@@ -269,7 +271,7 @@ func ParseKey(ks []KeyPart, text string, ipv6Bits int) ([]byte, error) {
 			// "" is the key part of a request whose host was invalid.
 			if host != "" {
 				var ok bool
-				if host, ok = NormalizeHost(host); !ok {
+				if host, ok = wire.NormalizeHost(host); !ok {
 					return nil, fmt.Errorf("invalid host %q", part)
 				}
 			}
@@ -368,7 +370,7 @@ func ParseKeyPart(s string) (KeyPart, error) {
 		return KeyPart{Kind: KeyHost}, nil
 	case strings.HasPrefix(s, "header:"):
 		name := s[len("header:"):]
-		if !IsToken(name) {
+		if !wire.IsToken(name) {
 			return KeyPart{}, fmt.Errorf("header name must be an HTTP token, got %q", s)
 		}
 		kp := KeyPart{Kind: KeyHeader, Header: textproto.CanonicalMIMEHeaderKey(name)}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/edgerate/edge/internal/wire"
 )
 
 // TestKeyRoundTrip checks the three faces of a client key against each
@@ -153,7 +155,7 @@ func FuzzKeyText(f *testing.F) {
 		ipv6Bits := 32 + int(bits)%97
 		hdr := http.Header{"X-K": []string{h1, h2}[:int(nvals)%3]}
 		src := KeySource{Client: ClientPrefix(a, ipv6Bits), Path: CleanPath(path), Header: hdr}
-		src.Host, _ = NormalizeHost(host)
+		src.Host, _ = wire.NormalizeHost(host)
 		text := KeyText(ks, &src)
 		if !utf8.ValidString(text) {
 			t.Fatalf("KeyText = %q: not UTF-8", text)

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/edgerate/edge/internal/wire"
 )
 
 // MaxInFlight is the largest shed.max_in_flight of a domain.
@@ -188,7 +190,7 @@ func compileShed(p *problems, path string, dc DomainConfig) *Shed {
 		}
 		m := pc.Match
 		if m.Host != "" {
-			h, ok := NormalizeHost(m.Host)
+			h, ok := wire.NormalizeHost(m.Host)
 			if !ok || strings.HasPrefix(h, "*") {
 				p.add(pp+".match.host", "must be a host name, got %q", m.Host)
 			}
@@ -201,14 +203,14 @@ func compileShed(p *problems, path string, dc DomainConfig) *Shed {
 		}
 		pr.PathPrefix = m.PathPrefix
 		for k, raw := range m.Methods {
-			if !IsToken(raw) {
+			if !wire.IsToken(raw) {
 				p.add(fmt.Sprintf("%s.match.methods[%d]", pp, k), "must be an HTTP method (a token), got %q", raw)
 				continue
 			}
 			pr.Methods = append(pr.Methods, strings.ToUpper(raw))
 		}
 		for name, v := range m.Headers {
-			if !IsToken(name) {
+			if !wire.IsToken(name) {
 				p.add(pp+".match.headers", "must name headers (tokens), got %q", name)
 				continue
 			}

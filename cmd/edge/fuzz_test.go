@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/edgerate/edge/internal/wire"
+
 	"github.com/edgerate/edge/rules"
 )
 
@@ -92,7 +94,7 @@ func FuzzParseConfig(f *testing.F) {
 				if h == "*" || strings.HasPrefix(h, "*.") {
 					continue
 				}
-				if n, ok := rules.NormalizeHost(h); !ok || n != h {
+				if n, ok := wire.NormalizeHost(h); !ok || n != h {
 					t.Fatalf("domain %q: host %q is not in normalised form (%q, %v)", d.Name, h, n, ok)
 				}
 				if got, ok := table.Lookup(h); !ok || got != d {

@@ -32,6 +32,9 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/edgerate/edge/internal/wire"
+
 	// A quota's timezone is looked up when the configuration loads: with the
 	// zone database in the binary (about 400 KB), it loads the same on a
 	// machine without /usr/share/zoneinfo, such as a scratch container.
@@ -607,9 +610,9 @@ func checkHost(extra func() []string) func(http.Handler) http.Handler {
 
 // adminHostAllowed reports whether host, a request's Host value, is an IP
 // literal (IPv6 in brackets), localhost or one of extra, which are
-// normalised like rules.NormalizeHost.
+// normalised like wire.NormalizeHost.
 func adminHostAllowed(host string, extra []string) bool {
-	h, ok := rules.NormalizeHost(host)
+	h, ok := wire.NormalizeHost(host)
 	switch {
 	case !ok:
 		return false

@@ -1,4 +1,4 @@
-package rules
+package wire
 
 import "testing"
 

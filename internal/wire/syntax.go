@@ -1,7 +1,13 @@
-package rules
+// Package wire is the HTTP syntax that the framing guard, the proxy and
+// the rules all read bytes by: tokens, digits, optional whitespace,
+// case-insensitive comparison (syntax.go) and the form a Host is matched
+// in (host.go). It imports only the standard library, so that the guard,
+// which screens bytes before anything else sees them, needs nothing of
+// the rules.
+package wire
 
 // The byte-level syntax of HTTP shared by what checks it: config
-// validation here (methods and header names are tokens), the framing guard
+// validation (methods and header names are tokens), the framing guard
 // (request heads and chunked bodies) and client identity (X-Forwarded-For
 // elements). Each function takes a string or a byte slice alike, so a
 // caller holding raw bytes neither copies nor allocates to ask.

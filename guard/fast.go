@@ -44,42 +44,22 @@ import (
 // connection cap; once answered it is the most recently idle one. After
 // Close, nothing is answered here.
 
-// Request is a request head offered to ListenerOptions.Answer. Its byte
-// slices point into the connection's buffer: they are valid only during
-// the call and must not be kept or changed.
+// Request is a request head offered to ListenerOptions.Answer: a
+// wire.Head (which says what the Listener guarantees of it), with the
+// whole head. Its byte slices point into the connection's buffer: they are
+// valid only during the call and must not be kept or changed. Client is
+// the connection's Writer (forward.go), Body its Body (body.go) when the
+// request has one.
 type Request struct {
-	Method []byte
-	Target []byte // origin-form: starts with '/'
-	Host   []byte // the Host field's value, without surrounding whitespace
-	// Fields are the head's field lines in order, Host included, values
-	// without surrounding whitespace (as net/http keeps them).
-	Fields []Field
-	// Head is the whole head, from the request line to the empty line.
-	Head []byte
-	// Peer is the client's TCP address, unmapped and without a zone; the
-	// zero Addr if the connection is not TCP.
-	Peer netip.Addr
-	// Now is when the head was taken up (the wall clock).
-	Now time.Time
-	// W writes to the client while the hook runs, for an answer too long
-	// to append to out (forward.go). Valid only during the call.
-	W *Writer
-	// BodyLen is the body's declared length: 0 for none, -1 for chunked.
-	BodyLen int64
-	// Body reads the body (nil for none). Valid only during the call. A
-	// hook that declines must not have read it; one that answers must
-	// have read it whole, or asked Body.Reuse what net/http would do.
-	Body *Body
+	wire.Head
+	// Raw is the whole head, from the request line to the empty line.
+	Raw []byte
 
 	expect bool // "Expect: 100-continue"
 }
 
-// Field is one field line of a Request. It is an alias of an unnamed
-// struct so that a hook's package can name the same type (proxy.HeadField)
-// and take Request.Fields as they are, without importing guard.
-type Field = struct {
-	Name, Value []byte
-}
+// Field is one field line of a Request.
+type Field = wire.Field
 
 // maxFastFields bounds the field lines of a head the fast path offers.
 const maxFastFields = 64
@@ -173,7 +153,7 @@ func (c *guardConn) offer() error {
 	c.l.answering.Add(1)
 	c.mu.Unlock()
 	fc.w = Writer{c: c, start: now}
-	req.Peer, req.Now, req.W = fc.peer, now, &fc.w
+	req.Peer, req.Now, req.Client = fc.peer, now, &fc.w
 	if n := f.fastBody; n != 0 {
 		fc.body = Body{c: c, size: n, left: n, expect: req.expect}
 		req.BodyLen, req.Body = n, &fc.body

@@ -35,21 +35,21 @@ func fastStream(t *testing.T, data []byte, step int) (seen []byte, answered []*h
 		if !bytes.HasPrefix(r.Target, []byte("/r")) {
 			return out, false
 		}
-		all.Write(r.Head)
+		all.Write(r.Raw)
 		// What net/http makes of the head must be what the hook was told.
-		req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(r.Head)))
+		req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(r.Raw)))
 		if err != nil {
-			t.Fatalf("net/http refuses an offered head: %v\n%q", err, r.Head)
+			t.Fatalf("net/http refuses an offered head: %v\n%q", err, r.Raw)
 		}
 		if req.Method != string(r.Method) || req.RequestURI != string(r.Target) || req.Host != string(r.Host) ||
 			req.ProtoMajor != 1 || req.ProtoMinor != 1 || req.ContentLength != r.BodyLen ||
 			(len(req.TransferEncoding) > 0) != (r.BodyLen < 0) || (r.Body == nil) != (r.BodyLen == 0) ||
 			req.Close || (req.Header.Get("Expect") != "") != r.expect || req.Header.Get("Upgrade") != "" {
-			t.Fatalf("offered head read differently by net/http: %+v\n%q", req, r.Head)
+			t.Fatalf("offered head read differently by net/http: %+v\n%q", req, r.Raw)
 		}
 		if r.Body != nil {
 			// The hook reads the body as net/http would have read it.
-			head := string(r.Head)
+			head := string(r.Raw)
 			rest := data[all.Len():]
 			wreq, err := http.ReadRequest(bufio.NewReader(io.MultiReader(strings.NewReader(head), bytes.NewReader(rest))))
 			if err != nil {
@@ -58,8 +58,8 @@ func fastStream(t *testing.T, data []byte, step int) (seen []byte, answered []*h
 			want, werr := io.ReadAll(wreq.Body)
 			before := g.f.consumed
 			got, err := io.ReadAll(r.Body)
-			if string(r.Head) != head {
-				t.Fatalf("the head changed while its body was read: %q, was %q", r.Head, head)
+			if string(r.Raw) != head {
+				t.Fatalf("the head changed while its body was read: %q, was %q", r.Raw, head)
 			}
 			if err == nil && (werr != nil || !bytes.Equal(got, want) || fmt.Sprint(r.Body.Trailer()) != fmt.Sprint(wreq.Trailer)) {
 				// (The guard may refuse what net/http reads: it is stricter.)

@@ -162,7 +162,7 @@ func parseHead(h []byte, s *simple) (head, string) {
 	}
 	if keep && nHost == 1 && validHost(hostV) {
 		// Field by field: the rest of s.req is the offer's to set.
-		s.req.Method, s.req.Target, s.req.Host, s.req.Fields, s.req.Head = method, target, hostV, s.fields[:nf], h
+		s.req.Method, s.req.Target, s.req.Host, s.req.Fields, s.req.Raw = method, target, hostV, s.fields[:nf], h
 		s.req.expect = expect
 		out.simple = true
 	}

@@ -155,6 +155,6 @@ func simpleHeadTwoPass(head []byte, r *Request, fields *[maxFastFields]Field) bo
 	if hosts != 1 || !validHost(host) {
 		return false
 	}
-	*r = Request{Method: method, Target: target, Host: host, Fields: fields[:n], Head: head, expect: expect}
+	*r = Request{Head: wire.Head{Method: method, Target: target, Host: host, Fields: fields[:n]}, Raw: head, expect: expect}
 	return true
 }

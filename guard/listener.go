@@ -62,7 +62,7 @@ type ListenerOptions struct {
 	// complete HTTP/1.1 response to out and returns it with true: the
 	// Listener writes it to the client, keeps the connection open, and
 	// net/http never sees the request. A response too long to hold may
-	// be written in part through Request.W first, which can also close
+	// be written in part through Request.Client first, which can also close
 	// the connection after it; otherwise the response must not close the
 	// connection (no "Connection: close"). A request's body is read
 	// through Request.Body while the hook runs (body.go). To decline, it returns false, and must then have

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"net/http"
-	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,33 +48,9 @@ import (
 // unchanged or whose answer depends on more than the head (see fastDomain);
 // block responses over fastBodyMax bytes or with a status without a body.
 
-// Head is a request head offered to Answer: guard.Request's fields that
-// the fast path reads. Its byte slices are valid only during the call.
-type Head struct {
-	Method []byte
-	Target []byte // origin-form
-	Host   []byte // the Host field's value
-	// Fields are the head's field lines in order, Host included, values
-	// without surrounding whitespace, as the framing guard parsed them.
-	Fields []HeadField
-	Peer   netip.Addr
-	// Now is the wall clock when the head was taken up: the Date field's,
-	// and the decisions' unless Options.Now set another clock.
-	Now time.Time
-	// Client writes to the client while the answer is made: an allowed
-	// request is forwarded through it (fastforward.go). Nil: no forward.
-	Client ClientWriter
-	// BodyLen is the body's declared length: 0 for none, -1 for chunked;
-	// Body reads it (nil for none), and only a forward reads it
-	// (fastbody.go).
-	BodyLen int64
-	Body    RequestBody
-}
-
-// HeadField is one field line of a Head: the same type as guard.Field.
-type HeadField = struct {
-	Name, Value []byte
-}
+// Head is a request head offered to Answer (wire.Head says what the guard
+// guarantees of it).
+type Head = wire.Head
 
 // fastBodyMax bounds a block response's body on the fast path: net/http
 // sends a longer body of a handler that has not returned in chunks, not
@@ -305,7 +280,7 @@ func bytesString(b []byte) string {
 // a field name with '_' (which the screen refuses when it aliases a
 // forwarding field) and HTTP2-Settings (an h2c upgrade). It gathers the
 // first Accept value and the X-Forwarded-For lines.
-func (s *fastScratch) screenFields(fields []HeadField) (accept string, ok bool) {
+func (s *fastScratch) screenFields(fields []wire.Field) (accept string, ok bool) {
 	haveAccept := false
 	for _, f := range fields {
 		name, value := f.Name, f.Value
@@ -375,7 +350,7 @@ scan:
 // headerView gives a head's field values by name, as http.Header does for
 // the request net/http would make of it (rules.HeaderValues).
 type headerView struct {
-	fields []HeadField
+	fields []wire.Field
 	vals   []string
 }
 

@@ -18,10 +18,10 @@ func fastHead(raw string) *Head {
 	line, _, _ := strings.Cut(raw, "\r\n")
 	parts := strings.SplitN(line, " ", 3)
 	host := ""
-	var fields []HeadField
+	var fields []wire.Field
 	for _, l := range strings.Split(raw, "\r\n")[1:] {
 		if name, v, ok := strings.Cut(l, ":"); ok {
-			fields = append(fields, HeadField{Name: []byte(name), Value: []byte(wire.TrimOWS(v))})
+			fields = append(fields, wire.Field{Name: []byte(name), Value: []byte(wire.TrimOWS(v))})
 			if strings.EqualFold(name, "host") {
 				host = wire.TrimOWS(v)
 			}

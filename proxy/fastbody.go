@@ -17,16 +17,6 @@ import (
 // request's body read as body.go reads it on the slow path, and sent to
 // the origin as the transport sends what ReverseProxy hands it.
 
-// RequestBody is a request body the fast path reads (guard.Body): read as
-// net/http's server reads it, with its Close, and Reuse, which says what
-// the server does with the connection once a response is written.
-type RequestBody interface {
-	Read(p []byte) (int, error)
-	Close() error
-	Trailer() http.Header
-	Reuse() (keep, announce bool)
-}
-
 // fastBody is an allowed request's body on its way to the origin.
 type fastBody struct {
 	src *clientRead
@@ -61,7 +51,7 @@ func (fb *fastBody) merge(head *[]byte) {
 // clientRead reads the client's body and remembers its first failure, as
 // clientBody does.
 type clientRead struct {
-	b   RequestBody
+	b   wire.RequestBody
 	err error
 }
 

@@ -141,17 +141,6 @@ func (p *Proxy) fastOriginFor(d *domain, origin *url.URL, obs *upstreamObservers
 	return &fastOrigin{pool: p.origins.get(net.JoinHostPort(origin.Hostname(), port)), obs: obs, log: log}
 }
 
-// ClientWriter is the client's connection while the fast path answers
-// (guard.Writer).
-type ClientWriter interface {
-	Write(b []byte) (int, error)
-	// Forwarding says the answer takes time: write bounds and the idle
-	// timeout after it run from when it is written.
-	Forwarding()
-	// CloseAfter closes the connection once the answer is written.
-	CloseAfter()
-}
-
 // forwardFast forwards head to d's origin and appends the rest of the answer
 // to out, having written what came before through head.Client. after is what
 // the request's rules still do with the response, or nil for nothing.
@@ -258,7 +247,7 @@ type relay struct {
 	p       *Proxy
 	d       *domain
 	h       *Head
-	client  ClientWriter
+	client  wire.ClientWriter
 	out     []byte
 	br      *bufio.Reader // the origin connection's
 	origin  net.Conn      // closed first when the answer fails

@@ -412,14 +412,7 @@ func guardOptions(srv *http.Server, read time.Duration, p *proxy.Proxy, maxConns
 // fastAnswer hands the heads the framing guard offers to p's fast path.
 func fastAnswer(p *proxy.Proxy) func(*guard.Request, []byte) ([]byte, bool) {
 	return func(r *guard.Request, out []byte) ([]byte, bool) {
-		h := proxy.Head{Method: r.Method, Target: r.Target, Host: r.Host, Fields: r.Fields, Peer: r.Peer, Now: r.Now}
-		if r.W != nil {
-			h.Client = r.W
-		}
-		if r.Body != nil {
-			h.BodyLen, h.Body = r.BodyLen, r.Body
-		}
-		return p.Answer(&h, out)
+		return p.Answer(&r.Head, out)
 	}
 }
 

@@ -4,12 +4,9 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"mime"
 	"net"
 	"net/http"
-	"net/textproto"
 	"net/url"
 	"slices"
 	"strconv"
@@ -99,17 +96,21 @@ import (
 // and the fast forward takes the write's side: a sniffed Content-Type, and
 // Content-Length 0 for an empty body.)
 
+// How edge talks to origins, one set of settings that the transport
+// (newTransport) and the fast forward's pool (originpool.go) both take.
 const (
-	originIdleMax     = 256              // the transport's MaxIdleConnsPerHost
-	originIdleTimeout = 90 * time.Second // its IdleConnTimeout
-	originHeadMax     = 10 << 20         // its default MaxResponseHeaderBytes
-	originReadBuffer  = 4 << 10          // its default ReadBufferSize
-	// fastFlushAt: the answer is written to the client when this much of
-	// it is held, or the origin's next read would wait.
-	fastFlushAt = 32 << 10
+	originIdleMax     = 256              // idle connections kept per origin
+	originIdleTimeout = 90 * time.Second // an idle connection is closed after
+	originHeadMax     = 10 << 20         // a response head's bytes at most
+	originReadBuffer  = 4 << 10          // each connection's read buffer
 )
 
+// originDialer dials every origin connection.
 var originDialer = &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+
+// fastFlushAt: the answer is written to the client when this much of it is
+// held, or the origin's next read would wait.
+const fastFlushAt = 32 << 10
 
 // fastOrigin is a domain's origin for the fast forward.
 type fastOrigin struct {
@@ -358,99 +359,6 @@ func (r *relay) readResponse(oc *originConn, req *http.Request) (*http.Response,
 	}
 }
 
-var (
-	excludedNoBody = fieldSet{"Content-Length", "Transfer-Encoding"}
-	excluded304    = fieldSet{"Content-Type", "Content-Length", "Transfer-Encoding"}
-)
-
-// first is h.Get(key) for a key in canonical form, without canonicalising
-// it again.
-func first(h http.Header, key string) string {
-	if v := h[key]; len(v) > 0 {
-		return v[0]
-	}
-	return ""
-}
-
-// mediaType is the media type mime.ParseMediaType finds in a Content-Type
-// value, lower-cased, or "" where it finds none.
-func mediaType(v string) string {
-	mt, _, _ := mime.ParseMediaType(v)
-	return mt
-}
-
-// containsFold reports whether s contains sub (lower-case ASCII) in any
-// case: mime.ParseMediaType, a parse and an allocation, is then asked only
-// about a value that may name it.
-func containsFold(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if wire.EqualFoldLower(s[i:i+len(sub)], sub) {
-			return true
-		}
-	}
-	return false
-}
-
-// appendHeader appends h's fields as net/http's Header.WriteSubset writes
-// them: sorted by name, less exclude's and those whose name is not a token,
-// each value with CR and LF made spaces and surrounding whitespace trimmed.
-// It writes them itself, without WriteSubset's pooled sorter and the
-// Replacer it runs over every value.
-func appendHeader(b []byte, h http.Header, exclude fieldSet) []byte {
-	var buf [16]string
-	keys := buf[:0]
-	for k := range h {
-		if !exclude.has(k) {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		if !wire.IsToken(k) { // httpguts.ValidHeaderFieldName
-			continue
-		}
-		for _, v := range h[k] {
-			if strings.IndexByte(v, '\n') >= 0 || strings.IndexByte(v, '\r') >= 0 {
-				v = headerNewlineToSpace.Replace(v)
-			}
-			v = textproto.TrimString(v)
-			b = append(b, k...)
-			b = append(b, ": "...)
-			b = append(b, v...)
-			b = append(b, "\r\n"...)
-		}
-	}
-	return b
-}
-
-// fieldSet is a few canonical field names: a search of two or three
-// strings costs less than a map's hash.
-type fieldSet []string
-
-func (s fieldSet) has(k string) bool {
-	for _, f := range s {
-		if f == k {
-			return true
-		}
-	}
-	return false
-}
-
-// headerNewlineToSpace is net/http's own, for appendHeader.
-var headerNewlineToSpace = strings.NewReplacer("\n", " ", "\r", " ")
-
-// appendStatusLine appends the status line net/http's server writes.
-func appendStatusLine(b []byte, code int) []byte {
-	b = append(b, "HTTP/1.1 "...)
-	if text := http.StatusText(code); text != "" {
-		b = strconv.AppendInt(b, int64(code), 10)
-		b = append(b, ' ')
-		b = append(b, text...)
-		return append(b, "\r\n"...)
-	}
-	return fmt.Appendf(b, "%03d status code %d\r\n", code, code)
-}
-
 // fail answers a forward that got no response, as errorLog.handle does.
 func (r *relay) fail(l *errorLog, err error) []byte {
 	status, body := upstreamFailure(err) // forward.go
@@ -614,266 +522,5 @@ func (r *relay) onHead(resp *http.Response) {
 func (r *relay) abandon() {
 	if r.origin != nil {
 		r.origin.Close()
-	}
-}
-
-func upgradeOf(h http.Header) string {
-	if !containsToken([]byte(h.Get("Connection")), "upgrade") {
-		return ""
-	}
-	return h.Get("Upgrade")
-}
-
-// removeHopByHop removes the fields Connection names and the hop-by-hop
-// fields (hopHeader), as ReverseProxy does.
-func removeHopByHop(h http.Header) {
-	for _, f := range h["Connection"] {
-		for sf := range strings.SplitSeq(f, ",") {
-			switch sf = textproto.TrimString(sf); {
-			case sf == "":
-			case wire.EqualFoldLower(sf, "keep-alive"):
-				delete(h, "Keep-Alive") // Del, without making the canonical name anew
-			case wire.EqualFoldLower(sf, "close"):
-				delete(h, "Close")
-			default:
-				h.Del(sf)
-			}
-		}
-	}
-	for k := range h { // a few fields: fewer steps than a delete per hop-by-hop name
-		if hopHeader(k) {
-			delete(h, k)
-		}
-	}
-}
-
-// hopHeader reports whether k is one of ReverseProxy's hop-by-hop fields.
-func hopHeader(k string) bool {
-	switch k {
-	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
-		"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade":
-		return true
-	}
-	return false
-}
-
-// forEachElement calls fn for each comma-separated element of v, as
-// net/http's server reads the Trailer field.
-func forEachElement(v string, fn func(string)) {
-	for f := range strings.SplitSeq(v, ",") {
-		if f = textproto.TrimString(f); f != "" {
-			fn(f)
-		}
-	}
-}
-
-// validTrailer is httpguts.ValidTrailerHeader.
-func validTrailer(k string) bool {
-	switch k {
-	case "Authorization", "Cache-Control", "Connection", "Content-Encoding", "Content-Length",
-		"Content-Range", "Content-Type", "Expect", "Host", "Keep-Alive", "Max-Forwards", "Pragma",
-		"Proxy-Authenticate", "Proxy-Authorization", "Proxy-Connection", "Range", "Realm", "Te",
-		"Trailer", "Transfer-Encoding", "Www-Authenticate":
-		return false
-	}
-	return true
-}
-
-// responseWriter frames a relayed response as net/http's server frames
-// what a handler writes (its chunkWriter), for an HTTP/1.1 request on a
-// connection that stays open.
-type responseWriter struct {
-	r             *relay
-	hdr           http.Header
-	status        int
-	contentLength int64 // -1: unknown
-	written       int64
-	trailers      []string // declared
-	flushEach     bool     // ReverseProxy flushes after each write
-	start         int      // where the response begins in r.out
-	flushes       int      // r.flushes when it began
-	wroteHeader   bool
-	chunking      bool
-	aborted       bool
-}
-
-// copyBody copies the body as ReverseProxy's copyBuffer does, and reports
-// whether it ended well.
-func (w *responseWriter) copyBody(body io.Reader, buf []byte) bool {
-	sniff := !w.flushEach && w.needsSniff()
-	held := 0 // bytes of buf held for sniffing
-	for {
-		if w.r.isHEAD || body == http.NoBody {
-			return true
-		}
-		if held == 0 && len(w.r.out) > 0 && !w.bodyAtHand(body) && !w.held() {
-			w.r.flush()
-		}
-		nr, rerr := body.Read(buf[held:])
-		if rerr != nil && rerr != io.EOF {
-			w.r.p.log.Warn("httputil: ReverseProxy read error during body copy: " + rerr.Error())
-		}
-		if sniff && !w.wroteHeader {
-			held += nr
-			if held < 512 && rerr == nil {
-				continue
-			}
-			nr, held = held, 0
-		}
-		if nr > 0 && !w.write(buf[:nr]) {
-			return false
-		}
-		if rerr != nil {
-			return rerr == io.EOF
-		}
-		if len(w.r.out) >= fastFlushAt {
-			w.r.flush()
-		}
-	}
-}
-
-// handlerBuffer is what net/http's server holds of a handler's response
-// before it writes the head (bufferBeforeChunkingSize).
-const handlerBuffer = 2048
-
-// held reports whether net/http's server would still hold all of the
-// response in its buffer: ReverseProxy does not flush a response of known
-// length, so nothing of it reaches the client until more than
-// handlerBuffer bytes of its body have been written (however the writes
-// were cut), and a response that breaks off before that reaches the client
-// not at all. The fast forward then holds it too; beyond, the slow path's
-// client gets what its buffers let through, which depends on how the
-// origin's bytes came, and the fast forward writes as it reads.
-func (w *responseWriter) held() bool {
-	return !w.flushEach && w.r.flushes == w.flushes && w.written <= handlerBuffer
-}
-
-// bodyAtHand reports whether the next read of body can likely be served
-// without waiting for the origin (then the answer need not be flushed
-// first).
-func (w *responseWriter) bodyAtHand(io.Reader) bool {
-	return w.r.br != nil && w.r.br.Buffered() > 0
-}
-
-func (w *responseWriter) needsSniff() bool {
-	_, haveType := w.hdr["Content-Type"]
-	return bodyAllowed(w.status) && !haveType && first(w.hdr, "Content-Encoding") == ""
-}
-
-// write is the handler's Write of p.
-func (w *responseWriter) write(p []byte) bool {
-	if w.r.failed {
-		return false
-	}
-	w.written += int64(len(p))
-	if w.contentLength != -1 && w.written > w.contentLength {
-		return false // http.ErrContentLength: ReverseProxy aborts
-	}
-	if !w.wroteHeader {
-		w.writeHeader(p, false)
-	}
-	if w.chunking {
-		w.r.out = strconv.AppendInt(w.r.out, int64(len(p)), 16)
-		w.r.out = append(w.r.out, "\r\n"...)
-		w.r.out = append(w.r.out, p...)
-		w.r.out = append(w.r.out, "\r\n"...)
-	} else {
-		w.r.out = append(w.r.out, p...)
-	}
-	return true
-}
-
-// writeHeader is net/http's chunkWriter.writeHeader for the first bytes p
-// of the body; done: the handler has returned.
-func (w *responseWriter) writeHeader(p []byte, done bool) {
-	w.wroteHeader = true
-	hdr, isHEAD := w.hdr, w.r.isHEAD
-	trailers := len(hdr["Trailer"]) > 0
-	for k := range hdr {
-		if strings.HasPrefix(k, http.TrailerPrefix) {
-			trailers = true
-		}
-	}
-	var setLength []byte
-	if done && !trailers && bodyAllowed(w.status) && !has(hdr, "Content-Length") && (!isHEAD || len(p) > 0) {
-		w.contentLength = int64(len(p))
-		setLength = strconv.AppendInt(nil, int64(len(p)), 10)
-	}
-	hasCL := w.contentLength != -1
-	var exclude fieldSet
-	var contentType string
-	if bodyAllowed(w.status) {
-		if w.needsSniff() && len(p) > 0 {
-			contentType = http.DetectContentType(p)
-		}
-	} else if w.status == http.StatusNotModified {
-		exclude = excluded304
-	} else {
-		exclude = excludedNoBody
-	}
-	if !isHEAD && bodyAllowed(w.status) && !hasCL {
-		w.chunking = true
-	}
-	b := appendStatusLine(w.r.out, w.status)
-	b = appendHeader(b, hdr, exclude)
-	if !has(hdr, "Date") {
-		b = append(b, "Date: "...)
-		b = appendDate(b, time.Now())
-		b = append(b, "\r\n"...)
-	}
-	if setLength != nil {
-		b = append(b, "Content-Length: "...)
-		b = append(b, setLength...)
-		b = append(b, "\r\n"...)
-	}
-	if contentType != "" {
-		b = append(b, "Content-Type: "...)
-		b = append(b, contentType...)
-		b = append(b, "\r\n"...)
-	}
-	if w.chunking {
-		b = append(b, "Transfer-Encoding: chunked\r\n"...)
-	}
-	w.r.out = append(b, "\r\n"...)
-}
-
-func has(h http.Header, key string) bool {
-	_, ok := h[key]
-	return ok
-}
-
-// finish is net/http's end of a handler: the header if not yet written,
-// the last chunk and the trailers; and the connection closed if the body
-// fell short of its Content-Length.
-func (w *responseWriter) finish() {
-	if !w.wroteHeader {
-		w.writeHeader(nil, true)
-	}
-	if w.chunking {
-		w.r.out = append(w.r.out, "0\r\n"...)
-		t := http.Header(nil)
-		for k, vv := range w.hdr {
-			if kk, found := strings.CutPrefix(k, http.TrailerPrefix); found {
-				if t == nil {
-					t = make(http.Header)
-				}
-				t[kk] = vv
-			}
-		}
-		for _, k := range w.trailers {
-			if t == nil {
-				t = make(http.Header)
-			}
-			for _, v := range w.hdr[k] {
-				t.Add(k, v)
-			}
-		}
-		if t != nil {
-			w.r.out = appendHeader(w.r.out, t, nil)
-		}
-		w.r.out = append(w.r.out, "\r\n"...)
-	}
-	if !w.r.isHEAD && w.contentLength != -1 && bodyAllowed(w.status) && w.contentLength != w.written {
-		w.r.client.CloseAfter()
 	}
 }

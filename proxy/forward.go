@@ -42,13 +42,15 @@ func newTransport(t rules.Timeouts) *http.Transport {
 		// transport asks origins for gzip on behalf of clients that did not,
 		// and edge spends CPU decompressing what the origin spent CPU
 		// compressing.
-		DisableCompression:    true,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   256,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ExpectContinueTimeout: 1 * time.Second,
-		ResponseHeaderTimeout: t.Upstream,
+		DisableCompression:     true,
+		MaxIdleConns:           1024,
+		MaxIdleConnsPerHost:    originIdleMax,
+		IdleConnTimeout:        originIdleTimeout,
+		MaxResponseHeaderBytes: originHeadMax,
+		ReadBufferSize:         originReadBuffer,
+		TLSHandshakeTimeout:    10 * time.Second,
+		ExpectContinueTimeout:  1 * time.Second,
+		ResponseHeaderTimeout:  t.Upstream,
 	}
 }
 

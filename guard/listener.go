@@ -149,9 +149,17 @@ type Listener struct {
 
 	mu     sync.Mutex
 	freed  *sync.Cond // signalled when a connection closes or becomes idle, and on Close
-	open   int        // connections returned by Accept and not closed
+	open   int        // connections accepted and not closed
 	idle   idleList   // connections idle between requests, longest idle first
 	closed bool
+
+	// With Answer set, connections go through their first stage before
+	// Accept returns them (first.go).
+	loopOnce sync.Once
+	results  chan acceptResult
+	loopDone chan struct{} // the accept loop has ended
+	stop     chan struct{} // closed by Close
+	staged   map[*guardConn]struct{}
 }
 
 // NewListener returns ln with every accepted connection screened.
@@ -181,6 +189,10 @@ func NewListener(ln net.Listener, opts ListenerOptions) *Listener {
 		readTimeout:   max(opts.ReadTimeout, 0),
 	}
 	l.freed = sync.NewCond(&l.mu)
+	if l.answer != nil {
+		l.results, l.loopDone, l.stop = make(chan acceptResult), make(chan struct{}), make(chan struct{})
+		l.staged = make(map[*guardConn]struct{})
+	}
 	return l
 }
 
@@ -200,7 +212,34 @@ func shorter(a, b time.Duration) time.Duration {
 // The connection that arrives at the cap is accepted from the kernel before
 // the cap is checked, so that an idle connection is closed only for a
 // client that is really there: at most MaxConnections+1 sockets are open.
+//
+// With ListenerOptions.Answer set, a connection is returned only after its
+// first stage (first.go): the requests the fast path answers before
+// net/http must read anything are answered in the connection's own
+// goroutine, and a connection that ends meanwhile is never returned.
 func (l *Listener) Accept() (net.Conn, error) {
+	if l.answer == nil {
+		g, err := l.accept()
+		if err != nil {
+			return nil, err
+		}
+		return g, nil
+	}
+	l.loopOnce.Do(func() { go l.acceptLoop() })
+	select {
+	case r := <-l.results:
+		if r.err != nil {
+			return nil, r.err
+		}
+		return r.g, nil
+	case <-l.loopDone:
+		return nil, net.ErrClosed
+	}
+}
+
+// accept accepts the next connection from the kernel, once there is room
+// for it, and wraps it.
+func (l *Listener) accept() (*guardConn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
@@ -258,14 +297,29 @@ func (l *Listener) admit() error {
 }
 
 // Close closes the listener; an Accept waiting for room returns
-// net.ErrClosed. Connections already accepted stay open.
+// net.ErrClosed. Connections net/http has stay open (its Shutdown or
+// Close ends them); those in their first stage, which net/http does not
+// know of, are closed, each after the answer it is making.
 func (l *Listener) Close() error {
-	l.closing.Store(true)
+	if l.closing.Swap(true) {
+		return l.Listener.Close()
+	}
 	l.mu.Lock()
 	l.closed = true
 	l.freed.Broadcast()
+	staged := make([]*guardConn, 0, len(l.staged))
+	for g := range l.staged {
+		staged = append(staged, g)
+	}
 	l.mu.Unlock()
-	return l.Listener.Close()
+	if l.stop != nil {
+		close(l.stop)
+	}
+	err := l.Listener.Close()
+	for _, g := range staged {
+		g.Close()
+	}
+	return err
 }
 
 // ConnState records which connections are idle between requests, the ones

@@ -303,7 +303,7 @@ func listen(table *rules.Table, p *proxy.Proxy, reg *prometheus.Registry, ready 
 	var publicLn net.Listener
 	var err error
 	if table.Listen != "" {
-		if publicLn, err = net.Listen("tcp", table.Listen); err != nil {
+		if publicLn, err = clientListen(table.Listen); err != nil {
 			return nil, fmt.Errorf("public listener: %w", err)
 		}
 	}
@@ -320,7 +320,7 @@ func listen(table *rules.Table, p *proxy.Proxy, reg *prometheus.Registry, ready 
 		s.publicLn = guardListener(publicLn, s.public, table.Timeouts.Read, p, maxConns)
 	}
 	if table.Check != nil {
-		checkLn, err := net.Listen("tcp", table.Check.Listen)
+		checkLn, err := clientListen(table.Check.Listen)
 		if err != nil {
 			s.closeListeners()
 			return nil, fmt.Errorf("check listener: %w", err)
@@ -347,6 +347,15 @@ func (s *servers) closeListeners() {
 // guard of its own, which keeps the read timeout read as the public one
 // does, capped at maxConns connections like the public listener but
 // counted apart from it: its metrics are the public listener's.
+// clientListen listens for clients at addr. Accepted connections get no
+// TCP keep-alive probes (Go's default sets four socket options on each,
+// a cost of every connection): the idle and write idle timeouts already
+// end a connection whose client is gone, as nginx, whose so_keepalive is
+// off by default, relies on its own.
+func clientListen(addr string) (net.Listener, error) {
+	return (&net.ListenConfig{KeepAlive: -1}).Listen(context.Background(), "tcp", addr)
+}
+
 func checkListener(ln net.Listener, srv *http.Server, read time.Duration, maxConns int) net.Listener {
 	guarded := guard.NewListener(ln, guard.ListenerOptions{
 		MaxHeaderBytes:   srv.MaxHeaderBytes,

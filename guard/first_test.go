@@ -1,0 +1,87 @@
+package guard
+
+import (
+	"bufio"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestFirstStageNeverReachesNetHTTP: a connection whose requests the fast
+// path answers, and that then closes, is never handed to net/http; one
+// whose request it declines is, with that request served by net/http on
+// the same connection.
+func TestFirstStageNeverReachesNetHTTP(t *testing.T) {
+	var handed atomic.Int64
+	srv := &http.Server{}
+	addr, l := fastServer(t, ListenerOptions{}, srv)
+	srv.ConnState = func(c net.Conn, st http.ConnState) {
+		l.ConnState(c, st)
+		if st == http.StateNew {
+			handed.Add(1)
+		}
+	}
+	for range 3 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		br := bufio.NewReader(c)
+		for range 2 {
+			if code, body := roundTrip(t, c, br, "GET /r HTTP/1.1\r\nHost: a\r\n\r\n"); code != 429 || body != "" {
+				t.Fatalf("fast answer: %d %q", code, body)
+			}
+		}
+		c.Close()
+	}
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(c)
+	if code, body := roundTrip(t, c, br, "GET /r HTTP/1.1\r\nHost: a\r\n\r\n"); code != 429 || body != "" {
+		t.Fatalf("fast answer: %d %q", code, body)
+	}
+	if code, body := roundTrip(t, c, br, "GET /slow HTTP/1.1\r\nHost: a\r\n\r\n"); code != 200 || body != "slow" {
+		t.Fatalf("net/http's answer: %d %q", code, body)
+	}
+	if code, body := roundTrip(t, c, br, "GET /r HTTP/1.1\r\nHost: a\r\n\r\n"); code != 429 || body != "" {
+		t.Fatalf("fast answer after net/http's: %d %q", code, body)
+	}
+	if n := handed.Load(); n != 1 {
+		t.Errorf("net/http was handed %d connections, want 1 (the one with a declined request)", n)
+	}
+}
+
+// TestFirstStageStallsNoOther: a connection whose client sends nothing,
+// or half a head, holds its own first stage only: other connections are
+// answered meanwhile, by the fast path and by net/http.
+func TestFirstStageStallsNoOther(t *testing.T) {
+	addr, _ := fastServer(t, ListenerOptions{}, &http.Server{ReadHeaderTimeout: time.Minute})
+	for _, stall := range []string{"", "GET /r HTTP/1.1\r\nHo"} {
+		s, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if stall != "" {
+			s.Write([]byte(stall))
+		}
+	}
+	for _, req := range []string{"GET /r HTTP/1.1\r\nHost: a\r\n\r\n", "GET /slow HTTP/1.1\r\nHost: a\r\n\r\n"} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if code, _ := roundTrip(t, c, bufio.NewReader(c), req); code != 429 && code != 200 {
+			t.Errorf("%q: status %d", req, code)
+		}
+		c.Close()
+	}
+}

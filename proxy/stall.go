@@ -139,12 +139,22 @@ func transportDialer(d *net.Dialer, stall time.Duration) func(ctx context.Contex
 type connWatch struct {
 	trace httptrace.ClientTrace
 	conn  atomic.Pointer[transportConn]
-	wrote atomic.Bool // the request was written whole
+	// When the response's first byte came, and when the request was
+	// written whole (unix nanoseconds; 0: not yet).
+	firstByte, wrote atomic.Int64
 }
 
+// earlyMargin is how much later than its response's first byte a
+// request's write may be seen to end and still count as ended before it:
+// the transport reports the write's end from its writing goroutine, which
+// may run a little after the origin has answered (a response to the last
+// byte, seen first, under load). An origin that answers a body it has not
+// read waits for nothing; one that then reads the rest takes longer.
+const earlyMargin = 10 * time.Millisecond
+
 // watch sets w's trace: a reused connection is taken once the transport's
-// reader has caught up with it; with a body, whether the response began
-// before the body was written whole is noted.
+// reader has caught up with it; with a body, when the response began and
+// when the body was written whole are noted.
 func (w *connWatch) watch(body bool) {
 	w.trace.GotConn = func(info httptrace.GotConnInfo) {
 		c, ok := info.Conn.(*transportConn)
@@ -156,37 +166,50 @@ func (w *connWatch) watch(body bool) {
 		}
 		w.conn.Store(c)
 	}
-	if body {
-		w.trace.WroteRequest = func(httptrace.WroteRequestInfo) { w.wrote.Store(true) }
-	} else {
-		w.wrote.Store(true)
+	if !body {
+		return
 	}
+	w.trace.GotFirstResponseByte = func() { w.firstByte.Store(time.Now().UnixNano()) }
+	w.trace.WroteRequest = func(httptrace.WroteRequestInfo) { w.wrote.Store(time.Now().UnixNano()) }
 }
 
-// answered closes, once it has been read, the connection of a response
-// that began before its request was written whole: what follows it may
-// be an answer to what the origin made of the rest of the body, which the
-// transport's reader would take for the next request's answer.
+// answered has the connection of a response with a body closed once the
+// response is read, if the response began before the request was written
+// whole (within earlyMargin): what follows it may be an answer to what the
+// origin made of the rest of the body, which the transport's reader would
+// take for the next request's answer. (The transport itself keeps no
+// connection whose write ends more than 50 ms after the response.)
 func (w *connWatch) answered(resp *http.Response) {
-	if w.wrote.Load() || resp.StatusCode == http.StatusSwitchingProtocols {
+	if w.trace.WroteRequest == nil || resp.StatusCode == http.StatusSwitchingProtocols {
 		return
 	}
 	if c := w.conn.Load(); c != nil {
-		resp.Body = closingBody{ReadCloser: resp.Body, conn: c}
+		resp.Body = watchedBody{ReadCloser: resp.Body, w: w, conn: c}
 	}
 }
 
-// closingBody is a response body that closes its connection when it is
-// closed. (The transport may have made the connection idle at the body's
-// end, just before: a request that takes it then fails as on a
-// connection the origin closed, which the transport retries where it can.)
-type closingBody struct {
+// early reports whether the request's write ended after its response
+// began.
+func (w *connWatch) early() bool {
+	wrote, first := w.wrote.Load(), w.firstByte.Load()
+	return wrote == 0 || first != 0 && time.Duration(wrote-first) > earlyMargin
+}
+
+// watchedBody is a response body that closes its connection when it is
+// closed, if its request's write ended after it began. (The transport may
+// have made the connection idle at the body's end, just before: a request
+// that takes it then fails as on a connection the origin closed, which the
+// transport retries where it can.)
+type watchedBody struct {
 	io.ReadCloser
+	w    *connWatch
 	conn net.Conn
 }
 
-func (b closingBody) Close() error {
+func (b watchedBody) Close() error {
 	err := b.ReadCloser.Close()
-	b.conn.Close()
+	if b.w.early() {
+		b.conn.Close()
+	}
 	return err
 }

@@ -71,6 +71,9 @@ func (l *Listener) firstStage(g *guardConn) {
 	l.unstage(g)
 	if err != nil {
 		g.Close()
+		g.mu.Lock()
+		g.f.recycle() // no one reads the connection any more
+		g.mu.Unlock()
 		return
 	}
 	select {

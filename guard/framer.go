@@ -2,6 +2,7 @@ package guard
 
 import (
 	"bytes"
+	"sync"
 
 	"github.com/edgerate/edge/internal/wire"
 )
@@ -105,6 +106,10 @@ func (f *framer) space(n int) []byte {
 			if f.maxHead > 0 {
 				size = min(size, f.maxHead+4096)
 			}
+			if len(f.buf) == 0 && f.hi+n <= headBufferSize {
+				f.buf = headBuffers.Get().(*[headBufferSize]byte)[:]
+				return f.buf[f.hi : f.hi+n]
+			}
 			nb := make([]byte, max(size, f.hi+n))
 			copy(nb, f.buf[:f.hi])
 			f.buf = nb
@@ -142,6 +147,25 @@ func (f *framer) deliver(p []byte) int {
 	f.free = false
 	f.release()
 	return n
+}
+
+// headBufferSize is a framer's first buffer, which most connections never
+// outgrow.
+const headBufferSize = 4096
+
+// headBuffers recycles the first buffers of connections that ended in
+// their first stage (first.go): a flood of one request a connection
+// otherwise allocates one a connection, and the garbage collector's work
+// grows with it.
+var headBuffers = sync.Pool{New: func() any { return new([headBufferSize]byte) }}
+
+// recycle gives the framer's buffer back for another connection, once
+// nothing reads into it or from it any more.
+func (f *framer) recycle() {
+	if len(f.buf) == headBufferSize {
+		headBuffers.Put((*[headBufferSize]byte)(f.buf))
+	}
+	f.buf, f.lo, f.hi = nil, 0, 0
 }
 
 // release drops a large head's buffer once it is empty, so that an idle

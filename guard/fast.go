@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"net"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/edgerate/edge/internal/wire"
@@ -77,6 +78,21 @@ type fastConn struct {
 	held, spare []byte
 }
 
+// fastConns recycles the fast-path state of connections that ended in
+// their first stage (first.go), as headBuffers does their buffers.
+var fastConns = sync.Pool{New: func() any { return new(fastConn) }}
+
+// recycle gives fc back for another connection, keeping its answer
+// buffer, once the connection is done with it.
+func (fc *fastConn) recycle() {
+	out := fc.out[:0]
+	if cap(out) > 64<<10 {
+		out = nil
+	}
+	*fc = fastConn{out: out}
+	fastConns.Put(fc)
+}
+
 // simpleTarget reports whether a request target may be offered: in origin
 // form, of printable ASCII (net/http refuses control bytes), with every
 // '%' followed by two hexadecimal digits (net/http refuses an invalid
@@ -139,7 +155,8 @@ func (c *guardConn) offer() error {
 	f := &c.f
 	end := f.fastEnd
 	if c.fast == nil {
-		c.fast = &fastConn{peer: peerAddr(c.Conn)}
+		c.fast = fastConns.Get().(*fastConn)
+		c.fast.peer = peerAddr(c.Conn)
 	}
 	fc := c.fast
 	req := &f.simple.req // read by parseHead as the framer took the head up

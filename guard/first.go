@@ -71,8 +71,12 @@ func (l *Listener) firstStage(g *guardConn) {
 	l.unstage(g)
 	if err != nil {
 		g.Close()
-		g.mu.Lock()
-		g.f.recycle() // no one reads the connection any more
+		g.mu.Lock() // no one reads the connection any more
+		g.f.recycle()
+		if g.fast != nil {
+			g.fast.recycle()
+			g.fast = nil
+		}
 		g.mu.Unlock()
 		return
 	}

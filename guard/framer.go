@@ -153,19 +153,27 @@ func (f *framer) deliver(p []byte) int {
 // outgrow.
 const headBufferSize = 4096
 
-// headBuffers recycles the first buffers of connections that ended in
-// their first stage (first.go): a flood of one request a connection
-// otherwise allocates one a connection, and the garbage collector's work
-// grows with it.
-var headBuffers = sync.Pool{New: func() any { return new([headBufferSize]byte) }}
+// headBuffers and simples recycle the first buffers and head parts of
+// connections that ended in their first stage (first.go): a flood of one
+// request a connection otherwise allocates each once a connection, and
+// the garbage collector's work grows with them.
+var (
+	headBuffers = sync.Pool{New: func() any { return new([headBufferSize]byte) }}
+	simples     = sync.Pool{New: func() any { return new(simple) }}
+)
 
-// recycle gives the framer's buffer back for another connection, once
-// nothing reads into it or from it any more.
+// recycle gives the framer's buffer and head parts back for another
+// connection, once nothing reads into them or from them any more.
 func (f *framer) recycle() {
 	if len(f.buf) == headBufferSize {
 		headBuffers.Put((*[headBufferSize]byte)(f.buf))
 	}
 	f.buf, f.lo, f.hi = nil, 0, 0
+	if f.simple != nil {
+		*f.simple = simple{}
+		simples.Put(f.simple)
+		f.simple = nil
+	}
 }
 
 // release drops a large head's buffer once it is empty, so that an idle
@@ -425,7 +433,7 @@ func (f *framer) stepHead(in []byte) bool {
 	var s *simple // where a head the fast path may be offered is read
 	if f.fast && f.free && f.ready == 0 && f.skip == 0 && end <= f.maxSimple {
 		if f.simple == nil {
-			f.simple = new(simple)
+			f.simple = simples.Get().(*simple)
 		}
 		s = f.simple
 	}

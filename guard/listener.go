@@ -1,15 +1,18 @@
 // Package guard screens the HTTP/1.x framing of requests on raw
 // connections, before net/http parses them, and bounds the connections a
 // server holds: see Listener. It is split by job: the Listener and its
-// connection cap (listener.go), the connection wrapper with its write
-// deadlines (conn.go) and its read deadline, which it keeps in net/http's
-// place (deadline.go), the framing state machine that follows every message
-// on a connection (framer.go), and the request-head parser (head.go).
+// connection cap (listener.go), a connection's first stage before net/http
+// has it (first.go), the connection wrapper with its write deadlines
+// (conn.go) and its read deadline, which it keeps in net/http's place
+// (deadline.go), the framing state machine that follows every message on a
+// connection (framer.go), the request-head parser (head.go) and the fast
+// path (fast.go, body.go, forward.go).
 //
 // The package knows nothing of rate limiting. It imports only the standard
-// library and package rules, for the syntax of hosts and of HTTP bytes; the
-// server above it observes refusals and the cap through the func hooks of
-// ListenerOptions, and counts or logs them itself.
+// library and internal/wire, for the syntax of hosts and of HTTP bytes and
+// the head it offers; the server above it observes refusals and the cap
+// through the func hooks of ListenerOptions, and counts or logs them
+// itself.
 package guard
 
 import (

@@ -2,7 +2,6 @@ package guard
 
 import (
 	"errors"
-	"net"
 	"time"
 )
 
@@ -39,11 +38,7 @@ func (l *Listener) acceptLoop() {
 			case <-l.stop:
 				return
 			}
-			if errors.Is(err, net.ErrClosed) || l.closing.Load() {
-				return
-			}
-			var ne net.Error
-			if !errors.As(err, &ne) || !ne.Timeout() && !isTemporary(err) {
+			if l.closing.Load() || !isTemporary(err) {
 				return
 			}
 			continue // http.Server backs off before it asks again
@@ -123,11 +118,7 @@ func (c *guardConn) answerFirst() error {
 		if c.f.step() {
 			if c.f.st == stFast {
 				if err := c.offer(); err != nil {
-					return err
-				}
-				if c.closeLater {
-					c.closeLater = false
-					return net.ErrClosed // Close came while it answered
+					return err // net.ErrClosed too, when Close came while it answered
 				}
 			}
 			continue
@@ -135,14 +126,11 @@ func (c *guardConn) answerFirst() error {
 		if rerr != nil {
 			return rerr
 		}
-		if err := c.syncRead(); err != nil {
+		// Into the framer's buffer: nothing passes through (direct) here.
+		_, done, err := c.fill(nil)
+		if done {
 			return err
 		}
-		dst := c.f.space(4096)
-		c.mu.Unlock()
-		n, err := c.Conn.Read(dst)
-		c.mu.Lock()
-		c.f.hi += n
 		rerr = err
 	}
 }

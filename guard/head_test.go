@@ -5,9 +5,8 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/edgerate/edge/internal/wire"
-
 	"github.com/edgerate/edge/internal/hostile"
+	"github.com/edgerate/edge/internal/wire"
 )
 
 func TestParseHead(t *testing.T) {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/edgerate/edge/internal/wire"
-
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/window"
 )
@@ -236,12 +235,10 @@ func (p *Proxy) onHead(d *domain, a *afterResponse, resp *http.Response, eofOnly
 			a.tally.Charge(c.id, n, now)
 		}
 	}
-	for _, h := range d.costFields {
-		delete(resp.Header, h)
-		// Not announced in the client's Trailer field; a value that
-		// arrives anyway is removed when the body ends.
-		delete(resp.Trailer, h)
-	}
+	d.dropCostFields(resp.Header)
+	// Not announced in the client's Trailer field; a value that arrives
+	// anyway is removed when the body ends.
+	d.dropCostFields(resp.Trailer)
 	// The body of a 101 is the upgraded connection, which the proxy
 	// needs as it is; it has no trailers.
 	if resp.StatusCode != http.StatusSwitchingProtocols && resp.Body != nil && resp.Body != http.NoBody {
@@ -306,8 +303,15 @@ func (b *trailerBody) costTrailers() {
 			}
 		}
 	}
-	for _, h := range b.d.costFields {
-		delete(b.resp.Trailer, h)
+	b.d.dropCostFields(b.resp.Trailer)
+}
+
+// dropCostFields removes the domain's response_cost_header fields from h:
+// what the origin reports to edge is not for the client, in the final
+// head, an interim (1xx) one or the trailers.
+func (d *domain) dropCostFields(h http.Header) {
+	for _, f := range d.costFields {
+		delete(h, f)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/edgerate/edge/internal/wire"
-
 	"github.com/edgerate/edge/rules"
 )
 

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/edgerate/edge/internal/wire"
-
 	"github.com/edgerate/edge/rules"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )

@@ -5,7 +5,6 @@ import (
 	"strconv"
 
 	"github.com/edgerate/edge/internal/wire"
-
 	"github.com/edgerate/edge/rules"
 )
 

@@ -11,9 +11,8 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/edgerate/edge/internal/wire"
-
 	"github.com/edgerate/edge/headers"
+	"github.com/edgerate/edge/internal/wire"
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/window"
 )

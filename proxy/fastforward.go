@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/edgerate/edge/internal/wire"
-
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/window"
 )
@@ -348,9 +347,7 @@ func (r *relay) readResponse(oc *originConn, req *http.Request) (*http.Response,
 		if c := resp.StatusCode; c < 100 || c > 199 || c == http.StatusSwitchingProtocols {
 			return resp, nil
 		}
-		for _, h := range r.d.costFields { // as interimWriter does
-			delete(resp.Header, h)
-		}
+		r.d.dropCostFields(resp.Header)
 		r.out = appendStatusLine(r.out, resp.StatusCode)
 		r.out = appendHeader(r.out, resp.Header, excludedNoBody)
 		r.out = append(r.out, "\r\n"...)

@@ -147,7 +147,7 @@ func (p *Proxy) newForwarder(d *domain, origin *url.URL, cip *ClientIP, transpor
 		ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 		defer cancel()
 		if len(d.costFields) > 0 {
-			w = interimWriter{ResponseWriter: w, costFields: d.costFields}
+			w = interimWriter{ResponseWriter: w, d: d}
 		}
 		rp.ServeHTTP(w, r.WithContext(ctx))
 	})
@@ -158,15 +158,12 @@ func (p *Proxy) newForwarder(d *domain, origin *url.URL, cip *ClientIP, transpor
 // one), which it writes from the fields the origin sent.
 type interimWriter struct {
 	http.ResponseWriter
-	costFields []string
+	d *domain
 }
 
 func (w interimWriter) WriteHeader(code int) {
 	if code >= 100 && code <= 199 {
-		h := w.Header()
-		for _, f := range w.costFields {
-			delete(h, f)
-		}
+		w.d.dropCostFields(w.Header())
 	}
 	w.ResponseWriter.WriteHeader(code)
 }

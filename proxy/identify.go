@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/edgerate/edge/internal/wire"
-
 	"github.com/edgerate/edge/rules"
 )
 

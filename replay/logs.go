@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/edgerate/edge/internal/wire"
-
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/trace"
 	"github.com/edgerate/edge/window"

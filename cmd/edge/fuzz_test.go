@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/edgerate/edge/internal/wire"
-
 	"github.com/edgerate/edge/rules"
 )
 

@@ -33,14 +33,13 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/edgerate/edge/internal/wire"
-
 	// A quota's timezone is looked up when the configuration loads: with the
 	// zone database in the binary (about 400 KB), it loads the same on a
 	// machine without /usr/share/zoneinfo, such as a scratch container.
 	_ "time/tzdata"
 
 	"github.com/edgerate/edge/guard"
+	"github.com/edgerate/edge/internal/wire"
 	"github.com/edgerate/edge/proxy"
 	"github.com/edgerate/edge/rules"
 	"github.com/go-chi/chi/v5"

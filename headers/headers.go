@@ -339,3 +339,11 @@ func appendInt(dst []byte, n int64) []byte {
 	}
 	return append(dst, byte('0'+n/1000), byte('0'+n/100%10), byte('0'+n/10%10), byte('0'+n%10))
 }
+
+// AppendCount appends n as X-RateLimit-Limit and X-RateLimit-Remaining
+// write it: clamped to [0, MaxInteger], in decimal.
+func AppendCount(dst []byte, n int64) []byte { return appendInt(dst, clampCount(n)) }
+
+// AppendReset appends d as X-RateLimit-Reset writes it: whole seconds
+// rounded up, clamped to [0, MaxSeconds].
+func AppendReset(dst []byte, d time.Duration) []byte { return appendInt(dst, ceilSeconds(d)) }

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net"
@@ -58,67 +57,110 @@ func (b *bufferBudget) reserve(n, limit int64) bool {
 	}
 }
 
+// bodyPlan is how an allowed request's body goes to the origin, the same
+// for both request paths (readBody, readFastBody): what is known of the
+// body decides it, with the domain's body settings and max_buffered_bytes.
+type bodyPlan struct {
+	// tooLarge: the declared length is over max_request_body (413 before
+	// a byte is read).
+	tooLarge bool
+	// capAt cuts a body of unknown length when it passes max_request_body
+	// (0: no cap).
+	capAt int64
+	// buffer is how much is read before the origin is contacted, reserved
+	// against max_buffered_bytes (0: the body streams at once); for a body
+	// of unknown length one byte more, which tells a body of exactly the
+	// limit from a longer one.
+	buffer int64
+}
+
+// planBody plans a body of size bytes (-1: unknown, chunked) to d's origin.
+func planBody(d *domain, size int64) bodyPlan {
+	pol := d.Body
+	var plan bodyPlan
+	if pol.MaxSize > 0 {
+		if size > int64(pol.MaxSize) {
+			return bodyPlan{tooLarge: true}
+		}
+		if size < 0 {
+			plan.capAt = int64(pol.MaxSize)
+		}
+	}
+	switch {
+	case pol.Buffer:
+		plan.buffer = int64(pol.BufferSize)
+	case size < 0:
+		plan.buffer = prefetchLimit
+	}
+	if size >= 0 {
+		plan.buffer = min(plan.buffer, size)
+	}
+	if size < 0 && plan.buffer > 0 {
+		plan.buffer++
+	}
+	return plan
+}
+
+// reserve takes the plan's buffer from the bytes bodies may hold at once
+// (st's max_buffered_bytes), and returns the function that gives it back
+// (safe to call twice). When the budget has no room the body streams:
+// reserve reports false, and the plan buffers nothing.
+func (p *Proxy) reserve(st *state, plan *bodyPlan) (func(), bool) {
+	if plan.buffer == 0 {
+		return noRelease, false
+	}
+	n := plan.buffer
+	if !p.buffered.reserve(n, int64(st.table.MaxBufferedBytes)) {
+		p.metrics.bufferFull.Inc()
+		plan.buffer = 0
+		return noRelease, false
+	}
+	var released atomic.Bool
+	return func() {
+		if released.CompareAndSwap(false, true) {
+			p.buffered.held.Add(-n)
+		}
+	}, true
+}
+
 // readBody enforces the domain's max_request_body and buffers an allowed
-// request's body as the domain says. It returns the request to forward and
-// a function that returns the buffer's reservation (call it once the
-// request is done; it is safe to call twice), or nil if it has answered
-// (413, or 400/408 for a body that failed while being buffered).
+// request's body as its plan says (planBody), in place: r's body is then
+// ex.body. It returns a function that returns the buffer's reservation
+// (call it once the request is done; it is safe to call twice), or nil if
+// it has answered (413, or 400/408 for a body that failed while being
+// buffered).
 //
 // A body longer than max_request_body whose length is not declared is cut
 // when it passes the limit: if that happens after the buffered part went
 // to the origin, the origin sees an aborted request and the client 413.
-func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request, st *state, d *domain) (*http.Request, func()) {
-	r, cb := wrapBody(r)
+func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request, ex *exchange) func() {
+	cb := wrapBody(r, ex)
 	if cb == nil {
-		return r, noRelease // no body
+		return noRelease // no body
 	}
-	pol := d.Body
-	if pol.MaxSize > 0 {
-		if r.ContentLength > int64(pol.MaxSize) {
-			p.refuseBody(w, errBodyTooLarge)
-			return nil, nil
-		}
-		if r.ContentLength < 0 {
-			cb.r = &capReader{r: cb.r, left: int64(pol.MaxSize)}
-		}
+	plan := planBody(ex.d, r.ContentLength)
+	if plan.tooLarge {
+		p.refuseBody(w, errBodyTooLarge)
+		return nil
 	}
-	if d.Respond != nil {
-		return r, noRelease // a static response does not read the body
+	if plan.capAt > 0 {
+		cb.r = &capReader{r: cb.r, left: plan.capAt}
 	}
-	limit := int64(0)
-	switch {
-	case pol.Buffer:
-		limit = int64(pol.BufferSize)
-	case r.ContentLength < 0:
-		limit = prefetchLimit
+	if ex.d.Respond != nil {
+		return noRelease // a static response does not read the body
 	}
-	if r.ContentLength >= 0 {
-		limit = min(limit, r.ContentLength)
+	release, ok := p.reserve(ex.st, &plan)
+	if !ok {
+		return noRelease
 	}
-	if limit == 0 {
-		return r, noRelease
-	}
-	if r.ContentLength < 0 {
-		limit++ // one byte more tells a body of exactly limit bytes from a longer one
-	}
-	if !p.buffered.reserve(limit, int64(st.table.MaxBufferedBytes)) {
-		p.metrics.bufferFull.Inc()
-		return r, noRelease
-	}
-	var released atomic.Bool
-	release := func() {
-		if released.CompareAndSwap(false, true) {
-			p.buffered.held.Add(-limit)
-		}
-	}
-	buf, err := readPrefix(cb, r.ContentLength, limit)
+	buf, err := readPrefix(cb, r.ContentLength, plan.buffer)
 	if err != nil {
 		release()
 		p.refuseBody(w, err)
-		return nil, nil
+		return nil
 	}
 	prefix := &prefixReader{buf: buf, done: release}
-	if int64(len(buf)) < limit || r.ContentLength == int64(len(buf)) {
+	if int64(len(buf)) < plan.buffer || r.ContentLength == int64(len(buf)) {
 		// The whole body is here: the origin gets it at once, with its
 		// length (unless trailers must follow it, which needs chunking).
 		cb.r = prefix
@@ -129,34 +171,37 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request, st *state, d *d
 	} else {
 		cb.r = io.MultiReader(prefix, cb.r)
 	}
-	return r, release
+	return release
 }
 
 func noRelease() {}
 
-// wrapBody wraps r's body, if it has one, so that a failed read can be
-// told from an origin failure (see errorLog.handle). It returns the
-// request to go on with and the wrapped body, nil for none. It reads
-// nothing.
-func wrapBody(r *http.Request) (*http.Request, *clientBody) {
-	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
-		return r, nil
-	}
-	cb := &clientBody{rc: r.Body, r: r.Body}
-	// ReverseProxy hands its error handler a clone of the request with
-	// the body wrapped; the context is what survives.
-	r = r.WithContext(context.WithValue(r.Context(), clientBodyKey{}, cb))
-	r.Body = cb
-	return r, cb
+// hasBody reports whether r has a body to read.
+func hasBody(r *http.Request) bool {
+	return r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
 }
 
-// clientBodyKey carries a request's clientBody in its context.
-type clientBodyKey struct{}
+// wrapBody wraps r's body, if it has one, so that a failed read can be
+// told from an origin failure (see errorLog.handle), and returns the
+// wrapped body, also in ex.body (ReverseProxy hands its error handler a
+// clone of the request with the body wrapped; the exchange in the
+// context is what survives); nil for none. It reads nothing.
+func wrapBody(r *http.Request, ex *exchange) *clientBody {
+	if !hasBody(r) {
+		return nil
+	}
+	cb := &clientBody{src: r.Body, r: r.Body}
+	r.Body, ex.body = cb, cb
+	return cb
+}
 
-// clientBody is a request body that remembers its first read error.
+// clientBody is the client's body as edge reads it, on either path: it
+// remembers its first read error, so that a failed read can be told from
+// an origin failure. Its reads may come from the request's goroutine or
+// the transport's.
 type clientBody struct {
-	rc io.ReadCloser // the server's body
-	r  io.Reader     // what Read reads: rc, or a buffered part first (readBody)
+	src io.Reader // the transport's: net/http's body, or the guard's
+	r   io.Reader // what Read reads: src, or a buffered part first (readBody)
 
 	mu  sync.Mutex
 	err error
@@ -174,24 +219,37 @@ func (b *clientBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (b *clientBody) Close() error { return b.rc.Close() }
-
-// bodyError returns the error the client's body failed with, or nil.
-func bodyError(r *http.Request) error {
-	b, ok := r.Context().Value(clientBodyKey{}).(*clientBody)
-	if !ok {
-		return nil
+// Close closes the transport's body.
+func (b *clientBody) Close() error {
+	if c, ok := b.src.(io.Closer); ok {
+		return c.Close()
 	}
+	return nil
+}
+
+// failure returns the error the body failed with, or nil.
+func (b *clientBody) failure() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.err
+}
+
+// bodyError returns the error the client's body failed with, or nil.
+func bodyError(r *http.Request) error {
+	ex := exchangeOf(r.Context())
+	if ex == nil || ex.body == nil {
+		return nil
+	}
+	return ex.body.failure()
 }
 
 // refuseBody answers a request whose body is refused or failed.
 func (p *Proxy) refuseBody(w http.ResponseWriter, err error) {
 	no := bodyRefusal(err)
 	p.metrics.refused.WithLabelValues(strconv.Itoa(no.status)).Inc()
-	no.answer(w)
+	var a answer
+	a.refusalAnswer(no, outcomeBodyRefused)
+	a.write(w)
 }
 
 // bodyRefusal is the answer to a request whose body could not be read:

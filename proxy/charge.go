@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"slices"
@@ -52,24 +51,10 @@ func upfront(rs *ruleState, cost int64) int64 {
 	return cost
 }
 
-// holdTally is limit's end for an allowed request. When some rule of vs
-// counts after the response, it returns r carrying the open tally to the
-// forwarder (afterResponse); otherwise it ends the tally at once and
-// returns r. fellBack counts the request as decided by a shared counter's
-// failure mode.
-func holdTally(r *http.Request, d *domain, tally window.Tally, vs []verdict, fellBack bool) *http.Request {
-	a := hold(d, tally, vs, fellBack)
-	if a == nil {
-		return r
-	}
-	return r.WithContext(context.WithValue(r.Context(), afterKey{}, a))
-}
-
 // hold returns what the request decided in vs still counts after the
 // response, holding tally open for it (ended by endHeld); or nil, having
-// ended the tally, when nothing does. Both forwarders take their charges
-// from it: ReverseProxy's through holdTally, the fast forward's directly
-// (fastforward.go).
+// ended the tally, when nothing does. limit keeps it in the exchange, for
+// both forwarders.
 func hold(d *domain, tally window.Tally, vs []verdict, fellBack bool) *afterResponse {
 	n := 0
 	for i := range vs {
@@ -126,9 +111,6 @@ func releaseSlots(d *domain, vs []verdict, tally window.Tally, now time.Time) {
 	}
 }
 
-// afterKey carries a request's afterResponse from limit to the forwarder.
-type afterKey struct{}
-
 // afterResponse is what a forwarded request's rules still count once the
 // origin answers, and the open tally they count it through. It is used by
 // the request's own goroutine only: the forwarder's ModifyResponse, the
@@ -157,18 +139,11 @@ type charge struct {
 	slot bool
 }
 
-// endAfter ends the tally that limit kept open for r's charges, if it did.
-// ServeHTTP defers it, so that it runs on every path, once.
-func (p *Proxy) endAfter(r *http.Request) {
-	if a, ok := r.Context().Value(afterKey{}).(*afterResponse); ok {
-		p.endHeld(a)
-	}
-}
-
-// endHeld gives back the slots a holds and ends its tally, once; the fast
-// forward calls it when its answer is complete or has failed.
+// endHeld gives back the slots a holds and ends its tally, once, when the
+// answer is complete or has failed: ServeHTTP defers it, and the fast
+// forward calls it.
 func (p *Proxy) endHeld(a *afterResponse) {
-	if a.ended {
+	if a == nil || a.ended {
 		return
 	}
 	a.ended = true
@@ -184,13 +159,12 @@ func (p *Proxy) endHeld(a *afterResponse) {
 	a.tally.End()
 }
 
-// giveBack takes back what r's rules counted, for a request that load
-// shedding refused once it was ready for the origin, as limit's refund
-// does for a request refused earlier (a concurrency rule's slot comes
-// back too), and ends the tally: endAfter then does nothing.
-func (p *Proxy) giveBack(r *http.Request) {
-	a, ok := r.Context().Value(afterKey{}).(*afterResponse)
-	if !ok || a.ended {
+// giveBack takes back what a request's rules counted (a), for a request
+// that load shedding refused once it was ready for the origin, as limit's
+// refund does for a request refused earlier (a concurrency rule's slot
+// comes back too), and ends the tally: endHeld then does nothing.
+func (p *Proxy) giveBack(a *afterResponse) {
+	if a == nil || a.ended {
 		return
 	}
 	a.ended = true
@@ -205,7 +179,10 @@ func (p *Proxy) giveBack(r *http.Request) {
 // onResponse is ReverseProxy's ModifyResponse for a domain whose rules
 // count after the response: it settles resp's charges (onHead).
 func (p *Proxy) onResponse(d *domain, resp *http.Response) {
-	a, _ := resp.Request.Context().Value(afterKey{}).(*afterResponse)
+	var a *afterResponse
+	if ex := exchangeOf(resp.Request.Context()); ex != nil {
+		a = ex.after
+	}
 	p.onHead(d, a, resp, false)
 }
 

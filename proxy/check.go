@@ -74,20 +74,28 @@ func (p *Proxy) serveCheck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if d.store != nil {
-		src, id := p.identify(q, st, host) // identify.go
-		if id.XFFMalformed || (st.clientIP.Trusted(id.Peer) && !id.FromXFF) {
+		ex := &exchange{st: st, d: d, host: host, method: q.Method, now: now, req: q}
+		ex.src, ex.id = p.identify(q, st, host) // identify.go
+		if ex.id.XFFMalformed || (st.clientIP.Trusted(ex.id.Peer) && !ex.id.FromXFF) {
 			// A trusted asking proxy names the client; without that name
 			// every client would share the proxy's key.
 			p.metrics.checkAnswers.WithLabelValues(answerUnreadable).Inc()
 			writeText(cw, http.StatusBadRequest, "bad request: X-Forwarded-For missing or malformed\n")
 			return
 		}
-		if q = p.limit(cw, q, d, &src, now); q == nil { // limit.go, refuse.go
+		// limit.go; nothing waits for a response here (rules that would
+		// are refused on such domains), so nothing stays held.
+		switch p.limit(q.Context(), ex) {
+		case stepAnswer:
 			p.metrics.checkAnswers.WithLabelValues(answerRefused).Inc()
+			ex.ans.write(cw)
 			return
+		case stepGone: // as ServeHTTP
+			panic(http.ErrAbortHandler)
 		}
-		if f, ok := q.Context().Value(fieldsKey{}).(*fields); ok { // fields.go
-			f.set(w.Header())
+		p.endHeld(ex.after)
+		if ex.hasFields { // fields.go
+			ex.fields.set(w.Header())
 		}
 	}
 	d.requests.served.Inc()

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"net/http"
 	"strconv"
 
 	"github.com/edgerate/edge/internal/wire"
@@ -68,46 +67,22 @@ func parseCostValue(v string, most int64) (int64, costProblem) {
 	return n, costOK
 }
 
-// checkCosts answers 400 if a block rule of d that matches the request,
-// and does not exempt its client (allow), cannot take the cost the request
-// states, before any rule counts it, so that such a request uses no quota
-// anywhere. It reports whether the
-// request may go on. A log rule never refuses: limit leaves a request it
-// cannot price uncounted by it.
-func (p *Proxy) checkCosts(w http.ResponseWriter, r *http.Request, d *domain, src *rules.KeySource) bool {
+// firstBadCost returns the first block rule of d that matches ex's
+// request, and does not exempt its client (allow), that cannot take the
+// cost the request states, and why; limit answers such a request 400
+// before any rule counts it, so that it uses no quota anywhere. A log rule
+// never refuses: limit leaves a request it cannot price uncounted by it.
+func firstBadCost(d *domain, ex *exchange) (*ruleState, costProblem) {
 	for i := range d.rules {
 		rs := &d.rules[i]
-		if rs.CostHeader == "" || rs.Action != rules.ActionBlock || !rs.Matches(r.Method, src.Path) || rs.Exempt(src.Addr) {
+		if rs.CostHeader == "" || rs.Action != rules.ActionBlock || !rs.Matches(ex.method, ex.src.Path) || rs.Exempt(ex.src.Addr) {
 			continue
 		}
-		if _, problem := requestCost(rs.Rule, r.Header); problem != costOK {
-			p.refuseCost(w, r, rs, problem)
-			return false
+		if _, problem := requestCost(rs.Rule, ex.src.Header); problem != costOK {
+			return rs, problem
 		}
 	}
-	return true
-}
-
-// refuseCost answers a request whose cost rule rs cannot take: 400, with
-// a body that says why (JSON if the client accepts it, as for a 429) and
-// no Retry-After, since sending the same request again cannot help. It
-// counts in edge_refused_requests_total{code="400"}, with the requests
-// the screen refuses.
-func (p *Proxy) refuseCost(w http.ResponseWriter, r *http.Request, rs *ruleState, problem costProblem) {
-	p.metrics.refused.WithLabelValues("400").Inc()
-	h := w.Header()
-	h["Cache-Control"] = noStore
-	h["X-Content-Type-Options"] = nosniff
-	json := acceptsJSON(r.Header.Get("Accept"))
-	if json {
-		h["Content-Type"] = contentTypeJSON
-	} else {
-		h["Content-Type"] = contentTypeText
-	}
-	w.WriteHeader(http.StatusBadRequest)
-	if r.Method != http.MethodHead {
-		_, _ = w.Write(appendCostBody(nil, rs, problem, json))
-	}
+	return nil, costOK
 }
 
 // appendCostBody appends refuseCost's body, as JSON if json.

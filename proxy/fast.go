@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -24,7 +23,7 @@ import (
 // block rule refuses it, observes, counts and logs the refusal exactly as
 // refuse does and appends the response writeBlocked would have made, byte
 // for byte, as net/http would have framed it (a request's body it then
-// reads or gives up on as net/http does: refusedBody); and a request whose
+// reads or gives up on as net/http does: endBody); and a request whose
 // cost a block rule cannot take it answers with checkCosts's 400 (cost.go),
 // what the rules before that one counted given back. A request that every
 // rule allows it forwards itself, body and all, where the domain allows
@@ -92,31 +91,13 @@ func bodyAllowed(status int) bool {
 	return !(status >= 100 && status <= 199 || status == 204 || status == 304)
 }
 
-// fastScratch holds what one Answer call needs, pooled so that the call
-// allocates nothing.
+// fastScratch holds what the fast path reads a head into, in its pooled
+// exchange, so that Answer allocates nothing.
 type fastScratch struct {
-	keys     keyBuffer
-	vbuf     [8]verdict
-	path     []byte   // the decoded path
-	host     []byte   // the Host, lower-cased when it has capitals
-	xff      []string // X-Forwarded-For lines, into the head
-	view     headerView
-	body     []byte
-	limits   []byte
-	policies []byte
-}
-
-var fastScratches = sync.Pool{New: func() any {
-	return &fastScratch{keys: keyBuffer{b: make([]byte, 0, 512)}, xff: make([]string, 0, 8)}
-}}
-
-func (s *fastScratch) put() {
-	s.keys.b = s.keys.b[:0]
-	s.view = headerView{vals: s.view.vals[:0]}
-	s.xff = s.xff[:0]
-	if cap(s.keys.b) <= maxKeyBuffer && cap(s.view.vals) <= 64 && cap(s.path) <= 64<<10 {
-		fastScratches.Put(s)
-	}
+	path []byte   // the decoded path
+	host []byte   // the Host, lower-cased when it has capitals
+	xff  []string // X-Forwarded-For lines, into the head
+	view headerView
 }
 
 // Answer is the fast path's hook for guard.ListenerOptions.Answer: it
@@ -136,8 +117,9 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 		}
 		method, isHEAD = http.MethodHead, true
 	}
-	s := fastScratches.Get().(*fastScratch)
-	defer s.put()
+	ex := fastExchanges.Get().(*exchange)
+	defer ex.recycle(&fastExchanges)
+	s := &ex.scratch
 	s.view.fields = h.Fields
 	accept, ok := s.screenFields(h.Fields)
 	if !ok {
@@ -156,13 +138,13 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 	if d == nil {
 		return out, false
 	}
-	trusted := st.clientIP.Trusted(h.Peer)
+	ex.st, ex.d, ex.host, ex.method, ex.accept = st, d, host, method, accept
 	// fwd: the request may be forwarded here if its target and its body
-	// can go as they are (forwardable, asked only once it matters).
+	// can go as they are.
 	fwd := d.ffwd != nil && h.Client != nil
 	if !d.fast {
 		if d.store == nil && fwd && forwardable(d, h) {
-			return p.forwardFast(d, h, method, trusted, st.table.Timeouts.Upstream, out, nil), true
+			return p.forwardFast(ex, h, out), true
 		}
 		return out, false
 	}
@@ -170,74 +152,31 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 		return out, false
 	}
 	var xff []string
-	if trusted {
+	if st.clientIP.Trusted(h.Peer) {
 		xff = s.xff
 	}
-	id := st.clientIP.resolvePeer(h.Peer, xff)
-	src := rules.KeySource{
-		Client: rules.ClientPrefix(id.Key, st.table.IPv6Prefix),
-		Addr:   id.Client,
+	ex.fwd = fwd && (isHEAD || forwardable(d, h))
+	ex.id = st.clientIP.resolvePeer(h.Peer, xff)
+	ex.src = rules.KeySource{
+		Client: rules.ClientPrefix(ex.id.Key, st.table.IPv6Prefix),
+		Addr:   ex.id.Client,
 		Path:   path,
 		Host:   host,
 		Header: &s.view,
 	}
-	now := h.Now // the wall clock, read by the guard
+	ex.now = h.Now // the wall clock, read by the guard
 	if !p.wallClock {
-		now = p.now()
+		ex.now = p.now()
 	}
-	ctx := context.Background()
-	var tally window.Tally
-	if d.local != nil {
-		tally = d.local.BeginLocal() // Redis modes: no round trip here
-	} else {
-		tally = d.counter.Begin()
-	}
-	dec := p.decideRules(ctx, d, method, &src, tally, now, &s.keys, s.vbuf[:0])
-	vs := dec.vs
-	if fwd && !dec.unavailable && dec.blocker < 0 && (isHEAD || forwardable(d, h)) {
-		// Allowed: what limit and ServeHTTP do for it, then the forward.
-		if id.XFFMalformed {
-			p.metrics.xffMalformed.Inc()
-		}
-		p.observe(ctx, d, vs, &src, now)
-		if !d.countsAfter && !d.slots && !dec.always {
-			endTally(d, tally, dec.fellBack)
-			return p.forwardFast(d, h, method, trusted, st.table.Timeouts.Upstream, out, nil), true
-		}
-		return p.forwardHeld(d, h, method, trusted, st.table.Timeouts.Upstream, out, tally, &dec), true
-	}
-	if dec.unavailable || dec.blocker < 0 || isHEAD {
-		refundAll(vs, tally, now)
-		tally.End()
-		if dec.badCost != nil && !isHEAD {
-			// What limit's checkCosts answers before any rule counts: a
-			// block rule cannot take the request's cost (cost.go).
-			if id.XFFMalformed {
-				p.metrics.xffMalformed.Inc()
-			}
-			p.metrics.refused.WithLabelValues("400").Inc()
-			at := len(out)
-			out = s.appendCostRefusal(out, dec.badCost, dec.costProblem, acceptsJSON(accept), h.Now)
-			if h.Body != nil {
-				out = refusedBody(h, out, at)
-			}
-			return out, true
-		}
+	switch p.limit(context.Background(), ex) { // limit.go
+	case stepDecline:
 		return out, false
+	case stepAnswer:
+		endBody(h, &ex.ans)
+		return ex.ans.appendTo(out, h.Now, false), true
 	}
-	// Refused: what ServeHTTP does from here on, in its order.
-	if id.XFFMalformed {
-		p.metrics.xffMalformed.Inc()
-	}
-	p.observe(ctx, d, vs, &src, now)
-	refund(d, vs, tally, now)
-	endTally(d, tally, dec.fellBack)
-	p.countBlock(ctx, d, vs, dec.blocker, src.Client.Addr())
-	at := len(out)
-	out = s.appendBlocked(out, d, vs, dec.blocker, acceptsJSON(accept), h.Now)
-	if h.Body != nil {
-		out = refusedBody(h, out, at)
-	}
+	out = p.forwardFast(ex, h, out) // fastforward.go
+	p.endHeld(ex.after)             // as ServeHTTP's deferred one
 	return out, true
 }
 
@@ -366,125 +305,12 @@ func (v *headerView) Values(name string) []string {
 	return v.vals[start:len(v.vals):len(v.vals)]
 }
 
-// appendCostRefusal appends the 400 refuseCost writes (cost.go) for a
-// request whose cost rule rs cannot take, as net/http frames it.
-func (s *fastScratch) appendCostRefusal(b []byte, rs *ruleState, problem costProblem, json bool, now time.Time) []byte {
-	s.body = appendCostBody(s.body[:0], rs, problem, json)
-	b = append(b, "HTTP/1.1 400 Bad Request\r\nCache-Control: no-store\r\nContent-Type: "...)
-	if json {
-		b = append(b, contentTypeJSON[0]...)
-	} else {
-		b = append(b, contentTypeText[0]...)
-	}
-	b = append(b, "\r\nX-Content-Type-Options: nosniff\r\n"...)
-	return appendEnd(b, now, s.body)
-}
-
-// appendEnd ends a response the fast path makes: Date, Content-Length and
-// the end of the head, then body.
-func appendEnd(b []byte, now time.Time, body []byte) []byte {
-	b = append(b, "Date: "...)
-	b = appendDate(b, now)
-	b = append(b, "\r\nContent-Length: "...)
-	b = strconv.AppendInt(b, int64(len(body)), 10)
-	b = append(b, "\r\n\r\n"...)
-	return append(b, body...)
-}
-
 // refundAll gives back what every verdict counted, for a request the fast
 // path declines after deciding it.
 func refundAll(vs []verdict, tally window.Tally, now time.Time) {
 	for i := range vs {
 		vs[i].Decision = tally.Refund(vs[i].id, vs[i].Decision, now)
 	}
-}
-
-// appendBlocked appends to b the response writeBlocked writes for a
-// request a rule refused, as net/http frames it for an HTTP/1.1 request on
-// a connection that stays open: status line, the handler's fields sorted
-// by name, Date, Content-Length, body.
-func (s *fastScratch) appendBlocked(b []byte, d *domain, vs []verdict, blocker int, json bool, now time.Time) []byte {
-	v := vs[blocker]
-	rs := &d.rules[v.rule]
-	custom := rs.BlockResponse != nil && rs.BlockResponse.Body != ""
-	s.body = s.body[:0]
-	kind := blockText
-	switch {
-	case custom:
-		s.body = append(s.body, rs.BlockResponse.Body...)
-	case json:
-		kind = blockJSON
-		s.body = appendBlockedJSON(s.body, rs, v)
-	default:
-		s.body = appendBlockedText(s.body, rs, v)
-	}
-
-	b = append(b, rs.blockHeads[kind]...)
-	x := s.appendFields(d, vs, blocker)
-	if len(s.limits) > 0 {
-		b = append(b, headers.FieldRateLimit+": "...)
-		b = append(b, s.limits...)
-		b = append(b, "\r\n"+headers.FieldRateLimitPolicy+": "...)
-		b = append(b, s.policies...)
-		b = append(b, "\r\n"...)
-	}
-	b = append(b, headers.FieldRetryAfter+": "...)
-	b = headers.AppendRetryAfter(b, v.RetryAfter)
-	if custom {
-		b = append(b, "\r\n"...)
-	} else {
-		b = append(b, "\r\nX-Content-Type-Options: nosniff\r\n"...)
-	}
-	if x >= 0 {
-		xv := vs[x]
-		b = headers.AppendXRateLimit(b, d.rules[xv.rule].Capacity(), xv.Remaining, xv.Reset)
-	}
-	return appendEnd(b, now, s.body)
-}
-
-// Kinds of block response body, indexes of ruleState.blockHeads.
-const (
-	blockText = iota // writeBlocked's text, or the rule's own body
-	blockJSON        // writeBlocked's JSON
-)
-
-// blockHeads returns the start of the fast path's block responses for a
-// rule, made once: the status line, Cache-Control and Content-Type, for a
-// text body and for a JSON one (a rule with a body of its own has its own
-// Content-Type in both).
-func blockHeads(r *rules.Rule) [2]string {
-	status, text, json := http.StatusTooManyRequests, "text/plain; charset=utf-8", "application/json"
-	if br := r.BlockResponse; br != nil {
-		status = br.Status
-		if br.Body != "" {
-			text, json = br.ContentType, br.ContentType
-		}
-	}
-	line := string(appendStatusLine(nil, status)) + "Cache-Control: no-store\r\nContent-Type: "
-	return [2]string{line + text + "\r\n", line + json + "\r\n"}
-}
-
-// appendFields makes the RateLimit and RateLimit-Policy values of a
-// blocked request in s.limits and s.policies, as newFields does, and
-// returns the verdict whose rule gives X-RateLimit-*, or -1 for none.
-func (s *fastScratch) appendFields(d *domain, vs []verdict, blocker int) int {
-	s.limits, s.policies = s.limits[:0], s.policies[:0]
-	for _, v := range vs {
-		rs := &d.rules[v.rule]
-		if rs.Headers == rules.HeadersNone {
-			continue
-		}
-		if len(s.policies) > 0 {
-			s.policies = append(s.policies, ", "...)
-			s.limits = append(s.limits, ", "...)
-		}
-		s.policies = append(s.policies, rs.policyText...)
-		s.limits = headers.AppendLimitNamed(s.limits, rs.limitName, v.Remaining, v.Reset)
-	}
-	if len(s.policies) == 0 || d.rules[vs[blocker].rule].Headers == rules.HeadersNone {
-		return -1
-	}
-	return blocker
 }
 
 // appendBlockedJSON and appendBlockedText append writeBlocked's bodies.

@@ -98,8 +98,7 @@ func FuzzFastTarget(f *testing.F) {
 		if target == "" || target[0] != '/' || strings.ContainsFunc(target, func(r rune) bool { return r <= ' ' || r >= 0x7f }) {
 			return // the framing guard offers only such targets
 		}
-		s := fastScratches.Get().(*fastScratch)
-		defer s.put()
+		var s fastScratch
 		path, ok := s.screenTarget([]byte(target))
 		if !ok {
 			return

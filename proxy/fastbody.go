@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/edgerate/edge/internal/wire"
@@ -19,7 +18,7 @@ import (
 
 // fastBody is an allowed request's body on its way to the origin.
 type fastBody struct {
-	src *clientRead
+	src *clientBody
 	r   io.Reader // what is sent: a buffered prefix, then the rest of src
 	// size is what the origin is told: a Content-Length (0: none, or 0
 	// for POST, PUT and PATCH, as the transport says it), or -1: chunked.
@@ -46,21 +45,6 @@ func (fb *fastBody) merge(head *[]byte) {
 	*head = append(*head, pr.buf...)
 	fb.r, fb.merged = nil, true
 	fb.release()
-}
-
-// clientRead reads the client's body and remembers its first failure, as
-// clientBody does.
-type clientRead struct {
-	b   wire.RequestBody
-	err error
-}
-
-func (c *clientRead) Read(p []byte) (int, error) {
-	n, err := c.b.Read(p)
-	if err != nil && err != io.EOF && c.err == nil {
-		c.err = err
-	}
-	return n, err
 }
 
 // declaredTrailers returns the names a chunked request's Trailer fields
@@ -107,57 +91,35 @@ func fastBodyOK(d *domain, h *Head) bool {
 	return ok
 }
 
-// readFastBody is readBody for the fast forward: it enforces the domain's
-// max_request_body on a chunked body, buffers the body as the domain says
-// (within max_buffered_bytes) and says how the origin gets it. A failed
-// read while buffering is returned; the request is then answered with
-// bodyRefusal.
-func (p *Proxy) readFastBody(d *domain, h *Head, method string) (fastBody, error) {
+// readFastBody is readBody for the fast forward, under the request's
+// configuration st: the same plan (planBody) and reservation, and it says
+// how the origin gets the body. A failed read while buffering is
+// returned; the request is then answered with bodyRefusal.
+func (p *Proxy) readFastBody(st *state, d *domain, h *Head) (fastBody, error) {
 	fb := fastBody{release: noRelease}
 	size := h.BodyLen
 	if size == 0 {
 		return fb, nil
 	}
 	keys, _ := declaredTrailers(h)
-	fb.src = &clientRead{b: h.Body}
+	fb.src = &clientBody{src: h.Body, r: h.Body}
 	fb.r, fb.size, fb.keys = fb.src, size, keys
-	pol := d.Body
-	if pol.MaxSize > 0 && size < 0 {
-		fb.r = &capReader{r: fb.r, left: int64(pol.MaxSize)}
+	plan := planBody(d, size) // a declared length over the limit does not get here (fastBodyOK)
+	if plan.capAt > 0 {
+		fb.r = &capReader{r: fb.r, left: plan.capAt}
 	}
-	limit := int64(0)
-	switch {
-	case pol.Buffer:
-		limit = int64(pol.BufferSize)
-	case size < 0:
-		limit = prefetchLimit
-	}
-	if size >= 0 {
-		limit = min(limit, size)
-	}
-	if limit == 0 {
+	release, ok := p.reserve(st, &plan)
+	if !ok {
 		return fb, nil
 	}
-	if size < 0 {
-		limit++
-	}
-	if !p.buffered.reserve(limit, int64(p.state.Load().table.MaxBufferedBytes)) {
-		p.metrics.bufferFull.Inc()
-		return fb, nil
-	}
-	var released atomic.Bool
-	fb.release = func() {
-		if released.CompareAndSwap(false, true) {
-			p.buffered.held.Add(-limit)
-		}
-	}
-	buf, err := readPrefix(fb.r, size, limit)
+	fb.release = release
+	buf, err := readPrefix(fb.r, size, plan.buffer)
 	if err != nil {
 		fb.release()
 		return fb, err
 	}
 	prefix := &prefixReader{buf: buf, done: fb.release}
-	if int64(len(buf)) < limit || size == int64(len(buf)) {
+	if int64(len(buf)) < plan.buffer || size == int64(len(buf)) {
 		fb.r = prefix
 		if keys == nil {
 			fb.size = int64(len(buf))
@@ -279,44 +241,22 @@ func (fb *fastBody) send(c io.Writer, buf []byte) error {
 	return err
 }
 
-// finishBody answers, when the fast forward writes its own response (a
-// failure), what net/http's server does with the rest of the client's
-// body: the transport closed it, and the server then keeps the connection
-// or closes it, announced or not. at is where the response begins in out.
-func finishBody(h *Head, out []byte, at int) []byte {
+// endBody does what net/http's server does with the body of a request it
+// answers without having read all of it (a refusal, or the fast forward's
+// own answer to a failure, after the transport closed the body), before
+// the answer a is written: it reads up to 256 KiB of it and keeps the
+// connection, or closes the connection after the answer, announced with
+// "Connection: close" (a longer or failing body, or a client still waiting
+// for 100 Continue) or not.
+func endBody(h *Head, a *answer) {
 	if h.Body == nil {
-		return out
+		return
 	}
-	_ = h.Body.Close()
-	return refusedBody(h, out, at)
-}
-
-// refusedBody does what net/http's server does with the body of a request
-// refused without reading it, before the refusal (at out[at:]) is
-// written: it reads up to 256 KiB of it and keeps the connection, or
-// closes the connection after the refusal with "Connection: close" (a
-// longer or failing body, or a client still waiting for 100 Continue).
-func refusedBody(h *Head, out []byte, at int) []byte {
 	keep, announce := h.Body.Reuse()
 	if !keep {
 		h.Client.CloseAfter()
 	}
-	if announce {
-		out = announceClose(out, at)
-	}
-	return out
-}
-
-// announceClose adds "Connection: close" as net/http's server adds it, at
-// the end of the response head that begins at out[at:].
-func announceClose(out []byte, at int) []byte {
-	i := strings.Index(bytesString(out[at:]), "\r\n\r\n")
-	if i < 0 {
-		return out
-	}
-	i += at + 2
-	out = slices.Insert(out, i, []byte("Connection: close\r\n")...)
-	return out
+	a.serverClose = announce
 }
 
 // refuseFastBody answers a request whose body failed (bodyRefusal), as
@@ -325,17 +265,9 @@ func (p *Proxy) refuseFastBody(h *Head, method string, err error, out []byte) []
 	no := bodyRefusal(err)
 	p.metrics.refused.WithLabelValues(strconv.Itoa(no.status)).Inc()
 	h.Client.CloseAfter()
-	b := appendStatusLine(out, no.status)
-	text := strings.ToLower(http.StatusText(no.status)) + ": " + no.reason + "\n"
-	b = append(b, "Connection: close\r\nContent-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nDate: "...)
-	b = appendDate(b, time.Now())
-	b = append(b, "\r\nContent-Length: "...)
-	b = strconv.AppendInt(b, int64(len(text)), 10)
-	b = append(b, "\r\n\r\n"...)
-	if method == http.MethodHead {
-		return b
-	}
-	return append(b, text...)
+	var a answer
+	a.refusalAnswer(no, outcomeBodyRefused)
+	return a.appendTo(out, time.Now(), method == http.MethodHead)
 }
 
 // replayable reports whether the transport sends a request again on a new

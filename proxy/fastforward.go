@@ -15,7 +15,6 @@ import (
 
 	"github.com/edgerate/edge/internal/wire"
 	"github.com/edgerate/edge/rules"
-	"github.com/edgerate/edge/window"
 )
 
 // The fast forward: a request the fast path (fast.go) finds allowed is
@@ -141,17 +140,28 @@ func (p *Proxy) fastOriginFor(d *domain, origin *url.URL, obs *upstreamObservers
 	return &fastOrigin{pool: p.origins.get(net.JoinHostPort(origin.Hostname(), port)), obs: obs, log: log}
 }
 
-// forwardFast forwards head to d's origin and appends the rest of the answer
-// to out, having written what came before through head.Client. after is what
-// the request's rules still do with the response, or nil for nothing.
-func (p *Proxy) forwardFast(d *domain, head *Head, method string, trusted bool, upstream time.Duration, out []byte, after *fastAfter) []byte {
+// forwardFast forwards head, the request of ex that limit allowed, to its
+// domain's origin and appends the rest of the answer to out, having
+// written what came before through head.Client. What the request's rules
+// still do with the response is ex.after and ex.fields.
+func (p *Proxy) forwardFast(ex *exchange, head *Head, out []byte) []byte {
+	d, method := ex.d, ex.method
+	trusted := ex.st.clientIP.Trusted(head.Peer)
+	upstream := ex.st.table.Timeouts.Upstream
+	var after *fastAfter
+	if ex.after != nil || ex.hasFields {
+		after = &fastAfter{held: ex.after}
+		if ex.hasFields {
+			after.fields = &ex.fields
+		}
+	}
 	// A copy: the forward keeps its Head where escape analysis loses track
 	// of it, and the copy, made only for a request forwarded, leaves the
 	// caller's on its stack, so that a refusal allocates nothing.
 	hc := *head
 	h := &hc
 	h.Client.Forwarding()
-	fb, err := p.readFastBody(d, h, method) // fastbody.go: buffering, or 400/408/413
+	fb, err := p.readFastBody(ex.st, d, h) // fastbody.go: buffering, or 400/408/413
 	if err != nil {
 		return p.refuseFastBody(h, method, err, out)
 	}
@@ -200,8 +210,10 @@ func (p *Proxy) forwardFast(d *domain, head *Head, method string, trusted bool, 
 		if ce := (errClientBody{}); errors.As(err, &ce) {
 			return p.refuseFastBody(h, method, ce.err, r.out)
 		}
-		at := len(r.out)
-		return finishBody(h, r.fail(fo.log, err), at)
+		if h.Body != nil {
+			_ = h.Body.Close() // as the transport closes it
+		}
+		return r.fail(fo.log, err)
 	}
 	r.br, r.origin = oc.br, oc.conn
 	if r.relay(resp, s.buf[:]) && !r.once && oc.br.Buffered() == 0 {
@@ -220,26 +232,6 @@ func (p *Proxy) forwardFast(d *domain, head *Head, method string, trusted bool, 
 // 9.3.2, 9.3.7).
 func ignoresBody(method string) bool {
 	return method == http.MethodGet || method == http.MethodHead || method == http.MethodOptions
-}
-
-// forwardHeld forwards h as forwardFast does, for a request whose rules
-// do something with the response (fastAfter): what limit and ServeHTTP do
-// for it around ReverseProxy, in their order. The tally stays open
-// through the answer, and is ended when it is complete or has failed.
-func (p *Proxy) forwardHeld(d *domain, h *Head, method string, trusted bool, upstream time.Duration, out []byte,
-	tally window.Tally, dec *decided) []byte {
-	var after fastAfter
-	after.held = hold(d, tally, dec.vs, dec.fellBack) // charge.go, as holdTally
-	if dec.always {
-		if f, ok := newFields(d, dec.vs, -1); ok { // fields.go, as withFields
-			after.fields = &f
-		}
-	}
-	out = p.forwardFast(d, h, method, trusted, upstream, out, &after)
-	if after.held != nil {
-		p.endHeld(after.held) // as ServeHTTP's deferred endAfter
-	}
-	return out
 }
 
 // relay is one fast forward's answer to its client.
@@ -358,23 +350,11 @@ func (r *relay) readResponse(oc *originConn, req *http.Request) (*http.Response,
 
 // fail answers a forward that got no response, as errorLog.handle does.
 func (r *relay) fail(l *errorLog, err error) []byte {
-	status, body := upstreamFailure(err) // forward.go
-	l.logFast(string(r.h.Method), r.h.Target, status, err)
-	return r.appendText(status, body)
-}
-
-// appendText appends what writeText writes, as net/http frames it.
-func (r *relay) appendText(status int, body string) []byte {
-	b := appendStatusLine(r.out, status)
-	b = append(b, "Content-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nDate: "...)
-	b = appendDate(b, time.Now())
-	b = append(b, "\r\nContent-Length: "...)
-	b = strconv.AppendInt(b, int64(len(body)), 10)
-	b = append(b, "\r\n\r\n"...)
-	if r.isHEAD {
-		return b
-	}
-	return append(b, body...)
+	var a answer
+	upstreamFailure(&a, err) // forward.go
+	l.logFast(string(r.h.Method), r.h.Target, a.status, err)
+	endBody(r.h, &a)
+	return a.appendTo(r.out, time.Now(), r.isHEAD)
 }
 
 // logFast logs a failed fast forward as handle logs a failed forward:

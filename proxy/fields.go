@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"net/http"
 	"strconv"
 	"strings"
@@ -10,26 +9,6 @@ import (
 	"github.com/edgerate/edge/headers"
 	"github.com/edgerate/edge/rules"
 )
-
-// withFields gives an allowed request the rate-limit fields of its rules
-// that want them on every response (headers: always): set on the
-// response now when the domain answers itself, else carried in the
-// request's context to the forwarder, which merges them into the origin's
-// response (fields.merge).
-func withFields(w http.ResponseWriter, r *http.Request, d *domain, vs []verdict) *http.Request {
-	f, ok := newFields(d, vs, -1)
-	if !ok {
-		return r
-	}
-	if d.Respond != nil {
-		f.set(w.Header())
-		return r
-	}
-	return r.WithContext(context.WithValue(r.Context(), fieldsKey{}, &f))
-}
-
-// fieldsKey carries a request's rate-limit fields to the forwarder.
-type fieldsKey struct{}
 
 // fields are the rate-limit fields of one response.
 type fields struct {

@@ -127,8 +127,8 @@ func (p *Proxy) newForwarder(d *domain, origin *url.URL, cip *ClientIP, transpor
 			if !mergeFields {
 				return nil
 			}
-			if f, ok := resp.Request.Context().Value(fieldsKey{}).(*fields); ok {
-				f.merge(resp.Header)
+			if ex := exchangeOf(resp.Request.Context()); ex != nil && ex.hasFields {
+				ex.fields.merge(resp.Header)
 			}
 			return nil
 		}
@@ -228,19 +228,21 @@ func (l *errorLog) handle(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 		panic(http.ErrAbortHandler)
 	}
-	status, body := upstreamFailure(err)
-	l.warn(r.Method, r.URL.Path, status, err)
-	writeText(w, status, body)
+	var a answer
+	upstreamFailure(&a, err)
+	l.warn(r.Method, r.URL.Path, a.status, err)
+	a.write(w)
 }
 
-// upstreamFailure is the answer to a forward the origin failed: 504 when
-// it was too slow, else 502.
-func upstreamFailure(err error) (status int, body string) {
+// upstreamFailure makes a the answer to a forward the origin failed: 504
+// when it was too slow, else 502.
+func upstreamFailure(a *answer, err error) {
 	var ne net.Error
 	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
-		return http.StatusGatewayTimeout, "gateway timeout: the origin did not answer in time\n"
+		a.textAnswer(http.StatusGatewayTimeout, outcomeOriginTimeout, "gateway timeout: the origin did not answer in time\n")
+		return
 	}
-	return http.StatusBadGateway, "bad gateway: the origin could not be reached\n"
+	a.textAnswer(http.StatusBadGateway, outcomeOriginFailed, "bad gateway: the origin could not be reached\n")
 }
 
 // warn logs a failed forward, at most as often as the limiter lets it,

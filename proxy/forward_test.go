@@ -302,7 +302,11 @@ func TestErrorHandlerNeverEndsSilently(t *testing.T) {
 		{"origin too slow", context.Background(), context.DeadlineExceeded, 504, false},
 		{"forward cancelled", cancelled, context.Canceled, 0, true},
 	}
-	l := newErrorLog(slog.New(slog.DiscardHandler), "api", func(w http.ResponseWriter, err error) { bodyRefusal(err).answer(w) })
+	l := newErrorLog(slog.New(slog.DiscardHandler), "api", func(w http.ResponseWriter, err error) {
+		var a answer
+		a.refusalAnswer(bodyRefusal(err), outcomeBodyRefused)
+		a.write(w)
+	})
 	for _, tt := range tests {
 		r := httptest.NewRequest("GET", "http://api.example.com/", nil).WithContext(tt.ctx)
 		w := httptest.NewRecorder()

@@ -168,10 +168,10 @@ func (s *hostileServer) stop(t *testing.T) {
 	s.conns.Wait()
 }
 
-// exchange sends raw on a new connection and reads len(want) responses
+// sendRaw sends raw on a new connection and reads len(want) responses
 // (skipping interim 1xx ones). A status of 0 stands for "closed without a
 // response".
-func exchange(t *testing.T, addr string, c hostile.Case) (got []int, bodies []string) {
+func sendRaw(t *testing.T, addr string, c hostile.Case) (got []int, bodies []string) {
 	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -245,7 +245,7 @@ func TestHostileCorpus(t *testing.T) {
 
 	// Spend the admin and login quotas.
 	for _, raw := range []string{hostile.Req("GET /admin/ HTTP/1.1", hostile.HostAPI), hostile.Req("POST /login HTTP/1.1", hostile.HostAPI)} {
-		if got, _ := exchange(t, srv.addr, hostile.Case{Raw: raw, Want: []int{200}}); got[0] != 200 {
+		if got, _ := sendRaw(t, srv.addr, hostile.Case{Raw: raw, Want: []int{200}}); got[0] != 200 {
 			t.Fatalf("priming %q: got %v, want 200", raw, got)
 		}
 	}
@@ -262,7 +262,7 @@ func TestHostileCorpus(t *testing.T) {
 		classes[c.Class].n++
 		origin.settle(t)
 		s0, c0, _ := origin.counts()
-		got, bodies := exchange(t, srv.addr, c)
+		got, bodies := sendRaw(t, srv.addr, c)
 		origin.settle(t)
 		s1, c1, last := origin.counts()
 

@@ -11,71 +11,113 @@ import (
 	"github.com/edgerate/edge/window"
 )
 
-// limit decides every rule of d that matches r, at now, by the keys of
-// src. It returns the request to serve on, carrying the rate-limit fields
-// its response should have (fields.go); or nil if it has answered: a block
-// rule refused it (refuse), or the domain's counter could not decide
-// (unavailable).
+// limitStep is what limit leaves a request to do next.
+type limitStep uint8
+
+const (
+	stepGoOn    limitStep = iota // allowed: forward it (ex.after and ex.fields say what comes with it)
+	stepAnswer                   // refused: ex.ans is its answer
+	stepDecline                  // the fast path cannot carry it: limit changed nothing
+	stepGone                     // its client went away while it waited for its turn
+)
+
+// limit decides every rule of ex's domain that matches its request, at
+// ex.now, by the keys of ex.src, for every transport: this is the one
+// order of the limit steps.
 //
 // A rule whose allow list holds the client does not match: it neither
 // counts nor refuses the request.
 //
 // Every matching rule counts the request at its cost under that rule
 // (cost.go), as its own decision says. A request whose cost a block rule
-// cannot take is answered 400 before any rule counts it. If a
-// block rule refuses it, the request is blocked, and rules that do not count
-// blocked requests give back what they counted: a blocked request uses up no
-// quota anywhere, so a client that sends too fast still gets its limit
-// through in every sliding period.
+// cannot take is answered 400 before any rule counts it. If a block rule
+// refuses it, the request is blocked, and rules that do not count blocked
+// requests give back what they counted: a blocked request uses up no quota
+// anywhere, so a client that sends too fast still gets its limit through
+// in every sliding period. If the domain's counter could not decide, the
+// request is answered 503 (unavailable).
 //
 // A request that a leaky bucket queue lets through later waits here for
-// its turn (queue.go) before it is returned. In a domain that sheds load
-// the request's tally stays open until it is admitted (shed.go), so that a
-// request shed then gives back what its rules counted.
-func (p *Proxy) limit(w http.ResponseWriter, r *http.Request, d *domain, src *rules.KeySource, now time.Time) *http.Request {
-	if d.costHeaders && !p.checkCosts(w, r, d, src) { // cost.go: 400
-		return nil
+// its turn (queue.go). An allowed request's tally stays open, in ex.after,
+// when its rules count after the response, hold a slot, or the domain
+// sheds load (charge.go, shed.go), so that a request shed then gives back
+// what its rules counted.
+//
+// On the fast path (ex.fast) limit decides first and declines after what
+// that path cannot carry (a decision that needs Redis, an allowed request
+// it cannot forward, a refused HEAD), giving back what it counted, so
+// that ServeHTTP decides the request again as if it were the first time.
+func (p *Proxy) limit(ctx context.Context, ex *exchange) limitStep {
+	d := ex.d
+	if !ex.fast && d.costHeaders {
+		if rs, problem := firstBadCost(d, ex); rs != nil { // cost.go
+			p.metrics.refused.WithLabelValues("400").Inc()
+			ex.ans.costAnswer(rs, problem, ex.json())
+			return stepAnswer
+		}
 	}
-	keys := keyBuffers.Get().(*keyBuffer)
-	defer putKeyBuffer(keys)
-	var vbuf [8]verdict
-	tally := d.counter.Begin()
-	dec := p.decideRules(r.Context(), d, r.Method, src, tally, now, keys, vbuf[:0])
-	vs, blocker, always, fellBack := dec.vs, dec.blocker, dec.always, dec.fellBack
-	p.observe(r.Context(), d, vs, src, now)
-	if dec.unavailable {
-		refund(d, vs, tally, now)
-		endTally(d, tally, true)
-		p.unavailable(w, d, dec.retry)
-		return nil
-	}
-	if blocker < 0 {
-		if delay, q := queueDelay(d, vs); delay > 0 { // queue.go
-			switch d.queue.wait(r, d.MaxQueued, delay) {
-			case waitFull:
-				refund(d, vs, tally, now)
-				endTally(d, tally, fellBack)
-				p.refuseQueued(w, r, d, vs, q)
-				return nil
-			case waitGone:
-				releaseSlots(d, vs, tally, now)
-				endTally(d, tally, fellBack) // its turns stay used
-				// Gone, or only half-closed (net/http cancels the request
-				// on either): a handler never ends without an answer, so
-				// close the connection rather than let net/http invent a 200.
-				panic(http.ErrAbortHandler)
+	tally := ex.begin()
+	dec := p.decideRules(ctx, d, ex.method, &ex.src, tally, ex.now, &ex.keys, ex.vbuf[:0])
+	ex.dec = dec
+	vs := dec.vs
+	if ex.fast {
+		if dec.unavailable || dec.blocker < 0 && !ex.fwd || dec.blocker >= 0 && ex.method == http.MethodHead {
+			refundAll(vs, tally, ex.now)
+			tally.End()
+			if dec.badCost == nil || ex.method == http.MethodHead {
+				return stepDecline
 			}
+			// What the slow path's first step answers before any rule
+			// counts: a block rule cannot take the request's cost.
+			p.countXFF(ex)
+			p.metrics.refused.WithLabelValues("400").Inc()
+			ex.ans.costAnswer(dec.badCost, dec.costProblem, ex.json())
+			return stepAnswer
 		}
-		r = holdTally(r, d, tally, vs, fellBack) // charge.go; shed.go may refund later
-		if always {
-			return withFields(w, r, d, vs)
-		}
-		return r
+		p.countXFF(ex)
 	}
-	refund(d, vs, tally, now)
-	endTally(d, tally, fellBack)
-	p.refuse(w, r, d, vs, blocker, src.Client.Addr())
-	return nil
+	p.observe(ctx, d, vs, &ex.src, ex.now)
+	if dec.unavailable {
+		refund(d, vs, tally, ex.now)
+		endTally(d, tally, true)
+		d.requests.unavailable.Inc()
+		ex.ans.unavailableAnswer(dec.retry)
+		return stepAnswer
+	}
+	if dec.blocker >= 0 {
+		refund(d, vs, tally, ex.now)
+		endTally(d, tally, dec.fellBack)
+		p.countBlock(ctx, d, vs, dec.blocker, ex.src.Client.Addr())
+		ex.ans.blockedAnswer(d, vs, dec.blocker, ex.json())
+		return stepAnswer
+	}
+	if delay, q := queueDelay(d, vs); delay > 0 { // queue.go
+		switch d.queue.wait(ctx, d.MaxQueued, delay) {
+		case waitFull:
+			refund(d, vs, tally, ex.now)
+			endTally(d, tally, dec.fellBack)
+			p.refuseQueued(ctx, ex, q)
+			return stepAnswer
+		case waitGone:
+			releaseSlots(d, vs, tally, ex.now)
+			endTally(d, tally, dec.fellBack) // its turns stay used
+			return stepGone
+		}
+	}
+	ex.after = hold(d, tally, vs, dec.fellBack) // charge.go; shed.go may refund later
+	if dec.always {
+		ex.fields, ex.hasFields = newFields(d, vs, -1) // fields.go
+	}
+	return stepGoOn
+}
+
+// countXFF counts, on the fast path, a malformed X-Forwarded-For from a
+// trusted proxy, as identify does on the slow path, for a request the
+// fast path goes on with.
+func (p *Proxy) countXFF(ex *exchange) {
+	if ex.id.XFFMalformed {
+		p.metrics.xffMalformed.Inc()
+	}
 }
 
 // decided is what decideRules found: the verdicts of the matching rules

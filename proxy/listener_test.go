@@ -149,7 +149,7 @@ func TestListenerRefusalsCounted(t *testing.T) {
 		screen0 := testutil.ToFloat64(p.metrics.refused.WithLabelValues("400"))
 		origin.settle(t)
 		_, c0, _ := origin.counts()
-		got, bodies := exchange(t, s.addr, hostile.Case{Raw: tt.raw, Want: tt.want})
+		got, bodies := sendRaw(t, s.addr, hostile.Case{Raw: tt.raw, Want: tt.want})
 		if fmt.Sprint(got) != fmt.Sprint(tt.want) {
 			t.Errorf("%s: got %v (%q), want %v", tt.name, got, bodies, tt.want)
 		}

@@ -177,8 +177,9 @@ type ruleState struct {
 	// policyText is policy as a RateLimit-Policy member, formatted once:
 	// a response reporting only this rule sends it without formatting.
 	policyText string
-	// blockHeads are the fast path's block responses' first lines.
-	blockHeads [2]string
+	// blockContentType is the Content-Type of the rule's own block
+	// response body, shared by its answers (nil without one).
+	blockContentType []string
 	// limitName is the rule's name as a RateLimit member names it,
 	// formatted once.
 	limitName string
@@ -203,9 +204,11 @@ func newRuleState(r *rules.Rule, c ruleCounters) ruleState {
 		policy:     p,
 		policyText: string(headers.AppendPolicy(nil, p)),
 		limitName:  string(headers.AppendName(nil, r.Name)),
-		blockHeads: blockHeads(r),
 		outcomes:   c,
 		top:        newTopTalkers(),
+	}
+	if br := r.BlockResponse; br != nil && br.Body != "" {
+		rs.blockContentType = []string{br.ContentType}
 	}
 	if r.Algorithm.Bucket() {
 		rs.restoreRate = strconv.FormatFloat(float64(r.Limit)/r.Period.Seconds(), 'f', -1, 64)

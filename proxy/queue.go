@@ -1,7 +1,7 @@
 package proxy
 
 import (
-	"net/http"
+	"context"
 	"sync/atomic"
 	"time"
 
@@ -54,9 +54,9 @@ const (
 	waitGone                      // the client went away first: drop it
 )
 
-// wait holds r, in the caller's goroutine, until delay has passed or its
+// wait holds a request, in the caller's goroutine, until delay has passed or its
 // client goes away, if d's queue has room for it.
-func (q *queue) wait(r *http.Request, limit int, delay time.Duration) waitOutcome {
+func (q *queue) wait(ctx context.Context, limit int, delay time.Duration) waitOutcome {
 	if q.waiting.Add(1) > int64(limit) {
 		q.waiting.Add(-1)
 		q.full.Inc()
@@ -72,7 +72,7 @@ func (q *queue) wait(r *http.Request, limit int, delay time.Duration) waitOutcom
 	select {
 	case <-timer.C:
 		return waitServed
-	case <-r.Context().Done():
+	case <-ctx.Done():
 		return waitGone
 	}
 }

@@ -56,8 +56,8 @@ func queueRule(maxDelay time.Duration) rules.RuleConfig {
 	return r
 }
 
-// answer is one request's response and when it came, after the start.
-type answer struct {
+// queueAnswer is one request's response and when it came, after the start.
+type queueAnswer struct {
 	status int
 	retry  string
 	after  time.Duration
@@ -67,23 +67,23 @@ type answer struct {
 // would), each once the one before it waits or has been answered, so that
 // they are decided in order. The function it returns waits for their
 // answers, in the order they were sent.
-func start(p *Proxy, n int, ctx context.Context) func() []answer {
+func start(p *Proxy, n int, ctx context.Context) func() []queueAnswer {
 	t0 := time.Now()
-	out := make([]answer, n)
+	out := make([]queueAnswer, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
 			req := httptest.NewRequestWithContext(ctx, "GET", "http://api.example.com/", nil)
 			rec := httptest.NewRecorder()
 			if serveOrAbort(p, rec, req) {
-				out[i] = answer{0, "", time.Since(t0)} // connection closed, no response
+				out[i] = queueAnswer{0, "", time.Since(t0)} // connection closed, no response
 				return
 			}
-			out[i] = answer{rec.Code, rec.Header().Get("Retry-After"), time.Since(t0)}
+			out[i] = queueAnswer{rec.Code, rec.Header().Get("Retry-After"), time.Since(t0)}
 		})
 		synctest.Wait()
 	}
-	return func() []answer {
+	return func() []queueAnswer {
 		wg.Wait()
 		return out
 	}
@@ -105,7 +105,7 @@ func serveOrAbort(p *Proxy, w http.ResponseWriter, req *http.Request) (aborted b
 }
 
 // send serves n requests as start does and returns their answers.
-func send(p *Proxy, n int, ctx context.Context) []answer { return start(p, n, ctx)() }
+func send(p *Proxy, n int, ctx context.Context) []queueAnswer { return start(p, n, ctx)() }
 
 // TestQueueWaitsForTurn: a burst of requests to a queue of 10 a second
 // with max_delay 500ms is forwarded 100ms apart, as nginx's limit_req
@@ -115,7 +115,7 @@ func TestQueueWaitsForTurn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p, origin := queueProxy(t, 0, queueRule(500*time.Millisecond))
 		const ms = time.Millisecond
-		want := []answer{
+		want := []queueAnswer{
 			{200, "", 0}, {200, "", 100 * ms}, {200, "", 200 * ms}, {200, "", 300 * ms},
 			{200, "", 400 * ms}, {200, "", 500 * ms}, {429, "1", 0}, {429, "1", 0},
 		}
@@ -164,7 +164,7 @@ func TestQueueFull(t *testing.T) {
 				d.MaxQueued, d.Queued, d.Rules[0].MaxDelay)
 		}
 		got := wait()
-		want := []answer{{200, "", 0}, {200, "", 100 * time.Millisecond}, {200, "", 200 * time.Millisecond}, {429, "1", 0}, {429, "1", 0}}
+		want := []queueAnswer{{200, "", 0}, {200, "", 100 * time.Millisecond}, {200, "", 200 * time.Millisecond}, {429, "1", 0}, {429, "1", 0}}
 		for i := range want {
 			if got[i] != want[i] {
 				t.Errorf("request %d: got %+v, want %+v", i, got[i], want[i])
@@ -178,7 +178,7 @@ func TestQueueFull(t *testing.T) {
 		}
 		// The refused turns were given back: at 200ms the bucket holds
 		// just the last forwarded request, so one more waits 100ms.
-		if got := send(p, 1, ctx); got[0] != (answer{200, "", 100 * time.Millisecond}) {
+		if got := send(p, 1, ctx); got[0] != (queueAnswer{200, "", 100 * time.Millisecond}) {
 			t.Errorf("after: got %+v, want 200 after 100ms", got[0])
 		}
 	})
@@ -196,7 +196,7 @@ func TestQueueClientGone(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 		cancel()
 		gone := wait()
-		// Never an invented answer: the connection is closed at once.
+		// Never an invented queueAnswer: the connection is closed at once.
 		if gone[0].status != 0 || gone[0].after != 50*time.Millisecond {
 			t.Errorf("gone client: got %+v, want the connection closed (status 0) after 50ms", gone[0])
 		}
@@ -205,7 +205,7 @@ func TestQueueClientGone(t *testing.T) {
 		}
 		// At 50ms the bucket holds the first request's unit (half drained)
 		// and the gone one's: the next waits 150ms.
-		if got := send(p, 1, t.Context()); got[0] != (answer{200, "", 150 * time.Millisecond}) {
+		if got := send(p, 1, t.Context()); got[0] != (queueAnswer{200, "", 150 * time.Millisecond}) {
 			t.Errorf("next: got %+v, want 200 after 150ms", got[0])
 		}
 		if got := testutil.ToFloat64(p.metrics.queued.WithLabelValues("api.example.com")); got != 0 {
@@ -226,7 +226,7 @@ func TestQueueWithOtherRules(t *testing.T) {
 		window := rule("window", 3, time.Minute)
 		p, origin := queueProxy(t, 0, fast, slow, window)
 		got := send(p, 4, t.Context())
-		want := []answer{{200, "", 0}, {200, "", 200 * time.Millisecond}, {200, "", 400 * time.Millisecond}, {429, "", 0}}
+		want := []queueAnswer{{200, "", 0}, {200, "", 200 * time.Millisecond}, {200, "", 400 * time.Millisecond}, {429, "", 0}}
 		for i := range want {
 			got[i].retry = ""
 			if got[i] != want[i] {
@@ -264,7 +264,7 @@ func TestQueueReload(t *testing.T) {
 			t.Errorf("reload: rules_changed %v, keys_carried %d; want [api.example.com/q], 1", res.RulesChanged, res.KeysCarried)
 		}
 		got = send(p, 3, t.Context())
-		want := []answer{{200, "", 100 * time.Millisecond}, {429, "1", 0}, {429, "1", 0}}
+		want := []queueAnswer{{200, "", 100 * time.Millisecond}, {429, "1", 0}, {429, "1", 0}}
 		for i := range want {
 			if got[i] != want[i] {
 				t.Errorf("after reload, request %d: got %+v, want %+v", i, got[i], want[i])

@@ -37,9 +37,7 @@ func (st *state) lookup(host string, check bool) *domain {
 // the Host is not a valid host at all (validHost false). It is never forwarded.
 func (p *Proxy) misdirected(w http.ResponseWriter, validHost bool) {
 	p.metrics.misdirected.Inc()
-	if !validHost {
-		writeText(w, http.StatusBadRequest, "bad request: invalid host\n")
-		return
-	}
-	writeText(w, http.StatusMisdirectedRequest, "misdirected request: no site is configured for this host\n")
+	var a answer
+	a.misdirectedAnswer(validHost)
+	a.write(w)
 }

@@ -52,7 +52,9 @@ func (p *Proxy) screen(w http.ResponseWriter, r *http.Request) bool {
 		return true
 	}
 	p.metrics.refused.WithLabelValues(strconv.Itoa(no.status)).Inc()
-	no.answer(w)
+	var a answer
+	a.refusalAnswer(no, outcomeScreened)
+	a.write(w)
 	return false
 }
 
@@ -64,13 +66,6 @@ type refusal struct {
 }
 
 func badRequest(reason string) refusal { return refusal{http.StatusBadRequest, reason} }
-
-// answer writes the refusal, and closes the connection: a client that sent
-// such a request may not be framing its messages as edge reads them.
-func (no refusal) answer(w http.ResponseWriter) {
-	w.Header()["Connection"] = []string{"close"}
-	writeText(w, no.status, strings.ToLower(http.StatusText(no.status))+": "+no.reason+"\n")
-}
 
 // screenRequest returns why r is refused, if it is.
 func screenRequest(r *http.Request) refusal {

@@ -7,9 +7,10 @@ import (
 )
 
 // ServeHTTP carries one request through edge. Each step is one function in
-// its own file, called here in the order the request passes them; a step
-// that answers the request itself returns nil (or false), and the request
-// goes no further.
+// its own file, called here in the order the request passes them; what a
+// step finds it leaves in the request's exchange (exchange.go), and a step
+// that answers the request itself returns nil (or false, or an answer),
+// and the request goes no further.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !p.screen(w, r) { // screen.go: refused requests are never forwarded
 		return
@@ -20,24 +21,48 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if d == nil {
 		return
 	}
-	if d.store != nil {
-		src, _ := p.identify(r, st, host) // identify.go
-		// limit.go decides; refuse.go answers what a rule blocks.
-		if r = p.limit(w, r, d, &src, now); r == nil {
-			return
+	ex := exchanges.Get().(*exchange)
+	ex.st, ex.d, ex.host, ex.method, ex.now, ex.req = st, d, host, r.Method, now, r
+	carried := false
+	defer func() {
+		if !carried {
+			ex.recycle(&exchanges)
 		}
-		if d.countsAfter || d.slots || d.shed != nil { // charge.go: limit kept the tally open
-			defer p.endAfter(r)
+	}()
+	if d.store != nil {
+		ex.src, ex.id = p.identify(r, st, host) // identify.go
+		switch p.limit(r.Context(), ex) {       // limit.go decides; answer.go makes a refusal
+		case stepAnswer:
+			ex.ans.write(w)
+			return
+		case stepGone:
+			// Gone, or only half-closed (net/http cancels the request on
+			// either) while it waited for its turn: a handler never ends
+			// without an answer, so close the connection rather than let
+			// net/http invent a 200.
+			panic(http.ErrAbortHandler)
+		}
+		if ex.after != nil { // charge.go: limit kept the tally open
+			defer p.endHeld(ex.after)
+		}
+		if ex.hasFields && d.Respond != nil { // fields.go: the domain answers itself
+			ex.fields.set(w.Header())
 		}
 	}
-	r, release := p.readBody(w, r, st, d) // body.go: 413, buffering
-	if r == nil {
+	if d.Respond == nil && (ex.after != nil || ex.hasFields || hasBody(r)) {
+		// The forwarder's hooks need the exchange (charge.go, fields.go,
+		// body.go): it goes in the request's context, and is not reused.
+		r, carried = withExchange(r, ex), true
+	}
+	release := p.readBody(w, r, ex) // body.go: 413, buffering
+	if release == nil {
 		return
 	}
 	defer release()
 	if d.shed != nil { // shed.go: 503, once the request is ready for the origin
-		if !p.admit(w, r, d.shed, host, rules.CleanPath(r.URL.Path)) {
-			p.giveBack(r) // charge.go
+		if !p.admit(r, ex, d.shed, rules.CleanPath(r.URL.Path)) {
+			p.giveBack(ex.after) // charge.go
+			ex.ans.write(w)
 			return
 		}
 		defer d.shed.release()

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"io"
 	"net/http"
 	"sync/atomic"
 
@@ -54,14 +53,14 @@ func (m *metrics) newShedState(rd *rules.Domain, prev *domain) *shedState {
 	return s
 }
 
-// admit classifies r (to host, normalised, at the cleaned path) and takes
-// a slot for it if its class may have one, in one atomic step, so that no
-// class passes its threshold however many requests arrive at once. A
-// request refused is answered here: 503, Retry-After 1 and a body saying
-// its class. The caller gives back what the rules counted, and releases
-// the slot of an admitted request (release) when it is done.
-func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, s *shedState, host, path string) bool {
-	class := s.Classify(host, r.Method, path, r.Header)
+// admit classifies r (to ex.host, at the cleaned path) and takes a slot
+// for it if its class may have one, in one atomic step, so that no class
+// passes its threshold however many requests arrive at once. For a
+// request refused it makes ex.ans (shedAnswer). The caller writes it,
+// gives back what the rules counted, and releases the slot of an admitted
+// request (release) when it is done.
+func (p *Proxy) admit(r *http.Request, ex *exchange, s *shedState, path string) bool {
+	class := s.Classify(ex.host, r.Method, path, r.Header)
 	limit := s.Limits[class]
 	for {
 		n := s.inFlight.Load()
@@ -74,22 +73,7 @@ func (p *Proxy) admit(w http.ResponseWriter, r *http.Request, s *shedState, host
 		}
 	}
 	s.refused[class].Inc()
-	h := w.Header()
-	h["Retry-After"] = shedRetryAfter
-	h["Cache-Control"] = noStore
-	h["X-Content-Type-Options"] = nosniff
-	var body string
-	if acceptsJSON(r.Header.Get("Accept")) {
-		h["Content-Type"] = contentTypeJSON
-		body = `{"error":"overloaded","class":"` + class.String() + `","retry_after":1}` + "\n"
-	} else {
-		h["Content-Type"] = contentTypeText
-		body = "overloaded: " + class.String() + " requests are shed; retry in 1s\n"
-	}
-	w.WriteHeader(http.StatusServiceUnavailable)
-	if r.Method != http.MethodHead {
-		_, _ = io.WriteString(w, body)
-	}
+	ex.ans.shedAnswer(class.String(), ex.json())
 	return false
 }
 

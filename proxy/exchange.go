@@ -1,0 +1,120 @@
+package proxy
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/edgerate/edge/rules"
+	"github.com/edgerate/edge/window"
+)
+
+// exchange is one request's passage through edge, from its head to the
+// end of its answer: what the steps find out about it, held in one place
+// so that each step reads what the ones before it found. ServeHTTP, the
+// check listener and the fast path's Answer each make one per request;
+// limit (limit.go) decides it the same way for all three, and the answer
+// it leaves (ans) is rendered by whichever transport carries the request.
+//
+// On the net/http path the exchange travels in the request's context, one
+// value (exchangeOf), to the forwarder's hooks; it is used by the
+// request's goroutine only (the forwarder's ModifyResponse, ErrorHandler
+// and body reads run on it in turn).
+type exchange struct {
+	st     *state
+	d      *domain
+	host   string // normalised
+	method string
+	now    time.Time // the request's one reading of the clock
+	fast   bool      // the fast path carries it: limit may decline (stepDecline)
+	// req is the request on the net/http path (nil on the fast path),
+	// whose Accept field answers are chosen by; the fast path gathers
+	// accept from the head instead.
+	req    *http.Request
+	accept string
+	// fwd: on the fast path, the fast forward may carry the request to
+	// the origin.
+	fwd bool
+
+	src rules.KeySource // what rules key and match the request by
+	id  Identity        // who the client is (identify.go)
+
+	dec decided
+	// after is what the request's rules still count once the origin
+	// answers, with the tally held open for it (charge.go); nil for nothing.
+	after *afterResponse
+	// fields are the rate-limit fields of rules with headers: always, for
+	// the answer or the origin's response (hasFields false: none).
+	fields    fields
+	hasFields bool
+	// body is the client's body as the forward reads it (body.go); nil for
+	// a request without one.
+	body *clientBody
+	// ans is the answer edge makes itself, when limit or a later step
+	// refuses the request.
+	ans answer
+
+	keys keyBuffer
+	vbuf [8]verdict
+	// scratch is what the fast path reads the head into (fast.go).
+	scratch fastScratch
+}
+
+// exchangeKey carries a request's exchange in its context.
+type exchangeKey struct{}
+
+// withExchange returns r carrying ex, for the forwarder's hooks.
+func withExchange(r *http.Request, ex *exchange) *http.Request {
+	r = r.WithContext(context.WithValue(r.Context(), exchangeKey{}, ex))
+	ex.req = r
+	return r
+}
+
+// Exchanges are reused, so that a request that is refused, or answered by
+// its domain's static response, allocates none; one that a request's
+// context carried is left to the collector, since the forwarder's hooks
+// hold it (ServeHTTP).
+var (
+	exchanges     = sync.Pool{New: func() any { return newExchange(false) }}
+	fastExchanges = sync.Pool{New: func() any { return newExchange(true) }}
+)
+
+func newExchange(fast bool) *exchange {
+	return &exchange{fast: fast, keys: keyBuffer{b: make([]byte, 0, 512)}, scratch: fastScratch{xff: make([]string, 0, 8)}}
+}
+
+// recycle puts ex back in pool, cleared but for its buffers, unless it grew
+// buffers too large to keep.
+func (ex *exchange) recycle(pool *sync.Pool) {
+	s := &ex.scratch
+	if cap(ex.keys.b) > maxKeyBuffer || cap(s.view.vals) > 64 || cap(s.path) > 64<<10 || cap(ex.ans.body) > 64<<10 {
+		return
+	}
+	*ex = exchange{fast: ex.fast, keys: keyBuffer{b: ex.keys.b[:0]}, ans: answer{vals: ex.ans.vals[:0], body: ex.ans.body[:0]},
+		scratch: fastScratch{path: s.path, host: s.host, xff: s.xff[:0], view: headerView{vals: s.view.vals[:0]}}}
+	pool.Put(ex)
+}
+
+// exchangeOf returns the exchange a request's context carries, or nil.
+func exchangeOf(ctx context.Context) *exchange {
+	ex, _ := ctx.Value(exchangeKey{}).(*exchange)
+	return ex
+}
+
+// json reports whether the request's answer should be JSON (acceptsJSON).
+func (ex *exchange) json() bool {
+	if ex.req != nil {
+		return acceptsJSON(ex.req.Header.Get("Accept"))
+	}
+	return acceptsJSON(ex.accept)
+}
+
+// begin opens the request's tally on its domain's counter: in Redis modes
+// the fast path decides only what needs no round trip.
+func (ex *exchange) begin() window.Tally {
+	if ex.fast && ex.d.local != nil {
+		return ex.d.local.BeginLocal()
+	}
+	return ex.d.counter.Begin()
+}

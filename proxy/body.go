@@ -140,7 +140,7 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request, ex *exchange) f
 	}
 	plan := planBody(ex.d, r.ContentLength)
 	if plan.tooLarge {
-		p.refuseBody(w, errBodyTooLarge)
+		p.refuseBody(w, ex.d, errBodyTooLarge)
 		return nil
 	}
 	if plan.capAt > 0 {
@@ -156,7 +156,7 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request, ex *exchange) f
 	buf, err := readPrefix(cb, r.ContentLength, plan.buffer)
 	if err != nil {
 		release()
-		p.refuseBody(w, err)
+		p.refuseBody(w, ex.d, err)
 		return nil
 	}
 	prefix := &prefixReader{buf: buf, done: release}
@@ -243,12 +243,13 @@ func bodyError(r *http.Request) error {
 	return ex.body.failure()
 }
 
-// refuseBody answers a request whose body is refused or failed.
-func (p *Proxy) refuseBody(w http.ResponseWriter, err error) {
+// refuseBody answers a request of d whose body is refused or failed.
+func (p *Proxy) refuseBody(w http.ResponseWriter, d *domain, err error) {
 	no := bodyRefusal(err)
 	p.metrics.refused.WithLabelValues(strconv.Itoa(no.status)).Inc()
 	var a answer
 	a.refusalAnswer(no, outcomeBodyRefused)
+	d.requests.count(&a)
 	a.write(w)
 }
 

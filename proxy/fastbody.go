@@ -261,12 +261,13 @@ func endBody(h *Head, a *answer) {
 
 // refuseFastBody answers a request whose body failed (bodyRefusal), as
 // refuseBody does, after out: the connection closes after it.
-func (p *Proxy) refuseFastBody(h *Head, method string, err error, out []byte) []byte {
+func (p *Proxy) refuseFastBody(d *domain, h *Head, method string, err error, out []byte) []byte {
 	no := bodyRefusal(err)
 	p.metrics.refused.WithLabelValues(strconv.Itoa(no.status)).Inc()
 	h.Client.CloseAfter()
 	var a answer
 	a.refusalAnswer(no, outcomeBodyRefused)
+	d.requests.count(&a)
 	return a.appendTo(out, time.Now(), method == http.MethodHead)
 }
 

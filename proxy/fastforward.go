@@ -163,7 +163,7 @@ func (p *Proxy) forwardFast(ex *exchange, head *Head, out []byte) []byte {
 	h.Client.Forwarding()
 	fb, err := p.readFastBody(ex.st, d, h) // fastbody.go: buffering, or 400/408/413
 	if err != nil {
-		return p.refuseFastBody(h, method, err, out)
+		return p.refuseFastBody(d, h, method, err, out)
 	}
 	defer fb.release()
 	d.requests.served.Inc()
@@ -208,7 +208,7 @@ func (p *Proxy) forwardFast(ex *exchange, head *Head, out []byte) []byte {
 	fo.obs[class].Observe(time.Since(start).Seconds())
 	if err != nil {
 		if ce := (errClientBody{}); errors.As(err, &ce) {
-			return p.refuseFastBody(h, method, ce.err, r.out)
+			return p.refuseFastBody(d, h, method, ce.err, r.out)
 		}
 		if h.Body != nil {
 			_ = h.Body.Close() // as the transport closes it
@@ -353,6 +353,7 @@ func (r *relay) fail(l *errorLog, err error) []byte {
 	var a answer
 	upstreamFailure(&a, err) // forward.go
 	l.logFast(string(r.h.Method), r.h.Target, a.status, err)
+	r.d.requests.count(&a)
 	endBody(r.h, &a)
 	return a.appendTo(r.out, time.Now(), r.isHEAD)
 }

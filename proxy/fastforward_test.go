@@ -40,7 +40,7 @@ func (c *bufClient) Forwarding() {}
 // connection closes after.
 func relayRaw(raw []byte, head bool) ([]byte, bool, error) {
 	p := &Proxy{log: slog.New(slog.DiscardHandler)}
-	d := &domain{ffwd: &fastOrigin{log: newErrorLog(p.log, "fuzz", nil)}}
+	d := &domain{ffwd: &fastOrigin{log: newErrorLog(p.log, "fuzz", nil, nil)}}
 	oc := &originConn{conn: &byteConn{r: bytes.NewReader(raw)}, limit: originHeadMax}
 	oc.br = bufio.NewReaderSize(oc, originReadBuffer)
 	c := &bufClient{}

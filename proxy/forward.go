@@ -71,7 +71,7 @@ func newTransport(t rules.Timeouts) *http.Transport {
 // else does (onResponse, charge.go).
 func (p *Proxy) newForwarder(d *domain, origin *url.URL, cip *ClientIP, transport http.RoundTripper, mergeFields bool) http.Handler {
 	domain := d.Name
-	errLog := newErrorLog(p.log, domain, p.refuseBody)
+	errLog := newErrorLog(p.log, domain, &d.requests, func(w http.ResponseWriter, err error) { p.refuseBody(w, d, err) })
 	obs := p.metrics.upstreamObservers(domain)
 	d.upstreamObs = obs // the status page reads them (recent.go)
 	d.ffwd = p.fastOriginFor(d, origin, obs, errLog)
@@ -203,13 +203,14 @@ type errorLog struct {
 	log        *slog.Logger
 	domain     string
 	refuseBody func(http.ResponseWriter, error)
+	counts     *requestCounters // the domain's
 	limiter    *rate.Limiter
 	mu         sync.Mutex
 	suppressed int // errors not logged since the last line
 }
 
-func newErrorLog(log *slog.Logger, domain string, refuseBody func(http.ResponseWriter, error)) *errorLog {
-	return &errorLog{log: log, domain: domain, refuseBody: refuseBody, limiter: rate.NewLimiter(5, 10)}
+func newErrorLog(log *slog.Logger, domain string, counts *requestCounters, refuseBody func(http.ResponseWriter, error)) *errorLog {
+	return &errorLog{log: log, domain: domain, counts: counts, refuseBody: refuseBody, limiter: rate.NewLimiter(5, 10)}
 }
 
 // handle writes 504 when the origin was too slow, 502 when it could not be
@@ -231,6 +232,7 @@ func (l *errorLog) handle(w http.ResponseWriter, r *http.Request, err error) {
 	var a answer
 	upstreamFailure(&a, err)
 	l.warn(r.Method, r.URL.Path, a.status, err)
+	l.counts.count(&a)
 	a.write(w)
 }
 

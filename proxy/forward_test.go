@@ -302,7 +302,7 @@ func TestErrorHandlerNeverEndsSilently(t *testing.T) {
 		{"origin too slow", context.Background(), context.DeadlineExceeded, 504, false},
 		{"forward cancelled", cancelled, context.Canceled, 0, true},
 	}
-	l := newErrorLog(slog.New(slog.DiscardHandler), "api", func(w http.ResponseWriter, err error) {
+	l := newErrorLog(slog.New(slog.DiscardHandler), "api", nil, func(w http.ResponseWriter, err error) {
 		var a answer
 		a.refusalAnswer(bodyRefusal(err), outcomeBodyRefused)
 		a.write(w)

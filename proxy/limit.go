@@ -53,6 +53,7 @@ func (p *Proxy) limit(ctx context.Context, ex *exchange) limitStep {
 		if rs, problem := firstBadCost(d, ex); rs != nil { // cost.go
 			p.metrics.refused.WithLabelValues("400").Inc()
 			ex.ans.costAnswer(rs, problem, ex.json())
+			d.requests.count(&ex.ans)
 			return stepAnswer
 		}
 	}
@@ -72,6 +73,7 @@ func (p *Proxy) limit(ctx context.Context, ex *exchange) limitStep {
 			p.countXFF(ex)
 			p.metrics.refused.WithLabelValues("400").Inc()
 			ex.ans.costAnswer(dec.badCost, dec.costProblem, ex.json())
+			d.requests.count(&ex.ans)
 			return stepAnswer
 		}
 		p.countXFF(ex)

@@ -78,7 +78,7 @@ func newMetrics(p *Proxy, version string) *metrics {
 		p: p,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_requests_total",
-			Help: "Requests by domain and outcome: served (forwarded, answered by the domain's static response, or allowed by the check listener) or blocked by a rate limit.",
+			Help: "Requests by domain and outcome: served (forwarded, answered by the domain's static response, or allowed by the check listener), blocked by a rate limit, unavailable (the rate limit store could not decide), bad_cost (a cost header a block rule cannot use), body_refused (413, 400 or 408 for the body), origin_failed (502), origin_timeout (504) or shed (503 by load shedding).",
 		}, []string{"domain", "outcome"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_rule_decisions_total",
@@ -225,6 +225,12 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 type requestCounters struct {
 	served, blocked                prometheus.Counter
 	blockedLimit, blockedMitigated prometheus.Counter
+	// answered counts, under domain, the other answers edge makes
+	// itself, by outcome (answer.go): bad_cost, body_refused,
+	// origin_failed, origin_timeout, shed. Their series appear with the
+	// first such answer.
+	answered *prometheus.CounterVec
+	domain   string
 	// Redis-shared counting only (shared.go); nil in local mode.
 	fallback, unavailable prometheus.Counter
 }
@@ -235,7 +241,17 @@ func (m *metrics) requestCounters(domain string) requestCounters {
 		blocked:          m.requests.WithLabelValues(domain, "blocked"),
 		blockedLimit:     m.blocked.WithLabelValues(domain, "limit"),
 		blockedMitigated: m.blocked.WithLabelValues(domain, "mitigation"),
+		answered:         m.requests,
+		domain:           domain,
 	}
+}
+
+// count counts an answer of a's kind edge made for a request of the domain.
+func (c *requestCounters) count(a *answer) {
+	if c == nil || c.answered == nil {
+		return
+	}
+	c.answered.WithLabelValues(c.domain, a.outcome).Inc()
 }
 
 // queue returns a new queue of domain, counting in its metrics.

@@ -62,6 +62,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if d.shed != nil { // shed.go: 503, once the request is ready for the origin
 		if !p.admit(r, ex, d.shed, rules.CleanPath(r.URL.Path)) {
 			p.giveBack(ex.after) // charge.go
+			d.requests.count(&ex.ans)
 			ex.ans.write(w)
 			return
 		}

@@ -1,0 +1,106 @@
+package proxy
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgerate/edge/rules"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// TestAnswerOutcomesCounted: every kind of answer edge makes for a
+// request of a domain is counted under its one outcome name in
+// edge_requests_total.
+func TestAnswerOutcomesCounted(t *testing.T) {
+	dead := httptest.NewServer(http.NotFoundHandler())
+	deadURL := dead.URL
+	dead.Close() // connections to it are refused: 502
+	units := rules.RuleConfig{Name: "units", Limit: 100, Period: time.Minute, CostHeader: "X-Units", MaxCost: 5}
+	cfg := oneDomain(deadURL, units)
+	cfg.Domains[0].MaxRequestBody = 10
+	e := newEnv(t, cfg)
+	tests := []struct {
+		name    string
+		method  string
+		hdr     map[string]string
+		body    string
+		status  int
+		outcome string
+	}{
+		{"cost over max_cost", "GET", map[string]string{"X-Units": "9"}, "", 400, outcomeBadCost},
+		{"body over max_request_body", "POST", nil, strings.Repeat("x", 11), 413, outcomeBodyRefused},
+		{"origin unreachable", "GET", nil, "", 502, outcomeOriginFailed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := testutil.ToFloat64(e.proxy.metrics.requests.WithLabelValues("api.example.com", tt.outcome))
+			resp, _ := e.do(tt.method, "api.example.com", "/", tt.hdr, tt.body)
+			if resp.StatusCode != tt.status {
+				t.Fatalf("status %d, want %d", resp.StatusCode, tt.status)
+			}
+			if got := testutil.ToFloat64(e.proxy.metrics.requests.WithLabelValues("api.example.com", tt.outcome)) - before; got != 1 {
+				t.Errorf("edge_requests_total{outcome=%q} grew by %v, want 1", tt.outcome, got)
+			}
+		})
+	}
+}
+
+// TestAnswerRenderersAgree: an answer rendered through net/http and
+// appended as bytes are the same bytes (Date aside, which both take from
+// the clock), for GET and HEAD, so that a refusal is identical on both
+// paths by construction.
+func TestAnswerRenderersAgree(t *testing.T) {
+	var a answer
+	a.reset(http.StatusTooManyRequests, outcomeBlocked)
+	a.set("X-Content-Type-Options", nosniff)
+	from := len(a.vals)
+	a.vals = append(a.vals, "7"...)
+	a.setMade("Retry-After", from)
+	a.set("Cache-Control", noStore)
+	a.set("Content-Type", contentTypeText)
+	a.closing()
+	a.body = append(a.body, "rate limited: retry in 7s\n"...)
+	for _, method := range []string{"GET", "HEAD"} {
+		t.Run(method, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { a.write(w) }))
+			defer srv.Close()
+			got := rawExchange(t, srv.Listener.Addr().String(), method+" / HTTP/1.1\r\nHost: a\r\n\r\n")
+			want := string(a.appendTo(nil, time.Now(), method == "HEAD"))
+			if stripDate(got) != stripDate(want) {
+				t.Errorf("net/http wrote\n%q\nappendTo\n%q", got, want)
+			}
+		})
+	}
+}
+
+// rawExchange sends raw on a new connection to addr and returns all the
+// server writes until it closes the connection.
+func rawExchange(t *testing.T, addr, raw string) string {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(c) // the answer closes the connection
+	return string(b)
+}
+
+// stripDate removes the Date field's value.
+func stripDate(s string) string {
+	i := strings.Index(s, "\r\nDate: ")
+	if i < 0 {
+		return s
+	}
+	j := strings.Index(s[i+2:], "\r\n")
+	return s[:i+8] + s[i+2+j:]
+}

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/edgerate/edge/internal/wait"
 )
 
 // TestFirstStageNeverReachesNetHTTP: a connection whose requests the fast
@@ -15,14 +17,11 @@ import (
 // the same connection.
 func TestFirstStageNeverReachesNetHTTP(t *testing.T) {
 	var handed atomic.Int64
-	srv := &http.Server{}
-	addr, l := fastServer(t, ListenerOptions{}, srv)
-	srv.ConnState = func(c net.Conn, st http.ConnState) {
-		l.ConnState(c, st)
+	addr, _ := fastServer(t, ListenerOptions{}, &http.Server{ConnState: func(c net.Conn, st http.ConnState) {
 		if st == http.StateNew {
 			handed.Add(1)
 		}
-	}
+	}})
 	for range 3 {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
@@ -50,9 +49,13 @@ func TestFirstStageNeverReachesNetHTTP(t *testing.T) {
 	if code, body := roundTrip(t, c, br, "GET /slow HTTP/1.1\r\nHost: a\r\n\r\n"); code != 200 || body != "slow" {
 		t.Fatalf("net/http's answer: %d %q", code, body)
 	}
-	if code, body := roundTrip(t, c, br, "GET /r HTTP/1.1\r\nHost: a\r\n\r\n"); code != 429 || body != "" {
-		t.Fatalf("fast answer after net/http's: %d %q", code, body)
-	}
+	// net/http reports the connection idle (ConnState) only after its
+	// response is on its way, so a request sent at once may still go to
+	// net/http (200); the next ones are offered to the fast path again.
+	wait.For(t, 5*time.Second, "the fast path's 429 after net/http served one", func() bool {
+		code, _ := roundTrip(t, c, br, "GET /r HTTP/1.1\r\nHost: a\r\n\r\n")
+		return code == 429
+	})
 	if n := handed.Load(); n != 1 {
 		t.Errorf("net/http was handed %d connections, want 1 (the one with a declined request)", n)
 	}

@@ -1,18 +1,29 @@
 // Package guard screens the HTTP/1.x framing of requests on raw
 // connections, before net/http parses them, and bounds the connections a
 // server holds: see Listener. It is split by job: the Listener and its
-// connection cap (listener.go), a connection's first stage before net/http
-// has it (first.go), the connection wrapper with its write deadlines
-// (conn.go) and its read deadline, which it keeps in net/http's place
-// (deadline.go), the framing state machine that follows every message on a
-// connection (framer.go), the request-head parser (head.go) and the fast
-// path (fast.go, body.go, forward.go).
+// connection cap (listener.go), the setup stages the server above plugs
+// into each new connection, such as a TLS handshake (stage.go), a
+// connection's first stage before net/http has it (first.go), the
+// connection wrapper with its write deadlines (conn.go) and its read
+// deadline, which it keeps in net/http's place (deadline.go), the framing
+// state machine that follows every message on a connection (framer.go),
+// the request-head parser (head.go) and the fast path (fast.go, body.go,
+// forward.go).
 //
 // The package knows nothing of rate limiting. It imports only the standard
 // library and internal/wire, for the syntax of hosts and of HTTP bytes and
 // the head it offers; the server above it observes refusals and the cap
 // through the func hooks of ListenerOptions, and counts or logs them
 // itself.
+//
+// A connection's life in the Listener: accepted (and counted against
+// MaxConnections), its Stages run in order in its own goroutine (each may
+// replace the connection, take it away for another server, or refuse it;
+// the connection a stage returns is what everything after reads), then
+// the fast path answers what it can (ListenerOptions.Answer), and Accept
+// returns it to net/http, whose reads the framer screens. Who owns it:
+// the Listener until Accept returns it or a stage hands it off, then
+// net/http or the stage's new owner, which closes it.
 package guard
 
 import (

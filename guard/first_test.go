@@ -2,6 +2,8 @@ package guard
 
 import (
 	"bufio"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"sync/atomic"
@@ -86,5 +88,54 @@ func TestFirstStageStallsNoOther(t *testing.T) {
 			t.Errorf("%q: status %d", req, code)
 		}
 		c.Close()
+	}
+}
+
+// BenchmarkFirstStage measures a connection's whole way through the
+// Listener when the fast path refuses its only request: the accept, its
+// first stage (its Stages first, none or one that changes nothing), the
+// answer and the close, over loopback TCP, the client included. An op is
+// one connection.
+//
+//	go test -run='^$' -bench=FirstStage -benchmem ./guard/
+func BenchmarkFirstStage(b *testing.B) {
+	for _, stages := range [][]Stage{nil, {func(net.Conn) (StageResult, error) { return StageResult{}, nil }}} {
+		b.Run(fmt.Sprintf("stages=%d", len(stages)), func(b *testing.B) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			l := NewListener(ln, ListenerOptions{Stages: stages, Answer: func(r *Request, out []byte) ([]byte, bool) {
+				return append(out, fastAnswer...), true
+			}})
+			srv := &http.Server{ConnState: l.ConnState, ErrorLog: discardLog, Handler: http.NotFoundHandler()}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				srv.Serve(l)
+			}()
+			defer func() {
+				srv.Close()
+				<-done
+			}()
+			req := []byte("GET /r HTTP/1.1\r\nHost: a\r\n\r\n")
+			buf := make([]byte, len(fastAnswer))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				c, err := net.Dial("tcp", ln.Addr().String())
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := c.Write(req); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.ReadFull(c, buf); err != nil || string(buf) != fastAnswer {
+					b.Fatalf("read %q, %v", buf, err)
+				}
+				c.Close()
+			}
+			b.StopTimer()
+		})
 	}
 }

@@ -192,14 +192,14 @@ func TestStageTLS(t *testing.T) {
 // closes it.
 func TestStageHandoff(t *testing.T) {
 	handed := make(chan net.Conn, 1)
-	var offered, served atomic.Int64
+	var conns, offered, served atomic.Int64
 	capped := make(chan CapEvent, 1)
 	opts := ListenerOptions{
 		MaxConnections: 1,
 		OnCapped:       func(ev CapEvent) { capped <- ev },
 		Stages: []Stage{func(c net.Conn) (StageResult, error) {
-			if handed == nil {
-				return StageResult{}, nil // the second connection stays
+			if conns.Add(1) > 1 {
+				return StageResult{}, nil // the next connection stays
 			}
 			return StageResult{Handoff: func(c net.Conn) { handed <- c }}, nil
 		}},
@@ -216,7 +216,6 @@ func TestStageHandoff(t *testing.T) {
 	a := dial(t, addr)
 	io.WriteString(a, hostile.Get("/r"))
 	h := <-handed
-	handed = nil // before the next connection's stage: the channel receive orders it
 	h.SetDeadline(time.Now().Add(10 * time.Second))
 	got := make([]byte, len(hostile.Get("/r")))
 	if _, err := io.ReadFull(h, got); err != nil || string(got) != hostile.Get("/r") {

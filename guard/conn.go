@@ -51,6 +51,10 @@ type guardConn struct {
 	// hook is done (forward.go).
 	busy       bool
 	closeLater bool
+	// linger: the fast path answered a request whose body it did not
+	// read to its end, and closes the connection after the answer; Close
+	// lingers then as for a rejected head.
+	linger bool
 }
 
 // errFraming is the error a body read gets when its framing is broken.
@@ -237,13 +241,17 @@ func growStack(i int) byte {
 	return pad[(i+1)&(len(pad)-1)]
 }
 
-// lingerTime bounds how long a rejected connection is drained before it
-// closes: net/http closes right after its 400, and closing a socket that
-// still holds unread input sends a reset, which can destroy the 400 before
-// the client reads it. net/http lingers the same way after a 431.
+// lingerTime bounds how long a connection closed with input still to come
+// is drained before it closes: closing a socket that still holds unread
+// input sends a reset, and the kernel then drops what it had yet to send,
+// which can destroy the answer before the client reads it. It applies to a
+// rejected head (net/http closes right after its 400) and to a request
+// the fast path answered without reading its body to the end (net/http
+// shuts its write side and waits then too, as it does after a 431).
 const lingerTime = 250 * time.Millisecond
 
-// Close closes the connection, draining a rejected one briefly first.
+// Close closes the connection, draining it briefly first when input may
+// still be coming (lingerTime).
 func (c *guardConn) Close() error {
 	c.mu.Lock()
 	if c.busy {
@@ -251,11 +259,14 @@ func (c *guardConn) Close() error {
 		c.mu.Unlock()
 		return nil
 	}
-	rejected := c.f.st == stRejected
+	drain := c.f.st == stRejected || c.linger
 	c.mu.Unlock()
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok && rejected {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok && drain {
 		if cw.CloseWrite() == nil && c.Conn.SetReadDeadline(time.Now().Add(lingerTime)) == nil {
-			_, _ = io.CopyN(io.Discard, c.Conn, 256<<10)
+			// Bounded by time only: a client that sends a large body
+			// before it reads must get to its read, or it gets the reset
+			// all the same once the drain stops.
+			_, _ = io.Copy(io.Discard, c.Conn)
 		}
 	}
 	err := c.Conn.Close()

@@ -187,7 +187,9 @@ func (c *guardConn) offer() error {
 		// the connection where no next request can be found: close it.
 		c.mu.Lock()
 		if !taken || f.st != stHead {
-			fc.w.close = true
+			// The client may still be sending it: Close lingers, so
+			// that the answer is not lost to a reset.
+			fc.w.close, c.linger = true, true
 		}
 		c.mu.Unlock()
 	}

@@ -203,30 +203,42 @@ func FuzzFastPath(f *testing.F) {
 }
 
 // fastServer serves l's connections with net/http, answering on the fast
-// path every request whose target starts with "/r", and "slow" otherwise
-// (after reading the body). The Listener keeps opts.ReadTimeout; srv must
-// have none.
+// path every request whose target starts with "/r" (unless opts.Answer is
+// set: then with it), and "slow" otherwise (after reading the body;
+// unless srv.Handler is set). srv.ConnState, if set, is called after the
+// Listener's. The Listener keeps opts.ReadTimeout; srv must have none.
 func fastServer(t *testing.T, opts ListenerOptions, srv *http.Server) (addr string, l *Listener) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts.Answer = func(r *Request, out []byte) ([]byte, bool) {
-		if !bytes.HasPrefix(r.Target, []byte("/r")) {
-			return out, false
+	if opts.Answer == nil {
+		opts.Answer = func(r *Request, out []byte) ([]byte, bool) {
+			if !bytes.HasPrefix(r.Target, []byte("/r")) {
+				return out, false
+			}
+			return append(out, fastAnswer...), true
 		}
-		return append(out, fastAnswer...), true
 	}
 	opts.ReadHeaderTimeout = srv.ReadHeaderTimeout
 	opts.WriteTimeout, opts.IdleTimeout = srv.WriteTimeout, srv.IdleTimeout
 	l = NewListener(ln, opts)
-	srv.ConnState = l.ConnState
+	if cs := srv.ConnState; cs != nil {
+		srv.ConnState = func(c net.Conn, st http.ConnState) {
+			l.ConnState(c, st)
+			cs(c, st)
+		}
+	} else {
+		srv.ConnState = l.ConnState
+	}
 	srv.ErrorLog = discardLog
-	srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		io.WriteString(w, "slow")
-	})
+	if srv.Handler == nil {
+		srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			io.WriteString(w, "slow")
+		})
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

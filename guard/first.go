@@ -2,6 +2,7 @@ package guard
 
 import (
 	"errors"
+	"net"
 	"time"
 )
 
@@ -54,15 +55,25 @@ func isTemporary(err error) bool {
 	return errors.As(err, &t) && t.Temporary()
 }
 
-// firstStage runs g's first stage and hands g to net/http when its turn
-// comes.
+// firstStage runs g's stages (stage.go) and its first stage, and hands g
+// to net/http when its turn comes.
 func (l *Listener) firstStage(g *guardConn) {
 	growStack(0) // as net/http's goroutine does at its first deadline (conn.go)
-	if !l.stage(g) {
+	var raw net.Conn
+	if len(l.stages) > 0 {
+		raw = g.Conn
+	}
+	if !l.stage(g, raw) {
 		g.Close()
 		return
 	}
-	err := g.answerFirst()
+	if raw != nil && !l.runStages(g) {
+		return
+	}
+	var err error
+	if l.answer != nil {
+		err = g.answerFirst()
+	}
 	l.unstage(g)
 	if err != nil {
 		g.Close()
@@ -82,15 +93,16 @@ func (l *Listener) firstStage(g *guardConn) {
 	}
 }
 
-// stage records g as in its first stage, for Close; false if the Listener
-// is closed.
-func (l *Listener) stage(g *guardConn) bool {
+// stage records g as in its first stage, for Close, with the accepted
+// connection raw while stages have it (nil for none); false if the
+// Listener is closed.
+func (l *Listener) stage(g *guardConn, raw net.Conn) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
 		return false
 	}
-	l.staged[g] = struct{}{}
+	l.staged[g] = raw
 	return true
 }
 

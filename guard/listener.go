@@ -1,18 +1,29 @@
 // Package guard screens the HTTP/1.x framing of requests on raw
 // connections, before net/http parses them, and bounds the connections a
 // server holds: see Listener. It is split by job: the Listener and its
-// connection cap (listener.go), a connection's first stage before net/http
-// has it (first.go), the connection wrapper with its write deadlines
-// (conn.go) and its read deadline, which it keeps in net/http's place
-// (deadline.go), the framing state machine that follows every message on a
-// connection (framer.go), the request-head parser (head.go) and the fast
-// path (fast.go, body.go, forward.go).
+// connection cap (listener.go), the setup stages the server above plugs
+// into each new connection, such as a TLS handshake (stage.go), a
+// connection's first stage before net/http has it (first.go), the
+// connection wrapper with its write deadlines (conn.go) and its read
+// deadline, which it keeps in net/http's place (deadline.go), the framing
+// state machine that follows every message on a connection (framer.go),
+// the request-head parser (head.go) and the fast path (fast.go, body.go,
+// forward.go).
 //
 // The package knows nothing of rate limiting. It imports only the standard
 // library and internal/wire, for the syntax of hosts and of HTTP bytes and
 // the head it offers; the server above it observes refusals and the cap
 // through the func hooks of ListenerOptions, and counts or logs them
 // itself.
+//
+// A connection's life in the Listener: accepted (and counted against
+// MaxConnections), its Stages run in order in its own goroutine (each may
+// replace the connection, take it away for another server, or refuse it;
+// the connection a stage returns is what everything after reads), then
+// the fast path answers what it can (ListenerOptions.Answer), and Accept
+// returns it to net/http, whose reads the framer screens. Who owns it:
+// the Listener until Accept returns it or a stage hands it off, then
+// net/http or the stage's new owner, which closes it.
 package guard
 
 import (
@@ -79,6 +90,13 @@ type ListenerOptions struct {
 	// answers (they must equal the server's; 0 means none, as for the
 	// server).
 	ReadHeaderTimeout, WriteTimeout, IdleTimeout time.Duration
+	// Stages, if any, run in order on each new connection, in its own
+	// goroutine, before the Listener reads its first request head: they
+	// may replace the connection (a TLS server connection, whose
+	// decrypted stream the Listener then reads), take it away for another
+	// server, or refuse it (see Stage).
+	Stages []Stage
+
 	// ReadTimeout bounds the reading of each request, head and body, as
 	// http.Server.ReadTimeout does, but from its head's first byte (a
 	// connection's first request: from the connection's accept), on every
@@ -126,8 +144,9 @@ type CapEvent struct {
 // Listener also bounds the connections open at once (see
 // ListenerOptions.MaxConnections).
 //
-// Listener serves plain-text HTTP/1.x: behind TLS it must wrap the
-// connection inside the TLS layer, which this type does not do.
+// Listener reads HTTP/1.x as it comes from the connection: behind TLS, a
+// Stage makes the TLS server connection, and the Listener reads its
+// decrypted stream (see Stage).
 type Listener struct {
 	net.Listener
 	onReject  func()
@@ -162,7 +181,11 @@ type Listener struct {
 	results  chan acceptResult
 	loopDone chan struct{} // the accept loop has ended
 	stop     chan struct{} // closed by Close
-	staged   map[*guardConn]struct{}
+	// staged holds the connections in their first stage, for Close: the
+	// value is the accepted connection while stages have it (Close closes
+	// that), nil after.
+	staged map[*guardConn]net.Conn
+	stages []Stage
 }
 
 // NewListener returns ln with every accepted connection screened.
@@ -190,11 +213,12 @@ func NewListener(ln net.Listener, opts ListenerOptions) *Listener {
 		idleTimeout:   max(opts.IdleTimeout, 0),
 		writeTimeout:  max(opts.WriteTimeout, 0),
 		readTimeout:   max(opts.ReadTimeout, 0),
+		stages:        append([]Stage(nil), opts.Stages...),
 	}
 	l.freed = sync.NewCond(&l.mu)
-	if l.answer != nil {
+	if l.looped() {
 		l.results, l.loopDone, l.stop = make(chan acceptResult), make(chan struct{}), make(chan struct{})
-		l.staged = make(map[*guardConn]struct{})
+		l.staged = make(map[*guardConn]net.Conn)
 	}
 	return l
 }
@@ -208,6 +232,10 @@ func shorter(a, b time.Duration) time.Duration {
 	return a
 }
 
+// looped reports whether connections go through their first stage, in
+// goroutines of their own, before Accept returns them (first.go).
+func (l *Listener) looped() bool { return l.answer != nil || len(l.stages) > 0 }
+
 // Accept returns the next connection, wrapped. At MaxConnections it first
 // makes room (see ListenerOptions.MaxConnections); it returns net.ErrClosed
 // if the Listener is closed while it waits.
@@ -216,12 +244,13 @@ func shorter(a, b time.Duration) time.Duration {
 // the cap is checked, so that an idle connection is closed only for a
 // client that is really there: at most MaxConnections+1 sockets are open.
 //
-// With ListenerOptions.Answer set, a connection is returned only after its
-// first stage (first.go): the requests the fast path answers before
-// net/http must read anything are answered in the connection's own
-// goroutine, and a connection that ends meanwhile is never returned.
+// With ListenerOptions.Answer or Stages set, a connection is returned only
+// after its first stage (first.go): its stages run, and the requests the
+// fast path answers before net/http must read anything are answered, in
+// the connection's own goroutine, and a connection that ends meanwhile,
+// or is handed off, is never returned.
 func (l *Listener) Accept() (net.Conn, error) {
-	if l.answer == nil {
+	if !l.looped() {
 		g, err := l.accept()
 		if err != nil {
 			return nil, err
@@ -249,6 +278,9 @@ func (l *Listener) accept() (*guardConn, error) {
 	}
 	g := &guardConn{Conn: c, writeIdle: l.writeIdle, l: l, f: framer{maxHead: l.maxHead, onReject: l.onReject,
 		fast: l.answer != nil, maxSimple: l.maxSimple}}
+	if len(l.stages) > 0 {
+		g.Conn = &countedConn{Conn: c, g: g}
+	}
 	if l.readTimeout > 0 {
 		g.reqStart = time.Now() // the first request's start, as net/http dates it
 	}
@@ -301,8 +333,9 @@ func (l *Listener) admit() error {
 
 // Close closes the listener; an Accept waiting for room returns
 // net.ErrClosed. Connections net/http has stay open (its Shutdown or
-// Close ends them); those in their first stage, which net/http does not
-// know of, are closed, each after the answer it is making.
+// Close ends them), and so do those handed off by a Stage; those in their
+// first stage, which net/http does not know of, are closed: at once while
+// a Stage has them, else each after the answer it is making.
 func (l *Listener) Close() error {
 	if l.closing.Swap(true) {
 		return l.Listener.Close()
@@ -310,17 +343,20 @@ func (l *Listener) Close() error {
 	l.mu.Lock()
 	l.closed = true
 	l.freed.Broadcast()
-	staged := make([]*guardConn, 0, len(l.staged))
-	for g := range l.staged {
-		staged = append(staged, g)
+	staged := make([]net.Conn, 0, len(l.staged))
+	for g, c := range l.staged {
+		if c == nil {
+			c = g
+		}
+		staged = append(staged, c)
 	}
 	l.mu.Unlock()
 	if l.stop != nil {
 		close(l.stop)
 	}
 	err := l.Listener.Close()
-	for _, g := range staged {
-		g.Close()
+	for _, c := range staged {
+		c.Close()
 	}
 	return err
 }

@@ -23,7 +23,8 @@
 //     looked at what follows the last response, and closes a connection
 //     whose response began before its request's body was written whole.
 //   - Idle connections are closed after Settings.IdleTimeout, and kept at
-//     most Settings.IdlePerHost to an origin.
+//     most Settings.IdlePerHost to an origin and Settings.IdleTotal in all
+//     (the transport's, and the pools' together).
 //
 // It imports the standard library only (and internal/netpeek, which peeks
 // at a socket without reading it).
@@ -48,8 +49,9 @@ type Settings struct {
 	// IdlePerHost is how many idle connections are kept to one origin
 	// (default 256).
 	IdlePerHost int
-	// IdleTotal is how many idle connections the transport keeps to
-	// every origin (default 1024).
+	// IdleTotal is how many idle connections are kept in all: by the
+	// transport to every origin, and by all of a Pools' pools together
+	// (default 1024).
 	IdleTotal int
 	// IdleTimeout is how long a connection stays idle before it is closed
 	// (default 90s).

@@ -13,7 +13,8 @@ import (
 // The fast path's pools of origin connections: idle connections per
 // origin address, checked before they are used and swept while idle.
 
-// Pools holds a pool of idle connections per origin address.
+// Pools holds a pool of idle connections per origin address, all kept
+// under one Settings.IdleTotal.
 //
 // While any pool holds idle connections a sweep runs every second (a
 // timer, not a goroutine), closing those idle for Settings.IdleTimeout,
@@ -29,6 +30,9 @@ type Pools struct {
 	pools    map[string]*Pool
 	sweeper  *time.Timer // armed while some pool holds idle connections
 	closed   bool
+	// idle counts the idle connections of every pool, under
+	// settings.IdleTotal; each pool changes it under its own lock.
+	idle idleCount
 }
 
 // sweepEvery is how often idle origin connections are looked at.
@@ -109,6 +113,33 @@ func (o *Pools) Close() {
 	}
 }
 
+// idleCount is the number of idle connections of a Pools, bounded.
+type idleCount struct {
+	mu sync.Mutex
+	n  int
+}
+
+// reserve counts one more idle connection if fewer than max are.
+func (c *idleCount) reserve(max int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n >= max {
+		return false
+	}
+	c.n++
+	return true
+}
+
+// release counts n idle connections fewer.
+func (c *idleCount) release(n int) {
+	if n == 0 {
+		return
+	}
+	c.mu.Lock()
+	c.n -= n
+	c.mu.Unlock()
+}
+
 // Pool is the pool of idle connections to one origin, from Pools.Pool.
 // Its methods are safe for concurrent use.
 type Pool struct {
@@ -130,6 +161,7 @@ func (p *Pool) retire() {
 	for _, c := range p.idle {
 		c.conn.Close()
 	}
+	p.owner.idle.release(len(p.idle))
 	p.idle = nil
 }
 
@@ -146,6 +178,7 @@ func (p *Pool) sweep(now time.Time) int {
 		}
 		kept = append(kept, c)
 	}
+	p.owner.idle.release(len(p.idle) - len(kept))
 	clear(p.idle[len(kept):])
 	p.idle = kept
 	return len(kept)
@@ -159,6 +192,7 @@ func (p *Pool) take(now time.Time) *Conn {
 		c := p.idle[n-1]
 		p.idle[n-1] = nil
 		p.idle = p.idle[:n-1]
+		p.owner.idle.release(1)
 		if now.Sub(c.idleSince) <= p.owner.settings.IdleTimeout {
 			return c
 		}
@@ -173,7 +207,10 @@ func (p *Pool) take(now time.Time) *Conn {
 // as the next request's response; what the origin may yet send, the next
 // RoundTrip's check finds), it is not to be used once (Request.Once, or a
 // response that began before the request's body was written whole), and
-// fewer than Settings.IdlePerHost connections to the origin are idle.
+// fewer than Settings.IdlePerHost connections to the origin and
+// Settings.IdleTotal in all of p's Pools are idle. (At the total the
+// transport closes its least recently used idle connection to make room;
+// here the one put back is closed: either way no more stay idle.)
 func (p *Pool) Put(c *Conn, now time.Time) {
 	if c.once || c.br.Buffered() > 0 {
 		c.conn.Close()
@@ -182,7 +219,7 @@ func (p *Pool) Put(c *Conn, now time.Time) {
 	c.idleSince = now
 	s := &p.owner.settings
 	p.mu.Lock()
-	kept := len(p.idle) < s.IdlePerHost && !p.retired
+	kept := len(p.idle) < s.IdlePerHost && !p.retired && p.owner.idle.reserve(s.IdleTotal)
 	if kept {
 		p.idle = append(p.idle, c)
 	}

@@ -176,3 +176,65 @@ func TestOriginPoolRetain(t *testing.T) {
 		t.Error("the removed origin's pool is still handed out")
 	}
 }
+
+// TestIdleTotal: one Settings.IdleTotal bounds the transport's idle
+// connections (MaxIdleConns) and those of all pools of a Pools together:
+// a connection put back beyond it is closed, and one taken or swept makes
+// room again.
+func TestIdleTotal(t *testing.T) {
+	s := Settings{IdlePerHost: 2, IdleTotal: 3}
+	if got := s.Transport().MaxIdleConns; got != 3 {
+		t.Errorf("the transport's MaxIdleConns is %d, want IdleTotal's 3", got)
+	}
+	a, b := startIdleOrigin(t), startIdleOrigin(t)
+	pools := NewPools(s)
+	defer pools.Close()
+	pa, pb := pools.Pool(a.ln.Addr().String()), pools.Pool(b.ln.Addr().String())
+	ca, cb := a.dialIdle(t, 2), b.dialIdle(t, 3)
+	now := time.Now()
+	pa.Put(ca[0], now)
+	pa.Put(ca[1], now)
+	pb.Put(cb[0], now)
+	pb.Put(cb[1], now) // a fourth: beyond the total, though b's pool has room
+	b.mu.Lock()
+	if !closedByPeer(b.conns[1]) {
+		t.Error("the connection put back beyond IdleTotal is still open")
+	}
+	if closedByPeer(b.conns[0]) {
+		t.Error("the connection put back within IdleTotal was closed")
+	}
+	b.mu.Unlock()
+	if got := len(pb.idle); got != 1 {
+		t.Errorf("b's pool has %d idle connections, want 1", got)
+	}
+	// One taken from a's pool makes room in b's.
+	if pa.take(now) == nil {
+		t.Fatal("a's pool gave no idle connection")
+	}
+	pb.Put(cb[2], now)
+	if got := len(pb.idle); got != 2 {
+		t.Errorf("after one was taken from a's pool, b's pool has %d idle connections, want 2", got)
+	}
+	// One swept (its origin closed it) makes room too; so does a retired
+	// pool's.
+	b.mu.Lock()
+	b.conns[0].Close()
+	b.mu.Unlock()
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		pools.sweep(now)
+		pb.mu.Lock()
+		n := len(pb.idle)
+		pb.mu.Unlock()
+		if n == 1 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	pools.Retain(map[string]bool{b.ln.Addr().String(): true})
+	pools.idle.mu.Lock()
+	got := pools.idle.n
+	pools.idle.mu.Unlock()
+	if got != 1 {
+		t.Errorf("%d idle connections counted, want 1 (b's last)", got)
+	}
+}

@@ -21,8 +21,9 @@ type Request struct {
 	Merged bool
 	// Replayable says that the request may be sent again when a reused
 	// connection fails before the origin's first byte (not for a
-	// timeout): the transport's rule, for a request without a body and
-	// with an idempotent method or an idempotency key.
+	// timeout): the transport's rule, for a request without a body to
+	// send and with an idempotent method or an idempotency key
+	// (RoundTrip ignores it for a request with one).
 	Replayable bool
 	// Once has the connection used for this request only (its head says
 	// "Connection: close").
@@ -59,15 +60,17 @@ var (
 // A pooled connection that fails before the origin has sent a byte is
 // dropped and the request sent again where the transport sends it again:
 // a replayable request, or one without a body of which nothing was
-// written; a request with a body to send is never sent again. Every pooled connection is checked before a request is sent on
-// it: one that ended, or received anything, while idle is closed (the
-// transport's reader would have seen either). A response that began
-// before the body was written whole may be followed by an answer to what
-// the origin made of the rest of it: the connection is then used for this
-// response only. Errors are the dial's, the writes', the read's, or
+// written; a request with a body to send is never sent again. Every
+// pooled connection is checked before a request is sent on it: one that
+// ended, or received anything, while idle is closed (the transport's
+// reader would have seen either). A response that began before the body
+// was written whole may be followed by an answer to what the origin made
+// of the rest of it: the connection is then used for this response only. Errors are the dial's, the writes', the read's, or
 // body's; a timeout among them is a net.Error whose Timeout is true.
-func (p *Pool) RoundTrip(req *Request, body SendBody, interim func(*http.Response), now time.Time, buf []byte) (*Conn, *http.Response, error) {
+func (p *Pool) RoundTrip(req *Request, body SendBody, interim func(*http.Response), now time.Time,
+	buf []byte) (*Conn, *http.Response, error) {
 	s := &p.owner.settings
+	replay := req.Replayable && body == nil
 	for {
 		c, reused := p.take(now), true
 		if c != nil && !c.alive() {
@@ -99,7 +102,7 @@ func (p *Pool) RoundTrip(req *Request, body SendBody, interim func(*http.Respons
 		if err != nil {
 			c.conn.Close()
 			var ne net.Error
-			if reused && (req.Replayable && !(errors.As(err, &ne) && ne.Timeout()) || nothingWritten && body == nil && !req.Merged) {
+			if reused && (replay && !(errors.As(err, &ne) && ne.Timeout()) || nothingWritten && body == nil && !req.Merged) {
 				continue
 			}
 			return nil, nil, err

@@ -165,11 +165,12 @@ func (w *Watch) watch(body bool) {
 }
 
 // Answered has the connection of resp, the response to the watched
-// request, closed once the response is read (its body closed), if the response began before the request was written
-// whole (within earlyMargin): what follows it may be an answer to what the
-// origin made of the rest of the body, which the transport's reader would
-// take for the next request's answer. (The transport itself keeps no
-// connection whose write ends more than 50 ms after the response.)
+// request, closed once the response is read (its body closed), if the
+// response began before the request was written whole (within
+// earlyMargin): what follows it may be an answer to what the origin made
+// of the rest of the body, which the transport's reader would take for
+// the next request's answer. (The transport itself keeps no connection
+// whose write ends more than 50 ms after the response.)
 func (w *Watch) Answered(resp *http.Response) {
 	if w.trace.WroteRequest == nil || resp.StatusCode == http.StatusSwitchingProtocols {
 		return

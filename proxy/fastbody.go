@@ -183,11 +183,11 @@ type errClientBody struct{ err error }
 func (e errClientBody) Error() string { return "reading the request body: " + e.err.Error() }
 func (e errClientBody) Unwrap() error { return e.err }
 
-// send writes the body to the origin after its head, as the transport
-// does: a Content-Length body as it is read, a chunked one a chunk per
+// Send writes the body to the origin after its head (an
+// origin.SendBody), as the transport does: a Content-Length body as it is read, a chunked one a chunk per
 // read, then the last chunk and the trailer. buf is the copy buffer
 // (32 KiB, io.Copy's).
-func (fb *fastBody) send(c io.Writer, buf []byte) error {
+func (fb *fastBody) Send(c io.Writer, buf []byte) error {
 	if fb.r == nil {
 		return nil
 	}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -14,16 +13,17 @@ import (
 	"time"
 
 	"github.com/edgerate/edge/internal/wire"
+	"github.com/edgerate/edge/origin"
 	"github.com/edgerate/edge/rules"
 )
 
 // The fast forward: a request the fast path (fast.go) finds allowed is
 // sent to the origin from the guard's parsed head, on a pool of origin
-// connections, without an http.Request, a ResponseWriter or the
-// transport's goroutines. What the client and the origin see is what the
-// slow path (forward.go: httputil.ReverseProxy with its Rewrite, over the
-// pooled http.Transport, behind net/http's server) makes them see, byte
-// for byte but Date:
+// connections (package origin: Pool.RoundTrip), without an http.Request,
+// a ResponseWriter or the transport's goroutines. What the client and the
+// origin see is what the slow path (forward.go: httputil.ReverseProxy
+// with its Rewrite, over the pooled http.Transport, behind net/http's
+// server) makes them see, byte for byte but Date:
 //
 //   - the request head: the request line as the client sent it, Host, the
 //     client's User-Agent (the first one, if any), then the other fields
@@ -94,25 +94,13 @@ import (
 // and the fast forward takes the write's side: a sniffed Content-Type, and
 // Content-Length 0 for an empty body.)
 
-// How edge talks to origins, one set of settings that the transport
-// (newTransport) and the fast forward's pool (originpool.go) both take.
-const (
-	originIdleMax     = 256              // idle connections kept per origin
-	originIdleTimeout = 90 * time.Second // an idle connection is closed after
-	originHeadMax     = 10 << 20         // a response head's bytes at most
-	originReadBuffer  = 4 << 10          // each connection's read buffer
-)
-
-// originDialer dials every origin connection.
-var originDialer = &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
-
 // fastFlushAt: the answer is written to the client when this much of it is
 // held, or the origin's next read would wait.
 const fastFlushAt = 32 << 10
 
 // fastOrigin is a domain's origin for the fast forward.
 type fastOrigin struct {
-	pool *originPool
+	pool *origin.Pool
 	obs  *upstreamObservers
 	log  *errorLog
 }
@@ -137,7 +125,7 @@ func (p *Proxy) fastOriginFor(d *domain, origin *url.URL, obs *upstreamObservers
 	if port == "" {
 		port = "80"
 	}
-	return &fastOrigin{pool: p.origins.get(net.JoinHostPort(origin.Hostname(), port)), obs: obs, log: log}
+	return &fastOrigin{pool: p.origins.Pool(net.JoinHostPort(origin.Hostname(), port)), obs: obs, log: log}
 }
 
 // forwardFast forwards head, the request of ex that limit allowed, to its
@@ -188,18 +176,19 @@ func (p *Proxy) forwardFast(ex *exchange, head *Head, out []byte) []byte {
 	s.frame, ferr = fb.appendFraming(s.frame, method)
 	s.head = s.appendOriginHead(s.head[:0], h, trusted, s.frame)
 	fo := d.ffwd
-	req := getRequest
-	if method == http.MethodHead {
-		req = headRequest
-	}
-	r := relay{p: p, d: d, h: h, client: h.Client, out: out, isHEAD: method == http.MethodHead, after: after, once: once}
+	r := relay{p: p, d: d, h: h, client: h.Client, out: out, isHEAD: method == http.MethodHead, after: after}
 	start := time.Now()
-	replay := replayable(h, method, &fb)
+	req := origin.Request{Replayable: replayable(h, method, &fb), Once: once, HEAD: r.isHEAD, Timeout: upstream}
 	fb.merge(&s.head) // a small body buffered whole goes in the head's write
-	var oc *originConn
+	req.Head, req.Merged = s.head, fb.merged
+	var body origin.SendBody
+	if fb.r != nil {
+		body = fb.Send
+	}
+	var oc *origin.Conn
 	var resp *http.Response
 	if err = ferr; err == nil {
-		oc, resp, err = r.roundTrip(fo.pool, s.head, req, upstream, start, &fb, replay, s.buf[:])
+		oc, resp, err = fo.pool.RoundTrip(&req, body, r.interim, start, s.buf[:])
 	}
 	class := 5
 	if err == nil && resp.StatusCode >= 100 && resp.StatusCode < 600 {
@@ -215,14 +204,11 @@ func (p *Proxy) forwardFast(ex *exchange, head *Head, out []byte) []byte {
 		}
 		return r.fail(fo.log, err)
 	}
-	r.br, r.origin = oc.br, oc.conn
-	if r.relay(resp, s.buf[:]) && !r.once && oc.br.Buffered() == 0 {
-		// Nothing the origin sent outside this answer is left read (a
-		// byte more would be read as the next client's response); what
-		// it may yet send, take finds.
-		fo.pool.put(oc, time.Now())
+	r.br, r.origin = oc.Reader(), oc.NetConn()
+	if r.relay(resp, s.buf[:]) {
+		fo.pool.Put(oc, time.Now()) // kept only if nothing outside this answer is left read
 	} else {
-		oc.conn.Close()
+		oc.Close()
 	}
 	return r.out
 }
@@ -244,7 +230,6 @@ type relay struct {
 	br      *bufio.Reader // the origin connection's
 	origin  net.Conn      // closed first when the answer fails
 	isHEAD  bool
-	once    bool       // the origin connection is closed after this answer
 	failed  bool       // a write to the client failed
 	flushes int        // writes to the client so far
 	after   *fastAfter // nil: the rules do nothing with the response
@@ -261,91 +246,14 @@ func (r *relay) flush() {
 	r.out = r.out[:0]
 }
 
-// roundTrip sends head and the body fb on a pooled connection, or a new
-// one, and reads the origin's final response head, passing 1xx responses
-// on to the client. buf is the body's copy buffer. A pooled connection
-// that fails before the origin has sent a byte is dropped and the request
-// sent again where the transport sends it again: a replayable request
-// (see replayable), or one without a body of which nothing was written.
-// Every pooled connection is checked before a request is sent on it: one
-// that ended, or received anything, while idle is closed (the transport's
-// reader would have seen either). A response that began before the body
-// was written whole may be followed by an answer to what the origin made
-// of the rest: the connection is then used for this response only
-// (r.once).
-func (r *relay) roundTrip(pool *originPool, head []byte, req *http.Request, timeout time.Duration, now time.Time,
-	fb *fastBody, replay bool, buf []byte) (*originConn, *http.Response, error) {
-	for {
-		oc, reused := pool.take(now), true
-		if oc != nil && !oc.alive() {
-			oc.conn.Close()
-			continue
-		}
-		if oc == nil {
-			c, err := originDialer.Dial("tcp", pool.addr)
-			if err != nil {
-				return nil, nil, err
-			}
-			oc, reused = &originConn{conn: c}, false
-			oc.br = bufio.NewReaderSize(oc, originReadBuffer)
-		}
-		oc.limit = originHeadMax
-		n, err := writeStalled(oc.conn, head, timeout)
-		nothingWritten := err != nil && n == 0
-		if err == nil && fb.r != nil {
-			err = fb.send(stallWriter{oc.conn, timeout}, buf)
-			if err == nil && !oc.alive() {
-				r.once = true // the origin answered, or closed, before the body's end
-			}
-		}
-		if err == nil && timeout > 0 {
-			err = oc.conn.SetReadDeadline(time.Now().Add(timeout))
-		}
-		if err == nil {
-			_, err = oc.br.Peek(1)
-		}
-		if err != nil {
-			oc.conn.Close()
-			var ne net.Error
-			if reused && (replay && !(errors.As(err, &ne) && ne.Timeout()) || nothingWritten && fb.r == nil && !fb.merged) {
-				continue
-			}
-			return nil, nil, err
-		}
-		resp, err := r.readResponse(oc, req)
-		if err != nil {
-			oc.conn.Close()
-			return nil, nil, err
-		}
-		oc.limit = math.MaxInt64
-		if timeout > 0 {
-			if err := oc.conn.SetReadDeadline(time.Time{}); err != nil {
-				oc.conn.Close()
-				return nil, nil, err
-			}
-		}
-		return oc, resp, nil
-	}
-}
-
-// readResponse reads the final response head, passing each 1xx response
-// on as ReverseProxy's Got1xxResponse hook and net/http's server do.
-func (r *relay) readResponse(oc *originConn, req *http.Request) (*http.Response, error) {
-	for {
-		resp, err := http.ReadResponse(oc.br, req)
-		if err != nil {
-			return nil, err
-		}
-		if c := resp.StatusCode; c < 100 || c > 199 || c == http.StatusSwitchingProtocols {
-			return resp, nil
-		}
-		r.d.dropCostFields(resp.Header)
-		r.out = appendStatusLine(r.out, resp.StatusCode)
-		r.out = appendHeader(r.out, resp.Header, excludedNoBody)
-		r.out = append(r.out, "\r\n"...)
-		r.flush()
-		oc.limit = originHeadMax
-	}
+// interim passes resp, a 1xx response, on to the client, as
+// ReverseProxy's Got1xxResponse hook and net/http's server do.
+func (r *relay) interim(resp *http.Response) {
+	r.d.dropCostFields(resp.Header)
+	r.out = appendStatusLine(r.out, resp.StatusCode)
+	r.out = appendHeader(r.out, resp.Header, excludedNoBody)
+	r.out = append(r.out, "\r\n"...)
+	r.flush()
 }
 
 // fail answers a forward that got no response, as errorLog.handle does.

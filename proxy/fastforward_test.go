@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgerate/edge/origin"
 	"github.com/edgerate/edge/rules"
 )
 
@@ -41,15 +42,14 @@ func (c *bufClient) Forwarding() {}
 func relayRaw(raw []byte, head bool) ([]byte, bool, error) {
 	p := &Proxy{log: slog.New(slog.DiscardHandler)}
 	d := &domain{ffwd: &fastOrigin{log: newErrorLog(p.log, "fuzz", nil, nil)}}
-	oc := &originConn{conn: &byteConn{r: bytes.NewReader(raw)}, limit: originHeadMax}
-	oc.br = bufio.NewReaderSize(oc, originReadBuffer)
+	oc := origin.NewConn(&byteConn{r: bytes.NewReader(raw)}, origin.Settings{})
 	c := &bufClient{}
-	method, req := http.MethodGet, getRequest
+	method := http.MethodGet
 	if head {
-		method, req = http.MethodHead, headRequest
+		method = http.MethodHead
 	}
-	r := relay{p: p, d: d, h: &Head{Method: []byte(method), Target: []byte("/")}, client: c, isHEAD: head, br: oc.br}
-	resp, err := r.readResponse(oc, req)
+	r := relay{p: p, d: d, h: &Head{Method: []byte(method), Target: []byte("/")}, client: c, isHEAD: head, br: oc.Reader()}
+	resp, err := oc.ReadResponse(head, r.interim)
 	if err != nil {
 		c.Write(r.out)
 		return c.Bytes(), c.closed, err

@@ -6,13 +6,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
 	"sync"
 	"time"
 
+	"github.com/edgerate/edge/origin"
 	"github.com/edgerate/edge/rules"
 	"golang.org/x/time/rate"
 )
@@ -29,29 +29,20 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, d *domain) {
 	d.upstream.ServeHTTP(w, r)
 }
 
-// newTransport returns the pooled transport shared by every origin. It never
-// uses proxies from the environment, and bounds the wait for an origin's
-// response headers, and a write the origin stops taking, by the configured
-// upstream timeout (exceeded: 504).
+// originSettings are how edge talks to origins under timeouts t, on both
+// paths: the transport (newTransport) and the fast forward's pools
+// (Proxy.origins) take them. The fast forward takes t.Upstream with each
+// request, as a reload may change it.
+func originSettings(t rules.Timeouts) origin.Settings {
+	return origin.Settings{Upstream: t.Upstream}
+}
+
+// newTransport returns the pooled transport shared by every origin
+// (origin.Settings.Transport): it bounds the wait for an origin's response
+// headers, and a write the origin stops taking, by the configured upstream
+// timeout (exceeded: 504, upstreamFailure).
 func newTransport(t rules.Timeouts) *http.Transport {
-	return &http.Transport{
-		// A write the origin takes no byte of for t.Upstream fails (stall.go).
-		DialContext:       transportDialer(originDialer, t.Upstream),
-		ForceAttemptHTTP2: true,
-		// Pass Accept-Encoding through as the client sent it. Otherwise the
-		// transport asks origins for gzip on behalf of clients that did not,
-		// and edge spends CPU decompressing what the origin spent CPU
-		// compressing.
-		DisableCompression:     true,
-		MaxIdleConns:           1024,
-		MaxIdleConnsPerHost:    originIdleMax,
-		IdleConnTimeout:        originIdleTimeout,
-		MaxResponseHeaderBytes: originHeadMax,
-		ReadBufferSize:         originReadBuffer,
-		TLSHandshakeTimeout:    10 * time.Second,
-		ExpectContinueTimeout:  1 * time.Second,
-		ResponseHeaderTimeout:  t.Upstream,
-	}
+	return originSettings(t).Transport()
 }
 
 // newForwarder returns the handler that sends a domain's allowed requests to
@@ -173,7 +164,7 @@ func (w interimWriter) WriteHeader(code int) {
 func (w interimWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // timedTransport observes the time to each origin response's headers,
-// and watches each request's origin connection (watch).
+// and watches each request's origin connection (origin.WithWatch).
 type timedTransport struct {
 	rt  http.RoundTripper
 	obs *upstreamObservers
@@ -181,9 +172,7 @@ type timedTransport struct {
 
 func (t timedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	start := time.Now()
-	w := new(connWatch)
-	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &w.trace))
-	w.watch(req.ContentLength != 0)
+	req, w := origin.WithWatch(req)
 	resp, err := t.rt.RoundTrip(req)
 	class := 5 // error
 	if err == nil && resp.StatusCode >= 100 && resp.StatusCode < 600 {
@@ -191,7 +180,7 @@ func (t timedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	t.obs[class].Observe(time.Since(start).Seconds())
 	if err == nil {
-		w.answered(resp)
+		w.Answered(resp)
 	}
 	return resp, err
 }

@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"net"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -13,12 +12,6 @@ import (
 
 // The request head the fast forward writes to an origin: what the slow
 // path's Rewrite and the transport make of the client's (fastforward.go).
-
-// Requests handed to http.ReadResponse, which reads only their method.
-var (
-	getRequest  = &http.Request{Method: http.MethodGet}
-	headRequest = &http.Request{Method: http.MethodHead}
-)
 
 // fastForwardable reports whether the target of h can be forwarded as it
 // is: the slow path would send the same request-target (url.URL's

@@ -17,8 +17,9 @@
 //   - refuse.go: the answer to a blocked request (429), or to one the
 //     counters could not decide (503);
 //   - body.go: an allowed request's body, checked and buffered;
-//   - forward.go: the request sent to the origin, or the domain's static
-//     response.
+//   - forward.go: the request sent to the origin (through package origin,
+//     which the fast forward, fastforward.go, takes too), or the domain's
+//     static response.
 //
 // The check listener (check.go) takes a question about a request another
 // proxy holds through screen, route, identify and limit, and answers with
@@ -44,6 +45,7 @@ import (
 
 	"github.com/edgerate/edge/cluster"
 	"github.com/edgerate/edge/headers"
+	"github.com/edgerate/edge/origin"
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/window"
 	"github.com/prometheus/client_golang/prometheus"
@@ -105,8 +107,12 @@ type Proxy struct {
 	cluster *cluster.Client
 
 	buffered bufferBudget // request body bytes held in memory (body.go)
-	origins  originPools  // the fast forward's origin connections (originpool.go)
 	inFlight atomic.Int64 // requests sent to an origin and not yet done
+
+	// origins are the fast forward's origin connections, made by New,
+	// kept across reloads (Reload retires those to origins it removed),
+	// closed by Close.
+	origins *origin.Pools
 
 	version   string    // Options.Version
 	startedAt time.Time // when New made the Proxy, by its clock
@@ -263,6 +269,7 @@ func New(opts Options) (*Proxy, error) {
 		}
 	}
 	p.transport, p.ownTransport = opts.Transport, opts.Transport == nil
+	p.origins = origin.NewPools(originSettings(opts.Table.Timeouts))
 	if p.ownTransport {
 		p.transport = newTransport(opts.Table.Timeouts)
 	}

@@ -98,7 +98,7 @@ func (p *Proxy) Reload(t *rules.Table, hash string) (ReloadResult, error) {
 	st.result = res
 	p.state.Store(st)
 	old.closeShared() // the Redis client stays: only this configuration's domains go
-	p.origins.retain(st.fastOrigins())
+	p.origins.Retain(st.fastOrigins())
 	p.lastErr.Store(nil)
 	p.metrics.reloaded(true, res.Time)
 	if oldTransport != nil {
@@ -400,7 +400,7 @@ func (st *state) fastOrigins() map[string]bool {
 	addrs := make(map[string]bool)
 	for _, d := range st.domains {
 		if d.ffwd != nil {
-			addrs[d.ffwd.pool.addr] = true
+			addrs[d.ffwd.pool.Addr()] = true
 		}
 	}
 	return addrs

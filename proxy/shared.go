@@ -130,7 +130,7 @@ func (st *state) closeShared() {
 // it after the servers using the Proxy have shut down. It is safe to call
 // more than once.
 func (p *Proxy) Close() error {
-	p.origins.close()
+	p.origins.Close()
 	if p.cluster == nil {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package proxy
+package origin
 
 import (
 	"context"
@@ -15,25 +15,12 @@ import (
 	"github.com/edgerate/edge/internal/netpeek"
 )
 
-// What both forwarders guard against on their origin connections:
-//
-//   - A request written to an origin that stops reading would block its
-//     forward for as long as the origin's socket stays open, holding the
-//     request's slots and its client's connection. Writes to origins go
-//     through writeStalled, which fails with a timeout (a 504, as
-//     upstreamFailure says) once the origin has taken no byte for
-//     timeouts.upstream. The clock starts again whenever the origin takes
-//     some, so a slow client's streamed upload, which the origin reads as
-//     it comes, is not cut.
-//   - Whatever an origin sends outside the response it was asked for (a
-//     body on HEAD, 204 or 304, bytes beyond its Content-Length, an answer
-//     to a request it read from another's body) must not become the next
-//     request's answer. The fast forward checks its connections itself
-//     (originpool.go: alive; fastforward.go: once). On the net/http path
-//     the transport makes a connection idle before its reader has looked
-//     at what follows a response; connWatch has a request that takes such
-//     a connection wait until the reader has (without it
-//     TestOriginConnectionsNoCrossTalk failed now and then under -race).
+// Bounded writes to origins, and the transport's connections watched
+// (the package comment says why): on the net/http path the transport
+// makes a connection idle before its reader has looked at what follows a
+// response; Watch has a request that takes such a connection wait until
+// the reader has (without it TestOriginConnectionsNoCrossTalk failed now
+// and then under -race).
 
 // writeStalled writes b to c, failing when c takes no byte for stall
 // (none: no bound).
@@ -54,16 +41,6 @@ func writeStalled(c net.Conn, b []byte, stall time.Duration) (int, error) {
 		// The origin took n bytes before the deadline: it is reading.
 	}
 }
-
-// stallWriter writes to an origin connection with writeStalled (the fast
-// forward's writer; its connection stays a *net.TCPConn, which alive
-// peeks at).
-type stallWriter struct {
-	c     net.Conn
-	stall time.Duration
-}
-
-func (w stallWriter) Write(b []byte) (int, error) { return writeStalled(w.c, b, w.stall) }
 
 // transportConn is an origin connection of the transport. Its writes are
 // writeStalled's (the transport's ResponseHeaderTimeout starts only once
@@ -135,8 +112,13 @@ func transportDialer(d *net.Dialer, stall time.Duration) func(ctx context.Contex
 	}
 }
 
-// connWatch is what the transport reports of one request's connection.
-type connWatch struct {
+// Watch is what the transport reports of one request's connection, for
+// the transport's connections (Settings.Transport): a reused connection
+// is taken once the transport's reader has caught up with it, and the
+// connection of a response that began before its request's body was
+// written whole is closed once the response is read. A request's Watch
+// is used by that request only.
+type Watch struct {
 	trace httptrace.ClientTrace
 	conn  atomic.Pointer[transportConn]
 	// When the response's first byte came, and when the request was
@@ -152,10 +134,19 @@ type connWatch struct {
 // read waits for nothing; one that then reads the rest takes longer.
 const earlyMargin = 10 * time.Millisecond
 
+// WithWatch returns req with a trace that watches its connection, and
+// the watch, to be given the response (Answered).
+func WithWatch(req *http.Request) (*http.Request, *Watch) {
+	w := new(Watch)
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &w.trace))
+	w.watch(req.ContentLength != 0)
+	return req, w
+}
+
 // watch sets w's trace: a reused connection is taken once the transport's
 // reader has caught up with it; with a body, when the response began and
 // when the body was written whole are noted.
-func (w *connWatch) watch(body bool) {
+func (w *Watch) watch(body bool) {
 	w.trace.GotConn = func(info httptrace.GotConnInfo) {
 		c, ok := info.Conn.(*transportConn)
 		if !ok {
@@ -173,13 +164,14 @@ func (w *connWatch) watch(body bool) {
 	w.trace.WroteRequest = func(httptrace.WroteRequestInfo) { w.wrote.Store(time.Now().UnixNano()) }
 }
 
-// answered has the connection of a response with a body closed once the
-// response is read, if the response began before the request was written
-// whole (within earlyMargin): what follows it may be an answer to what the
-// origin made of the rest of the body, which the transport's reader would
-// take for the next request's answer. (The transport itself keeps no
-// connection whose write ends more than 50 ms after the response.)
-func (w *connWatch) answered(resp *http.Response) {
+// Answered has the connection of resp, the response to the watched
+// request, closed once the response is read (its body closed), if the
+// response began before the request was written whole (within
+// earlyMargin): what follows it may be an answer to what the origin made
+// of the rest of the body, which the transport's reader would take for
+// the next request's answer. (The transport itself keeps no connection
+// whose write ends more than 50 ms after the response.)
+func (w *Watch) Answered(resp *http.Response) {
 	if w.trace.WroteRequest == nil || resp.StatusCode == http.StatusSwitchingProtocols {
 		return
 	}
@@ -190,7 +182,7 @@ func (w *connWatch) answered(resp *http.Response) {
 
 // early reports whether the request's write ended after its response
 // began.
-func (w *connWatch) early() bool {
+func (w *Watch) early() bool {
 	wrote, first := w.wrote.Load(), w.firstByte.Load()
 	return wrote == 0 || first != 0 && time.Duration(wrote-first) > earlyMargin
 }
@@ -202,7 +194,7 @@ func (w *connWatch) early() bool {
 // transport retries where it can.)
 type watchedBody struct {
 	io.ReadCloser
-	w    *connWatch
+	w    *Watch
 	conn net.Conn
 }
 

@@ -1,13 +1,22 @@
-package proxy
+package origin
 
 import (
 	"bufio"
+	"io"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 )
+
+// sendString returns a SendBody that sends s as it is.
+func sendString(s string) SendBody {
+	return func(w io.Writer, _ []byte) error {
+		_, err := io.WriteString(w, s)
+		return err
+	}
+}
 
 // TestFastForwardChecksPooled: a pooled origin connection that the origin
 // closed while it was idle is not used for a request the transport would
@@ -48,21 +57,20 @@ func TestFastForwardChecksPooled(t *testing.T) {
 			}()
 		}
 	}()
-	var pools originPools
-	pool := pools.get(ln.Addr().String())
-	defer pools.close()
-	var r relay
+	pools := NewPools(Settings{})
+	pool := pools.Pool(ln.Addr().String())
+	defer pools.Close()
 	buf := make([]byte, 32<<10)
-	send := func(head string, fb *fastBody, replay bool) error {
-		oc, resp, err := r.roundTrip(pool, []byte(head), getRequest, time.Second, time.Now(), fb, replay, buf)
+	send := func(head string, body SendBody, replay bool) error {
+		oc, resp, err := pool.RoundTrip(&Request{Head: []byte(head), Replayable: replay, Timeout: time.Second}, body, nil, time.Now(), buf)
 		if err != nil {
 			return err
 		}
 		resp.Body.Close()
-		pool.put(oc, time.Now())
+		pool.Put(oc, time.Now())
 		return nil
 	}
-	if err := send("GET /close HTTP/1.1\r\nHost: a\r\n\r\n", &fastBody{}, true); err != nil {
+	if err := send("GET /close HTTP/1.1\r\nHost: a\r\n\r\n", nil, true); err != nil {
 		t.Fatal(err)
 	}
 	<-got
@@ -70,8 +78,7 @@ func TestFastForwardChecksPooled(t *testing.T) {
 	if len(pool.idle) != 1 {
 		t.Fatalf("%d idle connections, want the one the origin closed", len(pool.idle))
 	}
-	fb := &fastBody{r: strings.NewReader("hello"), size: 5}
-	if err := send("POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n", fb, false); err != nil {
+	if err := send("POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n", sendString("hello"), false); err != nil {
 		t.Fatalf("POST after the origin closed the pooled connection: %v", err)
 	}
 	if g := <-got; g != "POST /p hello" {

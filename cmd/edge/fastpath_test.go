@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -449,14 +450,22 @@ domains:
 	}
 	srv := publicServer(table, p, log.New(io.Discard, "", 0))
 	const req = "GET /api/v1/items HTTP/1.1\r\nHost: bench.example\r\n\r\n"
-	mc := &memConn{req: []byte(req)}
-	gl := guard.NewListener(&memListener{c: mc}, guardOptions(srv, table.Timeouts.Read, p, connectionCap(table, slog.New(slog.DiscardHandler))))
+	// The connection opens with a request the fast path declines, so that
+	// the listener's first stage hands it to net/http (Accept), which then
+	// reads it; from there the guard's Read answers each request.
+	const declined = "PROPFIND / HTTP/1.1\r\nHost: bench.example\r\n\r\n"
+	mc := &memConn{req: []byte(req), first: []byte(declined)}
+	gl := guard.NewListener(newMemListener(mc), guardOptions(srv, table.Timeouts.Read, p, connectionCap(table, slog.New(slog.DiscardHandler))))
+	defer gl.Close()
 	c, err := gl.Accept()
 	if err != nil {
 		b.Fatal(err)
 	}
-	gl.ConnState(c, http.StateIdle) // net/http waits for a request
 	buf := make([]byte, 4096)
+	if n, err := c.Read(buf); err != nil || string(buf[:n]) != declined {
+		b.Fatalf("net/http was handed %q (%v), want the declined request", buf[:n], err)
+	}
+	gl.ConnState(c, http.StateIdle) // net/http answered it, and waits for a request
 	run := func(n int) {
 		mc.left, mc.written, mc.refused = n, 0, 0
 		if got, err := c.Read(buf); got != 0 || err != io.EOF {
@@ -478,27 +487,41 @@ domains:
 }
 
 // memListener hands out one connection.
-type memListener struct{ c net.Conn }
+// memListener accepts c, then waits for Close.
+type memListener struct {
+	c    net.Conn
+	done chan struct{}
+	once sync.Once
+}
+
+func newMemListener(c net.Conn) *memListener { return &memListener{c: c, done: make(chan struct{})} }
 
 func (l *memListener) Accept() (net.Conn, error) {
 	if c := l.c; c != nil {
 		l.c = nil
 		return c, nil
 	}
+	<-l.done
 	return nil, net.ErrClosed
 }
-func (l *memListener) Close() error   { return nil }
+func (l *memListener) Close() error   { l.once.Do(func() { close(l.done) }); return nil }
 func (l *memListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 80} }
 
 // memConn reads as left more requests req, one after the other, then
 // io.EOF; it counts what is written to it and the 429s among it.
 type memConn struct {
+	first            []byte // read once, before the requests
 	req              []byte
 	left, off        int
 	written, refused int
 }
 
 func (c *memConn) Read(p []byte) (int, error) {
+	if len(c.first) > 0 {
+		n := copy(p, c.first)
+		c.first = c.first[n:]
+		return n, nil
+	}
 	n := 0
 	for n < len(p) && c.left > 0 {
 		k := copy(p[n:], c.req[c.off:])

@@ -36,6 +36,11 @@ const (
 	outcomeCheck         = "check"          // the check listener's own answers: not configured, unauthorized, unreadable
 )
 
+// answeredOutcomes are the outcomes of the answers to a request of a domain
+// that edge makes itself, besides blocked and unavailable, in the order the
+// status page lists them.
+var answeredOutcomes = []string{outcomeBadCost, outcomeBodyRefused, outcomeOriginFailed, outcomeOriginTimeout, outcomeShed}
+
 // maxAnswerFields is the most fields an answer carries: a block answer's
 // nine (Cache-Control, Content-Type, RateLimit, RateLimit-Policy,
 // Retry-After, X-Content-Type-Options and the X-RateLimit-* triple) and

@@ -15,7 +15,7 @@ import (
 
 // TestAnswerOutcomesCounted: every kind of answer edge makes for a
 // request of a domain is counted under its one outcome name in
-// edge_requests_total.
+// edge_requests_total, and the status page's totals show it by that name.
 func TestAnswerOutcomesCounted(t *testing.T) {
 	dead := httptest.NewServer(http.NotFoundHandler())
 	deadURL := dead.URL
@@ -24,6 +24,7 @@ func TestAnswerOutcomesCounted(t *testing.T) {
 	cfg := oneDomain(deadURL, units)
 	cfg.Domains[0].MaxRequestBody = 10
 	e := newEnv(t, cfg)
+	e.proxy.Record(e.clock.Now())
 	tests := []struct {
 		name    string
 		method  string
@@ -47,6 +48,18 @@ func TestAnswerOutcomesCounted(t *testing.T) {
 				t.Errorf("edge_requests_total{outcome=%q} grew by %v, want 1", tt.outcome, got)
 			}
 		})
+	}
+	e.clock.Advance(time.Second)
+	e.proxy.Record(e.clock.Now())
+	v := getStatusView(t, e, "")
+	got := v.Domains[0].Totals.Answered
+	for _, tt := range tests {
+		if got[tt.outcome] != 1 {
+			t.Errorf("status page: answered[%q] = %v, want 1 (all: %v)", tt.outcome, got[tt.outcome], got)
+		}
+	}
+	if got[outcomeShed] != 0 || got[outcomeOriginTimeout] != 0 {
+		t.Errorf("status page: answered = %v, want shed and origin_timeout at 0", got)
 	}
 }
 

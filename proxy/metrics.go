@@ -225,33 +225,35 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 type requestCounters struct {
 	served, blocked                prometheus.Counter
 	blockedLimit, blockedMitigated prometheus.Counter
-	// answered counts, under domain, the other answers edge makes
-	// itself, by outcome (answer.go): bad_cost, body_refused,
-	// origin_failed, origin_timeout, shed. Their series appear with the
-	// first such answer.
-	answered *prometheus.CounterVec
-	domain   string
+	// answered counts the other answers edge makes itself, by outcome
+	// (answer.go, answeredOutcomes).
+	answered map[string]prometheus.Counter
 	// Redis-shared counting only (shared.go); nil in local mode.
 	fallback, unavailable prometheus.Counter
 }
 
 func (m *metrics) requestCounters(domain string) requestCounters {
-	return requestCounters{
+	c := requestCounters{
 		served:           m.requests.WithLabelValues(domain, "served"),
 		blocked:          m.requests.WithLabelValues(domain, "blocked"),
 		blockedLimit:     m.blocked.WithLabelValues(domain, "limit"),
 		blockedMitigated: m.blocked.WithLabelValues(domain, "mitigation"),
-		answered:         m.requests,
-		domain:           domain,
+		answered:         make(map[string]prometheus.Counter, len(answeredOutcomes)),
 	}
+	for _, o := range answeredOutcomes {
+		c.answered[o] = m.requests.WithLabelValues(domain, o)
+	}
+	return c
 }
 
 // count counts an answer of a's kind edge made for a request of the domain.
 func (c *requestCounters) count(a *answer) {
-	if c == nil || c.answered == nil {
+	if c == nil {
 		return
 	}
-	c.answered.WithLabelValues(c.domain, a.outcome).Inc()
+	if n := c.answered[a.outcome]; n != nil {
+		n.Inc()
+	}
 }
 
 // queue returns a new queue of domain, counting in its metrics.

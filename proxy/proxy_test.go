@@ -129,8 +129,13 @@ func TestMetricsExposition(t *testing.T) {
 	want := `
 # HELP edge_requests_total Requests by domain and outcome: served (forwarded, answered by the domain's static response, or allowed by the check listener), blocked by a rate limit, unavailable (the rate limit store could not decide), bad_cost (a cost header a block rule cannot use), body_refused (413, 400 or 408 for the body), origin_failed (502), origin_timeout (504) or shed (503 by load shedding).
 # TYPE edge_requests_total counter
+edge_requests_total{domain="api.example.com",outcome="bad_cost"} 0
 edge_requests_total{domain="api.example.com",outcome="blocked"} 1
+edge_requests_total{domain="api.example.com",outcome="body_refused"} 0
+edge_requests_total{domain="api.example.com",outcome="origin_failed"} 0
+edge_requests_total{domain="api.example.com",outcome="origin_timeout"} 0
 edge_requests_total{domain="api.example.com",outcome="served"} 1
+edge_requests_total{domain="api.example.com",outcome="shed"} 0
 # HELP edge_misdirected_requests_total Requests whose Host no domain claims (answered 421, or 400 for an invalid Host).
 # TYPE edge_misdirected_requests_total counter
 edge_misdirected_requests_total 1

@@ -259,6 +259,9 @@ type domainTotals struct {
 	Upstream5xx     float64 `json:"upstream_5xx"`
 	UpstreamLatency float64 `json:"upstream_latency_seconds_sum"`
 	Fallback        float64 `json:"fallback"`
+	// Answered counts the other answers edge made itself, by outcome
+	// name, as edge_requests_total does (answer.go).
+	Answered map[string]float64 `json:"answered"`
 }
 
 type ruleStatusView struct {
@@ -328,6 +331,7 @@ func (rc *recent) view(st *state, seconds int) (times []float64, domains []domai
 				Served: dr.served[last], Blocked: dr.blocked[last], Upstream: dr.upstream[last],
 				UpstreamErrors: dr.upstreamErrors[last], Upstream5xx: dr.upstream5xx[last],
 				UpstreamLatency: dr.latencySum[last], Fallback: dr.fallback[last],
+				Answered: answeredTotals(d),
 			},
 			UpstreamLatency: make([]*float64, 0, len(secs)),
 			Rules:           []ruleStatusView{},
@@ -377,4 +381,14 @@ func (p *Proxy) getStatus(w http.ResponseWriter, r *http.Request) {
 	}
 	v.Times, v.Domains = p.recent.view(p.state.Load(), seconds)
 	writeJSON(w, http.StatusOK, v)
+}
+
+// answeredTotals reads d's counts of the answers edge made itself, by
+// outcome.
+func answeredTotals(d *domain) map[string]float64 {
+	out := make(map[string]float64, len(answeredOutcomes))
+	for _, o := range answeredOutcomes {
+		out[o] = counterValue(d.requests.answered[o])
+	}
+	return out
 }

@@ -216,7 +216,8 @@
         row('Upstream errors (no response)', num(recent(f.upstream_errors, RATE_SECONDS)), count(t.upstream_errors)),
         row('Upstream 5xx', num(recent(f.upstream_5xx, RATE_SECONDS)), count(t.upstream_5xx)),
         row('Upstream latency (mean)', latency(meanLat), latency(totalLat)),
-      ]);
+      ].concat(Object.entries(t.answered || {}).filter(([, n]) => n > 0).map(([o, n]) =>
+        row('Answered ' + o.replace('_', ' '), '–', count(n), 'refused'))));
     const ruleFig = name => f.rules.find(r => r.name === name);
     const children = [
       el('h3', { id: id }, d.name),

@@ -19,19 +19,16 @@ import (
 // The fast path refuses at the wire. The framing guard offers each simple
 // request head that is alone on its connection to Answer before net/http
 // parses it (cmd/edge installs the hook); Answer carries the head through
-// the same steps as ServeHTTP (screen, route, identify, limit) and, when a
-// block rule refuses it, observes, counts and logs the refusal exactly as
-// refuse does and appends the response writeBlocked would have made, byte
-// for byte, as net/http would have framed it (a request's body it then
-// reads or gives up on as net/http does: endBody); and a request whose
-// cost a block rule cannot take it answers with checkCosts's 400 (cost.go),
-// what the rules before that one counted given back. A request that every
-// rule allows it forwards itself, body and all, where the domain allows
-// that (fastforward.go, fastbody.go). Anything else it declines, having
-// changed nothing:
-// net/http then serves the request as always. Any other request that
-// every rule allows is decided twice: here, where what it counted is
-// given back at once, and again by ServeHTTP.
+// the same steps as ServeHTTP (screen, route, identify), in an exchange of
+// its own, to the same limit (limit.go), which decides, observes and
+// counts it as for any request. A refusal limit leaves in the exchange's
+// answer (answer.go) is appended as the bytes net/http would write for it
+// (a request's body it then reads or gives up on as net/http does:
+// endBody). A request that every rule allows it forwards itself, body and
+// all, where the domain allows that (fastforward.go, fastbody.go).
+// Anything else it declines, having changed nothing (limit gives back what
+// it counted): net/http then serves the request as always, deciding it
+// again.
 //
 // In Redis modes (cluster.store redis) Answer decides only what needs no
 // round trip (cluster.Domain.BeginLocal): with sync batched or share every

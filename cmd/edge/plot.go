@@ -15,12 +15,11 @@ import (
 	"github.com/edgerate/edge/window"
 )
 
-// edge replay -plot DIR. The figures are drawn with gonum.org/v1/plot,
-// which with its fonts made the edge binary 36% larger (17,981,615 bytes
-// against 24,450,860; stripped, 12,603,657 against 18,649,353), so they
-// are drawn by edge-plot, a separate command of this module: edge replay
-// writes each input's figures' data into DIR as JSON (replay.PlotData)
-// and runs edge-plot on DIR.
+// edge replay -plot DIR. The figures are drawn by edge-plot, a module of
+// its own (cmd/edge-plot), so that neither edge's binary nor its go.mod
+// carries a plotting library and its fonts (docs/accuracy.md): edge replay
+// writes each input's figures' data into DIR as JSON (replay.PlotData) and
+// runs edge-plot on DIR.
 
 // plotData writes in's figures' data into f.plot: r (with ByRate), r
 // beside the same traffic counted by another algorithm (the fixed window
@@ -85,7 +84,8 @@ func plotFileName(name string) string {
 
 // errNoPlotter says that edge-plot was not found.
 var errNoPlotter = errors.New("edge-plot, which draws the figures, is neither beside edge nor on PATH; " +
-	"install it with `go install github.com/edgerate/edge/cmd/edge-plot@latest` (or run `go run ./cmd/edge-plot DIR` in the source tree)")
+	"build it beside edge with `go -C cmd/edge-plot build -o ../../edge-plot .` at the top of edge's source tree (a module of its own there), " +
+	"or run `go -C cmd/edge-plot run . DIR`")
 
 // drawPlots runs edge-plot on dir: the one beside the running binary, or
 // the first on PATH.

@@ -21,7 +21,7 @@ func TestReplayPlot(t *testing.T) {
 		t.Skip("builds edge-plot")
 	}
 	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", filepath.Join(bin, "edge-plot"), "../edge-plot")
+	build := exec.Command("go", "-C", "../edge-plot", "build", "-o", filepath.Join(bin, "edge-plot"), ".")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
@@ -60,7 +60,7 @@ func TestReplayPlot(t *testing.T) {
 		t.Setenv("PATH", t.TempDir())
 		dir := t.TempDir()
 		code, _, errOut := runEdge(append(args, "-plot", dir)...)
-		if code != 1 || !strings.Contains(errOut, "go install github.com/edgerate/edge/cmd/edge-plot@latest") {
+		if code != 1 || !strings.Contains(errOut, "go -C cmd/edge-plot build -o ../../edge-plot .") {
 			t.Errorf("exit %d, stderr %q; want 1 and where edge-plot lives", code, errOut)
 		}
 		if _, err := os.Stat(filepath.Join(dir, "nearlimit_L_10.json")); err != nil {

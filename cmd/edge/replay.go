@@ -174,7 +174,7 @@ func newReplayFlagSet(stderr io.Writer, f *replayFlags) *flag.FlagSet {
 	fs.IntVar(&f.capacity, "capacity", 0, "replay every source through one shared store of `N` sources, in time order (0: a store per source)")
 	fs.IntVar(&f.workers, "workers", 0, "`N` sources replayed at once (0: GOMAXPROCS); results do not depend on it")
 	fs.IntVar(&f.sample, "sample", 0, "also report what accuracy_sample: `N` would: the store's decisions on the sources it samples, judged against an exact log of what the store counted (0: not)")
-	fs.StringVar(&f.plot, "plot", "", "also draw SVG figures into directory `DIR` (with edge-plot, a separate command of this module; see docs/accuracy.md)")
+	fs.StringVar(&f.plot, "plot", "", "also draw SVG figures into directory `DIR` (with edge-plot, a module of its own in cmd/edge-plot; see docs/accuracy.md)")
 	fs.StringVar(&f.plotSources, "plot-sources", "", "with -plot: the sources to follow, comma-separated `NAMES` as the report names them (default: the top missed and wrongly limited ones)")
 	return fs
 }

@@ -188,14 +188,15 @@ func runBodySeqs(t *testing.T, cfg string, seqs []bodySeq) {
 		sq.steps = append([]string{get(host, "/r/cl")}, sq.steps...)
 		t.Run(sq.name, func(t *testing.T) {
 			t.Parallel()
-			var got, want, metrics [2]string
+			var got [2][]heard
+			var want, metrics [2]string
 			var answered int64
 			for i, fast := range []bool{true, false} {
 				origin := startRawOrigin(t)
 				cfg := strings.NewReplacer("ORIGIN", "http://"+origin.ln.Addr().String()).Replace(cfg)
 				ds := startConfig(t, cfg, fast)
-				got[i] = exchange(t, ds, sq.steps, sq.wait, sq.halfClose)
-				want[i] = dateLine.ReplaceAllString(origin.received(t), "")
+				got[i] = []heard{hear(sq.steps, exchange(t, ds, sq.steps, sq.wait, sq.halfClose))}
+				want[i] = origin.received(t)
 				if fast {
 					answered = ds.answered.Load()
 				}

@@ -90,6 +90,9 @@ type rawOrigin struct {
 	// closed; arrived is told each such name when its head has come.
 	gates   map[string]chan struct{}
 	arrived chan string
+	// script, if set, answers the requests it knows (ok) in place of the
+	// named responses below, and says whether the connection ends after.
+	script func(name, method string) (resp string, end, ok bool)
 }
 
 func startRawOrigin(t *testing.T) *rawOrigin {
@@ -99,11 +102,18 @@ func startRawOrigin(t *testing.T) *rawOrigin {
 // startGatedOrigin starts a rawOrigin with gates and arrived set.
 func startGatedOrigin(t *testing.T, gates map[string]chan struct{}, arrived chan string) *rawOrigin {
 	t.Helper()
+	return newRawOrigin(t, gates, arrived, nil)
+}
+
+// newRawOrigin starts a rawOrigin with gates, arrived and script set.
+func newRawOrigin(t testing.TB, gates map[string]chan struct{}, arrived chan string,
+	script func(name, method string) (string, bool, bool)) *rawOrigin {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := &rawOrigin{ln: ln, stop: make(chan struct{}), conns: make(map[net.Conn]*originState), gates: gates, arrived: arrived}
+	o := &rawOrigin{ln: ln, stop: make(chan struct{}), conns: make(map[net.Conn]*originState), gates: gates, arrived: arrived, script: script}
 	o.wg.Add(1)
 	go func() {
 		defer o.wg.Done()
@@ -212,6 +222,12 @@ func (o *rawOrigin) serve(c net.Conn, st *originState) {
 		if !ok {
 			resp = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nyes"
 		}
+		scripted, end := false, false
+		if o.script != nil {
+			if r, e, ok := o.script(name, parts[0]); ok {
+				resp, end, scripted = r, e, true
+			}
+		}
 		if gate, ok := o.gates[name]; ok {
 			o.arrived <- name
 			select {
@@ -220,7 +236,7 @@ func (o *rawOrigin) serve(c net.Conn, st *originState) {
 				return
 			}
 		}
-		if parts[0] == http.MethodHead { // the final head only
+		if parts[0] == http.MethodHead && !scripted { // the final head only
 			last := strings.LastIndex(resp, "HTTP/1.")
 			if i := strings.Index(resp[max(last, 0):], "\r\n\r\n"); last >= 0 && i >= 0 {
 				resp = resp[:last+i+4]
@@ -229,6 +245,9 @@ func (o *rawOrigin) serve(c net.Conn, st *originState) {
 			}
 		}
 		if _, err := io.WriteString(c, resp); err != nil {
+			return
+		}
+		if end {
 			return
 		}
 		switch name {
@@ -311,6 +330,15 @@ func (o *rawOrigin) received(t *testing.T) string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.got.String()
+}
+
+// take is received, and forgets it: the next take has only what came after.
+func (o *rawOrigin) take(t *testing.T) string {
+	got := o.received(t)
+	o.mu.Lock()
+	o.got.Reset()
+	o.mu.Unlock()
+	return got
 }
 
 // fwdConfig: a domain with no rules, and one whose rule allows everything.

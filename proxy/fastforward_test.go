@@ -374,3 +374,53 @@ func BenchmarkFastRelay(b *testing.B) {
 		})
 	}
 }
+
+// TestRelayFraming: the fast forward keeps the origin's Content-Length,
+// chunks a body of unknown length (an empty one too), sniffs a missing
+// Content-Type, writes no body for HEAD and closes the client's
+// connection after a body that broke off.
+func TestRelayFraming(t *testing.T) {
+	tests := []struct {
+		name, raw  string
+		head       bool
+		want       []string // in the client's bytes
+		dont       []string // not in them
+		wantClosed bool
+	}{
+		{"length kept", "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello",
+			false, []string{"Content-Length: 5\r\n", "\r\n\r\nhello"}, []string{"Transfer-Encoding"}, false},
+		{"chunked kept", "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+			false, []string{"Transfer-Encoding: chunked\r\n", "\r\n\r\n5\r\nhello\r\n0\r\n\r\n"}, []string{"Content-Length"}, false},
+		{"empty chunked", "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+			false, []string{"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"}, []string{"Content-Length"}, false},
+		{"close-delimited chunked and sniffed", "HTTP/1.1 200 OK\r\n\r\n<html>until the end</html>",
+			false, []string{"Content-Type: text/html; charset=utf-8\r\n", "Transfer-Encoding: chunked\r\n"}, nil, false},
+		{"length sniffed", "HTTP/1.1 200 OK\r\nContent-Length: 15\r\n\r\n<html>hi</html>",
+			false, []string{"Content-Type: text/html; charset=utf-8\r\n", "Content-Length: 15\r\n"}, nil, false},
+		{"trailers", "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTrailer: X-Sum\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nX-Sum: 42\r\n\r\n",
+			false, []string{"Trailer: X-Sum\r\n", "0\r\nX-Sum: 42\r\n\r\n"}, nil, false},
+		{"head", "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\n",
+			true, []string{"Content-Length: 5\r\n"}, []string{"hello", "Transfer-Encoding"}, false},
+		{"broken off", "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n\r\nok",
+			false, nil, nil, true},
+	}
+	for _, tt := range tests {
+		out, closed, err := relayRaw([]byte(tt.raw), tt.head)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		for _, w := range tt.want {
+			if !bytes.Contains(out, []byte(w)) {
+				t.Errorf("%s: got %q, want %q in it", tt.name, out, w)
+			}
+		}
+		for _, d := range tt.dont {
+			if bytes.Contains(out, []byte(d)) {
+				t.Errorf("%s: got %q, want no %q in it", tt.name, out, d)
+			}
+		}
+		if closed != tt.wantClosed {
+			t.Errorf("%s: connection closed %v, want %v", tt.name, closed, tt.wantClosed)
+		}
+	}
+}

@@ -13,9 +13,8 @@ import (
 // max_request_body, buffered and not, short and broken), Expect, every
 // method the fast path forwards and pipelined requests after a body go
 // through an edge with fastpath true and one with false; what the origins
-// and the clients receive must be the same, byte for byte but Date and
-// the chunk sizes of a chunked body (which follow the client's reads on
-// both paths).
+// and the clients receive must mean the same (meaning_test.go; the chunk
+// sizes of a chunked body follow the client's reads on both paths).
 
 // bodyConfig: domains with every body policy, and one whose rule refuses
 // all but the first request.

@@ -19,11 +19,17 @@ import (
 
 // The fast forward: a request the fast path (fast.go) finds allowed is
 // sent to the origin from the guard's parsed head, on a pool of origin
-// connections (package origin: Pool.RoundTrip), without an http.Request,
-// a ResponseWriter or the transport's goroutines. What the client and the
-// origin see is what the slow path (forward.go: httputil.ReverseProxy
-// with its Rewrite, over the pooled http.Transport, behind net/http's
-// server) makes them see, byte for byte but Date:
+// connections (package origin: Pool.RoundTrip), without an http.Request, a ResponseWriter or the
+// transport's goroutines. What the client and the origin see means what
+// the slow path (forward.go: httputil.ReverseProxy with its Rewrite, over
+// the pooled http.Transport, behind net/http's server) makes them see:
+// equal in meaning, not in bytes (the same requests at the origin, and at
+// the client the same responses in the same order with the same status,
+// fields, body and trailers, on a connection closed where the slow path
+// closes it); only how an answer is framed and cut into writes may differ
+// (docs/performance.md, "Forwarding without net/http"). Refusals are
+// another matter: they are the slow path's byte for byte (fast.go). In
+// particular:
 //
 //   - the request head: the request line as the client sent it, Host, the
 //     client's User-Agent (the first one, if any), then the other fields
@@ -34,14 +40,15 @@ import (
 //   - the response: read with http.ReadResponse (the transport's own
 //     parser, head bounded at the transport's 10 MiB), 1xx responses
 //     passed on, hop-by-hop fields removed, announced trailers declared,
-//     and framed as net/http's server frames what ReverseProxy writes:
-//     the origin's Content-Length kept, a body of unknown length chunked
-//     (one chunk per read; empty: Content-Length 0), Date and a sniffed
-//     Content-Type added when missing, fields sorted, trailers after the
-//     last chunk;
+//     and framed for the client (fastframe.go's responseWriter): the
+//     origin's Content-Length kept, a body of unknown length chunked,
+//     Date and a sniffed Content-Type added when missing, trailers after
+//     the last chunk, what is held written when the origin's next read
+//     would wait or fastFlushAt bytes are held;
 //   - failures: 502, or 504 for a timeout, with the slow path's bodies and
-//     logs; an origin that breaks off a body closes the client's
-//     connection, as ReverseProxy's abort does.
+//     log line; an origin that breaks off a body closes the client's
+//     connection, as ReverseProxy's abort does (logged by errorLog's
+//     bodyFailed, where the slow path's line is ReverseProxy's own).
 //
 // What the rules do with the response they do here at the point where
 // ReverseProxy's ModifyResponse does it (relay.onHead): the costs and
@@ -88,11 +95,10 @@ import (
 // body it gave up on, it first waits half a second with its side shut
 // (against a reset that could lose the answer); the fast path closes at
 // once.
-// (With two trailers or more the slow path announces them in map order; the
-// fast forward sorts them. When an origin's chunked body is already at hand
-// with its head, ReverseProxy races its first write against a flush timer,
-// and the fast forward takes the write's side: a sniffed Content-Type, and
-// Content-Length 0 for an empty body.)
+// Where the slow path itself varies the fast forward need not follow it:
+// ReverseProxy announces two trailers or more in map order, and races a
+// flush timer against its first write of a body of unknown length, so
+// that its client may or may not get a sniffed Content-Type.
 
 // fastFlushAt: the answer is written to the client when this much of it is
 // held, or the origin's next read would wait.
@@ -222,23 +228,21 @@ func ignoresBody(method string) bool {
 
 // relay is one fast forward's answer to its client.
 type relay struct {
-	p       *Proxy
-	d       *domain
-	h       *Head
-	client  wire.ClientWriter
-	out     []byte
-	br      *bufio.Reader // the origin connection's
-	origin  net.Conn      // closed first when the answer fails
-	isHEAD  bool
-	failed  bool       // a write to the client failed
-	flushes int        // writes to the client so far
-	after   *fastAfter // nil: the rules do nothing with the response
+	p      *Proxy
+	d      *domain
+	h      *Head
+	client wire.ClientWriter
+	out    []byte
+	br     *bufio.Reader // the origin connection's
+	origin net.Conn      // closed first when the answer fails
+	isHEAD bool
+	failed bool       // a write to the client failed
+	after  *fastAfter // nil: the rules do nothing with the response
 }
 
 // flush writes what the answer holds to the client.
 func (r *relay) flush() {
 	if len(r.out) > 0 && !r.failed {
-		r.flushes++
 		if _, err := r.client.Write(r.out); err != nil {
 			r.failed = true
 		}
@@ -266,15 +270,35 @@ func (r *relay) fail(l *errorLog, err error) []byte {
 	return a.appendTo(r.out, time.Now(), r.isHEAD)
 }
 
-// logFast logs a failed fast forward as handle logs a failed forward:
-// the path as net/http's URL.Path gives it.
+// logFast logs a failed fast forward as handle logs a failed forward.
 func (l *errorLog) logFast(method string, target []byte, status int, err error) {
-	raw, _, _ := strings.Cut(string(target), "?")
-	path, perr := url.PathUnescape(raw)
-	if perr != nil {
-		path = raw
+	l.warn(method, fastLogPath(target), status, err)
+}
+
+// bodyFailed logs an origin's response body that broke off, which ends
+// the answer and its client's connection. The slow path's line for it is
+// ReverseProxy's own (its ErrorLog, forward.go); this one is limited and
+// counted as warn's lines are.
+func (l *errorLog) bodyFailed(method string, target []byte, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.limiter.Allow() {
+		l.suppressed++
+		return
 	}
-	l.warn(method, path, status, err)
+	l.log.Warn("upstream response body failed",
+		"domain", l.domain, "method", method, "path", fastLogPath(target), "err", err, "suppressed", l.suppressed)
+	l.suppressed = 0
+}
+
+// fastLogPath is the path of target as net/http's URL.Path gives it.
+func fastLogPath(target []byte) string {
+	raw, _, _ := strings.Cut(string(target), "?")
+	path, err := url.PathUnescape(raw)
+	if err != nil {
+		return raw
+	}
+	return path
 }
 
 // relay writes resp, the origin's final response, to the client as
@@ -308,7 +332,7 @@ func (r *relay) relay(resp *http.Response, buf []byte) bool {
 		slices.Sort(keys)
 		hdr.Add("Trailer", strings.Join(keys, ", "))
 	}
-	w := responseWriter{r: r, hdr: hdr, status: status, contentLength: -1, start: len(r.out), flushes: r.flushes}
+	w := responseWriter{r: r, hdr: hdr, status: status, contentLength: -1}
 	if cl := first(hdr, "Content-Length"); cl != "" {
 		if v, err := strconv.ParseInt(cl, 10, 64); err == nil && v >= 0 {
 			w.contentLength = v
@@ -324,37 +348,17 @@ func (r *relay) relay(resp *http.Response, buf []byte) bool {
 			}
 		})
 	}
-	w.flushEach = resp.ContentLength == -1
-	if ct := first(hdr, "Content-Type"); containsFold(ct, "event-stream") && mediaType(ct) == "text/event-stream" {
-		w.flushEach = true
-	}
-
-	// ReverseProxy's flush timer, set to fire at once, flushes the header
-	// before the first write of a chunked body (measured: it does so even
-	// when the body came with the head). A body that ends with the
-	// connection is at hand sooner: its first write, sniffed, wins
-	// (measured too: ends its connection eof-sniff in
-	// TestFastForwardDifferential).
-	delimited := resp.ContentLength == -1 && len(resp.TransferEncoding) == 0
-	if w.flushEach && !r.isHEAD && resp.Body != http.NoBody && (!delimited || !w.needsSniff()) {
-		w.writeHeader(nil, false)
-	}
-	ok := w.copyBody(resp.Body, buf)
-	if !ok {
-		// ReverseProxy aborts the handler: net/http closes the
-		// connection after what it had written, which is nothing while
-		// the response's buffer held it all (see held).
-		if w.held() {
-			r.out = r.out[:w.start]
-		}
+	if !w.copyBody(resp.Body, buf) {
+		// ReverseProxy aborts the handler, and net/http closes the
+		// connection after what it had written.
 		r.abandon()
 		resp.Body.Close()
 		r.client.CloseAfter()
 		return false
 	}
 	resp.Body.Close() // reads the trailers
-	if len(resp.Trailer) > 0 && !w.wroteHeader {
-		w.writeHeader(nil, false)
+	if !w.wroteHeader {
+		w.writeHeader(nil) // no body: the head, before the trailers join hdr
 	}
 	if len(resp.Trailer) == announced {
 		for k, vv := range resp.Trailer {

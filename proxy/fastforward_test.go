@@ -322,3 +322,102 @@ func TestAppendHeaderAsWriteSubset(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkFastRelay measures the fast forward's response side alone: an
+// origin's answer, at hand in memory, read and framed for the client.
+func BenchmarkFastRelay(b *testing.B) {
+	chunks := func(n, size int) string {
+		var s strings.Builder
+		for range n {
+			fmt.Fprintf(&s, "%x\r\n%s\r\n", size, strings.Repeat("y", size))
+		}
+		return s.String() + "0\r\n\r\n"
+	}
+	cases := []struct{ name, raw string }{
+		{"length/small", "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello"},
+		{"length/100KB", "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: 100000\r\n\r\n" + strings.Repeat("x", 100000)},
+		{"length/sniffed", "HTTP/1.1 200 OK\r\nContent-Length: 15\r\n\r\n<html>hi</html>"},
+		{"chunked/small", "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"},
+		{"chunked/3x1000", "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks(3, 1000)},
+		{"chunked/trailer", "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTrailer: X-Sum\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nX-Sum: 42\r\n\r\n"},
+	}
+	for _, tc := range cases {
+		b.Run(tc.name, func(b *testing.B) {
+			p := &Proxy{log: slog.New(slog.DiscardHandler)}
+			d := &domain{ffwd: &fastOrigin{log: newErrorLog(p.log, "bench", nil, nil)}}
+			raw := []byte(tc.raw)
+			bc := &byteConn{r: bytes.NewReader(raw)}
+			oc := origin.NewConn(bc, origin.Settings{})
+			h := &Head{Method: []byte(http.MethodGet), Target: []byte("/")}
+			var buf [32 << 10]byte
+			var out []byte
+			c := &bufClient{}
+			b.ReportAllocs()
+			b.SetBytes(int64(len(raw)))
+			for b.Loop() {
+				bc.r.Reset(raw) // the last answer was read whole: nothing is left buffered
+				c.Reset()
+				r := relay{p: p, d: d, h: h, client: c, br: oc.Reader(), out: out[:0]}
+				resp, err := oc.ReadResponse(false, r.interim)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if !r.relay(resp, buf[:]) {
+					b.Fatal("the relay failed")
+				}
+				r.flush()
+				out = r.out
+			}
+		})
+	}
+}
+
+// TestRelayFraming: the fast forward keeps the origin's Content-Length,
+// chunks a body of unknown length (an empty one too), sniffs a missing
+// Content-Type, writes no body for HEAD and closes the client's
+// connection after a body that broke off.
+func TestRelayFraming(t *testing.T) {
+	tests := []struct {
+		name, raw  string
+		head       bool
+		want       []string // in the client's bytes
+		dont       []string // not in them
+		wantClosed bool
+	}{
+		{"length kept", "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello",
+			false, []string{"Content-Length: 5\r\n", "\r\n\r\nhello"}, []string{"Transfer-Encoding"}, false},
+		{"chunked kept", "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+			false, []string{"Transfer-Encoding: chunked\r\n", "\r\n\r\n5\r\nhello\r\n0\r\n\r\n"}, []string{"Content-Length"}, false},
+		{"empty chunked", "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+			false, []string{"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"}, []string{"Content-Length"}, false},
+		{"close-delimited chunked and sniffed", "HTTP/1.1 200 OK\r\n\r\n<html>until the end</html>",
+			false, []string{"Content-Type: text/html; charset=utf-8\r\n", "Transfer-Encoding: chunked\r\n"}, nil, false},
+		{"length sniffed", "HTTP/1.1 200 OK\r\nContent-Length: 15\r\n\r\n<html>hi</html>",
+			false, []string{"Content-Type: text/html; charset=utf-8\r\n", "Content-Length: 15\r\n"}, nil, false},
+		{"trailers", "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTrailer: X-Sum\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nX-Sum: 42\r\n\r\n",
+			false, []string{"Trailer: X-Sum\r\n", "0\r\nX-Sum: 42\r\n\r\n"}, nil, false},
+		{"head", "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\n",
+			true, []string{"Content-Length: 5\r\n"}, []string{"hello", "Transfer-Encoding"}, false},
+		{"broken off", "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n\r\nok",
+			false, nil, nil, true},
+	}
+	for _, tt := range tests {
+		out, closed, err := relayRaw([]byte(tt.raw), tt.head)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		for _, w := range tt.want {
+			if !bytes.Contains(out, []byte(w)) {
+				t.Errorf("%s: got %q, want %q in it", tt.name, out, w)
+			}
+		}
+		for _, d := range tt.dont {
+			if bytes.Contains(out, []byte(d)) {
+				t.Errorf("%s: got %q, want no %q in it", tt.name, out, d)
+			}
+		}
+		if closed != tt.wantClosed {
+			t.Errorf("%s: connection closed %v, want %v", tt.name, closed, tt.wantClosed)
+		}
+	}
+}

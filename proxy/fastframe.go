@@ -3,7 +3,6 @@ package proxy
 import (
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"net/textproto"
 	"slices"
@@ -15,8 +14,8 @@ import (
 )
 
 // The fast forward's response side (fastforward.go): the origin's response
-// head read as ReverseProxy reads it, and the answer framed as net/http's
-// server frames what ReverseProxy writes.
+// head read as ReverseProxy reads it, and the answer framed for the client
+// (responseWriter), meaning what the slow path's means.
 
 var (
 	excludedNoBody = fieldSet{"Content-Length", "Transfer-Encoding"}
@@ -30,13 +29,6 @@ func first(h http.Header, key string) string {
 		return v[0]
 	}
 	return ""
-}
-
-// mediaType is the media type mime.ParseMediaType finds in a Content-Type
-// value, lower-cased, or "" where it finds none.
-func mediaType(v string) string {
-	mt, _, _ := mime.ParseMediaType(v)
-	return mt
 }
 
 // containsFold reports whether s contains sub (lower-case ASCII) in any
@@ -173,9 +165,12 @@ func validTrailer(k string) bool {
 	return true
 }
 
-// responseWriter frames a relayed response as net/http's server frames
-// what a handler writes (its chunkWriter), for an HTTP/1.1 request on a
-// connection that stays open.
+// responseWriter frames a relayed response for an HTTP/1.1 client on a
+// connection that stays open: the origin's Content-Length kept, a body of
+// unknown length chunked, the fields and the status line written as
+// net/http's server writes them (appendHeader, appendStatusLine), Date and
+// a sniffed Content-Type added where missing, as net/http adds them to
+// what ReverseProxy writes.
 type responseWriter struct {
 	r             *relay
 	hdr           http.Header
@@ -183,36 +178,44 @@ type responseWriter struct {
 	contentLength int64 // -1: unknown
 	written       int64
 	trailers      []string // declared
-	flushEach     bool     // ReverseProxy flushes after each write
-	start         int      // where the response begins in r.out
-	flushes       int      // r.flushes when it began
 	wroteHeader   bool
 	chunking      bool
-	aborted       bool
 }
 
-// copyBody copies the body as ReverseProxy's copyBuffer does, and reports
-// whether it ended well.
+// sniffLen is what http.DetectContentType considers of a body.
+const sniffLen = 512
+
+// copyBody copies the body to the client, and reports whether it ended
+// well. What the answer holds is written to the client when the origin's
+// next read would wait, and at fastFlushAt. The head is written at once,
+// but for a body that needs a Content-Type sniffed: that waits for the
+// body's first sniffLen bytes, or its end, when its length is known (as
+// net/http's server, which holds a response of known length until more
+// is written, sees at least as much); for a body of unknown length, a
+// stream that may wait long between its reads, for its first read.
 func (w *responseWriter) copyBody(body io.Reader, buf []byte) bool {
-	sniff := !w.flushEach && w.needsSniff()
+	if w.r.isHEAD || body == http.NoBody {
+		return true
+	}
+	if !w.needsSniff() {
+		w.writeHeader(nil)
+	}
 	held := 0 // bytes of buf held for sniffing
 	for {
-		if w.r.isHEAD || body == http.NoBody {
-			return true
-		}
-		if held == 0 && len(w.r.out) > 0 && !w.bodyAtHand(body) && !w.held() {
+		if held == 0 && len(w.r.out) > 0 && !w.bodyAtHand() {
 			w.r.flush()
 		}
 		nr, rerr := body.Read(buf[held:])
 		if rerr != nil && rerr != io.EOF {
-			w.r.p.log.Warn("httputil: ReverseProxy read error during body copy: " + rerr.Error())
+			w.r.d.ffwd.log.bodyFailed(string(w.r.h.Method), w.r.h.Target, rerr)
 		}
-		if sniff && !w.wroteHeader {
+		if !w.wroteHeader {
 			held += nr
-			if held < 512 && rerr == nil {
+			if rerr == nil && held < sniffLen && (w.contentLength != -1 || held == 0) {
 				continue
 			}
 			nr, held = held, 0
+			w.writeHeader(buf[:nr])
 		}
 		if nr > 0 && !w.write(buf[:nr]) {
 			return false
@@ -226,26 +229,10 @@ func (w *responseWriter) copyBody(body io.Reader, buf []byte) bool {
 	}
 }
 
-// handlerBuffer is what net/http's server holds of a handler's response
-// before it writes the head (bufferBeforeChunkingSize).
-const handlerBuffer = 2048
-
-// held reports whether net/http's server would still hold all of the
-// response in its buffer: ReverseProxy does not flush a response of known
-// length, so nothing of it reaches the client until more than
-// handlerBuffer bytes of its body have been written (however the writes
-// were cut), and a response that breaks off before that reaches the client
-// not at all. The fast forward then holds it too; beyond, the slow path's
-// client gets what its buffers let through, which depends on how the
-// origin's bytes came, and the fast forward writes as it reads.
-func (w *responseWriter) held() bool {
-	return !w.flushEach && w.r.flushes == w.flushes && w.written <= handlerBuffer
-}
-
-// bodyAtHand reports whether the next read of body can likely be served
-// without waiting for the origin (then the answer need not be flushed
-// first).
-func (w *responseWriter) bodyAtHand(io.Reader) bool {
+// bodyAtHand reports whether the next read of the body can likely be
+// served without waiting for the origin (then the answer need not be
+// written to the client first).
+func (w *responseWriter) bodyAtHand() bool {
 	return w.r.br != nil && w.r.br.Buffered() > 0
 }
 
@@ -254,17 +241,16 @@ func (w *responseWriter) needsSniff() bool {
 	return bodyAllowed(w.status) && !haveType && first(w.hdr, "Content-Encoding") == ""
 }
 
-// write is the handler's Write of p.
+// write appends p, the next bytes of the body, and reports whether the
+// answer goes on: not past the origin's Content-Length (ReverseProxy's
+// copy fails there with http.ErrContentLength), not to a client gone.
 func (w *responseWriter) write(p []byte) bool {
 	if w.r.failed {
 		return false
 	}
 	w.written += int64(len(p))
 	if w.contentLength != -1 && w.written > w.contentLength {
-		return false // http.ErrContentLength: ReverseProxy aborts
-	}
-	if !w.wroteHeader {
-		w.writeHeader(p, false)
+		return false
 	}
 	if w.chunking {
 		w.r.out = strconv.AppendInt(w.r.out, int64(len(p)), 16)
@@ -277,27 +263,16 @@ func (w *responseWriter) write(p []byte) bool {
 	return true
 }
 
-// writeHeader is net/http's chunkWriter.writeHeader for the first bytes p
-// of the body; done: the handler has returned.
-func (w *responseWriter) writeHeader(p []byte, done bool) {
+// writeHeader appends the head; p is the start of the body, to sniff a
+// Content-Type from where the origin sent none. Fields a status without
+// a body must not have are left out, as net/http's server leaves them.
+func (w *responseWriter) writeHeader(p []byte) {
 	w.wroteHeader = true
-	hdr, isHEAD := w.hdr, w.r.isHEAD
-	trailers := len(hdr["Trailer"]) > 0
-	for k := range hdr {
-		if strings.HasPrefix(k, http.TrailerPrefix) {
-			trailers = true
-		}
-	}
-	var setLength []byte
-	if done && !trailers && bodyAllowed(w.status) && !has(hdr, "Content-Length") && (!isHEAD || len(p) > 0) {
-		w.contentLength = int64(len(p))
-		setLength = strconv.AppendInt(nil, int64(len(p)), 10)
-	}
-	hasCL := w.contentLength != -1
+	hdr := w.hdr
 	var exclude fieldSet
 	var contentType string
 	if bodyAllowed(w.status) {
-		if w.needsSniff() && len(p) > 0 {
+		if len(p) > 0 && w.needsSniff() {
 			contentType = http.DetectContentType(p)
 		}
 	} else if w.status == http.StatusNotModified {
@@ -305,19 +280,12 @@ func (w *responseWriter) writeHeader(p []byte, done bool) {
 	} else {
 		exclude = excludedNoBody
 	}
-	if !isHEAD && bodyAllowed(w.status) && !hasCL {
-		w.chunking = true
-	}
+	w.chunking = !w.r.isHEAD && bodyAllowed(w.status) && w.contentLength == -1
 	b := appendStatusLine(w.r.out, w.status)
 	b = appendHeader(b, hdr, exclude)
 	if !has(hdr, "Date") {
 		b = append(b, "Date: "...)
 		b = appendDate(b, time.Now())
-		b = append(b, "\r\n"...)
-	}
-	if setLength != nil {
-		b = append(b, "Content-Length: "...)
-		b = append(b, setLength...)
 		b = append(b, "\r\n"...)
 	}
 	if contentType != "" {
@@ -336,13 +304,9 @@ func has(h http.Header, key string) bool {
 	return ok
 }
 
-// finish is net/http's end of a handler: the header if not yet written,
-// the last chunk and the trailers; and the connection closed if the body
-// fell short of its Content-Length.
+// finish ends the answer: the last chunk and the trailers; and the
+// connection closed if the body fell short of its Content-Length.
 func (w *responseWriter) finish() {
-	if !w.wroteHeader {
-		w.writeHeader(nil, true)
-	}
 	if w.chunking {
 		w.r.out = append(w.r.out, "0\r\n"...)
 		t := http.Header(nil)

@@ -172,22 +172,26 @@ func TestFastForwardAccounting(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var got, want, metrics [2]string
+			var heards [2][]heard
 			var answered int64
 			for i, fast := range []bool{true, false} {
 				origin := startRawOrigin(t)
 				cfg := strings.ReplaceAll(accountingConfig, "ORIGIN", "http://"+origin.ln.Addr().String())
 				ds := startConfig(t, cfg, fast)
 				got[i] = exchange(t, ds, tc.steps, true, false)
+				heards[i] = []heard{hear(tc.steps, got[i])}
 				for _, steps := range tc.then {
-					got[i] += "\n---\n" + exchange(t, ds, steps, true, false)
+					raw := exchange(t, ds, steps, true, false)
+					got[i] += "\n---\n" + raw
+					heards[i] = append(heards[i], hear(steps, raw))
 				}
-				want[i] = dateLine.ReplaceAllString(origin.received(t), "")
+				want[i] = origin.received(t)
 				if fast {
 					answered = ds.answered.Load()
 				}
 				metrics[i] = unseeded.ReplaceAllString(metricsText(t, ds.reg), "")
 			}
-			sidesAgree(t, got, want, metrics)
+			sidesAgree(t, heards, want, metrics)
 			if refused := int64(strings.Count(got[1], " 429 Too Many Requests\r\n")); answered <= refused {
 				t.Errorf("the fast path answered %d requests, %d of them refusals: it forwarded none", answered, refused)
 			}
@@ -214,11 +218,12 @@ domains:
 
 // diffConn is one client connection of a test that interleaves several.
 type diffConn struct {
-	t   *testing.T
-	ds  *diffServer
-	c   net.Conn
-	got bytes.Buffer
-	br  *bufio.Reader
+	t    *testing.T
+	ds   *diffServer
+	c    net.Conn
+	got  bytes.Buffer
+	br   *bufio.Reader
+	sent []string // every request sent, in order
 }
 
 func dialDiff(t *testing.T, ds *diffServer) *diffConn {
@@ -235,6 +240,7 @@ func dialDiff(t *testing.T, ds *diffServer) *diffConn {
 }
 
 func (dc *diffConn) send(req string) {
+	dc.sent = append(dc.sent, req)
 	if _, err := io.WriteString(dc.c, req); err != nil {
 		dc.t.Fatal(err)
 	}
@@ -274,6 +280,7 @@ func (dc *diffConn) do(req string) {
 func TestFastForwardSlots(t *testing.T) {
 	const host = "slots.example.com"
 	var got, origins, metrics [2]string
+	var heards [2][]heard
 	var answered int64
 	for i, fast := range []bool{true, false} {
 		gates := map[string]chan struct{}{"slow1": make(chan struct{}), "slow2": make(chan struct{})}
@@ -318,14 +325,15 @@ func TestFastForwardSlots(t *testing.T) {
 			dc.send(sentinel)
 			io.Copy(io.Discard, dc.br)
 			got[i] += dateLine.ReplaceAllString(dc.got.String(), "") + "\n---\n"
+			heards[i] = append(heards[i], hear(dc.sent, dc.got.String()))
 		}
-		origins[i] = dateLine.ReplaceAllString(origin.received(t), "")
+		origins[i] = origin.received(t)
 		metrics[i] = metricsText(t, ds.reg)
 		if fast {
 			answered = ds.answered.Load()
 		}
 	}
-	sidesAgree(t, got, origins, metrics)
+	sidesAgree(t, heards, origins, metrics)
 	if refused := int64(strings.Count(got[1], " 429 Too Many Requests\r\n")); refused != 2 || answered <= refused {
 		t.Errorf("%d refused (want 2), %d answered by the fast path: it must forward too", refused, answered)
 	}

@@ -13,9 +13,8 @@ import (
 // max_request_body, buffered and not, short and broken), Expect, every
 // method the fast path forwards and pipelined requests after a body go
 // through an edge with fastpath true and one with false; what the origins
-// and the clients receive must be the same, byte for byte but Date and
-// the chunk sizes of a chunked body (which follow the client's reads on
-// both paths).
+// and the clients receive must mean the same (meaning_test.go; the chunk
+// sizes of a chunked body follow the client's reads on both paths).
 
 // bodyConfig: domains with every body policy, and one whose rule refuses
 // all but the first request.
@@ -188,14 +187,15 @@ func runBodySeqs(t *testing.T, cfg string, seqs []bodySeq) {
 		sq.steps = append([]string{get(host, "/r/cl")}, sq.steps...)
 		t.Run(sq.name, func(t *testing.T) {
 			t.Parallel()
-			var got, want, metrics [2]string
+			var got [2][]heard
+			var want, metrics [2]string
 			var answered int64
 			for i, fast := range []bool{true, false} {
 				origin := startRawOrigin(t)
 				cfg := strings.NewReplacer("ORIGIN", "http://"+origin.ln.Addr().String()).Replace(cfg)
 				ds := startConfig(t, cfg, fast)
-				got[i] = exchange(t, ds, sq.steps, sq.wait, sq.halfClose)
-				want[i] = dateLine.ReplaceAllString(origin.received(t), "")
+				got[i] = []heard{hear(sq.steps, exchange(t, ds, sq.steps, sq.wait, sq.halfClose))}
+				want[i] = origin.received(t)
 				if fast {
 					answered = ds.answered.Load()
 				}

@@ -365,7 +365,7 @@ type ruleView struct {
 	PathPrefix        string   `json:"path_prefix,omitempty"`
 	Methods           []string `json:"methods,omitempty"`
 	Limit             int64    `json:"limit"`
-	Period            string   `json:"period,omitempty"` // none for a quota
+	Period            string   `json:"period,omitempty"` // none for a quota or a concurrency rule
 	Reset             string   `json:"reset,omitempty"`
 	Timezone          string   `json:"timezone,omitempty"`
 	Key               []string `json:"key"`
@@ -383,6 +383,13 @@ type ruleView struct {
 	Cost              int64    `json:"cost"`
 	CostHeader        string   `json:"cost_header,omitempty"`
 	MaxCost           int64    `json:"max_cost,omitempty"`
+	// ResponseCostHeader is the response field the origin reports a
+	// request's cost in; CountStatus the origin statuses that count (none:
+	// every request counts as it is decided); Allow the clients the rule
+	// neither counts nor refuses, as CIDR prefixes.
+	ResponseCostHeader string   `json:"response_cost_header,omitempty"`
+	CountStatus        []int    `json:"count_status,omitempty"`
+	Allow              []string `json:"allow,omitempty"`
 }
 
 func (p *Proxy) getConfig(w http.ResponseWriter, r *http.Request) {
@@ -447,9 +454,16 @@ func (p *Proxy) configView() configView {
 		for _, rs := range d.rules {
 			rv := ruleView{
 				Name: rs.Name, PathPrefix: rs.PathPrefix, Methods: rs.Methods, Limit: rs.Limit,
-				Period: rs.Period.String(), Action: rs.Action.String(), CountBlocked: rs.CountBlocked,
+				Action: rs.Action.String(), CountBlocked: rs.CountBlocked,
 				Headers: rs.Headers.String(), Algorithm: rs.Algorithm.String(),
 				Cost: rs.Cost, CostHeader: rs.CostHeader, MaxCost: rs.MaxCost,
+				ResponseCostHeader: rs.ResponseCostHeader, CountStatus: rs.CountStatus,
+			}
+			if rs.Period > 0 {
+				rv.Period = rs.Period.String()
+			}
+			for _, pfx := range rs.Allow {
+				rv.Allow = append(rv.Allow, pfx.String())
 			}
 			if rs.Algorithm.Bucket() {
 				rv.Burst = rs.Capacity()
@@ -467,7 +481,7 @@ func (p *Proxy) configView() configView {
 				rv.Lease = rs.Lease.String()
 			}
 			if rs.Algorithm == rules.Quota {
-				rv.Period, rv.Reset, rv.Timezone = "", rs.Reset.String(), rs.Location.String()
+				rv.Reset, rv.Timezone = rs.Reset.String(), rs.Location.String()
 			}
 			for _, k := range rs.Key {
 				rv.Key = append(rv.Key, k.String())

@@ -355,15 +355,9 @@ func (c storeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.m.evictions, prometheus.CounterValue, float64(s.ExpiredReclaimed), d.Name, "expired")
 		ch <- prometheus.MustNewConstMetric(c.m.evictions, prometheus.CounterValue, float64(s.Evicted), d.Name, "idle")
 		ch <- prometheus.MustNewConstMetric(c.m.overflowReqs, prometheus.CounterValue, float64(s.Overflowed), d.Name)
-		// Slots held by this node's requests: in its store, or with
-		// cluster.store redis as leases in Redis (cluster.Domain).
-		slots, _ := d.counter.(interface{ SlotsInUse(int) int64 })
-		if slots == nil {
-			slots = d.store
-		}
 		for i := range d.rules {
 			if rs := &d.rules[i]; rs.Algorithm == rules.Concurrency {
-				ch <- prometheus.MustNewConstMetric(c.m.slotsInUse, prometheus.GaugeValue, float64(slots.SlotsInUse(i)), d.Name, rs.Name)
+				ch <- prometheus.MustNewConstMetric(c.m.slotsInUse, prometheus.GaugeValue, float64(d.slotsInUse(i)), d.Name, rs.Name)
 			}
 			if rs := &d.rules[i]; rs.Precision == rules.Fine {
 				f := d.store.Fine(i)
@@ -373,6 +367,17 @@ func (c storeCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
+}
+
+// slotsInUse is what edge_concurrency_slots_in_use exports for rule i of
+// d: the slots held by this node's requests, in its store, or with
+// cluster.store redis as leases in Redis (cluster.Domain); 0 for a rule
+// that is not a concurrency rule.
+func (d *domain) slotsInUse(i int) int64 {
+	if slots, ok := d.counter.(interface{ SlotsInUse(int) int64 }); ok {
+		return slots.SlotsInUse(i)
+	}
+	return d.store.SlotsInUse(i)
 }
 
 // forget deletes the series of domains and rules that the new state st no

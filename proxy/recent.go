@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/edgerate/edge/rules"
+	"github.com/edgerate/edge/window"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -270,6 +272,13 @@ type ruleStatusView struct {
 	Limited   []float64  `json:"limited"`
 	Mitigated []float64  `json:"mitigated"`
 	Totals    ruleTotals `json:"totals"`
+	// SlotsInUse is a concurrency rule's requests in flight now, over all
+	// its keys, as edge_concurrency_slots_in_use exports it; absent for
+	// the other algorithms.
+	SlotsInUse *int64 `json:"slots_in_use,omitempty"`
+	// ResetsAt is when a quota's calendar period ends and every key's
+	// count starts again at 0; absent for the other algorithms.
+	ResetsAt *time.Time `json:"resets_at,omitempty"`
 }
 
 type ruleTotals struct {
@@ -297,8 +306,9 @@ func (r *counterRing) perSecond(idx []int, secs []float64) []float64 {
 }
 
 // view returns the last seconds intervals (fewer when the ring holds fewer)
-// of the domains of st, in configuration order.
-func (rc *recent) view(st *state, seconds int) (times []float64, domains []domainStatusView) {
+// of the domains of st, in configuration order, with the state of their
+// rules at now.
+func (rc *recent) view(st *state, seconds int, now time.Time) (times []float64, domains []domainStatusView) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	n := min(seconds+1, rc.n)
@@ -351,13 +361,22 @@ func (rc *recent) view(st *state, seconds int) (times []float64, domains []domai
 			if !ok {
 				continue
 			}
-			dv.Rules = append(dv.Rules, ruleStatusView{
+			rv := ruleStatusView{
 				Name:      rs.Name,
 				Allowed:   rr.allowed.perSecond(idx, secs),
 				Limited:   rr.limited.perSecond(idx, secs),
 				Mitigated: rr.mitigated.perSecond(idx, secs),
 				Totals:    ruleTotals{Allowed: rr.allowed[last], Limited: rr.limited[last], Mitigated: rr.mitigated[last]},
-			})
+			}
+			switch rs.Algorithm {
+			case rules.Concurrency:
+				n := d.slotsInUse(rs.Index)
+				rv.SlotsInUse = &n
+			case rules.Quota:
+				end := quotaEnd(rs.Rule, now)
+				rv.ResetsAt = &end
+			}
+			dv.Rules = append(dv.Rules, rv)
 		}
 		domains = append(domains, dv)
 	}
@@ -379,8 +398,15 @@ func (p *Proxy) getStatus(w http.ResponseWriter, r *http.Request) {
 		Version: p.version, GoVersion: runtime.Version(),
 		StartedAt: p.startedAt.UTC(), UptimeSeconds: p.now().Sub(p.startedAt).Seconds(),
 	}
-	v.Times, v.Domains = p.recent.view(p.state.Load(), seconds)
+	v.Times, v.Domains = p.recent.view(p.state.Load(), seconds, p.now())
 	writeJSON(w, http.StatusOK, v)
+}
+
+// quotaEnd is when the calendar period of quota r holding now ends, in
+// UTC.
+func quotaEnd(r *rules.Rule, now time.Time) time.Time {
+	_, end := window.Limit{Limit: 1, Algorithm: window.Quota, Reset: window.Reset(r.Reset), Location: r.Location}.QuotaPeriod(now)
+	return end.UTC()
 }
 
 // answeredTotals reads d's counts of the answers edge made itself, by

@@ -296,3 +296,84 @@ func TestStatusFallbackFigures(t *testing.T) {
 		t.Errorf("fallback total %v per second %v, metric %d; want 4 and [4]", d.Totals.Fallback, d.Fallback, got)
 	}
 }
+
+// TestStatusRuleTerms: GET /v1/status shows each rule in its algorithm's
+// own terms where the configuration alone cannot (a concurrency rule's
+// slots in use now, a quota's next reset), and GET /v1/config every
+// condition of a rule, with no period for a rule that has none.
+func TestStatusRuleTerms(t *testing.T) {
+	arrived, release := make(chan struct{}, 1), make(chan struct{})
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			arrived <- struct{}{}
+			<-release
+		}
+		io.WriteString(w, "ok")
+	}))
+	t.Cleanup(origin.Close)
+	parallel := rules.RuleConfig{Name: "parallel", Limit: 4, Algorithm: "concurrency"}
+	daily := rules.RuleConfig{Name: "daily", Limit: 1000, Algorithm: "quota", Reset: "daily", Timezone: "Europe/Berlin"}
+	bucket := rules.RuleConfig{Name: "bucket", Limit: 20, Period: 10 * time.Second, Algorithm: "token_bucket", Burst: 40,
+		CountStatus: []int{401, 403}, ResponseCostHeader: "X-Edge-Cost",
+		Allow: &rules.AllowConfig{CIDRs: []string{"10.0.0.0/8", "192.0.2.1"}}}
+	e := newEnv(t, oneDomain(origin.URL, parallel, daily, bucket))
+	e.proxy.Record(e.clock.Now())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.get("api.example.com", "/slow")
+	}()
+	<-arrived
+	defer func() { close(release); <-done }()
+	e.clock.Advance(time.Second)
+	e.proxy.Record(e.clock.Now())
+
+	v := getStatusView(t, e, "")
+	byName := map[string]ruleStatusView{}
+	for _, r := range v.Domains[0].Rules {
+		byName[r.Name] = r
+	}
+	berlin, _ := time.LoadLocation("Europe/Berlin")
+	now := e.clock.Now().In(berlin)
+	midnight := time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, berlin).UTC()
+	if got := byName["parallel"].SlotsInUse; got == nil || *got != 1 {
+		t.Errorf("parallel's slots_in_use = %v, want 1 (one request held at the origin)", got)
+	}
+	if got := byName["daily"].ResetsAt; got == nil || !got.Equal(midnight) {
+		t.Errorf("daily's resets_at = %v, want %v (the next midnight in Berlin)", got, midnight)
+	}
+	if r := byName["bucket"]; r.SlotsInUse != nil || r.ResetsAt != nil {
+		t.Errorf("bucket shows slots_in_use %v, resets_at %v, want neither", r.SlotsInUse, r.ResetsAt)
+	}
+
+	rec := httptest.NewRecorder()
+	e.proxy.AdminHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/v1/config", nil))
+	var raw struct {
+		Domains []struct {
+			Rules []map[string]any `json:"rules"`
+		} `json:"domains"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &raw); err != nil {
+		t.Fatal(err)
+	}
+	rs := raw.Domains[0].Rules
+	tests := []struct {
+		name string
+		got  any
+		want any
+	}{
+		{"concurrency period", rs[0]["period"], nil},
+		{"quota period", rs[1]["period"], nil},
+		{"bucket period", rs[2]["period"], "10s"},
+		{"burst", rs[2]["burst"], 40.0},
+		{"count_status", fmt.Sprint(rs[2]["count_status"]), "[401 403]"},
+		{"response_cost_header", rs[2]["response_cost_header"], "X-Edge-Cost"},
+		{"allow", fmt.Sprint(rs[2]["allow"]), "[10.0.0.0/8 192.0.2.1/32]"},
+		{"no allow", rs[0]["allow"], nil},
+	}
+	for _, tc := range tests {
+		if tc.got != tc.want {
+			t.Errorf("%s = %v, want %v", tc.name, tc.got, tc.want)
+		}
+	}
+}

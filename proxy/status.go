@@ -7,8 +7,11 @@ import (
 	"html/template"
 	"net/http"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/edgerate/edge/rules"
 )
 
 // The status page is three files built into the binary: the admin network
@@ -19,8 +22,10 @@ import (
 var statusFiles embed.FS
 
 var statusTemplate = template.Must(template.New("index.html").Funcs(template.FuncMap{
-	"join":    strings.Join,
-	"changes": reloadChanges,
+	"join":       strings.Join,
+	"changes":    reloadChanges,
+	"ruleLimit":  ruleLimit,
+	"conditions": ruleConditions,
 }).ParseFS(statusFiles, "status/index.html"))
 
 // StatusPageOptions say what the status page needs from the admin
@@ -138,5 +143,87 @@ func reloadChanges(r ReloadResult) []string {
 	if r.KeysCarried > 0 {
 		out = append(out, fmt.Sprintf("keys carried: %d", r.KeysCarried))
 	}
+	return out
+}
+
+// ruleLimit writes a rule's limit in its algorithm's own terms, as the
+// page's script does without the figures it reads from /v1/status: "20
+// per 10s", "burst 40, refills 20 per 10s", "4 in flight per key", "1000
+// per day (Europe/Berlin)".
+func ruleLimit(r ruleView) string {
+	switch r.Algorithm {
+	case rules.TokenBucket.String():
+		return fmt.Sprintf("burst %d, refills %d per %s", r.Burst, r.Limit, shortDuration(r.Period))
+	case rules.LeakyBucket.String():
+		return fmt.Sprintf("capacity %d, drains %d per %s", r.Burst, r.Limit, shortDuration(r.Period))
+	case rules.Concurrency.String():
+		return fmt.Sprintf("%d in flight per key", r.Limit)
+	case rules.Quota.String():
+		return fmt.Sprintf("%d per %s (%s)", r.Limit, resetNoun[r.Reset], r.Timezone)
+	}
+	return fmt.Sprintf("%d per %s", r.Limit, shortDuration(r.Period))
+}
+
+var resetNoun = map[string]string{"daily": "day", "weekly": "week", "monthly": "month"}
+
+// shortDuration writes a duration as /v1/config does without its zero
+// parts, as the page's script does: "1m0s" is "1m", "1h0m0s" "1h".
+func shortDuration(d string) string {
+	if strings.HasSuffix(d, "m0s") {
+		d = strings.TrimSuffix(d, "0s")
+	}
+	if strings.HasSuffix(d, "h0m") {
+		d = strings.TrimSuffix(d, "0m")
+	}
+	return d
+}
+
+// ruleConditions lists what a rule applies to and how it counts and
+// refuses beyond its algorithm and limit, one phrase each, as the page's
+// script does (which adds the allow list's prefixes as a tooltip).
+func ruleConditions(r ruleView) []string {
+	var out []string
+	add := func(format string, a ...any) { out = append(out, fmt.Sprintf(format, a...)) }
+	if r.PathPrefix != "" {
+		add("path %s…", r.PathPrefix)
+	}
+	if len(r.Methods) > 0 {
+		add("methods %s", strings.Join(r.Methods, ", "))
+	}
+	switch {
+	case r.CostHeader != "":
+		add("cost from %s (at most %d, else %d)", r.CostHeader, r.MaxCost, r.Cost)
+	case r.Cost != 1:
+		add("cost %d", r.Cost)
+	}
+	if r.ResponseCostHeader != "" {
+		add("origin reports cost in %s", r.ResponseCostHeader)
+	}
+	if len(r.CountStatus) > 0 {
+		codes := make([]string, len(r.CountStatus))
+		for i, c := range r.CountStatus {
+			codes[i] = strconv.Itoa(c)
+		}
+		add("counts only status %s", strings.Join(codes, ", "))
+	}
+	if r.MaxDelay != "" {
+		add("queues up to %s", r.MaxDelay)
+	}
+	switch n := len(r.Allow); {
+	case n == 1:
+		add("1 client allowed")
+	case n > 1:
+		add("%d clients allowed", n)
+	}
+	if r.CountBlocked {
+		add("counts refused requests")
+	}
+	if r.MitigationTimeout != "" {
+		add("blocks %s once over", shortDuration(r.MitigationTimeout))
+	}
+	if r.BlockStatus != 0 {
+		add("refuses with %d", r.BlockStatus)
+	}
+	add("headers %s", r.Headers)
 	return out
 }

@@ -152,7 +152,8 @@ func TestStatusPageHTML(t *testing.T) {
 			}
 		}
 		for _, a := range n.Attr {
-			if (a.Key == "src" || a.Key == "href") && (!strings.HasPrefix(a.Val, "/") || strings.HasPrefix(a.Val, "//")) {
+			// A fragment (#d0, a link within the page) loads nothing.
+			if (a.Key == "src" || a.Key == "href") && !strings.HasPrefix(a.Val, "#") && (!strings.HasPrefix(a.Val, "/") || strings.HasPrefix(a.Val, "//")) {
 				t.Errorf("<%s %s=%q>: the page loads only from its own listener", n.Data, a.Key, a.Val)
 			}
 		}
@@ -163,9 +164,9 @@ func TestStatusPageHTML(t *testing.T) {
 		want any
 	}{
 		{"h1", strings.Join(headings["h1"], ","), "edge status"},
-		{"h2", strings.Join(headings["h2"], ","), "Node,Cluster,Domains"},
+		{"h2", strings.Join(headings["h2"], ","), "Summary,Node,Cluster,Domains"},
 		{"h3 (domains)", strings.Join(headings["h3"], ","), "api,static"},
-		{"tables", tables, 3}, // api: figures, rules; static: figures
+		{"tables", tables, 4}, // the summary; api: figures, rules; static: figures
 		{"rule rows", strings.Join(ruleRows, ","), "per-ip,login"},
 	}
 	for _, tc := range tests {
@@ -173,10 +174,49 @@ func TestStatusPageHTML(t *testing.T) {
 			t.Errorf("%s = %v, want %v", tc.name, tc.got, tc.want)
 		}
 	}
-	for _, want := range []string{"fra-1", "api.example.com", "static.example.com", "a static response", "sliding_window", "ip | header:X-User", "ready", "/status.js", "/status.css"} {
+	for _, want := range []string{"fra-1", "api.example.com", "static.example.com", "a static response", "sliding_window", "ip | header:X-User", "ready", "/status.js", "/status.css",
+		`<a href="#d1">static</a>`, "<td>5 per 1m</td>", "path /login…; headers blocked"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("page lacks %q", want)
 		}
+	}
+}
+
+// TestStatusRuleText: without the script the page writes each rule's
+// limit in its algorithm's terms and its conditions, as the script does.
+func TestStatusRuleText(t *testing.T) {
+	tests := []struct {
+		name       string
+		rule       ruleView
+		limit      string
+		conditions string
+	}{
+		{"window", ruleView{Algorithm: "sliding_window", Limit: 20, Period: "10s", Cost: 1, Headers: "blocked"},
+			"20 per 10s", "headers blocked"},
+		{"token bucket", ruleView{Algorithm: "token_bucket", Limit: 20, Period: "1m0s", Burst: 40, Cost: 1, Headers: "always"},
+			"burst 40, refills 20 per 1m", "headers always"},
+		{"leaky bucket queue", ruleView{Algorithm: "leaky_bucket", Limit: 5, Period: "1h0m0s", Burst: 5, MaxDelay: "500ms", Cost: 1, Headers: "none"},
+			"capacity 5, drains 5 per 1h", "queues up to 500ms; headers none"},
+		{"concurrency", ruleView{Algorithm: "concurrency", Limit: 4, Cost: 1, Headers: "blocked"},
+			"4 in flight per key", "headers blocked"},
+		{"quota", ruleView{Algorithm: "quota", Limit: 1000, Reset: "monthly", Timezone: "Europe/Berlin", Cost: 1, Headers: "blocked"},
+			"1000 per month (Europe/Berlin)", "headers blocked"},
+		{"every condition", ruleView{Algorithm: "fixed_window", Limit: 3, Period: "1m30s", PathPrefix: "/login", Methods: []string{"POST", "PUT"},
+			Cost: 2, CostHeader: "X-Cost", MaxCost: 10, ResponseCostHeader: "X-Edge-Cost", CountStatus: []int{401, 403},
+			Allow: []string{"10.0.0.0/8", "192.0.2.1/32"}, CountBlocked: true, MitigationTimeout: "5m0s", BlockStatus: 403, Headers: "always"},
+			"3 per 1m30s", "path /login…; methods POST, PUT; cost from X-Cost (at most 10, else 2); origin reports cost in X-Edge-Cost; " +
+				"counts only status 401, 403; 2 clients allowed; counts refused requests; blocks 5m once over; refuses with 403; headers always"},
+		{"cost 0", ruleView{Algorithm: "sliding_window", Limit: 1, Period: "1s", Headers: "blocked"}, "1 per 1s", "cost 0; headers blocked"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ruleLimit(tc.rule); got != tc.limit {
+				t.Errorf("limit = %q, want %q", got, tc.limit)
+			}
+			if got := strings.Join(ruleConditions(tc.rule), "; "); got != tc.conditions {
+				t.Errorf("conditions = %q, want %q", got, tc.conditions)
+			}
+		})
 	}
 }
 

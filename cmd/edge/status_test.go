@@ -28,8 +28,10 @@ import (
 
 var update = flag.Bool("update", false, "rewrite docs/status.png, the screenshot README shows")
 
-// statusConfig runs two domains, one with two rules, one a static
-// response; admin_token is set when token is not "".
+// statusConfig runs three domains: one with two rules, one a static
+// response, and one that sheds every request to /batch (a sheddable
+// request finds no slot with sheddable_share 0) and limits the rest with a
+// token bucket; admin_token is set when token is not "".
 func statusConfig(origin, token string) string {
 	cfg := `
 listen: "127.0.0.1:0"
@@ -53,6 +55,18 @@ domains:
   - name: www
     hosts: [www.example.com]
     respond: {status: 200, body: "hello"}
+  - name: shop
+    hosts: [shop.example.com]
+    shed: {max_in_flight: 10, sheddable_share: 0}
+    priorities:
+      - match: {path_prefix: /batch}
+        class: sheddable
+    rules:
+      - name: bucket
+        algorithm: token_bucket
+        limit: 20
+        period: 10s
+        burst: 40
 `
 	if token != "" {
 		cfg += "admin_token: " + token + "\n"
@@ -199,7 +213,10 @@ func startStatus(t *testing.T, setup statusSetup) *statusUnderTest {
 // applyTraffic sends 40 seconds of requests through p, sampling its
 // counters after each second as RunRecorder does (on a clock of its own):
 // a few clients under per-ip's limit, one over it (203.0.113.7), a login
-// over its limit, and the static domain; then each of logins five times.
+// over its limit, the static domain, and to shop 36 requests of one client
+// (198.51.100.99: of the bucket's 40 tokens it has about 4 left, and 2
+// more each second of real time) and 8 shed; then each of logins five
+// times.
 func applyTraffic(t *testing.T, p *proxy.Proxy, logins []login) {
 	t.Helper()
 	public := httptest.NewServer(p)
@@ -230,6 +247,10 @@ func applyTraffic(t *testing.T, p *proxy.Proxy, logins []login) {
 		if i%5 == 0 {
 			send("api.example.com", "/login", "192.0.2.44", "bob")
 			send("www.example.com", "/", "192.0.2.1", "")
+			send("shop.example.com", "/batch", "192.0.2.9", "")
+		}
+		if i%10 != 0 {
+			send("shop.example.com", "/", "198.51.100.99", "")
 		}
 		p.Record(start.Add(time.Duration(i+1) * time.Second))
 	}
@@ -361,6 +382,14 @@ func (d dom) row(caption, head string) []string {
 	return out
 }
 
+// bucketTokens reports whether s says a token bucket of burst 40 holds
+// fewer than 40 tokens: "4.20 tokens of 40".
+func bucketTokens(s string) bool {
+	n, ok := strings.CutSuffix(s, " tokens of 40")
+	v, err := strconv.ParseFloat(n, 64)
+	return ok && err == nil && v >= 0 && v < 40
+}
+
 func positive(s string) bool {
 	v, err := strconv.ParseFloat(strings.ReplaceAll(s, ",", ""), 64)
 	return err == nil && v > 0
@@ -405,17 +434,46 @@ func TestStatusPageInBrowser(t *testing.T) {
 				name      string
 				got, want string
 			}{
-				{"h2", strings.Join(d.texts("h2"), ","), "Node,Cluster,Domains"},
-				{"h3", strings.Join(d.texts("h3"), ","), "api,www"},
-				{"h4", strings.Join(d.texts("h4"), ","), "Top talkers of per-ip,Top talkers of login"},
+				{"h2", strings.Join(d.texts("h2"), ","), "Summary,Node,Cluster,Domains"},
+				{"h3", strings.Join(d.texts("h3"), ","), "api,www,shop"},
+				{"h4", strings.Join(d.texts("h4"), ","), "Top talkers of per-ip,Top talkers of login,Top talkers of bucket"},
 			}
 			for _, c := range checks {
 				if c.got != c.want {
 					t.Errorf("%s = %q, want %q", c.name, c.got, c.want)
 				}
 			}
-			if r := d.row("Rules of api", "per-ip"); len(r) != 9 || r[1] != "sliding_window" || r[2] != "20" || !positive(r[8]) {
-				t.Errorf("per-ip row = %q, want sliding_window, 20 and refused requests above 0", r)
+			if r := d.row("Rules of api", "per-ip"); len(r) != 9 || r[1] != "sliding_window" || r[2] != "20 per 10s" || !positive(r[8]) {
+				t.Errorf("per-ip row = %q, want sliding_window, 20 per 10s and refused requests above 0", r)
+			}
+			if r := d.row("Rules of api", "login"); len(r) != 9 || r[3] != "path /login…; headers blocked" {
+				t.Errorf("login row = %q, want its conditions: path /login…; headers blocked", r)
+			}
+			// The shed requests, in the summary and shop's figures; the
+			// bucket in its own terms, per rule and per key.
+			if r := d.row("Domains at a glance", "shop"); len(r) != 7 || r[1] != "shop.example.com" || r[4] != "8" || r[5] != "none" {
+				t.Errorf("shop's summary row = %q, want shop.example.com, 8 shed, no other answers", r)
+			}
+			if r := d.row("Domains at a glance", "api"); len(r) != 7 || r[4] != "0" || !positive(r[3]) {
+				t.Errorf("api's summary row = %q, want none shed and refused requests per second", r)
+			}
+			if r := d.row("Requests of shop", "Answered shed"); len(r) != 3 || r[2] != "8" {
+				t.Errorf("shop's shed row = %q, want 8 since start", r)
+			}
+			if r := d.row("Rules of shop", "bucket"); len(r) != 9 || r[1] != "token_bucket" || r[2] != "burst 40, refills 20 per 10s (2.00/s)" {
+				t.Errorf("bucket row = %q, want token_bucket, burst 40, refills 20 per 10s (2.00/s)", r)
+			}
+			if r := d.row("Heaviest keys of shop/bucket, as this node saw them", "198.51.100.99"); len(r) != 6 || !bucketTokens(r[1]) {
+				t.Errorf("bucket's top talker row = %q, want 198.51.100.99 with fewer than 40 tokens of 40", r)
+			}
+			var link string
+			d.each(func(n *html.Node) {
+				if n.Data == "a" && nodeText(n) == "shop" {
+					link = nodeAttr(n, "href")
+				}
+			})
+			if link != "#d2" {
+				t.Errorf("the summary links shop to %q, want #d2, its section", link)
 			}
 			if r := d.row("Requests of api", "Refused"); len(r) != 3 || !positive(r[2]) {
 				t.Errorf("api's refused row = %q, want a total above 0", r)
@@ -490,9 +548,9 @@ func TestStatusPageHostileKeys(t *testing.T) {
 		}
 	})
 	checks := []struct{ name, got, want string }{
-		// Before the click: per-ip's 203.0.113.7, and login's bob, the
-		// bidi key and the long key.
-		{"reset buttons", nodeAttr(body, "data-buttons"), "4 buttons, 0 outside the viewport"},
+		// Before the click: per-ip's 203.0.113.7, login's bob, the bidi
+		// key and the long key, and bucket's 198.51.100.99.
+		{"reset buttons", nodeAttr(body, "data-buttons"), "5 buttons, 0 outside the viewport"},
 		{"clicked row", nodeAttr(body, "data-row"), bidiText},
 		{"clicked", nodeAttr(body, "data-clicked"), "Reset key " + bidiText + " of rule login"},
 		{"confirmation", nodeAttr(body, "data-confirmed"),

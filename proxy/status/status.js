@@ -1,7 +1,8 @@
 // edge's status page: reads the admin API every few seconds (not while the
-// tab is hidden) and renders the node, the cluster, every domain and rule
-// with its figures, and the top talkers with a button to reset each.
-// No library: the charts are inline SVG drawn here.
+// tab is hidden) and renders a summary of the domains, the node, the
+// cluster, every domain and rule with its figures, and the top talkers
+// with a button to reset each. The page is a list of sections (SECTIONS,
+// below). No library: the charts are inline SVG drawn here.
 'use strict';
 (function () {
   const REFRESH_MS = 5000;     // between refreshes
@@ -129,6 +130,78 @@
     return out;
   }
 
+  // seconds reads a Go duration as /v1/config writes it ("1m30s", "500ms").
+  function seconds(d) {
+    const unit = { h: 3600, m: 60, s: 1, ms: 1e-3, us: 1e-6, 'µs': 1e-6, ns: 1e-9 };
+    let total = 0;
+    for (const [, v, u] of (d || '').matchAll(/([\d.]+)(h|ms|m|s|us|µs|ns)/g)) total += parseFloat(v) * unit[u];
+    return total;
+  }
+  // period writes a Go duration without its zero parts: "1m0s" is "1m".
+  function period(d) {
+    return d.replace(/(\D)0s$/, '$1').replace(/(h)0m$/, '$1');
+  }
+  const RESET_NOUN = { daily: 'day', weekly: 'week', monthly: 'month' };
+
+  // ruleLimit is a rule's limit in its algorithm's own terms: a window's
+  // count per period, a bucket's burst (capacity) and refill (drain) rate,
+  // a concurrency rule's requests in flight (and its slots in use now, rf
+  // being the rule's figures), a quota's count per calendar period and its
+  // next reset.
+  function ruleLimit(r, rf) {
+    const rate = () => num(r.limit / seconds(r.period)) + '/s';
+    switch (r.algorithm) {
+      case 'token_bucket':
+        return 'burst ' + count(r.burst) + ', refills ' + count(r.limit) + ' per ' + period(r.period) + ' (' + rate() + ')';
+      case 'leaky_bucket':
+        return 'capacity ' + count(r.burst) + ', drains ' + count(r.limit) + ' per ' + period(r.period) + ' (' + rate() + ')';
+      case 'concurrency':
+        return count(r.limit) + ' in flight per key; ' +
+          (rf && rf.slots_in_use !== undefined ? count(rf.slots_in_use) : '–') + ' slots in use now';
+      case 'quota':
+        return count(r.limit) + ' per ' + (RESET_NOUN[r.reset] || r.reset) + ' (' + r.timezone + ')' +
+          (rf && rf.resets_at ? '; resets ' + utc(rf.resets_at) : '');
+    }
+    return count(r.limit) + ' per ' + period(r.period);
+  }
+  // keyState is a top talker's counters against the rule's limit, in the
+  // terms of ruleLimit: tokens left of the burst, a leaky bucket's level of
+  // its capacity, slots in use, quota used, or a window's estimate.
+  function keyState(r, k) {
+    switch (r.algorithm) {
+      case 'token_bucket':
+        return num(Math.max(0, r.burst - k.estimate)) + ' tokens of ' + count(r.burst);
+      case 'leaky_bucket':
+        return 'level ' + num(k.estimate) + ' of ' + count(r.burst);
+      case 'concurrency':
+        return count(k.current) + ' in use of ' + count(k.limit);
+      case 'quota':
+        return count(k.current) + ' used of ' + count(k.limit);
+    }
+    return num(k.estimate) + ' of ' + count(k.limit);
+  }
+  // conditions lists what a rule applies to and how it counts and refuses,
+  // beyond its algorithm and limit: match, cost, queueing, allow list,
+  // mitigation and the headers it sends.
+  function conditions(r) {
+    const out = [];
+    if (r.path_prefix) out.push('path ' + r.path_prefix + '…');
+    if (r.methods && r.methods.length) out.push('methods ' + r.methods.join(', '));
+    if (r.cost_header) out.push('cost from ' + r.cost_header + ' (at most ' + count(r.max_cost) + ', else ' + count(r.cost) + ')');
+    else if (r.cost !== 1) out.push('cost ' + count(r.cost));
+    if (r.response_cost_header) out.push('origin reports cost in ' + r.response_cost_header);
+    if (r.count_status && r.count_status.length) out.push('counts only status ' + r.count_status.join(', '));
+    if (r.max_delay) out.push('queues up to ' + r.max_delay);
+    if (r.allow && r.allow.length) {
+      out.push(el('span', { title: r.allow.join(', ') }, r.allow.length + (r.allow.length === 1 ? ' client' : ' clients') + ' allowed'));
+    }
+    if (r.count_blocked) out.push('counts refused requests');
+    if (r.mitigation_timeout) out.push('blocks ' + period(r.mitigation_timeout) + ' once over');
+    if (r.block_status) out.push('refuses with ' + r.block_status);
+    out.push('headers ' + r.headers);
+    return out.flatMap((c, i) => i ? ['; ', c] : [c]);
+  }
+
   // chart draws allowed and refused per second as two lines.
   function chart(id, name, times, allowed, refused) {
     const W = 600, H = 140, L = 44, B = 20, T = 10;
@@ -161,7 +234,35 @@
     return 10 * p;
   }
 
-  function renderNode(config, status, ready) {
+  // renderSummary is one row a domain, linking to its section: what it
+  // serves and refuses now, what edge answered itself (load shedding
+  // first) and how its origin fails, so that a dozen domains read at a
+  // glance.
+  function renderSummary({ config, figures }) {
+    const rows = config.domains.map((d, i) => {
+      const f = figures.get(d.name);
+      const t = f ? f.totals : {};
+      const answered = Object.entries(t.answered || {}).filter(([o, n]) => o !== 'shed' && n > 0);
+      const shed = (t.answered || {}).shed || 0;
+      const errors = f ? recent(add(f.upstream_errors, f.upstream_5xx), RATE_SECONDS) : null;
+      const refused = f ? recent(f.blocked, RATE_SECONDS) : null;
+      return el('tr', null,
+        el('th', { scope: 'row' }, el('a', { href: '#d' + i }, d.name)),
+        el('td', null, d.hosts.join(', ')),
+        el('td', null, f ? num(recent(f.served, RATE_SECONDS)) : '–'),
+        el('td', { class: refused > 0 ? 'refused' : null }, f ? num(refused) : '–'),
+        el('td', { class: shed > 0 ? 'refused' : null }, f ? count(shed) : '–'),
+        el('td', { class: answered.length ? 'refused' : null },
+          answered.map(([o, n]) => o.replace('_', ' ') + ' ' + count(n)).join(', ') || (f ? 'none' : '–')),
+        el('td', { class: errors > 0 ? 'refused' : null }, f ? num(errors) : '–'));
+    });
+    return el('section', { class: 'panel wide', 'aria-labelledby': 'h-summary' },
+      el('h2', { id: 'h-summary' }, 'Summary'),
+      table('summary', 'Domains at a glance', 'summary-t',
+        ['Domain', 'Hosts', 'Allowed/s', 'Refused/s', 'Shed since start', 'Other answers since start', 'Origin errors/s'], rows));
+  }
+
+  function renderNode({ config, status, ready }) {
     const reload = config.extra;
     const parts = [
       ['Build', status.version + ' (' + status.go_version + ')'],
@@ -181,7 +282,7 @@
       reload.last_reload_error ? el('pre', { class: 'problems' }, reload.last_reload_error) : null);
   }
 
-  function renderCluster(config, status) {
+  function renderCluster({ config, status }) {
     const c = config.cluster;
     let fallback = 0, fallbackRate = 0;
     for (const d of status.domains) {
@@ -226,16 +327,16 @@
     ];
     if (d.rules.length) {
       children.push(table('rules', 'Rules of ' + d.name, id + '-rules',
-        ['Rule', 'Algorithm', 'Limit', 'Period', 'Key', 'Action', 'Allowed/s', 'Refused/s', 'Refused since start'],
+        ['Rule', 'Algorithm', 'Limit', 'Conditions', 'Key', 'Action', 'Allowed/s', 'Refused/s', 'Refused since start'],
         d.rules.map(r => {
           const rf = ruleFig(r.name);
           const refused = rf ? add(rf.limited, rf.mitigated) : [];
           const refusedTotal = rf ? rf.totals.limited + rf.totals.mitigated : null;
           return el('tr', null,
             el('th', { scope: 'row' }, r.name),
-            el('td', null, r.algorithm + (r.mode ? ' (' + r.mode + ')' : '')),
-            el('td', null, String(r.limit)),
-            el('td', null, r.period || (r.reset + ' (' + r.timezone + ')')),
+            el('td', null, r.algorithm + [r.mode, r.precision].filter(Boolean).map(m => ' (' + m + ')').join('')),
+            el('td', null, ruleLimit(r, rf)),
+            el('td', { class: 'conds' }, conditions(r)),
             el('td', null, (r.key || []).join(' | ')),
             el('td', null, r.action),
             el('td', null, rf ? num(recent(rf.allowed, RATE_SECONDS)) : '–'),
@@ -254,7 +355,7 @@
     }
     const rows = top.map((k, n) => el('tr', null,
       el('th', { scope: 'row' }, el('code', { title: shownKey(k.key) }, shortKey(k.key))),
-      el('td', null, num(k.estimate) + ' / ' + k.limit),
+      el('td', null, keyState(r, k)),
       el('td', null, String(k.count) + (k.count_error ? ' (±' + k.count_error + ')' : '')),
       el('td', { class: k.blocked > 0 ? 'refused' : null }, String(k.blocked || 0)),
       el('td', null, k.mitigated_until ? 'until ' + utc(k.mitigated_until) : '–'),
@@ -265,23 +366,49 @@
       }, 'Reset'))));
     return el('div', { class: 'talkers' }, heading,
       table('talkers', 'Heaviest keys of ' + d.name + '/' + r.name + ', as this node saw them', id + '-t',
-        ['Key', 'Estimate / limit', 'Seen', 'Blocked', 'Mitigated', 'Reset'], rows));
+        ['Key', 'Now', 'Seen', 'Blocked', 'Mitigated', 'Reset'], rows));
   }
 
-  function render(config, status, ready, tops) {
-    // Keep the keyboard focus where it was across the re-render.
-    const focused = document.activeElement && document.activeElement.id;
-    const figs = new Map(status.domains.map(d => [d.name, d]));
+  // loadTops reads the top talkers of every rule, in configuration order;
+  // a rule whose list fails to load shows "Not available".
+  function loadTops(config) {
+    return Promise.all(config.domains.flatMap(d => d.rules.map(r =>
+      getJSON('/v1/top/' + encodeURIComponent(d.name) + '/' + encodeURIComponent(r.name) + '?n=' + TOP_N)
+        .catch(e => { if (e instanceof Unauthorized) throw e; return null; }))));
+  }
+
+  function renderDomains({ config, status, figures }, tops) {
     let k = 0;
     const domains = config.domains.map((d, i) => {
       const t = tops.slice(k, k + d.rules.length);
       k += d.rules.length;
-      return renderDomain(i, d, figs.get(d.name), status.times, t);
+      return renderDomain(i, d, figures.get(d.name), status.times, t);
     });
-    main.replaceChildren(
-      renderNode(config, status, ready),
-      renderCluster(config, status),
-      el('section', { 'aria-labelledby': 'h-domains' }, el('h2', { id: 'h-domains' }, 'Domains'), domains));
+    return el('section', { class: 'wide', 'aria-labelledby': 'h-domains' }, el('h2', { id: 'h-domains' }, 'Domains'), domains);
+  }
+
+  // SECTIONS are the page, top to bottom. Each is { load, render }: load
+  // (optional) gets the configuration and returns a promise of what else
+  // the section reads from the admin API, fetched alongside the other
+  // sections' (an Unauthorized error asks for the token again; any other
+  // is the section's to catch); render gets the view ({ config, status,
+  // ready, figures: /v1/status's domains by name }) and what load read,
+  // and returns the section's element, or null to show nothing. A
+  // section's headings and ids are its own. A later feature (certificates,
+  // origin servers, refused connections) adds a renderer and an entry
+  // here, without touching the other sections; a section that spans both
+  // columns has the class "wide".
+  const SECTIONS = [
+    { render: renderSummary },
+    { render: renderNode },
+    { render: renderCluster },
+    { load: loadTops, render: renderDomains },
+  ];
+
+  function render(view, loaded) {
+    // Keep the keyboard focus where it was across the re-render.
+    const focused = document.activeElement && document.activeElement.id;
+    main.replaceChildren(...SECTIONS.map((s, i) => s.render(view, loaded[i])).filter(Boolean));
     if (focused) {
       const e = document.getElementById(focused);
       if (e) e.focus();
@@ -296,10 +423,9 @@
     try {
       const [config, status, ready] = await Promise.all([
         getJSON('/v1/config'), getJSON('/v1/status?seconds=' + CHART_SECONDS), readiness()]);
-      const tops = await Promise.all(config.domains.flatMap(d => d.rules.map(r =>
-        getJSON('/v1/top/' + encodeURIComponent(d.name) + '/' + encodeURIComponent(r.name) + '?n=' + TOP_N)
-          .catch(e => { if (e instanceof Unauthorized) throw e; return null; }))));
-      render(config, status, ready, tops);
+      const loaded = await Promise.all(SECTIONS.map(s => s.load ? s.load(config) : null));
+      const figures = new Map(status.domains.map(d => [d.name, d]));
+      render({ config, status, ready, figures }, loaded);
       // A refresh that ends after the tab was hidden must not hide the
       // pause: schedule() starts no timer then.
       note.textContent = document.hidden ? PAUSED :

@@ -93,7 +93,7 @@ func TestCountingKeysDecode(t *testing.T) {
 // TestReadmeAlgorithmsExample: the rules README's "Algorithms" shows load,
 // and RateLimit-Policy is as README says for its token bucket.
 func TestReadmeAlgorithmsExample(t *testing.T) {
-	section := readmeSection(t, "Algorithms")
+	section := docSection(t, "docs/algorithms.md", "Algorithms")
 	_, example, ok := strings.Cut(section, "```yaml\n")
 	if !ok {
 		t.Fatal("README's Algorithms has no yaml example")
@@ -131,7 +131,7 @@ func indent(s, prefix string) string {
 // (the last yaml block before "Concurrency") loads as a throttle beside a
 // monthly quota in Berlin.
 func TestReadmeQuotaExample(t *testing.T) {
-	section, _, _ := strings.Cut(readmeSection(t, "Algorithms"), "### Concurrency")
+	section, _, _ := strings.Cut(docSection(t, "docs/algorithms.md", "Algorithms"), "### Concurrency")
 	i := strings.LastIndex(section, "```yaml\n")
 	if i < 0 || !strings.Contains(section[i:], "algorithm: quota") {
 		t.Fatal("README's Algorithms has no quota example last")
@@ -152,7 +152,7 @@ func TestReadmeQuotaExample(t *testing.T) {
 // last yaml block of "Algorithms") loads as a concurrency limit beside a
 // token bucket.
 func TestReadmeConcurrencyExample(t *testing.T) {
-	_, section, ok := strings.Cut(readmeSection(t, "Algorithms"), "### Concurrency")
+	_, section, ok := strings.Cut(docSection(t, "docs/algorithms.md", "Algorithms"), "### Concurrency")
 	i := strings.LastIndex(section, "```yaml\n")
 	if !ok || i < 0 {
 		t.Fatal("README's Algorithms has no Concurrency example")
@@ -174,7 +174,7 @@ func TestReadmeConcurrencyExample(t *testing.T) {
 // to what their comments say: slots leased in Redis in exact mode, with
 // the lease given or the default 30s.
 func TestReadmeConcurrencyRedisExample(t *testing.T) {
-	_, section, _ := strings.Cut(readmeSection(t, "Algorithms"), "### Concurrency")
+	_, section, _ := strings.Cut(docSection(t, "docs/algorithms.md", "Algorithms"), "### Concurrency")
 	_, example, ok := strings.Cut(section, "```yaml\ncluster:")
 	if !ok {
 		t.Fatal("README's Concurrency has no example with a cluster section")
@@ -220,10 +220,7 @@ func TestReadmeConcurrencyRedisExample(t *testing.T) {
 // Poisson share of 1000 that is the whole limit on a node alone, 537 on
 // each of two, 364 on each of three.
 func TestReadmeShareExamples(t *testing.T) {
-	_, section, ok := strings.Cut(readmeSection(t, "Sharing counters in a PoP (Redis)"), "### Limits without coordination")
-	if !ok {
-		t.Fatal("README has no Limits without coordination")
-	}
+	section := docSection(t, "docs/cluster.md", "Limits without coordination (`sync: share`)")
 	var blocks []string
 	for rest := section; ; {
 		_, after, found := strings.Cut(rest, "```yaml\n")

@@ -27,25 +27,18 @@ import (
 // temporary directory, stands in front of a test origin and asks edge,
 // which runs configs/check.yaml in-process.
 
-// readmeBeside returns the first ```lang block of README's "Using edge
-// beside your proxy" subsection "### sub".
-func readmeBeside(t *testing.T, sub, lang string) string {
+// besideSnippet returns the first ```lang block of docs/beside.md's
+// section sub.
+func besideSnippet(t *testing.T, sub, lang string) string {
 	t.Helper()
-	sec := readmeSection(t, "Using edge beside your proxy")
-	_, s, ok := strings.Cut(sec, "\n### "+sub+"\n")
-	if !ok {
-		t.Fatalf(`README's "Using edge beside your proxy" has no subsection %q`, sub)
-	}
-	if i := strings.Index(s, "\n### "); i >= 0 {
-		s = s[:i]
-	}
+	s := docSection(t, "docs/beside.md", sub)
 	_, block, ok := strings.Cut(s, "\n```"+lang+"\n")
 	if !ok {
-		t.Fatalf("README's %q subsection has no ```%s block", sub, lang)
+		t.Fatalf("docs/beside.md's %q section has no ```%s block", sub, lang)
 	}
 	block, _, ok = strings.Cut(block, "\n```\n")
 	if !ok {
-		t.Fatalf("README's %q subsection: unterminated ```%s block", sub, lang)
+		t.Fatalf("docs/beside.md's %q section: unterminated ```%s block", sub, lang)
 	}
 	return block + "\n"
 }
@@ -250,7 +243,7 @@ const besidePolicy = `"per-ip";q=3;w=3600`
 func TestBesideNginx(t *testing.T) {
 	check := startCheckEdge(t, true)
 	origin, _ := besideOrigin(t)
-	addr := startBesideNginx(t, readmeBeside(t, "nginx", "nginx"), check, origin.URL)
+	addr := startBesideNginx(t, besideSnippet(t, "nginx", "nginx"), check, origin.URL)
 
 	untilRefused(t, addr, func(i int, resp *http.Response, _ string) {
 		if got := resp.Header.Get("RateLimit-Policy"); got != besidePolicy {
@@ -286,7 +279,7 @@ func TestBesideNginxClientForwardedFields(t *testing.T) {
 	cfg := checkConfig(t, true)
 	cfg = replaceOnce(t, cfg, "      - name: per-ip\n", "      - name: per-ip\n        match: {methods: [POST], path_prefix: /login}\n")
 	cfg += "  - name: open\n    hosts: [\"open.example.com\"]\n    serve: check\n"
-	readme := readmeBeside(t, "nginx", "nginx")
+	readme := besideSnippet(t, "nginx", "nginx")
 	snippets := []struct {
 		name, server string
 		want         []int
@@ -369,7 +362,7 @@ func TestBesideCaddy(t *testing.T) {
 	check := startCheckEdge(t, false)
 	origin, policies := besideOrigin(t)
 	port := freePort(t)
-	site := readmeBeside(t, "Caddy", "caddyfile")
+	site := besideSnippet(t, "Caddy", "caddyfile")
 	site = replaceOnce(t, site, "api.example.com {", fmt.Sprintf("http://api.example.com:%d {\n\tbind 127.0.0.1", port))
 	site = replaceOnce(t, site, "reverse_proxy 127.0.0.1:8000", "reverse_proxy "+strings.TrimPrefix(origin.URL, "http://"))
 	site = replaceOnce(t, site, "forward_auth 127.0.0.1:8082 {", "forward_auth "+check+" {")
@@ -417,7 +410,7 @@ func TestBesideTraefik(t *testing.T) {
 			} `yaml:"middlewares"`
 		} `yaml:"http"`
 	}
-	must(t, yaml.Unmarshal([]byte(readmeBeside(t, "Traefik", "yaml")), &dynamic))
+	must(t, yaml.Unmarshal([]byte(besideSnippet(t, "Traefik", "yaml")), &dynamic))
 	router := dynamic.HTTP.Routers["api"]
 	if router.Rule != "Host(`api.example.com`)" || len(router.Middlewares) != 1 {
 		t.Fatalf("README's router: %+v, want Host(`api.example.com`) through one middleware", router)

@@ -134,7 +134,7 @@ func TestCheckRLS(t *testing.T) {
 // the port configs/rls.yaml listens on, and sends descriptors the file
 // limits.
 func TestReadmeEnvoy(t *testing.T) {
-	sec := readmeSection(t, "Using edge beside your proxy")
+	sec := docSection(t, "docs/beside.md", "Envoy")
 	blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(sec, -1)
 	if len(blocks) < 2 {
 		t.Fatalf("want Lyft's file and Envoy's configuration, got %d yaml blocks", len(blocks))
@@ -305,9 +305,7 @@ rls:
 // TestReadmeRLSOnly: README's example of the rate limit service alone is
 // configs/rls-only.yaml less its comments, which TestEndToEndRLSOnly runs.
 func TestReadmeRLSOnly(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	must(t, err)
-	_, after, ok := strings.Cut(string(readme), "**The rate limit service alone.**")
+	_, after, ok := strings.Cut(docSection(t, "docs/configuration.md", "`rls`"), "**The rate limit service alone.**")
 	if !ok {
 		t.Fatal("README has no paragraph on the rate limit service alone")
 	}

@@ -420,11 +420,7 @@ func TestReloadAppliesShutdownTimeouts(t *testing.T) {
 // such as `cluster` stands for all its keys), and none of them among the
 // keys it says take effect on reload.
 func TestREADMEListsRestartRequiredSettings(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, para, ok := strings.Cut(string(readme), "**What a reload changes.**")
+	_, para, ok := strings.Cut(docSection(t, "docs/configuration.md", "Configuration reference"), "**What a reload changes.**")
 	para, _, _ = strings.Cut(para, "\n\n")
 	restartPart, reloadPart, ok2 := strings.Cut(para, "Every other key takes effect on reload")
 	if !ok || !ok2 {

@@ -8,7 +8,7 @@ import (
 // TestReadmeSoftExample: the example in README's "Soft limits" loads as a
 // soft rule beside a hard one.
 func TestReadmeSoftExample(t *testing.T) {
-	section := readmeSection(t, "Soft limits")
+	section := docSection(t, "docs/shedding.md", "Soft limits")
 	i := strings.Index(section, "```yaml\n")
 	if i < 0 {
 		t.Fatal("README's Soft limits has no yaml example")

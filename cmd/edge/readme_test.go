@@ -1,0 +1,132 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/edgerate/edge/internal/wait"
+)
+
+// fence is one fenced block of a Markdown file: its info string ("yaml",
+// "sh", or "" for output) and its text, newline-terminated.
+type fence struct{ lang, text string }
+
+var fenceBlock = regexp.MustCompile("(?ms)^```([a-z]*)\n(.*?)^```$")
+
+// fences returns the fenced blocks of a Markdown text, in order.
+func fences(md string) []fence {
+	var fs []fence
+	for _, m := range fenceBlock.FindAllStringSubmatch(md, -1) {
+		fs = append(fs, fence{m[1], m[2]})
+	}
+	return fs
+}
+
+// TestReadmeFirstDeployment follows README's "A first real deployment" as a
+// reader would: edge -check on the file README shows prints what README
+// shows, and with an API behind it the write loop, the reload that raises
+// the limit, and the metrics grep print README's output, line for line.
+func TestReadmeFirstDeployment(t *testing.T) {
+	fs := fences(docSection(t, "README.md", "A first real deployment"))
+	var langs []string
+	for _, f := range fs {
+		langs = append(langs, f.lang)
+	}
+	if got, want := strings.Join(langs, ","), "sh,yaml,sh,,sh,,sh,,sh,"; got != want {
+		t.Fatalf("README's first deployment has blocks %s, want %s", got, want)
+	}
+	config := fs[1].text
+	if fs[0].text != "go build -o edge ./cmd/edge\n" || fs[2].text != "./edge -check -config my-api.yaml\n./edge -config my-api.yaml\n" {
+		t.Fatalf("README's first deployment builds and runs edge otherwise than this test does:\n%s%s", fs[0].text, fs[2].text)
+	}
+	t.Chdir(t.TempDir())
+	must(t, os.WriteFile("my-api.yaml", []byte(config), 0o644))
+	if code, out, errOut := runEdge("-check", "-config", "my-api.yaml"); code != 0 || out != fs[3].text {
+		t.Errorf("edge -check: exit %d, stdout\n%s\nstderr %s\nREADME shows\n%s", code, out, errOut, fs[3].text)
+	}
+
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "order taken")
+	}))
+	defer origin.Close()
+	running := func(cfg string) string {
+		r := strings.NewReplacer(`listen: ":8080"`, fmt.Sprintf("listen: %q", publicAnyPort),
+			`admin_listen: "127.0.0.1:9090"`, fmt.Sprintf("admin_listen: %q", adminAnyPort),
+			`origin: "http://127.0.0.1:9001"`, fmt.Sprintf("origin: %q", origin.URL))
+		out := r.Replace(cfg)
+		if strings.Contains(out, ":8080") || strings.Contains(out, ":9090") || strings.Contains(out, ":9001") {
+			t.Fatalf("README's configuration names its addresses otherwise than this test expects:\n%s", cfg)
+		}
+		return out
+	}
+	path, _ := filepath.Abs("my-api.yaml")
+	must(t, os.WriteFile(path, []byte(running(config)), 0o644))
+	e := startEdge(t, path)
+
+	loop := regexp.MustCompile(`(?m)^for i in \$\(seq (\d+)\); do curl -s -o /dev/null -w '%\{http_code\}\\n' -X ([A-Z]+) localhost:8080(/\S*); done$`)
+	send := func(block string) string {
+		m := loop.FindStringSubmatch(block)
+		if m == nil {
+			t.Fatalf("no curl loop in README's\n%s", block)
+		}
+		n, _ := strconv.Atoi(m[1])
+		var got strings.Builder
+		for range n {
+			req, _ := http.NewRequest(m[2], "http://"+e.public+m[3], nil)
+			req.Host = "localhost:8080"
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			fmt.Fprintf(&got, "%d\n", resp.StatusCode)
+		}
+		return got.String()
+	}
+	if got := send(fs[4].text); got != fs[5].text {
+		t.Errorf("the first loop got\n%sREADME shows\n%s", got, fs[5].text)
+	}
+
+	// The reload: writes raised to 5, the file replaced as an editor saves
+	// it, and SIGHUP.
+	if !strings.HasPrefix(fs[6].text, "kill -HUP $(pgrep -x edge)\n") {
+		t.Fatalf("README's reload is not a SIGHUP:\n%s", fs[6].text)
+	}
+	const before, after = "        limit: 3\n        period: 1m\n", "        limit: 5\n        period: 1m\n"
+	if strings.Count(config, before) != 1 || !strings.Contains(config, "- name: writes ") {
+		t.Fatalf("README's configuration has no single rule of limit 3 to raise:\n%s", config)
+	}
+	h := loadedHash(t, e)
+	must(t, os.WriteFile(path+".tmp", []byte(running(strings.Replace(config, before, after, 1))), 0o644))
+	must(t, os.Rename(path+".tmp", path))
+	must(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+	wait.For(t, 10*time.Second, "the raised limit to be loaded", func() bool { return loadedHash(t, e) != h })
+	if got := send(fs[6].text); got != fs[7].text {
+		t.Errorf("the loop after the reload got\n%sREADME shows\n%s", got, fs[7].text)
+	}
+
+	grep := regexp.MustCompile(`^curl -s localhost:9090/metrics \| grep -E '([^']+)'\n$`).FindStringSubmatch(fs[8].text)
+	if grep == nil {
+		t.Fatalf("README reads the metrics otherwise than this test does:\n%s", fs[8].text)
+	}
+	_, metrics := e.adminGet("/metrics")
+	pick := regexp.MustCompile(grep[1])
+	var got strings.Builder
+	for line := range strings.SplitSeq(metrics, "\n") {
+		if pick.MatchString(line) {
+			got.WriteString(line + "\n")
+		}
+	}
+	if got.String() != fs[9].text {
+		t.Errorf("the metrics README greps are\n%sREADME shows\n%s", got.String(), fs[9].text)
+	}
+}

@@ -22,7 +22,7 @@ import (
 )
 
 // The tests here run edge's check listener behind the real proxies of
-// README's "Using edge beside your proxy", with README's own snippets:
+// docs/beside.md, with its own snippets:
 // each proxy, started on a free loopback port with its files in a
 // temporary directory, stands in front of a test origin and asks edge,
 // which runs configs/check.yaml in-process.
@@ -237,7 +237,7 @@ func untilRefused(t *testing.T, addr string, check func(i int, resp *http.Respon
 
 const besidePolicy = `"per-ip";q=3;w=3600`
 
-// TestBesideNginx runs README's nginx server block, wrapped in a main
+// TestBesideNginx runs docs/beside.md's nginx server block, wrapped in a main
 // configuration that keeps nginx in the foreground, in one process, with
 // its files in a temporary directory.
 func TestBesideNginx(t *testing.T) {
@@ -255,7 +255,7 @@ func TestBesideNginx(t *testing.T) {
 	})
 }
 
-// nginxClears is what README's nginx snippet says to clear the client's
+// nginxClears is what docs/beside.md's nginx snippet says to clear the client's
 // own X-Forwarded-* fields, which auth_request would pass on to edge.
 const nginxClears = `        # nginx passes the client's own fields on; edge refuses a question
         # with X-Original-* and any of these, so clear them ("" sends none).
@@ -269,7 +269,7 @@ const nginxClears = `        # nginx passes the client's own fields on; edge ref
 // own X-Forwarded-Method, -Uri, -Host or -Proto, which auth_request passes
 // on to edge beside the X-Original-* fields nginx sets, with 4 POST /login
 // under a login rule of 3 an hour and a domain without rules beside it.
-// Behind README's snippet, which clears those fields, the rule holds: 3
+// Behind docs/beside.md's snippet, which clears those fields, the rule holds: 3
 // allowed, then 429. Behind an older snippet that does not clear them,
 // edge itself refuses every such question (nginx turns edge's 403 into
 // 429), rather than let the client's field pick another method, target or
@@ -284,7 +284,7 @@ func TestBesideNginxClientForwardedFields(t *testing.T) {
 		name, server string
 		want         []int
 	}{
-		{"README", readme, []int{200, 200, 200, 429}},
+		{"docs/beside.md", readme, []int{200, 200, 200, 429}},
 		{"old", replaceOnce(t, readme, nginxClears, ""), []int{429, 429, 429, 429}},
 	}
 	for _, sn := range snippets {
@@ -319,7 +319,7 @@ func TestBesideNginxClientForwardedFields(t *testing.T) {
 	}
 }
 
-// startBesideNginx runs nginx with server, a server block of README's
+// startBesideNginx runs nginx with server, a server block of docs/beside.md's
 // shape, on a free port, in front of origin and asking edge's check
 // listener at check, wrapped in a main configuration that keeps nginx in
 // the foreground, in one process, with its files in a temporary
@@ -353,7 +353,7 @@ http {
 	return addr
 }
 
-// TestBesideCaddy runs README's Caddyfile site block, on a free port and
+// TestBesideCaddy runs docs/beside.md's Caddyfile site block, on a free port and
 // without automatic HTTPS, with the admin endpoint off and Caddy's files
 // in a temporary directory. Caddy passes edge's fields to the origin on an
 // allowed request, and edge's refusal to the client as it is.
@@ -389,7 +389,7 @@ func TestBesideCaddy(t *testing.T) {
 	}
 }
 
-// TestBesideTraefik reproduces the question of README's Traefik
+// TestBesideTraefik reproduces the question of docs/beside.md's Traefik
 // ForwardAuth middleware from Traefik's documented behaviour: a GET to
 // its address with X-Forwarded-Method, -Proto, -Host, -Uri and -For and
 // the client's own fields. A 2xx lets the request on with the fields of
@@ -413,7 +413,7 @@ func TestBesideTraefik(t *testing.T) {
 	must(t, yaml.Unmarshal([]byte(besideSnippet(t, "Traefik", "yaml")), &dynamic))
 	router := dynamic.HTTP.Routers["api"]
 	if router.Rule != "Host(`api.example.com`)" || len(router.Middlewares) != 1 {
-		t.Fatalf("README's router: %+v, want Host(`api.example.com`) through one middleware", router)
+		t.Fatalf("docs/beside.md's router: %+v, want Host(`api.example.com`) through one middleware", router)
 	}
 	fa := dynamic.HTTP.Middlewares[router.Middlewares[0]].ForwardAuth
 	if fa.Address != "http://127.0.0.1:8082/" {

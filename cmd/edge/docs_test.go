@@ -558,17 +558,17 @@ func docSection(t *testing.T, path, title string) string {
 	return sec.String()
 }
 
-// TestReadmeChoosingAlgorithm runs each command of README's "Choosing an
-// algorithm" on the NASA trace the repository ships and requires the
-// output README shows, byte for byte: a replay of 31,000 requests through
+// TestDocsChoosingAlgorithm runs each command of docs/algorithms.md's
+// "Choosing an algorithm" on the NASA trace the repository ships and
+// requires the output it shows, byte for byte: a replay of 31,000 requests through
 // five counters takes well under a second.
-func TestReadmeChoosingAlgorithm(t *testing.T) {
+func TestDocsChoosingAlgorithm(t *testing.T) {
 	sec := docSection(t, "docs/algorithms.md", "Choosing an algorithm")
 	blocks := regexp.MustCompile("(?s)```sh\nedge (replay [^\n]*)\n```\n\n```text\n(.*?)```\n").FindAllStringSubmatch(sec, -1)
 	if len(blocks) != 2 {
 		t.Fatalf("found %d commands with their output, want 2", len(blocks))
 	}
-	t.Chdir("../..") // README's paths are the repository's
+	t.Chdir("../..") // the commands' paths are the repository's
 	for _, b := range blocks {
 		t.Run(b[1], func(t *testing.T) {
 			code, out, errOut := runEdge(strings.Fields(b[1])...)
@@ -576,7 +576,7 @@ func TestReadmeChoosingAlgorithm(t *testing.T) {
 				t.Fatalf("exit %d, stderr %s", code, errOut)
 			}
 			if out != b[2] {
-				t.Errorf("README shows\n%s\nedge %s prints\n%s", b[2], b[1], out)
+				t.Errorf("docs/algorithms.md shows\n%s\nedge %s prints\n%s", b[2], b[1], out)
 			}
 		})
 	}

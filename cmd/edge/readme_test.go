@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/edgerate/edge/internal/wait"
 )
@@ -128,5 +129,151 @@ func TestReadmeFirstDeployment(t *testing.T) {
 	}
 	if got.String() != fs[9].text {
 		t.Errorf("the metrics README greps are\n%sREADME shows\n%s", got.String(), fs[9].text)
+	}
+}
+
+// markdownLink matches an inline link or image's target: [text](target).
+var markdownLink = regexp.MustCompile(`\]\(([^()\s]+)\)`)
+
+// explicitAnchor matches an HTML anchor a Markdown file sets itself.
+var explicitAnchor = regexp.MustCompile(`<a (?:id|name)="([^"]+)"`)
+
+// githubAnchor is the anchor GitHub gives a heading: lower case, every
+// character but letters, digits, '_', '-' and ' ' dropped, spaces as '-'.
+func githubAnchor(heading string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(strings.TrimSpace(heading)) {
+		switch {
+		case r == ' ':
+			b.WriteByte('-')
+		case r == '-' || r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r > 127 && unicode.IsLetter(r):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// markdownProse returns md without its fenced blocks and code spans, where
+// a link or a heading is text rather than markup.
+func markdownProse(md string) []string {
+	var lines []string
+	fenced := false
+	for line := range strings.SplitSeq(md, "\n") {
+		if strings.HasPrefix(line, "```") {
+			fenced = !fenced
+			line = ""
+		}
+		if fenced {
+			line = ""
+		}
+		lines = append(lines, regexp.MustCompile("`[^`]*`").ReplaceAllStringFunc(line, func(s string) string {
+			if strings.HasPrefix(line, "#") {
+				return s // a heading's code span is part of its anchor
+			}
+			return "``"
+		}))
+	}
+	return lines
+}
+
+// markdownAnchors returns the anchors of a Markdown file's headings (a
+// repeated one numbered as GitHub does: x, x-1, x-2) and its explicit ones.
+func markdownAnchors(md string) map[string]bool {
+	anchors := map[string]bool{}
+	seen := map[string]int{}
+	for _, line := range markdownProse(md) {
+		if hashes := len(line) - len(strings.TrimLeft(line, "#")); hashes > 0 && hashes <= 6 && strings.HasPrefix(line[hashes:], " ") {
+			a := githubAnchor(line[hashes:])
+			if n := seen[a]; n > 0 {
+				anchors[fmt.Sprintf("%s-%d", a, n)] = true
+			} else {
+				anchors[a] = true
+			}
+			seen[a]++
+		}
+		for _, m := range explicitAnchor.FindAllStringSubmatch(line, -1) {
+			anchors[m[1]] = true
+		}
+	}
+	return anchors
+}
+
+func TestGithubAnchor(t *testing.T) {
+	for heading, want := range map[string]string{
+		"Quick start":                                      "quick-start",
+		"Sharing counters in a PoP (Redis)":                "sharing-counters-in-a-pop-redis",
+		"Limits without coordination (`sync: share`)":      "limits-without-coordination-sync-share",
+		"`domains[]`":                                      "domains",
+		"`cluster.redis`":                                  "clusterredis",
+		"The check listener: nginx, Traefik and Caddy":     "the-check-listener-nginx-traefik-and-caddy",
+		"`edge replay`: flags and log formats":             "edge-replay-flags-and-log-formats",
+		"How it is checked (`go test ./replay/ ./trace/`)": "how-it-is-checked-go-test-replay-trace",
+	} {
+		if got := githubAnchor(heading); got != want {
+			t.Errorf("githubAnchor(%q) = %q, want %q", heading, got, want)
+		}
+	}
+}
+
+// TestDocLinksResolve: every relative link in README.md and docs/*.md
+// names a file or directory of the repository and, with a #fragment, a
+// heading (or an explicit anchor) of the Markdown file it names.
+func TestDocLinksResolve(t *testing.T) {
+	root := "../.."
+	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append([]string{filepath.Join(root, "README.md")}, files...)
+	anchors := map[string]map[string]bool{}
+	anchorsOf := func(path string) map[string]bool {
+		if a, ok := anchors[path]; ok {
+			return a
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		anchors[path] = markdownAnchors(string(b))
+		return anchors[path]
+	}
+	links := 0
+	for _, file := range files {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(root, file)
+		for i, line := range markdownProse(string(b)) {
+			for _, m := range markdownLink.FindAllStringSubmatch(line, -1) {
+				target := m[1]
+				if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+					continue
+				}
+				links++
+				name, fragment, _ := strings.Cut(target, "#")
+				path := file
+				if name != "" {
+					path = filepath.Join(filepath.Dir(file), name)
+					if _, err := os.Stat(path); err != nil {
+						t.Errorf("%s:%d: link %s: no file %s", rel, i+1, target, name)
+						continue
+					}
+				}
+				if fragment == "" {
+					continue
+				}
+				if filepath.Ext(path) != ".md" {
+					t.Errorf("%s:%d: link %s: an anchor in a file that is not Markdown", rel, i+1, target)
+					continue
+				}
+				if !anchorsOf(path)[fragment] {
+					t.Errorf("%s:%d: link %s: %s has no heading with the anchor #%s", rel, i+1, target, filepath.Base(path), fragment)
+				}
+			}
+		}
+	}
+	if links == 0 {
+		t.Error("found no relative links at all")
 	}
 }

@@ -26,7 +26,7 @@ import (
 	"golang.org/x/net/html"
 )
 
-var update = flag.Bool("update", false, "rewrite docs/status.png, the screenshot README shows")
+var update = flag.Bool("update", false, "rewrite docs/status.png, the screenshot docs/operations.md shows")
 
 // statusConfig runs two domains, one with two rules, one a static
 // response; admin_token is set when token is not "".
@@ -371,7 +371,7 @@ func positive(s string) bool {
 // API, and checks what it rendered; then it checks the request the reset
 // button sent. With a token the page asks for it first and sends it as a
 // bearer token on every request. With -update it writes the screenshot
-// README shows.
+// docs/operations.md shows.
 func TestStatusPageInBrowser(t *testing.T) {
 	tests := []struct {
 		name, token string

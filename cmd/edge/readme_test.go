@@ -277,3 +277,68 @@ func TestDocLinksResolve(t *testing.T) {
 		t.Error("found no relative links at all")
 	}
 }
+
+// readmeCommands are the commands README may show outside its first
+// deployment (whose commands TestReadmeFirstDeployment runs), each with
+// the test that checks it.
+var readmeCommands = []struct {
+	line  *regexp.Regexp
+	where string
+}{
+	{regexp.MustCompile(`^go run \./cmd/edge$`), "TestReadmeQuickStartLoop runs the embedded default it serves"},
+	{regexp.MustCompile(`^for i in \$\(seq \d+\); do curl -si localhost:8080/ \| head -1; done$`), "TestReadmeQuickStartLoop"},
+	{regexp.MustCompile(`^go test -race -timeout 30m \./\.\.\.$`), "TestReadmeExamplesChecked: the command .ci/run runs"},
+	{regexp.MustCompile(`^edge replay `), "TestReadmeCommandLine parses its flags"},
+}
+
+// TestReadmeExamplesChecked: every YAML block of README.md is a
+// configuration that loads, and every command README shows is one a test
+// checks: those of the first deployment, or one of readmeCommands.
+func TestReadmeExamplesChecked(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deployment := map[string]bool{}
+	for _, f := range fences(docSection(t, "README.md", "A first real deployment")) {
+		if f.lang == "sh" {
+			deployment[f.text] = true
+		}
+	}
+	ci, err := os.ReadFile("../../.ci/run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	yamls := 0
+	for _, f := range fences(string(b)) {
+		switch f.lang {
+		case "yaml":
+			yamls++
+			if _, err := parseConfig([]byte(f.text)); err != nil {
+				t.Errorf("README's configuration does not load: %v\n%s", err, f.text)
+			}
+		case "sh":
+			if deployment[f.text] {
+				continue
+			}
+			for line := range strings.SplitSeq(strings.TrimSuffix(f.text, "\n"), "\n") {
+				known := false
+				for _, c := range readmeCommands {
+					known = known || c.line.MatchString(line)
+				}
+				if !known {
+					t.Errorf("README shows the command %q, which no test checks", line)
+				}
+				if strings.HasPrefix(line, "go test ") && !strings.Contains(string(ci), "\n"+line+"\n") {
+					t.Errorf("README's test command %q is not the one .ci/run runs", line)
+				}
+			}
+		case "":
+		default:
+			t.Errorf("README has a ```%s block, which no test reads", f.lang)
+		}
+	}
+	if yamls == 0 {
+		t.Error("README shows no configuration")
+	}
+}

@@ -342,3 +342,24 @@ func TestReadmeExamplesChecked(t *testing.T) {
 		t.Error("README shows no configuration")
 	}
 }
+
+// TestMetricsTableComplete: docs/operations.md's metrics table has a row
+// for every metric edge registers, and none for a metric it does not.
+func TestMetricsTableComplete(t *testing.T) {
+	sec := docSection(t, "docs/operations.md", "Metrics")
+	rows := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `(edge_[a-z0-9_]+)` \\|").FindAllStringSubmatch(sec, -1) {
+		rows[m[1]] = true
+	}
+	registered := registeredMetrics(t)
+	for name := range registered {
+		if strings.HasPrefix(name, "edge_") && !rows[name] {
+			t.Errorf("docs/operations.md's metrics table has no row for %s", name)
+		}
+	}
+	for name := range rows {
+		if !registered[name] {
+			t.Errorf("docs/operations.md's metrics table has a row for %s, which edge does not register", name)
+		}
+	}
+}

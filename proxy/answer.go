@@ -21,7 +21,7 @@ import (
 
 // Outcomes: what became of a request, one name per kind of answer. The
 // names are the values of edge_requests_total's outcome label (for answers
-// to a request of a domain) and README lists them.
+// to a request of a domain) and docs/operations.md lists them.
 const (
 	outcomeServed        = "served"         // forwarded, or answered by the domain's static response or the check listener's 200
 	outcomeBlocked       = "blocked"        // a rule refused it (429, or the rule's own status)

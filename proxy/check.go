@@ -213,7 +213,7 @@ func readQuestion(r *http.Request) (*http.Request, string) {
 
 // nginxMixed returns a reason when h has an X-Original-* field, which
 // only an nginx configuration sets, and beside it an X-Forwarded-* field
-// edge reads, which nginx then passed on from the client (README's
+// edge reads, which nginx then passed on from the client (docs/beside.md's
 // snippet clears them; an older one does not). Without X-Original-* the
 // X-Forwarded-* fields are Traefik's or Caddy's, which set every one they
 // send, and are read as ever.

@@ -134,7 +134,7 @@ func TestCheckTraefikForwardAuth(t *testing.T) {
 	}
 }
 
-// TestCheckNginx asks as the nginx configuration in README does:
+// TestCheckNginx asks as the nginx configuration in docs/beside.md does:
 // X-Original-Method and X-Original-URI, the host in Host, and edge's
 // deny_status 403, which nginx's auth_request understands.
 func TestCheckNginx(t *testing.T) {

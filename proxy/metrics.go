@@ -72,7 +72,7 @@ type metrics struct {
 
 // newMetrics declares every metric the proxy exports. It is long because
 // it is a list, one declaration a metric with its help text, which reads
-// best in one place beside README's metrics table.
+// best in one place beside the metrics table of docs/operations.md.
 func newMetrics(p *Proxy, version string) *metrics {
 	return &metrics{
 		p: p,

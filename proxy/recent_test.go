@@ -233,13 +233,13 @@ func TestRunRecorderStops(t *testing.T) {
 	})
 }
 
-// TestStatusRingMemory pins the ring's memory that README states: fixed
+// TestStatusRingMemory pins the ring's memory that docs/operations.md states: fixed
 // per domain and per rule, whatever the traffic.
 func TestStatusRingMemory(t *testing.T) {
 	d, r := unsafe.Sizeof(domainRing{}), unsafe.Sizeof(ruleRing{})
 	t.Logf("ring of %d samples: %d bytes a domain, %d bytes a rule", recentSlots, d, r)
 	if d != 7*recentSlots*8+8 || r != 3*recentSlots*8 {
-		t.Errorf("domainRing %d bytes, ruleRing %d bytes; update README's figures", d, r)
+		t.Errorf("domainRing %d bytes, ruleRing %d bytes; update docs/operations.md's figures", d, r)
 	}
 }
 

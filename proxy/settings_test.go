@@ -100,7 +100,7 @@ func TestEverySettingIsClassified(t *testing.T) {
 		if classified[k] == 0 {
 			t.Errorf("configuration key %q is not classified: add it to settings in proxy/reload.go, "+
 				"as reloads(%q) if a reload applies it, or as restarts(%q, func(t *rules.Table) any { ... }) "+
-				"if it takes effect only at a restart (and then to README's list and to TestReloadRestartRequired in cmd/edge)",
+				"if it takes effect only at a restart (and then to docs/configuration.md's list and to TestReloadRestartRequired in cmd/edge)",
 				k, k, k)
 		}
 	}

@@ -42,7 +42,7 @@ func slowOrigin(t *testing.T) (srv *httptest.Server, arrived chan string, releas
 
 // shedConfig is a domain of max_in_flight 10, critical_reserve 0.2 and
 // sheddable_share 0.5 (sheddable refused at 5 in flight, normal at 8,
-// critical at 10), with the priorities of README's example, and a rule of
+// critical at 10), with the priorities of docs/shedding.md's example, and a rule of
 // limit requests a minute per client.
 func shedConfig(origin string, limit int) rules.Config {
 	cfg := oneDomain(origin, rule("all", limit, time.Minute))

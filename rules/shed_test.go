@@ -17,7 +17,7 @@ func TestCompileShed(t *testing.T) {
 		shed ShedConfig
 		want [3]int64 // by Class: normal, critical, sheddable
 	}{
-		{"README's example", ShedConfig{MaxInFlight: 200, CriticalReserve: 0.2, SheddableShare: ptr(0.5)}, [3]int64{160, 200, 100}},
+		{"docs/shedding.md's example", ShedConfig{MaxInFlight: 200, CriticalReserve: 0.2, SheddableShare: ptr(0.5)}, [3]int64{160, 200, 100}},
 		{"no reserve, default share", ShedConfig{MaxInFlight: 10}, [3]int64{10, 10, 10}},
 		{"rounded down", ShedConfig{MaxInFlight: 7, CriticalReserve: 0.25, SheddableShare: ptr(0.3)}, [3]int64{5, 7, 2}},
 		{"share at the bound", ShedConfig{MaxInFlight: 10, CriticalReserve: 0.3, SheddableShare: ptr(0.7)}, [3]int64{7, 10, 7}},

@@ -201,7 +201,7 @@ func TestSampleIsBounded(t *testing.T) {
 	}
 }
 
-// TestLogSize holds a Log to the 2 KiB README's "Live accuracy" states:
+// TestLogSize holds a Log to the 2 KiB docs/accuracy.md's "Live accuracy" states:
 // with a domain's 1024 logs, 2 MiB a domain at most (plus the index).
 func TestLogSize(t *testing.T) {
 	if got := unsafe.Sizeof(Log{}); got > 2<<10+128 {

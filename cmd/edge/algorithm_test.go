@@ -90,29 +90,29 @@ func TestCountingKeysDecode(t *testing.T) {
 	}
 }
 
-// TestReadmeAlgorithmsExample: the rules README's "Algorithms" shows load,
-// and RateLimit-Policy is as README says for its token bucket.
-func TestReadmeAlgorithmsExample(t *testing.T) {
-	section := readmeSection(t, "Algorithms")
+// TestDocsAlgorithmsExample: the rules docs/algorithms.md's "Algorithms" shows load,
+// and RateLimit-Policy is as docs/algorithms.md says for its token bucket.
+func TestDocsAlgorithmsExample(t *testing.T) {
+	section := docSection(t, "docs/algorithms.md", "Algorithms")
 	_, example, ok := strings.Cut(section, "```yaml\n")
 	if !ok {
-		t.Fatal("README's Algorithms has no yaml example")
+		t.Fatal("docs/algorithms.md's Algorithms has no yaml example")
 	}
 	example, _, _ = strings.Cut(example, "```")
 	cfg := "domains:\n  - hosts: [\"*\"]\n    respond: {body: ok}\n" + indent(example, "    ")
 	table, err := parseConfig([]byte(cfg))
 	if err != nil {
-		t.Fatalf("README's Algorithms example: %v\n%s", err, cfg)
+		t.Fatalf("docs/algorithms.md's Algorithms example: %v\n%s", err, cfg)
 	}
 	got := []rules.Algorithm{}
 	for _, r := range table.Domains[0].Rules {
 		got = append(got, r.Algorithm)
 	}
 	if want := []rules.Algorithm{rules.TokenBucket, rules.LeakyBucket}; !slices.Equal(got, want) {
-		t.Errorf("README's example rules count with %v, want %v", got, want)
+		t.Errorf("docs/algorithms.md's example rules count with %v, want %v", got, want)
 	}
 	if !strings.Contains(section, "`limit: 100`, `period: 1m`, `burst: 20` is sent as `\"api\";q=20;w=12`") {
-		t.Error("README's Algorithms no longer shows the token bucket's policy as checked by proxy's TestPolicyOf")
+		t.Error("docs/algorithms.md's Algorithms no longer shows the token bucket's policy as checked by proxy's TestPolicyOf")
 	}
 }
 
@@ -127,62 +127,62 @@ func indent(s, prefix string) string {
 	return strings.Join(lines, "\n")
 }
 
-// TestReadmeQuotaExample: the quota example in README's "Algorithms"
+// TestDocsQuotaExample: the quota example in docs/algorithms.md's "Algorithms"
 // (the last yaml block before "Concurrency") loads as a throttle beside a
 // monthly quota in Berlin.
-func TestReadmeQuotaExample(t *testing.T) {
-	section, _, _ := strings.Cut(readmeSection(t, "Algorithms"), "### Concurrency")
+func TestDocsQuotaExample(t *testing.T) {
+	section, _, _ := strings.Cut(docSection(t, "docs/algorithms.md", "Algorithms"), "### Concurrency")
 	i := strings.LastIndex(section, "```yaml\n")
 	if i < 0 || !strings.Contains(section[i:], "algorithm: quota") {
-		t.Fatal("README's Algorithms has no quota example last")
+		t.Fatal("docs/algorithms.md's Algorithms has no quota example last")
 	}
 	example, _, _ := strings.Cut(section[i+len("```yaml\n"):], "```")
 	cfg := "domains:\n  - hosts: [\"*\"]\n    respond: {body: ok}\n" + indent(example, "    ")
 	table, err := parseConfig([]byte(cfg))
 	if err != nil {
-		t.Fatalf("README's quota example: %v\n%s", err, cfg)
+		t.Fatalf("docs/algorithms.md's quota example: %v\n%s", err, cfg)
 	}
 	rs := table.Domains[0].Rules
 	if len(rs) != 2 || rs[1].Algorithm != rules.Quota || rs[1].Reset != rules.Monthly || rs[1].Location.String() != "Europe/Berlin" {
-		t.Errorf("README's quota example: got %d rules, the second %v, want a monthly quota in Europe/Berlin second", len(rs), rs[len(rs)-1])
+		t.Errorf("docs/algorithms.md's quota example: got %d rules, the second %v, want a monthly quota in Europe/Berlin second", len(rs), rs[len(rs)-1])
 	}
 }
 
-// TestReadmeConcurrencyExample: the example in README's "Concurrency" (the
+// TestDocsConcurrencyExample: the example in docs/algorithms.md's "Concurrency" (the
 // last yaml block of "Algorithms") loads as a concurrency limit beside a
 // token bucket.
-func TestReadmeConcurrencyExample(t *testing.T) {
-	_, section, ok := strings.Cut(readmeSection(t, "Algorithms"), "### Concurrency")
+func TestDocsConcurrencyExample(t *testing.T) {
+	_, section, ok := strings.Cut(docSection(t, "docs/algorithms.md", "Algorithms"), "### Concurrency")
 	i := strings.LastIndex(section, "```yaml\n")
 	if !ok || i < 0 {
-		t.Fatal("README's Algorithms has no Concurrency example")
+		t.Fatal("docs/algorithms.md's Algorithms has no Concurrency example")
 	}
 	example, _, _ := strings.Cut(section[i+len("```yaml\n"):], "```")
 	cfg := "domains:\n  - hosts: [\"*\"]\n    respond: {body: ok}\n" + indent(example, "    ")
 	table, err := parseConfig([]byte(cfg))
 	if err != nil {
-		t.Fatalf("README's concurrency example: %v\n%s", err, cfg)
+		t.Fatalf("docs/algorithms.md's concurrency example: %v\n%s", err, cfg)
 	}
 	rs := table.Domains[0].Rules
 	if len(rs) != 2 || rs[0].Algorithm != rules.Concurrency || rs[0].Limit != 20 || rs[0].Period != 0 || rs[1].Algorithm != rules.TokenBucket {
-		t.Errorf("README's concurrency example: got %d rules, want a concurrency limit of 20 then a token bucket", len(rs))
+		t.Errorf("docs/algorithms.md's concurrency example: got %d rules, want a concurrency limit of 20 then a token bucket", len(rs))
 	}
 }
 
-// TestReadmeConcurrencyRedisExample: README's example of a concurrency
+// TestDocsConcurrencyRedisExample: docs/algorithms.md's example of a concurrency
 // limit shared through Redis, and configs/concurrency-redis.yaml, compile
 // to what their comments say: slots leased in Redis in exact mode, with
 // the lease given or the default 30s.
-func TestReadmeConcurrencyRedisExample(t *testing.T) {
-	_, section, _ := strings.Cut(readmeSection(t, "Algorithms"), "### Concurrency")
+func TestDocsConcurrencyRedisExample(t *testing.T) {
+	_, section, _ := strings.Cut(docSection(t, "docs/algorithms.md", "Algorithms"), "### Concurrency")
 	_, example, ok := strings.Cut(section, "```yaml\ncluster:")
 	if !ok {
-		t.Fatal("README's Concurrency has no example with a cluster section")
+		t.Fatal("docs/algorithms.md's Concurrency has no example with a cluster section")
 	}
 	example, _, _ = strings.Cut(example, "```")
 	readme, err := parseConfig([]byte("origin: \"http://127.0.0.1:9001\"\ncluster:" + example))
 	if err != nil {
-		t.Fatalf("README's concurrency example over Redis: %v", err)
+		t.Fatalf("docs/algorithms.md's concurrency example over Redis: %v", err)
 	}
 	file, _, err := loadConfig("../../configs/concurrency-redis.yaml")
 	if err != nil {
@@ -193,7 +193,7 @@ func TestReadmeConcurrencyRedisExample(t *testing.T) {
 		table  *rules.Table
 		leases []time.Duration
 	}{
-		{"README", readme, []time.Duration{10 * time.Second}},
+		{"docs/algorithms.md", readme, []time.Duration{10 * time.Second}},
 		{"configs/concurrency-redis.yaml", file, []time.Duration{10 * time.Second, 30 * time.Second}},
 	}
 	for _, tt := range tests {
@@ -214,16 +214,13 @@ func TestReadmeConcurrencyRedisExample(t *testing.T) {
 	}
 }
 
-// TestReadmeShareExamples: README's examples of sync share, and
+// TestDocsShareExamples: docs/cluster.md's examples of sync share, and
 // configs/share-redis.yaml, compile to what their comments say: 364 a
 // minute on each of three nodes; over Redis no fixed node count, and a
 // Poisson share of 1000 that is the whole limit on a node alone, 537 on
 // each of two, 364 on each of three.
-func TestReadmeShareExamples(t *testing.T) {
-	_, section, ok := strings.Cut(readmeSection(t, "Sharing counters in a PoP (Redis)"), "### Limits without coordination")
-	if !ok {
-		t.Fatal("README has no Limits without coordination")
-	}
+func TestDocsShareExamples(t *testing.T) {
+	section := docSection(t, "docs/cluster.md", "Limits without coordination (`sync: share`)")
 	var blocks []string
 	for rest := section; ; {
 		_, after, found := strings.Cut(rest, "```yaml\n")
@@ -234,25 +231,25 @@ func TestReadmeShareExamples(t *testing.T) {
 		blocks, rest = append(blocks, block), tail
 	}
 	if len(blocks) != 2 {
-		t.Fatalf("README's Limits without coordination has %d YAML examples, want 2", len(blocks))
+		t.Fatalf("docs/cluster.md's Limits without coordination has %d YAML examples, want 2", len(blocks))
 	}
 	local, err := parseConfig([]byte("origin: \"http://127.0.0.1:9001\"\n" + blocks[0]))
 	if err != nil {
-		t.Fatalf("README's share example: %v", err)
+		t.Fatalf("docs/cluster.md's share example: %v", err)
 	}
 	if c := local.Cluster; c.Store != rules.StoreLocal || c.Nodes != 3 {
-		t.Errorf("README's share example: store %s, nodes %d; want local, 3", c.Store, c.Nodes)
+		t.Errorf("docs/cluster.md's share example: store %s, nodes %d; want local, 3", c.Store, c.Nodes)
 	}
 	if got := cluster.NodeShare(local.Cluster, local.Domains[0].Rules[0].Limit, 3); got != 364 {
-		t.Errorf("README's share example: a node's share %d, want 364 as its comment says", got)
+		t.Errorf("docs/cluster.md's share example: a node's share %d, want 364 as its comment says", got)
 	}
 	redis, err := parseConfig([]byte("origin: \"http://127.0.0.1:9001\"\n" + blocks[1] +
 		"domains: [{hosts: [\"*\"], rules: [{name: r, limit: 10, period: 1m}]}]\n"))
 	if err != nil {
-		t.Fatalf("README's share example over Redis: %v", err)
+		t.Fatalf("docs/cluster.md's share example over Redis: %v", err)
 	}
 	if c := redis.Cluster; c.Store != rules.StoreRedis || c.Sync != rules.SyncShare || c.Nodes != 0 || c.Split != rules.SplitPoisson {
-		t.Errorf("README's share example over Redis: %+v, want store redis, sync share, no nodes, split poisson", c)
+		t.Errorf("docs/cluster.md's share example over Redis: %+v, want store redis, sync share, no nodes, split poisson", c)
 	}
 	file, _, err := loadConfig("../../configs/share-redis.yaml")
 	if err != nil {

@@ -22,30 +22,23 @@ import (
 )
 
 // The tests here run edge's check listener behind the real proxies of
-// README's "Using edge beside your proxy", with README's own snippets:
+// docs/beside.md, with its own snippets:
 // each proxy, started on a free loopback port with its files in a
 // temporary directory, stands in front of a test origin and asks edge,
 // which runs configs/check.yaml in-process.
 
-// readmeBeside returns the first ```lang block of README's "Using edge
-// beside your proxy" subsection "### sub".
-func readmeBeside(t *testing.T, sub, lang string) string {
+// besideSnippet returns the first ```lang block of docs/beside.md's
+// section sub.
+func besideSnippet(t *testing.T, sub, lang string) string {
 	t.Helper()
-	sec := readmeSection(t, "Using edge beside your proxy")
-	_, s, ok := strings.Cut(sec, "\n### "+sub+"\n")
-	if !ok {
-		t.Fatalf(`README's "Using edge beside your proxy" has no subsection %q`, sub)
-	}
-	if i := strings.Index(s, "\n### "); i >= 0 {
-		s = s[:i]
-	}
+	s := docSection(t, "docs/beside.md", sub)
 	_, block, ok := strings.Cut(s, "\n```"+lang+"\n")
 	if !ok {
-		t.Fatalf("README's %q subsection has no ```%s block", sub, lang)
+		t.Fatalf("docs/beside.md's %q section has no ```%s block", sub, lang)
 	}
 	block, _, ok = strings.Cut(block, "\n```\n")
 	if !ok {
-		t.Fatalf("README's %q subsection: unterminated ```%s block", sub, lang)
+		t.Fatalf("docs/beside.md's %q section: unterminated ```%s block", sub, lang)
 	}
 	return block + "\n"
 }
@@ -244,13 +237,13 @@ func untilRefused(t *testing.T, addr string, check func(i int, resp *http.Respon
 
 const besidePolicy = `"per-ip";q=3;w=3600`
 
-// TestBesideNginx runs README's nginx server block, wrapped in a main
+// TestBesideNginx runs docs/beside.md's nginx server block, wrapped in a main
 // configuration that keeps nginx in the foreground, in one process, with
 // its files in a temporary directory.
 func TestBesideNginx(t *testing.T) {
 	check := startCheckEdge(t, true)
 	origin, _ := besideOrigin(t)
-	addr := startBesideNginx(t, readmeBeside(t, "nginx", "nginx"), check, origin.URL)
+	addr := startBesideNginx(t, besideSnippet(t, "nginx", "nginx"), check, origin.URL)
 
 	untilRefused(t, addr, func(i int, resp *http.Response, _ string) {
 		if got := resp.Header.Get("RateLimit-Policy"); got != besidePolicy {
@@ -262,7 +255,7 @@ func TestBesideNginx(t *testing.T) {
 	})
 }
 
-// nginxClears is what README's nginx snippet says to clear the client's
+// nginxClears is what docs/beside.md's nginx snippet says to clear the client's
 // own X-Forwarded-* fields, which auth_request would pass on to edge.
 const nginxClears = `        # nginx passes the client's own fields on; edge refuses a question
         # with X-Original-* and any of these, so clear them ("" sends none).
@@ -276,7 +269,7 @@ const nginxClears = `        # nginx passes the client's own fields on; edge ref
 // own X-Forwarded-Method, -Uri, -Host or -Proto, which auth_request passes
 // on to edge beside the X-Original-* fields nginx sets, with 4 POST /login
 // under a login rule of 3 an hour and a domain without rules beside it.
-// Behind README's snippet, which clears those fields, the rule holds: 3
+// Behind docs/beside.md's snippet, which clears those fields, the rule holds: 3
 // allowed, then 429. Behind an older snippet that does not clear them,
 // edge itself refuses every such question (nginx turns edge's 403 into
 // 429), rather than let the client's field pick another method, target or
@@ -286,12 +279,12 @@ func TestBesideNginxClientForwardedFields(t *testing.T) {
 	cfg := checkConfig(t, true)
 	cfg = replaceOnce(t, cfg, "      - name: per-ip\n", "      - name: per-ip\n        match: {methods: [POST], path_prefix: /login}\n")
 	cfg += "  - name: open\n    hosts: [\"open.example.com\"]\n    serve: check\n"
-	readme := readmeBeside(t, "nginx", "nginx")
+	readme := besideSnippet(t, "nginx", "nginx")
 	snippets := []struct {
 		name, server string
 		want         []int
 	}{
-		{"README", readme, []int{200, 200, 200, 429}},
+		{"docs/beside.md", readme, []int{200, 200, 200, 429}},
 		{"old", replaceOnce(t, readme, nginxClears, ""), []int{429, 429, 429, 429}},
 	}
 	for _, sn := range snippets {
@@ -326,7 +319,7 @@ func TestBesideNginxClientForwardedFields(t *testing.T) {
 	}
 }
 
-// startBesideNginx runs nginx with server, a server block of README's
+// startBesideNginx runs nginx with server, a server block of docs/beside.md's
 // shape, on a free port, in front of origin and asking edge's check
 // listener at check, wrapped in a main configuration that keeps nginx in
 // the foreground, in one process, with its files in a temporary
@@ -360,7 +353,7 @@ http {
 	return addr
 }
 
-// TestBesideCaddy runs README's Caddyfile site block, on a free port and
+// TestBesideCaddy runs docs/beside.md's Caddyfile site block, on a free port and
 // without automatic HTTPS, with the admin endpoint off and Caddy's files
 // in a temporary directory. Caddy passes edge's fields to the origin on an
 // allowed request, and edge's refusal to the client as it is.
@@ -369,7 +362,7 @@ func TestBesideCaddy(t *testing.T) {
 	check := startCheckEdge(t, false)
 	origin, policies := besideOrigin(t)
 	port := freePort(t)
-	site := readmeBeside(t, "Caddy", "caddyfile")
+	site := besideSnippet(t, "Caddy", "caddyfile")
 	site = replaceOnce(t, site, "api.example.com {", fmt.Sprintf("http://api.example.com:%d {\n\tbind 127.0.0.1", port))
 	site = replaceOnce(t, site, "reverse_proxy 127.0.0.1:8000", "reverse_proxy "+strings.TrimPrefix(origin.URL, "http://"))
 	site = replaceOnce(t, site, "forward_auth 127.0.0.1:8082 {", "forward_auth "+check+" {")
@@ -396,7 +389,7 @@ func TestBesideCaddy(t *testing.T) {
 	}
 }
 
-// TestBesideTraefik reproduces the question of README's Traefik
+// TestBesideTraefik reproduces the question of docs/beside.md's Traefik
 // ForwardAuth middleware from Traefik's documented behaviour: a GET to
 // its address with X-Forwarded-Method, -Proto, -Host, -Uri and -For and
 // the client's own fields. A 2xx lets the request on with the fields of
@@ -417,10 +410,10 @@ func TestBesideTraefik(t *testing.T) {
 			} `yaml:"middlewares"`
 		} `yaml:"http"`
 	}
-	must(t, yaml.Unmarshal([]byte(readmeBeside(t, "Traefik", "yaml")), &dynamic))
+	must(t, yaml.Unmarshal([]byte(besideSnippet(t, "Traefik", "yaml")), &dynamic))
 	router := dynamic.HTTP.Routers["api"]
 	if router.Rule != "Host(`api.example.com`)" || len(router.Middlewares) != 1 {
-		t.Fatalf("README's router: %+v, want Host(`api.example.com`) through one middleware", router)
+		t.Fatalf("docs/beside.md's router: %+v, want Host(`api.example.com`) through one middleware", router)
 	}
 	fa := dynamic.HTTP.Middlewares[router.Middlewares[0]].ForwardAuth
 	if fa.Address != "http://127.0.0.1:8082/" {

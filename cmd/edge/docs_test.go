@@ -520,35 +520,55 @@ func checkDashboardPromQL(t *testing.T, promtool string, queries []dashboardQuer
 	}
 }
 
-// readmeSection returns the text of README.md's "## title" section, up to
-// the next second-level heading.
-func readmeSection(t *testing.T, title string) string {
+// docSection returns the text of the section of the Markdown file at path
+// (relative to the repository) whose heading is title, at any level, up to
+// the next heading of the same or a higher level; headings inside fenced
+// blocks (a shell comment) are not headings.
+func docSection(t *testing.T, path, title string) string {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile(filepath.Join("../..", path))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, s, ok := strings.Cut(string(b), "\n## "+title+"\n")
-	if !ok {
-		t.Fatalf("README.md has no section %q", title)
+	var sec strings.Builder
+	level, fenced := 0, false
+	for line := range strings.SplitAfterSeq(string(b), "\n") {
+		if strings.HasPrefix(line, "```") {
+			fenced = !fenced
+		}
+		if !fenced {
+			hashes := len(line) - len(strings.TrimLeft(line, "#"))
+			if hashes > 0 && strings.HasPrefix(line[hashes:], " ") {
+				if level > 0 && hashes <= level {
+					break
+				}
+				if level == 0 && strings.TrimSpace(line[hashes:]) == title {
+					level = hashes
+					continue
+				}
+			}
+		}
+		if level > 0 {
+			sec.WriteString(line)
+		}
 	}
-	if i := strings.Index(s, "\n## "); i >= 0 {
-		s = s[:i]
+	if level == 0 {
+		t.Fatalf("%s has no section %q", path, title)
 	}
-	return s
+	return sec.String()
 }
 
-// TestReadmeChoosingAlgorithm runs each command of README's "Choosing an
-// algorithm" on the NASA trace the repository ships and requires the
-// output README shows, byte for byte: a replay of 31,000 requests through
+// TestDocsChoosingAlgorithm runs each command of docs/algorithms.md's
+// "Choosing an algorithm" on the NASA trace the repository ships and
+// requires the output it shows, byte for byte: a replay of 31,000 requests through
 // five counters takes well under a second.
-func TestReadmeChoosingAlgorithm(t *testing.T) {
-	sec := readmeSection(t, "Choosing an algorithm")
+func TestDocsChoosingAlgorithm(t *testing.T) {
+	sec := docSection(t, "docs/algorithms.md", "Choosing an algorithm")
 	blocks := regexp.MustCompile("(?s)```sh\nedge (replay [^\n]*)\n```\n\n```text\n(.*?)```\n").FindAllStringSubmatch(sec, -1)
 	if len(blocks) != 2 {
 		t.Fatalf("found %d commands with their output, want 2", len(blocks))
 	}
-	t.Chdir("../..") // README's paths are the repository's
+	t.Chdir("../..") // the commands' paths are the repository's
 	for _, b := range blocks {
 		t.Run(b[1], func(t *testing.T) {
 			code, out, errOut := runEdge(strings.Fields(b[1])...)
@@ -556,17 +576,18 @@ func TestReadmeChoosingAlgorithm(t *testing.T) {
 				t.Fatalf("exit %d, stderr %s", code, errOut)
 			}
 			if out != b[2] {
-				t.Errorf("README shows\n%s\nedge %s prints\n%s", b[2], b[1], out)
+				t.Errorf("docs/algorithms.md shows\n%s\nedge %s prints\n%s", b[2], b[1], out)
 			}
 		})
 	}
 }
 
-// TestReadmeCommandLine checks README's "Command line" against the binary's
-// own help: the command list of edge -h verbatim, one row per replay flag
-// with the value name -h shows ("-limit N"), and replay examples that parse.
+// TestReadmeCommandLine checks README's "Command line" and docs/replay.md
+// against the binary's own help: README's command list is edge -h's
+// verbatim, docs/replay.md has one row per replay flag with the value name
+// -h shows ("-limit N"), and every edge replay example of either parses.
 func TestReadmeCommandLine(t *testing.T) {
-	sec := readmeSection(t, "Command line")
+	sec := docSection(t, "README.md", "Command line")
 	if !strings.Contains(sec, "```\n"+edgeCommands+"```\n") {
 		t.Errorf("README's command list differs from edge -h's:\n%s", edgeCommands)
 	}
@@ -576,7 +597,8 @@ func TestReadmeCommandLine(t *testing.T) {
 	}
 
 	rows := map[string]bool{}
-	for _, m := range regexp.MustCompile("(?m)^\\| `(-[^`]+)` \\|").FindAllStringSubmatch(sec, -1) {
+	replayDoc := docSection(t, "docs/replay.md", replayTitle)
+	for _, m := range regexp.MustCompile("(?m)^\\| `(-[^`]+)` \\|").FindAllStringSubmatch(replayDoc, -1) {
 		rows[m[1]] = true
 	}
 	var f replayFlags
@@ -592,20 +614,23 @@ func TestReadmeCommandLine(t *testing.T) {
 	})
 	for row := range want {
 		if !rows[row] {
-			t.Errorf("README's replay flags have no row `%s`", row)
+			t.Errorf("docs/replay.md's flags have no row `%s`", row)
 		}
 	}
 	for row := range rows {
 		if !want[row] {
-			t.Errorf("README's replay flags have a row `%s`, which edge replay -h does not show", row)
+			t.Errorf("docs/replay.md's flags have a row `%s`, which edge replay -h does not show", row)
 		}
 	}
 	if !want["-limit N"] {
 		t.Errorf("edge replay -h shows -limit without the value name N: %v", want)
 	}
 
+	if !strings.Contains(sec, "\nedge replay ") {
+		t.Error("README's Command line has no edge replay example")
+	}
 	examples := 0
-	for line := range strings.SplitSeq(sec, "\n") {
+	for line := range strings.SplitSeq(docSection(t, "README.md", "edge")+replayDoc, "\n") {
 		args, ok := strings.CutPrefix(line, "edge replay ")
 		if !ok {
 			continue
@@ -627,9 +652,12 @@ func TestReadmeCommandLine(t *testing.T) {
 		})
 	}
 	if examples == 0 {
-		t.Error("README's Command line has no edge replay example")
+		t.Error("README and docs/replay.md show no edge replay example")
 	}
 }
+
+// replayTitle is the title of docs/replay.md.
+const replayTitle = "`edge replay`: flags and log formats"
 
 // TestMultiSiteKeyShares checks what configs/multi-site.yaml's comments say
 // of its key shares: the explicit ones kept, 400,000 left over split between
@@ -654,7 +682,7 @@ func TestMultiSiteKeyShares(t *testing.T) {
 // configs/edge.yaml suggest the same one, and the embedded default answers
 // it with the status lines README shows.
 func TestReadmeQuickStartLoop(t *testing.T) {
-	sec := readmeSection(t, "Quick start")
+	sec := docSection(t, "README.md", "Quick start")
 	m := regexp.MustCompile(`(?m)^for i in \$\(seq (\d+)\); do curl -si localhost:8080/ \| head -1; done$`).FindStringSubmatch(sec)
 	if m == nil {
 		t.Fatal("README's quick start has no curl loop")

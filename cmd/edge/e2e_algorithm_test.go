@@ -89,7 +89,7 @@ domains:
 		limitHeader string
 	}{
 		// Both requests are in the current period: counted in full until it
-		// ends, and at full weight for a while after (README's worked t).
+		// ends, and at full weight for a while after (docs/algorithms.md's worked t).
 		{host: "sliding.test", name: "sw", policy: `"sw";q=2;w=2592000`, retryMin: 1, retryMax: 2 * period,
 			jsonPrefix: `{"error":"rate_limited","rule":"sw","retry_after":`, limitHeader: "2"},
 		// Refused until the epoch-aligned period ends.

@@ -128,18 +128,18 @@ func TestCheckRLS(t *testing.T) {
 	}
 }
 
-// TestReadmeEnvoy: README's Envoy section shows Lyft's file that
+// TestDocsEnvoy: docs/beside.md's Envoy section shows Lyft's file that
 // configs/ratelimit/shop.yaml holds (less its comments and shadow entry),
 // and an Envoy configuration that is YAML, asks the domain of that file on
 // the port configs/rls.yaml listens on, and sends descriptors the file
 // limits.
-func TestReadmeEnvoy(t *testing.T) {
-	sec := readmeSection(t, "Using edge beside your proxy")
+func TestDocsEnvoy(t *testing.T) {
+	sec := docSection(t, "docs/beside.md", "Envoy")
 	blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(sec, -1)
 	if len(blocks) < 2 {
 		t.Fatalf("want Lyft's file and Envoy's configuration, got %d yaml blocks", len(blocks))
 	}
-	lyft, err := rls.Parse([]rls.File{{Name: "README", Data: []byte(blocks[0][1])}}, false)
+	lyft, err := rls.Parse([]rls.File{{Name: "docs/beside.md", Data: []byte(blocks[0][1])}}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,12 +149,12 @@ func TestReadmeEnvoy(t *testing.T) {
 	}
 	shown, real := lyft.Domains["shop"], ex.Domains["shop"]
 	if shown == nil || real == nil || len(real.Descriptors()) != len(shown.Descriptors())+1 {
-		t.Fatalf("README shows %v, configs/ratelimit/shop.yaml has %v", shown, real)
+		t.Fatalf("docs/beside.md shows %v, configs/ratelimit/shop.yaml has %v", shown, real)
 	}
 	for i, e := range shown.Descriptors() {
 		r := real.Descriptors()[i]
 		if e.Path != r.Path || (e.Limit == nil) != (r.Limit == nil) || (e.Limit != nil && (e.Limit.Unit != r.Limit.Unit || e.Limit.RequestsPerUnit != r.Limit.RequestsPerUnit || e.Limit.Name != r.Limit.Name)) {
-			t.Errorf("descriptor %d: README %s, configs %s", i, e.Path, r.Path)
+			t.Errorf("descriptor %d: docs/beside.md %s, configs %s", i, e.Path, r.Path)
 		}
 	}
 	var envoy map[string]any
@@ -302,19 +302,17 @@ rls:
 	e.stop(t)
 }
 
-// TestReadmeRLSOnly: README's example of the rate limit service alone is
+// TestDocsRLSOnly: docs/configuration.md's example of the rate limit service alone is
 // configs/rls-only.yaml less its comments, which TestEndToEndRLSOnly runs.
-func TestReadmeRLSOnly(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	must(t, err)
-	_, after, ok := strings.Cut(string(readme), "**The rate limit service alone.**")
+func TestDocsRLSOnly(t *testing.T) {
+	_, after, ok := strings.Cut(docSection(t, "docs/configuration.md", "`rls`"), "**The rate limit service alone.**")
 	if !ok {
-		t.Fatal("README has no paragraph on the rate limit service alone")
+		t.Fatal("docs/configuration.md has no paragraph on the rate limit service alone")
 	}
 	_, block, ok := strings.Cut(after, "```yaml\n")
 	block, _, _ = strings.Cut(block, "```")
 	if !ok {
-		t.Fatal("README shows no configuration of the rate limit service alone")
+		t.Fatal("docs/configuration.md shows no configuration of the rate limit service alone")
 	}
 	file, err := os.ReadFile("../../configs/rls-only.yaml")
 	must(t, err)
@@ -322,6 +320,6 @@ func TestReadmeRLSOnly(t *testing.T) {
 	must(t, yaml.Unmarshal([]byte(block), &shown))
 	must(t, yaml.Unmarshal(file, &real))
 	if fmt.Sprint(shown) != fmt.Sprint(real) {
-		t.Errorf("README shows %v, configs/rls-only.yaml has %v", shown, real)
+		t.Errorf("docs/configuration.md shows %v, configs/rls-only.yaml has %v", shown, real)
 	}
 }

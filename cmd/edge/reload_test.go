@@ -415,20 +415,16 @@ func TestReloadAppliesShutdownTimeouts(t *testing.T) {
 	}
 }
 
-// TestREADMEListsRestartRequiredSettings: README's "What a reload changes"
+// TestDocsListRestartRequiredSettings: docs/configuration.md's "What a reload changes"
 // names exactly the settings that take effect only at a restart (a mapping
 // such as `cluster` stands for all its keys), and none of them among the
 // keys it says take effect on reload.
-func TestREADMEListsRestartRequiredSettings(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, para, ok := strings.Cut(string(readme), "**What a reload changes.**")
+func TestDocsListRestartRequiredSettings(t *testing.T) {
+	_, para, ok := strings.Cut(docSection(t, "docs/configuration.md", "Configuration reference"), "**What a reload changes.**")
 	para, _, _ = strings.Cut(para, "\n\n")
 	restartPart, reloadPart, ok2 := strings.Cut(para, "Every other key takes effect on reload")
 	if !ok || !ok2 {
-		t.Fatal(`README lacks the paragraph "**What a reload changes.** ... Every other key takes effect on reload"`)
+		t.Fatal(`docs/configuration.md lacks the paragraph "**What a reload changes.** ... Every other key takes effect on reload"`)
 	}
 	backticked := regexp.MustCompile("`([^`]+)`")
 	covers := func(doc, key string) bool { return key == doc || strings.HasPrefix(key, doc+".") }
@@ -441,17 +437,17 @@ func TestREADMEListsRestartRequiredSettings(t *testing.T) {
 		}
 		named = append(named, doc)
 		if !slices.ContainsFunc(want, func(k string) bool { return covers(doc, k) }) {
-			t.Errorf("README lists `%s` as taking effect only at a restart; it takes effect on reload", doc)
+			t.Errorf("docs/configuration.md lists `%s` as taking effect only at a restart; it takes effect on reload", doc)
 		}
 	}
 	for _, k := range want {
 		if !slices.ContainsFunc(named, func(doc string) bool { return covers(doc, k) }) {
-			t.Errorf("README does not list %s among the keys that take effect only at a restart", k)
+			t.Errorf("docs/configuration.md does not list %s among the keys that take effect only at a restart", k)
 		}
 	}
 	for _, m := range backticked.FindAllStringSubmatch(reloadPart, -1) {
 		if slices.ContainsFunc(want, func(k string) bool { return covers(m[1], k) }) {
-			t.Errorf("README says `%s` takes effect on reload; it needs a restart", m[1])
+			t.Errorf("docs/configuration.md says `%s` takes effect on reload; it needs a restart", m[1])
 		}
 	}
 }

@@ -26,7 +26,7 @@ import (
 	"golang.org/x/net/html"
 )
 
-var update = flag.Bool("update", false, "rewrite docs/status.png, the screenshot README shows")
+var update = flag.Bool("update", false, "rewrite docs/status.png, the screenshot docs/operations.md shows")
 
 // statusConfig runs three domains: one with two rules, one a static
 // response, and one that sheds every request to /batch (a sheddable
@@ -400,7 +400,7 @@ func positive(s string) bool {
 // API, and checks what it rendered; then it checks the request the reset
 // button sent. With a token the page asks for it first and sends it as a
 // bearer token on every request. With -update it writes the screenshot
-// README shows.
+// docs/operations.md shows.
 func TestStatusPageInBrowser(t *testing.T) {
 	tests := []struct {
 		name, token string

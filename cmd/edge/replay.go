@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/edgerate/edge/config"
 	"github.com/edgerate/edge/replay"
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/trace"
@@ -353,7 +354,7 @@ func (f *replayFlags) logRules() ([]replay.LogRule, int, error) {
 			CountBlocked: f.countBlocked,
 		}}, f.ipv6Prefix, nil
 	}
-	table, _, err := loadConfig(f.config)
+	table, _, err := config.Load(f.config)
 	if err != nil {
 		return nil, 0, fmt.Errorf("invalid configuration %s:\n%s", f.config, rules.ProblemText(err))
 	}

@@ -18,11 +18,10 @@ import (
 )
 
 // Command is one run of edge replay: what to replay (log files or a
-// synthetic scenario), through which rules, and what to report. Each
-// field is one of the command's flags, named in the comment where the
-// name differs; the command line's defaults are set by its flag set, not
-// by the zero value. Run it after Check has passed. A Command is used by
-// one goroutine.
+// synthetic scenario), through which rules, and what to report. Most
+// fields are one of the command's flags, which the field's comment names;
+// their defaults are the flag set's, not the zero value. Run it after
+// Check has passed. A Command is used by one goroutine at a time.
 type Command struct {
 	Limit        int64         // -limit: requests per Period and source
 	Period       time.Duration // -period: whole milliseconds
@@ -254,6 +253,7 @@ func (c *Command) inputs(stderr io.Writer) ([]Input, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.countBlockedByRule = c.countBlockedByRule[:0]
 	for _, lr := range lrs {
 		c.countBlockedByRule = append(c.countBlockedByRule, lr.CountBlocked)
 	}

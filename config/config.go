@@ -28,8 +28,9 @@ import (
 // default (configs.Default) when path is empty, and returns it with the
 // content's Hash. Unknown keys, type mismatches and every validation
 // problem are errors; the returned error lists them all (rules.Problems
-// splits it), and the table is then nil. A file that cannot be read is
-// an error prefixed "reading config: ".
+// splits it), and the table is then nil but the hash is still the
+// content's. A file that cannot be read is an error prefixed
+// "reading config: ", with no hash.
 func Load(path string) (*rules.Table, string, error) {
 	data, err := Read(path)
 	if err != nil {

@@ -35,6 +35,10 @@
 //     admitted in any sliding period, over L. The exact log's overshoot is
 //     at most 1 by construction.
 //
+// Command is edge replay's logic (its flags and the loading of -config
+// stay with the command): what to replay, the reports, the JSON document
+// and the figures' data.
+//
 // docs/accuracy.md says how to read these figures and where the method
 // stops.
 package replay

@@ -23,6 +23,7 @@ import (
 	"github.com/edgerate/edge/internal/redistest"
 	"github.com/edgerate/edge/internal/wait"
 	"github.com/edgerate/edge/proxy"
+	"github.com/edgerate/edge/replay"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -601,7 +602,7 @@ func TestReadmeCommandLine(t *testing.T) {
 	for _, m := range regexp.MustCompile("(?m)^\\| `(-[^`]+)` \\|").FindAllStringSubmatch(replayDoc, -1) {
 		rows[m[1]] = true
 	}
-	var f replayFlags
+	var f replay.Command
 	fs := newReplayFlagSet(&strings.Builder{}, &f)
 	want := map[string]bool{}
 	fs.VisitAll(func(fl *flag.Flag) {
@@ -638,15 +639,15 @@ func TestReadmeCommandLine(t *testing.T) {
 		args, _, _ = strings.Cut(args, "#")
 		examples++
 		t.Run(strings.TrimSpace(args), func(t *testing.T) {
-			var f replayFlags
+			var f replay.Command
 			fs := newReplayFlagSet(&strings.Builder{}, &f)
 			if err := fs.Parse(strings.Fields(args)); err != nil {
 				t.Errorf("flags do not parse: %v", err)
 			}
-			f.files = fs.Args()
-			f.set = map[string]bool{}
-			fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
-			if err := f.check(); err != nil {
+			f.Files = fs.Args()
+			f.Given = map[string]bool{}
+			fs.Visit(func(fl *flag.Flag) { f.Given[fl.Name] = true })
+			if err := f.Check(); err != nil {
 				t.Errorf("flags refused: %v", err)
 			}
 		})

@@ -38,6 +38,7 @@ import (
 	// machine without /usr/share/zoneinfo, such as a scratch container.
 	_ "time/tzdata"
 
+	"github.com/edgerate/edge/config"
 	"github.com/edgerate/edge/guard"
 	"github.com/edgerate/edge/internal/wire"
 	"github.com/edgerate/edge/proxy"
@@ -98,7 +99,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "edge %s (%s)\n", buildVersion(), runtime.Version())
 		return 0
 	}
-	table, hash, err := loadConfig(*configPath)
+	table, hash, err := config.Load(*configPath)
 	if err != nil {
 		fmt.Fprintf(stderr, "edge: invalid configuration %s:\n%s\n", describe(*configPath), rules.ProblemText(err))
 		return 1

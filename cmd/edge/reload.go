@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -12,16 +10,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/edgerate/edge/config"
 	"github.com/edgerate/edge/proxy"
 	"github.com/edgerate/edge/rls"
 	"github.com/edgerate/edge/rules"
 )
-
-// configHash identifies configuration bytes.
-func configHash(data []byte) string {
-	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:])
-}
 
 // reloader reloads the configuration on SIGHUP and when the file changes.
 //
@@ -129,16 +122,16 @@ func (rl *reloader) reload(force bool) {
 		}
 		rl.lastStat = stampOf(fi)
 	}
-	data, err := readConfig(rl.path)
+	data, err := config.Read(rl.path)
 	if err != nil {
 		rl.failed(err, "")
 		return
 	}
-	hash := configHash(data)
+	hash := config.Hash(data)
 	if hash == rl.lastHash && !force && rlsSame {
 		return
 	}
-	table, err := parseConfig(data)
+	table, err := config.Parse(data)
 	if err != nil {
 		rl.failed(err, hash)
 		return

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"strings"
@@ -43,7 +43,7 @@ func TestSizeKeys(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			table, err := parseConfig([]byte(tt.top + strings.Replace(site, "%s", tt.domain, 1)))
+			table, err := Parse([]byte(tt.top + strings.Replace(site, "%s", tt.domain, 1)))
 			if tt.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.err) {
 					t.Fatalf("got error %v, want one containing %q", err, tt.err)
@@ -51,7 +51,7 @@ func TestSizeKeys(t *testing.T) {
 				return
 			}
 			if err != nil {
-				t.Fatalf("parseConfig: %v", err)
+				t.Fatalf("Parse: %v", err)
 			}
 			if got := table.Domains[0].Body; got != tt.want || table.MaxBufferedBytes != tt.total {
 				t.Errorf("got %+v, total %s, want %+v, total %s", got, table.MaxBufferedBytes, tt.want, tt.total)

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"os"
@@ -15,7 +15,7 @@ import (
 // host resolves to its own domain through the same lookup requests use,
 // every rule is usable, and no duration is negative.
 func FuzzParseConfig(f *testing.F) {
-	files, _ := filepath.Glob("../../configs/*.yaml")
+	files, _ := filepath.Glob("../configs/*.yaml")
 	for _, name := range files {
 		data, err := os.ReadFile(name)
 		if err != nil {
@@ -49,26 +49,26 @@ func FuzzParseConfig(f *testing.F) {
 		if len(data) > 16<<10 {
 			return
 		}
-		table, err := parseConfig(data)
+		table, err := Parse(data)
 		if err != nil {
 			if table != nil {
-				t.Fatalf("parseConfig returned a table and an error: %v", err)
+				t.Fatalf("Parse returned a table and an error: %v", err)
 			}
 			if strings.TrimSpace(err.Error()) == "" {
-				t.Fatalf("parseConfig returned an empty error")
+				t.Fatalf("Parse returned an empty error")
 			}
 			return
 		}
 		if table == nil {
-			t.Fatalf("parseConfig returned neither a table nor an error")
+			t.Fatalf("Parse returned neither a table nor an error")
 		}
 		// Without domains edge is the rate limit service alone: rls.listen
 		// is set and no public listener is bound.
 		if len(table.Domains) == 0 && (table.RLS.Listen == "" || table.Listen != "" || table.Check != nil) {
-			t.Fatalf("parseConfig accepted a config without domains: %+v", table)
+			t.Fatalf("Parse accepted a config without domains: %+v", table)
 		}
 		if len(table.Domains) > 0 && table.Listen == "" {
-			t.Fatalf("parseConfig left domains without a public listener: %+v", table)
+			t.Fatalf("Parse left domains without a public listener: %+v", table)
 		}
 		for _, d := range []struct {
 			name string

@@ -1,0 +1,283 @@
+package config
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/edgerate/edge/rules"
+)
+
+// configLines returns Parse's problems with data, one per line (a
+// YAML error's quoted line stays with its message).
+func configLines(t *testing.T, data string) []string {
+	t.Helper()
+	table, err := Parse([]byte(data))
+	if err == nil {
+		t.Fatalf("Parse accepted:\n%s", data)
+	}
+	if table != nil {
+		t.Errorf("Parse returned a table along with its error")
+	}
+	var lines []string
+	for _, e := range rules.Problems(err) {
+		lines = append(lines, e.Error())
+	}
+	return lines
+}
+
+// oneRule is a valid config but for the rule, written between braces.
+func oneRule(rule string) string {
+	return "domains: [{hosts: [\"*\"], respond: {body: ok}, rules: [{" + rule + "}]}]\n"
+}
+
+const validDomains = "domains: [{hosts: [\"*\"], respond: {body: ok}, rules: [{name: a, limit: 1, period: 1s}]}]\n"
+
+// TestConfigProblemMessages checks the exact problems reported for values
+// that do not decode, required keys left out, and every problem at once.
+func TestConfigProblemMessages(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		want []string
+	}{
+		// Durations need a unit.
+		{"duration integer", "timeouts: {upstream: 30}\n" + validDomains,
+			[]string{"timeouts.upstream: a duration needs a unit, such as 30s or 1m; got 30"}},
+		{"duration float", "timeouts: {read_header: 1.5}\n" + validDomains,
+			[]string{"timeouts.read_header: a duration needs a unit, such as 30s or 1m; got 1.5"}},
+		{"duration quoted bare number", "timeouts: {idle: \"30\"}\n" + validDomains,
+			[]string{`timeouts.idle: a duration needs a unit, such as 30s or 1m; got "30"`}},
+		{"period integer", oneRule("name: a, limit: 1, period: 60"),
+			[]string{"domains[0].rules[0].period: a duration needs a unit, such as 30s or 1m; got 60"}},
+		{"mitigation_timeout integer", oneRule("name: a, limit: 1, period: 1s, mitigation_timeout: 60"),
+			[]string{"domains[0].rules[0].mitigation_timeout: a duration needs a unit, such as 30s or 1m; got 60"}},
+		{"cluster duration integer", "cluster: {budget: 20, redis: {dial_timeout: \"1\"}}\n" + validDomains, []string{
+			`cluster.redis.dial_timeout: a duration needs a unit, such as 30s or 1m; got "1"`,
+			"cluster.budget: a duration needs a unit, such as 30s or 1m; got 20",
+		}},
+		{"duration not a duration", "timeouts: {read: forever}\n" + validDomains,
+			[]string{`timeouts.read: must be a duration such as 30s, 1m or 1h, got "forever"`}},
+		{"duration list", "timeouts: {read: [1s]}\n" + validDomains,
+			[]string{`timeouts.read: must be a duration such as 30s, 1m or 1h, got a list`}},
+		{"duration below its minimum", "timeouts: {upstream: 30ns}\n" + validDomains,
+			[]string{"timeouts.upstream: must be between 1ms and 24h, got 30ns"}},
+		{"duration above its maximum", "timeouts: {shutdown: 2h}\n" + validDomains,
+			[]string{"timeouts.shutdown: must be between 1ms and 1h, got 2h"}},
+		{"off duration below its minimum", "timeouts: {write: 1us}\n" + validDomains,
+			[]string{"timeouts.write: must be 0 (off) or between 1ms and 24h, got 1µs"}},
+
+		// Whole numbers are whole.
+		{"limit with a fraction", oneRule("name: a, limit: 10.5, period: 1s"),
+			[]string{"domains[0].rules[0].limit: must be a whole number, got 10.5"}},
+		{"max_keys with a fraction", "max_keys: 1.5\n" + validDomains,
+			[]string{"max_keys: must be a whole number, got 1.5"}},
+		{"status true", "domains: [{hosts: [\"*\"], respond: {status: true}}]\n",
+			[]string{"domains[0].respond.status: must be a whole number, got true"}},
+		{"quoted fraction", "client_ip: {ipv6_prefix: \"64.5\"}\n" + validDomains,
+			[]string{`client_ip.ipv6_prefix: must be a whole number, got "64.5"`}},
+		{"integer word", oneRule("name: a, limit: lots, period: 1s"),
+			[]string{`domains[0].rules[0].limit: must be a whole number, got "lots"`}},
+		{"rls.max_descriptors a word", "rls: {listen: \"127.0.0.1:8081\", config: [x.yaml], max_descriptors: lots}\n" + validDomains,
+			[]string{`rls.max_descriptors: must be a whole number, got "lots"`}},
+		{"rls.max_descriptors zero", "rls: {listen: \"127.0.0.1:8081\", config: [x.yaml], max_descriptors: 0}\n" + validDomains,
+			[]string{"rls.max_descriptors: must be between 1 and 10000, got 0"}},
+
+		// Missing means required; written as zero is out of range.
+		{"period left out", oneRule("name: a, limit: 10"),
+			[]string{"domains[0].rules[0].period: required"}},
+		{"period null", oneRule("name: a, limit: 10, period: ~"),
+			[]string{"domains[0].rules[0].period: required"}},
+		{"period zero", oneRule("name: a, limit: 10, period: 0s"),
+			[]string{"domains[0].rules[0].period: must be at least 1s, got 0s"}},
+		{"limit left out", oneRule("name: a, period: 1s"),
+			[]string{"domains[0].rules[0].limit: required"}},
+		{"limit zero", oneRule("name: a, limit: 0, period: 1s"),
+			[]string{"domains[0].rules[0].limit: must be at least 1, got 0"}},
+		{"name left out", oneRule("limit: 1, period: 1s"),
+			[]string{"domains[0].rules[0].name: required"}},
+		{"hosts left out", "domains: [{respond: {body: ok}}]\n",
+			[]string{"domains[0].hosts: required"}},
+		{"domains left out", "listen: \":8080\"\n",
+			[]string{"domains: required"}},
+		{"empty file", "",
+			[]string{"domains: required"}},
+		{"redis addresses left out", "cluster: {store: redis}\n" + validDomains,
+			[]string{"cluster.redis.addresses: required with store redis"}},
+
+		// Every problem at once; a field that failed to decode is reported
+		// once and not validated further, nor is the section holding it.
+		{"all problems at once", `
+listen_port: 80
+max_keys: -1
+domains:
+  - hosts: ["*"]
+    respond: oops
+    rules:
+      - {name: a, limit: 10.5, period: 1s}
+      - {name: b, limit: 1}
+      - {name: c, limit: 1, period: 5, bucket_size: 3}
+`, []string{
+			`domains[0].respond: must be a mapping, got "oops"`,
+			"domains[0].rules[0].limit: must be a whole number, got 10.5",
+			"domains[0].rules[2].period: a duration needs a unit, such as 30s or 1m; got 5",
+			"domains[0].rules[2].bucket_size: unknown key",
+			"listen_port: unknown key",
+			"max_keys: must be between 1 and 2147483647, got -1",
+			"domains[0].rules[1].period: required",
+		}},
+		{"a list that is not one", "domains: 5\n",
+			[]string{"domains: must be a list, got 5"}},
+		{"a mapping that is not one", "timeouts: 30s\n" + validDomains,
+			[]string{`timeouts: must be a mapping, got "30s"`}},
+
+		// Secrets are never echoed.
+		{"password not a string", "cluster: {redis: {password: [AnotherSecret]}}\n" + validDomains,
+			[]string{"cluster.redis.password: must be a string, got [redacted]"}},
+		{"admin_token not a string", "admin_token: {value: AnotherSecret}\n" + validDomains,
+			[]string{"admin_token: must be a string, got [redacted]"}},
+
+		// YAML errors a person can act on.
+		{"yaml bad indentation", "domains:\n  - hosts: [a]\n   origin: x\n", []string{
+			"yaml: line 3, column 4: did not find expected '-' indicator (while parsing a block collection at line 2, column 3)\n" +
+				"    3 |    origin: x\n" +
+				"      |    ^",
+		}},
+		{"yaml missing comma", oneRule("name: a, limit: 1 period: 1s"), []string{
+			"yaml: line 1, column 80: did not find expected ',' or '}' (while parsing a flow mapping at line 1, column 55)\n" +
+				`    1 | domains: [{hosts: ["*"], respond: {body: ok}, rules: [{name: a, limit: 1 period: 1s}]}]` + "\n" +
+				"      |                                                                                ^",
+		}},
+		{"yaml unclosed bracket", "domains: [\n", []string{
+			"yaml: line 2, column 1: did not find expected node content\n" +
+				"    1 | domains: [\n" +
+				"      |           ^",
+		}},
+		{"yaml tab", "log:\n\tlevel: info\n", []string{
+			"yaml: line 2, column 1: found character that cannot start any token (a tab: YAML indents with spaces)\n" +
+				"    2 | \tlevel: info\n" +
+				"      | ^",
+		}},
+		{"yaml key twice", "pop: a\npop: b\n", []string{
+			"yaml: line 2, column 1: mapping key \"pop\" already defined at line 1\n" +
+				"    2 | pop: b\n" +
+				"      | ^",
+		}},
+		{"yaml unclosed quote on a secret", "cluster:\n  redis:\n    password: \"AnotherSecret\n", []string{
+			"yaml: line 4, column 1: found unexpected end of stream (while scanning a quoted scalar at line 3, column 15)\n" +
+				"    3 |     password: [redacted]\n" +
+				"      |               ^",
+		}},
+		{"file is a string", "hello\n", []string{"the file must be a mapping of settings; it is a string"}},
+		{"file is a list", "- domains: []\n", []string{"the file must be a mapping of settings; it is a list"}},
+		{"file is a number", "42\n", []string{"the file must be a mapping of settings; it is a number"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := configLines(t, tt.yaml)
+			if strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
+				t.Errorf("got problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+			}
+			for _, line := range got {
+				if strings.Contains(line, "AnotherSecret") || strings.Contains(line, "interface") {
+					t.Errorf("problem %q shows a secret or a Go type", line)
+				}
+			}
+		})
+	}
+}
+
+// TestConfigZeroDurations: 0, with or without a unit, is accepted by every
+// duration key that documents 0 as off, and takes the default where 0
+// means the default.
+func TestConfigZeroDurations(t *testing.T) {
+	table, err := Parse([]byte(`
+timeouts: {write: 0, drain_delay: "0", read: 0s, upstream: 0}
+cluster: {budget: 0}
+domains: [{hosts: ["*"], respond: {body: ok}, rules: [{name: a, limit: 1, period: 1s, mitigation_timeout: 0}]}]
+`))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	tests := []struct {
+		name      string
+		got, want any
+	}{
+		{"timeouts.write", table.Timeouts.Write.String(), "0s"},
+		{"timeouts.drain_delay", table.Timeouts.DrainDelay.String(), "0s"},
+		{"timeouts.read", table.Timeouts.Read.String(), "1m0s"},
+		{"timeouts.upstream", table.Timeouts.Upstream.String(), "30s"},
+		{"cluster.budget", table.Cluster.Budget.String(), "20ms"},
+		{"mitigation_timeout", table.Domains[0].Rules[0].MitigationTimeout.String(), "0s"},
+	}
+	for _, tt := range tests {
+		if tt.got != tt.want {
+			t.Errorf("%s: got %v, want %v", tt.name, tt.got, tt.want)
+		}
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		want []string
+	}{
+		{
+			name: "unknown key",
+			yaml: "listen: \":8080\"\nlisten_port: 80\ndomains: [{hosts: [\"*\"], respond: {body: ok}}]\n",
+			want: []string{"listen_port"},
+		},
+		{
+			name: "unknown rule key",
+			yaml: "domains: [{hosts: [\"*\"], respond: {body: ok}, rules: [{name: a, limit: 1, period: 1s, bucket_size: 3}]}]\n",
+			want: []string{"domains[0].rules[0].bucket_size: unknown key"},
+		},
+		{
+			name: "wrong type",
+			yaml: "domains: [{hosts: [\"*\"], respond: {body: ok}, rules: [{name: a, limit: lots, period: 1s}]}]\n",
+			want: []string{"limit", "lots"},
+		},
+		{
+			name: "bad duration",
+			yaml: "domains: [{hosts: [\"*\"], respond: {body: ok}, rules: [{name: a, limit: 1, period: often}]}]\n",
+			want: []string{"period", "often"},
+		},
+		{
+			name: "every validation problem at once",
+			yaml: `
+origin: "ftp://nope"
+domains:
+  - hosts: ["api.example.com"]
+    rules:
+      - {name: a, limit: 0, period: 500ms}
+      - {name: a, limit: 1, period: 1m}
+  - hosts: ["api.example.com"]
+`,
+			want: []string{
+				`origin: must be an absolute http or https URL, got "ftp://nope"`,
+				"domains[0].rules[0].limit: must be at least 1, got 0",
+				"domains[0].rules[0].period: must be at least 1s, got 500ms",
+				`domains[0].rules[1].name: "a" is used by domains[0].rules[0]`,
+				`domains[1].hosts[0]: "api.example.com" is already claimed by domains[0]`,
+			},
+		},
+		{
+			name: "not YAML",
+			yaml: "domains: [\n",
+			want: []string{"yaml: line 2, column 1: did not find expected node content"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.yaml))
+			if err == nil {
+				t.Fatal("got no error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}

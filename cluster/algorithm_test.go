@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgerate/edge/internal/algorithm"
 	"github.com/edgerate/edge/internal/redistest"
 	"github.com/edgerate/edge/internal/wait"
 	"github.com/edgerate/edge/rules"
@@ -55,34 +56,34 @@ func TestExactMatchesStore(t *testing.T) {
 		{"sliding", window.Limit{Limit: 7, Period: 10 * time.Second}},
 		{"sliding count_blocked", window.Limit{Limit: 5, Period: 3 * time.Second, CountBlocked: true}},
 		{"sliding mitigation", window.Limit{Limit: 6, Period: 2 * time.Second, Mitigation: 3 * time.Second}},
-		{"fixed", window.Limit{Algorithm: window.FixedWindow, Limit: 7, Period: 10 * time.Second}},
-		{"fixed count_blocked", window.Limit{Algorithm: window.FixedWindow, Limit: 4, Period: 3 * time.Second, CountBlocked: true}},
-		{"fixed mitigation", window.Limit{Algorithm: window.FixedWindow, Limit: 6, Period: time.Second, Mitigation: 2 * time.Second}},
+		{"fixed", window.Limit{Algorithm: algorithm.FixedWindow, Limit: 7, Period: 10 * time.Second}},
+		{"fixed count_blocked", window.Limit{Algorithm: algorithm.FixedWindow, Limit: 4, Period: 3 * time.Second, CountBlocked: true}},
+		{"fixed mitigation", window.Limit{Algorithm: algorithm.FixedWindow, Limit: 6, Period: time.Second, Mitigation: 2 * time.Second}},
 		// Lyft's year, longer than window.MaxSpan: the trace runs some 75
 		// years on from 2027, to near the end of Lua's exact integers (µs
 		// below 2⁵³, the year 2255).
 		{"sliding year", window.Limit{Limit: 3, Period: 365 * 24 * time.Hour}},
-		{"fixed year count_blocked", window.Limit{Algorithm: window.FixedWindow, Limit: 3, Period: 365 * 24 * time.Hour, CountBlocked: true}},
-		{"token", window.Limit{Algorithm: window.TokenBucket, Limit: 7, Period: 10 * time.Second, Burst: 9}},
-		{"token burst 4", window.Limit{Algorithm: window.TokenBucket, Limit: 3, Period: 7 * time.Second, Burst: 4}},
-		{"token count_blocked", window.Limit{Algorithm: window.TokenBucket, Limit: 6, Period: 3 * time.Second, Burst: 6, CountBlocked: true}},
-		{"token mitigation", window.Limit{Algorithm: window.TokenBucket, Limit: 9, Period: 2 * time.Second, Burst: 5, Mitigation: 1500 * time.Millisecond}},
-		{"leaky", window.Limit{Algorithm: window.LeakyBucket, Limit: 7, Period: 3 * time.Second}},
-		{"leaky count_blocked mitigation", window.Limit{Algorithm: window.LeakyBucket, Limit: 11, Period: 5 * time.Second, Burst: 8, CountBlocked: true, Mitigation: time.Second}},
+		{"fixed year count_blocked", window.Limit{Algorithm: algorithm.FixedWindow, Limit: 3, Period: 365 * 24 * time.Hour, CountBlocked: true}},
+		{"token", window.Limit{Algorithm: algorithm.TokenBucket, Limit: 7, Period: 10 * time.Second, Burst: 9}},
+		{"token burst 4", window.Limit{Algorithm: algorithm.TokenBucket, Limit: 3, Period: 7 * time.Second, Burst: 4}},
+		{"token count_blocked", window.Limit{Algorithm: algorithm.TokenBucket, Limit: 6, Period: 3 * time.Second, Burst: 6, CountBlocked: true}},
+		{"token mitigation", window.Limit{Algorithm: algorithm.TokenBucket, Limit: 9, Period: 2 * time.Second, Burst: 5, Mitigation: 1500 * time.Millisecond}},
+		{"leaky", window.Limit{Algorithm: algorithm.LeakyBucket, Limit: 7, Period: 3 * time.Second}},
+		{"leaky count_blocked mitigation", window.Limit{Algorithm: algorithm.LeakyBucket, Limit: 11, Period: 5 * time.Second, Burst: 8, CountBlocked: true, Mitigation: time.Second}},
 		// Queues: requests wait for their turn on the shared level.
-		{"leaky queue", window.Limit{Algorithm: window.LeakyBucket, Limit: 7, Period: 3 * time.Second, MaxDelay: 800 * time.Millisecond}},
-		{"leaky queue longer than the bucket", window.Limit{Algorithm: window.LeakyBucket, Limit: 5, Period: time.Second, Burst: 2, MaxDelay: 1500 * time.Millisecond}},
-		{"leaky queue count_blocked mitigation", window.Limit{Algorithm: window.LeakyBucket, Limit: 11, Period: 5 * time.Second, Burst: 8, MaxDelay: 2 * time.Second, CountBlocked: true, Mitigation: time.Second}},
+		{"leaky queue", window.Limit{Algorithm: algorithm.LeakyBucket, Limit: 7, Period: 3 * time.Second, MaxDelay: 800 * time.Millisecond}},
+		{"leaky queue longer than the bucket", window.Limit{Algorithm: algorithm.LeakyBucket, Limit: 5, Period: time.Second, Burst: 2, MaxDelay: 1500 * time.Millisecond}},
+		{"leaky queue count_blocked mitigation", window.Limit{Algorithm: algorithm.LeakyBucket, Limit: 11, Period: 5 * time.Second, Burst: 8, MaxDelay: 2 * time.Second, CountBlocked: true, Mitigation: time.Second}},
 		// A unit of 3.6ns, a fraction of a nanosecond with denominator 10⁹.
-		{"token huge limit", window.Limit{Algorithm: window.TokenBucket, Limit: 1_000_000_000, Period: time.Hour, Burst: 4}},
+		{"token huge limit", window.Limit{Algorithm: algorithm.TokenBucket, Limit: 1_000_000_000, Period: time.Hour, Burst: 4}},
 		// A bucket that takes 1143h to fill: twice that, in ns, is near 2⁵³.
-		{"leaky slow count_blocked", window.Limit{Algorithm: window.LeakyBucket, Limit: 7, Period: 1000 * time.Hour, Burst: 8, CountBlocked: true}},
+		{"leaky slow count_blocked", window.Limit{Algorithm: algorithm.LeakyBucket, Limit: 7, Period: 1000 * time.Hour, Burst: 8, CountBlocked: true}},
 		// A quota's Period only spaces the trace's requests: its calendar
 		// periods are days, weeks or months, and a trace crosses dozens.
-		{"quota daily", window.Limit{Algorithm: window.Quota, Reset: window.Daily, Limit: 7, Period: 24 * time.Hour}},
-		{"quota weekly count_blocked", window.Limit{Algorithm: window.Quota, Reset: window.Weekly, Location: berlin, Limit: 20, Period: 5 * 24 * time.Hour, CountBlocked: true}},
-		{"quota monthly mitigation", window.Limit{Algorithm: window.Quota, Reset: window.Monthly, Location: newYork, Limit: 60, Period: 20 * 24 * time.Hour, Mitigation: 3 * 24 * time.Hour}},
-		{"quota daily mitigation count_blocked", window.Limit{Algorithm: window.Quota, Reset: window.Daily, Location: newYork, Limit: 5, Period: 24 * time.Hour, Mitigation: 2 * time.Hour, CountBlocked: true}},
+		{"quota daily", window.Limit{Algorithm: algorithm.Quota, Reset: algorithm.Daily, Limit: 7, Period: 24 * time.Hour}},
+		{"quota weekly count_blocked", window.Limit{Algorithm: algorithm.Quota, Reset: algorithm.Weekly, Location: berlin, Limit: 20, Period: 5 * 24 * time.Hour, CountBlocked: true}},
+		{"quota monthly mitigation", window.Limit{Algorithm: algorithm.Quota, Reset: algorithm.Monthly, Location: newYork, Limit: 60, Period: 20 * 24 * time.Hour, Mitigation: 3 * 24 * time.Hour}},
+		{"quota daily mitigation count_blocked", window.Limit{Algorithm: algorithm.Quota, Reset: algorithm.Daily, Location: newYork, Limit: 5, Period: 24 * time.Hour, Mitigation: 2 * time.Hour, CountBlocked: true}},
 	}
 	for li, tt := range limits {
 		t.Run(tt.name, func(t *testing.T) {
@@ -154,15 +155,15 @@ func TestExactOnRedisClock(t *testing.T) {
 		maxTTL           time.Duration
 	}{
 		{"sliding", window.Limit{Limit: 3, Period: time.Hour}, 3, 0, time.Hour + 1, 2 * time.Hour},
-		{"fixed", window.Limit{Algorithm: window.FixedWindow, Limit: 3, Period: time.Hour}, 3, 0, time.Hour, time.Hour},
+		{"fixed", window.Limit{Algorithm: algorithm.FixedWindow, Limit: 3, Period: time.Hour}, 3, 0, time.Hour, time.Hour},
 		{"sliding year", window.Limit{Limit: 3, Period: year}, 3, 0, year + 1, 2 * year},
-		{"fixed year", window.Limit{Algorithm: window.FixedWindow, Limit: 3, Period: year}, 3, 0, year, year},
-		{"token", window.Limit{Algorithm: window.TokenBucket, Limit: 6, Period: time.Hour, Burst: 2}, 2, 9 * time.Minute, 10 * time.Minute, 20*time.Minute + time.Second},
-		{"leaky", window.Limit{Algorithm: window.LeakyBucket, Limit: 4, Period: time.Hour}, 4, 14 * time.Minute, 15 * time.Minute, time.Hour + time.Second},
+		{"fixed year", window.Limit{Algorithm: algorithm.FixedWindow, Limit: 3, Period: year}, 3, 0, year, year},
+		{"token", window.Limit{Algorithm: algorithm.TokenBucket, Limit: 6, Period: time.Hour, Burst: 2}, 2, 9 * time.Minute, 10 * time.Minute, 20*time.Minute + time.Second},
+		{"leaky", window.Limit{Algorithm: algorithm.LeakyBucket, Limit: 4, Period: time.Hour}, 4, 14 * time.Minute, 15 * time.Minute, time.Hour + time.Second},
 		// The burst, then one request queued 15 minutes; the next one's turn
 		// is 30 minutes away, 10 more than the queue waits.
-		{"leaky queue", window.Limit{Algorithm: window.LeakyBucket, Limit: 4, Period: time.Hour, MaxDelay: 20 * time.Minute}, 5, 9 * time.Minute, 10 * time.Minute, 75*time.Minute + time.Second},
-		{"quota", window.Limit{Algorithm: window.Quota, Reset: window.Daily, Limit: 3}, 3, 0, 24 * time.Hour, 24*time.Hour + time.Second},
+		{"leaky queue", window.Limit{Algorithm: algorithm.LeakyBucket, Limit: 4, Period: time.Hour, MaxDelay: 20 * time.Minute}, 5, 9 * time.Minute, 10 * time.Minute, 75*time.Minute + time.Second},
+		{"quota", window.Limit{Algorithm: algorithm.Quota, Reset: algorithm.Daily, Limit: 3}, 3, 0, 24 * time.Hour, 24*time.Hour + time.Second},
 	}
 	ctx := context.Background()
 	for _, tt := range tests {
@@ -255,7 +256,7 @@ func batchedNodes(t *testing.T, srv *redistest.Server, l window.Limit) (cs [2]*C
 // paid back by waiting, on every node that touched the key.
 func TestBatchedTokenBucket(t *testing.T) {
 	srv := redistest.Start(t)
-	l := window.Limit{Algorithm: window.TokenBucket, Limit: 10, Period: time.Hour}
+	l := window.Limit{Algorithm: algorithm.TokenBucket, Limit: 10, Period: time.Hour}
 	cs, ds, ss := batchedNodes(t, srv, l)
 	take := func(node, n int, want bool) window.Decision {
 		t.Helper()
@@ -287,7 +288,7 @@ func TestBatchedTokenBucket(t *testing.T) {
 // shared as a sliding window's are, its previous period ignored.
 func TestBatchedFixedWindow(t *testing.T) {
 	srv := redistest.Start(t)
-	l := window.Limit{Algorithm: window.FixedWindow, Limit: 5, Period: time.Hour}
+	l := window.Limit{Algorithm: algorithm.FixedWindow, Limit: 5, Period: time.Hour}
 	cs, ds, ss := batchedNodes(t, srv, l)
 	steps := []struct {
 		node  int
@@ -329,7 +330,7 @@ func TestQuotaAcrossMidnight(t *testing.T) {
 	srv := redistest.Start(t)
 	c := exactClient(t, srv)
 	tokyo := location(t, "Asia/Tokyo")
-	l := window.Limit{Algorithm: window.Quota, Reset: window.Daily, Location: tokyo, Limit: 2}
+	l := window.Limit{Algorithm: algorithm.Quota, Reset: algorithm.Daily, Location: tokyo, Limit: 2}
 	d, store := newDomain(t, c, l)
 	d.scriptTime = true
 	midnight := time.Date(2027, 3, 1, 0, 0, 0, 0, tokyo)
@@ -378,7 +379,7 @@ func TestQuotaAcrossMidnight(t *testing.T) {
 // takes the PoP's count of the period in, and refuses once it is used up.
 func TestBatchedQuota(t *testing.T) {
 	srv := redistest.Start(t)
-	l := window.Limit{Algorithm: window.Quota, Reset: window.Monthly, Limit: 5}
+	l := window.Limit{Algorithm: algorithm.Quota, Reset: algorithm.Monthly, Limit: 5}
 	var nodes [2]struct {
 		c     *Client
 		d     *Domain
@@ -436,7 +437,7 @@ func TestExactYearAtBoundaries(t *testing.T) {
 		want string
 	}{
 		{window.Limit{Limit: 10, Period: year}, "TTFTFTFFTFTFTFTT"},
-		{window.Limit{Algorithm: window.FixedWindow, Limit: 10, Period: year, CountBlocked: true}, "TTFFFFTTTTTTFTFT"},
+		{window.Limit{Algorithm: algorithm.FixedWindow, Limit: 10, Period: year, CountBlocked: true}, "TTFFFFTTTTTTFTFT"},
 	} {
 		l := tt.l
 		for _, base := range []time.Time{

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/edgerate/edge/internal/algorithm"
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/window"
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -79,14 +80,14 @@ type domainRule struct {
 // burst, reset or time zone changes counts afresh, as a period change does.
 func keyBase(pop, domain, name string, l window.Limit, secs int64) string {
 	base := "edge:" + pop + ":" + domain + ":" + name + ":"
-	if l.Algorithm != window.SlidingWindow {
+	if l.Algorithm != algorithm.SlidingWindow {
 		base += l.Algorithm.String() + ":"
 	}
 	base += strconv.FormatInt(secs, 10) + "s:"
-	if l.Algorithm == window.TokenBucket || l.Algorithm == window.LeakyBucket {
+	if l.Algorithm == algorithm.TokenBucket || l.Algorithm == algorithm.LeakyBucket {
 		base += "b" + strconv.FormatInt(l.Burst, 10) + ":"
 	}
-	if l.Algorithm == window.Quota && l.Location != nil {
+	if l.Algorithm == algorithm.Quota && l.Location != nil {
 		base += l.Location.String() + ":"
 	}
 	return base
@@ -141,14 +142,14 @@ func (c *Client) Domain(name string, rs []Rule, store *window.Store) (*Domain, e
 			peek:   peekScript,
 		}
 		switch l.Algorithm {
-		case window.FixedWindow:
+		case algorithm.FixedWindow:
 			dr.decide, dr.peek = fixedScript, fixedPeekScript
-		case window.TokenBucket, window.LeakyBucket:
+		case algorithm.TokenBucket, algorithm.LeakyBucket:
 			dr.decide, dr.peek = bucketScript, nil
 			dr.full = l.Units(l.Burst)
-		case window.Quota:
+		case algorithm.Quota:
 			dr.decide, dr.peek = quotaScript, nil
-		case window.Concurrency:
+		case algorithm.Concurrency:
 			dr.decide, dr.peek = leaseScript, nil
 			dr.Lease = max(dr.Lease, rules.MinLease)
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgerate/edge/internal/algorithm"
 	"github.com/edgerate/edge/internal/redistest"
 	"github.com/edgerate/edge/internal/wait"
 	"github.com/edgerate/edge/rules"
@@ -20,7 +21,7 @@ const testLease = rules.MinLease
 // limit slots, leased for testLease, and its store.
 func newSlotDomain(t *testing.T, c *Client, limit int64) (*Domain, *window.Store) {
 	t.Helper()
-	store, err := window.New(window.Options{Capacity: 1024, Limits: []window.Limit{{Algorithm: window.Concurrency, Limit: limit}}})
+	store, err := window.New(window.Options{Capacity: 1024, Limits: []window.Limit{{Algorithm: algorithm.Concurrency, Limit: limit}}})
 	if err != nil {
 		t.Fatal(err)
 	}

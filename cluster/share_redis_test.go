@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgerate/edge/internal/algorithm"
 	"github.com/edgerate/edge/internal/redistest"
 	"github.com/edgerate/edge/internal/wait"
 	"github.com/edgerate/edge/rules"
@@ -34,7 +35,7 @@ func TestShareFollowsNodes(t *testing.T) {
 	store, err := window.New(window.Options{Capacity: 1024, Limits: []window.Limit{
 		{Limit: 10, Period: time.Hour},
 		{Limit: 1000, Period: time.Hour},
-		{Limit: 10, Algorithm: window.Concurrency},
+		{Limit: 10, Algorithm: algorithm.Concurrency},
 	}})
 	if err != nil {
 		t.Fatal(err)

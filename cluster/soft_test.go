@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgerate/edge/internal/algorithm"
 	"github.com/edgerate/edge/internal/redistest"
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/window"
@@ -29,15 +30,15 @@ func TestSoftShared(t *testing.T) {
 		nodes := [2]*Client{newClient(t, cfg, "a-"+sync.String()), newClient(t, cfg, "b-"+sync.String())}
 		for _, tc := range []struct {
 			name   string
-			alg    window.Algorithm
+			alg    algorithm.Algorithm
 			rate   float64
 			offset time.Duration // into the first period
 		}{
-			{"0.9x fixed", window.FixedWindow, 0.9, 0},
-			{"0.9x", window.SlidingWindow, 0.9, 24 * time.Second},
-			{"1.1x", window.SlidingWindow, 1.1, 0},
-			{"1.5x fixed", window.FixedWindow, 1.5, 24 * time.Second},
-			{"3x", window.SlidingWindow, 3, 24 * time.Second},
+			{"0.9x fixed", algorithm.FixedWindow, 0.9, 0},
+			{"0.9x", algorithm.SlidingWindow, 0.9, 24 * time.Second},
+			{"1.1x", algorithm.SlidingWindow, 1.1, 0},
+			{"1.5x fixed", algorithm.FixedWindow, 1.5, 24 * time.Second},
+			{"3x", algorithm.SlidingWindow, 3, 24 * time.Second},
 		} {
 			t.Run(sync.String()+"/"+tc.name, func(t *testing.T) {
 				var ds [2]*Domain

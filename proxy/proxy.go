@@ -45,6 +45,7 @@ import (
 
 	"github.com/edgerate/edge/cluster"
 	"github.com/edgerate/edge/headers"
+	"github.com/edgerate/edge/internal/algorithm"
 	"github.com/edgerate/edge/origin"
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/window"
@@ -302,37 +303,37 @@ const (
 	_ = uint64(window.MaxSpan - rules.MaxFill) // a bucket's burst × period / limit
 	_ = uint64(window.MaxQueueDelay - rules.MaxQueueDelay)
 	// A quota's reset is handed over as a number: the two enums agree.
-	_ = uint(window.Daily - window.Reset(rules.Daily))
-	_ = uint(window.Reset(rules.Daily) - window.Daily)
-	_ = uint(window.Weekly - window.Reset(rules.Weekly))
-	_ = uint(window.Reset(rules.Weekly) - window.Weekly)
-	_ = uint(window.Monthly - window.Reset(rules.Monthly))
-	_ = uint(window.Reset(rules.Monthly) - window.Monthly)
+	_ = uint(algorithm.Daily - algorithm.Reset(rules.Daily))
+	_ = uint(algorithm.Reset(rules.Daily) - algorithm.Daily)
+	_ = uint(algorithm.Weekly - algorithm.Reset(rules.Weekly))
+	_ = uint(algorithm.Reset(rules.Weekly) - algorithm.Weekly)
+	_ = uint(algorithm.Monthly - algorithm.Reset(rules.Monthly))
+	_ = uint(algorithm.Reset(rules.Monthly) - algorithm.Monthly)
 )
 
 // windowPrecision is the window package's name for a rule's precision.
-func windowPrecision(p rules.Precision) window.Precision {
+func windowPrecision(p rules.Precision) algorithm.Precision {
 	if p == rules.Fine {
-		return window.Fine
+		return algorithm.Fine
 	}
-	return window.Standard
+	return algorithm.Standard
 }
 
 // windowAlgorithm is the window package's name for a rule's algorithm.
-func windowAlgorithm(a rules.Algorithm) window.Algorithm {
+func windowAlgorithm(a rules.Algorithm) algorithm.Algorithm {
 	switch a {
 	case rules.FixedWindow:
-		return window.FixedWindow
+		return algorithm.FixedWindow
 	case rules.TokenBucket:
-		return window.TokenBucket
+		return algorithm.TokenBucket
 	case rules.LeakyBucket:
-		return window.LeakyBucket
+		return algorithm.LeakyBucket
 	case rules.Quota:
-		return window.Quota
+		return algorithm.Quota
 	case rules.Concurrency:
-		return window.Concurrency
+		return algorithm.Concurrency
 	}
-	return window.SlidingWindow
+	return algorithm.SlidingWindow
 }
 
 // build makes the per-configuration state: a counter store and an upstream
@@ -373,7 +374,7 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 					Algorithm:    windowAlgorithm(r.Algorithm),
 					Burst:        r.Burst,
 					MaxDelay:     r.MaxDelay,
-					Reset:        window.Reset(r.Reset),
+					Reset:        algorithm.Reset(r.Reset),
 					Location:     r.Location,
 				}
 				d.costHeaders = d.costHeaders || (r.CostHeader != "" && r.Action == rules.ActionBlock)

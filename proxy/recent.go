@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/edgerate/edge/internal/algorithm"
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/window"
 	"github.com/prometheus/client_golang/prometheus"
@@ -405,7 +406,7 @@ func (p *Proxy) getStatus(w http.ResponseWriter, r *http.Request) {
 // quotaEnd is when the calendar period of quota r holding now ends, in
 // UTC.
 func quotaEnd(r *rules.Rule, now time.Time) time.Time {
-	_, end := window.Limit{Limit: 1, Algorithm: window.Quota, Reset: window.Reset(r.Reset), Location: r.Location}.QuotaPeriod(now)
+	_, end := window.Limit{Limit: 1, Algorithm: algorithm.Quota, Reset: algorithm.Reset(r.Reset), Location: r.Location}.QuotaPeriod(now)
 	return end.UTC()
 }
 

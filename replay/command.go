@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/edgerate/edge/internal/algorithm"
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/trace"
 	"github.com/edgerate/edge/window"
@@ -200,7 +201,7 @@ func (c *Command) checkAlgorithm() []error {
 	if err != nil {
 		errs = append(errs, fmt.Errorf("-algorithm: %w", err))
 	}
-	bucket := alg == window.TokenBucket || alg == window.LeakyBucket
+	bucket := alg == algorithm.TokenBucket || alg == algorithm.LeakyBucket
 	switch {
 	case c.Config != "" && c.Given["algorithm"]:
 		errs = append(errs, errors.New("-algorithm: not with -config, whose rules say it"))
@@ -220,12 +221,12 @@ func (c *Command) checkAlgorithm() []error {
 		errs = append(errs, errors.New("-compare: not with -suggest"))
 	}
 	switch {
-	case c.Precision != window.Standard.String() && c.Precision != window.Fine.String():
+	case c.Precision != algorithm.Standard.String() && c.Precision != algorithm.Fine.String():
 		errs = append(errs, fmt.Errorf("-precision: want standard or fine, got %q", c.Precision))
-	case c.Precision == window.Standard.String():
+	case c.Precision == algorithm.Standard.String():
 	case c.Compare || c.Suggest:
 		errs = append(errs, errors.New("-precision: not with -compare or -suggest"))
-	case err == nil && alg != window.SlidingWindow:
+	case err == nil && alg != algorithm.SlidingWindow:
 		errs = append(errs, fmt.Errorf("-precision: applies only to the sliding window, got -algorithm %s", alg))
 	}
 	return errs
@@ -303,11 +304,11 @@ func (c *Command) logRules() ([]LogRule, int, error) {
 // precisions returns in as it is to replay, and with Precision fine a
 // sliding window twice, at each precision, standard first.
 func (c *Command) precisions(in Input) []Input {
-	if c.Precision != window.Fine.String() || in.Rule.Algorithm != window.SlidingWindow {
+	if c.Precision != algorithm.Fine.String() || in.Rule.Algorithm != algorithm.SlidingWindow {
 		return []Input{in}
 	}
 	std, fine := in, in
-	std.Rule.Precision, fine.Rule.Precision = window.Standard, window.Fine
+	std.Rule.Precision, fine.Rule.Precision = algorithm.Standard, algorithm.Fine
 	return []Input{std, fine}
 }
 
@@ -420,12 +421,12 @@ func (c *Command) plotData(ctx context.Context, in Input, r *Report, opts Option
 	// other algorithm beside the sliding window.
 	other := in
 	switch {
-	case in.Rule.Algorithm == window.SlidingWindow && in.Rule.Precision == window.Fine:
-		other.Rule.Precision = window.Standard
-	case in.Rule.Algorithm == window.SlidingWindow:
-		other.Rule.Precision = window.Fine
+	case in.Rule.Algorithm == algorithm.SlidingWindow && in.Rule.Precision == algorithm.Fine:
+		other.Rule.Precision = algorithm.Standard
+	case in.Rule.Algorithm == algorithm.SlidingWindow:
+		other.Rule.Precision = algorithm.Fine
 	default:
-		other.Rule.Algorithm = window.SlidingWindow
+		other.Rule.Algorithm = algorithm.SlidingWindow
 	}
 	second, err := Run(ctx, other, opts)
 	if err != nil {
@@ -475,7 +476,7 @@ func plotFileName(name string) string {
 // plotLabel names a report in the side-by-side figure: its algorithm, and
 // a sliding window's precision.
 func plotLabel(r *Report) string {
-	if r.Rule.Algorithm == window.SlidingWindow.String() {
+	if r.Rule.Algorithm == algorithm.SlidingWindow.String() {
 		return r.Rule.Algorithm + " (" + r.Precision + ")"
 	}
 	return r.Rule.Algorithm

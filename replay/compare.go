@@ -6,16 +6,16 @@ import (
 	"io"
 	"text/tabwriter"
 
-	"github.com/edgerate/edge/window"
+	"github.com/edgerate/edge/internal/algorithm"
 )
 
 // Algorithms are the algorithms a replay can count by, in the order
 // Compare runs them.
-var Algorithms = []window.Algorithm{window.SlidingWindow, window.FixedWindow, window.TokenBucket, window.LeakyBucket}
+var Algorithms = []algorithm.Algorithm{algorithm.SlidingWindow, algorithm.FixedWindow, algorithm.TokenBucket, algorithm.LeakyBucket}
 
 // ParseAlgorithm returns the algorithm the configuration spells name
 // ("token_bucket").
-func ParseAlgorithm(name string) (window.Algorithm, error) {
+func ParseAlgorithm(name string) (algorithm.Algorithm, error) {
 	for _, a := range Algorithms {
 		if a.String() == name {
 			return a, nil
@@ -73,7 +73,7 @@ func Compare(ctx context.Context, in Input, burst int64, opts Options) (*Compari
 			opts.Progress = func(done int) { progress(i*in.Sources + done) }
 		}
 		in.Rule.Algorithm, in.Rule.Burst = a, 0
-		if a == window.TokenBucket || a == window.LeakyBucket {
+		if a == algorithm.TokenBucket || a == algorithm.LeakyBucket {
 			in.Rule.Burst = burst
 		}
 		r, err := Run(ctx, in, opts)

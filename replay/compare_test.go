@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgerate/edge/internal/algorithm"
 	"github.com/edgerate/edge/rules"
-	"github.com/edgerate/edge/window"
 )
 
 // TestCompareKnownAnswer replays two sources with known answers through
@@ -83,17 +83,17 @@ func TestReplayAlgorithm(t *testing.T) {
 		times[i] = base
 	}
 	tests := []struct {
-		algorithm    window.Algorithm
+		algorithm    algorithm.Algorithm
 		burst        int64
 		approxDenied int64
 		wronglyLimit int64
 		label        string
 	}{
-		{window.SlidingWindow, 0, 6, 0, "4/60s"},
-		{window.FixedWindow, 0, 6, 0, "4/60s fixed_window"},
-		{window.TokenBucket, 2, 8, 2, "4/60s token_bucket burst 2"},
-		{window.TokenBucket, 0, 6, 0, "4/60s token_bucket burst 4"},
-		{window.LeakyBucket, 3, 7, 1, "4/60s leaky_bucket burst 3"},
+		{algorithm.SlidingWindow, 0, 6, 0, "4/60s"},
+		{algorithm.FixedWindow, 0, 6, 0, "4/60s fixed_window"},
+		{algorithm.TokenBucket, 2, 8, 2, "4/60s token_bucket burst 2"},
+		{algorithm.TokenBucket, 0, 6, 0, "4/60s token_bucket burst 4"},
+		{algorithm.LeakyBucket, 3, 7, 1, "4/60s leaky_bucket burst 3"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.label, func(t *testing.T) {

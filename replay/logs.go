@@ -9,10 +9,10 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/edgerate/edge/internal/algorithm"
 	"github.com/edgerate/edge/internal/wire"
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/trace"
-	"github.com/edgerate/edge/window"
 )
 
 // A LogRule is a rule replayed against access logs: what it enforces, what
@@ -227,9 +227,9 @@ func SyntheticInputs(name string, seed uint64, scale trace.Scale) ([]Input, erro
 }
 
 // windowPrecision is p as package window names it.
-func windowPrecision(p rules.Precision) window.Precision {
+func windowPrecision(p rules.Precision) algorithm.Precision {
 	if p == rules.Fine {
-		return window.Fine
+		return algorithm.Fine
 	}
-	return window.Standard
+	return algorithm.Standard
 }

@@ -3,8 +3,8 @@ package replay
 import (
 	"testing"
 
+	"github.com/edgerate/edge/internal/algorithm"
 	"github.com/edgerate/edge/trace"
-	"github.com/edgerate/edge/window"
 )
 
 // TestPopulationFine replays the ci population (under the race detector,
@@ -26,7 +26,7 @@ func TestPopulationFine(t *testing.T) {
 		in = subset(in, keep)
 	}
 	std := run(t, in, Options{})
-	in.Rule.Precision = window.Fine
+	in.Rule.Precision = algorithm.Fine
 	fine := run(t, in, Options{})
 	s, f := std.CountAll, fine.CountAll
 	t.Logf("misjudged %.5f%% standard, %.5f%% fine; D3 %.3f%% standard, %.3f%% fine",

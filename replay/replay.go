@@ -56,6 +56,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/edgerate/edge/internal/algorithm"
 	"github.com/edgerate/edge/trace"
 	"github.com/edgerate/edge/window"
 )
@@ -66,7 +67,7 @@ type Rule struct {
 	Name string
 	// Algorithm is how the store counts; the zero value is the sliding
 	// window. The exact log it is compared with is the same whatever it is.
-	Algorithm window.Algorithm
+	Algorithm algorithm.Algorithm
 	// Limit is the number of requests allowed per Period; at least 1.
 	Limit int64
 	// Period is the window length; at least 1ms, whole milliseconds, as
@@ -83,7 +84,7 @@ type Rule struct {
 	// estimate compared with the exact count is the store's own
 	// (window.State.Estimate), which for a key counted in a log is its
 	// exact count.
-	Precision window.Precision
+	Precision algorithm.Precision
 }
 
 // A Source is one client's requests.
@@ -262,8 +263,8 @@ func newRunner(in Input, opts Options) *runner {
 			limit:      in.Rule.Limit,
 			period:     in.Rule.Period.Microseconds(),
 			mitigation: in.Rule.Mitigation.Microseconds(),
-			estimate:   in.Rule.Algorithm == window.SlidingWindow,
-			peek:       in.Rule.Algorithm == window.SlidingWindow && in.Rule.Precision == window.Fine,
+			estimate:   in.Rule.Algorithm == algorithm.SlidingWindow,
+			peek:       in.Rule.Algorithm == algorithm.SlidingWindow && in.Rule.Precision == algorithm.Fine,
 		},
 		peaks:    make([]int64, in.Sources),
 		verdicts: make([]uint8, in.Sources),
@@ -450,11 +451,11 @@ func (r *runner) report(stats window.Stats, capacity int) *Report {
 
 // precisionOf is the precision rule counts by: Fine only for a sliding
 // window.
-func precisionOf(rule Rule) window.Precision {
-	if rule.Algorithm == window.SlidingWindow && rule.Precision == window.Fine {
-		return window.Fine
+func precisionOf(rule Rule) algorithm.Precision {
+	if rule.Algorithm == algorithm.SlidingWindow && rule.Precision == algorithm.Fine {
+		return algorithm.Fine
 	}
-	return window.Standard
+	return algorithm.Standard
 }
 
 // interleave replays every source's requests in global time order through
@@ -623,7 +624,7 @@ func ruleReport(r Rule) RuleReport {
 		PeriodSeconds:     r.Period.Seconds(),
 		MitigationSeconds: r.Mitigation.Seconds(),
 	}
-	if r.Algorithm == window.TokenBucket || r.Algorithm == window.LeakyBucket {
+	if r.Algorithm == algorithm.TokenBucket || r.Algorithm == algorithm.LeakyBucket {
 		rr.Burst = cmp.Or(r.Burst, r.Limit)
 	}
 	return rr

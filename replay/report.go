@@ -7,7 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/edgerate/edge/window"
+	"github.com/edgerate/edge/internal/algorithm"
 )
 
 // Report is the result of one replay. Fractions are in [0, 1]; the table
@@ -312,7 +312,7 @@ func writeDetails(w io.Writer, r *Report) error {
 // store of Fine precision, so that the two precisions of one input read
 // side by side.
 func label(r *Report) string {
-	if r.Precision == window.Fine.String() {
+	if r.Precision == algorithm.Fine.String() {
 		return r.Name + " fine"
 	}
 	return r.Name
@@ -323,7 +323,7 @@ func label(r *Report) string {
 // ("1m token_bucket burst 20").
 func ruleSuffix(r RuleReport) string {
 	s := seconds(r.PeriodSeconds)
-	if r.Algorithm != "" && r.Algorithm != window.SlidingWindow.String() {
+	if r.Algorithm != "" && r.Algorithm != algorithm.SlidingWindow.String() {
 		s += " " + r.Algorithm
 	}
 	if r.Burst > 0 {
@@ -335,7 +335,7 @@ func ruleSuffix(r RuleReport) string {
 // estimate returns v for a rule counted by the sliding window's estimate,
 // and "-" for the other algorithms, which have no estimate to measure.
 func estimate(r RuleReport, v string) string {
-	if r.Algorithm != "" && r.Algorithm != window.SlidingWindow.String() {
+	if r.Algorithm != "" && r.Algorithm != algorithm.SlidingWindow.String() {
 		return "-"
 	}
 	return v

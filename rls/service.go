@@ -27,6 +27,7 @@ import (
 
 	"github.com/edgerate/edge/cluster"
 	"github.com/edgerate/edge/headers"
+	"github.com/edgerate/edge/internal/algorithm"
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/window"
 )
@@ -205,13 +206,13 @@ func limitOf(domain string, lk LimitKey, a rules.Algorithm) window.Limit {
 	b[4] = byte(lk.Unit)
 	h.Write(b[:5])
 	l := window.Limit{
-		Algorithm: window.SlidingWindow,
+		Algorithm: algorithm.SlidingWindow,
 		Limit:     int64(max(lk.RequestsPerUnit, 1)),
 		Period:    lk.Unit.Period(),
 		Identity:  h.Sum64(),
 	}
 	if a == rules.FixedWindow {
-		l.Algorithm, l.CountBlocked = window.FixedWindow, true
+		l.Algorithm, l.CountBlocked = algorithm.FixedWindow, true
 	}
 	return l
 }

@@ -3,6 +3,7 @@ package window
 import (
 	"errors"
 	"fmt"
+	"github.com/edgerate/edge/internal/algorithm"
 	"math/bits"
 	"time"
 )
@@ -36,7 +37,7 @@ type State struct {
 // rule's overflow counter are not tracked on their own.
 func (s *Store) Peek(k Key, now time.Time) State {
 	p := &s.params[k.fp>>56]
-	if p.algorithm == Concurrency {
+	if p.algorithm == algorithm.Concurrency {
 		return s.peekSlots(k, p)
 	}
 	t := now.UnixNano()
@@ -45,17 +46,17 @@ func (s *Store) Peek(k Key, now time.Time) State {
 	}
 	ent, tracked := s.shard(k.fp).read(k.fp)
 	if !tracked {
-		if p.algorithm.bucket() {
+		if p.algorithm.Bucket() {
 			return State{Remaining: int64(p.burst)}
 		}
 		return State{Remaining: int64(p.limit)}
 	}
-	if p.algorithm.bucket() {
+	if p.algorithm.Bucket() {
 		st := p.bucketPeek(&ent, now)
 		st.Tracked = true
 		return st
 	}
-	if p.algorithm == Quota {
+	if p.algorithm == algorithm.Quota {
 		st := p.quotaPeek(&ent, now)
 		st.Tracked = true
 		return st
@@ -187,7 +188,7 @@ func (s *Store) carry(dst *Store, rules []int, now int64, timed bool) (int, erro
 			return 0, fmt.Errorf("window: carry maps a %s rule to a %s one", from.algorithm, to.algorithm)
 		case from.burst != to.burst || from.cal.reset != to.cal.reset || from.cal.loc.String() != to.cal.loc.String():
 			return 0, errors.New("window: carry maps a rule to one with another burst, reset or time zone")
-		case from.algorithm.bucket() && from.limit != to.limit && !timed:
+		case from.algorithm.Bucket() && from.limit != to.limit && !timed:
 			return 0, errors.New("window: carry maps a bucket to one with another limit: use CarryAt")
 		}
 	}
@@ -204,14 +205,14 @@ func (s *Store) carry(dst *Store, rules []int, now int64, timed bool) (int, erro
 			if from := &s.params[ent.fp>>56]; from.hasLog(&c) {
 				c = from.carried(c)
 			}
-			if from := &s.params[ent.fp>>56]; from.algorithm.bucket() && from.limit != to.limit {
+			if from := &s.params[ent.fp>>56]; from.algorithm.Bucket() && from.limit != to.limit {
 				c = from.rescale(c, to, now)
 			}
 			if from := &s.params[ent.fp>>56]; from.soft && !to.soft {
 				c.until = 0 // a warm-up, not a mitigation
 			}
 			to.clampFine(&c)
-			if to.algorithm == FixedWindow && !to.soft {
+			if to.algorithm == algorithm.FixedWindow && !to.soft {
 				// A soft fixed window keeps its previous count for its
 				// estimate; a hard one has none.
 				c.prev = 0

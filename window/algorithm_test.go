@@ -2,6 +2,7 @@ package window
 
 import (
 	"fmt"
+	"github.com/edgerate/edge/internal/algorithm"
 	"math"
 	"math/big"
 	"math/rand/v2"
@@ -26,7 +27,7 @@ type ref struct {
 
 func newRef(l Limit) *ref {
 	r := &ref{l: l, burst: l.Burst, counts: map[int64]int64{}, amount: new(big.Rat)}
-	if l.Algorithm == TokenBucket {
+	if l.Algorithm == algorithm.TokenBucket {
 		r.amount.SetInt64(r.burst)
 	}
 	return r
@@ -45,7 +46,7 @@ func (r *ref) clone() *ref {
 func rat(n int64) *big.Rat { return new(big.Rat).SetInt64(n) }
 
 func (r *ref) period(t int64) (w, e int64) {
-	if r.l.Algorithm == Quota {
+	if r.l.Algorithm == algorithm.Quota {
 		return r.calendarPeriod(t), 0
 	}
 	p := int64(r.l.Period)
@@ -62,10 +63,10 @@ func (r *ref) period(t int64) (w, e int64) {
 func (r *ref) calendarPeriod(t int64) int64 {
 	local := time.Unix(0, t).In(r.l.Location)
 	switch r.l.Reset {
-	case Weekly:
+	case algorithm.Weekly:
 		back := (int(local.Weekday()) + 6) % 7
 		local = local.AddDate(0, 0, -back)
-	case Monthly:
+	case algorithm.Monthly:
 		local = local.AddDate(0, 0, 1-local.Day())
 	}
 	y, m, d := local.Date()
@@ -76,7 +77,7 @@ func (r *ref) calendarPeriod(t int64) int64 {
 func (r *ref) estimate(t int64) *big.Rat {
 	w, e := r.period(t)
 	est := rat(r.counts[w])
-	if r.l.Algorithm == SlidingWindow {
+	if r.l.Algorithm == algorithm.SlidingWindow {
 		p := int64(r.l.Period)
 		est.Add(est, new(big.Rat).SetFrac(new(big.Int).Mul(big.NewInt(r.counts[w-1]), big.NewInt(p-e)), big.NewInt(p)))
 	}
@@ -88,7 +89,7 @@ func (r *ref) at(t int64) *big.Rat {
 	flow := new(big.Rat).SetFrac(big.NewInt(t-r.last), big.NewInt(int64(r.l.Period)))
 	flow.Mul(flow, rat(r.l.Limit))
 	a := new(big.Rat).Set(r.amount)
-	if r.l.Algorithm == TokenBucket {
+	if r.l.Algorithm == algorithm.TokenBucket {
 		if a.Add(a, flow); a.Cmp(rat(r.burst)) > 0 {
 			a.SetInt64(r.burst)
 		}
@@ -99,7 +100,7 @@ func (r *ref) at(t int64) *big.Rat {
 }
 
 func (r *ref) capacity() int64 {
-	if r.l.Algorithm.bucket() {
+	if r.l.Algorithm.Bucket() {
 		return r.burst
 	}
 	return r.l.Limit
@@ -109,9 +110,9 @@ func (r *ref) capacity() int64 {
 func (r *ref) admits(t, c int64) bool {
 	need := max(c, 1)
 	switch r.l.Algorithm {
-	case TokenBucket:
+	case algorithm.TokenBucket:
 		return r.at(t).Cmp(rat(need)) >= 0
-	case LeakyBucket:
+	case algorithm.LeakyBucket:
 		return new(big.Rat).Add(r.at(t), rat(need)).Cmp(rat(r.burst)) <= 0
 	}
 	return new(big.Rat).Add(r.estimate(t), rat(need-1)).Cmp(rat(r.l.Limit)) < 0
@@ -120,14 +121,14 @@ func (r *ref) admits(t, c int64) bool {
 // add counts n units (negative: gives them back) at t; a bucket goes no
 // lower than −burst tokens and no higher than full.
 func (r *ref) add(t, n int64) {
-	if !r.l.Algorithm.bucket() {
+	if !r.l.Algorithm.Bucket() {
 		w, _ := r.period(t)
 		r.counts[w] = max(r.counts[w]+n, 0)
 		return
 	}
 	a := r.at(t)
 	r.last = t
-	if r.l.Algorithm == TokenBucket {
+	if r.l.Algorithm == algorithm.TokenBucket {
 		a.Sub(a, rat(n))
 		if a.Cmp(rat(-r.burst)) < 0 {
 			a.SetInt64(-r.burst)
@@ -176,9 +177,9 @@ func (r *ref) remaining(t int64) int64 {
 	}
 	var room *big.Rat
 	switch r.l.Algorithm {
-	case TokenBucket:
+	case algorithm.TokenBucket:
 		room = r.at(t)
-	case LeakyBucket:
+	case algorithm.LeakyBucket:
 		room = new(big.Rat).Sub(rat(r.burst), r.at(t))
 	default:
 		room = new(big.Rat).Sub(rat(r.l.Limit), r.estimate(t))
@@ -197,7 +198,7 @@ func (r *ref) remaining(t int64) int64 {
 
 // algorithmLimits are rules of every algorithm, of limits and periods that
 // divide evenly and that do not.
-func randomLimit(rng *rand.Rand, alg Algorithm) Limit {
+func randomLimit(rng *rand.Rand, alg algorithm.Algorithm) Limit {
 	l := Limit{
 		Algorithm:    alg,
 		Limit:        int64(1 + rng.IntN(12)),
@@ -207,14 +208,14 @@ func randomLimit(rng *rand.Rand, alg Algorithm) Limit {
 	if rng.IntN(3) == 0 {
 		l.Limit = int64(1 + rng.IntN(1000)) // rarely a divisor of the period
 	}
-	if alg.bucket() && rng.IntN(3) > 0 {
+	if alg.Bucket() && rng.IntN(3) > 0 {
 		l.Burst = int64(1 + rng.IntN(20))
 	}
 	if rng.IntN(3) == 0 {
 		l.Mitigation = time.Duration(1+rng.IntN(5000)) * time.Millisecond
 	}
-	if alg == Quota {
-		l.Reset = Reset(rng.IntN(3))
+	if alg == algorithm.Quota {
+		l.Reset = algorithm.Reset(rng.IntN(3))
 		l.Location = quotaZones[rng.IntN(len(quotaZones))]
 		if rng.IntN(3) == 0 {
 			l.Mitigation = time.Duration(1+rng.IntN(48)) * time.Hour
@@ -266,7 +267,7 @@ func snapshot(s *Store, k Key, f func()) {
 // ref first allows the request (refused 1ns before), and a Reset at which
 // ref's remaining first grows. RetryAfter is probed on the store too.
 func TestAlgorithmsMatchReference(t *testing.T) {
-	for _, alg := range []Algorithm{SlidingWindow, FixedWindow, TokenBucket, LeakyBucket, Quota} {
+	for _, alg := range []algorithm.Algorithm{algorithm.SlidingWindow, algorithm.FixedWindow, algorithm.TokenBucket, algorithm.LeakyBucket, algorithm.Quota} {
 		t.Run(alg.String(), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(alg), 14))
 			for trace := range 300 {
@@ -386,7 +387,7 @@ func checkDecision(t *testing.T, where string, s *Store, k Key, r, before *ref, 
 // refused request, of any cost, leaves the key's entry as it was, under
 // every algorithm.
 func TestRefusedRequestChangesNothing(t *testing.T) {
-	for _, alg := range []Algorithm{SlidingWindow, FixedWindow, TokenBucket, LeakyBucket, Quota} {
+	for _, alg := range []algorithm.Algorithm{algorithm.SlidingWindow, algorithm.FixedWindow, algorithm.TokenBucket, algorithm.LeakyBucket, algorithm.Quota} {
 		t.Run(alg.String(), func(t *testing.T) {
 			s := newStore(t, 10, Limit{Algorithm: alg, Limit: 5, Period: time.Minute})
 			k := s.KeyString(0, "a")
@@ -415,7 +416,7 @@ func TestRefusedRequestChangesNothing(t *testing.T) {
 // never refuses another that the algorithm allows: a cheaper request when
 // units are left, a request once the wait is over.
 func TestBlockedCacheAnswersOnlyWhatItKnows(t *testing.T) {
-	for _, alg := range []Algorithm{SlidingWindow, FixedWindow, TokenBucket, LeakyBucket, Quota} {
+	for _, alg := range []algorithm.Algorithm{algorithm.SlidingWindow, algorithm.FixedWindow, algorithm.TokenBucket, algorithm.LeakyBucket, algorithm.Quota} {
 		t.Run(alg.String(), func(t *testing.T) {
 			s := newStore(t, 10, Limit{Algorithm: alg, Limit: 4, Period: time.Second})
 			k := s.KeyString(0, "a")
@@ -448,7 +449,7 @@ func TestBlockedCacheAnswersOnlyWhatItKnows(t *testing.T) {
 // bursts, gaps of many periods and clocks far from now decide without
 // overflow.
 func TestAlgorithmHugeValues(t *testing.T) {
-	for _, alg := range []Algorithm{SlidingWindow, FixedWindow, TokenBucket, LeakyBucket} {
+	for _, alg := range []algorithm.Algorithm{algorithm.SlidingWindow, algorithm.FixedWindow, algorithm.TokenBucket, algorithm.LeakyBucket} {
 		t.Run(alg.String(), func(t *testing.T) {
 			limits := []Limit{
 				{Algorithm: alg, Limit: 1_000_000_000, Period: 720 * time.Hour, Burst: 1_000_000_000},
@@ -486,8 +487,8 @@ func TestAlgorithmHugeValues(t *testing.T) {
 // burst; a bucket whose limit changes keeps its level in units (CarryAt),
 // and anything else is refused.
 func TestCarryAlgorithms(t *testing.T) {
-	bucket := Limit{Algorithm: TokenBucket, Limit: 10, Period: time.Second, Burst: 10, Identity: 1}
-	old := newStore(t, 10, bucket, Limit{Algorithm: FixedWindow, Limit: 5, Period: time.Second, Identity: 2})
+	bucket := Limit{Algorithm: algorithm.TokenBucket, Limit: 10, Period: time.Second, Burst: 10, Identity: 1}
+	old := newStore(t, 10, bucket, Limit{Algorithm: algorithm.FixedWindow, Limit: 5, Period: time.Second, Identity: 2})
 	k := old.KeyString(0, "a")
 	old.AllowN(k, t0, 6) // 4 tokens left
 	tests := []struct {
@@ -498,10 +499,10 @@ func TestCarryAlgorithms(t *testing.T) {
 		want    int64 // Remaining after a request of cost 1 at t0
 	}{
 		{"same", bucket, false, false, 3},
-		{"limit doubled", Limit{Algorithm: TokenBucket, Limit: 20, Period: time.Second, Burst: 10, Identity: 1}, true, false, 3},
-		{"limit changed without a time", Limit{Algorithm: TokenBucket, Limit: 20, Period: time.Second, Burst: 10, Identity: 1}, false, true, 0},
-		{"burst changed", Limit{Algorithm: TokenBucket, Limit: 10, Period: time.Second, Burst: 20, Identity: 1}, true, true, 0},
-		{"to a leaky bucket", Limit{Algorithm: LeakyBucket, Limit: 10, Period: time.Second, Burst: 10, Identity: 1}, true, true, 0},
+		{"limit doubled", Limit{Algorithm: algorithm.TokenBucket, Limit: 20, Period: time.Second, Burst: 10, Identity: 1}, true, false, 3},
+		{"limit changed without a time", Limit{Algorithm: algorithm.TokenBucket, Limit: 20, Period: time.Second, Burst: 10, Identity: 1}, false, true, 0},
+		{"burst changed", Limit{Algorithm: algorithm.TokenBucket, Limit: 10, Period: time.Second, Burst: 20, Identity: 1}, true, true, 0},
+		{"to a leaky bucket", Limit{Algorithm: algorithm.LeakyBucket, Limit: 10, Period: time.Second, Burst: 10, Identity: 1}, true, true, 0},
 		{"to a window", Limit{Limit: 10, Period: time.Second, Identity: 1}, true, true, 0},
 	}
 	for _, tt := range tests {
@@ -547,17 +548,17 @@ func TestPeekAlgorithms(t *testing.T) {
 		at   time.Duration // peeked at t0+at
 		want State
 	}{
-		{"fixed window", Limit{Algorithm: FixedWindow, Limit: 5, Period: time.Minute}, []int64{3}, 20 * s,
+		{"fixed window", Limit{Algorithm: algorithm.FixedWindow, Limit: 5, Period: time.Minute}, []int64{3}, 20 * s,
 			State{Tracked: true, Current: 3, Estimate: 3, Remaining: 2}},
-		{"fixed window full", Limit{Algorithm: FixedWindow, Limit: 5, Period: time.Minute}, []int64{5}, 20 * s,
+		{"fixed window full", Limit{Algorithm: algorithm.FixedWindow, Limit: 5, Period: time.Minute}, []int64{5}, 20 * s,
 			State{Tracked: true, Current: 5, Estimate: 5, RetryAfter: 40 * s}},
-		{"fixed window past", Limit{Algorithm: FixedWindow, Limit: 5, Period: time.Minute}, []int64{5}, 70 * s,
+		{"fixed window past", Limit{Algorithm: algorithm.FixedWindow, Limit: 5, Period: time.Minute}, []int64{5}, 70 * s,
 			State{Tracked: true, Remaining: 5}},
-		{"token bucket", Limit{Algorithm: TokenBucket, Limit: 10, Period: 10 * s, Burst: 5}, []int64{5}, s / 2,
+		{"token bucket", Limit{Algorithm: algorithm.TokenBucket, Limit: 10, Period: 10 * s, Burst: 5}, []int64{5}, s / 2,
 			State{Tracked: true, Estimate: 4.5, RetryAfter: s / 2}},
-		{"leaky bucket", Limit{Algorithm: LeakyBucket, Limit: 10, Period: 10 * s, Burst: 5}, []int64{4}, 1500 * time.Millisecond,
+		{"leaky bucket", Limit{Algorithm: algorithm.LeakyBucket, Limit: 10, Period: 10 * s, Burst: 5}, []int64{4}, 1500 * time.Millisecond,
 			State{Tracked: true, Estimate: 2.5, Remaining: 2}},
-		{"mitigated bucket", Limit{Algorithm: LeakyBucket, Limit: 10, Period: 10 * s, Burst: 5, Mitigation: time.Minute}, []int64{5, 1}, s,
+		{"mitigated bucket", Limit{Algorithm: algorithm.LeakyBucket, Limit: 10, Period: 10 * s, Burst: 5, Mitigation: time.Minute}, []int64{5, 1}, s,
 			State{Tracked: true, Estimate: 4, RetryAfter: time.Minute - s, MitigatedUntil: t0.Add(time.Minute)}},
 	}
 	for _, tt := range tests {

@@ -3,6 +3,7 @@ package window
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/edgerate/edge/internal/algorithm"
 	"math/rand/v2"
 	"runtime"
 	"runtime/debug"
@@ -104,7 +105,7 @@ func BenchmarkAllow(b *testing.B) {
 	// sent 60 of its 100 before the benchmark starts (so a Fine key takes
 	// a log at its first decision) and is refused once it reaches 100.
 	b.Run("near-limit", func(b *testing.B) {
-		for _, prec := range []Precision{Standard, Fine} {
+		for _, prec := range []algorithm.Precision{algorithm.Standard, algorithm.Fine} {
 			lim := limitHot
 			lim.Precision = prec
 			for _, c := range []benchCase{
@@ -117,7 +118,7 @@ func BenchmarkAllow(b *testing.B) {
 			}
 		}
 	})
-	for _, alg := range []Algorithm{FixedWindow, TokenBucket, LeakyBucket, Quota} {
+	for _, alg := range []algorithm.Algorithm{algorithm.FixedWindow, algorithm.TokenBucket, algorithm.LeakyBucket, algorithm.Quota} {
 		b.Run(alg.String(), func(b *testing.B) {
 			for _, c := range benchCases {
 				if c.keys > 10_000 {
@@ -274,8 +275,8 @@ func BenchmarkMemory(b *testing.B) {
 	for _, near := range []int{1, 10} {
 		b.Run(fmt.Sprintf("near-%d%%", near), func(b *testing.B) {
 			for b.Loop() {
-				std := memoryNear(b, n, near, Standard)
-				fine := memoryNear(b, n, near, Fine)
+				std := memoryNear(b, n, near, algorithm.Standard)
+				fine := memoryNear(b, n, near, algorithm.Fine)
 				b.ReportMetric(std.bytes, "bytes/key-standard")
 				b.ReportMetric(fine.bytes, "bytes/key-fine")
 				b.ReportMetric(fine.bytes/std.bytes, "fine/standard")
@@ -294,7 +295,7 @@ type nearMemory struct {
 // memoryNear fills a store of n keys under 100 a minute at precision
 // prec, near% of them with 60 requests and the others with one, and
 // measures it.
-func memoryNear(b *testing.B, n, near int, prec Precision) nearMemory {
+func memoryNear(b *testing.B, n, near int, prec algorithm.Precision) nearMemory {
 	heapAfterGC()
 	lim := limitHot
 	lim.Precision = prec
@@ -324,12 +325,12 @@ func memoryNear(b *testing.B, n, near int, prec Precision) nearMemory {
 // lives in the same 24-byte entry, so all should report what it does.
 func BenchmarkMemoryAlgorithms(b *testing.B) {
 	const n = 10_000_000
-	for _, alg := range []Algorithm{FixedWindow, TokenBucket, LeakyBucket, Quota} {
+	for _, alg := range []algorithm.Algorithm{algorithm.FixedWindow, algorithm.TokenBucket, algorithm.LeakyBucket, algorithm.Quota} {
 		b.Run(alg.String(), func(b *testing.B) {
 			lim := limitAllowed
 			lim.Algorithm = alg
-			if alg == Quota {
-				lim.Reset, lim.Location = Monthly, time.UTC
+			if alg == algorithm.Quota {
+				lim.Reset, lim.Location = algorithm.Monthly, time.UTC
 			}
 			for b.Loop() {
 				s, err := New(Options{Capacity: n, Limits: []Limit{lim}})

@@ -1,6 +1,7 @@
 package window
 
 import (
+	"github.com/edgerate/edge/internal/algorithm"
 	"sync"
 	"time"
 )
@@ -61,7 +62,7 @@ func (s *Store) Release(k Key, _ time.Time) {
 }
 
 func (s *Store) release(k Key) bool {
-	if s.params[k.fp>>56].algorithm != Concurrency {
+	if s.params[k.fp>>56].algorithm != algorithm.Concurrency {
 		return false
 	}
 	s.slots.mu.Lock()

@@ -2,6 +2,7 @@ package window
 
 import (
 	"fmt"
+	"github.com/edgerate/edge/internal/algorithm"
 	"testing"
 	"time"
 )
@@ -11,7 +12,7 @@ import (
 // and frees a slot on Release or Refund, never below zero, key by key and
 // rule by rule.
 func TestConcurrencySlots(t *testing.T) {
-	s := newStore(t, 100, Limit{Algorithm: Concurrency, Limit: 2}, Limit{Algorithm: Concurrency, Limit: 1})
+	s := newStore(t, 100, Limit{Algorithm: algorithm.Concurrency, Limit: 2}, Limit{Algorithm: algorithm.Concurrency, Limit: 1})
 	a, b, other := s.KeyString(0, "a"), s.KeyString(0, "b"), s.KeyString(1, "a")
 	type step struct {
 		name    string
@@ -58,7 +59,7 @@ func TestConcurrencySlots(t *testing.T) {
 // TestConcurrencyNeverEvicted: a key holding slots keeps them however many
 // other keys pass through a full store and however much time goes by.
 func TestConcurrencyNeverEvicted(t *testing.T) {
-	s := newStore(t, 64, Limit{Algorithm: Concurrency, Limit: 1}, Limit{Limit: 1, Period: time.Second})
+	s := newStore(t, 64, Limit{Algorithm: algorithm.Concurrency, Limit: 1}, Limit{Limit: 1, Period: time.Second})
 	held := s.KeyString(0, "held")
 	if d := s.Allow(held, t0); !d.Allowed {
 		t.Fatalf("first request refused: %+v", d)
@@ -84,7 +85,7 @@ func TestConcurrencyNeverEvicted(t *testing.T) {
 // only while fewer than the limit it is given are in use (never more than
 // the rule's own), as a shared counter's failure mode asks it to.
 func TestConcurrencyAllowLimit(t *testing.T) {
-	s := newStore(t, 100, Limit{Algorithm: Concurrency, Limit: 3})
+	s := newStore(t, 100, Limit{Algorithm: algorithm.Concurrency, Limit: 3})
 	a := s.KeyString(0, "a")
 	tests := []struct {
 		name    string

@@ -2,6 +2,7 @@ package window
 
 import (
 	"context"
+	"github.com/edgerate/edge/internal/algorithm"
 	"time"
 )
 
@@ -121,7 +122,7 @@ func (s *Store) Charge(k Key, n int64, now time.Time) {
 	p := &s.params[k.fp>>56]
 	t := now.UnixNano()
 	var w int64
-	if !p.algorithm.bucket() {
+	if !p.algorithm.Bucket() {
 		w, _ = p.position(t)
 	}
 	sh := s.shard(k.fp)
@@ -136,11 +137,11 @@ func (s *Store) Charge(k Key, n int64, now time.Time) {
 	}
 	sh.forget(k.fp)
 	ent := &sh.slots[i].counters
-	if p.algorithm.bucket() {
+	if p.algorithm.Bucket() {
 		p.chargeBucket(ent, uint64(n), t)
 		return
 	}
-	if p.algorithm == Quota {
+	if p.algorithm == algorithm.Quota {
 		p.chargeQuota(ent, uint64(n), t)
 		return
 	}

@@ -2,6 +2,7 @@ package window
 
 import (
 	"context"
+	"github.com/edgerate/edge/internal/algorithm"
 	"math"
 	"testing"
 	"time"
@@ -140,7 +141,7 @@ func TestCharge(t *testing.T) {
 // TestStoreCounterAllocatesNothing: a decision, allowed or refused, and a
 // refund and a charge allocate nothing, under every algorithm.
 func TestStoreCounterAllocatesNothing(t *testing.T) {
-	for _, alg := range []Algorithm{SlidingWindow, FixedWindow, TokenBucket, LeakyBucket, Quota} {
+	for _, alg := range []algorithm.Algorithm{algorithm.SlidingWindow, algorithm.FixedWindow, algorithm.TokenBucket, algorithm.LeakyBucket, algorithm.Quota} {
 		for _, limit := range []int64{1_000_000, 1} {
 			s := newStore(t, 100, Limit{Algorithm: alg, Limit: limit, Period: time.Minute})
 			c := s.Counter()

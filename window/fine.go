@@ -3,7 +3,6 @@ package window
 import (
 	"math"
 	"math/bits"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,29 +45,6 @@ import (
 // A log entry keeps the low 16 bits of its tick: ages are read modulo 2¹⁶
 // ticks (eight periods), and a log is cleared once its key has been idle
 // for a period, so that no entry it keeps is ever older than two periods.
-
-// A Precision is how finely a sliding window counts (see Limit.Precision).
-type Precision uint8
-
-const (
-	// Standard counts every key in two counters, the estimate of the
-	// package documentation; the zero value.
-	Standard Precision = iota
-	// Fine counts keys near their limit exactly, in a log from a bounded
-	// pool, and every other key in two counters.
-	Fine
-)
-
-// String returns the precision's name as configuration spells it.
-func (p Precision) String() string {
-	switch p {
-	case Standard:
-		return "standard"
-	case Fine:
-		return "fine"
-	}
-	return "precision(" + strconv.Itoa(int(p)) + ")"
-}
 
 const (
 	// MaxFineLimit is the largest Limit.Limit a Fine rule counts exactly:

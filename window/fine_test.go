@@ -1,6 +1,7 @@
 package window
 
 import (
+	"github.com/edgerate/edge/internal/algorithm"
 	"math/big"
 	"math/rand/v2"
 	"strconv"
@@ -78,7 +79,7 @@ func TestFineExact(t *testing.T) {
 		{"cost 3", 60, time.Minute, 1.0, false, 3},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			lim := Limit{Limit: tt.limit, Period: tt.period, CountBlocked: tt.countBlocked, Precision: Fine}
+			lim := Limit{Limit: tt.limit, Period: tt.period, CountBlocked: tt.countBlocked, Precision: algorithm.Fine}
 			s, err := New(Options{Capacity: 16, Limits: []Limit{lim}})
 			if err != nil {
 				t.Fatal(err)
@@ -150,7 +151,7 @@ func nearLimit(s *Store, k Key, now time.Time) Decision {
 // pool has them, and count in two counters (FineFallback) when it has
 // none; a log comes back when its key is reset, or expired and reclaimed.
 func TestFinePool(t *testing.T) {
-	lim := Limit{Limit: 100, Period: time.Minute, Precision: Fine}
+	lim := Limit{Limit: 100, Period: time.Minute, Precision: algorithm.Fine}
 	s, err := New(Options{Capacity: 1, Limits: []Limit{lim, lim}})
 	if err != nil {
 		t.Fatal(err)
@@ -208,7 +209,7 @@ func TestFinePool(t *testing.T) {
 // key gives its log back once its count falls below a quarter of its
 // limit; with logs to spare it keeps it while it sends.
 func TestFinePressure(t *testing.T) {
-	lim := Limit{Limit: 100, Period: time.Minute, Precision: Fine}
+	lim := Limit{Limit: 100, Period: time.Minute, Precision: algorithm.Fine}
 	s, err := New(Options{Capacity: 128, Limits: []Limit{lim}})
 	if err != nil {
 		t.Fatal(err)
@@ -246,7 +247,7 @@ func TestFinePressure(t *testing.T) {
 // TestFineEdges covers the bug classes every limiter hits, under Fine
 // precision, on a key with a log.
 func TestFineEdges(t *testing.T) {
-	lim := Limit{Limit: 100, Period: time.Minute, Precision: Fine, Mitigation: 10 * time.Second}
+	lim := Limit{Limit: 100, Period: time.Minute, Precision: algorithm.Fine, Mitigation: 10 * time.Second}
 	s, err := New(Options{Capacity: 128, Limits: []Limit{lim}})
 	if err != nil {
 		t.Fatal(err)
@@ -304,7 +305,7 @@ func TestFineEdges(t *testing.T) {
 // TestFineRefundChargePeek: Refund takes a log's units back, Charge adds
 // units to it, and Peek reads its exact count.
 func TestFineRefundChargePeek(t *testing.T) {
-	lim := Limit{Limit: 100, Period: time.Minute, Precision: Fine}
+	lim := Limit{Limit: 100, Period: time.Minute, Precision: algorithm.Fine}
 	s, err := New(Options{Capacity: 16, Limits: []Limit{lim}})
 	if err != nil {
 		t.Fatal(err)
@@ -341,7 +342,7 @@ func TestFineRefundChargePeek(t *testing.T) {
 // and to a Fine one (which counts it in two counters until it takes a log
 // again).
 func TestFineCarry(t *testing.T) {
-	fine := Limit{Limit: 100, Period: time.Minute, Precision: Fine}
+	fine := Limit{Limit: 100, Period: time.Minute, Precision: algorithm.Fine}
 	std := Limit{Limit: 100, Period: time.Minute}
 	for _, to := range []Limit{std, fine} {
 		t.Run(to.Precision.String(), func(t *testing.T) {
@@ -368,7 +369,7 @@ func TestFineCarry(t *testing.T) {
 // TestFineNoAllocs: a decision on a key with a log allocates nothing, nor
 // does taking or giving back a log.
 func TestFineNoAllocs(t *testing.T) {
-	s, _ := New(Options{Capacity: 1024, Limits: []Limit{{Limit: 100, Period: time.Minute, Precision: Fine}}})
+	s, _ := New(Options{Capacity: 1024, Limits: []Limit{{Limit: 100, Period: time.Minute, Precision: algorithm.Fine}}})
 	k := s.KeyString(0, "k")
 	at := t0
 	allocs := testing.AllocsPerRun(1000, func() {
@@ -387,7 +388,7 @@ func TestFineNoAllocs(t *testing.T) {
 // stay counts, never taken for the mark of a key with a log.
 func TestFineSaturated(t *testing.T) {
 	std := Limit{Limit: 100, Period: time.Minute}
-	fine := Limit{Limit: 100, Period: time.Minute, Precision: Fine}
+	fine := Limit{Limit: 100, Period: time.Minute, Precision: algorithm.Fine}
 	s, _ := New(Options{Capacity: 16, Limits: []Limit{std}})
 	k := s.KeyString(0, "k")
 	s.Charge(k, MaxCost, t0)
@@ -414,7 +415,7 @@ func TestFineSaturated(t *testing.T) {
 // TestFineSweep: while the pool runs short, decisions of a Fine rule
 // reclaim the slots of expired keys, and with them their logs.
 func TestFineSweep(t *testing.T) {
-	lim := Limit{Limit: 100, Period: time.Minute, Precision: Fine}
+	lim := Limit{Limit: 100, Period: time.Minute, Precision: algorithm.Fine}
 	s, err := New(Options{Capacity: 1024, Limits: []Limit{lim}, Shards: 1})
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,9 @@
 package window
 
-import "time"
+import (
+	"github.com/edgerate/edge/internal/algorithm"
+	"time"
+)
 
 // This file holds what a store shared between nodes (package cluster) needs
 // to judge requests of any cost under every algorithm the way a Store does:
@@ -76,7 +79,7 @@ type BucketCounts struct {
 func (l Limit) Units(n int64) Level {
 	var p params
 	p.init(l)
-	if !p.algorithm.bucket() {
+	if !p.algorithm.Bucket() {
 		return Level{}
 	}
 	s := p.units(min(uint64(max(n, 0)), 2*p.burst+1))
@@ -173,7 +176,7 @@ func (s *Store) AllowLimitN(k Key, now time.Time, limit, cost int64) Decision {
 	if limit < int64(l) {
 		l = uint64(max(limit, 1))
 	}
-	if p.algorithm == Concurrency {
+	if p.algorithm == algorithm.Concurrency {
 		s.acquire(k, l, &d)
 		return d
 	}
@@ -192,7 +195,7 @@ func (s *Store) AllowLimitN(k Key, now time.Time, limit, cost int64) Decision {
 // that is not a bucket.
 func (s *Store) MergeBucket(k Key, now time.Time, level Level, pending int64) bool {
 	p := &s.params[k.fp>>56]
-	if !p.algorithm.bucket() {
+	if !p.algorithm.Bucket() {
 		return false
 	}
 	t := p.bucketNow(now.UnixNano())

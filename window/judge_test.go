@@ -1,6 +1,7 @@
 package window
 
 import (
+	"github.com/edgerate/edge/internal/algorithm"
 	"testing"
 	"time"
 )
@@ -10,7 +11,7 @@ import (
 // leaves a window alone.
 func TestMergeBucket(t *testing.T) {
 	t0 := time.Unix(1_800_000_000, 0)
-	bucket := Limit{Algorithm: TokenBucket, Limit: 10, Period: 10 * time.Second} // 1 unit a second
+	bucket := Limit{Algorithm: algorithm.TokenBucket, Limit: 10, Period: 10 * time.Second} // 1 unit a second
 	units := func(n int64) Level { return bucket.Units(n) }
 	tests := []struct {
 		name          string
@@ -68,9 +69,9 @@ func TestMergeFixedWindow(t *testing.T) {
 		wantOK     bool
 		wantCurr   int64
 	}{
-		{"current period raised, previous ignored", Limit{Algorithm: FixedWindow, Limit: 20, Period: P}, 0, 9, 7, true, 7},
-		{"a past period ignored", Limit{Algorithm: FixedWindow, Limit: 20, Period: P}, -P, 0, 7, false, 2},
-		{"a bucket takes nothing", Limit{Algorithm: TokenBucket, Limit: 20, Period: P}, 0, 0, 7, false, 0},
+		{"current period raised, previous ignored", Limit{Algorithm: algorithm.FixedWindow, Limit: 20, Period: P}, 0, 9, 7, true, 7},
+		{"a past period ignored", Limit{Algorithm: algorithm.FixedWindow, Limit: 20, Period: P}, -P, 0, 7, false, 2},
+		{"a bucket takes nothing", Limit{Algorithm: algorithm.TokenBucket, Limit: 20, Period: P}, 0, 0, 7, false, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -80,7 +81,7 @@ func TestMergeFixedWindow(t *testing.T) {
 			if got := s.Merge(k, t0.Add(tt.start), tt.prev, tt.curr); got != tt.wantOK {
 				t.Errorf("Merge = %v, want %v", got, tt.wantOK)
 			}
-			if st := s.Peek(k, t0); st.Previous != 0 || st.Current != tt.wantCurr && !tt.l.Algorithm.bucket() {
+			if st := s.Peek(k, t0); st.Previous != 0 || st.Current != tt.wantCurr && !tt.l.Algorithm.Bucket() {
 				t.Errorf("got previous %d current %d, want 0 and %d", st.Previous, st.Current, tt.wantCurr)
 			}
 		})

@@ -1,6 +1,7 @@
 package window
 
 import (
+	"github.com/edgerate/edge/internal/algorithm"
 	"testing"
 	"time"
 )
@@ -9,7 +10,7 @@ import (
 func queueStore(t *testing.T, limit int64, period time.Duration, burst int64, maxDelay time.Duration) (*Store, Key) {
 	t.Helper()
 	s, err := New(Options{Capacity: 16, Limits: []Limit{{
-		Algorithm: LeakyBucket, Limit: limit, Period: period, Burst: burst, MaxDelay: maxDelay,
+		Algorithm: algorithm.LeakyBucket, Limit: limit, Period: period, Burst: burst, MaxDelay: maxDelay,
 	}}})
 	if err != nil {
 		t.Fatal(err)
@@ -227,7 +228,7 @@ func TestQueueCarriedAtNewLimit(t *testing.T) {
 				old.Allow(k, now)
 			}
 			dst, err := New(Options{Capacity: 16, SeedFrom: old, Limits: []Limit{{
-				Algorithm: LeakyBucket, Limit: tc.limit, Period: time.Second, Burst: 1, MaxDelay: time.Second,
+				Algorithm: algorithm.LeakyBucket, Limit: tc.limit, Period: time.Second, Burst: 1, MaxDelay: time.Second,
 			}}})
 			if err != nil {
 				t.Fatal(err)
@@ -250,7 +251,7 @@ func TestQueueCarriedAtNewLimit(t *testing.T) {
 // twice the bucket.
 func TestJudgeBucketQueue(t *testing.T) {
 	const ms = time.Millisecond
-	queue := Limit{Algorithm: LeakyBucket, Limit: 10, Period: time.Second, Burst: 1, MaxDelay: 500 * ms}
+	queue := Limit{Algorithm: algorithm.LeakyBucket, Limit: 10, Period: time.Second, Burst: 1, MaxDelay: 500 * ms}
 	meter := queue
 	meter.MaxDelay = 0
 	tests := []struct {

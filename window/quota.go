@@ -2,45 +2,19 @@ package window
 
 import (
 	"math"
-	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/edgerate/edge/internal/algorithm"
 )
-
-// A Reset is the calendar period a Quota counts in: its count starts again
-// at 0 when the period ends.
-type Reset uint8
-
-const (
-	// Daily periods start at midnight.
-	Daily Reset = iota
-	// Weekly periods start at midnight between Sunday and Monday (ISO 8601
-	// weeks).
-	Weekly
-	// Monthly periods start at midnight on the first of the month.
-	Monthly
-)
-
-// String returns the reset's name as configuration spells it.
-func (r Reset) String() string {
-	switch r {
-	case Daily:
-		return "daily"
-	case Weekly:
-		return "weekly"
-	case Monthly:
-		return "monthly"
-	}
-	return "reset(" + strconv.Itoa(int(r)) + ")"
-}
 
 // nominal is a nominal length of r's periods. It tells rules of different
 // resets apart (Carry compares periods); no decision uses it.
-func (r Reset) nominal() time.Duration {
+func nominal(r algorithm.Reset) time.Duration {
 	switch r {
-	case Weekly:
+	case algorithm.Weekly:
 		return 7 * 24 * time.Hour
-	case Monthly:
+	case algorithm.Monthly:
 		return 31 * 24 * time.Hour
 	}
 	return 24 * time.Hour
@@ -49,7 +23,7 @@ func (r Reset) nominal() time.Duration {
 // calendar is a Quota rule's calendar: its periods in its location, and the
 // current one cached.
 type calendar struct {
-	reset Reset
+	reset algorithm.Reset
 	loc   *time.Location
 	// cached holds the period of the latest time seen, so that a decision
 	// within it needs no calendar arithmetic. A new value is allocated once a
@@ -90,13 +64,13 @@ func (c *calendar) compute(t int64) calPeriod {
 	y, m, d := lt.Date()
 	var p calPeriod
 	switch c.reset {
-	case Weekly:
+	case algorithm.Weekly:
 		d -= (int(lt.Weekday()) + 6) % 7 // back to Monday
 		p.start = time.Date(y, m, d, 0, 0, 0, 0, c.loc).UnixNano()
 		p.end = time.Date(y, m, d+7, 0, 0, 0, 0, c.loc).UnixNano()
 		// 1970-01-05, day 4 of the epoch, was a Monday: week 0.
 		p.index = floorDiv(civilDay(y, m, d)-4, 7)
-	case Monthly:
+	case algorithm.Monthly:
 		p.start = time.Date(y, m, 1, 0, 0, 0, 0, c.loc).UnixNano()
 		p.end = time.Date(y, m+1, 1, 0, 0, 0, 0, c.loc).UnixNano()
 		p.index = int64(y-1970)*12 + int64(m) - 1
@@ -281,7 +255,7 @@ func (p *params) quotaView(ent *counters, toEnd, mitigation int64, now time.Time
 func (l Limit) QuotaPeriod(now time.Time) (index int64, end time.Time) {
 	var p params
 	p.init(l)
-	if p.algorithm != Quota {
+	if p.algorithm != algorithm.Quota {
 		return 0, now
 	}
 	cp := p.cal.compute(now.UnixNano())
@@ -360,7 +334,7 @@ func (l Limit) QuotaState(c QuotaCounts, now time.Time) State {
 // not a Quota.
 func (s *Store) MergeQuota(k Key, index, count int64) bool {
 	p := &s.params[k.fp>>56]
-	if p.algorithm != Quota {
+	if p.algorithm != algorithm.Quota {
 		return false
 	}
 	c := satCount(count)

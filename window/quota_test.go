@@ -2,6 +2,7 @@ package window
 
 import (
 	"fmt"
+	"github.com/edgerate/edge/internal/algorithm"
 	"testing"
 	"time"
 	_ "time/tzdata" // the zones below, wherever the tests run
@@ -25,30 +26,30 @@ func TestQuotaBoundaries(t *testing.T) {
 	berlin, newYork := mustZone(t, "Europe/Berlin"), mustZone(t, "America/New_York")
 	cases := []struct {
 		name     string
-		reset    Reset
+		reset    algorithm.Reset
 		loc      *time.Location
 		boundary time.Time // local midnight that ends the period
 		length   time.Duration
 	}{
-		{"month end", Monthly, time.UTC, time.Date(2027, 2, 1, 0, 0, 0, 0, time.UTC), 31 * 24 * time.Hour},
-		{"february 2028 has a leap day", Monthly, time.UTC, time.Date(2028, 3, 1, 0, 0, 0, 0, time.UTC), 29 * 24 * time.Hour},
-		{"leap day itself", Daily, time.UTC, time.Date(2028, 3, 1, 0, 0, 0, 0, time.UTC), 24 * time.Hour},
-		{"day before leap day", Daily, time.UTC, time.Date(2028, 2, 29, 0, 0, 0, 0, time.UTC), 24 * time.Hour},
-		{"berlin spring forward", Daily, berlin, time.Date(2026, 3, 30, 0, 0, 0, 0, berlin), 23 * time.Hour},
-		{"berlin fall back", Daily, berlin, time.Date(2026, 10, 26, 0, 0, 0, 0, berlin), 25 * time.Hour},
-		{"new york spring forward", Daily, newYork, time.Date(2026, 3, 9, 0, 0, 0, 0, newYork), 23 * time.Hour},
-		{"new york fall back", Daily, newYork, time.Date(2026, 11, 2, 0, 0, 0, 0, newYork), 25 * time.Hour},
-		{"berlin month with a fall back", Monthly, berlin, time.Date(2026, 11, 1, 0, 0, 0, 0, berlin), 31*24*time.Hour + time.Hour},
-		{"week ends on monday", Weekly, newYork, time.Date(2026, 12, 7, 0, 0, 0, 0, newYork), 7 * 24 * time.Hour},
-		{"week across new year", Weekly, time.UTC, time.Date(2027, 1, 4, 0, 0, 0, 0, time.UTC), 7 * 24 * time.Hour},
-		{"week with spring forward", Weekly, berlin, time.Date(2026, 3, 30, 0, 0, 0, 0, berlin), 7*24*time.Hour - time.Hour},
+		{"month end", algorithm.Monthly, time.UTC, time.Date(2027, 2, 1, 0, 0, 0, 0, time.UTC), 31 * 24 * time.Hour},
+		{"february 2028 has a leap day", algorithm.Monthly, time.UTC, time.Date(2028, 3, 1, 0, 0, 0, 0, time.UTC), 29 * 24 * time.Hour},
+		{"leap day itself", algorithm.Daily, time.UTC, time.Date(2028, 3, 1, 0, 0, 0, 0, time.UTC), 24 * time.Hour},
+		{"day before leap day", algorithm.Daily, time.UTC, time.Date(2028, 2, 29, 0, 0, 0, 0, time.UTC), 24 * time.Hour},
+		{"berlin spring forward", algorithm.Daily, berlin, time.Date(2026, 3, 30, 0, 0, 0, 0, berlin), 23 * time.Hour},
+		{"berlin fall back", algorithm.Daily, berlin, time.Date(2026, 10, 26, 0, 0, 0, 0, berlin), 25 * time.Hour},
+		{"new york spring forward", algorithm.Daily, newYork, time.Date(2026, 3, 9, 0, 0, 0, 0, newYork), 23 * time.Hour},
+		{"new york fall back", algorithm.Daily, newYork, time.Date(2026, 11, 2, 0, 0, 0, 0, newYork), 25 * time.Hour},
+		{"berlin month with a fall back", algorithm.Monthly, berlin, time.Date(2026, 11, 1, 0, 0, 0, 0, berlin), 31*24*time.Hour + time.Hour},
+		{"week ends on monday", algorithm.Weekly, newYork, time.Date(2026, 12, 7, 0, 0, 0, 0, newYork), 7 * 24 * time.Hour},
+		{"week across new year", algorithm.Weekly, time.UTC, time.Date(2027, 1, 4, 0, 0, 0, 0, time.UTC), 7 * 24 * time.Hour},
+		{"week with spring forward", algorithm.Weekly, berlin, time.Date(2026, 3, 30, 0, 0, 0, 0, berlin), 7*24*time.Hour - time.Hour},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if got := c.boundary.Weekday(); c.reset == Weekly && got != time.Monday {
+			if got := c.boundary.Weekday(); c.reset == algorithm.Weekly && got != time.Monday {
 				t.Fatalf("boundary is a %s, want a Monday", got)
 			}
-			s := newStore(t, 8, Limit{Algorithm: Quota, Limit: 3, Reset: c.reset, Location: c.loc})
+			s := newStore(t, 8, Limit{Algorithm: algorithm.Quota, Limit: 3, Reset: c.reset, Location: c.loc})
 			k := s.KeyString(0, "client")
 			start := c.boundary.Add(-c.length)
 			for i, at := range []time.Time{start, start.Add(time.Hour), c.boundary.Add(-time.Nanosecond)} {
@@ -102,7 +103,7 @@ func TestQuotaCost(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			s := newStore(t, 8, Limit{Algorithm: Quota, Limit: 10, Reset: Daily, CountBlocked: c.countBlocked})
+			s := newStore(t, 8, Limit{Algorithm: algorithm.Quota, Limit: 10, Reset: algorithm.Daily, CountBlocked: c.countBlocked})
 			k := s.KeyString(0, "client")
 			var d Decision
 			for i, cost := range c.costs {
@@ -125,7 +126,7 @@ func TestQuotaCost(t *testing.T) {
 // reset.
 func TestQuotaRefundAndMitigation(t *testing.T) {
 	at := time.Date(2026, 6, 10, 23, 0, 0, 0, time.UTC)
-	s := newStore(t, 8, Limit{Algorithm: Quota, Limit: 1, Reset: Daily, Mitigation: 2 * time.Hour})
+	s := newStore(t, 8, Limit{Algorithm: algorithm.Quota, Limit: 1, Reset: algorithm.Daily, Mitigation: 2 * time.Hour})
 	k := s.KeyString(0, "client")
 	d := s.Allow(k, at)
 	if !d.Allowed {
@@ -151,7 +152,7 @@ func TestQuotaRefundAndMitigation(t *testing.T) {
 // does not return spent quota.
 func TestQuotaClockBack(t *testing.T) {
 	day := time.Date(2026, 6, 10, 0, 0, 0, 0, time.UTC)
-	s := newStore(t, 8, Limit{Algorithm: Quota, Limit: 1, Reset: Daily})
+	s := newStore(t, 8, Limit{Algorithm: algorithm.Quota, Limit: 1, Reset: algorithm.Daily})
 	k := s.KeyString(0, "client")
 	if d := s.Allow(k, day); !d.Allowed {
 		t.Fatalf("first: got %+v, want allowed", d)
@@ -169,7 +170,7 @@ func TestQuotaKeysAreNeverEvicted(t *testing.T) {
 	at := time.Date(2026, 6, 10, 12, 0, 0, 0, time.UTC)
 	const n = 64
 	s := newStore(t, n,
-		Limit{Algorithm: Quota, Limit: 1000, Reset: Monthly},
+		Limit{Algorithm: algorithm.Quota, Limit: 1000, Reset: algorithm.Monthly},
 		Limit{Limit: 1000, Period: time.Minute})
 	for i := range n {
 		if d := s.Allow(s.KeyString(0, fmt.Sprint(i)), at); !d.Allowed || d.Overflow {
@@ -200,7 +201,7 @@ func TestQuotaKeysAreNeverEvicted(t *testing.T) {
 // TestQuotaAllocations checks that a decision allocates nothing, within a
 // period and with a clock that goes back to the previous one.
 func TestQuotaAllocations(t *testing.T) {
-	s := newStore(t, 8, Limit{Algorithm: Quota, Limit: 1 << 30, Reset: Weekly, Location: mustZone(t, "Europe/Berlin")})
+	s := newStore(t, 8, Limit{Algorithm: algorithm.Quota, Limit: 1 << 30, Reset: algorithm.Weekly, Location: mustZone(t, "Europe/Berlin")})
 	k := s.KeyString(0, "client")
 	at := time.Date(2026, 6, 10, 12, 0, 0, 0, time.UTC)
 	s.Allow(k, at)
@@ -219,15 +220,15 @@ func TestQuotaAllocations(t *testing.T) {
 // and zone, and that a changed reset or zone is refused.
 func TestQuotaCarry(t *testing.T) {
 	at := time.Date(2026, 6, 10, 12, 0, 0, 0, time.UTC)
-	old := Limit{Algorithm: Quota, Limit: 5, Reset: Daily, Identity: 7}
+	old := Limit{Algorithm: algorithm.Quota, Limit: 5, Reset: algorithm.Daily, Identity: 7}
 	cases := []struct {
 		name    string
 		next    Limit
 		wantErr bool
 	}{
-		{"limit changed", Limit{Algorithm: Quota, Limit: 9, Reset: Daily, Identity: 7}, false},
-		{"reset changed", Limit{Algorithm: Quota, Limit: 5, Reset: Weekly, Identity: 7}, true},
-		{"zone changed", Limit{Algorithm: Quota, Limit: 5, Reset: Daily, Identity: 7, Location: mustZone(t, "Europe/Berlin")}, true},
+		{"limit changed", Limit{Algorithm: algorithm.Quota, Limit: 9, Reset: algorithm.Daily, Identity: 7}, false},
+		{"reset changed", Limit{Algorithm: algorithm.Quota, Limit: 5, Reset: algorithm.Weekly, Identity: 7}, true},
+		{"zone changed", Limit{Algorithm: algorithm.Quota, Limit: 5, Reset: algorithm.Daily, Identity: 7, Location: mustZone(t, "Europe/Berlin")}, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -3,6 +3,7 @@ package window
 import (
 	"errors"
 	"fmt"
+	"github.com/edgerate/edge/internal/algorithm"
 	"math"
 	"sync"
 	"time"
@@ -111,7 +112,7 @@ func (l *Log) Reset(lim Limit, judgeFrom time.Time) {
 	var p params
 	p.init(lim)
 	*l = Log{limit: p.limit, period: int64(p.period), judgeFrom: judgeFrom.UnixNano()}
-	if lim.Algorithm != SlidingWindow || lim.Soft {
+	if lim.Algorithm != algorithm.SlidingWindow || lim.Soft {
 		l.limit = 0 // judges nothing
 	}
 	if l.limit > LogUnits {

@@ -2,6 +2,7 @@ package window
 
 import (
 	"cmp"
+	"github.com/edgerate/edge/internal/algorithm"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -121,8 +122,8 @@ func TestLogJudgesAsTheExactCount(t *testing.T) {
 
 func TestLogJudgesNothingForOtherAlgorithms(t *testing.T) {
 	for _, lim := range []Limit{
-		{Algorithm: TokenBucket, Limit: 5, Period: time.Second},
-		{Algorithm: FixedWindow, Limit: 5, Period: time.Second},
+		{Algorithm: algorithm.TokenBucket, Limit: 5, Period: time.Second},
+		{Algorithm: algorithm.FixedWindow, Limit: 5, Period: time.Second},
 		{Limit: 5, Period: time.Second, Soft: true},
 	} {
 		var l Log

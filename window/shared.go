@@ -1,6 +1,7 @@
 package window
 
 import (
+	"github.com/edgerate/edge/internal/algorithm"
 	"math"
 	"time"
 )
@@ -43,10 +44,10 @@ func (s *Store) AllowLimit(k Key, now time.Time, limit int64) Decision {
 // not count), and takes nothing in for a bucket (see MergeBucket).
 func (s *Store) Merge(k Key, start time.Time, prev, curr int64) bool {
 	p := &s.params[k.fp>>56]
-	if p.algorithm.bucket() {
+	if p.algorithm.Bucket() {
 		return false
 	}
-	if p.algorithm == FixedWindow {
+	if p.algorithm == algorithm.FixedWindow {
 		prev = 0
 	}
 	t := start.UnixNano()
@@ -74,7 +75,7 @@ func (s *Store) Merge(k Key, start time.Time, prev, curr int64) bool {
 	switch d := int64(int32(uint32(w) - ent.win)); {
 	case d > 0:
 		p.advance(ent, w, 0) // the merged counts are newer: move on to them
-	case d == -1 && p.algorithm == FixedWindow:
+	case d == -1 && p.algorithm == algorithm.FixedWindow:
 		return false // over: a fixed window keeps no previous count
 	case d == -1:
 		// The entry is one period further on: the merged current period

@@ -1,6 +1,7 @@
 package window
 
 import (
+	"github.com/edgerate/edge/internal/algorithm"
 	"math"
 	"time"
 )
@@ -79,7 +80,7 @@ func (p *params) decideSoft(ent *counters, e, t int64, cost, limit uint64, d *De
 // softPrev is the previous count a soft window's Remaining and Reset are
 // computed with: a fixed window has none.
 func (p *params) softPrev(ent *counters) uint32 {
-	if p.algorithm == FixedWindow {
+	if p.algorithm == algorithm.FixedWindow {
 		return 0
 	}
 	return ent.prev
@@ -117,7 +118,7 @@ func (l Limit) JudgeSoft(c Counts, cost int64, draw uint64) Decision {
 	}
 	var p params
 	prev, curr, e := l.read(c, &p)
-	if p.algorithm == FixedWindow {
+	if p.algorithm == algorithm.FixedWindow {
 		prev = 0
 	}
 	limit := p.limit

@@ -1,6 +1,7 @@
 package window
 
 import (
+	"github.com/edgerate/edge/internal/algorithm"
 	"testing"
 	"time"
 )
@@ -12,7 +13,7 @@ import (
 // period allows some; below it nothing is refused.
 func TestSoftLimit(t *testing.T) {
 	const limit, periods = 1000, 20
-	for _, alg := range []Algorithm{SlidingWindow, FixedWindow} {
+	for _, alg := range []algorithm.Algorithm{algorithm.SlidingWindow, algorithm.FixedWindow} {
 		for _, offset := range []time.Duration{0, 24 * time.Second} {
 			for _, tc := range []struct {
 				name string
@@ -118,7 +119,7 @@ func TestSoftLimitAllocates(t *testing.T) {
 // estimate; carried to a hard fixed window, that count is dropped, as a
 // hard fixed window has none, while the current count stays.
 func TestSoftCarry(t *testing.T) {
-	soft := Limit{Algorithm: FixedWindow, Limit: 10, Period: time.Minute, Identity: 1, Soft: true}
+	soft := Limit{Algorithm: algorithm.FixedWindow, Limit: 10, Period: time.Minute, Identity: 1, Soft: true}
 	old, err := New(Options{Capacity: 16, SoftSeed: 3, Limits: []Limit{soft}})
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +156,7 @@ func TestSoftCarry(t *testing.T) {
 // nor kept from eviction as one, and a soft fixed window shows no previous
 // count.
 func TestSoftPeek(t *testing.T) {
-	for _, alg := range []Algorithm{SlidingWindow, FixedWindow} {
+	for _, alg := range []algorithm.Algorithm{algorithm.SlidingWindow, algorithm.FixedWindow} {
 		t.Run(alg.String(), func(t *testing.T) {
 			s, err := New(Options{Capacity: 16, SoftSeed: 5, Limits: []Limit{{Algorithm: alg, Limit: 10, Period: time.Minute, Soft: true}}})
 			if err != nil {
@@ -172,7 +173,7 @@ func TestSoftPeek(t *testing.T) {
 			if !st.MitigatedUntil.IsZero() {
 				t.Errorf("MitigatedUntil = %v, want none", st.MitigatedUntil)
 			}
-			if wantPrev := map[Algorithm]int64{SlidingWindow: 5, FixedWindow: 0}[alg]; st.Previous != wantPrev || st.Current != 1 {
+			if wantPrev := map[algorithm.Algorithm]int64{algorithm.SlidingWindow: 5, algorithm.FixedWindow: 0}[alg]; st.Previous != wantPrev || st.Current != 1 {
 				t.Errorf("Previous, Current = %d, %d; want %d, 1", st.Previous, st.Current, wantPrev)
 			}
 			if p := s.params[0].pressure(counters{win: uint32(6000 / 60), until: 60_000, curr: 1}, start.UnixNano()); p > 1 {

@@ -3,6 +3,7 @@ package window
 import (
 	"errors"
 	"fmt"
+	"github.com/edgerate/edge/internal/algorithm"
 	"hash/maphash"
 	"math"
 	"math/bits"
@@ -327,7 +328,7 @@ func (s *Store) AllowN(k Key, now time.Time, n int64) (d Decision) {
 		return d
 	}
 	p := &s.params[k.fp>>56]
-	if p.algorithm == Concurrency {
+	if p.algorithm == algorithm.Concurrency {
 		s.acquire(k, p.limit, &d)
 		return d
 	}
@@ -346,7 +347,7 @@ func (s *Store) AllowN(k Key, now time.Time, n int64) (d Decision) {
 // else in the rule's overflow counter.
 func (s *Store) decide(k Key, p *params, sh *shard, t int64, cost, limit uint64, d *Decision) {
 	var w, e int64
-	if !p.algorithm.bucket() {
+	if !p.algorithm.Bucket() {
 		w, e = p.position(t)
 	}
 	if sh.allow(s, k.fp, p, w, e, t, cost, limit, d) {
@@ -369,7 +370,7 @@ func (s *Store) decide(k Key, p *params, sh *shard, t int64, cost, limit uint64,
 // now (before 1970, or after the clock went back) is not cached either.
 func cacheable(d *Decision, p *params, limit uint64, now int64) bool {
 	return !d.Allowed && d.settled && d.Reset > 0 && !p.countBlocked && limit == p.limit &&
-		(!p.algorithm.bucket() || now == p.judgedAt(now))
+		(!p.algorithm.Bucket() || now == p.judgedAt(now))
 }
 
 // allow decides for fp, making room for it if the shard does not track it.
@@ -414,7 +415,7 @@ func (sh *shard) admit(s *Store, fp uint64, c counters, now int64) int {
 // fresh returns the counters of a key new at period w: an empty window in
 // w, a full bucket, or a quota that has counted nothing.
 func (p *params) fresh(w int64) counters {
-	if p.algorithm.bucket() || p.algorithm == Quota {
+	if p.algorithm.Bucket() || p.algorithm == algorithm.Quota {
 		return counters{}
 	}
 	return counters{win: uint32(w)}
@@ -432,7 +433,7 @@ func (s *Store) Refund(k Key, d Decision, now time.Time) Decision {
 	}
 	d.counted = false
 	p := &s.params[k.fp>>56]
-	if p.algorithm == Concurrency {
+	if p.algorithm == algorithm.Concurrency {
 		if s.release(k) {
 			d.Remaining = min(d.Remaining+1, int64(p.limit))
 		}
@@ -459,10 +460,10 @@ func (s *Store) Refund(k Key, d Decision, now time.Time) Decision {
 }
 
 func (p *params) refund(ent *counters, d Decision, now int64) Decision {
-	if p.algorithm.bucket() {
+	if p.algorithm.Bucket() {
 		return p.refundBucket(ent, d, now)
 	}
-	if p.algorithm == Quota {
+	if p.algorithm == algorithm.Quota {
 		return p.refundQuota(ent, d, now)
 	}
 	if p.hasLog(ent) {

@@ -80,9 +80,10 @@ package window
 import (
 	"math"
 	"math/bits"
-	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/edgerate/edge/internal/algorithm"
 )
 
 // Bounds of what a Store can count. A Limit is a compiled value (package
@@ -122,58 +123,12 @@ const (
 	MaxQueueDelay = time.Hour
 )
 
-// An Algorithm is how a rule counts (see the package documentation).
-type Algorithm uint8
-
-const (
-	// SlidingWindow is Cloudflare's two-counter estimate; the zero value.
-	SlidingWindow Algorithm = iota
-	// FixedWindow is one counter per epoch-aligned Period.
-	FixedWindow
-	// TokenBucket holds Burst tokens, refilled at Limit per Period,
-	// continuously.
-	TokenBucket
-	// LeakyBucket is a level raised by cost and draining at Limit per
-	// Period; a request that would raise it over Burst is refused (a
-	// meter), or with Limit.MaxDelay allowed after a Delay (a queue).
-	LeakyBucket
-	// Quota is an exact count per calendar period (Limit.Reset in
-	// Limit.Location), starting again at 0 when the period ends.
-	Quota
-	// Concurrency is at most Limit requests of a key in flight at once,
-	// each holding a slot until Released; Period is ignored (see
-	// concurrency.go).
-	Concurrency
-)
-
-// String returns the algorithm's name as configuration spells it.
-func (a Algorithm) String() string {
-	switch a {
-	case SlidingWindow:
-		return "sliding_window"
-	case FixedWindow:
-		return "fixed_window"
-	case TokenBucket:
-		return "token_bucket"
-	case LeakyBucket:
-		return "leaky_bucket"
-	case Quota:
-		return "quota"
-	case Concurrency:
-		return "concurrency"
-	}
-	return "algorithm(" + strconv.Itoa(int(a)) + ")"
-}
-
-// bucket reports whether a counts in a bucket rather than a window.
-func (a Algorithm) bucket() bool { return a == TokenBucket || a == LeakyBucket }
-
 // A Limit says how one rule counts: a compiled value. Values out of range
 // are clamped as each field says.
 type Limit struct {
 	// Algorithm is how the rule counts; values beyond Quota count as
 	// SlidingWindow.
-	Algorithm Algorithm
+	Algorithm algorithm.Algorithm
 	// Limit is the number of units allowed per Period, 1 to MaxLimit
 	// (smaller limits count as 1, larger ones as MaxLimit): for a bucket,
 	// the rate at which it refills (or drains).
@@ -186,7 +141,7 @@ type Limit struct {
 	// days).
 	Period time.Duration
 	// Reset is a Quota's calendar period; other algorithms ignore it.
-	Reset Reset
+	Reset algorithm.Reset
 	// Location is the time zone of a Quota's calendar; nil means UTC.
 	// Other algorithms ignore it.
 	Location *time.Location
@@ -227,7 +182,7 @@ type Limit struct {
 	// is tracked (or, while the pool runs short, until its count falls
 	// below a quarter of its limit). Other algorithms, soft windows and
 	// limits above MaxFineLimit count as Standard.
-	Precision Precision
+	Precision algorithm.Precision
 	// Identity is mixed into the hash of every key of the rule, so one
 	// client's keys under several rules land apart. Stores that share a hash
 	// seed (Options.SeedFrom) hash a key the same way under equal
@@ -322,7 +277,7 @@ func (c *counters) mitigationLeft(e int64) int64 {
 
 // params is a Limit prepared for the hot path.
 type params struct {
-	algorithm    Algorithm
+	algorithm    algorithm.Algorithm
 	countBlocked bool
 	soft         bool   // a soft window (Limit.Soft)
 	softSeed     uint64 // the store's random seed for soft draws
@@ -359,22 +314,22 @@ type params struct {
 func (p *params) init(l Limit) {
 	period := min(max(l.Period.Truncate(time.Millisecond), time.Millisecond), l.maxPeriod())
 	p.algorithm = l.Algorithm
-	if p.algorithm > Concurrency {
-		p.algorithm = SlidingWindow
+	if p.algorithm > algorithm.Concurrency {
+		p.algorithm = algorithm.SlidingWindow
 	}
-	if p.algorithm == Quota {
-		p.cal.reset, p.cal.loc = min(l.Reset, Monthly), l.Location
+	if p.algorithm == algorithm.Quota {
+		p.cal.reset, p.cal.loc = min(l.Reset, algorithm.Monthly), l.Location
 		if p.cal.loc == nil {
 			p.cal.loc = time.UTC
 		}
-		period = p.cal.reset.nominal()
+		period = nominal(p.cal.reset)
 	}
 	p.limit = uint64(min(max(l.Limit, 1), MaxLimit))
 	p.period = int64(period)
 	p.periodMillis = int64(period / time.Millisecond)
 	p.mitigation = int64(min(max(l.Mitigation, 0), max(MaxSpan-period, 0)))
 	p.countBlocked = l.CountBlocked
-	p.soft = l.Soft && (p.algorithm == SlidingWindow || p.algorithm == FixedWindow)
+	p.soft = l.Soft && (p.algorithm == algorithm.SlidingWindow || p.algorithm == algorithm.FixedWindow)
 	if p.soft {
 		p.countBlocked = true
 		p.mitigation = 0
@@ -382,10 +337,10 @@ func (p *params) init(l Limit) {
 	p.identity = l.Identity
 	p.burst, p.unit, p.full = 0, span{}, span{}
 	p.maxDelay = 0
-	if p.algorithm == LeakyBucket {
+	if p.algorithm == algorithm.LeakyBucket {
 		p.maxDelay = int64(min(max(l.MaxDelay, 0), MaxQueueDelay))
 	}
-	if p.algorithm.bucket() {
+	if p.algorithm.Bucket() {
 		// burst×period/limit ≤ MaxSpan: burst ≤ limit×MaxSpan/period, which
 		// is at least limit (period ≤ MaxSpan).
 		hi, lo := bits.Mul64(p.limit, uint64(MaxSpan))
@@ -424,7 +379,7 @@ func (p *params) limitOf() Limit {
 // mitigation end, a soft warm-up's end, a fine log's ticks, a bucket's
 // state) that MaxSpan bounds.
 func (l Limit) maxPeriod() time.Duration {
-	window := l.Algorithm == SlidingWindow || l.Algorithm == FixedWindow || l.Algorithm > Concurrency
+	window := l.Algorithm == algorithm.SlidingWindow || l.Algorithm == algorithm.FixedWindow || l.Algorithm > algorithm.Concurrency
 	if window && !l.Soft && !l.countsFine() {
 		return MaxWindowPeriod
 	}
@@ -432,17 +387,17 @@ func (l Limit) maxPeriod() time.Duration {
 }
 
 // precision is the precision p counts by.
-func (p *params) precision() Precision {
+func (p *params) precision() algorithm.Precision {
 	if p.fine != nil {
-		return Fine
+		return algorithm.Fine
 	}
-	return Standard
+	return algorithm.Standard
 }
 
 // countsFine reports whether l counts by Fine precision, as init clamps
 // it.
 func (l Limit) countsFine() bool {
-	return l.Precision == Fine && (l.Algorithm == SlidingWindow || l.Algorithm > Concurrency) &&
+	return l.Precision == algorithm.Fine && (l.Algorithm == algorithm.SlidingWindow || l.Algorithm > algorithm.Concurrency) &&
 		!l.Soft && l.Limit <= MaxFineLimit
 }
 
@@ -474,7 +429,7 @@ func (p *params) advance(ent *counters, w, e int64) int64 {
 		return 0
 	case d == 0:
 		return e
-	case d == 1 && (p.algorithm != FixedWindow || p.soft):
+	case d == 1 && (p.algorithm != algorithm.FixedWindow || p.soft):
 		ent.prev, ent.curr = ent.curr, 0
 	default:
 		ent.prev, ent.curr = 0, 0
@@ -497,11 +452,11 @@ func (p *params) advance(ent *counters, w, e int64) int64 {
 // stores, which stall store-to-load forwarding (measured: 55 against 31 ns
 // a decision).
 func (p *params) decide(ent *counters, w, e, t int64, cost, limit uint64, d *Decision) {
-	if p.algorithm.bucket() {
+	if p.algorithm.Bucket() {
 		p.decideBucket(ent, t, cost, d)
 		return
 	}
-	if p.algorithm == Quota {
+	if p.algorithm == algorithm.Quota {
 		p.decideQuota(ent, t, cost, limit, d)
 		return
 	}
@@ -646,7 +601,7 @@ func (p *params) retry(prev, curr uint32, e int64, target uint64) time.Duration 
 // (MaxWindowPeriod) is far below the range of a Duration.
 func (p *params) until(prev, curr uint32, e int64, target uint64) time.Duration {
 	toEnd := p.period - e
-	if p.algorithm == FixedWindow {
+	if p.algorithm == algorithm.FixedWindow {
 		// prev is 0 and curr ≥ target: all is freed when the period ends.
 		return time.Duration(toEnd)
 	}
@@ -679,10 +634,10 @@ func ceilQuotient(q, r uint64) int64 {
 // pressure is the key's estimate as a fraction of its limit (+Inf while
 // mitigated), read without changing ent. Eviction prefers low pressure.
 func (p *params) pressure(ent counters, now int64) float64 {
-	if p.algorithm.bucket() {
+	if p.algorithm.Bucket() {
 		return p.bucketPressure(&ent, now)
 	}
-	if p.algorithm == Quota {
+	if p.algorithm == algorithm.Quota {
 		return math.Inf(1) // never evicted before its reset: see quotaExpired
 	}
 	if p.hasLog(&ent) {
@@ -701,10 +656,10 @@ func (p *params) pressure(ent counters, now int64) float64 {
 // is in force, and both of a window's periods are over, or a bucket is
 // full.
 func (p *params) expired(ent counters, now int64) bool {
-	if p.algorithm.bucket() {
+	if p.algorithm.Bucket() {
 		return p.bucketExpired(&ent, now)
 	}
-	if p.algorithm == Quota {
+	if p.algorithm == algorithm.Quota {
 		return p.quotaExpired(ent, now)
 	}
 	if p.hasLog(&ent) {

@@ -1,6 +1,7 @@
 package window
 
 import (
+	"github.com/edgerate/edge/internal/algorithm"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -59,24 +60,24 @@ func TestLimitsAreClamped(t *testing.T) {
 		{"sub-millisecond period", Limit{Limit: 1, Period: 1500 * time.Microsecond}, Limit{Limit: 1, Period: time.Millisecond}},
 		{"huge period", Limit{Limit: 1, Period: math.MaxInt64}, Limit{Limit: 1, Period: MaxWindowPeriod}},
 		{"year", Limit{Limit: 1, Period: year}, Limit{Limit: 1, Period: year}},
-		{"year fixed", Limit{Algorithm: FixedWindow, Limit: 1, Period: year}, Limit{Algorithm: FixedWindow, Limit: 1, Period: year}},
+		{"year fixed", Limit{Algorithm: algorithm.FixedWindow, Limit: 1, Period: year}, Limit{Algorithm: algorithm.FixedWindow, Limit: 1, Period: year}},
 		{"a year has no mitigation", Limit{Limit: 1, Period: year, Mitigation: time.Hour}, Limit{Limit: 1, Period: year}},
-		{"a year bucket counts to MaxSpan", Limit{Algorithm: TokenBucket, Limit: 1, Period: year},
-			Limit{Algorithm: TokenBucket, Limit: 1, Period: MaxSpan.Truncate(time.Millisecond), Burst: 1}},
+		{"a year bucket counts to MaxSpan", Limit{Algorithm: algorithm.TokenBucket, Limit: 1, Period: year},
+			Limit{Algorithm: algorithm.TokenBucket, Limit: 1, Period: MaxSpan.Truncate(time.Millisecond), Burst: 1}},
 		{"negative mitigation", Limit{Limit: 1, Period: time.Second, Mitigation: -1}, Limit{Limit: 1, Period: time.Second}},
 		{"period+mitigation overflow", Limit{Limit: 1, Period: 40 * 24 * time.Hour, Mitigation: 20 * 24 * time.Hour},
 			Limit{Limit: 1, Period: 40 * 24 * time.Hour, Mitigation: MaxSpan - 40*24*time.Hour}},
-		{"windows ignore burst", Limit{Algorithm: FixedWindow, Limit: 2, Period: time.Second, Burst: 7},
-			Limit{Algorithm: FixedWindow, Limit: 2, Period: time.Second}},
-		{"unknown algorithm", Limit{Algorithm: Concurrency + 1, Limit: 2, Period: time.Second}, Limit{Limit: 2, Period: time.Second}},
-		{"quotas count by calendar", Limit{Algorithm: Quota, Limit: 2, Period: time.Second, Reset: Monthly + 1},
-			Limit{Algorithm: Quota, Limit: 2, Period: 31 * 24 * time.Hour, Reset: Monthly, Location: time.UTC}},
-		{"burst defaults to limit", Limit{Algorithm: TokenBucket, Limit: 2, Period: time.Second},
-			Limit{Algorithm: TokenBucket, Limit: 2, Period: time.Second, Burst: 2}},
-		{"burst refilled within MaxSpan", Limit{Algorithm: LeakyBucket, Limit: 1, Period: (MaxSpan / 2).Truncate(time.Millisecond), Burst: 5},
-			Limit{Algorithm: LeakyBucket, Limit: 1, Period: (MaxSpan / 2).Truncate(time.Millisecond), Burst: 2}},
-		{"huge burst", Limit{Algorithm: TokenBucket, Limit: MaxLimit, Period: time.Millisecond, Burst: math.MaxInt64},
-			Limit{Algorithm: TokenBucket, Limit: MaxLimit, Period: time.Millisecond, Burst: MaxLimit}},
+		{"windows ignore burst", Limit{Algorithm: algorithm.FixedWindow, Limit: 2, Period: time.Second, Burst: 7},
+			Limit{Algorithm: algorithm.FixedWindow, Limit: 2, Period: time.Second}},
+		{"unknown algorithm", Limit{Algorithm: algorithm.Concurrency + 1, Limit: 2, Period: time.Second}, Limit{Limit: 2, Period: time.Second}},
+		{"quotas count by calendar", Limit{Algorithm: algorithm.Quota, Limit: 2, Period: time.Second, Reset: algorithm.Monthly + 1},
+			Limit{Algorithm: algorithm.Quota, Limit: 2, Period: 31 * 24 * time.Hour, Reset: algorithm.Monthly, Location: time.UTC}},
+		{"burst defaults to limit", Limit{Algorithm: algorithm.TokenBucket, Limit: 2, Period: time.Second},
+			Limit{Algorithm: algorithm.TokenBucket, Limit: 2, Period: time.Second, Burst: 2}},
+		{"burst refilled within MaxSpan", Limit{Algorithm: algorithm.LeakyBucket, Limit: 1, Period: (MaxSpan / 2).Truncate(time.Millisecond), Burst: 5},
+			Limit{Algorithm: algorithm.LeakyBucket, Limit: 1, Period: (MaxSpan / 2).Truncate(time.Millisecond), Burst: 2}},
+		{"huge burst", Limit{Algorithm: algorithm.TokenBucket, Limit: MaxLimit, Period: time.Millisecond, Burst: math.MaxInt64},
+			Limit{Algorithm: algorithm.TokenBucket, Limit: MaxLimit, Period: time.Millisecond, Burst: MaxLimit}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -90,7 +91,7 @@ func TestLimitsAreClamped(t *testing.T) {
 			}
 			k := s.KeyString(0, "a")
 			capacity := tt.want.Limit
-			if tt.want.Algorithm.bucket() {
+			if tt.want.Algorithm.Bucket() {
 				capacity = tt.want.Burst
 			}
 			for i := range 3 {
@@ -259,7 +260,7 @@ func TestMitigation(t *testing.T) {
 // forth, no algorithm lets more through than it does in the forward time
 // spent, at any cost, mitigated or not.
 func TestTimeGoingBackwards(t *testing.T) {
-	for _, alg := range []Algorithm{SlidingWindow, FixedWindow, TokenBucket, LeakyBucket, Quota} {
+	for _, alg := range []algorithm.Algorithm{algorithm.SlidingWindow, algorithm.FixedWindow, algorithm.TokenBucket, algorithm.LeakyBucket, algorithm.Quota} {
 		for _, tt := range []struct {
 			name       string
 			mitigation time.Duration

@@ -1,6 +1,7 @@
 package window
 
 import (
+	"github.com/edgerate/edge/internal/algorithm"
 	"strconv"
 	"testing"
 	"time"
@@ -80,7 +81,7 @@ func TestYearWindow(t *testing.T) {
 			}
 		})
 		t.Run(b.name+"/fixed", func(t *testing.T) {
-			s := newStore(t, 10, Limit{Algorithm: FixedWindow, Limit: 3, Period: year, CountBlocked: true})
+			s := newStore(t, 10, Limit{Algorithm: algorithm.FixedWindow, Limit: 3, Period: year, CountBlocked: true})
 			k := s.KeyString(0, "a")
 			if d := s.Allow(k, at(0)); !d.Allowed || d.Reset != year {
 				t.Fatalf("first ns of the period: %+v, want allowed, Reset a year", d)
@@ -119,7 +120,7 @@ func TestYearWindow(t *testing.T) {
 // resets that many seconds later (src/limiter/cache_key.go,
 // utils.CalculateReset).
 func TestYearIsLyftsPeriod(t *testing.T) {
-	s := newStore(t, 10, Limit{Algorithm: FixedWindow, Limit: 5, Period: year})
+	s := newStore(t, 10, Limit{Algorithm: algorithm.FixedWindow, Limit: 5, Period: year})
 	for i, now := range []time.Time{
 		time.Date(2026, 12, 1, 4, 55, 7, 0, time.UTC),
 		time.Date(2026, 12, 10, 0, 0, 0, 0, time.UTC), // 1,796,256,000 s = 56.96 years of 365 days
@@ -147,16 +148,16 @@ func TestOnlyPlainWindowsCountPastMaxSpan(t *testing.T) {
 		want time.Duration
 	}{
 		{"sliding", Limit{Limit: 1, Period: year}, year},
-		{"fixed", Limit{Algorithm: FixedWindow, Limit: 1, Period: year}, year},
+		{"fixed", Limit{Algorithm: algorithm.FixedWindow, Limit: 1, Period: year}, year},
 		{"with a mitigation", Limit{Limit: 1, Period: year, Mitigation: time.Hour}, year},
 		{"a leap year", Limit{Limit: 1, Period: year + 24*time.Hour}, MaxWindowPeriod},
 		{"longer", Limit{Limit: 1, Period: 2 * year}, MaxWindowPeriod},
 		{"soft", Limit{Limit: 1, Period: year, Soft: true}, span},
-		{"soft fixed", Limit{Algorithm: FixedWindow, Limit: 1, Period: year, Soft: true}, span},
-		{"fine", Limit{Limit: 1, Period: year, Precision: Fine}, span},
-		{"fine above its largest limit", Limit{Limit: MaxFineLimit + 1, Period: year, Precision: Fine}, year},
-		{"token bucket", Limit{Algorithm: TokenBucket, Limit: 1, Period: year}, span},
-		{"leaky bucket", Limit{Algorithm: LeakyBucket, Limit: 1, Period: year}, span},
+		{"soft fixed", Limit{Algorithm: algorithm.FixedWindow, Limit: 1, Period: year, Soft: true}, span},
+		{"fine", Limit{Limit: 1, Period: year, Precision: algorithm.Fine}, span},
+		{"fine above its largest limit", Limit{Limit: MaxFineLimit + 1, Period: year, Precision: algorithm.Fine}, year},
+		{"token bucket", Limit{Algorithm: algorithm.TokenBucket, Limit: 1, Period: year}, span},
+		{"leaky bucket", Limit{Algorithm: algorithm.LeakyBucket, Limit: 1, Period: year}, span},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -12,9 +12,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/edgerate/edge/internal/algorithm"
 	"github.com/edgerate/edge/replay"
 	"github.com/edgerate/edge/trace"
-	"github.com/edgerate/edge/window"
 )
 
 // svgTexts parses an SVG document with encoding/xml and returns the text
@@ -68,7 +68,7 @@ func plotData(t *testing.T) replay.PlotData {
 		t.Fatal(err)
 	}
 	other := in
-	other.Rule.Algorithm = window.FixedWindow
+	other.Rule.Algorithm = algorithm.FixedWindow
 	fixed, err := replay.Run(ctx, other, replay.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/edgerate/edge/internal/algorithm"
 	"github.com/edgerate/edge/internal/wire"
-	"github.com/edgerate/edge/rules"
 )
 
 // FuzzParseConfig feeds arbitrary bytes to the config loader: it never
@@ -103,8 +103,8 @@ func FuzzParseConfig(f *testing.F) {
 			for _, r := range d.Rules {
 				// A quota counts by its calendar, a concurrency rule its
 				// requests in flight, with no period.
-				quota := r.Algorithm == rules.Quota
-				noPeriod := quota || r.Algorithm == rules.Concurrency
+				quota := r.Algorithm == algorithm.Quota
+				noPeriod := quota || r.Algorithm == algorithm.Concurrency
 				if r.Limit < 1 || len(r.Key) == 0 || noPeriod != (r.Period == 0) || !noPeriod && r.Period < 1e9 || quota && r.Location == nil {
 					t.Fatalf("domain %q rule %q: limit %d, period %v, key %v", d.Name, r.Name, r.Limit, r.Period, r.Key)
 				}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"github.com/edgerate/edge/internal/algorithm"
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/window"
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,7 +28,7 @@ const sampleKeys = 1024
 // not one that counts after the response (count_status,
 // response_cost_header), whose units the sample cannot know when it judges.
 func judged(r *rules.Rule) bool {
-	return r.Algorithm == rules.SlidingWindow && !r.Soft && !r.CountsAfter()
+	return r.Algorithm == algorithm.SlidingWindow && !r.Soft && !r.CountsAfter()
 }
 
 // newSample makes d's accuracy sample over limits, its store's, and marks

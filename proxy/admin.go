@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/edgerate/edge/internal/algorithm"
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/window"
 	"github.com/go-chi/chi/v5"
@@ -471,7 +472,7 @@ func (p *Proxy) configView() configView {
 			if rs.Soft {
 				rv.Mode = "soft"
 			}
-			if rs.Precision == rules.Fine {
+			if rs.Precision == algorithm.Fine {
 				rv.Precision = rs.Precision.String()
 			}
 			if rs.MaxDelay > 0 {
@@ -480,7 +481,7 @@ func (p *Proxy) configView() configView {
 			if rs.Lease > 0 {
 				rv.Lease = rs.Lease.String()
 			}
-			if rs.Algorithm == rules.Quota {
+			if rs.Algorithm == algorithm.Quota {
 				rv.Reset, rv.Timezone = rs.Reset.String(), rs.Location.String()
 			}
 			for _, k := range rs.Key {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/edgerate/edge/headers"
+	"github.com/edgerate/edge/internal/algorithm"
 	"github.com/edgerate/edge/rules"
 )
 
@@ -197,17 +198,17 @@ func TestPolicyOf(t *testing.T) {
 	}{
 		{"sliding window", rules.Rule{Name: "a", Limit: 100, Period: time.Minute},
 			headers.Policy{Name: "a", Quota: 100, Window: time.Minute}},
-		{"fixed window ignores burst", rules.Rule{Name: "a", Algorithm: rules.FixedWindow, Limit: 100, Period: time.Hour},
+		{"fixed window ignores burst", rules.Rule{Name: "a", Algorithm: algorithm.FixedWindow, Limit: 100, Period: time.Hour},
 			headers.Policy{Name: "a", Quota: 100, Window: time.Hour}},
-		{"token bucket", rules.Rule{Name: "a", Algorithm: rules.TokenBucket, Limit: 100, Period: time.Minute, Burst: 20},
+		{"token bucket", rules.Rule{Name: "a", Algorithm: algorithm.TokenBucket, Limit: 100, Period: time.Minute, Burst: 20},
 			headers.Policy{Name: "a", Quota: 20, Window: 12 * time.Second}},
-		{"token bucket, burst from limit", rules.Rule{Name: "a", Algorithm: rules.TokenBucket, Limit: 100, Period: time.Minute},
+		{"token bucket, burst from limit", rules.Rule{Name: "a", Algorithm: algorithm.TokenBucket, Limit: 100, Period: time.Minute},
 			headers.Policy{Name: "a", Quota: 100, Window: time.Minute}},
-		{"leaky bucket, fill rounded up", rules.Rule{Name: "a", Algorithm: rules.LeakyBucket, Limit: 3, Period: 10 * time.Second, Burst: 2},
+		{"leaky bucket, fill rounded up", rules.Rule{Name: "a", Algorithm: algorithm.LeakyBucket, Limit: 3, Period: 10 * time.Second, Burst: 2},
 			headers.Policy{Name: "a", Quota: 2, Window: 7 * time.Second}},
-		{"fills in under a second", rules.Rule{Name: "a", Algorithm: rules.TokenBucket, Limit: 100, Period: time.Second, Burst: 10},
+		{"fills in under a second", rules.Rule{Name: "a", Algorithm: algorithm.TokenBucket, Limit: 100, Period: time.Second, Burst: 10},
 			headers.Policy{Name: "a", Quota: 10, Window: time.Second}},
-		{"fills in 82 years", rules.Rule{Name: "a", Algorithm: rules.TokenBucket, Limit: 1, Period: rules.MaxPeriod, Burst: rules.MaxLimit},
+		{"fills in 82 years", rules.Rule{Name: "a", Algorithm: algorithm.TokenBucket, Limit: 1, Period: rules.MaxPeriod, Burst: rules.MaxLimit},
 			headers.Policy{Name: "a", Quota: rules.MaxLimit, Window: headers.MaxSeconds * time.Second}},
 	}
 	for _, tt := range tests {
@@ -215,7 +216,7 @@ func TestPolicyOf(t *testing.T) {
 			t.Errorf("%s: got %+v, want %+v", tt.name, got, tt.want)
 		}
 	}
-	if got := strconv.FormatFloat(100.0/60, 'f', -1, 64); newRuleState(&rules.Rule{Algorithm: rules.TokenBucket, Limit: 100, Period: time.Minute}, ruleCounters{}).restoreRate != got {
+	if got := strconv.FormatFloat(100.0/60, 'f', -1, 64); newRuleState(&rules.Rule{Algorithm: algorithm.TokenBucket, Limit: 100, Period: time.Minute}, ruleCounters{}).restoreRate != got {
 		t.Errorf("restore rate of 100 a minute is not %s", got)
 	}
 }

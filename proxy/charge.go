@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/edgerate/edge/internal/algorithm"
 	"github.com/edgerate/edge/internal/wire"
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/window"
@@ -85,7 +86,7 @@ func hold(d *domain, tally window.Tally, vs []verdict, fellBack bool) *afterResp
 			// The key's bytes are in limit's pooled buffer, returned
 			// before the origin answers.
 			id := window.ID{Key: v.id.Key, Name: slices.Clone(v.id.Name)}
-			c := charge{rule: v.rule, id: id, slot: d.rules[v.rule].Algorithm == rules.Concurrency}
+			c := charge{rule: v.rule, id: id, slot: d.rules[v.rule].Algorithm == algorithm.Concurrency}
 			if d.rules[v.rule].CountStatus != nil {
 				c.later = v.cost
 			}
@@ -98,14 +99,14 @@ func hold(d *domain, tally window.Tally, vs []verdict, fellBack bool) *afterResp
 // holds reports whether the request keeps its tally open for rule rs's
 // verdict v: to charge after the response, or to give back the slot v took.
 func holds(rs *ruleState, v *verdict) bool {
-	return rs.CountsAfter() || rs.Algorithm == rules.Concurrency && v.Allowed
+	return rs.CountsAfter() || rs.Algorithm == algorithm.Concurrency && v.Allowed
 }
 
 // releaseSlots gives back the slots that vs took under concurrency rules,
 // for a request that ends before it is held (holdTally).
 func releaseSlots(d *domain, vs []verdict, tally window.Tally, now time.Time) {
 	for i := range vs {
-		if v := &vs[i]; d.rules[v.rule].Algorithm == rules.Concurrency && v.Allowed {
+		if v := &vs[i]; d.rules[v.rule].Algorithm == algorithm.Concurrency && v.Allowed {
 			tally.Release(v.id, now)
 		}
 	}

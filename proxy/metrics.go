@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/edgerate/edge/cluster"
+	"github.com/edgerate/edge/internal/algorithm"
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/window"
 	"github.com/prometheus/client_golang/prometheus"
@@ -356,10 +357,10 @@ func (c storeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.m.evictions, prometheus.CounterValue, float64(s.Evicted), d.Name, "idle")
 		ch <- prometheus.MustNewConstMetric(c.m.overflowReqs, prometheus.CounterValue, float64(s.Overflowed), d.Name)
 		for i := range d.rules {
-			if rs := &d.rules[i]; rs.Algorithm == rules.Concurrency {
+			if rs := &d.rules[i]; rs.Algorithm == algorithm.Concurrency {
 				ch <- prometheus.MustNewConstMetric(c.m.slotsInUse, prometheus.GaugeValue, float64(d.slotsInUse(i)), d.Name, rs.Name)
 			}
-			if rs := &d.rules[i]; rs.Precision == rules.Fine {
+			if rs := &d.rules[i]; rs.Precision == algorithm.Fine {
 				f := d.store.Fine(i)
 				ch <- prometheus.MustNewConstMetric(c.m.fineLogs, prometheus.GaugeValue, float64(f.Logs), d.Name, rs.Name)
 				ch <- prometheus.MustNewConstMetric(c.m.fineCapacity, prometheus.GaugeValue, float64(f.Capacity), d.Name, rs.Name)

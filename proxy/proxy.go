@@ -238,7 +238,7 @@ func newRuleState(r *rules.Rule, c ruleCounters) ruleState {
 // draft's unit for it.
 func policyOf(r *rules.Rule) headers.Policy {
 	p := headers.Policy{Name: r.Name, Quota: r.Capacity(), Window: r.Period}
-	if r.Algorithm == rules.Concurrency {
+	if r.Algorithm == algorithm.Concurrency {
 		p.Window, p.Unit = 0, "concurrent-requests"
 	}
 	if r.Algorithm.Bucket() && r.Limit > 0 {
@@ -302,39 +302,7 @@ const (
 	_ = uint64(window.MaxCost - rules.MaxCost)
 	_ = uint64(window.MaxSpan - rules.MaxFill) // a bucket's burst × period / limit
 	_ = uint64(window.MaxQueueDelay - rules.MaxQueueDelay)
-	// A quota's reset is handed over as a number: the two enums agree.
-	_ = uint(algorithm.Daily - algorithm.Reset(rules.Daily))
-	_ = uint(algorithm.Reset(rules.Daily) - algorithm.Daily)
-	_ = uint(algorithm.Weekly - algorithm.Reset(rules.Weekly))
-	_ = uint(algorithm.Reset(rules.Weekly) - algorithm.Weekly)
-	_ = uint(algorithm.Monthly - algorithm.Reset(rules.Monthly))
-	_ = uint(algorithm.Reset(rules.Monthly) - algorithm.Monthly)
 )
-
-// windowPrecision is the window package's name for a rule's precision.
-func windowPrecision(p rules.Precision) algorithm.Precision {
-	if p == rules.Fine {
-		return algorithm.Fine
-	}
-	return algorithm.Standard
-}
-
-// windowAlgorithm is the window package's name for a rule's algorithm.
-func windowAlgorithm(a rules.Algorithm) algorithm.Algorithm {
-	switch a {
-	case rules.FixedWindow:
-		return algorithm.FixedWindow
-	case rules.TokenBucket:
-		return algorithm.TokenBucket
-	case rules.LeakyBucket:
-		return algorithm.LeakyBucket
-	case rules.Quota:
-		return algorithm.Quota
-	case rules.Concurrency:
-		return algorithm.Concurrency
-	}
-	return algorithm.SlidingWindow
-}
 
 // build makes the per-configuration state: a counter store and an upstream
 // per domain, metric handles per rule.
@@ -369,9 +337,9 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 					Mitigation:   r.MitigationTimeout,
 					CountBlocked: r.CountBlocked,
 					Soft:         r.Soft,
-					Precision:    windowPrecision(r.Precision),
+					Precision:    r.Precision,
 					Identity:     ruleIdentity(rd.Name, r),
-					Algorithm:    windowAlgorithm(r.Algorithm),
+					Algorithm:    r.Algorithm,
 					Burst:        r.Burst,
 					MaxDelay:     r.MaxDelay,
 					Reset:        algorithm.Reset(r.Reset),
@@ -424,7 +392,7 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 				}
 			}
 		}
-		d.slots = slices.ContainsFunc(rd.Rules, func(r *rules.Rule) bool { return r.Algorithm == rules.Concurrency })
+		d.slots = slices.ContainsFunc(rd.Rules, func(r *rules.Rule) bool { return r.Algorithm == algorithm.Concurrency })
 		switch {
 		case !rd.Proxied: // answered only by the check listener (check.go)
 		case rd.Respond != nil:

@@ -370,10 +370,10 @@ func (rc *recent) view(st *state, seconds int, now time.Time) (times []float64, 
 				Totals:    ruleTotals{Allowed: rr.allowed[last], Limited: rr.limited[last], Mitigated: rr.mitigated[last]},
 			}
 			switch rs.Algorithm {
-			case rules.Concurrency:
+			case algorithm.Concurrency:
 				n := d.slotsInUse(rs.Index)
 				rv.SlotsInUse = &n
-			case rules.Quota:
+			case algorithm.Quota:
 				end := quotaEnd(rs.Rule, now)
 				rv.ResetsAt = &end
 			}
@@ -406,7 +406,7 @@ func (p *Proxy) getStatus(w http.ResponseWriter, r *http.Request) {
 // quotaEnd is when the calendar period of quota r holding now ends, in
 // UTC.
 func quotaEnd(r *rules.Rule, now time.Time) time.Time {
-	_, end := window.Limit{Limit: 1, Algorithm: algorithm.Quota, Reset: algorithm.Reset(r.Reset), Location: r.Location}.QuotaPeriod(now)
+	_, end := window.Limit{Limit: 1, Algorithm: algorithm.Quota, Reset: r.Reset, Location: r.Location}.QuotaPeriod(now)
 	return end.UTC()
 }
 

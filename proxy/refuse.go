@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/edgerate/edge/rules"
+	"github.com/edgerate/edge/internal/algorithm"
 )
 
 // countBlock logs and counts a request the block rule of vs[blocker]
@@ -46,11 +46,11 @@ func (p *Proxy) refuseQueued(ctx context.Context, ex *exchange, q int) {
 // and the start of its text body, by the rule's algorithm.
 func blockedWords(rs *ruleState) (errName, text string) {
 	switch rs.Algorithm {
-	case rules.Quota:
+	case algorithm.Quota:
 		// Used up for the period, not too fast: the client should wait for
 		// the reset, not slow down.
 		return "quota_exceeded", "quota used up: it resets in "
-	case rules.Concurrency:
+	case algorithm.Concurrency:
 		return "too_many_concurrent_requests", "too many requests in flight: retry in "
 	}
 	return "rate_limited", "rate limited: retry in "

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/edgerate/edge/internal/algorithm"
 	"github.com/edgerate/edge/rules"
 )
 
@@ -54,7 +55,7 @@ func ruleIdentity(domain string, r *rules.Rule) uint64 {
 	}
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%s\x00%s\x00%v\x00%d\x00%s\x00%d", domain, r.Name, r.Key, r.Period, r.Algorithm, capacity)
-	if r.Algorithm == rules.Quota {
+	if r.Algorithm == algorithm.Quota {
 		fmt.Fprintf(h, "\x00%s\x00%s", r.Reset, r.Location)
 	}
 	return h.Sum64()

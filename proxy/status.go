@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/edgerate/edge/rules"
+	"github.com/edgerate/edge/internal/algorithm"
 )
 
 // The status page is three files built into the binary: the admin network
@@ -152,13 +152,13 @@ func reloadChanges(r ReloadResult) []string {
 // per day (Europe/Berlin)".
 func ruleLimit(r ruleView) string {
 	switch r.Algorithm {
-	case rules.TokenBucket.String():
+	case algorithm.TokenBucket.String():
 		return fmt.Sprintf("burst %d, refills %d per %s", r.Burst, r.Limit, shortDuration(r.Period))
-	case rules.LeakyBucket.String():
+	case algorithm.LeakyBucket.String():
 		return fmt.Sprintf("capacity %d, drains %d per %s", r.Burst, r.Limit, shortDuration(r.Period))
-	case rules.Concurrency.String():
+	case algorithm.Concurrency.String():
 		return fmt.Sprintf("%d in flight per key", r.Limit)
-	case rules.Quota.String():
+	case algorithm.Quota.String():
 		return fmt.Sprintf("%d per %s (%s)", r.Limit, resetNoun[r.Reset], r.Timezone)
 	}
 	return fmt.Sprintf("%d per %s", r.Limit, shortDuration(r.Period))

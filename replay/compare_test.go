@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/edgerate/edge/internal/algorithm"
-	"github.com/edgerate/edge/rules"
 )
 
 // TestCompareKnownAnswer replays two sources with known answers through
@@ -125,7 +124,7 @@ func TestParseAlgorithm(t *testing.T) {
 		}
 	}
 	// TableRules reads a configuration's algorithms by name.
-	for i, a := range []rules.Algorithm{rules.SlidingWindow, rules.FixedWindow, rules.TokenBucket, rules.LeakyBucket} {
+	for i, a := range []algorithm.Algorithm{algorithm.SlidingWindow, algorithm.FixedWindow, algorithm.TokenBucket, algorithm.LeakyBucket} {
 		if got, err := ParseAlgorithm(a.String()); err != nil || got != Algorithms[i] {
 			t.Errorf("ParseAlgorithm(%q) = %v, %v; want %v", a, got, err, Algorithms[i])
 		}

@@ -35,13 +35,17 @@ func TableRules(t *rules.Table, only string) []LogRule {
 	for _, d := range t.Domains {
 		for _, r := range d.Rules {
 			name := d.Name + "/" + r.Name
-			if r.Algorithm == rules.Concurrency {
+			if r.Algorithm == algorithm.Concurrency {
 				// A log has no request durations: requests in flight
 				// cannot be replayed.
 				continue
 			}
-			// Package rules spells an algorithm as window names it.
-			alg, _ := ParseAlgorithm(r.Algorithm.String())
+			// A replay counts by one of Algorithms, any other (a quota)
+			// by a sliding window.
+			alg := r.Algorithm
+			if !slices.Contains(Algorithms, alg) {
+				alg = algorithm.SlidingWindow
+			}
 			if only != "" && only != name {
 				continue
 			}
@@ -49,7 +53,7 @@ func TableRules(t *rules.Table, only string) []LogRule {
 				Rule: Rule{
 					Name: name, Algorithm: alg, Limit: r.Limit, Period: r.Period,
 					Burst: r.Burst, Mitigation: r.MitigationTimeout,
-					Precision: windowPrecision(r.Precision),
+					Precision: r.Precision,
 				},
 				Key:          r.Key,
 				Match:        r.Matches,
@@ -224,12 +228,4 @@ func SyntheticInputs(name string, seed uint64, scale trace.Scale) ([]Input, erro
 		}
 	}
 	return ins, nil
-}
-
-// windowPrecision is p as package window names it.
-func windowPrecision(p rules.Precision) algorithm.Precision {
-	if p == rules.Fine {
-		return algorithm.Fine
-	}
-	return algorithm.Standard
 }

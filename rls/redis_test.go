@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/edgerate/edge/cluster"
+	"github.com/edgerate/edge/internal/algorithm"
 	"github.com/edgerate/edge/internal/redistest"
 	"github.com/edgerate/edge/internal/wait"
 	"github.com/edgerate/edge/rules"
@@ -25,7 +26,7 @@ import (
 
 // node is one edge process of a PoP for these tests: a Service counting
 // through its own cluster client, served over TCP.
-func node(t *testing.T, addr string, sync rules.SyncMode, algo rules.Algorithm, name string) pb.RateLimitServiceClient {
+func node(t *testing.T, addr string, sync rules.SyncMode, algo algorithm.Algorithm, name string) pb.RateLimitServiceClient {
 	return nodeWith(t, addr, sync, algo, name, `domain: shop
 descriptors:
   - key: user
@@ -33,7 +34,7 @@ descriptors:
 `)
 }
 
-func nodeWith(t *testing.T, addr string, sync rules.SyncMode, algo rules.Algorithm, name, lyft string) pb.RateLimitServiceClient {
+func nodeWith(t *testing.T, addr string, sync rules.SyncMode, algo algorithm.Algorithm, name, lyft string) pb.RateLimitServiceClient {
 	t.Helper()
 	return nodeOpts(t, testCluster(addr, sync), algo, cluster.Options{Pop: "test", Node: name}, lyft)
 }
@@ -47,7 +48,7 @@ func testCluster(addr string, sync rules.SyncMode) rules.Cluster {
 }
 
 // nodeOpts is a node counting through a cluster client of cc and opts.
-func nodeOpts(t *testing.T, cc rules.Cluster, algo rules.Algorithm, opts cluster.Options, lyft string) pb.RateLimitServiceClient {
+func nodeOpts(t *testing.T, cc rules.Cluster, algo algorithm.Algorithm, opts cluster.Options, lyft string) pb.RateLimitServiceClient {
 	t.Helper()
 	opts.Config = cc
 	c, err := cluster.New(opts)
@@ -88,7 +89,7 @@ func nodeOpts(t *testing.T, cc rules.Cluster, algo rules.Algorithm, opts cluster
 // exact mode enforce one limit between them, under both algorithms, and
 // keep their keys under the rls. prefix of the domain.
 func TestRedisExact(t *testing.T) {
-	for _, algo := range []rules.Algorithm{rules.SlidingWindow, rules.FixedWindow} {
+	for _, algo := range []algorithm.Algorithm{algorithm.SlidingWindow, algorithm.FixedWindow} {
 		t.Run(algo.String(), func(t *testing.T) {
 			srv := redistest.Start(t)
 			a := node(t, srv.Addr, rules.SyncExact, algo, "a")
@@ -124,8 +125,8 @@ func TestRedisExact(t *testing.T) {
 func TestRedisBatched(t *testing.T) {
 	srv := redistest.Start(t)
 	const lyft = "domain: shop\ndescriptors:\n  - key: user\n    rate_limit: {unit: month, requests_per_unit: 1000}\n"
-	a := nodeWith(t, srv.Addr, rules.SyncBatched, rules.SlidingWindow, "a", lyft)
-	b := nodeWith(t, srv.Addr, rules.SyncBatched, rules.SlidingWindow, "b", lyft)
+	a := nodeWith(t, srv.Addr, rules.SyncBatched, algorithm.SlidingWindow, "a", lyft)
+	b := nodeWith(t, srv.Addr, rules.SyncBatched, algorithm.SlidingWindow, "b", lyft)
 	ask := func(c pb.RateLimitServiceClient, hits uint32) pb.RateLimitResponse_Code {
 		resp, err := c.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "shop", HitsAddend: hits, Descriptors: []*rlspb.RateLimitDescriptor{desc("user=bob")}})
 		if err != nil {
@@ -145,7 +146,7 @@ func TestRedisBatched(t *testing.T) {
 // is answered UNAVAILABLE: Envoy then applies its failure_mode_deny.
 func TestRedisDownClosed(t *testing.T) {
 	srv := redistest.Start(t)
-	a := node(t, srv.Addr, rules.SyncExact, rules.FixedWindow, "a")
+	a := node(t, srv.Addr, rules.SyncExact, algorithm.FixedWindow, "a")
 	if _, err := a.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "shop", Descriptors: []*rlspb.RateLimitDescriptor{desc("user=cy")}}); err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +164,7 @@ func TestRedisRefundSharedRule(t *testing.T) {
 	for _, sync := range []rules.SyncMode{rules.SyncExact, rules.SyncBatched} {
 		t.Run(sync.String(), func(t *testing.T) {
 			srv := redistest.Start(t)
-			a := nodeWith(t, srv.Addr, sync, rules.SlidingWindow, "a", `domain: shop
+			a := nodeWith(t, srv.Addr, sync, algorithm.SlidingWindow, "a", `domain: shop
 descriptors:
   - key: user
     rate_limit: {unit: month, requests_per_unit: 3}
@@ -208,11 +209,11 @@ descriptors:
 `
 	for _, tc := range []struct {
 		sync rules.SyncMode
-		algo rules.Algorithm
+		algo algorithm.Algorithm
 	}{
-		{rules.SyncExact, rules.SlidingWindow},
-		{rules.SyncExact, rules.FixedWindow},
-		{rules.SyncBatched, rules.SlidingWindow},
+		{rules.SyncExact, algorithm.SlidingWindow},
+		{rules.SyncExact, algorithm.FixedWindow},
+		{rules.SyncBatched, algorithm.SlidingWindow},
 	} {
 		t.Run(tc.sync.String()+"/"+tc.algo.String(), func(t *testing.T) {
 			srv := redistest.Start(t)
@@ -245,9 +246,9 @@ descriptors:
 			end := time.Duration(divider-now.Unix()%divider) * time.Second // Lyft's reset
 			got := st.DurationUntilReset.AsDuration()
 			switch {
-			case tc.algo == rules.FixedWindow && (got > end+time.Second || got < end-2*time.Second):
+			case tc.algo == algorithm.FixedWindow && (got > end+time.Second || got < end-2*time.Second):
 				t.Errorf("reset: got %v, want Lyft's %v", got, end)
-			case tc.algo == rules.SlidingWindow && (got < end-2*time.Second || got > end+365*24*time.Hour+time.Second):
+			case tc.algo == algorithm.SlidingWindow && (got < end-2*time.Second || got > end+365*24*time.Hour+time.Second):
 				t.Errorf("reset: got %v, want after the year's end (%v), within a year of it", got, end)
 			}
 			keys, err := srv.Client().Do(ctx, srv.Client().B().Keys().Pattern("edge:test:rls.shop:*").Build()).AsStrSlice()
@@ -262,7 +263,7 @@ descriptors:
 				counted = true
 				ttl, err := srv.Client().Do(ctx, srv.Client().B().Pttl().Key(k).Build()).AsInt64()
 				lives := 2 * 365 * 24 * time.Hour // a sliding window's count, two periods
-				if tc.algo == rules.FixedWindow {
+				if tc.algo == algorithm.FixedWindow {
 					lives = 365 * 24 * time.Hour
 				}
 				if err != nil || ttl <= 0 || time.Duration(ttl)*time.Millisecond > lives {
@@ -290,7 +291,7 @@ func TestRedisOneRoundTrip(t *testing.T) {
 	trips := map[string]int{}
 	cc := testCluster(srv.Addr, rules.SyncExact)
 	cc.HeartbeatInterval = time.Hour // no heartbeat while counting
-	a := nodeOpts(t, cc, rules.SlidingWindow, cluster.Options{Pop: "test", Node: "a", OnRoundTrip: func(op string, _ time.Duration, err error) {
+	a := nodeOpts(t, cc, algorithm.SlidingWindow, cluster.Options{Pop: "test", Node: "a", OnRoundTrip: func(op string, _ time.Duration, err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if err == nil {

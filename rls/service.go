@@ -66,7 +66,7 @@ var _ pb.RateLimitServiceServer = (*Service)(nil)
 
 // state is one configuration, compiled for counting.
 type state struct {
-	algorithm      rules.Algorithm
+	algorithm      algorithm.Algorithm
 	headers        bool
 	maxDescriptors int // rls.max_descriptors
 	domains        map[string]*domainState
@@ -198,7 +198,7 @@ func (s *Service) Close() {
 // limitOf is how a rule of domain counts limit lk. A fixed window counts
 // every hit, refused ones too, as Lyft's INCRBY does; a sliding window
 // counts what it allows, as edge's rules do by default.
-func limitOf(domain string, lk LimitKey, a rules.Algorithm) window.Limit {
+func limitOf(domain string, lk LimitKey, a algorithm.Algorithm) window.Limit {
 	h := fnv.New64a()
 	h.Write([]byte(domain))
 	var b [8]byte
@@ -211,7 +211,7 @@ func limitOf(domain string, lk LimitKey, a rules.Algorithm) window.Limit {
 		Period:    lk.Unit.Period(),
 		Identity:  h.Sum64(),
 	}
-	if a == rules.FixedWindow {
+	if a == algorithm.FixedWindow {
 		l.Algorithm, l.CountBlocked = algorithm.FixedWindow, true
 	}
 	return l
@@ -250,7 +250,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 		s.metrics.unknownDomain.Inc()
 		return resp, nil
 	}
-	c := call{ds: ds, now: now, fixed: st.algorithm == rules.FixedWindow, resp: resp}
+	c := call{ds: ds, now: now, fixed: st.algorithm == algorithm.FixedWindow, resp: resp}
 	if ds.counter != nil {
 		c.tally = ds.counter.Begin()
 		defer c.tally.End()

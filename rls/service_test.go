@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/edgerate/edge/internal/algorithm"
 	"github.com/edgerate/edge/rules"
 )
 
@@ -210,7 +211,7 @@ func TestConformance(t *testing.T) {
 				codes: []pb.RateLimitResponse_Code{ok, over}, limits: []uint32{0, 3}}})},
 		{"unknown domain", []call{{descs: []*rlspb.RateLimitDescriptor{desc("remote_address=1.1.1.1")}, want: ok, codes: []pb.RateLimitResponse_Code{ok}, limits: []uint32{0}, hits: 0}}},
 	} {
-		for _, algo := range []rules.Algorithm{rules.SlidingWindow, rules.FixedWindow} {
+		for _, algo := range []algorithm.Algorithm{algorithm.SlidingWindow, algorithm.FixedWindow} {
 			t.Run(tc.name+"/"+algo.String(), func(t *testing.T) {
 				f := serve(t, rules.RLS{Algorithm: algo})
 				domain := "shop"
@@ -276,7 +277,7 @@ func TestYear(t *testing.T) {
 	lyftReset := func(now time.Time) time.Duration {
 		return time.Duration(divider-now.Unix()%divider) * time.Second
 	}
-	for _, algo := range []rules.Algorithm{rules.SlidingWindow, rules.FixedWindow} {
+	for _, algo := range []algorithm.Algorithm{algorithm.SlidingWindow, algorithm.FixedWindow} {
 		t.Run(algo.String(), func(t *testing.T) {
 			f := serve(t, rules.RLS{Algorithm: algo, ResponseHeaders: true})
 			ask := func() *pb.RateLimitResponse_DescriptorStatus {
@@ -302,7 +303,7 @@ func TestYear(t *testing.T) {
 				t.Errorf("RateLimit-Policy %q, want a window of 31536000 seconds", policy)
 			}
 			end := lyftReset(f.clock.now()) // to the end of Lyft's year
-			if algo == rules.FixedWindow {
+			if algo == algorithm.FixedWindow {
 				if got := st.DurationUntilReset.AsDuration(); got != end {
 					t.Errorf("reset: got %v, want Lyft's %v", got, end)
 				}
@@ -310,7 +311,7 @@ func TestYear(t *testing.T) {
 				t.Errorf("reset: got %v, want after the year's end (%v), within a year of it", got, end)
 			}
 			f.clock.add(end - time.Second) // the year's last second
-			if st := ask(); st.Code != over || (algo == rules.FixedWindow && st.DurationUntilReset.AsDuration() != time.Second) {
+			if st := ask(); st.Code != over || (algo == algorithm.FixedWindow && st.DurationUntilReset.AsDuration() != time.Second) {
 				t.Fatalf("in the year's last second: %v, want OVER_LIMIT", st)
 			}
 			f.clock.add(time.Second) // the next year's first
@@ -318,7 +319,7 @@ func TestYear(t *testing.T) {
 				t.Fatalf("the clock is at %v, not at the start of a Lyft year", now)
 			}
 			st = ask()
-			if algo == rules.FixedWindow {
+			if algo == algorithm.FixedWindow {
 				if st.Code != ok || st.LimitRemaining != 1 || st.DurationUntilReset.AsDuration() != 365*24*time.Hour {
 					t.Fatalf("the next year's first request: %v, want OK, 1 left, reset in 365 days", st)
 				}
@@ -338,7 +339,7 @@ func TestYear(t *testing.T) {
 // TestAlgorithms: where the two algorithms differ.
 func TestAlgorithms(t *testing.T) {
 	t.Run("fixed window starts afresh at the period's end", func(t *testing.T) {
-		f := serve(t, rules.RLS{Algorithm: rules.FixedWindow})
+		f := serve(t, rules.RLS{Algorithm: algorithm.FixedWindow})
 		for range 3 {
 			f.ask(t, "shop", 0, desc("remote_address=1.2.3.4"))
 		}
@@ -355,7 +356,7 @@ func TestAlgorithms(t *testing.T) {
 		}
 	})
 	t.Run("sliding window remembers the previous period", func(t *testing.T) {
-		f := serve(t, rules.RLS{Algorithm: rules.SlidingWindow})
+		f := serve(t, rules.RLS{Algorithm: algorithm.SlidingWindow})
 		for range 3 {
 			f.ask(t, "shop", 0, desc("remote_address=1.2.3.4"))
 		}
@@ -369,14 +370,14 @@ func TestAlgorithms(t *testing.T) {
 		}
 	})
 	for _, tc := range []struct {
-		algo rules.Algorithm
+		algo algorithm.Algorithm
 		left int // requests of 1.2.3.4 still allowed after a refused pair
 	}{
 		// edge: a refused request counts nowhere, so the other descriptor's
 		// count is given back.
-		{rules.SlidingWindow, 3},
+		{algorithm.SlidingWindow, 3},
 		// Lyft: every descriptor of the request was counted.
-		{rules.FixedWindow, 2},
+		{algorithm.FixedWindow, 2},
 	} {
 		t.Run("refused request with "+tc.algo.String(), func(t *testing.T) {
 			f := serve(t, rules.RLS{Algorithm: tc.algo})

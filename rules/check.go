@@ -3,6 +3,8 @@ package rules
 import (
 	"fmt"
 	"net"
+
+	"github.com/edgerate/edge/internal/algorithm"
 )
 
 // Defaults of the check section.
@@ -147,7 +149,7 @@ func compileServe(p *problems, d *Domain, path string, dc DomainConfig, check bo
 // answers before the request goes on, and never sees it again.
 func checkCheckedRule(p *problems, path string, r *Rule) {
 	switch {
-	case r.Algorithm == Concurrency:
+	case r.Algorithm == algorithm.Concurrency:
 		p.add(path+".algorithm", "concurrency holds a slot until the response, which the check listener never sees (set the domain's serve to proxy), got %s", r.Algorithm)
 	case r.MaxDelay > 0:
 		p.add(path+".max_delay", "a queue holds the request, which the check listener does not (set the domain's serve to proxy), got %s", fmtDuration(r.MaxDelay))

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/edgerate/edge/internal/algorithm"
 	"github.com/edgerate/edge/internal/wire"
 )
 
@@ -488,14 +489,14 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 				p.add(fmt.Sprintf("%s.rules[%d].algorithm", path, j),
 					"is not supported yet with cluster.sync share (windows, quotas and concurrency are; a bucket's rate and burst are not split), got %q", r.Algorithm.String())
 			}
-			if r.Precision == Fine && (t.Cluster.Store == StoreRedis || t.Cluster.Sync == SyncShare) {
+			if r.Precision == algorithm.Fine && (t.Cluster.Store == StoreRedis || t.Cluster.Sync == SyncShare) {
 				// Redis holds a key's count as two counters, which every
 				// node reads and writes; a log of a key's last requests
 				// would have to live there too, for each request.
 				p.add(fmt.Sprintf("%s.rules[%d].precision", path, j),
 					"fine is not supported with a cluster that shares counters (cluster.store redis, or cluster.sync share): the log of a key near its limit is one node's, while the PoP's count is two counters; use standard")
 			}
-			if r.Algorithm == Concurrency && t.Cluster.Store == StoreRedis && t.Cluster.Sync == SyncBatched {
+			if r.Algorithm == algorithm.Concurrency && t.Cluster.Store == StoreRedis && t.Cluster.Sync == SyncBatched {
 				// Slots are leases in Redis, taken and given back by
 				// each request: a batch of counts cannot hold them.
 				p.add(fmt.Sprintf("%s.rules[%d].algorithm", path, j),
@@ -794,7 +795,7 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 
 	cal, byPeriod := compileCalendar(p, path, rc)
 	r.Reset, r.Location = cal.reset, cal.location
-	if rc.Algorithm == Concurrency.String() {
+	if rc.Algorithm == algorithm.Concurrency.String() {
 		byPeriod = false
 		checkConcurrency(p, path, rc)
 	}
@@ -860,23 +861,18 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 // compilePrecision compiles the rule's precision, once its algorithm,
 // limit and mode are known.
 func compilePrecision(p *problems, path string, rc RuleConfig, r *Rule) {
-	switch rc.Precision {
-	case "", "standard":
-		return
-	case "fine":
-	default:
-		p.add(path+".precision", "must be standard or fine, got %q", rc.Precision)
+	if parseAt(p, path+".precision", rc.Precision, algorithm.ParsePrecision) != algorithm.Fine {
 		return
 	}
 	switch {
-	case r.Algorithm != SlidingWindow:
+	case r.Algorithm != algorithm.SlidingWindow:
 		p.add(path+".precision", "fine applies only to algorithm sliding_window, got %s", r.Algorithm)
 	case r.Soft:
 		p.add(path+".precision", "fine counts a hard limit exactly: not valid with mode soft, which decides by the offered rate")
 	case r.Limit > MaxFineLimit:
 		p.add(path+".precision", "fine keeps a log of a key's last limit requests: limit must be at most %d, got %d", MaxFineLimit, r.Limit)
 	default:
-		r.Precision = Fine
+		r.Precision = algorithm.Fine
 	}
 }
 
@@ -894,7 +890,7 @@ func compileMode(p *problems, path string, rc RuleConfig, r *Rule) {
 		return
 	}
 	switch {
-	case r.Algorithm != SlidingWindow && r.Algorithm != FixedWindow:
+	case r.Algorithm != algorithm.SlidingWindow && r.Algorithm != algorithm.FixedWindow:
 		p.add(path+".mode", "soft applies only to algorithm sliding_window or fixed_window, got %s", r.Algorithm)
 	case len(rc.CountStatus) > 0:
 		p.add(path+".mode", "soft counts every request offered: not valid with count_status")
@@ -916,7 +912,7 @@ func compileMode(p *problems, path string, rc RuleConfig, r *Rule) {
 // and timezone are compileCalendar's.
 func compileAlgorithm(p *problems, path string, rc RuleConfig, r *Rule) bool {
 	before := len(p.list)
-	r.Algorithm = algorithmSpelling.parse(p, path+".algorithm", rc.Algorithm)
+	r.Algorithm = parseAt(p, path+".algorithm", rc.Algorithm, algorithm.ParseAlgorithm)
 	if len(p.list) > before {
 		return false
 	}
@@ -942,7 +938,7 @@ func compileAlgorithm(p *problems, path string, rc RuleConfig, r *Rule) bool {
 	case d == 0:
 	case d < 0:
 		p.add(path+".max_delay", "must not be negative, got %s", fmtDuration(d))
-	case r.Algorithm != LeakyBucket:
+	case r.Algorithm != algorithm.LeakyBucket:
 		p.add(path+".max_delay", "applies only to algorithm leaky_bucket, got %s with %s", fmtDuration(d), r.Algorithm)
 	case d < minQueueDelay || d > MaxQueueDelay:
 		p.add(path+".max_delay", "must be 0 (a meter) or between %s and %s, got %s",
@@ -952,7 +948,7 @@ func compileAlgorithm(p *problems, path string, rc RuleConfig, r *Rule) bool {
 	}
 
 	switch l := rc.Lease; {
-	case r.Algorithm != Concurrency:
+	case r.Algorithm != algorithm.Concurrency:
 		if l != 0 {
 			p.add(path+".lease", "applies only to algorithm concurrency, got %s with %s", fmtDuration(l), r.Algorithm)
 		}

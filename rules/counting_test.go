@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/edgerate/edge/internal/algorithm"
 )
 
 // intp returns a pointer to n, for RuleConfig.Cost.
@@ -183,63 +185,63 @@ func TestCompileCounting(t *testing.T) {
 		sync string // cluster.sync, with cluster.store redis; "": local counters
 	}{
 		{name: "defaults", rule: RuleConfig{Limit: 10},
-			want: Rule{Algorithm: SlidingWindow, Cost: 1}, cap: 10},
+			want: Rule{Algorithm: algorithm.SlidingWindow, Cost: 1}, cap: 10},
 		{name: "sliding window named", rule: RuleConfig{Limit: 10, Algorithm: "sliding_window"},
-			want: Rule{Algorithm: SlidingWindow, Cost: 1}, cap: 10},
+			want: Rule{Algorithm: algorithm.SlidingWindow, Cost: 1}, cap: 10},
 		{name: "fixed window", rule: RuleConfig{Limit: 10, Algorithm: "fixed_window"},
-			want: Rule{Algorithm: FixedWindow, Cost: 1}, cap: 10},
+			want: Rule{Algorithm: algorithm.FixedWindow, Cost: 1}, cap: 10},
 		{name: "token bucket, burst from limit", rule: RuleConfig{Limit: 10, Algorithm: "token_bucket"},
-			want: Rule{Algorithm: TokenBucket, Cost: 1}, cap: 10},
+			want: Rule{Algorithm: algorithm.TokenBucket, Cost: 1}, cap: 10},
 		{name: "token bucket with burst", rule: RuleConfig{Limit: 10, Algorithm: "token_bucket", Burst: 25},
-			want: Rule{Algorithm: TokenBucket, Burst: 25, Cost: 1}, cap: 25},
+			want: Rule{Algorithm: algorithm.TokenBucket, Burst: 25, Cost: 1}, cap: 25},
 		{name: "leaky bucket meter", rule: RuleConfig{Limit: 10, Algorithm: "leaky_bucket", Burst: 4, MaxDelay: 0},
-			want: Rule{Algorithm: LeakyBucket, Burst: 4, Cost: 1}, cap: 4},
+			want: Rule{Algorithm: algorithm.LeakyBucket, Burst: 4, Cost: 1}, cap: 4},
 		{name: "leaky bucket queue", rule: RuleConfig{Limit: 10, Algorithm: "leaky_bucket", Burst: 1, MaxDelay: 2 * time.Second},
-			want: Rule{Algorithm: LeakyBucket, Burst: 1, MaxDelay: 2 * time.Second, Cost: 1}, cap: 1},
+			want: Rule{Algorithm: algorithm.LeakyBucket, Burst: 1, MaxDelay: 2 * time.Second, Cost: 1}, cap: 1},
 		{name: "leaky bucket queue of 1ms", rule: RuleConfig{Limit: 10, Algorithm: "leaky_bucket", MaxDelay: time.Millisecond},
-			want: Rule{Algorithm: LeakyBucket, MaxDelay: time.Millisecond, Cost: 1}, cap: 10},
+			want: Rule{Algorithm: algorithm.LeakyBucket, MaxDelay: time.Millisecond, Cost: 1}, cap: 10},
 		{name: "leaky bucket queue of an hour", rule: RuleConfig{Limit: 10, Algorithm: "leaky_bucket", MaxDelay: time.Hour},
-			want: Rule{Algorithm: LeakyBucket, MaxDelay: time.Hour, Cost: 1}, cap: 10},
+			want: Rule{Algorithm: algorithm.LeakyBucket, MaxDelay: time.Hour, Cost: 1}, cap: 10},
 		{name: "burst fills in 1192h", rule: RuleConfig{Limit: 60, Algorithm: "leaky_bucket", Burst: 4291200},
-			want: Rule{Algorithm: LeakyBucket, Burst: 4291200, Cost: 1}, cap: 4291200},
+			want: Rule{Algorithm: algorithm.LeakyBucket, Burst: 4291200, Cost: 1}, cap: 4291200},
 		{name: "cost 0", rule: RuleConfig{Limit: 10, Cost: intp(0)},
 			want: Rule{Cost: 0}, cap: 10},
 		{name: "cost up to the limit", rule: RuleConfig{Limit: 10, Cost: intp(10)},
 			want: Rule{Cost: 10}, cap: 10},
 		{name: "cost up to the burst", rule: RuleConfig{Limit: 10, Algorithm: "token_bucket", Burst: 50, Cost: intp(50)},
-			want: Rule{Algorithm: TokenBucket, Burst: 50, Cost: 50}, cap: 50},
+			want: Rule{Algorithm: algorithm.TokenBucket, Burst: 50, Cost: 50}, cap: 50},
 		{name: "cost header canonical", rule: RuleConfig{Limit: 100, CostHeader: "x-query-COST", MaxCost: 100},
 			want: Rule{Cost: 1, CostHeader: "X-Query-Cost", MaxCost: 100}, cap: 100},
 		{name: "cost header with default cost 0", rule: RuleConfig{Limit: 100, Cost: intp(0), CostHeader: "X-Cost", MaxCost: 1},
 			want: Rule{Cost: 0, CostHeader: "X-Cost", MaxCost: 1}, cap: 100},
 		{name: "redis exact token bucket", rule: RuleConfig{Limit: 10, Algorithm: "token_bucket", Burst: 5, Cost: intp(2)}, sync: "exact",
-			want: Rule{Algorithm: TokenBucket, Burst: 5, Cost: 2}, cap: 5},
+			want: Rule{Algorithm: algorithm.TokenBucket, Burst: 5, Cost: 2}, cap: 5},
 		{name: "redis exact fixed window with cost header", rule: RuleConfig{Limit: 10, Algorithm: "fixed_window", CostHeader: "X-Cost", MaxCost: 10}, sync: "exact",
-			want: Rule{Algorithm: FixedWindow, Cost: 1, CostHeader: "X-Cost", MaxCost: 10}, cap: 10},
+			want: Rule{Algorithm: algorithm.FixedWindow, Cost: 1, CostHeader: "X-Cost", MaxCost: 10}, cap: 10},
 		{name: "redis exact leaky bucket cost 0", rule: RuleConfig{Limit: 10, Algorithm: "leaky_bucket", Cost: intp(0)}, sync: "exact",
-			want: Rule{Algorithm: LeakyBucket, Cost: 0}, cap: 10},
+			want: Rule{Algorithm: algorithm.LeakyBucket, Cost: 0}, cap: 10},
 		{name: "redis exact leaky bucket queue", rule: RuleConfig{Limit: 10, Algorithm: "leaky_bucket", MaxDelay: 2 * time.Second}, sync: "exact",
-			want: Rule{Algorithm: LeakyBucket, Cost: 1, MaxDelay: 2 * time.Second}, cap: 10},
+			want: Rule{Algorithm: algorithm.LeakyBucket, Cost: 1, MaxDelay: 2 * time.Second}, cap: 10},
 		{name: "redis batched token bucket", rule: RuleConfig{Limit: 10, Algorithm: "token_bucket", Burst: 20, Cost: intp(2)}, sync: "batched",
-			want: Rule{Algorithm: TokenBucket, Burst: 20, Cost: 2}, cap: 20},
+			want: Rule{Algorithm: algorithm.TokenBucket, Burst: 20, Cost: 2}, cap: 20},
 		{name: "redis batched fixed window", rule: RuleConfig{Limit: 10, Algorithm: "fixed_window"}, sync: "batched",
-			want: Rule{Algorithm: FixedWindow, Cost: 1}, cap: 10},
+			want: Rule{Algorithm: algorithm.FixedWindow, Cost: 1}, cap: 10},
 		{name: "redis batched leaky bucket", rule: RuleConfig{Limit: 10, Algorithm: "leaky_bucket"}, sync: "batched",
-			want: Rule{Algorithm: LeakyBucket, Cost: 1}, cap: 10},
+			want: Rule{Algorithm: algorithm.LeakyBucket, Cost: 1}, cap: 10},
 		{name: "redis batched sliding window with cost", rule: RuleConfig{Limit: 10, Cost: intp(3), CostHeader: "X-Cost", MaxCost: 4}, sync: "batched",
 			want: Rule{Cost: 3, CostHeader: "X-Cost", MaxCost: 4}, cap: 10},
 		{name: "redis exact quota", rule: RuleConfig{Limit: 10, Algorithm: "quota", Reset: "monthly", Cost: intp(2)}, sync: "exact",
-			want: Rule{Algorithm: Quota, Cost: 2}, cap: 10},
+			want: Rule{Algorithm: algorithm.Quota, Cost: 2}, cap: 10},
 		{name: "redis batched quota", rule: RuleConfig{Limit: 10, Algorithm: "quota", Reset: "daily"}, sync: "batched",
-			want: Rule{Algorithm: Quota, Cost: 1}, cap: 10},
+			want: Rule{Algorithm: algorithm.Quota, Cost: 1}, cap: 10},
 		{name: "concurrency, lease by default", rule: RuleConfig{Limit: 2, Algorithm: "concurrency"},
-			want: Rule{Algorithm: Concurrency, Cost: 1, Lease: 30 * time.Second}, cap: 2},
+			want: Rule{Algorithm: algorithm.Concurrency, Cost: 1, Lease: 30 * time.Second}, cap: 2},
 		{name: "redis exact concurrency, shortest lease", rule: RuleConfig{Limit: 2, Algorithm: "concurrency", Lease: time.Second}, sync: "exact",
-			want: Rule{Algorithm: Concurrency, Cost: 1, Lease: time.Second}, cap: 2},
+			want: Rule{Algorithm: algorithm.Concurrency, Cost: 1, Lease: time.Second}, cap: 2},
 		{name: "redis share concurrency", rule: RuleConfig{Limit: 2, Algorithm: "concurrency"}, sync: "share",
-			want: Rule{Algorithm: Concurrency, Cost: 1, Lease: 30 * time.Second}, cap: 2},
+			want: Rule{Algorithm: algorithm.Concurrency, Cost: 1, Lease: 30 * time.Second}, cap: 2},
 		{name: "redis exact concurrency, longest lease", rule: RuleConfig{Limit: 2, Algorithm: "concurrency", Lease: time.Hour}, sync: "exact",
-			want: Rule{Algorithm: Concurrency, Cost: 1, Lease: time.Hour}, cap: 2},
+			want: Rule{Algorithm: algorithm.Concurrency, Cost: 1, Lease: time.Hour}, cap: 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -271,9 +273,9 @@ func TestCompileCounting(t *testing.T) {
 }
 
 func TestAlgorithmString(t *testing.T) {
-	for a, want := range map[Algorithm]string{
-		SlidingWindow: "sliding_window", FixedWindow: "fixed_window",
-		TokenBucket: "token_bucket", LeakyBucket: "leaky_bucket", 9: "Algorithm(9)",
+	for a, want := range map[algorithm.Algorithm]string{
+		algorithm.SlidingWindow: "sliding_window", algorithm.FixedWindow: "fixed_window",
+		algorithm.TokenBucket: "token_bucket", algorithm.LeakyBucket: "leaky_bucket", 9: "Algorithm(9)",
 	} {
 		if got := a.String(); got != want {
 			t.Errorf("Algorithm(%d).String() = %q, want %q", a, got, want)

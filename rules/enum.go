@@ -38,12 +38,21 @@ func (s spelling[T]) parse(p *problems, path, raw string) T {
 }
 
 var (
-	actionSpelling    = spelling[Action]{"Action", []string{"block", "log"}}
-	headerSpelling    = spelling[HeaderMode]{"HeaderMode", []string{"blocked", "always", "none"}}
-	keyKindSpelling   = spelling[KeyKind]{"KeyKind", []string{"ip", "header", "path", "host"}}
-	storeSpelling     = spelling[StoreKind]{"StoreKind", []string{"local", "redis"}}
-	syncSpelling      = spelling[SyncMode]{"SyncMode", []string{"exact", "batched", "share"}}
-	splitSpelling     = spelling[SplitMode]{"SplitMode", []string{"even", "poisson"}}
-	failureSpelling   = spelling[FailureMode]{"FailureMode", []string{"local", "open", "closed"}}
-	algorithmSpelling = spelling[Algorithm]{"Algorithm", []string{"sliding_window", "fixed_window", "token_bucket", "leaky_bucket", "quota", "concurrency"}}
+	actionSpelling  = spelling[Action]{"Action", []string{"block", "log"}}
+	headerSpelling  = spelling[HeaderMode]{"HeaderMode", []string{"blocked", "always", "none"}}
+	keyKindSpelling = spelling[KeyKind]{"KeyKind", []string{"ip", "header", "path", "host"}}
+	storeSpelling   = spelling[StoreKind]{"StoreKind", []string{"local", "redis"}}
+	syncSpelling    = spelling[SyncMode]{"SyncMode", []string{"exact", "batched", "share"}}
+	splitSpelling   = spelling[SplitMode]{"SplitMode", []string{"even", "poisson"}}
+	failureSpelling = spelling[FailureMode]{"FailureMode", []string{"local", "open", "closed"}}
 )
+
+// parseAt returns the value parse reads from raw, recording its error, if
+// any, at path: for the enumerations package algorithm spells.
+func parseAt[T any](p *problems, path, raw string, parse func(string) (T, error)) T {
+	v, err := parse(raw)
+	if err != nil {
+		p.add(path, "%v", err)
+	}
+	return v
+}

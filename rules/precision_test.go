@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/edgerate/edge/internal/algorithm"
 )
 
 // TestCompilePrecision: precision fine compiles on hard sliding windows of
@@ -70,7 +72,7 @@ func TestCompilePrecision(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Compile: %v", err)
 			}
-			if got := tab.Domains[0].Rules[0].Precision == Fine; got != tt.fine {
+			if got := tab.Domains[0].Rules[0].Precision == algorithm.Fine; got != tt.fine {
 				t.Errorf("fine %v, want %v", got, tt.fine)
 			}
 		})

@@ -3,31 +3,16 @@ package rules
 import (
 	"strings"
 	"time"
+
+	"github.com/edgerate/edge/internal/algorithm"
 )
-
-// Reset is the calendar period a quota counts in. The zero value is Daily.
-type Reset uint8
-
-const (
-	// Daily periods start at local midnight.
-	Daily Reset = iota
-	// Weekly periods start at local midnight at the start of Monday.
-	Weekly
-	// Monthly periods start at local midnight on the first of the month.
-	Monthly
-)
-
-// String returns the config spelling, such as "monthly".
-func (r Reset) String() string { return resetSpelling.name(r) }
-
-var resetSpelling = spelling[Reset]{"Reset", []string{"daily", "weekly", "monthly"}}
 
 // compileCalendar compiles reset and timezone, which only a quota has,
 // into r, and refuses period on a quota, which resets by the calendar
 // instead. It reports whether r counts by period (every algorithm but
 // quota), which the caller then checks.
 func compileCalendar(p *problems, path string, rc RuleConfig) (r calendarRule, byPeriod bool) {
-	if rc.Algorithm != Quota.String() {
+	if rc.Algorithm != algorithm.Quota.String() {
 		if rc.Reset != "" {
 			p.add(path+".reset", "applies only to algorithm quota, got %q with %s", rc.Reset, algorithmOrDefault(rc.Algorithm))
 		}
@@ -42,7 +27,7 @@ func compileCalendar(p *problems, path string, rc RuleConfig) (r calendarRule, b
 	if rc.Reset == "" {
 		p.missing(path+".reset", "with algorithm quota", "must be daily, weekly or monthly, got \"\"")
 	} else {
-		r.reset = resetSpelling.parse(p, path+".reset", rc.Reset)
+		r.reset = parseAt(p, path+".reset", rc.Reset, algorithm.ParseReset)
 	}
 	r.location = time.UTC
 	switch tz := rc.Timezone; {
@@ -64,14 +49,14 @@ func compileCalendar(p *problems, path string, rc RuleConfig) (r calendarRule, b
 
 // calendarRule is what compileCalendar compiles.
 type calendarRule struct {
-	reset    Reset
+	reset    algorithm.Reset
 	location *time.Location
 }
 
 // algorithmOrDefault is a configured algorithm's name for a message.
 func algorithmOrDefault(a string) string {
 	if a == "" {
-		return SlidingWindow.String()
+		return algorithm.SlidingWindow.String()
 	}
 	return a
 }

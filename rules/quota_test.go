@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 	_ "time/tzdata" // the zones below, wherever the tests run
+
+	"github.com/edgerate/edge/internal/algorithm"
 )
 
 // noPeriod leaves out the period TestCompileCountingErrors fills in, as a
@@ -24,11 +26,11 @@ func TestCompileQuota(t *testing.T) {
 		want Rule       // only the calendar fields are compared
 	}{
 		{name: "monthly in UTC by default", rule: RuleConfig{Algorithm: "quota", Reset: "monthly"},
-			want: Rule{Algorithm: Quota, Reset: Monthly, Location: time.UTC}},
+			want: Rule{Algorithm: algorithm.Quota, Reset: algorithm.Monthly, Location: time.UTC}},
 		{name: "daily in Berlin", rule: RuleConfig{Algorithm: "quota", Reset: "daily", Timezone: "Europe/Berlin"},
-			want: Rule{Algorithm: Quota, Reset: Daily, Location: berlin}},
+			want: Rule{Algorithm: algorithm.Quota, Reset: algorithm.Daily, Location: berlin}},
 		{name: "weekly", rule: RuleConfig{Algorithm: "quota", Reset: "weekly", Timezone: "UTC"},
-			want: Rule{Algorithm: Quota, Reset: Weekly, Location: time.UTC}},
+			want: Rule{Algorithm: algorithm.Quota, Reset: algorithm.Weekly, Location: time.UTC}},
 		{name: "a window has no zone", rule: RuleConfig{Period: time.Minute},
 			want: Rule{Period: time.Minute}},
 	}

@@ -3,6 +3,8 @@ package rules
 import (
 	"fmt"
 	"slices"
+
+	"github.com/edgerate/edge/internal/algorithm"
 )
 
 // RLSConfig is the rls section: edge as the rate limit service of Envoy
@@ -49,8 +51,8 @@ type RLS struct {
 	Config          []string // as written: paths and globs, relative to the main file
 	MergeDomains    bool
 	ResponseHeaders bool
-	Algorithm       Algorithm // SlidingWindow or FixedWindow
-	MaxDescriptors  int       // the most descriptors of one call
+	Algorithm       algorithm.Algorithm // SlidingWindow or FixedWindow
+	MaxDescriptors  int                 // the most descriptors of one call
 }
 
 // Equal reports whether two rls sections are the same.
@@ -101,9 +103,9 @@ func compileRLS(p *problems, c RLSConfig, t *Table) RLS {
 	}
 	switch c.Algorithm {
 	case "", "sliding_window":
-		out.Algorithm = SlidingWindow
+		out.Algorithm = algorithm.SlidingWindow
 	case "fixed_window":
-		out.Algorithm = FixedWindow
+		out.Algorithm = algorithm.FixedWindow
 	default:
 		p.add("rls.algorithm", "must be sliding_window or fixed_window, got %q", c.Algorithm)
 	}
@@ -113,7 +115,7 @@ func compileRLS(p *problems, c RLSConfig, t *Table) RLS {
 		}
 		out.MaxDescriptors = *n
 	}
-	if t.Cluster.Store == StoreRedis && t.Cluster.Sync == SyncBatched && out.Algorithm == FixedWindow {
+	if t.Cluster.Store == StoreRedis && t.Cluster.Sync == SyncBatched && out.Algorithm == algorithm.FixedWindow {
 		p.add("rls.algorithm", "fixed_window cannot be counted with cluster.sync batched (sliding windows only); use cluster.sync exact")
 	}
 	if t.Cluster.Sync == SyncShare {

@@ -3,6 +3,8 @@ package rules
 import (
 	"strings"
 	"testing"
+
+	"github.com/edgerate/edge/internal/algorithm"
 )
 
 func TestCompileRLS(t *testing.T) {
@@ -12,11 +14,11 @@ func TestCompileRLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := tab.RLS; r.Listen != "127.0.0.1:8081" || r.Algorithm != FixedWindow || !r.ResponseHeaders || !r.Equal(r) {
+	if r := tab.RLS; r.Listen != "127.0.0.1:8081" || r.Algorithm != algorithm.FixedWindow || !r.ResponseHeaders || !r.Equal(r) {
 		t.Errorf("got %+v", r)
 	}
 	cfg.RLS.Algorithm = ""
-	if tab, err = Compile(cfg); err != nil || tab.RLS.Algorithm != SlidingWindow {
+	if tab, err = Compile(cfg); err != nil || tab.RLS.Algorithm != algorithm.SlidingWindow {
 		t.Errorf("default algorithm: got %v, %v; want sliding_window", tab, err)
 	}
 	if got := tab.RLS.MaxDescriptors; got != 64 {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/edgerate/edge/internal/algorithm"
 	"github.com/edgerate/edge/internal/wire"
 )
 
@@ -196,17 +197,17 @@ type Rule struct {
 	// BlockResponse is nil when the proxy's default 429 response applies.
 	BlockResponse *Response
 
-	Algorithm Algorithm
+	Algorithm algorithm.Algorithm
 	// Soft is mode soft: a window that admits with probability limit ÷
 	// offered rate when over it (see window.Limit.Soft); CountBlocked is
 	// then true and MitigationTimeout 0.
 	Soft bool
 	// Precision is how finely a sliding window counts: Standard (the zero
 	// value) for every other algorithm (see window.Limit.Precision).
-	Precision Precision
+	Precision algorithm.Precision
 	// Reset is a quota's calendar period; Daily (the zero value) for every
 	// other algorithm, which counts by Period (0 for a quota).
-	Reset Reset
+	Reset algorithm.Reset
 	// Location is the time zone of a quota's calendar, UTC by default;
 	// nil for every other algorithm.
 	Location *time.Location
@@ -276,61 +277,9 @@ func (r *Rule) Capacity() int64 {
 	return r.Limit
 }
 
-// Algorithm is how a rule counts. The zero value is SlidingWindow.
-type Algorithm uint8
-
-const (
-	// SlidingWindow estimates the count over the last Period from the
-	// counts of the current and the previous epoch-aligned period.
-	SlidingWindow Algorithm = iota
-	// FixedWindow counts each epoch-aligned Period on its own.
-	FixedWindow
-	// TokenBucket holds up to Capacity tokens, refilled continuously at
-	// Limit per Period; a request takes its cost in tokens.
-	TokenBucket
-	// LeakyBucket is a level raised by each request's cost and draining
-	// at Limit per Period; a request that would raise it past Capacity is
-	// refused at once (a meter).
-	LeakyBucket
-	// Quota counts exactly per calendar period (Reset in Location) and
-	// starts again at 0 when the period ends.
-	Quota
-	// Concurrency limits the requests of one key in flight at once to
-	// Limit (Stripe's concurrent requests limiter): a request holds a slot
-	// from its decision until its response ends. It has no Period.
-	Concurrency
-)
-
-// String returns the config spelling, such as "token_bucket".
-func (a Algorithm) String() string { return algorithmSpelling.name(a) }
-
-// Precision is how finely a sliding window counts. The zero value is
-// Standard.
-type Precision uint8
-
-const (
-	// Standard is two counters for every key: the estimate.
-	Standard Precision = iota
-	// Fine counts keys near their limit exactly, in a log from a bounded
-	// pool, and every other key in two counters.
-	Fine
-)
-
 // MaxFineLimit is the largest limit of a rule of precision fine, whose
 // keys near their limit keep a log of their last limit requests.
 const MaxFineLimit = 65535
-
-// String returns the config spelling, "standard" or "fine".
-func (p Precision) String() string {
-	if p == Fine {
-		return "fine"
-	}
-	return "standard"
-}
-
-// Bucket reports whether a counts in a bucket, whose capacity is a rule's
-// burst, rather than in a window of Limit.
-func (a Algorithm) Bucket() bool { return a == TokenBucket || a == LeakyBucket }
 
 // Matches reports whether the rule applies to a request. path must already
 // be normalised by the caller; PathPrefix is compared as a case-sensitive

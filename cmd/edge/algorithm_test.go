@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/edgerate/edge/cluster"
+	"github.com/edgerate/edge/internal/algorithm"
 	"github.com/edgerate/edge/rules"
 )
 
@@ -14,7 +15,7 @@ import (
 // edge implements, named after it (configs/token-bucket.yaml), whose rules
 // all use it; TestEveryConfigLoads loads them.
 func TestEveryAlgorithmHasAnExample(t *testing.T) {
-	for _, a := range []rules.Algorithm{rules.SlidingWindow, rules.FixedWindow, rules.TokenBucket, rules.LeakyBucket, rules.Quota} {
+	for _, a := range []algorithm.Algorithm{algorithm.SlidingWindow, algorithm.FixedWindow, algorithm.TokenBucket, algorithm.LeakyBucket, algorithm.Quota} {
 		path := "../../configs/" + strings.ReplaceAll(a.String(), "_", "-") + ".yaml"
 		t.Run(a.String(), func(t *testing.T) {
 			table, _, err := loadConfig(path)
@@ -104,11 +105,11 @@ func TestDocsAlgorithmsExample(t *testing.T) {
 	if err != nil {
 		t.Fatalf("docs/algorithms.md's Algorithms example: %v\n%s", err, cfg)
 	}
-	got := []rules.Algorithm{}
+	got := []algorithm.Algorithm{}
 	for _, r := range table.Domains[0].Rules {
 		got = append(got, r.Algorithm)
 	}
-	if want := []rules.Algorithm{rules.TokenBucket, rules.LeakyBucket}; !slices.Equal(got, want) {
+	if want := []algorithm.Algorithm{algorithm.TokenBucket, algorithm.LeakyBucket}; !slices.Equal(got, want) {
 		t.Errorf("docs/algorithms.md's example rules count with %v, want %v", got, want)
 	}
 	if !strings.Contains(section, "`limit: 100`, `period: 1m`, `burst: 20` is sent as `\"api\";q=20;w=12`") {
@@ -143,7 +144,7 @@ func TestDocsQuotaExample(t *testing.T) {
 		t.Fatalf("docs/algorithms.md's quota example: %v\n%s", err, cfg)
 	}
 	rs := table.Domains[0].Rules
-	if len(rs) != 2 || rs[1].Algorithm != rules.Quota || rs[1].Reset != rules.Monthly || rs[1].Location.String() != "Europe/Berlin" {
+	if len(rs) != 2 || rs[1].Algorithm != algorithm.Quota || rs[1].Reset != algorithm.Monthly || rs[1].Location.String() != "Europe/Berlin" {
 		t.Errorf("docs/algorithms.md's quota example: got %d rules, the second %v, want a monthly quota in Europe/Berlin second", len(rs), rs[len(rs)-1])
 	}
 }
@@ -164,7 +165,7 @@ func TestDocsConcurrencyExample(t *testing.T) {
 		t.Fatalf("docs/algorithms.md's concurrency example: %v\n%s", err, cfg)
 	}
 	rs := table.Domains[0].Rules
-	if len(rs) != 2 || rs[0].Algorithm != rules.Concurrency || rs[0].Limit != 20 || rs[0].Period != 0 || rs[1].Algorithm != rules.TokenBucket {
+	if len(rs) != 2 || rs[0].Algorithm != algorithm.Concurrency || rs[0].Limit != 20 || rs[0].Period != 0 || rs[1].Algorithm != algorithm.TokenBucket {
 		t.Errorf("docs/algorithms.md's concurrency example: got %d rules, want a concurrency limit of 20 then a token bucket", len(rs))
 	}
 }
@@ -203,7 +204,7 @@ func TestDocsConcurrencyRedisExample(t *testing.T) {
 		}
 		var got []time.Duration
 		for _, r := range tt.table.Domains[0].Rules {
-			if r.Algorithm != rules.Concurrency {
+			if r.Algorithm != algorithm.Concurrency {
 				t.Errorf("%s: rule %s is %s, want concurrency", tt.name, r.Name, r.Algorithm)
 			}
 			got = append(got, r.Lease)

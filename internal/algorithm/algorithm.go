@@ -38,9 +38,9 @@ const (
 	// Quota counts exactly per calendar period (a Reset in a time zone) and
 	// starts again at 0 when the period ends.
 	Quota
-	// Concurrency limits the requests of one key in flight at once: a
-	// request holds a slot from its decision until its response ends. It
-	// has no period.
+	// Concurrency limits the requests of one key in flight at once
+	// (Stripe's concurrent requests limiter): a request holds a slot from
+	// its decision until its response ends. It has no period.
 	Concurrency
 )
 

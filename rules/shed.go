@@ -2,7 +2,7 @@ package rules
 
 import (
 	"fmt"
-	"net/http"
+	"net/textproto"
 	"strings"
 
 	"github.com/edgerate/edge/internal/wire"
@@ -92,9 +92,9 @@ type HeaderMatch struct {
 }
 
 // Classify returns the class of a request to host (normalised), with the
-// cleaned path, method and header h: the first priority that matches, or
-// ClassNormal.
-func (s *Shed) Classify(host, method, path string, h http.Header) Class {
+// cleaned path, method and header h (nil when the request has none): the
+// first priority that matches, or ClassNormal.
+func (s *Shed) Classify(host, method, path string, h HeaderValues) Class {
 	for i := range s.Priorities {
 		if pr := &s.Priorities[i]; pr.matches(host, method, path, h) {
 			return pr.Class
@@ -103,7 +103,7 @@ func (s *Shed) Classify(host, method, path string, h http.Header) Class {
 	return ClassNormal
 }
 
-func (pr *Priority) matches(host, method, path string, h http.Header) bool {
+func (pr *Priority) matches(host, method, path string, h HeaderValues) bool {
 	if pr.Host != "" && pr.Host != host {
 		return false
 	}
@@ -123,8 +123,11 @@ func (pr *Priority) matches(host, method, path string, h http.Header) bool {
 		}
 	}
 	for _, hm := range pr.Headers {
-		vals, ok := h[hm.Name]
-		if !ok {
+		if h == nil {
+			return false
+		}
+		vals := h.Values(hm.Name)
+		if len(vals) == 0 {
 			return false
 		}
 		if hm.Value == "" {
@@ -214,7 +217,7 @@ func compileShed(p *problems, path string, dc DomainConfig) *Shed {
 				p.add(pp+".match.headers", "must name headers (tokens), got %q", name)
 				continue
 			}
-			pr.Headers = append(pr.Headers, HeaderMatch{Name: http.CanonicalHeaderKey(name), Value: v})
+			pr.Headers = append(pr.Headers, HeaderMatch{Name: textproto.CanonicalMIMEHeaderKey(name), Value: v})
 		}
 		s.Priorities = append(s.Priorities, pr)
 	}

@@ -15,7 +15,7 @@ import (
 type Report struct {
 	Name string `json:"name"`
 	// Precision is the store's precision, "standard" or "fine"
-	// (window.Precision); "standard" for every algorithm but the sliding
+	// (algorithm.Precision); "standard" for every algorithm but the sliding
 	// window.
 	Precision string     `json:"precision"`
 	Rule      RuleReport `json:"rule"`

@@ -41,16 +41,43 @@ const (
 // status page lists them.
 var answeredOutcomes = []string{outcomeBadCost, outcomeBodyRefused, outcomeOriginFailed, outcomeOriginTimeout, outcomeShed}
 
-// maxAnswerFields is the most fields an answer carries: a block answer's
-// nine (Cache-Control, Content-Type, RateLimit, RateLimit-Policy,
-// Retry-After, X-Content-Type-Options and the X-RateLimit-* triple) and
-// Connection.
-const maxAnswerFields = 10
+// fieldName names a field an answer may carry. The names are in net/http's
+// order (it writes a handler's fields sorted by name), so that an answer
+// written in this order is written as net/http writes it.
+type fieldName uint8
 
-// answer is a response edge makes itself. Its fields are kept sorted by
-// name, the order in which net/http writes a handler's fields, so that
-// appendTo writes what write makes net/http write. The zero value is not
-// usable: constructors start with reset.
+const (
+	fieldCacheControl fieldName = iota
+	fieldConnection
+	fieldContentType
+	fieldRateLimit
+	fieldRateLimitPolicy
+	fieldRetryAfter
+	fieldXContentTypeOptions
+	fieldXRateLimitLimit
+	fieldXRateLimitRemaining
+	fieldXRateLimitReset
+	numFieldNames
+)
+
+// fieldNames are the fields' canonical names, as net/http writes them.
+var fieldNames = [numFieldNames]string{
+	fieldCacheControl:        "Cache-Control",
+	fieldConnection:          "Connection",
+	fieldContentType:         "Content-Type",
+	fieldRateLimit:           headers.FieldRateLimit,
+	fieldRateLimitPolicy:     headers.FieldRateLimitPolicy,
+	fieldRetryAfter:          headers.FieldRetryAfter,
+	fieldXContentTypeOptions: "X-Content-Type-Options",
+	fieldXRateLimitLimit:     headers.FieldXRateLimitLimit,
+	fieldXRateLimitRemaining: headers.FieldXRateLimitRemaining,
+	fieldXRateLimitReset:     headers.FieldXRateLimitReset,
+}
+
+// answer is a response edge makes itself: a status, fields (each at most
+// once, kept by name, so always in one canonical order), a body, and
+// whether the connection closes after it. The zero value is not usable:
+// constructors start with reset.
 type answer struct {
 	status  int
 	outcome string
@@ -61,75 +88,116 @@ type answer struct {
 	// request's body (see endBody), announced where net/http's server
 	// announces it, after Content-Length; write leaves it to net/http.
 	serverClose bool
-	fields      []answerField // sorted by name, in buf
-	buf         [maxAnswerFields]answerField
-	vals        []byte // the values of fields made for this answer
+	has         uint16 // bit n set: the field named n is in fields[n]
+	fields      [numFieldNames]answerField
+	vals        []byte       // the lines of fields made for this answer
+	custom      *staticField // a static line of this answer's own (a rule's Content-Type)
 	body        []byte
 }
 
-// answerField is a field of an answer: its value is static[0] when static
-// is set (a value shared by every answer, which write hands net/http
-// without a copy), else vals[from:to].
+// answerField is a field of an answer, kept as the line appendTo writes:
+// a static one's (a line shared by every answer, whose value write hands
+// net/http without a copy), or vals[line:to+2], whose value is
+// vals[from:to]. It holds no pointer, so that making an answer writes
+// none (a pointer written while the collector marks costs a barrier).
 type answerField struct {
-	name     string // canonical, as net/http writes it
-	static   []string
-	from, to int
+	static         staticID
+	line, from, to int32
 }
 
-// Field values that never change, shared by every answer: net/http only
-// reads them, and an append to a one-element slice reallocates, so a later
-// handler cannot change them for others (see staticResponder).
-var (
-	noStore         = []string{"no-store"}
-	contentTypeText = []string{"text/plain; charset=utf-8"}
-	contentTypeJSON = []string{"application/json"}
-	nosniff         = []string{"nosniff"}
-	connectionClose = []string{"close"}
-	retryAfterOne   = []string{"1"}
+// staticField is a field line that never changes, made once.
+type staticField struct {
+	value []string // net/http only reads it, and an append to a one-element slice reallocates: no handler can change it for others (see staticResponder)
+	line  string   // "Name: value\r\n"
+}
+
+// static makes the field line name: value.
+func static(name fieldName, value string) *staticField {
+	return &staticField{value: []string{value}, line: fieldNames[name] + ": " + value + "\r\n"}
+}
+
+// staticID names a static field line: one of statics, or the answer's
+// own (custom).
+type staticID uint8
+
+const (
+	notStatic staticID = iota
+	noStore
+	contentTypeText
+	contentTypeJSON
+	nosniff
+	connectionClose
+	retryAfterOne
+	customStatic // answer.custom
+	numStatics
 )
+
+// statics are the field lines shared by every answer.
+var statics = [numStatics]*staticField{
+	noStore:         static(fieldCacheControl, "no-store"),
+	contentTypeText: static(fieldContentType, "text/plain; charset=utf-8"),
+	contentTypeJSON: static(fieldContentType, "application/json"),
+	nosniff:         static(fieldXContentTypeOptions, "nosniff"),
+	connectionClose: static(fieldConnection, "close"),
+	retryAfterOne:   static(fieldRetryAfter, "1"),
+}
 
 // reset starts a new answer with status and outcome.
 func (a *answer) reset(status int, outcome string) {
-	a.status, a.outcome, a.close, a.serverClose = status, outcome, false, false
-	a.fields = a.buf[:0]
+	a.status, a.outcome, a.close, a.serverClose, a.has = status, outcome, false, false, 0
+	if a.custom != nil {
+		a.custom = nil
+	}
 	a.vals, a.body = a.vals[:0], a.body[:0]
 }
 
-// set adds a field with a static value.
-func (a *answer) set(name string, static []string) {
-	a.insert(answerField{name: name, static: static})
+// set gives the answer field name with a shared static line (made by
+// static with the same name).
+func (a *answer) set(name fieldName, id staticID) {
+	a.has |= 1 << name
+	a.fields[name] = answerField{static: id}
 }
 
-// setMade adds a field whose value is a.vals[from:], appended by the
-// caller since it read len(a.vals) into from.
-func (a *answer) setMade(name string, from int) {
-	a.insert(answerField{name: name, from: from, to: len(a.vals)})
+// setCustom gives the answer field name with a static line of its own.
+func (a *answer) setCustom(name fieldName, f *staticField) {
+	a.custom = f
+	a.set(name, customStatic)
 }
 
-// insert keeps a.fields sorted by name; an answer has a few fields, each
-// named once.
-func (a *answer) insert(f answerField) {
-	if len(a.fields) == maxAnswerFields {
-		panic("proxy: answer with more than maxAnswerFields fields") // a constructor's bug, not input
+// staticLine returns the static field f.
+func (a *answer) staticLine(f *answerField) *staticField {
+	if f.static == customStatic {
+		return a.custom
 	}
-	i := len(a.fields)
-	a.fields = append(a.fields, f)
-	for ; i > 0 && a.fields[i-1].name > f.name; i-- {
-		a.fields[i] = a.fields[i-1]
-	}
-	a.fields[i] = f
+	return statics[f.static]
+}
+
+// startMade begins field name's line in vals, the answer's values; the
+// caller appends the field's value and hands vals and from to endMade.
+func startMade(vals []byte, name fieldName) (_ []byte, from int) {
+	vals = append(vals, fieldNames[name]...)
+	vals = append(vals, ": "...)
+	return vals, len(vals)
+}
+
+// endMade gives the answer field name with the value vals[from:], from
+// startMade, and ends its line.
+func (a *answer) endMade(vals []byte, name fieldName, from int) []byte {
+	a.has |= 1 << name
+	a.fields[name] = answerField{line: int32(from - len(fieldNames[name]) - 2), from: int32(from), to: int32(len(vals))}
+	return append(vals, "\r\n"...)
 }
 
 // closing marks the answer as the connection's last.
 func (a *answer) closing() {
 	a.close = true
-	a.set("Connection", connectionClose)
+	a.set(fieldConnection, connectionClose)
 }
 
 // text gives the answer a plain-text body.
 func (a *answer) text(body string) {
-	a.set("Content-Type", contentTypeText)
-	a.set("X-Content-Type-Options", nosniff)
+	a.set(fieldContentType, contentTypeText)
+	a.set(fieldXContentTypeOptions, nosniff)
 	a.body = append(a.body, body...)
 }
 
@@ -137,12 +205,14 @@ func (a *answer) text(body string) {
 // Content-Length and, for a HEAD request, keeps the body to itself.
 func (a *answer) write(w http.ResponseWriter) {
 	h := w.Header()
-	for i := range a.fields {
-		f := &a.fields[i]
-		if f.static != nil {
-			h[f.name] = f.static
+	for n := range numFieldNames {
+		if a.has&(1<<n) == 0 {
+			continue
+		}
+		if f := &a.fields[n]; f.static != notStatic {
+			h[fieldNames[n]] = a.staticLine(f).value
 		} else {
-			h[f.name] = []string{string(a.vals[f.from:f.to])}
+			h[fieldNames[n]] = []string{string(a.vals[f.from:f.to])}
 		}
 	}
 	w.WriteHeader(a.status)
@@ -155,16 +225,15 @@ func (a *answer) write(w http.ResponseWriter) {
 // request is a HEAD.
 func (a *answer) appendTo(b []byte, now time.Time, head bool) []byte {
 	b = appendStatusLine(b, a.status)
-	for i := range a.fields {
-		f := &a.fields[i]
-		b = append(b, f.name...)
-		b = append(b, ": "...)
-		if f.static != nil {
-			b = append(b, f.static[0]...)
-		} else {
-			b = append(b, a.vals[f.from:f.to]...)
+	for n := range numFieldNames {
+		if a.has&(1<<n) == 0 {
+			continue
 		}
-		b = append(b, "\r\n"...)
+		if f := &a.fields[n]; f.static != notStatic {
+			b = append(b, a.staticLine(f).line...)
+		} else {
+			b = append(b, a.vals[f.line:f.to+2]...)
+		}
 	}
 	b = append(b, "Date: "...)
 	b = appendDate(b, now)
@@ -210,73 +279,76 @@ func (a *answer) blockedAnswer(d *domain, vs []verdict, blocker int, json bool) 
 		status = br.Status
 	}
 	a.reset(status, outcomeBlocked)
-	a.set("Cache-Control", noStore)
-	from := len(a.vals)
-	a.vals = headers.AppendRetryAfter(a.vals, v.RetryAfter)
-	a.setMade(headers.FieldRetryAfter, from)
-	a.rateLimitFields(d, vs, blocker)
+	a.set(fieldCacheControl, noStore)
+	vals, from := startMade(a.vals, fieldRetryAfter)
+	vals = headers.AppendRetryAfter(vals, v.RetryAfter)
+	vals = a.endMade(vals, fieldRetryAfter, from)
+	a.vals = a.rateLimitFields(vals, d, vs, blocker)
 	switch {
 	case br != nil && br.Body != "":
-		a.set("Content-Type", rs.blockContentType)
+		a.setCustom(fieldContentType, rs.blockContentType)
 		a.body = append(a.body, br.Body...)
 		return
 	case json:
-		a.set("Content-Type", contentTypeJSON)
+		a.set(fieldContentType, contentTypeJSON)
 		a.body = appendBlockedJSON(a.body, rs, v)
 	default:
-		a.set("Content-Type", contentTypeText)
+		a.set(fieldContentType, contentTypeText)
 		a.body = appendBlockedText(a.body, rs, v)
 	}
-	a.set("X-Content-Type-Options", nosniff)
+	a.set(fieldXContentTypeOptions, nosniff)
 }
 
 // rateLimitFields adds the rate-limit fields of a blocked request's
 // verdicts, as newFields gathers them: every rule that wants them in
 // RateLimit-Policy and RateLimit, and X-RateLimit-* for the blocking rule.
-func (a *answer) rateLimitFields(d *domain, vs []verdict, blocker int) {
-	policies, n := len(a.vals), 0
+func (a *answer) rateLimitFields(vals []byte, d *domain, vs []verdict, blocker int) []byte {
+	start := len(vals)
+	vals, from := startMade(vals, fieldRateLimitPolicy)
+	n := 0
 	for _, v := range vs {
 		rs := &d.rules[v.rule]
 		if rs.Headers == rules.HeadersNone {
 			continue
 		}
 		if n > 0 {
-			a.vals = append(a.vals, ", "...)
+			vals = append(vals, ", "...)
 		}
-		a.vals = append(a.vals, rs.policyText...)
+		vals = append(vals, rs.policyText...)
 		n++
 	}
 	if n == 0 {
-		return
+		return vals[:start] // no rule reports
 	}
-	a.setMade(headers.FieldRateLimitPolicy, policies)
-	limits, first := len(a.vals), true
+	vals = a.endMade(vals, fieldRateLimitPolicy, from)
+	vals, from = startMade(vals, fieldRateLimit)
+	n = 0
 	for _, v := range vs {
 		rs := &d.rules[v.rule]
 		if rs.Headers == rules.HeadersNone {
 			continue
 		}
-		if !first {
-			a.vals = append(a.vals, ", "...)
+		if n > 0 {
+			vals = append(vals, ", "...)
 		}
-		first = false
-		a.vals = headers.AppendLimitNamed(a.vals, rs.limitName, v.Remaining, v.Reset)
+		vals = headers.AppendLimitNamed(vals, rs.limitName, v.Remaining, v.Reset)
+		n++
 	}
-	a.setMade(headers.FieldRateLimit, limits)
+	vals = a.endMade(vals, fieldRateLimit, from)
 	v := vs[blocker]
 	rs := &d.rules[v.rule]
 	if rs.Headers == rules.HeadersNone {
-		return
+		return vals
 	}
-	from := len(a.vals)
-	a.vals = headers.AppendCount(a.vals, rs.Capacity())
-	a.setMade(headers.FieldXRateLimitLimit, from)
-	from = len(a.vals)
-	a.vals = headers.AppendCount(a.vals, v.Remaining)
-	a.setMade(headers.FieldXRateLimitRemaining, from)
-	from = len(a.vals)
-	a.vals = headers.AppendReset(a.vals, v.Reset)
-	a.setMade(headers.FieldXRateLimitReset, from)
+	vals, from = startMade(vals, fieldXRateLimitLimit)
+	vals = headers.AppendCount(vals, rs.Capacity())
+	vals = a.endMade(vals, fieldXRateLimitLimit, from)
+	vals, from = startMade(vals, fieldXRateLimitRemaining)
+	vals = headers.AppendCount(vals, v.Remaining)
+	vals = a.endMade(vals, fieldXRateLimitRemaining, from)
+	vals, from = startMade(vals, fieldXRateLimitReset)
+	vals = headers.AppendReset(vals, v.Reset)
+	return a.endMade(vals, fieldXRateLimitReset, from)
 }
 
 // costAnswer answers a request whose cost rule rs cannot take: 400, with a
@@ -284,12 +356,12 @@ func (a *answer) rateLimitFields(d *domain, vs []verdict, blocker int) {
 // Retry-After, since sending the same request again cannot help.
 func (a *answer) costAnswer(rs *ruleState, problem costProblem, json bool) {
 	a.reset(http.StatusBadRequest, outcomeBadCost)
-	a.set("Cache-Control", noStore)
-	a.set("X-Content-Type-Options", nosniff)
+	a.set(fieldCacheControl, noStore)
+	a.set(fieldXContentTypeOptions, nosniff)
 	if json {
-		a.set("Content-Type", contentTypeJSON)
+		a.set(fieldContentType, contentTypeJSON)
 	} else {
-		a.set("Content-Type", contentTypeText)
+		a.set(fieldContentType, contentTypeText)
 	}
 	a.body = appendCostBody(a.body, rs, problem, json)
 }
@@ -299,10 +371,10 @@ func (a *answer) costAnswer(rs *ruleState, problem costProblem, json bool) {
 // Retry-After of retry, the time until Redis is tried again (at least 1 s).
 func (a *answer) unavailableAnswer(retry time.Duration) {
 	a.reset(http.StatusServiceUnavailable, outcomeUnavailable)
-	a.set("Cache-Control", noStore)
-	from := len(a.vals)
-	a.vals = headers.AppendRetryAfter(a.vals, retry)
-	a.setMade(headers.FieldRetryAfter, from)
+	a.set(fieldCacheControl, noStore)
+	vals, from := startMade(a.vals, fieldRetryAfter)
+	vals = headers.AppendRetryAfter(vals, retry)
+	a.vals = a.endMade(vals, fieldRetryAfter, from)
 	a.text("rate limit store unavailable: retry in ")
 	a.body = strconv.AppendInt(a.body, headers.RetryAfterSeconds(retry), 10)
 	a.body = append(a.body, "s\n"...)
@@ -312,17 +384,17 @@ func (a *answer) unavailableAnswer(retry time.Duration) {
 // 503, Retry-After 1 and a body saying its class.
 func (a *answer) shedAnswer(class string, json bool) {
 	a.reset(http.StatusServiceUnavailable, outcomeShed)
-	a.set(headers.FieldRetryAfter, retryAfterOne)
-	a.set("Cache-Control", noStore)
-	a.set("X-Content-Type-Options", nosniff)
+	a.set(fieldRetryAfter, retryAfterOne)
+	a.set(fieldCacheControl, noStore)
+	a.set(fieldXContentTypeOptions, nosniff)
 	if json {
-		a.set("Content-Type", contentTypeJSON)
+		a.set(fieldContentType, contentTypeJSON)
 		a.body = append(a.body, `{"error":"overloaded","class":"`...)
 		a.body = append(a.body, class...)
 		a.body = append(a.body, `","retry_after":1}`+"\n"...)
 		return
 	}
-	a.set("Content-Type", contentTypeText)
+	a.set(fieldContentType, contentTypeText)
 	a.body = append(a.body, "overloaded: "...)
 	a.body = append(a.body, class...)
 	a.body = append(a.body, " requests are shed; retry in 1s\n"...)

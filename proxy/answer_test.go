@@ -70,12 +70,12 @@ func TestAnswerOutcomesCounted(t *testing.T) {
 func TestAnswerRenderersAgree(t *testing.T) {
 	var a answer
 	a.reset(http.StatusTooManyRequests, outcomeBlocked)
-	a.set("X-Content-Type-Options", nosniff)
-	from := len(a.vals)
-	a.vals = append(a.vals, "7"...)
-	a.setMade("Retry-After", from)
-	a.set("Cache-Control", noStore)
-	a.set("Content-Type", contentTypeText)
+	a.set(fieldXContentTypeOptions, nosniff)
+	vals, from := startMade(a.vals, fieldRetryAfter)
+	vals = append(vals, "7"...)
+	a.vals = a.endMade(vals, fieldRetryAfter, from)
+	a.set(fieldCacheControl, noStore)
+	a.set(fieldContentType, contentTypeText)
 	a.closing()
 	a.body = append(a.body, "rate limited: retry in 7s\n"...)
 	for _, method := range []string{"GET", "HEAD"} {
@@ -116,4 +116,15 @@ func stripDate(s string) string {
 	}
 	j := strings.Index(s[i+2:], "\r\n")
 	return s[:i+8] + s[i+2+j:]
+}
+
+// TestFieldNamesInNetHTTPOrder: an answer writes its fields in the order of
+// fieldName, which must be net/http's order (sorted by name) for appendTo
+// to write what net/http writes.
+func TestFieldNamesInNetHTTPOrder(t *testing.T) {
+	for n := fieldName(1); n < numFieldNames; n++ {
+		if fieldNames[n-1] >= fieldNames[n] {
+			t.Errorf("fieldNames[%d] = %q sorts before fieldNames[%d] = %q", n, fieldNames[n], n-1, fieldNames[n-1])
+		}
+	}
 }

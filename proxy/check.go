@@ -85,7 +85,7 @@ func (p *Proxy) serveCheck(w http.ResponseWriter, r *http.Request) {
 		}
 		// limit.go; nothing waits for a response here (rules that would
 		// are refused on such domains), so nothing stays held.
-		switch p.limit(q.Context(), ex) {
+		switch p.limit(q.Context(), ex, nil) {
 		case stepAnswer:
 			p.metrics.checkAnswers.WithLabelValues(answerRefused).Inc()
 			ex.ans.write(cw)
@@ -101,7 +101,7 @@ func (p *Proxy) serveCheck(w http.ResponseWriter, r *http.Request) {
 	d.requests.served.Inc()
 	p.metrics.checkAnswers.WithLabelValues(answerAllowed).Inc()
 	h := w.Header()
-	h["Cache-Control"] = noStore
+	h["Cache-Control"] = statics[noStore].value
 	writeText(w, http.StatusOK, "ok\n")
 }
 

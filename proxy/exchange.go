@@ -33,8 +33,8 @@ type exchange struct {
 	// accept from the head instead.
 	req    *http.Request
 	accept string
-	// fwd: on the fast path, the fast forward may carry the request to
-	// the origin.
+	// fwd: the fast forward may carry the request to the origin at all
+	// (canForward says whether it can as it is).
 	fwd bool
 
 	src rules.KeySource // what rules key and match the request by
@@ -85,14 +85,20 @@ func newExchange(fast bool) *exchange {
 }
 
 // recycle puts ex back in pool, cleared but for its buffers, unless it grew
-// buffers too large to keep.
+// buffers too large to keep. Only what a step may read before it writes is
+// cleared, and what would keep the last request's configuration, request
+// or body alive: every other field is written before it is read (a
+// pointer written while the collector marks costs a barrier, and a
+// refusal writes few).
 func (ex *exchange) recycle(pool *sync.Pool) {
 	s := &ex.scratch
 	if cap(ex.keys.b) > maxKeyBuffer || cap(s.view.vals) > 64 || cap(s.path) > 64<<10 || cap(ex.ans.body) > 64<<10 {
 		return
 	}
-	*ex = exchange{fast: ex.fast, keys: keyBuffer{b: ex.keys.b[:0]}, ans: answer{vals: ex.ans.vals[:0], body: ex.ans.body[:0]},
-		scratch: fastScratch{path: s.path, host: s.host, xff: s.xff[:0], view: headerView{vals: s.view.vals[:0]}}}
+	ex.st, ex.d, ex.req, ex.after, ex.body = nil, nil, nil, nil, nil
+	ex.fwd, ex.hasFields = false, false
+	ex.keys.b = ex.keys.b[:0]
+	s.xff, s.view.vals = s.xff[:0], s.view.vals[:0]
 	pool.Put(ex)
 }
 
@@ -117,4 +123,10 @@ func (ex *exchange) begin() window.Tally {
 		return ex.d.local.BeginLocal()
 	}
 	return ex.d.counter.Begin()
+}
+
+// canForward reports whether the fast forward can carry the request of
+// head as it is (forwardable), asked only once it matters.
+func (ex *exchange) canForward(head *Head) bool {
+	return ex.fwd && (ex.method == http.MethodHead || forwardable(ex.d, head))
 }

@@ -152,7 +152,7 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 	if st.clientIP.Trusted(h.Peer) {
 		xff = s.xff
 	}
-	ex.fwd = fwd && (isHEAD || forwardable(d, h))
+	ex.fwd = fwd
 	ex.id = st.clientIP.resolvePeer(h.Peer, xff)
 	ex.src = rules.KeySource{
 		Client: rules.ClientPrefix(ex.id.Key, st.table.IPv6Prefix),
@@ -165,7 +165,7 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 	if !p.wallClock {
 		ex.now = p.now()
 	}
-	switch p.limit(context.Background(), ex) { // limit.go
+	switch p.limit(context.Background(), ex, h) { // limit.go
 	case stepDecline:
 		return out, false
 	case stepAnswer:

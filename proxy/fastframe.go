@@ -93,15 +93,24 @@ var headerNewlineToSpace = strings.NewReplacer("\n", " ", "\r", " ")
 
 // appendStatusLine appends the status line net/http's server writes.
 func appendStatusLine(b []byte, code int) []byte {
-	b = append(b, "HTTP/1.1 "...)
-	if text := http.StatusText(code); text != "" {
-		b = strconv.AppendInt(b, int64(code), 10)
-		b = append(b, ' ')
-		b = append(b, text...)
-		return append(b, "\r\n"...)
+	if code >= 100 && code < 100+len(statusLines) {
+		if line := statusLines[code-100]; line != "" {
+			return append(b, line...)
+		}
 	}
-	return fmt.Appendf(b, "%03d status code %d\r\n", code, code)
+	return fmt.Appendf(b, "HTTP/1.1 %03d status code %d\r\n", code, code)
 }
+
+// statusLines are the status lines of the codes net/http names, 100 to
+// 599, made once: a refusal's status line is then one copy.
+var statusLines = func() (lines [500]string) {
+	for i := range lines {
+		if text := http.StatusText(100 + i); text != "" {
+			lines[i] = "HTTP/1.1 " + strconv.Itoa(100+i) + " " + text + "\r\n"
+		}
+	}
+	return lines
+}()
 
 func upgradeOf(h http.Header) string {
 	if !containsToken([]byte(h.Get("Connection")), "upgrade") {

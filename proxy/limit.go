@@ -43,11 +43,11 @@ const (
 // sheds load (charge.go, shed.go), so that a request shed then gives back
 // what its rules counted.
 //
-// On the fast path (ex.fast) limit decides first and declines after what
-// that path cannot carry (a decision that needs Redis, an allowed request
+// On the fast path (ex.fast, with the request's parsed head) limit decides
+// first and declines after what that path cannot carry (a decision that needs Redis, an allowed request
 // it cannot forward, a refused HEAD), giving back what it counted, so
 // that ServeHTTP decides the request again as if it were the first time.
-func (p *Proxy) limit(ctx context.Context, ex *exchange) limitStep {
+func (p *Proxy) limit(ctx context.Context, ex *exchange, head *Head) limitStep {
 	d := ex.d
 	if !ex.fast && d.costHeaders {
 		if rs, problem := firstBadCost(d, ex); rs != nil { // cost.go
@@ -62,7 +62,7 @@ func (p *Proxy) limit(ctx context.Context, ex *exchange) limitStep {
 	ex.dec = dec
 	vs := dec.vs
 	if ex.fast {
-		if dec.unavailable || dec.blocker < 0 && !ex.fwd || dec.blocker >= 0 && ex.method == http.MethodHead {
+		if dec.unavailable || dec.blocker < 0 && !ex.canForward(head) || dec.blocker >= 0 && ex.method == http.MethodHead {
 			refundAll(vs, tally, ex.now)
 			tally.End()
 			if dec.badCost == nil || ex.method == http.MethodHead {

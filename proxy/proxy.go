@@ -186,7 +186,7 @@ type ruleState struct {
 	policyText string
 	// blockContentType is the Content-Type of the rule's own block
 	// response body, shared by its answers (nil without one).
-	blockContentType []string
+	blockContentType *staticField
 	// limitName is the rule's name as a RateLimit member names it,
 	// formatted once.
 	limitName string
@@ -215,7 +215,7 @@ func newRuleState(r *rules.Rule, c ruleCounters) ruleState {
 		top:        newTopTalkers(),
 	}
 	if br := r.BlockResponse; br != nil && br.Body != "" {
-		rs.blockContentType = []string{br.ContentType}
+		rs.blockContentType = static(fieldContentType, br.ContentType)
 	}
 	if r.Algorithm.Bucket() {
 		rs.restoreRate = strconv.FormatFloat(float64(r.Limit)/r.Period.Seconds(), 'f', -1, 64)

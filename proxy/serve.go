@@ -31,7 +31,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 	if d.store != nil {
 		ex.src, ex.id = p.identify(r, st, host) // identify.go
-		switch p.limit(r.Context(), ex, nil) {       // limit.go decides; answer.go makes a refusal
+		switch p.limit(r.Context(), ex, nil) {  // limit.go decides; answer.go makes a refusal
 		case stepAnswer:
 			ex.ans.write(w)
 			return

@@ -75,7 +75,7 @@ func (p *Proxy) serveCheck(w http.ResponseWriter, r *http.Request) {
 	}
 	if d.store != nil {
 		ex := &exchange{st: st, d: d, host: host, method: q.Method, now: now, req: q}
-		ex.src, ex.id = p.identify(q, st, host) // identify.go
+		ex.src, ex.id = p.identify(q, st, host, now) // identify.go
 		if ex.id.XFFMalformed || (st.clientIP.Trusted(ex.id.Peer) && !ex.id.FromXFF) {
 			// A trusted asking proxy names the client; without that name
 			// every client would share the proxy's key.

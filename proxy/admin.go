@@ -276,23 +276,21 @@ type configView struct {
 	// RLS is the rate limit service's section, absent when it is off.
 	RLS     *rlsView     `json:"rls,omitempty"`
 	Domains []domainView `json:"domains"`
-	// Reload is under "extra", the name the API has always used for it.
-	Reload reloadView `json:"extra"`
+
+	// How reloads stand (ReloadStatus), beside the configuration they say
+	// whether it is the file's: the error is every problem on its own
+	// line, "" and 0 problems when the last reload succeeded or none was
+	// tried.
+	ConfigPath     string `json:"config_path"`
+	ReloadOK       bool   `json:"last_reload_ok"`
+	ReloadError    string `json:"last_reload_error"`
+	ReloadProblems int    `json:"last_reload_problems"`
 }
 
 type checkView struct {
 	Listen     string `json:"listen"`
 	DenyStatus int    `json:"deny_status"`
 	Token      bool   `json:"token_set"`
-}
-
-// reloadView is how reloads stand (ReloadStatus), as GET /v1/config shows
-// it: the error is every problem on its own line.
-type reloadView struct {
-	ConfigPath string `json:"config_path"`
-	OK         bool   `json:"last_reload_ok"`
-	Error      string `json:"last_reload_error,omitempty"`
-	Problems   int    `json:"last_reload_problems,omitempty"`
 }
 
 // rlsView is the rls section: listen as it runs (it takes effect at a
@@ -503,9 +501,9 @@ func (p *Proxy) configView() configView {
 			ResponseHeaders: t.RLS.ResponseHeaders, Algorithm: t.RLS.Algorithm.String(), MaxDescriptors: t.RLS.MaxDescriptors}
 	}
 	rs := p.ReloadStatus()
-	v.Reload = reloadView{ConfigPath: rs.ConfigPath, OK: rs.Err == nil, Problems: len(rs.Problems)}
+	v.ConfigPath, v.ReloadOK, v.ReloadProblems = rs.ConfigPath, rs.Err == nil, len(rs.Problems)
 	if rs.Err != nil {
-		v.Reload.Error = rules.ProblemText(rs.Err)
+		v.ReloadError = rules.ProblemText(rs.Err)
 	}
 	// A setting may hold a copy of a secret (a YAML alias), and a reload's
 	// problems may quote one of a file since replaced: no string of the

@@ -245,3 +245,57 @@ func TestAdminKeyText(t *testing.T) {
 		})
 	}
 }
+
+// TestAdminConfigAfterFailedReload: after a failed reload GET /v1/config
+// shows why, at its top level: last_reload_ok, last_reload_error (every
+// problem on its line) and last_reload_problems, beside config_path; and
+// after a good reload, that it succeeded.
+func TestAdminConfigAfterFailedReload(t *testing.T) {
+	origin, _ := newOrigin(t, "a")
+	e := newEnv(t, oneDomain(origin.URL, rule("r", 1, time.Minute)))
+	get := func() map[string]any {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		e.proxy.AdminHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/v1/config", nil))
+		var v map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &v); rec.Code != 200 || err != nil {
+			t.Fatalf("GET /v1/config: %d %v\n%s", rec.Code, err, rec.Body)
+		}
+		return v
+	}
+	bad := oneDomain(origin.URL, rule("r", 1, 0), rule("s", -1, time.Minute))
+	_, err := rules.Compile(bad)
+	if err == nil {
+		t.Fatal("the bad configuration compiled")
+	}
+	e.proxy.ReloadFailed(err)
+	v := get()
+	if got, ok := v["last_reload_ok"].(bool); !ok || got {
+		t.Errorf("last_reload_ok: got %v, want false", v["last_reload_ok"])
+	}
+	if got, _ := v["last_reload_error"].(string); !strings.Contains(got, "period") || !strings.Contains(got, "limit") || strings.Count(got, "\n") < 1 {
+		t.Errorf("last_reload_error: got %q, want both problems, one a line", got)
+	}
+	if got, _ := v["last_reload_problems"].(float64); got != float64(len(rules.Problems(err))) || got < 2 {
+		t.Errorf("last_reload_problems: got %v, want %d", v["last_reload_problems"], len(rules.Problems(err)))
+	}
+	if _, ok := v["config_path"]; !ok {
+		t.Error("config_path is missing")
+	}
+	if _, ok := v["extra"]; ok {
+		t.Error(`"extra" is still there`)
+	}
+
+	good, err := rules.Compile(oneDomain(origin.URL, rule("r", 2, time.Minute)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.proxy.Reload(good, "good"); err != nil {
+		t.Fatal(err)
+	}
+	v = get()
+	if v["last_reload_ok"] != true || v["last_reload_error"] != "" || v["last_reload_problems"] != float64(0) {
+		t.Errorf("after a good reload: got ok %v, error %q, problems %v; want true, \"\", 0",
+			v["last_reload_ok"], v["last_reload_error"], v["last_reload_problems"])
+	}
+}

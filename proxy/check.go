@@ -23,7 +23,11 @@ import (
 // always, when the request may go on; anything else is check.deny_status,
 // with the answer the proxied request would have had (a 429's Retry-After,
 // fields and body; a 400's reason) under that status, because nginx's
-// auth_request understands only 401 and 403.
+// auth_request understands only 401 and 403. Every answer says which it
+// is in X-Edge-Answer (answerAllowed and the others below), since the
+// status cannot: a proxy in front tells a refusal from its own
+// misconfiguration by it (nginx: auth_request_set from
+// $upstream_http_x_edge_answer).
 
 // Answers of the check listener, the values of edge_check_answers_total's
 // answer label.
@@ -34,6 +38,16 @@ const (
 	answerMisdirected  = "misdirected"  // no domain that serves check claims its host
 	answerUnauthorized = "unauthorized" // check.token missing or wrong
 )
+
+// edgeAnswerField is the response field that names the answer.
+const edgeAnswerField = "X-Edge-Answer"
+
+// checkAnswered counts answer and names it in w's X-Edge-Answer, before
+// the answer is written.
+func (p *Proxy) checkAnswered(w http.ResponseWriter, answer string) {
+	p.metrics.checkAnswers.WithLabelValues(answer).Inc()
+	w.Header()[edgeAnswerField] = []string{answer}
+}
 
 // CheckHandler returns the handler of the check listener. It reads the
 // running configuration on every question, so a reload that changes the
@@ -52,7 +66,7 @@ func (p *Proxy) serveCheck(w http.ResponseWriter, r *http.Request) {
 	}
 	cw := &denyWriter{ResponseWriter: w, deny: c.DenyStatus}
 	if c.Token != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get(rules.CheckTokenHeader)), []byte(c.Token)) != 1 {
-		p.metrics.checkAnswers.WithLabelValues(answerUnauthorized).Inc()
+		p.checkAnswered(w, answerUnauthorized)
 		writeText(cw, http.StatusUnauthorized, "unauthorized: missing or wrong "+rules.CheckTokenHeader+"\n")
 		return
 	}
@@ -61,7 +75,7 @@ func (p *Proxy) serveCheck(w http.ResponseWriter, r *http.Request) {
 		reason = screenRequest(q).reason // screen.go
 	}
 	if reason != "" {
-		p.metrics.checkAnswers.WithLabelValues(answerUnreadable).Inc()
+		p.checkAnswered(w, answerUnreadable)
 		writeText(cw, http.StatusBadRequest, "bad request: "+reason+"\n")
 		return
 	}
@@ -69,17 +83,17 @@ func (p *Proxy) serveCheck(w http.ResponseWriter, r *http.Request) {
 	host, validHost := wire.NormalizeHost(q.Host)
 	d := st.lookup(host, true) // route.go
 	if d == nil {
-		p.metrics.checkAnswers.WithLabelValues(answerMisdirected).Inc()
+		p.checkAnswered(w, answerMisdirected)
 		p.misdirected(cw, validHost)
 		return
 	}
 	if d.store != nil {
 		ex := &exchange{st: st, d: d, host: host, method: q.Method, now: now, req: q}
-		ex.src, ex.id = p.identify(q, st, host) // identify.go
+		ex.src, ex.id = p.identify(q, st, host, now) // identify.go
 		if ex.id.XFFMalformed || (st.clientIP.Trusted(ex.id.Peer) && !ex.id.FromXFF) {
 			// A trusted asking proxy names the client; without that name
 			// every client would share the proxy's key.
-			p.metrics.checkAnswers.WithLabelValues(answerUnreadable).Inc()
+			p.checkAnswered(w, answerUnreadable)
 			writeText(cw, http.StatusBadRequest, "bad request: X-Forwarded-For missing or malformed\n")
 			return
 		}
@@ -87,7 +101,7 @@ func (p *Proxy) serveCheck(w http.ResponseWriter, r *http.Request) {
 		// are refused on such domains), so nothing stays held.
 		switch p.limit(q.Context(), ex, nil) {
 		case stepAnswer:
-			p.metrics.checkAnswers.WithLabelValues(answerRefused).Inc()
+			p.checkAnswered(w, answerRefused)
 			ex.ans.write(cw)
 			return
 		case stepGone: // as ServeHTTP
@@ -99,7 +113,7 @@ func (p *Proxy) serveCheck(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	d.requests.served.Inc()
-	p.metrics.checkAnswers.WithLabelValues(answerAllowed).Inc()
+	p.checkAnswered(w, answerAllowed)
 	h := w.Header()
 	h["Cache-Control"] = statics[noStore].value
 	writeText(w, http.StatusOK, "ok\n")

@@ -459,3 +459,39 @@ func TestCheckReload(t *testing.T) {
 		t.Errorf("domain moved to serve proxy: status %d, misdirected %v; want 401, 1", resp.StatusCode, e.answers(answerMisdirected))
 	}
 }
+
+// TestCheckAnswerNamed: every answer of the check listener names itself in
+// X-Edge-Answer, since under deny_status the status cannot tell a refusal
+// from a question edge could not answer.
+func TestCheckAnswerNamed(t *testing.T) {
+	cfg := checkTestConfig(403)
+	cfg.Check.Token = "s3cret"
+	e := newCheckEnv(t, cfg)
+	with := func(h http.Header, token string) http.Header {
+		if token != "" {
+			h[rules.CheckTokenHeader] = []string{token}
+		}
+		return h
+	}
+	tests := []struct {
+		name   string
+		q      http.Header
+		status int
+		answer string
+	}{
+		{"allowed", with(traefik("GET", "api.example.com", "/", "203.0.113.1"), "s3cret"), 200, answerAllowed},
+		{"allowed again", with(traefik("GET", "api.example.com", "/", "203.0.113.1"), "s3cret"), 200, answerAllowed},
+		{"refused", with(traefik("GET", "api.example.com", "/", "203.0.113.1"), "s3cret"), 403, answerRefused},
+		{"misdirected", with(traefik("GET", "nobody.example.com", "/", "203.0.113.1"), "s3cret"), 403, answerMisdirected},
+		{"unreadable: no method", with(http.Header{"X-Forwarded-Uri": {"/"}, "X-Forwarded-Host": {"api.example.com"}}, "s3cret"), 403, answerUnreadable},
+		{"unreadable: no client", with(traefik("GET", "api.example.com", "/", ""), "s3cret"), 403, answerUnreadable},
+		{"unauthorized", traefik("GET", "api.example.com", "/", "203.0.113.1"), 403, answerUnauthorized},
+	}
+	for _, tt := range tests {
+		resp, body := e.ask(tt.q)
+		if resp.StatusCode != tt.status || resp.Header.Get("X-Edge-Answer") != tt.answer {
+			t.Errorf("%s: got %d with X-Edge-Answer %q (%q), want %d with %q",
+				tt.name, resp.StatusCode, resp.Header.Get("X-Edge-Answer"), body, tt.status, tt.answer)
+		}
+	}
+}

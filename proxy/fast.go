@@ -165,6 +165,7 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 	if !p.wallClock {
 		ex.now = p.now()
 	}
+	p.noteForwarder(st, ex.id, s.xff, ex.now)     // forwarders.go, as identify does
 	switch p.limit(context.Background(), ex, h) { // limit.go
 	case stepDecline:
 		return out, false

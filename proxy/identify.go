@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/edgerate/edge/internal/wire"
 	"github.com/edgerate/edge/rules"
@@ -15,12 +16,15 @@ import (
 // address as rules count it (from the peer, or X-Forwarded-For from a
 // trusted proxy; see ClientIP), the cleaned path, host (normalised by
 // route) and header fields. It returns the client's identity too, which
-// the check listener inspects.
-func (p *Proxy) identify(r *http.Request, st *state, host string) (rules.KeySource, Identity) {
-	id := st.clientIP.Resolve(r.RemoteAddr, r.Header.Values("X-Forwarded-For"))
+// the check listener inspects. An untrusted peer's X-Forwarded-For goes to
+// the forwarder detection (forwarders.go), at now.
+func (p *Proxy) identify(r *http.Request, st *state, host string, now time.Time) (rules.KeySource, Identity) {
+	xff := r.Header.Values("X-Forwarded-For")
+	id := st.clientIP.Resolve(r.RemoteAddr, xff)
 	if id.XFFMalformed {
 		p.metrics.xffMalformed.Inc()
 	}
+	p.noteForwarder(st, id, xff, now)
 	return rules.KeySource{
 		Client: rules.ClientPrefix(id.Key, st.table.IPv6Prefix),
 		Addr:   id.Client,

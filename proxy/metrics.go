@@ -34,6 +34,9 @@ type metrics struct {
 	xffMalformed prometheus.Counter
 	buildInfo    prometheus.Gauge
 
+	// Untrusted peers that forward for others (forwarders.go).
+	untrustedForwarders prometheus.Counter
+
 	// The check listener (check.go).
 	checkAnswers *prometheus.CounterVec
 
@@ -134,6 +137,10 @@ func newMetrics(p *Proxy, version string) *metrics {
 			Name: "edge_client_ip_xff_malformed_total",
 			Help: "Requests from a trusted proxy whose X-Forwarded-For could not be read; they were keyed by the proxy's address.",
 		}),
+		untrustedForwarders: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "edge_untrusted_forwarders_total",
+			Help: "Peers not in client_ip.trusted_proxies found forwarding for other clients (10 distinct X-Forwarded-For values within a minute), whose clients all share the peer's key: a peer counts when found and again at most once an hour while it goes on (of the 1,024 peers sending X-Forwarded-For that edge remembers).",
+		}),
 		checkAnswers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_check_answers_total",
 			Help: "Questions the check listener answered, by answer: allowed (200), refused (a rule refused the request, or its store could not decide), unreadable (forwarded fields missing or malformed, or a request the screen refuses), misdirected (no domain serving check claims the host) or unauthorized (check.token missing or wrong). Every answer but allowed has check.deny_status.",
@@ -216,7 +223,7 @@ func newMetrics(p *Proxy, version string) *metrics {
 func (m *metrics) register(reg prometheus.Registerer) error {
 	m.buildInfo.Set(1)
 	var errs []error
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.queued, m.reloads, m.lastReload, m.reloadOK, m.upstream, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.xffMalformed, m.checkAnswers, m.buildInfo, m.sampled, m.misjudged, m.responseCostInvalid, m.bufferedBytes, m.bufferFull, m.inFlight, m.shedInFlight, m.shedRefused, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.queued, m.reloads, m.lastReload, m.reloadOK, m.upstream, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.xffMalformed, m.untrustedForwarders, m.checkAnswers, m.buildInfo, m.sampled, m.misjudged, m.responseCostInvalid, m.bufferedBytes, m.bufferFull, m.inFlight, m.shedInFlight, m.shedRefused, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
 		errs = append(errs, reg.Register(c))
 	}
 	return errors.Join(errs...)

@@ -103,6 +103,9 @@ type Proxy struct {
 	capLog  onceASecond // logs of the connection cap
 	costLog onceASecond // logs of invalid costs reported by origins (charge.go)
 
+	forwarders   forwarders  // untrusted peers that forward for others (forwarders.go)
+	forwarderLog onceASecond // logs of those, for all peers together
+
 	// cluster shares counters through Redis; nil in local mode. Made by
 	// New, kept across reloads, closed by Close (shared.go).
 	cluster *cluster.Client

@@ -30,8 +30,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	if d.store != nil {
-		ex.src, ex.id = p.identify(r, st, host) // identify.go
-		switch p.limit(r.Context(), ex, nil) {  // limit.go decides; answer.go makes a refusal
+		ex.src, ex.id = p.identify(r, st, host, now) // identify.go
+		switch p.limit(r.Context(), ex, nil) {       // limit.go decides; answer.go makes a refusal
 		case stepAnswer:
 			ex.ans.write(w)
 			return

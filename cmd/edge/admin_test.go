@@ -341,18 +341,16 @@ func TestReadyzEchoesNoValues(t *testing.T) {
 			}
 			code, body = a.do("GET", "", "/v1/config", "t0ken")
 			var v struct {
-				Extra struct {
-					OK       bool   `json:"last_reload_ok"`
-					Error    string `json:"last_reload_error"`
-					Problems int    `json:"last_reload_problems"`
-				} `json:"extra"`
+				OK       bool   `json:"last_reload_ok"`
+				Error    string `json:"last_reload_error"`
+				Problems int    `json:"last_reload_problems"`
 			}
 			if err := json.Unmarshal([]byte(body), &v); code != 200 || err != nil {
 				t.Fatalf("/v1/config: %d %v\n%s", code, err, body)
 			}
-			if v.Extra.OK || v.Extra.Problems != tt.problems || v.Extra.Error == "" {
-				t.Errorf("/v1/config extra: got ok=%v problems=%d error=%q, want false, %d and the problems\n%s",
-					v.Extra.OK, v.Extra.Problems, v.Extra.Error, tt.problems, body)
+			if v.OK || v.Problems != tt.problems || v.Error == "" {
+				t.Errorf("/v1/config: got last_reload_ok=%v last_reload_problems=%d last_reload_error=%q, want false, %d and the problems\n%s",
+					v.OK, v.Problems, v.Error, tt.problems, body)
 			}
 			if !strings.Contains(a.log.String(), "configuration reload failed") {
 				t.Errorf("the log lacks the failed reload:\n%s", a.log.String())

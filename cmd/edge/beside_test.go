@@ -255,6 +255,40 @@ func TestBesideNginx(t *testing.T) {
 	})
 }
 
+// TestBesideNginxCannotAnswer: behind docs/beside.md's nginx snippet, a question
+// edge cannot answer (a host no domain claims, a target its screen
+// refuses) has edge's deny_status as a refusal does, and the snippet tells
+// them apart by X-Edge-Answer: the client gets 500 and the snippet's text
+// naming the answer, not a 429 for a limit nobody reached; neither counts,
+// and a refusal stays a 429.
+func TestBesideNginxCannotAnswer(t *testing.T) {
+	check := startCheckEdge(t, true)
+	origin, _ := besideOrigin(t)
+	addr := startBesideNginx(t, besideSnippet(t, "nginx", "nginx"), check, origin.URL)
+	tests := []struct {
+		name, host, path string
+		status           int
+		body             string
+	}{
+		{"misdirected", "nobody.example.com", "/", 500, "edge could not answer: misdirected\n"},
+		{"unreadable", "api.example.com", "/a%2Fb", 500, "edge could not answer: unreadable\n"},
+	}
+	for _, tt := range tests {
+		req, err := http.NewRequest("GET", "http://"+addr+tt.path, nil)
+		must(t, err)
+		req.Host = tt.host
+		c := &http.Client{Timeout: 10 * time.Second}
+		resp, err := c.Do(req)
+		must(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tt.status || string(b) != tt.body {
+			t.Errorf("%s: got %d %q, want %d %q", tt.name, resp.StatusCode, b, tt.status, tt.body)
+		}
+	}
+	untilRefused(t, addr, func(int, *http.Response, string) {})
+}
+
 // nginxClears is what docs/beside.md's nginx snippet says to clear the client's
 // own X-Forwarded-* fields, which auth_request would pass on to edge.
 const nginxClears = `        # nginx passes the client's own fields on; edge refuses a question
@@ -271,9 +305,9 @@ const nginxClears = `        # nginx passes the client's own fields on; edge ref
 // under a login rule of 3 an hour and a domain without rules beside it.
 // Behind docs/beside.md's snippet, which clears those fields, the rule holds: 3
 // allowed, then 429. Behind an older snippet that does not clear them,
-// edge itself refuses every such question (nginx turns edge's 403 into
-// 429), rather than let the client's field pick another method, target or
-// domain.
+// edge itself answers every such question as unreadable (nginx turns
+// edge's 403 into 500, by its X-Edge-Answer), rather than let the client's
+// field pick another method, target or domain.
 func TestBesideNginxClientForwardedFields(t *testing.T) {
 	proxyBinary(t, "nginx", "/usr/sbin/nginx") // skips the test before edge starts without nginx
 	cfg := checkConfig(t, true)
@@ -285,7 +319,7 @@ func TestBesideNginxClientForwardedFields(t *testing.T) {
 		want         []int
 	}{
 		{"docs/beside.md", readme, []int{200, 200, 200, 429}},
-		{"old", replaceOnce(t, readme, nginxClears, ""), []int{429, 429, 429, 429}},
+		{"old", replaceOnce(t, readme, nginxClears, ""), []int{500, 500, 500, 500}},
 	}
 	for _, sn := range snippets {
 		for _, f := range []struct{ field, value string }{

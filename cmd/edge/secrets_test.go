@@ -22,11 +22,9 @@ func TestV1ConfigShowsNoSecret(t *testing.T) {
 	a := newAdminUnderTest(t, siteConfig("admin_token: &t "+token+"\npop: *t\nadmin_hosts: [*t]\n"), true)
 	code, body := a.do("GET", "", "/v1/config", token)
 	var v struct {
-		Pop        string   `json:"pop"`
-		AdminHosts []string `json:"admin_hosts"`
-		Extra      struct {
-			Error string `json:"last_reload_error"`
-		} `json:"extra"`
+		Pop         string   `json:"pop"`
+		AdminHosts  []string `json:"admin_hosts"`
+		ReloadError string   `json:"last_reload_error"`
 	}
 	if err := json.Unmarshal([]byte(body), &v); code != 200 || err != nil {
 		t.Fatalf("/v1/config: %d %v\n%s", code, err, body)
@@ -44,8 +42,8 @@ func TestV1ConfigShowsNoSecret(t *testing.T) {
 		t.Fatalf("/v1/config: %d %v\n%s", code, err, body)
 	}
 	want := `log.level: must be debug, info, warn or error, got "[redacted]"`
-	if !strings.Contains(v.Extra.Error, want) {
-		t.Errorf("/v1/config last_reload_error: got %q, want it to hold %q", v.Extra.Error, want)
+	if !strings.Contains(v.ReloadError, want) {
+		t.Errorf("/v1/config last_reload_error: got %q, want it to hold %q", v.ReloadError, want)
 	}
 	if strings.Contains(body, longSecret) {
 		t.Errorf("/v1/config shows the secret:\n%s", body)

@@ -263,7 +263,6 @@
   }
 
   function renderNode({ config, status, ready }) {
-    const reload = config.extra;
     const parts = [
       ['Build', status.version + ' (' + status.go_version + ')'],
       ['Uptime', uptime(status.uptime_seconds)],
@@ -272,14 +271,14 @@
       ['Readiness', el('span', { class: ready.ok ? 'ok' : 'bad' }, ready.text)],
       ['Config hash', el('code', { title: config.hash }, config.hash.slice(0, 16) + '…')],
       ['Loaded at', utc(config.loaded_at)],
-      ['Last reload', reload.last_reload_ok ? 'succeeded' :
-        el('span', { class: 'bad' }, 'failed with ' + reload.last_reload_problems + ' problem(s); the previous configuration is running')],
+      ['Last reload', config.last_reload_ok ? 'succeeded' :
+        el('span', { class: 'bad' }, 'failed with ' + config.last_reload_problems + ' problem(s); the previous configuration is running')],
       ['What it changed', changes(config.last_load).join('; ') || 'nothing'],
       ['Needs a restart', (config.last_load.restart_required || []).join(', ') || 'nothing'],
     ];
     return el('section', { class: 'panel', 'aria-labelledby': 'h-node' },
       el('h2', { id: 'h-node' }, 'Node'), facts(parts),
-      reload.last_reload_error ? el('pre', { class: 'problems' }, reload.last_reload_error) : null);
+      config.last_reload_error ? el('pre', { class: 'problems' }, config.last_reload_error) : null);
   }
 
   function renderCluster({ config, status }) {

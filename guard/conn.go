@@ -231,8 +231,7 @@ func (c *guardConn) SetWriteDeadline(t time.Time) error {
 // takes, while it is shallow. net/http serves each connection on a new
 // goroutine whose stack starts small, and it used to grow on the way to
 // the first head's parse, a dozen frames deep, where copying it costs
-// most: a refusal on a new connection took 88,815 instructions under
-// callgrind, 61,540 once grown here (docs/performance.md).
+// most (the figures: docs/performance.md, "A new connection per request").
 //
 //go:noinline
 func growStack(i int) byte {

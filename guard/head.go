@@ -6,8 +6,8 @@ import (
 	"github.com/edgerate/edge/internal/wire"
 )
 
-// head is what the framer needs to know about a request head.
-type head struct {
+// headFraming is what the framer needs to know about a request head.
+type headFraming struct {
 	bodyLen     int64 // -1 for chunked
 	upgrade     bool  // the request carries Upgrade
 	passthrough bool  // net/http will refuse it and close the connection
@@ -44,9 +44,9 @@ type simple struct {
 // lengths, Transfer-Encoding); split up, that state would travel between
 // the parts. The fast path's reading rides along in the same pass: a head
 // is read once, whatever asks.
-func parseHead(h []byte, s *simple) (head, string) {
+func parseHead(h []byte, s *simple) (headFraming, string) {
 	var (
-		out                 head
+		out                 headFraming
 		line                []byte
 		rest                = h
 		first               = true

@@ -42,16 +42,16 @@ var errBodyTooLarge = errors.New("request body over max_request_body")
 // once, across all requests: a reservation that would pass the limit
 // fails, and that request streams its body instead. It is safe for
 // concurrent use; the zero value holds nothing.
-type bufferBudget struct{ held atomic.Int64 }
+type bufferBudget struct{ reserved atomic.Int64 }
 
 // reserve takes n bytes if that keeps the total within limit.
 func (b *bufferBudget) reserve(n, limit int64) bool {
 	for {
-		held := b.held.Load()
+		held := b.reserved.Load()
 		if n > limit-held {
 			return false
 		}
-		if b.held.CompareAndSwap(held, held+n) {
+		if b.reserved.CompareAndSwap(held, held+n) {
 			return true
 		}
 	}
@@ -118,7 +118,7 @@ func (p *Proxy) reserve(st *state, plan *bodyPlan) (func(), bool) {
 	var released atomic.Bool
 	return func() {
 		if released.CompareAndSwap(false, true) {
-			p.buffered.held.Add(-n)
+			p.buffered.reserved.Add(-n)
 		}
 	}, true
 }

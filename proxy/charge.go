@@ -26,13 +26,13 @@ import (
 //     the client never sees it.
 //
 // Charges go through the request's window.Tally, which limit keeps open
-// for them: afterResponse holds it until ServeHTTP ends it (endAfter),
+// for them: afterResponse holds it until ServeHTTP or the fast forward ends it (endHeld),
 // exactly once, whatever happened to the forward (an answer, an origin
 // error, a client gone mid-body). A charge cannot change the decision
 // already made; it can refuse the next requests.
 //
 // A concurrency rule's slot is held the same way: the tally stays open
-// while the request is in flight, and endAfter gives the slot back (Release)
+// while the request is in flight, and endHeld gives the slot back (Release)
 // just before it ends the tally, once, on every path: answered, 413, 502,
 // 504, client gone. A request refused before it is held gives its slot back
 // through refund, and one that leaves a queue through releaseSlots.
@@ -42,10 +42,10 @@ import (
 // likely a mistake (a time in nanoseconds) than a cost.
 const maxReportedCost = window.MaxCost
 
-// upfront returns the cost that rule rs's decision takes before the request
+// decisionCost returns the cost that rule rs's decision takes before the request
 // is forwarded, when the request costs cost: 0 for a rule that counts by
 // status, which charges the cost if the response's status counts.
-func upfront(rs *ruleState, cost int64) int64 {
+func decisionCost(rs *ruleState, cost int64) int64 {
 	if rs.CountStatus != nil {
 		return 0
 	}
@@ -103,7 +103,7 @@ func holds(rs *ruleState, v *verdict) bool {
 }
 
 // releaseSlots gives back the slots that vs took under concurrency rules,
-// for a request that ends before it is held (holdTally).
+// for a request that ends before it is held (hold).
 func releaseSlots(d *domain, vs []verdict, tally window.Tally, now time.Time) {
 	for i := range vs {
 		if v := &vs[i]; d.rules[v.rule].Algorithm == algorithm.Concurrency && v.Allowed {
@@ -136,7 +136,7 @@ type charge struct {
 	// trailer: the reported cost is awaited in the response's trailers.
 	trailer bool
 	// slot: the request holds a slot of a concurrency rule, given back by
-	// endAfter; such a rule charges nothing.
+	// endHeld; such a rule charges nothing.
 	slot bool
 }
 

@@ -40,7 +40,7 @@ type exchange struct {
 	src rules.KeySource // what rules key and match the request by
 	id  Identity        // who the client is (identify.go)
 
-	dec decided
+	dec ruleDecisions
 	// after is what the request's rules still count once the origin
 	// answers, with the tally held open for it (charge.go); nil for nothing.
 	after *afterResponse

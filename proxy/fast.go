@@ -138,7 +138,7 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 	ex.st, ex.d, ex.host, ex.method, ex.accept = st, d, host, method, accept
 	// fwd: the request may be forwarded here if its target and its body
 	// can go as they are.
-	fwd := d.ffwd != nil && h.Client != nil
+	fwd := d.fastFwd != nil && h.Client != nil
 	if !d.fast {
 		if d.store == nil && fwd && forwardable(d, h) {
 			return p.forwardFast(ex, h, out), true

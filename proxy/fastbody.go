@@ -13,8 +13,10 @@ import (
 )
 
 // The request side of the fast forward (fastforward.go): an allowed
-// request's body read as body.go reads it on the slow path, and sent to
-// the origin as the transport sends what ReverseProxy hands it.
+// request's body read by the plan the slow path reads it by (body.go's
+// planBody), and sent to the origin as the transport sends what
+// ReverseProxy hands it (docs/performance.md, "Forwarding without
+// net/http").
 
 // fastBody is an allowed request's body on its way to the origin.
 type fastBody struct {

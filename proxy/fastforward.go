@@ -19,86 +19,24 @@ import (
 
 // The fast forward: a request the fast path (fast.go) finds allowed is
 // sent to the origin from the guard's parsed head, on a pool of origin
-// connections (package origin: Pool.RoundTrip), without an http.Request, a ResponseWriter or the
-// transport's goroutines. What the client and the origin see means what
-// the slow path (forward.go: httputil.ReverseProxy with its Rewrite, over
-// the pooled http.Transport, behind net/http's server) makes them see:
-// equal in meaning, not in bytes (the same requests at the origin, and at
-// the client the same responses in the same order with the same status,
-// fields, body and trailers, on a connection closed where the slow path
-// closes it); only how an answer is framed and cut into writes may differ
-// (docs/performance.md, "Forwarding without net/http"). Refusals are
-// another matter: they are the slow path's byte for byte (fast.go). In
-// particular:
+// connections (package origin: Pool.RoundTrip), without an http.Request,
+// a ResponseWriter or the transport's goroutines.
 //
-//   - the request head: the request line as the client sent it, Host, the
-//     client's User-Agent (the first one, if any), then the other fields
-//     sorted by canonical name, less the hop-by-hop fields, Forwarded,
-//     Expect and (from a peer that is not a trusted proxy) X-Real-Ip, with
-//     X-Forwarded-For, -Host and -Proto set as Rewrite sets them, and
-//     "Te: trailers" kept when the client asked for trailers;
-//   - the response: read with http.ReadResponse (the transport's own
-//     parser, head bounded at the transport's 10 MiB), 1xx responses
-//     passed on, hop-by-hop fields removed, announced trailers declared,
-//     and framed for the client (fastframe.go's responseWriter): the
-//     origin's Content-Length kept, a body of unknown length chunked,
-//     Date and a sniffed Content-Type added when missing, trailers after
-//     the last chunk, what is held written when the origin's next read
-//     would wait or fastFlushAt bytes are held;
-//   - failures: 502, or 504 for a timeout, with the slow path's bodies and
-//     log line; an origin that breaks off a body closes the client's
-//     connection, as ReverseProxy's abort does (logged by errorLog's
-//     bodyFailed, where the slow path's line is ReverseProxy's own).
-//
-// What the rules do with the response they do here at the point where
-// ReverseProxy's ModifyResponse does it (relay.onHead): the costs and
-// statuses of rules that count after the response are charged through the
-// tally left open for them (charge.go's hold and onHead, which both
-// forwarders call; a cost in the trailers when the body has ended), and
-// the fields of rules with headers: always are merged into the origin's
-// head (fields.go); the tally is ended, and a concurrency rule's slot
-// given back, when the answer is complete or has failed (origin failure,
-// client gone), as ServeHTTP's deferred endAfter does it (forwardHeld).
-//
-// It applies only where that is all the slow path does (fastOriginFor):
-// an http origin without path or query, edge's own transport, decisions
-// made on this node (with Redis: a domain without rules, or sync batched or
-// share without rules that charge after the response or hold slots; in
-// exact mode a decision, and in any mode a charge or a slot, is a round
-// trip, and its failures are ServeHTTP's), no rule that holds a queue turn and no
-// shedding (ServeHTTP waits for the turn, or for admission, between limit
-// and the forward); to GET, HEAD, POST, PUT, DELETE, PATCH and OPTIONS,
-// with or without a body. A body (fastbody.go) is read as body.go
-// reads it (max_request_body, request_buffering, request_buffer,
-// max_buffered_bytes, the 64 KiB prefetch; 400, 408 or 413 when it fails
-// while buffered, and the connection closed) and sent as the transport
-// sends what ReverseProxy hands it: Content-Length kept, or set from a
-// chunked body buffered whole, chunked otherwise with the Trailer field
-// and, from a body buffered whole, the trailer. A body that fails once it
-// streams cuts the origin's request off and gets the same 400, 408 or
-// 413. The transport's retries are kept: a request without a body and
-// with an idempotent method (or an Idempotency-Key) is sent again when a
-// pooled connection fails before the response, any other only when
-// nothing of it was written; and a pooled connection is checked before a
-// request that is not sent again, since the transport's reader would have
-// seen it close. After a 502 or 504, the rest of the client's body is
-// read or the connection closed as net/http's server does (guard.Body's
-// Close and Reuse), and so after a refusal (fast.go). Everything else goes
-// to net/http and ReverseProxy, including (Answer declines them) a
-// declared length over max_request_body and a Trailer field naming a
-// field net/http refuses there.
-// The chunks of a chunked body follow the client's reads on both paths,
-// so their sizes may differ. The fast forward writes the whole body
-// before it reads the response: an origin that answers early and stops
-// reading gets the transport's early answer passed on by the slow path,
-// and a 502 here. Where net/http's server closes a connection after a
-// body it gave up on, it first waits half a second with its side shut
-// (against a reset that could lose the answer); the fast path closes at
-// once.
-// Where the slow path itself varies the fast forward need not follow it:
-// ReverseProxy announces two trailers or more in map order, and races a
-// flush timer against its first write of a body of unknown length, so
-// that its client may or may not get a sniffed Content-Type.
+// Its contract: what the client and the origin see means what the slow
+// path (forward.go: httputil.ReverseProxy behind net/http's server) makes
+// them see, not byte for byte: the same request at the origin (originhead.go,
+// fastbody.go), and at the client the same responses in the same order
+// with the same status, end-to-end fields, body and trailers, on a
+// connection closed where the slow path closes it; only how an answer is
+// framed and cut into writes may differ (fastframe.go). Failures are the
+// same answers (502, 504; the client's body failing: 400, 408, 413).
+// What the rules do with the response happens where ReverseProxy's
+// ModifyResponse does it (relay.onHead, with charge.go and fields.go),
+// and the request's tally ends when the answer is complete or has failed.
+// It applies only where that is all the slow path does (fastOriginFor).
+// How each part is done, where the paths may differ, and what the
+// differential tests check: docs/performance.md, "Forwarding without
+// net/http".
 
 // fastFlushAt: the answer is written to the client when this much of it is
 // held, or the origin's next read would wait.
@@ -144,7 +82,7 @@ func (p *Proxy) forwardFast(ex *exchange, head *Head, out []byte) []byte {
 	upstream := ex.st.table.Timeouts.Upstream
 	var after *fastAfter
 	if ex.after != nil || ex.hasFields {
-		after = &fastAfter{held: ex.after}
+		after = &fastAfter{charges: ex.after}
 		if ex.hasFields {
 			after.fields = &ex.fields
 		}
@@ -181,7 +119,7 @@ func (p *Proxy) forwardFast(ex *exchange, head *Head, out []byte) []byte {
 	var ferr error
 	s.frame, ferr = fb.appendFraming(s.frame, method)
 	s.head = s.appendOriginHead(s.head[:0], h, trusted, s.frame)
-	fo := d.ffwd
+	fo := d.fastFwd
 	r := relay{p: p, d: d, h: h, client: h.Client, out: out, isHEAD: method == http.MethodHead, after: after}
 	start := time.Now()
 	req := origin.Request{Replayable: replayable(h, method, &fb), Once: once, HEAD: r.isHEAD, Timeout: upstream}
@@ -211,7 +149,7 @@ func (p *Proxy) forwardFast(ex *exchange, head *Head, out []byte) []byte {
 		return r.fail(fo.log, err)
 	}
 	r.br, r.origin = oc.Reader(), oc.NetConn()
-	if r.relay(resp, s.buf[:]) {
+	if r.respond(resp, s.buf[:]) {
 		fo.pool.Put(oc, time.Now()) // kept only if nothing outside this answer is left read
 	} else {
 		oc.Close()
@@ -304,13 +242,13 @@ func fastLogPath(target []byte) string {
 // relay writes resp, the origin's final response, to the client as
 // ReverseProxy and net/http's server would, and reports whether the origin
 // connection may be used again. buf is the copy buffer.
-func (r *relay) relay(resp *http.Response, buf []byte) bool {
+func (r *relay) respond(resp *http.Response, buf []byte) bool {
 	status := resp.StatusCode
 	if status == http.StatusSwitchingProtocols {
 		r.onHead(resp) // ReverseProxy's ModifyResponse sees a 101 as it came
 		resp.Body.Close()
 		err := fmt.Errorf("backend tried to switch protocol %q when %q was requested", upgradeOf(resp.Header), "")
-		r.out = r.fail(r.d.ffwd.log, err)
+		r.out = r.fail(r.d.fastFwd.log, err)
 		return false
 	}
 	hdr := resp.Header
@@ -387,8 +325,8 @@ func (r *relay) relay(resp *http.Response, buf []byte) bool {
 // complete (charge.go), the rate-limit fields of rules with headers:
 // always (fields.go).
 type fastAfter struct {
-	held   *afterResponse // nil: nothing held
-	fields *fields        // nil: none
+	charges *afterResponse // nil: nothing held
+	fields  *fields        // nil: none
 }
 
 // onHead is ModifyResponse for the response head resp.
@@ -398,7 +336,7 @@ func (r *relay) onHead(resp *http.Response) {
 		return
 	}
 	if r.d.countsAfter {
-		r.p.onHead(r.d, a.held, resp, true)
+		r.p.onHead(r.d, a.charges, resp, true)
 	}
 	if a.fields != nil {
 		a.fields.merge(resp.Header)

@@ -41,7 +41,7 @@ func (c *bufClient) Forwarding() {}
 // connection closes after.
 func relayRaw(raw []byte, head bool) ([]byte, bool, error) {
 	p := &Proxy{log: slog.New(slog.DiscardHandler)}
-	d := &domain{ffwd: &fastOrigin{log: newErrorLog(p.log, "fuzz", nil, nil)}}
+	d := &domain{fastFwd: &fastOrigin{log: newErrorLog(p.log, "fuzz", nil, nil)}}
 	oc := origin.NewConn(&byteConn{r: bytes.NewReader(raw)}, origin.Settings{})
 	c := &bufClient{}
 	method := http.MethodGet
@@ -55,7 +55,7 @@ func relayRaw(raw []byte, head bool) ([]byte, bool, error) {
 		return c.Bytes(), c.closed, err
 	}
 	var buf [32 << 10]byte
-	r.relay(resp, buf[:])
+	r.respond(resp, buf[:])
 	c.Write(r.out)
 	return c.Bytes(), c.closed, nil
 }
@@ -344,7 +344,7 @@ func BenchmarkFastRelay(b *testing.B) {
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {
 			p := &Proxy{log: slog.New(slog.DiscardHandler)}
-			d := &domain{ffwd: &fastOrigin{log: newErrorLog(p.log, "bench", nil, nil)}}
+			d := &domain{fastFwd: &fastOrigin{log: newErrorLog(p.log, "bench", nil, nil)}}
 			raw := []byte(tc.raw)
 			bc := &byteConn{r: bytes.NewReader(raw)}
 			oc := origin.NewConn(bc, origin.Settings{})
@@ -362,7 +362,7 @@ func BenchmarkFastRelay(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if !r.relay(resp, buf[:]) {
+				if !r.respond(resp, buf[:]) {
 					b.Fatal("the relay failed")
 				}
 				r.flush()

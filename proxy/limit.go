@@ -122,13 +122,13 @@ func (p *Proxy) countXFF(ex *exchange) {
 	}
 }
 
-// decided is what decideRules found: the verdicts of the matching rules
+// ruleDecisions is what decideRules found: the verdicts of the matching rules
 // decided (in vs), the block rule with the longest wait (vs[blocker], -1
 // for none), whether some rule wants fields on allowed responses, and
 // whether some rule was decided by a shared counter's failure mode. If
 // unavailable, the counter could not decide the rule after the last of vs,
 // and retry is when to try again; or that rule is badCost.
-type decided struct {
+type ruleDecisions struct {
 	vs          []verdict
 	blocker     int
 	always      bool
@@ -151,8 +151,8 @@ type decided struct {
 // first rule the counter could not decide, or whose cost the request's
 // cost_header cannot give (badCost).
 func (p *Proxy) decideRules(ctx context.Context, d *domain, method string, src *rules.KeySource,
-	tally window.Tally, now time.Time, keys *keyBuffer, vs []verdict) decided {
-	out := decided{blocker: -1}
+	tally window.Tally, now time.Time, keys *keyBuffer, vs []verdict) ruleDecisions {
+	out := ruleDecisions{blocker: -1}
 	for i := range d.rules {
 		rs := &d.rules[i]
 		if !rs.Matches(method, src.Path) || rs.Exempt(src.Addr) {
@@ -179,7 +179,7 @@ func (p *Proxy) decideRules(ctx context.Context, d *domain, method string, src *
 		keys.b = rules.AppendKey(keys.b, rs.Key, src)
 		name := keys.b[start:len(keys.b):len(keys.b)]
 		v := verdict{rule: i, cost: cost, id: window.ID{Key: d.store.Key(i, name), Name: name}}
-		v.Decision = tally.Decide(v.id, upfront(rs, cost), now)
+		v.Decision = tally.Decide(v.id, decisionCost(rs, cost), now)
 		out.fellBack = out.fellBack || v.Fallback
 		if v.Unavailable {
 			out.unavailable, out.retry = true, v.RetryAfter
@@ -207,7 +207,7 @@ func (p *Proxy) observe(ctx context.Context, d *domain, vs []verdict, src *rules
 		rs.outcomes.observe(v.Decision)
 		if rs.judged && d.sample.Sampled(v.id.Name) { // accuracy.go
 			v.sampled = true
-			rs.accuracy.observe(d.sample.Judge(v.id.Key, now, upfront(rs, v.cost), v.Decision))
+			rs.accuracy.observe(d.sample.Judge(v.id.Key, now, decisionCost(rs, v.cost), v.Decision))
 		}
 		if !v.Allowed || v.Remaining*2 <= rs.nodeCapacity() {
 			rs.top.observe(v.id.Key, !v.Allowed, func() string { return rules.KeyText(rs.Key, src) })
@@ -254,7 +254,7 @@ func refund(d *domain, vs []verdict, tally window.Tally, now time.Time) {
 	for i := range vs {
 		if v := &vs[i]; !d.rules[v.rule].CountBlocked {
 			if v.sampled && v.Allowed && !v.Overflow {
-				d.sample.Refund(v.id.Key, now, upfront(&d.rules[v.rule], v.cost))
+				d.sample.Refund(v.id.Key, now, decisionCost(&d.rules[v.rule], v.cost))
 			}
 			v.Decision = tally.Refund(v.id, v.Decision, now)
 		}

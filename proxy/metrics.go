@@ -165,7 +165,7 @@ func newMetrics(p *Proxy, version string) *metrics {
 		bufferedBytes: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "edge_request_body_buffered_bytes",
 			Help: "Request body bytes held in memory now, reserved before reading (bounded by max_buffered_bytes).",
-		}, func() float64 { return float64(p.buffered.held.Load()) }),
+		}, func() float64 { return float64(p.buffered.reserved.Load()) }),
 		bufferFull: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "edge_request_body_unbuffered_total",
 			Help: "Requests whose body was streamed to the origin unbuffered because max_buffered_bytes was reached.",

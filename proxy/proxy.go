@@ -168,9 +168,9 @@ type domain struct {
 	// local decides the fast path's requests where the counter is shared
 	// (cluster.Domain.BeginLocal); nil for a counter of this node's own.
 	local localCounter
-	// ffwd: the fast path may forward the domain's allowed requests
+	// fastFwd: the fast path may forward the domain's allowed requests
 	// (fastforward.go); nil where it may not.
-	ffwd *fastOrigin
+	fastFwd *fastOrigin
 }
 
 // ruleState is a compiled rule with what limit and its answers need

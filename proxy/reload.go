@@ -400,8 +400,8 @@ func (p *Proxy) Table() *rules.Table { return p.state.Load().table }
 func (st *state) fastOrigins() map[string]bool {
 	addrs := make(map[string]bool)
 	for _, d := range st.domains {
-		if d.ffwd != nil {
-			addrs[d.ffwd.pool.Addr()] = true
+		if d.fastFwd != nil {
+			addrs[d.fastFwd.pool.Addr()] = true
 		}
 	}
 	return addrs

@@ -297,7 +297,7 @@ func TestShedCountsOnlySentRequests(t *testing.T) {
 	}
 	defer c.Close()
 	fmt.Fprintf(c, "POST /upload HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 10\r\n\r\nhalf-")
-	wait.For(t, 5*time.Second, "edge buffering the body", func() bool { return e.proxy.buffered.held.Load() > 0 })
+	wait.For(t, 5*time.Second, "edge buffering the body", func() bool { return e.proxy.buffered.reserved.Load() > 0 })
 	if got := shedInFlight(); got != 0 {
 		t.Errorf("edge_shed_in_flight while a body is buffered: %v, want 0", got)
 	}

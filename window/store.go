@@ -241,8 +241,8 @@ func New(opts Options) (*Store, error) {
 	// evict before the store is full. All shards' slots are cut from one
 	// allocation, which large stores ask the kernel to back with huge pages:
 	// a lookup in a table far larger than the caches then costs one memory
-	// access instead of a page-table walk and a memory access (measured at
-	// 10 million keys: a decision takes 15 to 34% longer without them).
+	// access instead of a page-table walk and a memory access (measured:
+	// docs/memory.md).
 	share := func(i int) int {
 		if i < opts.Capacity%n {
 			return opts.Capacity/n + 1

@@ -387,9 +387,10 @@ http {
 	return addr
 }
 
-// TestBesideCaddy runs docs/beside.md's Caddyfile site block, on a free port and
-// without automatic HTTPS, with the admin endpoint off and Caddy's files
-// in a temporary directory. Caddy passes edge's fields to the origin on an
+// TestBesideCaddy runs docs/beside.md's Caddyfile site block for its own
+// host, on a free port, with the admin endpoint off and Caddy's files in a
+// temporary directory; automatic HTTPS stays on, so that the snippet's
+// http:// site is what keeps Caddy from fetching a certificate. Caddy passes edge's fields to the origin on an
 // allowed request, and edge's refusal to the client as it is.
 func TestBesideCaddy(t *testing.T) {
 	bin := proxyBinary(t, "caddy")
@@ -397,12 +398,12 @@ func TestBesideCaddy(t *testing.T) {
 	origin, policies := besideOrigin(t)
 	port := freePort(t)
 	site := besideSnippet(t, "Caddy", "caddyfile")
-	site = replaceOnce(t, site, "api.example.com {", fmt.Sprintf("http://api.example.com:%d {\n\tbind 127.0.0.1", port))
+	site = replaceOnce(t, site, "\nhttp://api.example.com {", fmt.Sprintf("\nhttp://api.example.com:%d {\n\tbind 127.0.0.1", port))
 	site = replaceOnce(t, site, "reverse_proxy 127.0.0.1:8000", "reverse_proxy "+strings.TrimPrefix(origin.URL, "http://"))
 	site = replaceOnce(t, site, "forward_auth 127.0.0.1:8082 {", "forward_auth "+check+" {")
 
 	dir := t.TempDir()
-	caddyfile := "{\n\tadmin off\n\tauto_https off\n\tstorage file_system " + dir + "/data\n}\n\n" + site
+	caddyfile := "{\n\tadmin off\n\tstorage file_system " + dir + "/data\n}\n\n" + site
 	path := filepath.Join(dir, "Caddyfile")
 	must(t, os.WriteFile(path, []byte(caddyfile), 0o644))
 	cmd := exec.Command(bin, "run", "--config", path, "--adapter", "caddyfile")

@@ -52,4 +52,19 @@ func TestCIFuzzesEveryTarget(t *testing.T) {
 	if len(found) == 0 {
 		t.Fatal("found no fuzz targets; is the repository root right?")
 	}
+	// docs/development.md's table names each target in its package's row.
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "development.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]string{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z/]+)` \\| (.*) \\|$").FindAllStringSubmatch(string(doc), -1) {
+		rows[m[1]] = m[2]
+	}
+	for target := range found {
+		pkg, name, _ := strings.Cut(target, ":")
+		if !strings.Contains(rows[pkg], "`"+name+"`") {
+			t.Errorf("docs/development.md's fuzz table does not name %s in the row of %s", name, pkg)
+		}
+	}
 }

@@ -93,6 +93,8 @@ func TestConfigProblemMessages(t *testing.T) {
 			[]string{"domains[0].rules[0].limit: required"}},
 		{"limit zero", oneRule("name: a, limit: 0, period: 1s"),
 			[]string{"domains[0].rules[0].limit: must be at least 1, got 0"}},
+		{"count_blocked false with mode soft", oneRule("name: a, limit: 1, period: 1s, mode: soft, count_blocked: false"),
+			[]string{"domains[0].rules[0].count_blocked: false is not allowed with mode: soft, which counts every request offered (leave count_blocked out)"}},
 		{"name left out", oneRule("limit: 1, period: 1s"),
 			[]string{"domains[0].rules[0].name: required"}},
 		{"hosts left out", "domains: [{respond: {body: ok}}]\n",

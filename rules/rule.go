@@ -131,7 +131,8 @@ func compilePrecision(p *problems, path string, rc RuleConfig, r *Rule) {
 }
 
 // compileMode compiles the rule's mode: a soft window counts every request
-// offered, so it implies count_blocked and takes nothing that counts only
+// offered, so it implies count_blocked (refusing it written false) and
+// takes nothing that counts only
 // some requests (count_status, response_cost_header) or blocks outright
 // (mitigation_timeout).
 func compileMode(p *problems, path string, rc RuleConfig, r *Rule) {
@@ -152,6 +153,10 @@ func compileMode(p *problems, path string, rc RuleConfig, r *Rule) {
 		p.add(path+".mode", "soft counts every request offered: not valid with response_cost_header")
 	case rc.MitigationTimeout != 0:
 		p.add(path+".mode", "soft never blocks a key outright: not valid with mitigation_timeout, got %s", fmtDuration(rc.MitigationTimeout))
+	case !rc.CountBlocked && p.given[path+".count_blocked"]:
+		// Written false, it would be run as true: say so rather than
+		// do other than the file says.
+		p.add(path+".count_blocked", "false is not allowed with mode: soft, which counts every request offered (leave count_blocked out)")
 	default:
 		r.Soft = true
 		r.CountBlocked = true

@@ -15,6 +15,7 @@ func TestCompileMode(t *testing.T) {
 		name  string
 		rule  RuleConfig // Name, Limit and Period are filled in: limit 10 per minute
 		redis bool
+		given []string // keys of the rule the file writes, beside name, limit and period
 		want  []string // errors; nil: compiles
 		soft  bool
 	}{
@@ -23,6 +24,9 @@ func TestCompileMode(t *testing.T) {
 		{name: "soft sliding window", rule: RuleConfig{Mode: "soft"}, soft: true},
 		{name: "soft fixed window", rule: RuleConfig{Mode: "soft", Algorithm: "fixed_window"}, soft: true},
 		{name: "soft with count_blocked", rule: RuleConfig{Mode: "soft", CountBlocked: true}, soft: true},
+		{name: "soft with count_blocked false", rule: RuleConfig{Mode: "soft"}, given: []string{"mode", "count_blocked"},
+			want: []string{at + `count_blocked: false is not allowed with mode: soft, which counts every request offered (leave count_blocked out)`}},
+		{name: "soft with count_blocked left out", rule: RuleConfig{Mode: "soft"}, given: []string{"mode"}, soft: true},
 		{name: "unknown", rule: RuleConfig{Mode: "Soft"},
 			want: []string{at + `mode: must be hard or soft, got "Soft"`}},
 		{name: "soft token bucket", rule: RuleConfig{Mode: "soft", Algorithm: "token_bucket"},
@@ -41,6 +45,12 @@ func TestCompileMode(t *testing.T) {
 			rc := tt.rule
 			rc.Name, rc.Limit, rc.Period = "r", 10, time.Minute
 			cfg.Domains[0].Rules = []RuleConfig{rc}
+			if tt.given != nil {
+				cfg.Given = map[string]bool{}
+				for _, k := range append(tt.given, "name", "limit", "period") {
+					cfg.Given[at+k] = true
+				}
+			}
 			if tt.redis {
 				cfg.Cluster.Store = "redis"
 				cfg.Cluster.Redis.Addresses = []string{"127.0.0.1:6379"}

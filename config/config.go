@@ -121,5 +121,5 @@ func Parse(data []byte) (*rules.Table, error) {
 			errs = append(errs, e)
 		}
 	}
-	return nil, secrets.RedactError(errors.Join(errs...))
+	return nil, secrets.RedactError(cfg.NameProblems(errors.Join(errs...)))
 }

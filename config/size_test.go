@@ -31,7 +31,7 @@ func TestSizeKeys(t *testing.T) {
 		{name: "decimal unit", top: "request_buffer: 1MB\n",
 			err: `request_buffer: must be a size such as 64KiB or 1MiB (units B, KiB, MiB, GiB) or a whole number of bytes, got "1MB"`},
 		{name: "fraction", domain: ", max_request_body: 10.5",
-			err: "domains[0].max_request_body: must be a whole number of bytes, got 10.5"},
+			err: "domains[0] (_).max_request_body: must be a whole number of bytes, got 10.5"},
 		{name: "fraction with unit", top: "max_buffered_bytes: 1.5GiB\n",
 			err: `max_buffered_bytes: must be a size such as 64KiB or 1MiB (units B, KiB, MiB, GiB) or a whole number of bytes, got "1.5GiB"`},
 		{name: "list", top: "request_buffer: [1]\n",
@@ -39,7 +39,7 @@ func TestSizeKeys(t *testing.T) {
 		{name: "out of range", top: "request_buffer: 10B\n",
 			err: "request_buffer: must be between 1KiB and 1GiB, got 10B"},
 		{name: "buffering not a bool", domain: ", request_buffering: sometimes",
-			err: "domains[0].request_buffering"},
+			err: "domains[0] (_).request_buffering"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -118,7 +118,7 @@ func TestCompileClusterErrors(t *testing.T) {
 		{"share with a bucket", func(c *Config) {
 			c.Cluster.Sync, c.Cluster.Nodes = "share", 3
 			c.Domains[0].Rules[0].Algorithm = "token_bucket"
-		}, []string{`domains[0].rules[0].algorithm: is not supported yet with cluster.sync share (windows, quotas and concurrency are; a bucket's rate and burst are not split), got "token_bucket"`}},
+		}, []string{`domains[0] (api).rules[0] (all).algorithm: is not supported yet with cluster.sync share (windows, quotas and concurrency are; a bucket's rate and burst are not split), got "token_bucket"`}},
 		{"unknown failure mode", func(c *Config) { redis(c); c.Cluster.OnStoreFailure = "retry" },
 			[]string{`cluster.on_store_failure: must be local, open or closed, got "retry"`}},
 		{"durations out of range", func(c *Config) {

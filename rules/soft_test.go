@@ -10,7 +10,8 @@ import (
 // TestCompileMode: mode soft compiles on windows, implies count_blocked,
 // and is refused where it cannot work, each error naming the key.
 func TestCompileMode(t *testing.T) {
-	const at = "domains[0].rules[0]."
+	const at = "domains[0] (api).rules[0] (r)." // as messages name the rule
+	const key = "domains[0].rules[0]."          // as Config.Given spells it
 	tests := []struct {
 		name  string
 		rule  RuleConfig // Name, Limit and Period are filled in: limit 10 per minute
@@ -48,7 +49,7 @@ func TestCompileMode(t *testing.T) {
 			if tt.given != nil {
 				cfg.Given = map[string]bool{}
 				for _, k := range append(tt.given, "name", "limit", "period") {
-					cfg.Given[at+k] = true
+					cfg.Given[key+k] = true
 				}
 			}
 			if tt.redis {

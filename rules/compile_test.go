@@ -169,6 +169,12 @@ func TestCompileErrors(t *testing.T) {
 			`domains[1] (www).hosts[1]: must not be empty, got "."`},
 		{"host with port", func(c *Config) { c.Domains[1].Hosts = []string{"www.example.com:443"} },
 			`domains[1] (www).hosts[0]: must not include a port, got "www.example.com:443"`},
+		{"host written as a URL", func(c *Config) { c.Domains[1].Hosts = []string{"https://b.test"} },
+			`domains[1] (www).hosts[0]: must be a host name, not a URL: write "b.test", got "https://b.test"`},
+		{"host written as a URL with a path", func(c *Config) { c.Domains[1].Hosts = []string{"http://B.test:8080/x"} },
+			`domains[1] (www).hosts[0]: must be a host name, not a URL: write "b.test", got "http://B.test:8080/x"`},
+		{"admin host written as a URL", func(c *Config) { c.AdminHosts = []string{"https://edge.internal"} },
+			`admin_hosts[0]: must be a host name, not a URL: write "edge.internal", got "https://edge.internal"`},
 		{"wildcard in the middle", func(c *Config) { c.Domains[1].Hosts = []string{"a.*.example.com"} },
 			`domains[1] (www).hosts[0]: must be "*" or start with "*." to be a wildcard, got "a.*.example.com"`},
 		{"wildcard without dot", func(c *Config) { c.Domains[1].Hosts = []string{"*example.com"} },
@@ -268,6 +274,12 @@ func TestCompileErrors(t *testing.T) {
 		{"path prefix with dot segment", func(c *Config) {
 			c.Domains[0].Rules[0].Match = &MatchConfig{PathPrefix: "/a/../b"}
 		}, `domains[0] (api).rules[0] (all).match.path_prefix: must not contain dot segments (requests with them are refused), got "/a/../b"`},
+		{"path prefix with a star", func(c *Config) {
+			c.Domains[0].Rules[0].Match = &MatchConfig{PathPrefix: "/api/*"}
+		}, `domains[0] (api).rules[0] (all).match.path_prefix: is a prefix, not a pattern: "*" and "?" are not wildcards ("/api/" matches every path under /api/), got "/api/*"`},
+		{"path prefix with a question mark", func(c *Config) {
+			c.Domains[0].Rules[0].Match = &MatchConfig{PathPrefix: "/v?/login"}
+		}, `domains[0] (api).rules[0] (all).match.path_prefix: is a prefix, not a pattern: "*" and "?" are not wildcards ("/api/" matches every path under /api/), got "/v?/login"`},
 		{"path prefix with params", func(c *Config) {
 			c.Domains[0].Rules[0].Match = &MatchConfig{PathPrefix: "/a;x"}
 		}, `domains[0] (api).rules[0] (all).match.path_prefix: must not contain ";" (path parameters are cut before matching), got "/a;x"`},

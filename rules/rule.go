@@ -430,13 +430,17 @@ func compileResponse(p *problems, path string, rc ResponseConfig, minStatus, max
 
 // unmatchablePrefix says why a path prefix can never match the normalised
 // path rules see (percent-decoded, "//" merged, dot segments refused,
-// ";params" cut), or "".
+// ";params" cut), or is written as a pattern, or "".
 func unmatchablePrefix(p string) string {
 	switch {
 	case strings.Contains(p, "//"):
 		return `must not contain "//" (paths are matched with slashes merged)`
 	case strings.Contains(p, "%"):
 		return "must be written decoded, without %-escapes (paths are matched decoded)"
+	case strings.ContainsAny(p, "*?"):
+		// A glob here would be compared byte for byte: "/api/*" matches
+		// only paths that start with a literal "*".
+		return `is a prefix, not a pattern: "*" and "?" are not wildcards ("/api/" matches every path under /api/)`
 	case strings.Contains(p, ";"):
 		return `must not contain ";" (path parameters are cut before matching)`
 	case p == "/." || p == "/.." || strings.Contains(p, "/./") || strings.Contains(p, "/../") ||

@@ -124,6 +124,10 @@ func TestCompileBodyErrors(t *testing.T) {
 			"domains[0] (api).max_request_body: must not be negative, got -2B",
 			"max_buffered_bytes: must not be negative, got -3B",
 		}},
+		{"domain buffer size while not buffering", func(c *Config) {
+			off := false
+			c.Domains[1].RequestBuffering, c.Domains[1].RequestBuffer = &off, 4*KiB
+		}, []string{"domains[1] (www).request_buffer: applies only with request_buffering true (false streams bodies unbuffered), got 4KiB"}},
 		{"total under a domain's buffer", func(c *Config) {
 			c.MaxBufferedBytes = 2 * MiB
 			c.Domains[1].RequestBuffer = 4 * MiB

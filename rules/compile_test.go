@@ -358,6 +358,9 @@ func TestCompileErrors(t *testing.T) {
 			`domains[0] (api).rules[0] (all).match.methods[2]: "get" duplicates match.methods[0]`},
 		{"block status server error", func(c *Config) { rule(c).BlockResponse = &ResponseConfig{Status: 503} },
 			`domains[0] (api).rules[0] (all).block_response.status: must be between 400 and 499, got 503`},
+		{"block_response with action log", func(c *Config) {
+			rule(c).Action, rule(c).BlockResponse = "log", &ResponseConfig{Status: 403}
+		}, `domains[0] (api).rules[0] (all).block_response: applies only with action block: a rule with action log never refuses a request`},
 		{"block status success", func(c *Config) { rule(c).BlockResponse = &ResponseConfig{Status: 200} },
 			`domains[0] (api).rules[0] (all).block_response.status: must be between 400 and 499, got 200`},
 		{"block body too big", func(c *Config) {

@@ -101,6 +101,10 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 
 	if rc.BlockResponse != nil {
 		r.BlockResponse = compileResponse(p, path+".block_response", *rc.BlockResponse, 400, 499, DefaultBlockStatus, false)
+		if r.Action == ActionLog {
+			// The response would never be sent.
+			p.add(path+".block_response", "applies only with action block: a rule with action log never refuses a request")
+		}
 	}
 
 	if compileAlgorithm(p, path, rc, r) {

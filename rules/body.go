@@ -50,8 +50,9 @@ func compileBodies(p *problems, t *Table, cfg Config) {
 			b.Buffer = *dc.RequestBuffering
 		}
 		switch {
-		case dc.RequestBuffer != 0 && !b.Buffer:
+		case dc.RequestBuffer != 0 && !b.Buffer && (i >= len(t.Domains) || t.Domains[i].Proxied):
 			// The size would be ignored: such a domain streams its bodies.
+			// (A domain never proxied has compileServe's problem instead.)
 			p.add(path+".request_buffer", "applies only with request_buffering true (false streams bodies unbuffered), got %s", dc.RequestBuffer)
 		case dc.RequestBuffer != 0:
 			b.BufferSize = dc.RequestBuffer

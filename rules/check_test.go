@@ -104,6 +104,8 @@ func TestCompileCheckErrors(t *testing.T) {
 			`domains[0] (api).respond: does not apply to a domain with serve check, which is never proxied`},
 		{"check-only with max_request_body", func(c *Config) { c.Domains[0].MaxRequestBody = 1024 },
 			`domains[0] (api).max_request_body: does not apply to a domain with serve check, which is never proxied`},
+		{"check-only with block_response", func(c *Config) { rule(c).BlockResponse = &ResponseConfig{Status: 403} },
+			`domains[0] (api).rules[0] (all).block_response: does not apply to a domain with serve check, whose refusals answer with check.deny_status`},
 		{"count_status", func(c *Config) { rule(c).CountStatus = []int{401} },
 			`domains[0] (api).rules[0] (all).count_status: needs the response, which the check listener never sees (set the domain's serve to proxy)`},
 		{"response_cost_header", func(c *Config) { rule(c).ResponseCostHeader = "X-Cost" },

@@ -93,6 +93,11 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 			if d.Checked {
 				checkCheckedRule(p, fmt.Sprintf("%s.rules[%d]", path, j), r)
 			}
+			if !d.Proxied && rc.BlockResponse != nil {
+				// The check listener answers every refusal alike.
+				p.add(fmt.Sprintf("%s.rules[%d].block_response", path, j),
+					"does not apply to a domain with serve check, whose refusals answer with check.deny_status")
+			}
 			d.Rules = append(d.Rules, r)
 			if _, dup := d.byName[r.Name]; !dup && r.Name != "" {
 				d.byName[r.Name] = r

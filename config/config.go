@@ -1,9 +1,10 @@
 // Package config reads edge's configuration: YAML, and the environment
 // variables that override its secrets, decoded into a rules.Config and
 // compiled into a rules.Table. Its problems are worded for the person who
-// wrote the file: each names the path and the value
-// ("domains[0].rules[1].period: a duration needs a unit, such as 30s or 1m;
-// got 60"), a YAML syntax error quotes its line, every problem of a file
+// wrote the file: each names the path, with the names of the domain and
+// rule on it, and the value ("domains[0] (api).rules[1] (login).period: a
+// duration needs a unit, such as 30s or 1m; got 60"), a YAML syntax error
+// quotes its line, every problem of a file
 // is reported at once, and no message shows a secret's value.
 //
 // The package keeps no state and reads no clock: its functions are safe
@@ -121,5 +122,5 @@ func Parse(data []byte) (*rules.Table, error) {
 			errs = append(errs, e)
 		}
 	}
-	return nil, secrets.RedactError(errors.Join(errs...))
+	return nil, secrets.RedactError(cfg.NameProblems(errors.Join(errs...)))
 }

@@ -26,12 +26,16 @@ func TestSizeKeys(t *testing.T) {
 			want: rules.BodyPolicy{Buffer: true, BufferSize: 64 * rules.KiB, MaxSize: 1000}, total: 256 * rules.MiB},
 		{name: "whole float", top: "max_request_body: 2048.0\n",
 			want: rules.BodyPolicy{Buffer: true, BufferSize: rules.MiB, MaxSize: 2 * rules.KiB}, total: 256 * rules.MiB},
-		{name: "domain keys", domain: ", request_buffering: false, request_buffer: 4KiB, max_request_body: 512B",
-			want: rules.BodyPolicy{Buffer: false, BufferSize: 4 * rules.KiB, MaxSize: 512}, total: 256 * rules.MiB},
+		{name: "domain keys", domain: ", request_buffer: 4KiB, max_request_body: 512B",
+			want: rules.BodyPolicy{Buffer: true, BufferSize: 4 * rules.KiB, MaxSize: 512}, total: 256 * rules.MiB},
+		{name: "domain not buffering", domain: ", request_buffering: false, max_request_body: 512B",
+			want: rules.BodyPolicy{Buffer: false, BufferSize: rules.MiB, MaxSize: 512}, total: 256 * rules.MiB},
+		{name: "domain buffer size while not buffering", domain: ", request_buffering: false, request_buffer: 4KiB",
+			err: "domains[0] (_).request_buffer: applies only with request_buffering true (false streams bodies unbuffered), got 4KiB"},
 		{name: "decimal unit", top: "request_buffer: 1MB\n",
 			err: `request_buffer: must be a size such as 64KiB or 1MiB (units B, KiB, MiB, GiB) or a whole number of bytes, got "1MB"`},
 		{name: "fraction", domain: ", max_request_body: 10.5",
-			err: "domains[0].max_request_body: must be a whole number of bytes, got 10.5"},
+			err: "domains[0] (_).max_request_body: must be a whole number of bytes, got 10.5"},
 		{name: "fraction with unit", top: "max_buffered_bytes: 1.5GiB\n",
 			err: `max_buffered_bytes: must be a size such as 64KiB or 1MiB (units B, KiB, MiB, GiB) or a whole number of bytes, got "1.5GiB"`},
 		{name: "list", top: "request_buffer: [1]\n",
@@ -39,7 +43,7 @@ func TestSizeKeys(t *testing.T) {
 		{name: "out of range", top: "request_buffer: 10B\n",
 			err: "request_buffer: must be between 1KiB and 1GiB, got 10B"},
 		{name: "buffering not a bool", domain: ", request_buffering: sometimes",
-			err: "domains[0].request_buffering"},
+			err: "domains[0] (_).request_buffering"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

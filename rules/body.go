@@ -49,7 +49,12 @@ func compileBodies(p *problems, t *Table, cfg Config) {
 		if dc.RequestBuffering != nil {
 			b.Buffer = *dc.RequestBuffering
 		}
-		if dc.RequestBuffer != 0 {
+		switch {
+		case dc.RequestBuffer != 0 && !b.Buffer && (i >= len(t.Domains) || t.Domains[i].Proxied):
+			// The size would be ignored: such a domain streams its bodies.
+			// (A domain never proxied has compileServe's problem instead.)
+			p.add(path+".request_buffer", "applies only with request_buffering true (false streams bodies unbuffered), got %s", dc.RequestBuffer)
+		case dc.RequestBuffer != 0:
 			b.BufferSize = dc.RequestBuffer
 			if checkBufferSize(p, path+".request_buffer", b.BufferSize) && b.Buffer && b.BufferSize > largest {
 				largest, largestPath = b.BufferSize, path+".request_buffer"

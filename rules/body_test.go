@@ -114,20 +114,24 @@ func TestCompileBodyErrors(t *testing.T) {
 		{"buffer too small", func(c *Config) { c.RequestBuffer = 1000 },
 			[]string{"request_buffer: must be between 1KiB and 1GiB, got 1000B"}},
 		{"buffer too large", func(c *Config) { c.Domains[1].RequestBuffer = 2 * GiB },
-			[]string{"domains[1].request_buffer: must be between 1KiB and 1GiB, got 2GiB"}},
+			[]string{"domains[1] (www).request_buffer: must be between 1KiB and 1GiB, got 2GiB"}},
 		{"negative buffer", func(c *Config) { c.RequestBuffer = -KiB },
 			[]string{"request_buffer: must be between 1KiB and 1GiB, got -1KiB"}},
 		{"negative limits", func(c *Config) {
 			c.MaxRequestBody, c.Domains[0].MaxRequestBody, c.MaxBufferedBytes = -1, -2, -3
 		}, []string{
 			"max_request_body: must not be negative, got -1B",
-			"domains[0].max_request_body: must not be negative, got -2B",
+			"domains[0] (api).max_request_body: must not be negative, got -2B",
 			"max_buffered_bytes: must not be negative, got -3B",
 		}},
+		{"domain buffer size while not buffering", func(c *Config) {
+			off := false
+			c.Domains[1].RequestBuffering, c.Domains[1].RequestBuffer = &off, 4*KiB
+		}, []string{"domains[1] (www).request_buffer: applies only with request_buffering true (false streams bodies unbuffered), got 4KiB"}},
 		{"total under a domain's buffer", func(c *Config) {
 			c.MaxBufferedBytes = 2 * MiB
 			c.Domains[1].RequestBuffer = 4 * MiB
-		}, []string{"max_buffered_bytes: must be at least domains[1].request_buffer (4MiB), got 2MiB"}},
+		}, []string{"max_buffered_bytes: must be at least domains[1] (www).request_buffer (4MiB), got 2MiB"}},
 		{"total under the top-level buffer", func(c *Config) { c.MaxBufferedBytes = 512 * KiB },
 			[]string{"max_buffered_bytes: must be at least request_buffer (1MiB), got 512KiB"}},
 	}

@@ -198,6 +198,10 @@ func compileShare(p *problems, c ClusterConfig, out *Cluster) {
 	case c.Nodes < 1 || c.Nodes > 10000:
 		p.add("cluster.nodes", "must be between 1 and 10000 with sync share, got %d", c.Nodes)
 	}
+	if c.SplitConfidence != 0 && out.Split != SplitPoisson {
+		// An even split takes no quantile: the value would be ignored.
+		p.add("cluster.split_confidence", "applies only with cluster.split poisson, got %v with split %s", c.SplitConfidence, out.Split)
+	}
 	if out.SplitConfidence == 0 {
 		out.SplitConfidence = DefaultSplitConfidence
 	}

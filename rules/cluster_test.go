@@ -113,12 +113,15 @@ func TestCompileClusterErrors(t *testing.T) {
 			`cluster.split: applies only with cluster.sync share, got sync "exact"`,
 			`cluster.split_confidence: applies only with cluster.sync share, got sync "exact"`,
 		}},
+		{"split_confidence with split even", func(c *Config) {
+			c.Cluster.Sync, c.Cluster.Nodes, c.Cluster.SplitConfidence = "share", 3, 0.9
+		}, []string{`cluster.split_confidence: applies only with cluster.split poisson, got 0.9 with split even`}},
 		{"share with store redis and nodes", func(c *Config) { redis(c); c.Cluster.Sync, c.Cluster.Nodes = "share", 3 },
 			[]string{`cluster.nodes: applies only with store local (with store redis the node count comes from the heartbeats), got 3`}},
 		{"share with a bucket", func(c *Config) {
 			c.Cluster.Sync, c.Cluster.Nodes = "share", 3
 			c.Domains[0].Rules[0].Algorithm = "token_bucket"
-		}, []string{`domains[0].rules[0].algorithm: is not supported yet with cluster.sync share (windows, quotas and concurrency are; a bucket's rate and burst are not split), got "token_bucket"`}},
+		}, []string{`domains[0] (api).rules[0] (all).algorithm: is not supported yet with cluster.sync share (windows, quotas and concurrency are; a bucket's rate and burst are not split), got "token_bucket"`}},
 		{"unknown failure mode", func(c *Config) { redis(c); c.Cluster.OnStoreFailure = "retry" },
 			[]string{`cluster.on_store_failure: must be local, open or closed, got "retry"`}},
 		{"durations out of range", func(c *Config) {

@@ -63,8 +63,10 @@ const (
 // one [*FieldError] per problem, in config order, each reading
 // "path: message" with the offending value, for example
 //
-//	domains[0].rules[1].period: must be at least 1s, got 500ms
+//	domains[0] (api).rules[1] (login).period: must be at least 1s, got 500ms
 //
+// (the names of the domain and rule a path passes through beside their
+// indexes, see [Config.NameProblems]).
 // A required key whose value is zero is reported as "required" unless
 // cfg.Given says the file wrote it. Values at a secret's path ([IsSecret])
 // are never shown.
@@ -180,7 +182,7 @@ func Compile(cfg Config) (*Table, error) {
 	}
 
 	if err := p.err(); err != nil {
-		return nil, err
+		return nil, cfg.NameProblems(err)
 	}
 	return t, nil
 }

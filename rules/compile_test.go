@@ -161,64 +161,70 @@ func TestCompileErrors(t *testing.T) {
 		{"empty domains", func(c *Config) { c.Domains, c.Given = nil, map[string]bool{"domains": true} },
 			`domains: must list at least one domain`},
 		{"no hosts", func(c *Config) { c.Domains[1].Hosts = nil },
-			`domains[1].hosts: required`},
+			`domains[1] (www).hosts: required`},
 		{"empty hosts", func(c *Config) {
 			c.Domains[1].Hosts, c.Given = nil, map[string]bool{"domains[1].hosts": true}
-		}, `domains[1].hosts: must list at least one host`},
+		}, `domains[1] (www).hosts: must list at least one host`},
 		{"empty host", func(c *Config) { c.Domains[1].Hosts = []string{"a.example.com", "."} },
-			`domains[1].hosts[1]: must not be empty, got "."`},
+			`domains[1] (www).hosts[1]: must not be empty, got "."`},
 		{"host with port", func(c *Config) { c.Domains[1].Hosts = []string{"www.example.com:443"} },
-			`domains[1].hosts[0]: must not include a port, got "www.example.com:443"`},
+			`domains[1] (www).hosts[0]: must not include a port, got "www.example.com:443"`},
+		{"host written as a URL", func(c *Config) { c.Domains[1].Hosts = []string{"https://b.test"} },
+			`domains[1] (www).hosts[0]: must be a host name, not a URL: write "b.test", got "https://b.test"`},
+		{"host written as a URL with a path", func(c *Config) { c.Domains[1].Hosts = []string{"http://B.test:8080/x"} },
+			`domains[1] (www).hosts[0]: must be a host name, not a URL: write "b.test", got "http://B.test:8080/x"`},
+		{"admin host written as a URL", func(c *Config) { c.AdminHosts = []string{"https://edge.internal"} },
+			`admin_hosts[0]: must be a host name, not a URL: write "edge.internal", got "https://edge.internal"`},
 		{"wildcard in the middle", func(c *Config) { c.Domains[1].Hosts = []string{"a.*.example.com"} },
-			`domains[1].hosts[0]: must be "*" or start with "*." to be a wildcard, got "a.*.example.com"`},
+			`domains[1] (www).hosts[0]: must be "*" or start with "*." to be a wildcard, got "a.*.example.com"`},
 		{"wildcard without dot", func(c *Config) { c.Domains[1].Hosts = []string{"*example.com"} },
-			`domains[1].hosts[0]: must be "*" or start with "*." to be a wildcard, got "*example.com"`},
+			`domains[1] (www).hosts[0]: must be "*" or start with "*." to be a wildcard, got "*example.com"`},
 		{"double wildcard", func(c *Config) { c.Domains[1].Hosts = []string{"*.*.example.com"} },
-			`domains[1].hosts[0]: must be "*" or start with "*." to be a wildcard, got "*.*.example.com"`},
+			`domains[1] (www).hosts[0]: must be "*" or start with "*." to be a wildcard, got "*.*.example.com"`},
 		{"wildcard bad suffix", func(c *Config) { c.Domains[1].Hosts = []string{"*.exa_mple.com"} },
-			`domains[1].hosts[0]: must contain only letters, digits, '-' and '.', got "*.exa_mple.com"`},
+			`domains[1] (www).hosts[0]: must contain only letters, digits, '-' and '.', got "*.exa_mple.com"`},
 		{"host charset", func(c *Config) { c.Domains[1].Hosts = []string{"www_1.example.com"} },
-			`domains[1].hosts[0]: must contain only letters, digits, '-' and '.', got "www_1.example.com"`},
+			`domains[1] (www).hosts[0]: must contain only letters, digits, '-' and '.', got "www_1.example.com"`},
 		{"host empty label", func(c *Config) { c.Domains[1].Hosts = []string{"www..example.com"} },
-			`domains[1].hosts[0]: must not have an empty label, got "www..example.com"`},
+			`domains[1] (www).hosts[0]: must not have an empty label, got "www..example.com"`},
 		{"host label too long", func(c *Config) { c.Domains[1].Hosts = []string{strings.Repeat("a", 64) + ".com"} },
-			`domains[1].hosts[0]: must not have a label longer than 63 bytes, got "` + strings.Repeat("a", 64) + `.com"`},
+			`domains[1] (www).hosts[0]: must not have a label longer than 63 bytes, got "` + strings.Repeat("a", 64) + `.com"`},
 		{"host too long", func(c *Config) { c.Domains[1].Hosts = []string{strings.Repeat("a.", 127) + "a"} },
-			`domains[1].hosts[0]: must be at most 253 bytes, got 255 bytes: "` + strings.Repeat("a.", 127) + `a"`},
+			`domains[1] (www).hosts[0]: must be at most 253 bytes, got 255 bytes: "` + strings.Repeat("a.", 127) + `a"`},
 		{"host of 253 bytes and a trailing dot is fine, but a port is not", func(c *Config) {
 			c.Domains[1].Hosts = []string{strings.Repeat("a.", 127), "a.example.com:1"}
-		}, `domains[1].hosts[1]: must not include a port, got "a.example.com:1"`},
+		}, `domains[1] (www).hosts[1]: must not include a port, got "a.example.com:1"`},
 		{"host not ASCII", func(c *Config) { c.Domains[1].Hosts = []string{"bücher.example"} },
-			`domains[1].hosts[0]: must be ASCII (write an internationalised name in its xn-- form), got "bücher.example"`},
+			`domains[1] (www).hosts[0]: must be ASCII (write an internationalised name in its xn-- form), got "bücher.example"`},
 		{"ipv6 without brackets", func(c *Config) { c.Domains[1].Hosts = []string{"2001:db8::1"} },
-			`domains[1].hosts[0]: must write an IPv6 address in brackets, like "[::1]", got "2001:db8::1"`},
+			`domains[1] (www).hosts[0]: must write an IPv6 address in brackets, like "[::1]", got "2001:db8::1"`},
 		{"ipv6 with port", func(c *Config) { c.Domains[1].Hosts = []string{"[::1]:80"} },
-			`domains[1].hosts[0]: must not include a port, got "[::1]:80"`},
+			`domains[1] (www).hosts[0]: must not include a port, got "[::1]:80"`},
 		{"ipv6 unclosed", func(c *Config) { c.Domains[1].Hosts = []string{"[::1"} },
-			`domains[1].hosts[0]: must close its IPv6 literal with ']', got "[::1"`},
+			`domains[1] (www).hosts[0]: must close its IPv6 literal with ']', got "[::1"`},
 		{"bracketed ipv4", func(c *Config) { c.Domains[1].Hosts = []string{"[192.0.2.1]"} },
-			`domains[1].hosts[0]: must hold an IPv6 address without a zone inside brackets, got "[192.0.2.1]"`},
+			`domains[1] (www).hosts[0]: must hold an IPv6 address without a zone inside brackets, got "[192.0.2.1]"`},
 		{"host claimed by another domain", func(c *Config) { c.Domains[1].Hosts = []string{"API.example.com."} },
-			`domains[1].hosts[0]: "api.example.com" is already claimed by domains[0]`},
+			`domains[1] (www).hosts[0]: "api.example.com" is already claimed by domains[0] (api)`},
 		{"host listed twice in a domain", func(c *Config) { c.Domains[1].Hosts = []string{"www.example.com", "WWW.example.com"} },
-			`domains[1].hosts[1]: "www.example.com" is already claimed by domains[1].hosts[0]`},
+			`domains[1] (www).hosts[1]: "www.example.com" is already claimed by domains[1] (www).hosts[0]`},
 		{"two catch-alls", func(c *Config) {
 			c.Domains[0].Hosts = append(c.Domains[0].Hosts, "*")
 			c.Domains[1].Hosts = []string{"*"}
-		}, `domains[1].hosts[0]: "*" is already claimed by domains[0]`},
+		}, `domains[1] (www).hosts[0]: "*" is already claimed by domains[0] (api)`},
 		{"two equal wildcards", func(c *Config) {
 			c.Domains[0].Hosts = []string{"*.example.com"}
 			c.Domains[1].Hosts = []string{"*.Example.com"}
-		}, `domains[1].hosts[0]: "*.example.com" is already claimed by domains[0]`},
+		}, `domains[1] (www).hosts[0]: "*.example.com" is already claimed by domains[0] (api)`},
 		{"domain name charset", func(c *Config) { c.Domains[1].Name = "w w w" },
 			`domains[1].name: must contain only [A-Za-z0-9_.-], got "w w w"`},
 		{"domain name reused", func(c *Config) { c.Domains[1].Name = "api" },
-			`domains[1].name: "api" is used by domains[0]`},
+			`domains[1] (api).name: "api" is used by domains[0] (api)`},
 		{"default domain name reused", func(c *Config) {
 			c.Domains[0].Name = "_.example.net"
 			c.Domains[1].Name = ""
 			c.Domains[1].Hosts = []string{"*.example.net"}
-		}, `domains[1].name: "_.example.net", the default from hosts[0], is used by domains[0]; set name`},
+		}, `domains[1] (_.example.net).name: "_.example.net", the default from hosts[0], is used by domains[0] (_.example.net); set name`},
 		{"default domain name too long", func(c *Config) {
 			c.Domains[1].Name = ""
 			c.Domains[1].Hosts = []string{strings.Repeat("a", 60) + ".example.com"}
@@ -226,28 +232,28 @@ func TestCompileErrors(t *testing.T) {
 
 		// Upstreams and static responses.
 		{"no upstream", func(c *Config) { c.Origin = ""; c.Domains[1].Origin = "http://www.internal" },
-			`domains[0]: no upstream: set origin or respond here, or origin at the top level (or serve check, to answer only the check listener)`},
+			`domains[0] (api): no upstream: set origin or respond here, or origin at the top level (or serve check, to answer only the check listener)`},
 		{"origin and respond", func(c *Config) {
 			c.Domains[0].Origin = "http://other"
 			c.Domains[0].Respond = &ResponseConfig{Body: "hi"}
-		}, `domains[0]: set origin or respond, not both`},
+		}, `domains[0] (api): set origin or respond, not both`},
 		{"domain origin", func(c *Config) { c.Domains[1].Origin = "https://" },
-			`domains[1].origin: must be an absolute http or https URL, got "https://"`},
+			`domains[1] (www).origin: must be an absolute http or https URL, got "https://"`},
 		{"respond status too low", func(c *Config) { c.Domains[1].Respond = &ResponseConfig{Status: 101} },
-			`domains[1].respond.status: must be between 200 and 599, got 101`},
+			`domains[1] (www).respond.status: must be between 200 and 599, got 101`},
 		{"respond status too high", func(c *Config) { c.Domains[1].Respond = &ResponseConfig{Status: 600} },
-			`domains[1].respond.status: must be between 200 and 599, got 600`},
+			`domains[1] (www).respond.status: must be between 200 and 599, got 600`},
 		{"respond body too big", func(c *Config) { c.Domains[1].Respond = &ResponseConfig{Body: strings.Repeat("x", 32<<10+1)} },
-			`domains[1].respond.body: must be at most 32768 bytes, got 32769 bytes`},
+			`domains[1] (www).respond.body: must be at most 32768 bytes, got 32769 bytes`},
 		{"respond content type", func(c *Config) {
 			c.Domains[1].Respond = &ResponseConfig{ContentType: "text/plain\r\nSet-Cookie: a=b"}
-		}, `domains[1].respond.content_type: must be a media type such as "text/plain; charset=utf-8", got "text/plain\r\nSet-Cookie: a=b"`},
+		}, `domains[1] (www).respond.content_type: must be a media type such as "text/plain; charset=utf-8", got "text/plain\r\nSet-Cookie: a=b"`},
 
 		// Key budget.
 		{"domain max_keys negative", func(c *Config) { c.Domains[1].MaxKeys = -2 },
-			`domains[1].max_keys: must be at least 1, got -2`},
+			`domains[1] (www).max_keys: must be at least 1, got -2`},
 		{"domain max_keys above total", func(c *Config) { c.MaxKeys = 100; c.Domains[1].MaxKeys = 101 },
-			`domains[1].max_keys: must be at most max_keys (100), got 101`},
+			`domains[1] (www).max_keys: must be at most max_keys (100), got 101`},
 		{"domain max_keys sum above total", func(c *Config) {
 			c.MaxKeys = 100
 			c.Domains[0].MaxKeys = 60
@@ -257,20 +263,26 @@ func TestCompileErrors(t *testing.T) {
 			c.MaxKeys = 100
 			c.Domains[0].MaxKeys = 100
 			c.Domains[1].Rules = []RuleConfig{{Name: "r", Limit: 1, Period: time.Second}}
-		}, `domains[1].max_keys: must resolve to at least 1, got 0 (0 keys left over / 1 domains without max_keys)`},
+		}, `domains[1] (www).max_keys: must resolve to at least 1, got 0 (0 keys left over / 1 domains without max_keys)`},
 
 		{"path prefix with //", func(c *Config) {
 			c.Domains[0].Rules[0].Match = &MatchConfig{PathPrefix: "/a//b"}
-		}, `domains[0].rules[0].match.path_prefix: must not contain "//" (paths are matched with slashes merged), got "/a//b"`},
+		}, `domains[0] (api).rules[0] (all).match.path_prefix: must not contain "//" (paths are matched with slashes merged), got "/a//b"`},
 		{"path prefix with escape", func(c *Config) {
 			c.Domains[0].Rules[0].Match = &MatchConfig{PathPrefix: "/a%2Fb"}
-		}, `domains[0].rules[0].match.path_prefix: must be written decoded, without %-escapes (paths are matched decoded), got "/a%2Fb"`},
+		}, `domains[0] (api).rules[0] (all).match.path_prefix: must be written decoded, without %-escapes (paths are matched decoded), got "/a%2Fb"`},
 		{"path prefix with dot segment", func(c *Config) {
 			c.Domains[0].Rules[0].Match = &MatchConfig{PathPrefix: "/a/../b"}
-		}, `domains[0].rules[0].match.path_prefix: must not contain dot segments (requests with them are refused), got "/a/../b"`},
+		}, `domains[0] (api).rules[0] (all).match.path_prefix: must not contain dot segments (requests with them are refused), got "/a/../b"`},
+		{"path prefix with a star", func(c *Config) {
+			c.Domains[0].Rules[0].Match = &MatchConfig{PathPrefix: "/api/*"}
+		}, `domains[0] (api).rules[0] (all).match.path_prefix: is a prefix, not a pattern: "*" and "?" are not wildcards ("/api/" matches every path under /api/), got "/api/*"`},
+		{"path prefix with a question mark", func(c *Config) {
+			c.Domains[0].Rules[0].Match = &MatchConfig{PathPrefix: "/v?/login"}
+		}, `domains[0] (api).rules[0] (all).match.path_prefix: is a prefix, not a pattern: "*" and "?" are not wildcards ("/api/" matches every path under /api/), got "/v?/login"`},
 		{"path prefix with params", func(c *Config) {
 			c.Domains[0].Rules[0].Match = &MatchConfig{PathPrefix: "/a;x"}
-		}, `domains[0].rules[0].match.path_prefix: must not contain ";" (path parameters are cut before matching), got "/a;x"`},
+		}, `domains[0] (api).rules[0] (all).match.path_prefix: must not contain ";" (path parameters are cut before matching), got "/a;x"`},
 
 		// Rules.
 		{"too many rules", func(c *Config) {
@@ -279,111 +291,114 @@ func TestCompileErrors(t *testing.T) {
 				c.Domains[1].Rules = append(c.Domains[1].Rules,
 					RuleConfig{Name: "r" + strconv.Itoa(i), Limit: 1, Period: time.Second})
 			}
-		}, `domains[1].rules: must have at most 255 rules, got 256`},
+		}, `domains[1] (www).rules: must have at most 255 rules, got 256`},
 		{"rule name left out", func(c *Config) { rule(c).Name = "" },
-			`domains[0].rules[0].name: required`},
+			`domains[0] (api).rules[0].name: required`},
 		{"rule name empty", func(c *Config) {
 			rule(c).Name, c.Given = "", map[string]bool{"domains[0].rules[0].name": true}
-		}, `domains[0].rules[0].name: must not be empty`},
+		}, `domains[0] (api).rules[0].name: must not be empty`},
 		{"rule name charset", func(c *Config) { rule(c).Name = "all/reads" },
-			`domains[0].rules[0].name: must contain only [A-Za-z0-9_.-], got "all/reads"`},
+			`domains[0] (api).rules[0].name: must contain only [A-Za-z0-9_.-], got "all/reads"`},
 		{"rule name too long", func(c *Config) { rule(c).Name = strings.Repeat("n", 65) },
-			`domains[0].rules[0].name: must be at most 64 bytes, got "` + strings.Repeat("n", 65) + `" (65 bytes)`},
+			`domains[0] (api).rules[0].name: must be at most 64 bytes, got "` + strings.Repeat("n", 65) + `" (65 bytes)`},
 		{"rule name reused", func(c *Config) {
 			c.Domains[0].Rules = append(c.Domains[0].Rules, RuleConfig{Name: "writes", Limit: 1, Period: time.Second})
-		}, `domains[0].rules[2].name: "writes" is used by domains[0].rules[1]`},
+		}, `domains[0] (api).rules[2] (writes).name: "writes" is used by domains[0] (api).rules[1] (writes)`},
 		{"limit left out", func(c *Config) { rule(c).Limit = 0 },
-			`domains[0].rules[0].limit: required`},
+			`domains[0] (api).rules[0] (all).limit: required`},
 		{"limit zero", func(c *Config) {
 			rule(c).Limit, c.Given = 0, map[string]bool{"domains[0].rules[0].limit": true}
-		}, `domains[0].rules[0].limit: must be at least 1, got 0`},
+		}, `domains[0] (api).rules[0] (all).limit: must be at least 1, got 0`},
 		{"limit negative", func(c *Config) { rule(c).Limit = -1 },
-			`domains[0].rules[0].limit: must be at least 1, got -1`},
+			`domains[0] (api).rules[0] (all).limit: must be at least 1, got -1`},
 		{"limit too large", func(c *Config) { rule(c).Limit = 1_000_000_001 },
-			`domains[0].rules[0].limit: must be at most 1000000000, got 1000000001`},
+			`domains[0] (api).rules[0] (all).limit: must be at most 1000000000, got 1000000001`},
 		{"period left out", func(c *Config) { rule(c).Period = 0 },
-			`domains[0].rules[0].period: required`},
+			`domains[0] (api).rules[0] (all).period: required`},
 		{"period zero", func(c *Config) {
 			rule(c).Period, c.Given = 0, map[string]bool{"domains[0].rules[0].period": true}
-		}, `domains[0].rules[0].period: must be at least 1s, got 0s`},
+		}, `domains[0] (api).rules[0] (all).period: must be at least 1s, got 0s`},
 		{"period below a second", func(c *Config) { rule(c).Period = 500 * time.Millisecond },
-			`domains[0].rules[0].period: must be at least 1s, got 500ms`},
+			`domains[0] (api).rules[0] (all).period: must be at least 1s, got 500ms`},
 		{"period too long", func(c *Config) { rule(c).Period = 721 * time.Hour },
-			`domains[0].rules[0].period: must be at most 720h, got 721h`},
+			`domains[0] (api).rules[0] (all).period: must be at most 720h, got 721h`},
 		{"period fractional", func(c *Config) { rule(c).Period = 1500 * time.Millisecond },
-			`domains[0].rules[0].period: must be a whole number of seconds, got 1.5s`},
+			`domains[0] (api).rules[0] (all).period: must be a whole number of seconds, got 1.5s`},
 		{"key unknown", func(c *Config) { rule(c).Key = []string{"ip", "cookie"} },
-			`domains[0].rules[0].key[1]: must be ip, path, host or header:NAME, got "cookie"`},
+			`domains[0] (api).rules[0] (all).key[1]: must be ip, path, host or header:NAME, got "cookie"`},
 		{"key upper-case", func(c *Config) { rule(c).Key = []string{"IP"} },
-			`domains[0].rules[0].key[0]: must be ip, path, host or header:NAME, got "IP"`},
+			`domains[0] (api).rules[0] (all).key[0]: must be ip, path, host or header:NAME, got "IP"`},
 		{"key header not a token", func(c *Config) { rule(c).Key = []string{"header:X Api"} },
-			`domains[0].rules[0].key[0]: header name must be an HTTP token, got "header:X Api"`},
+			`domains[0] (api).rules[0] (all).key[0]: header name must be an HTTP token, got "header:X Api"`},
 		{"key header empty", func(c *Config) { rule(c).Key = []string{"header:"} },
-			`domains[0].rules[0].key[0]: header name must be an HTTP token, got "header:"`},
+			`domains[0] (api).rules[0] (all).key[0]: header name must be an HTTP token, got "header:"`},
 		{"key header Host", func(c *Config) { rule(c).Key = []string{"header:host"} },
-			`domains[0].rules[0].key[0]: must be host rather than a header, got "header:host"`},
+			`domains[0] (api).rules[0] (all).key[0]: must be host rather than a header, got "header:host"`},
 		{"key duplicate header", func(c *Config) { rule(c).Key = []string{"header:X-Api-Key", "ip", "header:x-api-key"} },
-			`domains[0].rules[0].key[2]: "header:x-api-key" duplicates key[0]`},
+			`domains[0] (api).rules[0] (all).key[2]: "header:x-api-key" duplicates key[0]`},
 		{"key duplicate ip", func(c *Config) { rule(c).Key = []string{"ip", "ip"} },
-			`domains[0].rules[0].key[1]: "ip" duplicates key[0]`},
+			`domains[0] (api).rules[0] (all).key[1]: "ip" duplicates key[0]`},
 		{"action", func(c *Config) { rule(c).Action = "deny" },
-			`domains[0].rules[0].action: must be block or log, got "deny"`},
+			`domains[0] (api).rules[0] (all).action: must be block or log, got "deny"`},
 		{"mitigation negative", func(c *Config) { rule(c).MitigationTimeout = -time.Second },
-			`domains[0].rules[0].mitigation_timeout: must be 0 (off) or between 1s and 24h, got -1s`},
+			`domains[0] (api).rules[0] (all).mitigation_timeout: must be 0 (off) or between 1s and 24h, got -1s`},
 		{"mitigation of 60ns", func(c *Config) { rule(c).MitigationTimeout = 60 },
-			`domains[0].rules[0].mitigation_timeout: must be 0 (off) or between 1s and 24h, got 60ns`},
+			`domains[0] (api).rules[0] (all).mitigation_timeout: must be 0 (off) or between 1s and 24h, got 60ns`},
 		{"mitigation too long", func(c *Config) { rule(c).MitigationTimeout = 25 * time.Hour },
-			`domains[0].rules[0].mitigation_timeout: must be 0 (off) or between 1s and 24h, got 25h`},
+			`domains[0] (api).rules[0] (all).mitigation_timeout: must be 0 (off) or between 1s and 24h, got 25h`},
 		{"headers", func(c *Config) { rule(c).Headers = "sometimes" },
-			`domains[0].rules[0].headers: must be blocked, always or none, got "sometimes"`},
+			`domains[0] (api).rules[0] (all).headers: must be blocked, always or none, got "sometimes"`},
 		{"path prefix without slash", func(c *Config) { rule(c).Match = &MatchConfig{PathPrefix: "api/"} },
-			`domains[0].rules[0].match.path_prefix: must start with "/", got "api/"`},
+			`domains[0] (api).rules[0] (all).match.path_prefix: must start with "/", got "api/"`},
 		{"method not a token", func(c *Config) { rule(c).Match = &MatchConfig{Methods: []string{"GET", "G T"}} },
-			`domains[0].rules[0].match.methods[1]: must be an HTTP method (a token), got "G T"`},
+			`domains[0] (api).rules[0] (all).match.methods[1]: must be an HTTP method (a token), got "G T"`},
 		{"method empty", func(c *Config) { rule(c).Match = &MatchConfig{Methods: []string{""}} },
-			`domains[0].rules[0].match.methods[0]: must be an HTTP method (a token), got ""`},
+			`domains[0] (api).rules[0] (all).match.methods[0]: must be an HTTP method (a token), got ""`},
 		{"method duplicate", func(c *Config) { rule(c).Match = &MatchConfig{Methods: []string{"GET", "POST", "get"}} },
-			`domains[0].rules[0].match.methods[2]: "get" duplicates match.methods[0]`},
+			`domains[0] (api).rules[0] (all).match.methods[2]: "get" duplicates match.methods[0]`},
 		{"block status server error", func(c *Config) { rule(c).BlockResponse = &ResponseConfig{Status: 503} },
-			`domains[0].rules[0].block_response.status: must be between 400 and 499, got 503`},
+			`domains[0] (api).rules[0] (all).block_response.status: must be between 400 and 499, got 503`},
+		{"block_response with action log", func(c *Config) {
+			rule(c).Action, rule(c).BlockResponse = "log", &ResponseConfig{Status: 403}
+		}, `domains[0] (api).rules[0] (all).block_response: applies only with action block: a rule with action log never refuses a request`},
 		{"block status success", func(c *Config) { rule(c).BlockResponse = &ResponseConfig{Status: 200} },
-			`domains[0].rules[0].block_response.status: must be between 400 and 499, got 200`},
+			`domains[0] (api).rules[0] (all).block_response.status: must be between 400 and 499, got 200`},
 		{"block body too big", func(c *Config) {
 			rule(c).BlockResponse = &ResponseConfig{Body: strings.Repeat("x", 40000)}
-		}, `domains[0].rules[0].block_response.body: must be at most 32768 bytes, got 40000 bytes`},
+		}, `domains[0] (api).rules[0] (all).block_response.body: must be at most 32768 bytes, got 40000 bytes`},
 		{"block content type", func(c *Config) {
 			rule(c).BlockResponse = &ResponseConfig{Body: "{}", ContentType: "json"}
-		}, `domains[0].rules[0].block_response.content_type: must be a media type such as "text/plain; charset=utf-8", got "json"`},
+		}, `domains[0] (api).rules[0] (all).block_response.content_type: must be a media type such as "text/plain; charset=utf-8", got "json"`},
 		{"allow without cidrs", func(c *Config) { rule(c).Allow = &AllowConfig{} },
-			`domains[0].rules[0].allow.cidrs: must list at least one IP address or CIDR prefix`},
+			`domains[0] (api).rules[0] (all).allow.cidrs: must list at least one IP address or CIDR prefix`},
 		{"allow host name", func(c *Config) { rule(c).Allow = &AllowConfig{CIDRs: []string{"10.0.0.0/8", "office.internal"}} },
-			`domains[0].rules[0].allow.cidrs[1]: must be an IP address or CIDR prefix, got "office.internal"`},
+			`domains[0] (api).rules[0] (all).allow.cidrs[1]: must be an IP address or CIDR prefix, got "office.internal"`},
 		{"allow bad prefix", func(c *Config) { rule(c).Allow = &AllowConfig{CIDRs: []string{"2001:db8::/129"}} },
-			`domains[0].rules[0].allow.cidrs[0]: must be an IP address or CIDR prefix, got "2001:db8::/129"`},
+			`domains[0] (api).rules[0] (all).allow.cidrs[0]: must be an IP address or CIDR prefix, got "2001:db8::/129"`},
 		{"allow zone", func(c *Config) { rule(c).Allow = &AllowConfig{CIDRs: []string{"fe80::1%eth0"}} },
-			`domains[0].rules[0].allow.cidrs[0]: must not have a zone, got "fe80::1%eth0"`},
+			`domains[0] (api).rules[0] (all).allow.cidrs[0]: must not have a zone, got "fe80::1%eth0"`},
 		{"count_status too low", func(c *Config) { rule(c).CountStatus = []int{401, 99} },
-			`domains[0].rules[0].count_status[1]: must be an HTTP status from 100 to 599, got 99`},
+			`domains[0] (api).rules[0] (all).count_status[1]: must be an HTTP status from 100 to 599, got 99`},
 		{"count_status too high", func(c *Config) { rule(c).CountStatus = []int{600} },
-			`domains[0].rules[0].count_status[0]: must be an HTTP status from 100 to 599, got 600`},
+			`domains[0] (api).rules[0] (all).count_status[0]: must be an HTTP status from 100 to 599, got 600`},
 		{"count_status duplicate", func(c *Config) { rule(c).CountStatus = []int{401, 403, 401} },
-			`domains[0].rules[0].count_status[2]: 401 duplicates count_status[0]`},
+			`domains[0] (api).rules[0] (all).count_status[2]: 401 duplicates count_status[0]`},
 		{"count_status with count_blocked", func(c *Config) { rule(c).CountStatus, rule(c).CountBlocked = []int{401}, true },
-			`domains[0].rules[0].count_blocked: must be false with count_status (a refused request gets no status from the origin), got true`},
+			`domains[0] (api).rules[0] (all).count_blocked: must be false with count_status (a refused request gets no status from the origin), got true`},
 		{"count_status with respond", func(c *Config) {
 			c.Domains[0].Respond = &ResponseConfig{Body: "ok"}
 			rule(c).CountStatus = []int{401}
-		}, `domains[0].rules[0].count_status: needs an origin's response, but the domain answers with respond`},
+		}, `domains[0] (api).rules[0] (all).count_status: needs an origin's response, but the domain answers with respond`},
 		{"response_cost_header not a token", func(c *Config) { rule(c).ResponseCostHeader = "X Cost" },
-			`domains[0].rules[0].response_cost_header: must be a header field name, got "X Cost"`},
+			`domains[0] (api).rules[0] (all).response_cost_header: must be a header field name, got "X Cost"`},
 		{"response_cost_header framing", func(c *Config) { rule(c).ResponseCostHeader = "content-length" },
-			`domains[0].rules[0].response_cost_header: must not be a field that HTTP or edge itself uses, got "content-length"`},
+			`domains[0] (api).rules[0] (all).response_cost_header: must not be a field that HTTP or edge itself uses, got "content-length"`},
 		{"response_cost_header rate-limit field", func(c *Config) { rule(c).ResponseCostHeader = "RateLimit" },
-			`domains[0].rules[0].response_cost_header: must not be a field that HTTP or edge itself uses, got "RateLimit"`},
+			`domains[0] (api).rules[0] (all).response_cost_header: must not be a field that HTTP or edge itself uses, got "RateLimit"`},
 		{"response_cost_header with respond", func(c *Config) {
 			c.Domains[0].Respond = &ResponseConfig{Body: "ok"}
 			rule(c).ResponseCostHeader = "X-Edge-Cost"
-		}, `domains[0].rules[0].response_cost_header: needs an origin's response, but the domain answers with respond`},
+		}, `domains[0] (api).rules[0] (all).response_cost_header: needs an origin's response, but the domain answers with respond`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -421,10 +436,10 @@ func TestCompileReportsAllErrors(t *testing.T) {
 	want := []string{
 		`origin: must be an absolute http or https URL, got "ftp://x"`,
 		`log.level: must be debug, info, warn or error, got "loud"`,
-		`domains[0].rules[0].limit: required`,
-		`domains[0].rules[1].period: must be at least 1s, got 500ms`,
-		`domains[0].rules[2].name: "writes" is used by domains[0].rules[1]`,
-		`domains[2].hosts[0]: "api.example.com" is already claimed by domains[0]`,
+		`domains[0] (api).rules[0] (all).limit: required`,
+		`domains[0] (api).rules[1] (writes).period: must be at least 1s, got 500ms`,
+		`domains[0] (api).rules[2] (writes).name: "writes" is used by domains[0] (api).rules[1] (writes)`,
+		`domains[2] (api.example.com).hosts[0]: "api.example.com" is already claimed by domains[0] (api)`,
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("got errors:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

@@ -221,8 +221,9 @@ type ClusterConfig struct {
 	// limit ÷ nodes, rounded up) or "poisson" (the SplitConfidence quantile
 	// of Poisson(limit ÷ nodes)).
 	Split string `mapstructure:"split"`
-	// SplitConfidence is, with split poisson, the share of windows in which
-	// a node lets a client at the limit through. Default 0.95; valid (0, 1).
+	// SplitConfidence is, with split poisson (and only then), the share of
+	// windows in which a node lets a client at the limit through. Default
+	// 0.95; valid (0, 1).
 	SplitConfidence float64 `mapstructure:"split_confidence"`
 }
 
@@ -283,7 +284,8 @@ type DomainConfig struct {
 	// client holds no origin connection. nil means true; false streams
 	// bodies as they arrive.
 	RequestBuffering *bool `mapstructure:"request_buffering"`
-	// RequestBuffer overrides Config.RequestBuffer for this domain.
+	// RequestBuffer overrides Config.RequestBuffer for this domain; not
+	// with RequestBuffering false, which buffers nothing.
 	RequestBuffer Size `mapstructure:"request_buffer"`
 	// MaxRequestBody overrides Config.MaxRequestBody for this domain.
 	MaxRequestBody Size `mapstructure:"max_request_body"`
@@ -340,12 +342,14 @@ type RuleConfig struct {
 	// after it first exceeds the limit; 0 (off) or 1s..24h.
 	MitigationTimeout time.Duration `mapstructure:"mitigation_timeout"`
 	// CountBlocked says whether blocked requests count against the limit.
+	// Mode soft implies true, and refuses false written in the file.
 	CountBlocked bool `mapstructure:"count_blocked"`
 	// Headers says when rate-limit headers are sent: "blocked" (default,
 	// only on blocked responses), "always" or "none".
 	Headers string `mapstructure:"headers"`
 	// BlockResponse replaces the default 429 response. Its status must be
-	// 400..499; default 429.
+	// 400..499; default 429. Only with action block, in a domain the public
+	// listener serves (the check listener refuses with check.deny_status).
 	BlockResponse *ResponseConfig `mapstructure:"block_response"`
 
 	// Algorithm is how the rule counts: "sliding_window" (default: the

@@ -16,7 +16,8 @@ func intp(n int) *int { return &n }
 // max_delay, cost, cost_header and max_cost that makes no sense, or is not
 // supported yet, is one error naming the key and the value.
 func TestCompileCountingErrors(t *testing.T) {
-	const at = "domains[0].rules[0]."
+	const at = "domains[0] (api).rules[0] (r)." // as messages name the rule
+	const key = "domains[0].rules[0]."          // as Config.Given spells it
 	redis := func(c *Config) {
 		c.Cluster.Store = "redis"
 		c.Cluster.Redis.Addresses = []string{"127.0.0.1:6379"}
@@ -103,9 +104,9 @@ func TestCompileCountingErrors(t *testing.T) {
 				at + `max_delay: a leaky_bucket queue (max_delay above 0) is not supported with cluster.sync batched (use exact), got 2s`,
 			}},
 		{name: "max_queued negative", more: func(c *Config) { c.Domains[0].MaxQueued = -1 },
-			want: []string{`domains[0].max_queued: must be between 1 and 1000000, got -1`}},
+			want: []string{`domains[0] (api).max_queued: must be between 1 and 1000000, got -1`}},
 		{name: "max_queued too large", more: func(c *Config) { c.Domains[0].MaxQueued = 1_000_001 },
-			want: []string{`domains[0].max_queued: must be between 1 and 1000000, got 1000001`}},
+			want: []string{`domains[0] (api).max_queued: must be between 1 and 1000000, got 1000001`}},
 		{name: "max_delay negative", rule: RuleConfig{Algorithm: "leaky_bucket", MaxDelay: -time.Second},
 			want: []string{at + `max_delay: must not be negative, got -1s`}},
 		{name: "cost negative", rule: RuleConfig{Cost: intp(-1)},
@@ -131,7 +132,7 @@ func TestCompileCountingErrors(t *testing.T) {
 		{name: "cost_header without max_cost", rule: RuleConfig{CostHeader: "X-Cost"},
 			want: []string{at + `max_cost: required with cost_header`}},
 		{name: "cost_header with max_cost 0", rule: RuleConfig{CostHeader: "X-Cost"},
-			more: func(c *Config) { c.Given = map[string]bool{at + "max_cost": true} },
+			more: func(c *Config) { c.Given = map[string]bool{key + "max_cost": true} },
 			want: []string{at + `max_cost: must be between 1 and 1000000, got 0`}},
 		{name: "max_cost without cost_header", rule: RuleConfig{MaxCost: 5},
 			want: []string{at + `max_cost: applies only with cost_header, got 5`}},

@@ -3,6 +3,7 @@ package rules
 import (
 	"fmt"
 	"net/netip"
+	"net/url"
 	"strings"
 
 	"github.com/edgerate/edge/internal/algorithm"
@@ -91,6 +92,11 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 			checkCountsAfter(p, fmt.Sprintf("%s.rules[%d]", path, j), r, dc.Respond != nil)
 			if d.Checked {
 				checkCheckedRule(p, fmt.Sprintf("%s.rules[%d]", path, j), r)
+			}
+			if !d.Proxied && rc.BlockResponse != nil {
+				// The check listener answers every refusal alike.
+				p.add(fmt.Sprintf("%s.rules[%d].block_response", path, j),
+					"does not apply to a domain with serve check, whose refusals answer with check.deny_status")
 			}
 			d.Rules = append(d.Rules, r)
 			if _, dup := d.byName[r.Name]; !dup && r.Name != "" {
@@ -267,6 +273,10 @@ func parseConfigHost(p *problems, path, raw string) (string, hostKind, bool) {
 			return "", 0, false
 		}
 	}
+	if strings.Contains(raw, "://") {
+		p.add(path, "%s", urlForHost(raw))
+		return "", 0, false
+	}
 	h := strings.ToLower(raw)
 	h = strings.TrimSuffix(h, ".")
 	switch {
@@ -318,6 +328,21 @@ func parseConfigHost(p *problems, path, raw string) (string, hostKind, bool) {
 		return "", 0, false
 	}
 	return h, hostExact, true
+}
+
+// urlForHost words the problem of raw, a URL written where a host name is
+// wanted: it names the host to write instead, when raw has one, and shows
+// no password raw holds.
+func urlForHost(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Hostname() == "" {
+		return fmt.Sprintf("must be a host name, not a URL, got %q", raw)
+	}
+	host := strings.ToLower(u.Hostname())
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	return fmt.Sprintf("must be a host name, not a URL: write %q, got %q", host, u.Redacted())
 }
 
 // checkDNSName validates h, a lower-case host name (an IPv4 literal passes

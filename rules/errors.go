@@ -3,6 +3,7 @@ package rules
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -14,11 +15,136 @@ import (
 type FieldError struct {
 	Path string
 	Msg  string
+	// Where is Path as the Error text shows it, with the names of the
+	// domain and rule it passes through ("domains[0] (api).rules[1]
+	// (login).period", see [Config.NameProblems]); "" shows Path.
+	Where string
 }
 
-// Error returns "path: message".
+// Error returns "path: message", the path as Where shows it.
 func (e *FieldError) Error() string {
+	if e.Where != "" {
+		return e.Where + ": " + e.Msg
+	}
 	return e.Path + ": " + e.Msg
+}
+
+// NameProblems returns err with the names of cfg's domains and rules beside
+// their indexes wherever its problems mention them: in each [FieldError]'s
+// Where and Msg, "domains[0].rules[1].limit" reads "domains[0]
+// (api).rules[1] (login).limit". A domain's name is its name key or, left
+// out, the default from hosts[0]; a name that is not a valid label, or
+// whose key failed to decode (cfg.Given has it but the value is empty), is
+// not shown. A mention already followed by its name is left as it is, so
+// that NameProblems may be applied twice. Other errors are kept as they
+// are; the result joins the problems (errors.Join) even when there is one.
+func (cfg Config) NameProblems(err error) error {
+	if err == nil {
+		return nil
+	}
+	var out []error
+	for _, e := range Problems(err) {
+		var fe *FieldError
+		if errors.As(e, &fe) && fe.Error() == e.Error() {
+			where := fe.Where
+			if where == "" {
+				where = fe.Path
+			}
+			out = append(out, &FieldError{Path: fe.Path, Msg: cfg.nameMentions(fe.Msg), Where: cfg.nameMentions(where)})
+			continue
+		}
+		out = append(out, e)
+	}
+	return errors.Join(out...)
+}
+
+// nameMentions writes the names of cfg's domains and rules after each
+// "domains[i]" and "domains[i].rules[j]" in text that is not already so
+// followed.
+func (cfg Config) nameMentions(text string) string {
+	const domains, rules = "domains[", ".rules["
+	var b strings.Builder
+	for {
+		i := strings.Index(text, domains)
+		if i < 0 {
+			b.WriteString(text)
+			return b.String()
+		}
+		b.WriteString(text[:i+len(domains)])
+		text = text[i+len(domains):]
+		d, n := leadingIndex(text)
+		if n == 0 {
+			continue
+		}
+		b.WriteString(text[:n])
+		text = text[n:]
+		if name := cfg.domainName(d); name != "" && !strings.HasPrefix(text, " (") {
+			b.WriteString(" (" + name + ")")
+		}
+		if !strings.HasPrefix(text, rules) {
+			continue
+		}
+		b.WriteString(rules)
+		text = text[len(rules):]
+		r, n := leadingIndex(text)
+		if n == 0 {
+			continue
+		}
+		b.WriteString(text[:n])
+		text = text[n:]
+		if name := cfg.ruleName(d, r); name != "" && !strings.HasPrefix(text, " (") {
+			b.WriteString(" (" + name + ")")
+		}
+	}
+}
+
+// leadingIndex parses the "N]" text starts with, returning N and the
+// length of "N]", or 0 when text does not start so.
+func leadingIndex(text string) (index, n int) {
+	end := strings.IndexByte(text, ']')
+	if end < 1 || end > 3 {
+		return 0, 0 // at most 255 rules; domains past 999 go unnamed
+	}
+	i, err := strconv.Atoi(text[:end])
+	if err != nil || i < 0 {
+		return 0, 0
+	}
+	return i, end + 1
+}
+
+// domainName returns the name domains[i] goes by, or "" (see NameProblems).
+func (cfg Config) domainName(i int) string {
+	if i >= len(cfg.Domains) {
+		return ""
+	}
+	dc := cfg.Domains[i]
+	name := dc.Name
+	if name == "" {
+		if cfg.Given[fmt.Sprintf("domains[%d].name", i)] || len(dc.Hosts) == 0 {
+			return ""
+		}
+		h, _, ok := parseConfigHost(&problems{}, "", dc.Hosts[0])
+		if !ok {
+			return ""
+		}
+		name = defaultDomainName(h)
+	}
+	if len(name) > maxLabelBytes || !isLabel(name) {
+		return ""
+	}
+	return name
+}
+
+// ruleName returns the name of domains[d].rules[r], or "" (see NameProblems).
+func (cfg Config) ruleName(d, r int) string {
+	if d >= len(cfg.Domains) || r >= len(cfg.Domains[d].Rules) {
+		return ""
+	}
+	name := cfg.Domains[d].Rules[r].Name
+	if name == "" || len(name) > maxLabelBytes || !isLabel(name) {
+		return ""
+	}
+	return name
 }
 
 // Redacted stands in for a value that must not be shown: printed with any

@@ -13,7 +13,8 @@ import (
 // limit at most MaxFineLimit on a node's own counters, and is refused
 // elsewhere, each error naming the key.
 func TestCompilePrecision(t *testing.T) {
-	const at = "domains[0].rules[0]."
+	const at = "domains[0] (api).rules[0] (r)." // as messages name the rule
+	const key = "domains[0].rules[0]."          // as Config.Given spells it
 	const shared = `precision: fine is not supported with a cluster that shares counters (cluster.store redis, or cluster.sync share): the log of a key near its limit is one node's, while the PoP's count is two counters; use standard`
 	tests := []struct {
 		name    string

@@ -101,6 +101,10 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 
 	if rc.BlockResponse != nil {
 		r.BlockResponse = compileResponse(p, path+".block_response", *rc.BlockResponse, 400, 499, DefaultBlockStatus, false)
+		if r.Action == ActionLog {
+			// The response would never be sent.
+			p.add(path+".block_response", "applies only with action block: a rule with action log never refuses a request")
+		}
 	}
 
 	if compileAlgorithm(p, path, rc, r) {
@@ -131,7 +135,8 @@ func compilePrecision(p *problems, path string, rc RuleConfig, r *Rule) {
 }
 
 // compileMode compiles the rule's mode: a soft window counts every request
-// offered, so it implies count_blocked and takes nothing that counts only
+// offered, so it implies count_blocked (refusing it written false) and
+// takes nothing that counts only
 // some requests (count_status, response_cost_header) or blocks outright
 // (mitigation_timeout).
 func compileMode(p *problems, path string, rc RuleConfig, r *Rule) {
@@ -152,6 +157,10 @@ func compileMode(p *problems, path string, rc RuleConfig, r *Rule) {
 		p.add(path+".mode", "soft counts every request offered: not valid with response_cost_header")
 	case rc.MitigationTimeout != 0:
 		p.add(path+".mode", "soft never blocks a key outright: not valid with mitigation_timeout, got %s", fmtDuration(rc.MitigationTimeout))
+	case !rc.CountBlocked && p.given[path+".count_blocked"]:
+		// Written false, it would be run as true: say so rather than
+		// do other than the file says.
+		p.add(path+".count_blocked", "false is not allowed with mode: soft, which counts every request offered (leave count_blocked out)")
 	default:
 		r.Soft = true
 		r.CountBlocked = true
@@ -425,13 +434,17 @@ func compileResponse(p *problems, path string, rc ResponseConfig, minStatus, max
 
 // unmatchablePrefix says why a path prefix can never match the normalised
 // path rules see (percent-decoded, "//" merged, dot segments refused,
-// ";params" cut), or "".
+// ";params" cut), or is written as a pattern, or "".
 func unmatchablePrefix(p string) string {
 	switch {
 	case strings.Contains(p, "//"):
 		return `must not contain "//" (paths are matched with slashes merged)`
 	case strings.Contains(p, "%"):
 		return "must be written decoded, without %-escapes (paths are matched decoded)"
+	case strings.ContainsAny(p, "*?"):
+		// A glob here would be compared byte for byte: "/api/*" matches
+		// only paths that start with a literal "*".
+		return `is a prefix, not a pattern: "*" and "?" are not wildcards ("/api/" matches every path under /api/)`
 	case strings.Contains(p, ";"):
 		return `must not contain ";" (path parameters are cut before matching)`
 	case p == "/." || p == "/.." || strings.Contains(p, "/./") || strings.Contains(p, "/../") ||

@@ -101,7 +101,7 @@ func (s *Secrets) RedactError(err error) error {
 	for _, e := range Problems(err) {
 		var fe *FieldError
 		if errors.As(e, &fe) && fe.Error() == e.Error() {
-			out = append(out, &FieldError{Path: s.Redact(fe.Path), Msg: s.Redact(fe.Msg)})
+			out = append(out, &FieldError{Path: s.Redact(fe.Path), Msg: s.Redact(fe.Msg), Where: s.Redact(fe.Where)})
 			continue
 		}
 		out = append(out, errors.New(s.Redact(e.Error())))

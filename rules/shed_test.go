@@ -48,14 +48,14 @@ func TestCompileShedErrors(t *testing.T) {
 		prios []PriorityConfig
 		want  string // a substring of the error
 	}{
-		{"zero max", &ShedConfig{}, nil, "domains[0].shed.max_in_flight: must be between 1 and 1000000, got 0"},
+		{"zero max", &ShedConfig{}, nil, "domains[0] (api).shed.max_in_flight: must be between 1 and 1000000, got 0"},
 		{"huge max", &ShedConfig{MaxInFlight: 1_000_001}, nil, "shed.max_in_flight: must be between 1 and 1000000"},
 		{"negative reserve", &ShedConfig{MaxInFlight: 1, CriticalReserve: -0.1}, nil, "shed.critical_reserve: must be between 0 and 1, got -0.1"},
 		{"reserve over 1", &ShedConfig{MaxInFlight: 1, CriticalReserve: 1.5}, nil, "shed.critical_reserve: must be between 0 and 1"},
 		{"share over 1", &ShedConfig{MaxInFlight: 1, SheddableShare: ptr(2.0)}, nil, "shed.sheddable_share: must be between 0 and 1, got 2"},
 		{"share over the normal one", &ShedConfig{MaxInFlight: 1, CriticalReserve: 0.5, SheddableShare: ptr(0.6)}, nil,
 			"shed.sheddable_share: must be at most 1 − critical_reserve (0.5), got 0.6"},
-		{"priorities without shed", nil, []PriorityConfig{{Class: "critical"}}, "domains[0].priorities: apply only with shed"},
+		{"priorities without shed", nil, []PriorityConfig{{Class: "critical"}}, "domains[0] (api).priorities: apply only with shed"},
 		{"unknown class", &ok, []PriorityConfig{{Class: "urgent"}}, `priorities[0].class: must be normal, critical or sheddable, got "urgent"`},
 		{"no class", &ok, []PriorityConfig{{}}, `priorities[0].class: must be normal, critical or sheddable, got ""`},
 		{"relative path", &ok, []PriorityConfig{{Class: "normal", Match: PriorityMatch{PathPrefix: "v1"}}}, `priorities[0].match.path_prefix: must start with "/"`},
@@ -79,7 +79,7 @@ func TestCompileShedErrors(t *testing.T) {
 		cfg.Domains[0].Origin, cfg.Origin = "", ""
 		cfg.Domains[0].Respond = &ResponseConfig{Body: "x"}
 		cfg.Domains[0].Shed = &ok
-		if _, err := Compile(cfg); err == nil || !strings.Contains(err.Error(), "domains[0].shed: applies only to a domain with an origin") {
+		if _, err := Compile(cfg); err == nil || !strings.Contains(err.Error(), "domains[0] (api).shed: applies only to a domain with an origin") {
 			t.Errorf("got %v, want shed refused with respond", err)
 		}
 	})

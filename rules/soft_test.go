@@ -10,11 +10,13 @@ import (
 // TestCompileMode: mode soft compiles on windows, implies count_blocked,
 // and is refused where it cannot work, each error naming the key.
 func TestCompileMode(t *testing.T) {
-	const at = "domains[0].rules[0]."
+	const at = "domains[0] (api).rules[0] (r)." // as messages name the rule
+	const key = "domains[0].rules[0]."          // as Config.Given spells it
 	tests := []struct {
 		name  string
 		rule  RuleConfig // Name, Limit and Period are filled in: limit 10 per minute
 		redis bool
+		given []string // keys of the rule the file writes, beside name, limit and period
 		want  []string // errors; nil: compiles
 		soft  bool
 	}{
@@ -23,6 +25,9 @@ func TestCompileMode(t *testing.T) {
 		{name: "soft sliding window", rule: RuleConfig{Mode: "soft"}, soft: true},
 		{name: "soft fixed window", rule: RuleConfig{Mode: "soft", Algorithm: "fixed_window"}, soft: true},
 		{name: "soft with count_blocked", rule: RuleConfig{Mode: "soft", CountBlocked: true}, soft: true},
+		{name: "soft with count_blocked false", rule: RuleConfig{Mode: "soft"}, given: []string{"mode", "count_blocked"},
+			want: []string{at + `count_blocked: false is not allowed with mode: soft, which counts every request offered (leave count_blocked out)`}},
+		{name: "soft with count_blocked left out", rule: RuleConfig{Mode: "soft"}, given: []string{"mode"}, soft: true},
 		{name: "unknown", rule: RuleConfig{Mode: "Soft"},
 			want: []string{at + `mode: must be hard or soft, got "Soft"`}},
 		{name: "soft token bucket", rule: RuleConfig{Mode: "soft", Algorithm: "token_bucket"},
@@ -41,6 +46,12 @@ func TestCompileMode(t *testing.T) {
 			rc := tt.rule
 			rc.Name, rc.Limit, rc.Period = "r", 10, time.Minute
 			cfg.Domains[0].Rules = []RuleConfig{rc}
+			if tt.given != nil {
+				cfg.Given = map[string]bool{}
+				for _, k := range append(tt.given, "name", "limit", "period") {
+					cfg.Given[key+k] = true
+				}
+			}
 			if tt.redis {
 				cfg.Cluster.Store = "redis"
 				cfg.Cluster.Redis.Addresses = []string{"127.0.0.1:6379"}

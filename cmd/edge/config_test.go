@@ -37,22 +37,23 @@ domains:
       - {name: a, limit: 10.5, period: 1s}
       - {name: b, limit: 1}
 `, "  - timeouts.upstream: a duration needs a unit, such as 30s or 1m; got 30\n" +
-			"  - domains[0].rules[0].limit: must be a whole number, got 10.5\n" +
+			"  - domains[0] (_).rules[0] (a).limit: must be a whole number, got 10.5\n" +
 			"  - listen_port: unknown key\n" +
-			"  - domains[0]: no upstream: set origin or respond here, or origin at the top level (or serve check, to answer only the check listener)\n" +
-			"  - domains[0].rules[1].period: required\n"},
+			"  - domains[0] (_): no upstream: set origin or respond here, or origin at the top level (or serve check, to answer only the check listener)\n" +
+			"  - domains[0] (_).rules[1] (b).period: required\n"},
 		// The examples of README's "Command line".
 		{"readme example", `
 domains:
-  - hosts: ["*"]
+  - name: api
+    hosts: ["*"]
     respond: {body: ok}
     rules:
-      - {name: a, limit: 10, period: 60}
-      - {name: b, limit: 10.5, period: 1m}
-      - {name: c, limit: 10, period: 1m, key: ["header:host"]}
-`, "  - domains[0].rules[0].period: a duration needs a unit, such as 30s or 1m; got 60\n" +
-			"  - domains[0].rules[1].limit: must be a whole number, got 10.5\n" +
-			"  - domains[0].rules[2].key[0]: must be host rather than a header, got \"header:host\"\n"},
+      - {name: login, limit: 10, period: 60}
+      - {name: search, limit: 10.5, period: 1m}
+      - {name: per-site, limit: 10, period: 1m, key: ["header:host"]}
+`, "  - domains[0] (api).rules[0] (login).period: a duration needs a unit, such as 30s or 1m; got 60\n" +
+			"  - domains[0] (api).rules[1] (search).limit: must be a whole number, got 10.5\n" +
+			"  - domains[0] (api).rules[2] (per-site).key[0]: must be host rather than a header, got \"header:host\"\n"},
 		{"yaml syntax", "pop: edge\ndomains:\n  - hosts: [a]\n   origin: x\n",
 			"  - yaml: line 4, column 4: did not find expected '-' indicator (while parsing a block collection at line 3, column 3)\n" +
 				"    4 |    origin: x\n" +

@@ -83,7 +83,7 @@ func TestCheckFlag(t *testing.T) {
 		{"valid, no rules", []string{"-check", "-config", none}, 0, "is valid: 1 domain, 0 rules\n", nil},
 		{"embedded default", []string{"-check"}, 0, "(embedded default) is valid", nil},
 		{"invalid lists every problem", []string{"-check", "-config", bad}, 1, "", []string{
-			"max_keys: must be", "domains[0]: no upstream", "domains[0].rules[0].limit: must be at least 1, got 0",
+			"max_keys: must be", "domains[0] (_): no upstream", "domains[0] (_).rules[0] (a).limit: must be at least 1, got 0",
 		}},
 		{"missing file", []string{"-check", "-config", filepath.Join(dir, "nope.yaml")}, 1, "", []string{"no such file"}},
 		{"version", []string{"-version"}, 0, "edge ", nil},

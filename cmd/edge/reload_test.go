@@ -182,7 +182,7 @@ func TestReloadOnFileChange(t *testing.T) {
 	if _, body = e.adminGet("/readyz"); !strings.Contains(body, "last reload failed with 1 problem;") || strings.Contains(body, "limit") {
 		t.Errorf("/readyz: got %q, want the count of problems only", body)
 	}
-	if _, body = e.adminGet("/v1/config"); !strings.Contains(body, "domains[0].rules[0].limit: must be at least 1, got 0") {
+	if _, body = e.adminGet("/v1/config"); !strings.Contains(body, "domains[0] (site).rules[0] (per-ip).limit: must be at least 1, got 0") {
 		t.Errorf("/v1/config lacks the problem:\n%s", body)
 	}
 	_, metrics := e.adminGet("/metrics")

@@ -142,7 +142,7 @@ func TestReplayConfigRule(t *testing.T) {
 func TestReplayInvalidConfig(t *testing.T) {
 	cfg := writeFile(t, "bad.yaml", "domains: [{hosts: [a], respond: {body: ok}, rules: [{name: r, limit: 0, period: 1s}]}]\n")
 	code, out, errOut := runEdge("replay", "-config", cfg, filepath.Join(t.TempDir(), "missing.log"))
-	want := "edge replay: invalid configuration " + cfg + ":\n  - domains[0].rules[0].limit: must be at least 1, got 0\n"
+	want := "edge replay: invalid configuration " + cfg + ":\n  - domains[0] (a).rules[0] (r).limit: must be at least 1, got 0\n"
 	if code != 1 || out != "" || errOut != want {
 		t.Errorf("exit %d, stdout %q, stderr:\n%s\nwant exit 1 and:\n%s", code, out, errOut, want)
 	}

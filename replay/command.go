@@ -61,6 +61,8 @@ type Command struct {
 
 	countBlockedByRule []bool // per input, for Suggest
 	skips              []Skip // the rules of Table not replayed, and why
+	requests           int    // the log records read
+	screen             ScreenStats
 }
 
 // Run replays what c names and writes the result to stdout: tables, or
@@ -258,6 +260,9 @@ func (c *Command) inputs(stderr io.Writer) ([]Input, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The proxy refuses these before any rule, whatever the rules are.
+	c.requests = len(recs)
+	recs, c.screen = Screen(recs)
 	kept := lrs[:0]
 	for _, lr := range lrs {
 		if reason := lr.Unrecorded(recs); reason != "" {
@@ -329,7 +334,8 @@ type output struct {
 	Seed        uint64        `json:"seed,omitempty"`
 	Scale       string        `json:"scale,omitempty"`
 	Files       []string      `json:"files,omitempty"`
-	Skipped     []Skip        `json:"skipped,omitempty"` // a configuration's rules not replayed
+	Skipped     []Skip        `json:"skipped,omitempty"`  // a configuration's rules not replayed
+	Screened    int           `json:"screened,omitempty"` // log records the proxy refuses before any rule
 	Reports     []*Report     `json:"reports,omitempty"`
 	Suggestions []*Suggestion `json:"suggestions,omitempty"`
 	Comparisons []*Comparison `json:"comparisons,omitempty"`
@@ -337,7 +343,7 @@ type output struct {
 
 // replayAll runs the inputs and returns what writes the result.
 func (c *Command) replayAll(ctx context.Context, inputs []Input, opts Options, bar *progressBar) (func(io.Writer) error, error) {
-	doc := output{GoVersion: runtime.Version(), Files: c.Files, Skipped: c.skips}
+	doc := output{GoVersion: runtime.Version(), Files: c.Files, Skipped: c.skips, Screened: c.screen.Screened}
 	if c.Synthetic != "" {
 		doc.Synthetic, doc.Seed, doc.Scale = c.Synthetic, c.Seed, c.Scale
 	}
@@ -406,6 +412,9 @@ func (c *Command) replayAll(ctx context.Context, inputs []Input, opts Options, b
 			fmt.Fprintf(w, "edge replay: synthetic %s, %s, scale %s\n\n", c.Synthetic, seed, c.Scale)
 		} else {
 			fmt.Fprintf(w, "edge replay: %s\n\n", strings.Join(c.Files, ", "))
+		}
+		if st := c.screen; st.Screened > 0 {
+			fmt.Fprintf(w, "screened %d of %d requests, which the proxy refuses before any rule; first: %v\n\n", st.Screened, c.requests, st.First)
 		}
 		if len(doc.Skipped) > 0 {
 			for _, s := range doc.Skipped {

@@ -181,21 +181,50 @@ func readLog(file string, format trace.Format, stdin io.Reader, each func(trace.
 	return trace.ReadLog(zr, format, each)
 }
 
+// ScreenStats counts the records Screen drops.
+type ScreenStats struct {
+	Screened int   // records the proxy would refuse before any rule
+	First    error // why the first of them is refused; nil if none is
+}
+
+// Screen returns the records of recs the proxy would let reach its rules,
+// in order, and counts the others: those whose path net/http or the
+// proxy's screen refuses (rules.DecodePath). It reuses recs' array.
+func Screen(recs []trace.Record) ([]trace.Record, ScreenStats) {
+	var st ScreenStats
+	kept := recs[:0]
+	for _, r := range recs {
+		if _, err := rules.DecodePath(r.Path); err != nil {
+			st.Screened++
+			if st.First == nil {
+				st.First = err
+			}
+			continue
+		}
+		kept = append(kept, r)
+	}
+	return kept, st
+}
+
 // LogInputs groups recs into the sources of each rule, one Input per rule,
 // in order. A record counts for a rule as a request does in the proxy: its
-// path cleaned with rules.CleanPath is matched, and its source is its key
-// under the rule, IPv6 clients keyed by their first ipv6Bits bits. Sources
-// are named as rules.KeyText writes keys.
+// path decoded and cleaned with rules.DecodePath is matched (a record the
+// proxy would refuse before any rule counts for none; see Screen), and its
+// source is its key under the rule, IPv6 clients keyed by their first
+// ipv6Bits bits. Sources are named as rules.KeyText writes keys.
 func LogInputs(recs []trace.Record, rs []LogRule, ipv6Bits int) []Input {
 	srcs := make([]rules.KeySource, len(recs))
+	refused := make([]bool, len(recs))
 	for i := range recs {
-		srcs[i] = RecordSource(&recs[i], ipv6Bits)
+		var err error
+		srcs[i], err = recordSource(&recs[i], ipv6Bits)
+		refused[i] = err != nil
 	}
 	var ins []Input
 	var buf []byte
 	for _, lr := range rs {
 		grouped := group(recs, func(i int) (string, bool) {
-			if lr.Match != nil && !lr.Match(recs[i].Method, srcs[i].Path) {
+			if refused[i] || lr.Match != nil && !lr.Match(recs[i].Method, srcs[i].Path) {
 				return "", false
 			}
 			buf = rules.AppendKey(buf[:0], lr.Key, &srcs[i])
@@ -209,16 +238,25 @@ func LogInputs(recs []trace.Record, rs []LogRule, ipv6Bits int) []Input {
 // RecordSource is what a log record offers to a client key, normalised as
 // the proxy normalises a request: the client an address (IPv4-mapped
 // unmapped, IPv6 masked to ipv6Bits) or, when the log names it otherwise, a
-// host name as it is; the path cleaned; the host normalised.
+// host name as it is; the path decoded and cleaned (rules.DecodePath), or
+// "" for a path the proxy refuses before any rule (Screen); the host
+// normalised.
 func RecordSource(r *trace.Record, ipv6Bits int) rules.KeySource {
-	src := rules.KeySource{Path: rules.CleanPath(r.Path), Header: recordHeaders(r.Headers)}
+	src, _ := recordSource(r, ipv6Bits)
+	return src
+}
+
+// recordSource is RecordSource, and DecodePath's error for a refused path.
+func recordSource(r *trace.Record, ipv6Bits int) (rules.KeySource, error) {
+	path, err := rules.DecodePath(r.Path)
+	src := rules.KeySource{Path: path, Header: recordHeaders(r.Headers)}
 	src.Host, _ = wire.NormalizeHost(r.Host)
 	if a, err := netip.ParseAddr(r.Source); err == nil {
 		src.Client = rules.ClientPrefix(a, ipv6Bits)
 	} else {
 		src.ClientName = r.Source
 	}
-	return src
+	return src, err
 }
 
 // recordHeaders are a log record's header fields, one value each.

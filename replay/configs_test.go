@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/edgerate/edge/config"
+	"github.com/edgerate/edge/rules"
+	"github.com/edgerate/edge/trace"
 )
 
 // TestEveryConfig replays a small log through every example configuration,
@@ -84,5 +86,25 @@ func TestSkippedRule(t *testing.T) {
 	want := "skipped " + skips[0].Rule + ": a concurrency rule counts requests in flight"
 	if err != nil || !strings.Contains(stdout.String(), want) {
 		t.Errorf("Run: got %v and\n%s\nwant nil and output holding %q", err, stdout.String(), want)
+	}
+}
+
+// TestUnrecordedHeader checks that a rule keyed by a header the log
+// records for no request is skipped, and one it records is replayed.
+func TestUnrecordedHeader(t *testing.T) {
+	lr := LogRule{Key: []rules.KeyPart{{Kind: rules.KeyIP}, {Kind: rules.KeyHeader, Header: "X-Api-Key"}}}
+	tests := []struct {
+		name string
+		recs []trace.Record
+		want string
+	}{
+		{"no headers", []trace.Record{{Path: "/"}}, "keyed by header X-Api-Key, which the log records for no request"},
+		{"other headers", []trace.Record{{Headers: map[string]string{"User-Agent": "ua"}}}, "keyed by header X-Api-Key, which the log records for no request"},
+		{"recorded once", []trace.Record{{}, {Headers: map[string]string{"X-Api-Key": "k"}}}, ""},
+	}
+	for _, tt := range tests {
+		if got := lr.Unrecorded(tt.recs); got != tt.want {
+			t.Errorf("%s: got %q, want %q", tt.name, got, tt.want)
+		}
 	}
 }

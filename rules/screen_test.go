@@ -1,6 +1,10 @@
 package rules
 
-import "testing"
+import (
+	"net/url"
+	"strings"
+	"testing"
+)
 
 // FuzzScreenPath checks ScreenPath, which skips splitting a path without
 // a dot, against both checks in full.
@@ -55,4 +59,32 @@ func TestDecodePath(t *testing.T) {
 			t.Errorf("DecodePath(%q): got %q, %q, want %q, %q", tt.raw, got, gotErr, tt.want, tt.refused)
 		}
 	}
+}
+
+// FuzzDecodePath checks that DecodePath decodes what it accepts as
+// net/http does (url.ParseRequestURI's Path) and accepts what net/http
+// decodes and the screen lets through.
+func FuzzDecodePath(f *testing.F) {
+	for _, s := range []string{"/v1/%79", "/v1/%252F", "/v1/%zz", "/%2e%2E/", "//a;b/c/", "/a%7", "/\x00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		if raw == "" || raw[0] != '/' || strings.ContainsAny(raw, "?#") {
+			return // a log record's path: no query, a fragment refused
+		}
+		got, err := DecodePath(raw)
+		u, uerr := url.ParseRequestURI(raw)
+		switch {
+		case uerr != nil:
+			if err == nil {
+				t.Fatalf("DecodePath(%q) = %q, nil; net/http refuses it: %v", raw, got, uerr)
+			}
+		case ScreenRawPath(raw) != "" || ScreenPath(u.Path) != "":
+			if err == nil {
+				t.Fatalf("DecodePath(%q) = %q, nil; the screen refuses it", raw, got)
+			}
+		case err != nil || got != CleanPath(u.Path):
+			t.Fatalf("DecodePath(%q) = %q, %v; want %q, nil", raw, got, err, CleanPath(u.Path))
+		}
+	})
 }

@@ -277,7 +277,7 @@ scan:
 		decoded = s.path
 	}
 	p := bytesString(decoded)
-	if screenPath(p) != "" {
+	if rules.ScreenPath(p) != "" {
 		return "", false
 	}
 	return rules.CleanPath(p), true

@@ -5,6 +5,8 @@ import (
 	"net/textproto"
 	"strconv"
 	"strings"
+
+	"github.com/edgerate/edge/rules"
 )
 
 // This file screens requests for what net/http accepts but a gateway must
@@ -119,49 +121,10 @@ func screenTarget(r *http.Request) string {
 		return "fragment in target"
 	}
 	rawPath, _, _ := strings.Cut(raw, "?")
-	if strings.IndexByte(rawPath, '\\') >= 0 {
-		return "backslash in path"
-	}
-	for i := 0; i+2 < len(rawPath); i++ {
-		if rawPath[i] != '%' {
-			continue
-		}
-		if h := rawPath[i+1 : i+3]; strings.EqualFold(h, "2f") || strings.EqualFold(h, "5c") {
-			return "encoded '/' or '\\' in path"
-		}
-	}
-	return screenPath(r.URL.Path)
-}
-
-// screenPath returns why a decoded path is refused, or "".
-func screenPath(p string) string {
-	if reason := pathControl(p); reason != "" {
+	if reason := rules.ScreenRawPath(rawPath); reason != "" {
 		return reason
 	}
-	if strings.IndexByte(p, '.') < 0 {
-		return "" // no dot, no dot segment: most paths, without splitting
-	}
-	return pathDotSegment(p)
-}
-
-// pathControl and pathDotSegment are screenPath's two checks.
-func pathControl(p string) string {
-	for i := 0; i < len(p); i++ {
-		if c := p[i]; c < ' ' || c == 0x7f {
-			return "control character in path"
-		}
-	}
-	return ""
-}
-
-func pathDotSegment(p string) string {
-	for seg := range strings.SplitSeq(p, "/") {
-		name, _, _ := strings.Cut(seg, ";")
-		if name == "." || name == ".." {
-			return "dot segment in path"
-		}
-	}
-	return ""
+	return rules.ScreenPath(r.URL.Path)
 }
 
 // upperToken reports whether a method consists of A-Z, '-' and '_', as

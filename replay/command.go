@@ -60,6 +60,9 @@ type Command struct {
 	Stdin       io.Reader       // the log named "-" (nil: os.Stdin)
 
 	countBlockedByRule []bool // per input, for Suggest
+	skips              []Skip // the rules of Table not replayed, and why
+	requests           int    // the log records read
+	screen             ScreenStats
 }
 
 // Run replays what c names and writes the result to stdout: tables, or
@@ -243,6 +246,9 @@ func (c *Command) inputs(stderr io.Writer) ([]Input, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c.Table != nil {
+		c.skips = TableSkips(c.Table, c.Rule)
+	}
 	format, _ := trace.ParseFormat(c.Format)
 	stdin := c.Stdin
 	if stdin == nil {
@@ -254,11 +260,22 @@ func (c *Command) inputs(stderr io.Writer) ([]Input, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.countBlockedByRule = c.countBlockedByRule[:0]
+	// The proxy refuses these before any rule, whatever the rules are.
+	c.requests = len(recs)
+	recs, c.screen = Screen(recs)
+	kept := lrs[:0]
 	for _, lr := range lrs {
+		if reason := lr.Unrecorded(recs); reason != "" {
+			c.skips = append(c.skips, Skip{Rule: lr.Rule.Name, Reason: reason})
+			continue
+		}
+		kept = append(kept, lr)
+	}
+	c.countBlockedByRule = c.countBlockedByRule[:0]
+	for _, lr := range kept {
 		c.countBlockedByRule = append(c.countBlockedByRule, lr.CountBlocked)
 	}
-	return LogInputs(recs, lrs, prefix), nil
+	return LogInputs(recs, kept, prefix), nil
 }
 
 // withAlgorithm sets -algorithm and -burst on the rules of ins. A
@@ -273,7 +290,8 @@ func (c *Command) withAlgorithm(ins []Input) []Input {
 
 // logRules returns the rules to replay logs against, from Table (and
 // Rule) or from Limit, Period, Mitigation and Key, and the IPv6 prefix
-// sources are keyed by.
+// sources are keyed by. A Table's rules that cannot be replayed are left
+// out (TableSkips); that may be all of them, which is not an error.
 func (c *Command) logRules() ([]LogRule, int, error) {
 	if c.Config == "" {
 		key, _ := ParseKeyList(c.Key)
@@ -291,12 +309,9 @@ func (c *Command) logRules() ([]LogRule, int, error) {
 	if c.Table == nil {
 		return nil, 0, fmt.Errorf("%s: the configuration was not loaded", c.Config)
 	}
-	lrs := TableRules(c.Table, c.Rule)
-	if len(lrs) == 0 {
-		if c.Rule != "" {
-			return nil, 0, fmt.Errorf("-rule: %s has no rule %q; rules are named domain/rule", c.Config, c.Rule)
-		}
-		return nil, 0, fmt.Errorf("%s has no rules", c.Config)
+	lrs, skips := tableRules(c.Table, c.Rule)
+	if c.Rule != "" && len(lrs) == 0 && len(skips) == 0 {
+		return nil, 0, fmt.Errorf("-rule: %s has no rule %q; rules are named domain/rule", c.Config, c.Rule)
 	}
 	return lrs, c.Table.IPv6Prefix, nil
 }
@@ -319,6 +334,8 @@ type output struct {
 	Seed        uint64        `json:"seed,omitempty"`
 	Scale       string        `json:"scale,omitempty"`
 	Files       []string      `json:"files,omitempty"`
+	Skipped     []Skip        `json:"skipped,omitempty"`  // a configuration's rules not replayed
+	Screened    int           `json:"screened,omitempty"` // log records the proxy refuses before any rule
 	Reports     []*Report     `json:"reports,omitempty"`
 	Suggestions []*Suggestion `json:"suggestions,omitempty"`
 	Comparisons []*Comparison `json:"comparisons,omitempty"`
@@ -326,7 +343,7 @@ type output struct {
 
 // replayAll runs the inputs and returns what writes the result.
 func (c *Command) replayAll(ctx context.Context, inputs []Input, opts Options, bar *progressBar) (func(io.Writer) error, error) {
-	doc := output{GoVersion: runtime.Version(), Files: c.Files}
+	doc := output{GoVersion: runtime.Version(), Files: c.Files, Skipped: c.skips, Screened: c.screen.Screened}
 	if c.Synthetic != "" {
 		doc.Synthetic, doc.Seed, doc.Scale = c.Synthetic, c.Seed, c.Scale
 	}
@@ -395,6 +412,15 @@ func (c *Command) replayAll(ctx context.Context, inputs []Input, opts Options, b
 			fmt.Fprintf(w, "edge replay: synthetic %s, %s, scale %s\n\n", c.Synthetic, seed, c.Scale)
 		} else {
 			fmt.Fprintf(w, "edge replay: %s\n\n", strings.Join(c.Files, ", "))
+		}
+		if st := c.screen; st.Screened > 0 {
+			fmt.Fprintf(w, "screened %d of %d requests, which the proxy refuses before any rule; first: %v\n\n", st.Screened, c.requests, st.First)
+		}
+		if len(doc.Skipped) > 0 {
+			for _, s := range doc.Skipped {
+				fmt.Fprintf(w, "skipped %s: %s\n", s.Rule, s.Reason)
+			}
+			fmt.Fprintln(w)
 		}
 		if c.Suggest {
 			return WriteSuggestions(w, doc.Suggestions)

@@ -41,6 +41,12 @@ func TestCommand(t *testing.T) {
 			c.Files = []string{"-"}
 			c.Stdin = strings.NewReader(`192.0.2.1 - - [10/Oct/2000:13:55:36 -0700] "GET / HTTP/1.0" 200 1` + "\n")
 		}, out: "edge replay: -\n\n"},
+		{name: "screened log lines", edit: func(c *Command) {
+			c.Files = []string{"-"}
+			c.Stdin = strings.NewReader(`192.0.2.1 - - [10/Oct/2000:13:55:36 -0700] "GET /v1/%79 HTTP/1.0" 200 1` + "\n" +
+				`192.0.2.1 - - [10/Oct/2000:13:55:37 -0700] "GET /v1/%2Fy HTTP/1.0" 400 1` + "\n" +
+				`192.0.2.1 - - [10/Oct/2000:13:55:38 -0700] "GET /v1/%zz HTTP/1.0" 400 1` + "\n")
+		}, out: "screened 2 of 3 requests, which the proxy refuses before any rule; first: encoded '/' or '\\' in path\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

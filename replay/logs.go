@@ -28,30 +28,45 @@ type LogRule struct {
 	CountBlocked bool
 }
 
-// TableRules returns the rules of t, named "domain/rule", in config order;
-// with only set, just the rule so named (none if there is no such rule).
+// A Skip is a configuration's rule that a replay leaves out, and why.
+type Skip struct {
+	Rule   string `json:"rule"`   // domain/rule
+	Reason string `json:"reason"` // a sentence without a capital or a full stop
+}
+
+// TableRules returns the rules of t a replay can count, named
+// "domain/rule", in config order; with only set, just the rule so named
+// (none if there is no such rule, or if it is skipped). TableSkips says
+// why the others are left out.
 func TableRules(t *rules.Table, only string) []LogRule {
+	lrs, _ := tableRules(t, only)
+	return lrs
+}
+
+// TableSkips returns the rules of t (with only set, the rule so named)
+// that TableRules leaves out, each with its reason, in config order.
+func TableSkips(t *rules.Table, only string) []Skip {
+	_, skips := tableRules(t, only)
+	return skips
+}
+
+// tableRules is TableRules and TableSkips.
+func tableRules(t *rules.Table, only string) ([]LogRule, []Skip) {
 	var out []LogRule
+	var skips []Skip
 	for _, d := range t.Domains {
 		for _, r := range d.Rules {
 			name := d.Name + "/" + r.Name
-			if r.Algorithm == algorithm.Concurrency {
-				// A log has no request durations: requests in flight
-				// cannot be replayed.
+			if only != "" && only != name {
 				continue
 			}
-			// A replay counts by one of Algorithms, any other (a quota)
-			// by a sliding window.
-			alg := r.Algorithm
-			if !slices.Contains(Algorithms, alg) {
-				alg = algorithm.SlidingWindow
-			}
-			if only != "" && only != name {
+			if reason := unreplayable(r); reason != "" {
+				skips = append(skips, Skip{Rule: name, Reason: reason})
 				continue
 			}
 			out = append(out, LogRule{
 				Rule: Rule{
-					Name: name, Algorithm: alg, Limit: r.Limit, Period: r.Period,
+					Name: name, Algorithm: r.Algorithm, Limit: r.Limit, Period: r.Period,
 					Burst: r.Burst, Mitigation: r.MitigationTimeout,
 					Precision: r.Precision,
 				},
@@ -61,7 +76,52 @@ func TableRules(t *rules.Table, only string) []LogRule {
 			})
 		}
 	}
-	return out
+	return out, skips
+}
+
+// unreplayable returns why r cannot be replayed from an access log, or ""
+// if it is one of Algorithms.
+func unreplayable(r *rules.Rule) string {
+	switch {
+	case r.Algorithm == algorithm.Concurrency:
+		return "a concurrency rule counts requests in flight, which depend on response times an access log does not record"
+	case r.Algorithm == algorithm.Quota:
+		// The store counts a quota exactly; what a replay measures is how
+		// far a counter strays from an exact sliding count over a fixed
+		// period, and a calendar period is not one.
+		return fmt.Sprintf("a quota counts exactly per calendar period (reset %s), and replay compares counters with an exact count over a fixed period", r.Reset)
+	case !slices.Contains(Algorithms, r.Algorithm):
+		return fmt.Sprintf("algorithm %s is not one replay counts by (%s)", r.Algorithm, algorithmList())
+	}
+	return ""
+}
+
+// algorithmList is Algorithms, comma-separated.
+func algorithmList() string {
+	names := make([]string, len(Algorithms))
+	for i, a := range Algorithms {
+		names[i] = a.String()
+	}
+	return strings.Join(names, ", ")
+}
+
+// Unrecorded returns why lr cannot be keyed from recs, or "": a rule keyed
+// by a header field that no record carries would count every client by
+// its address, as the proxy does only for clients that do not send it.
+func (lr *LogRule) Unrecorded(recs []trace.Record) string {
+	for _, k := range lr.Key {
+		if k.Kind != rules.KeyHeader {
+			continue
+		}
+		recorded := slices.ContainsFunc(recs, func(r trace.Record) bool {
+			_, ok := r.Headers[k.Header]
+			return ok
+		})
+		if !recorded {
+			return fmt.Sprintf("keyed by header %s, which the log records for no request", k.Header)
+		}
+	}
+	return ""
 }
 
 // ParseKeyList reads a comma-separated list of key parts in the config's
@@ -121,21 +181,50 @@ func readLog(file string, format trace.Format, stdin io.Reader, each func(trace.
 	return trace.ReadLog(zr, format, each)
 }
 
+// ScreenStats counts the records Screen drops.
+type ScreenStats struct {
+	Screened int   // records the proxy would refuse before any rule
+	First    error // why the first of them is refused; nil if none is
+}
+
+// Screen returns the records of recs the proxy would let reach its rules,
+// in order, and counts the others: those whose path net/http or the
+// proxy's screen refuses (rules.DecodePath). It reuses recs' array.
+func Screen(recs []trace.Record) ([]trace.Record, ScreenStats) {
+	var st ScreenStats
+	kept := recs[:0]
+	for _, r := range recs {
+		if _, err := rules.DecodePath(r.Path); err != nil {
+			st.Screened++
+			if st.First == nil {
+				st.First = err
+			}
+			continue
+		}
+		kept = append(kept, r)
+	}
+	return kept, st
+}
+
 // LogInputs groups recs into the sources of each rule, one Input per rule,
 // in order. A record counts for a rule as a request does in the proxy: its
-// path cleaned with rules.CleanPath is matched, and its source is its key
-// under the rule, IPv6 clients keyed by their first ipv6Bits bits. Sources
-// are named as rules.KeyText writes keys.
+// path decoded and cleaned with rules.DecodePath is matched (a record the
+// proxy would refuse before any rule counts for none; see Screen), and its
+// source is its key under the rule, IPv6 clients keyed by their first
+// ipv6Bits bits. Sources are named as rules.KeyText writes keys.
 func LogInputs(recs []trace.Record, rs []LogRule, ipv6Bits int) []Input {
 	srcs := make([]rules.KeySource, len(recs))
+	refused := make([]bool, len(recs))
 	for i := range recs {
-		srcs[i] = RecordSource(&recs[i], ipv6Bits)
+		var err error
+		srcs[i], err = recordSource(&recs[i], ipv6Bits)
+		refused[i] = err != nil
 	}
 	var ins []Input
 	var buf []byte
 	for _, lr := range rs {
 		grouped := group(recs, func(i int) (string, bool) {
-			if lr.Match != nil && !lr.Match(recs[i].Method, srcs[i].Path) {
+			if refused[i] || lr.Match != nil && !lr.Match(recs[i].Method, srcs[i].Path) {
 				return "", false
 			}
 			buf = rules.AppendKey(buf[:0], lr.Key, &srcs[i])
@@ -149,16 +238,25 @@ func LogInputs(recs []trace.Record, rs []LogRule, ipv6Bits int) []Input {
 // RecordSource is what a log record offers to a client key, normalised as
 // the proxy normalises a request: the client an address (IPv4-mapped
 // unmapped, IPv6 masked to ipv6Bits) or, when the log names it otherwise, a
-// host name as it is; the path cleaned; the host normalised.
+// host name as it is; the path decoded and cleaned (rules.DecodePath), or
+// "" for a path the proxy refuses before any rule (Screen); the host
+// normalised.
 func RecordSource(r *trace.Record, ipv6Bits int) rules.KeySource {
-	src := rules.KeySource{Path: rules.CleanPath(r.Path), Header: recordHeaders(r.Headers)}
+	src, _ := recordSource(r, ipv6Bits)
+	return src
+}
+
+// recordSource is RecordSource, and DecodePath's error for a refused path.
+func recordSource(r *trace.Record, ipv6Bits int) (rules.KeySource, error) {
+	path, err := rules.DecodePath(r.Path)
+	src := rules.KeySource{Path: path, Header: recordHeaders(r.Headers)}
 	src.Host, _ = wire.NormalizeHost(r.Host)
 	if a, err := netip.ParseAddr(r.Source); err == nil {
 		src.Client = rules.ClientPrefix(a, ipv6Bits)
 	} else {
 		src.ClientName = r.Source
 	}
-	return src
+	return src, err
 }
 
 // recordHeaders are a log record's header fields, one value each.

@@ -207,6 +207,10 @@ func Run(ctx context.Context, in Input, opts Options) (*Report, error) {
 	if in.times == nil && in.probe == nil {
 		return nil, errors.New("replay: empty Input; use CellInput or SourcesInput")
 	}
+	if p := in.Rule.Period; p < time.Millisecond || p%time.Millisecond != 0 {
+		// A quota's Period is 0: TableRules leaves quotas out.
+		return nil, fmt.Errorf("replay: %s: period must be a whole number of milliseconds, at least 1ms, got %v", in.Name, p)
+	}
 	if in.probe != nil && in.Sources != 1 {
 		return nil, fmt.Errorf("replay: an adaptive input has 1 source, got %d", in.Sources)
 	}

@@ -348,7 +348,7 @@ func TestReloadRestartRequired(t *testing.T) {
 		{"cluster.heartbeat_interval", "", "cluster: {heartbeat_interval: 2s}"},
 		{"cluster.nodes", "cluster: {sync: share, nodes: 3}", "cluster: {sync: share, nodes: 4}"},
 		{"cluster.split", "cluster: {sync: share, nodes: 3}", "cluster: {sync: share, nodes: 3, split: poisson}"},
-		{"cluster.split_confidence", "cluster: {sync: share, nodes: 3}", "cluster: {sync: share, nodes: 3, split_confidence: 0.99}"},
+		{"cluster.split_confidence", "cluster: {sync: share, nodes: 3, split: poisson}", "cluster: {sync: share, nodes: 3, split: poisson, split_confidence: 0.99}"},
 		{"rls.listen", "", `rls: {listen: "127.0.0.1:18081", config: ["ratelimit/*.yaml"]}`},
 	}
 	var keys []string

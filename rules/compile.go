@@ -169,6 +169,7 @@ func Compile(cfg Config) (*Table, error) {
 	t.RLS = compileRLS(&p, cfg.RLS, t)
 
 	compileDomains(&p, t, cfg)
+	checkOriginLoops(&p, t, cfg)
 	compileBodies(&p, t, cfg)
 	if maxKeysOK {
 		shareMaxKeys(&p, t, cfg.Domains)
@@ -185,6 +186,74 @@ func Compile(cfg Config) (*Table, error) {
 		return nil, cfg.NameProblems(err)
 	}
 	return t, nil
+}
+
+// checkOriginLoops refuses an origin that is one of edge's own listeners,
+// to which every forwarded request would come back: its port is the
+// listener's, and its host is the listener's own address, or (for a
+// listener on every address, or on a loopback one) localhost, a loopback
+// or an unspecified literal. A listener on port 0 takes a port the system
+// chooses, which no origin can name.
+func checkOriginLoops(p *problems, t *Table, cfg Config) {
+	type listener struct{ key, addr string }
+	ls := []listener{{"listen", t.Listen}, {"admin_listen", t.AdminListen}}
+	if t.Check != nil {
+		ls = append(ls, listener{"check.listen", t.Check.Listen})
+	}
+	if t.RLS.Listen != "" {
+		ls = append(ls, listener{"rls.listen", t.RLS.Listen})
+	}
+	check := func(path string, u *url.URL) {
+		if u == nil {
+			return
+		}
+		port := u.Port()
+		if port == "" {
+			port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+		}
+		for _, l := range ls {
+			lh, lp, err := net.SplitHostPort(l.addr)
+			if err != nil || lp == "0" || lp != port || !listensAt(lh, u.Hostname()) {
+				continue
+			}
+			p.add(path, "is edge's own %s (%q): every request would come back to edge, got %q", l.key, l.addr, u.Redacted())
+			return
+		}
+	}
+	if cfg.Origin != "" {
+		check("origin", t.Origin)
+	}
+	for i, d := range t.Domains {
+		if i < len(cfg.Domains) && cfg.Domains[i].Origin != "" {
+			check(fmt.Sprintf("domains[%d].origin", i), d.Origin)
+		}
+	}
+}
+
+// listensAt reports whether a listener on listenHost ("" or an
+// unspecified address: every address) takes connections to host.
+func listensAt(listenHost, host string) bool {
+	if strings.EqualFold(listenHost, host) {
+		return true
+	}
+	la, lerr := netip.ParseAddr(listenHost)
+	every := listenHost == "" || lerr == nil && la.IsUnspecified()
+	loopback := lerr == nil && la.Unmap().IsLoopback()
+	if !every && !loopback {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return false
+	}
+	a = a.Unmap()
+	if every {
+		return a.IsLoopback() || a.IsUnspecified()
+	}
+	return a == la.Unmap() || a.IsUnspecified()
 }
 
 // checkListeners validates both listen addresses and that they cannot

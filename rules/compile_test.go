@@ -69,6 +69,16 @@ func TestCompileErrors(t *testing.T) {
 		{"listeners overlap on ipv6 any", func(c *Config) { c.Listen, c.AdminListen = "127.0.0.1:80", "[::]:80" },
 			`admin_listen: must differ from listen ("127.0.0.1:80"), got "[::]:80"`},
 
+		// An origin that is one of edge's own listeners.
+		{"origin is the public listener", func(c *Config) { c.Listen, c.Origin = ":8080", "http://127.0.0.1:8080" },
+			`origin: is edge's own listen (":8080"): every request would come back to edge, got "http://127.0.0.1:8080"`},
+		{"origin is localhost on the listener", func(c *Config) { c.Listen, c.Origin = "127.0.0.1:8080", "http://localhost:8080/" },
+			`origin: is edge's own listen ("127.0.0.1:8080"): every request would come back to edge, got "http://localhost:8080/"`},
+		{"domain origin is the admin listener", func(c *Config) { c.Domains[1].Origin = "http://127.0.0.1:9090" },
+			`domains[1] (www).origin: is edge's own admin_listen ("127.0.0.1:9090"): every request would come back to edge, got "http://127.0.0.1:9090"`},
+		{"origin on the listener's own host", func(c *Config) { c.Listen, c.Origin = "edge.internal:80", "http://edge.internal" },
+			`origin: is edge's own listen ("edge.internal:80"): every request would come back to edge, got "http://edge.internal"`},
+
 		// admin_hosts.
 		{"admin_hosts wildcard", func(c *Config) { c.AdminHosts = []string{"*.internal"} },
 			`admin_hosts[0]: must be a host name, not a wildcard, got "*.internal"`},
@@ -740,6 +750,28 @@ func TestAccuracySample(t *testing.T) {
 			}
 			if tb.AccuracySample != tc.want {
 				t.Errorf("got %d, want %d", tb.AccuracySample, tc.want)
+			}
+		})
+	}
+}
+
+// TestOriginNotALoop: an origin that only looks like one of edge's
+// listeners compiles: another port, another address, a port the system
+// chooses.
+func TestOriginNotALoop(t *testing.T) {
+	tests := []struct{ name, listen, origin string }{
+		{"another port", ":8080", "http://127.0.0.1:8000"},
+		{"listener on another address", "10.0.0.5:8080", "http://127.0.0.1:8080"},
+		{"https default port", ":8080", "https://localhost"},
+		{"port chosen by the system", "127.0.0.1:0", "http://127.0.0.1:0"},
+		{"another loopback address", "127.0.0.1:8080", "http://127.0.0.2:8080"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := validConfig()
+			cfg.Listen, cfg.Origin = tt.listen, tt.origin
+			if _, err := Compile(cfg); err != nil {
+				t.Errorf("Compile: %v, want no error", err)
 			}
 		})
 	}

@@ -292,7 +292,7 @@ func TestListenerCapWaitsForAConnectionToClose(t *testing.T) {
 func TestConnectionsCappedLogsOnceASecond(t *testing.T) {
 	logs := &syncBuffer{}
 	clk := newClock()
-	table, err := rules.Compile(oneDomain("http://127.0.0.1:1"))
+	table, err := rules.Compile(oneDomain("http://127.0.0.1:9"))
 	if err != nil {
 		t.Fatal(err)
 	}

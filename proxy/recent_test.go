@@ -184,7 +184,7 @@ func TestStatusRingBounded(t *testing.T) {
 }
 
 func TestStatusQuery(t *testing.T) {
-	e := newEnv(t, oneDomain("http://127.0.0.1:1", rule("r", 1, time.Minute)))
+	e := newEnv(t, oneDomain("http://127.0.0.1:9", rule("r", 1, time.Minute)))
 	admin := httptest.NewServer(e.proxy.AdminHandler())
 	defer admin.Close()
 	for _, q := range []string{"?seconds=0", "?seconds=301", "?seconds=x"} {
@@ -206,7 +206,7 @@ func TestStatusQuery(t *testing.T) {
 // returns when its context ends.
 func TestRunRecorderStops(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		table, err := rules.Compile(oneDomain("http://127.0.0.1:1", rule("r", 1, time.Minute)))
+		table, err := rules.Compile(oneDomain("http://127.0.0.1:9", rule("r", 1, time.Minute)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -246,7 +246,7 @@ func TestStatusRingMemory(t *testing.T) {
 // BenchmarkRecord is one sample (RunRecorder takes one a second) of 10
 // domains with 3 rules each.
 func BenchmarkRecord(b *testing.B) {
-	cfg := rules.Config{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:1", Origin: "http://127.0.0.1:1"}
+	cfg := rules.Config{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:1", Origin: "http://127.0.0.1:9"}
 	for i := range 10 {
 		cfg.Domains = append(cfg.Domains, rules.DomainConfig{Name: fmt.Sprintf("d%d", i), Hosts: []string{fmt.Sprintf("d%d.example.com", i)},
 			Rules: []rules.RuleConfig{rule("a", 10, time.Minute), rule("b", 10, time.Minute), rule("c", 10, time.Minute)}})

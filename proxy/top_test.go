@@ -7,7 +7,7 @@ import (
 
 func TestTopTalkersBounded(t *testing.T) {
 	top := newTopTalkers()
-	s := newEnv(t, oneDomain("http://127.0.0.1:1", rule("r", 1, time.Minute))).proxy.state.Load().domains[0].store
+	s := newEnv(t, oneDomain("http://127.0.0.1:9", rule("r", 1, time.Minute))).proxy.state.Load().domains[0].store
 	heavy := s.KeyString(0, "heavy")
 	for i := range 100_000 {
 		top.observe(s.KeyString(0, string(rune(i))), false, func() string { return "flood" })

@@ -154,11 +154,14 @@ domains:
 	}
 	defer sp.Close()
 	var smfs []*dto.MetricFamily
-	wait.For(t, 10*time.Second, "the first heartbeat's failed round trip to be counted", func() bool {
+	wait.For(t, 10*time.Second, "the first heartbeat's failed round trip to be counted and timed", func() bool {
 		if smfs, err = sreg.Gather(); err != nil {
 			t.Fatalf("Gather: %v", err)
 		}
-		return slices.ContainsFunc(smfs, func(mf *dto.MetricFamily) bool { return mf.GetName() == "edge_store_errors_total" })
+		// The error is counted and the round trip timed one after the
+		// other: wait for both.
+		return slices.ContainsFunc(smfs, func(mf *dto.MetricFamily) bool { return mf.GetName() == "edge_store_errors_total" }) &&
+			slices.ContainsFunc(smfs, func(mf *dto.MetricFamily) bool { return mf.GetName() == "edge_store_round_trip_seconds" })
 	})
 	mfs = append(mfs, smfs...)
 	names := map[string]bool{}

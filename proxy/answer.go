@@ -76,14 +76,11 @@ var fieldNames = [numFieldNames]string{
 
 // answer is a response edge makes itself: a status, fields (each at most
 // once, kept by name, so always in one canonical order), a body, and
-// whether the connection closes after it. The zero value is not usable:
+// whether the connection closes after it (closing: a Connection field). The zero value is not usable:
 // constructors start with reset.
 type answer struct {
 	status  int
 	outcome string
-	// close: the connection closes after the answer, announced with
-	// "Connection: close" among the fields.
-	close bool
 	// serverClose: the connection closes after the answer because of the
 	// request's body (see endBody), announced where net/http's server
 	// announces it, after Content-Length; write leaves it to net/http.
@@ -144,7 +141,7 @@ var statics = [numStatics]*staticField{
 
 // reset starts a new answer with status and outcome.
 func (a *answer) reset(status int, outcome string) {
-	a.status, a.outcome, a.close, a.serverClose, a.has = status, outcome, false, false, 0
+	a.status, a.outcome, a.serverClose, a.has = status, outcome, false, 0
 	if a.custom != nil {
 		a.custom = nil
 	}
@@ -190,7 +187,6 @@ func (a *answer) endMade(vals []byte, name fieldName, from int) []byte {
 
 // closing marks the answer as the connection's last.
 func (a *answer) closing() {
-	a.close = true
 	a.set(fieldConnection, connectionClose)
 }
 

@@ -80,12 +80,9 @@ func (p *Proxy) forwardFast(ex *exchange, head *Head, out []byte) []byte {
 	d, method := ex.d, ex.method
 	trusted := ex.st.clientIP.Trusted(head.Peer)
 	upstream := ex.st.table.Timeouts.Upstream
-	var after *fastAfter
-	if ex.after != nil || ex.hasFields {
-		after = &fastAfter{charges: ex.after}
-		if ex.hasFields {
-			after.fields = &ex.fields
-		}
+	var fields *fields // the rate-limit fields of rules with headers: always (fields.go)
+	if ex.hasFields {
+		fields = &ex.fields
 	}
 	// A copy: the forward keeps its Head where escape analysis loses track
 	// of it, and the copy, made only for a request forwarded, leaves the
@@ -120,7 +117,8 @@ func (p *Proxy) forwardFast(ex *exchange, head *Head, out []byte) []byte {
 	s.frame, ferr = fb.appendFraming(s.frame, method)
 	s.head = s.appendOriginHead(s.head[:0], h, trusted, s.frame)
 	fo := d.fastFwd
-	r := relay{p: p, d: d, h: h, client: h.Client, out: out, isHEAD: method == http.MethodHead, after: after}
+	r := relay{p: p, d: d, h: h, client: h.Client, out: out, isHEAD: method == http.MethodHead,
+		charges: ex.after, fields: fields}
 	start := time.Now()
 	req := origin.Request{Replayable: replayable(h, method, &fb), Once: once, HEAD: r.isHEAD, Timeout: upstream}
 	fb.merge(&s.head) // a small body buffered whole goes in the head's write
@@ -174,8 +172,12 @@ type relay struct {
 	br     *bufio.Reader // the origin connection's
 	origin net.Conn      // closed first when the answer fails
 	isHEAD bool
-	failed bool       // a write to the client failed
-	after  *fastAfter // nil: the rules do nothing with the response
+	failed bool // a write to the client failed
+	// charges are what the request's rules count once the origin answers
+	// (charge.go), nil for nothing; fields the rate-limit fields merged
+	// into the origin's head (fields.go), nil for none.
+	charges *afterResponse
+	fields  *fields
 }
 
 // flush writes what the answer holds to the client.
@@ -319,27 +321,14 @@ func (r *relay) respond(resp *http.Response, buf []byte) bool {
 	return !resp.Close
 }
 
-// fastAfter is what a fast forward's rules do with the response, as
-// ReverseProxy's ModifyResponse does it (forward.go): the charges of
-// rules that count after the response and the slots held until it is
-// complete (charge.go), the rate-limit fields of rules with headers:
-// always (fields.go).
-type fastAfter struct {
-	charges *afterResponse // nil: nothing held
-	fields  *fields        // nil: none
-}
-
-// onHead is ModifyResponse for the response head resp.
+// onHead is ModifyResponse for the response head resp: what the request's
+// rules do with it, as ReverseProxy's ModifyResponse does it (forward.go).
 func (r *relay) onHead(resp *http.Response) {
-	a := r.after
-	if a == nil {
-		return
+	if r.d.countsAfter { // charges may be nil: the cost fields go all the same
+		r.p.onHead(r.d, r.charges, resp, true)
 	}
-	if r.d.countsAfter {
-		r.p.onHead(r.d, a.charges, resp, true)
-	}
-	if a.fields != nil {
-		a.fields.merge(resp.Header)
+	if r.fields != nil {
+		r.fields.merge(resp.Header)
 	}
 }
 

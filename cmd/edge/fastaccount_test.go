@@ -357,3 +357,33 @@ func TestCostFieldNotInInterim(t *testing.T) {
 		})
 	}
 }
+
+// TestCostFieldRemovedOutsideItsRule: in a domain with a
+// response_cost_header rule, a response to a request that rule does not
+// match loses the cost field too, on both paths (the field is the
+// domain's, whichever rules a request matched).
+func TestCostFieldRemovedOutsideItsRule(t *testing.T) {
+	const config = `
+origin: ORIGIN
+max_keys: 1000
+domains:
+  - name: reported
+    hosts: [reported.example.com]
+    rules:
+      - {name: units, limit: 20, period: 1m, key: [ip], response_cost_header: X-Cost, match: {path_prefix: /counted/}}
+      - {name: plain, limit: 100, period: 1m, key: [ip]}
+`
+	for _, fast := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fastpath=%v", fast), func(t *testing.T) {
+			origin := startRawOrigin(t)
+			ds := startConfig(t, strings.ReplaceAll(config, "ORIGIN", "http://"+origin.ln.Addr().String()), fast)
+			got := exchange(t, ds, []string{get("reported.example.com", "/r/cost3")}, true, false)
+			if !strings.Contains(got, "200 OK") || strings.Contains(strings.ToLower(got), "x-cost") {
+				t.Errorf("the client received\n%s", got)
+			}
+			if fast && ds.answered.Load() == 0 {
+				t.Error("the fast path forwarded nothing")
+			}
+		})
+	}
+}

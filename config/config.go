@@ -96,6 +96,7 @@ func Parse(data []byte) (*rules.Table, error) {
 			shapeHook,
 			durationHook,
 			sizeHook,
+			tlsVersionHook,
 			wholeNumberHook,
 			// A single string where a list is expected is a list of one
 			// (`key: ip`), never split on commas.

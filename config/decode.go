@@ -176,6 +176,21 @@ func durationHook(_, to reflect.Type, data any) (any, error) {
 	return nil, fmt.Errorf("a duration needs a unit, such as 30s or 1m; got %s", bare)
 }
 
+// tlsVersionHook decodes a TLS version written as a YAML number
+// (min_version: 1.2) into its text, as if it had been quoted.
+func tlsVersionHook(_, to reflect.Type, data any) (any, error) {
+	if to != reflect.TypeFor[rules.TLSVersion]() {
+		return data, nil
+	}
+	switch v := data.(type) {
+	case float64:
+		return strconv.FormatFloat(v, 'f', -1, 64), nil
+	case int, int64, uint64:
+		return fmt.Sprint(v), nil
+	}
+	return data, nil
+}
+
 // wholeNumberHook decodes integer keys, refusing what is not a whole
 // number (10.5, true, "ten") rather than truncating or converting it.
 func wholeNumberHook(_, to reflect.Type, data any) (any, error) {

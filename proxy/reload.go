@@ -233,6 +233,15 @@ var settings = []setting{
 	reloads("rls.response_headers"),
 	reloads("rls.algorithm"),
 	reloads("rls.max_descriptors"),
+	// The HTTPS listener and its handshake settings are made once, at
+	// start; the certificates reload (cmd/edge swaps them).
+	restarts("tls.listen", func(t *rules.Table) any { return t.TLS.Listen }),
+	reloads("tls.certificates[].cert_file"),
+	reloads("tls.certificates[].key_file"),
+	restarts("tls.default_certificate", func(t *rules.Table) any { return defaultCertificate(t) }),
+	restarts("tls.unknown_sni", func(t *rules.Table) any { return t.TLS.RejectUnknown }),
+	restarts("tls.min_version", func(t *rules.Table) any { return t.TLS.MinVersion }),
+	restarts("tls.fingerprint_header", func(t *rules.Table) any { return t.TLS.FingerprintHeader }),
 	// Domains and rules are rebuilt by every reload (Proxy.build).
 	reloads("domains[].name"),
 	reloads("domains[].hosts"),
@@ -247,6 +256,8 @@ var settings = []setting{
 	reloads("domains[].request_buffer"),
 	reloads("domains[].max_request_body"),
 	// A reload keeps a domain's count of requests in flight (shed.go).
+	reloads("domains[].https_redirect"),
+	reloads("domains[].hsts_max_age"),
 	reloads("domains[].shed.max_in_flight"),
 	reloads("domains[].shed.critical_reserve"),
 	reloads("domains[].shed.sheddable_share"),
@@ -284,6 +295,15 @@ var settings = []setting{
 	reloads("domains[].rules[].allow.cidrs"),
 	reloads("domains[].rules[].count_status"),
 	reloads("domains[].rules[].response_cost_header"),
+}
+
+// defaultCertificate is the cert_file of t's default certificate when
+// default_certificate names one, else "".
+func defaultCertificate(t *rules.Table) string {
+	if !t.TLS.DefaultGiven {
+		return ""
+	}
+	return t.TLS.Certificates[t.TLS.Default].CertFile
 }
 
 // setting is one key of the configuration file and when it takes effect.

@@ -110,6 +110,9 @@ func algorithmList() string {
 // its address, as the proxy does only for clients that do not send it.
 func (lr *LogRule) Unrecorded(recs []trace.Record) string {
 	for _, k := range lr.Key {
+		if k.Kind == rules.KeyJA4 {
+			return "keyed by ja4, the client's TLS fingerprint, which no access log records"
+		}
 		if k.Kind != rules.KeyHeader {
 			continue
 		}

@@ -167,6 +167,8 @@ func Compile(cfg Config) (*Table, error) {
 	t.LogLevel, t.LogFormat = compileLog(&p, cfg.Log)
 	t.Cluster = compileCluster(&p, cfg.Cluster)
 	t.RLS = compileRLS(&p, cfg.RLS, t)
+	t.TLS = compileTLS(&p, cfg.TLS)
+	checkTLSListener(&p, t)
 
 	compileDomains(&p, t, cfg)
 	checkOriginLoops(&p, t, cfg)
@@ -202,6 +204,9 @@ func checkOriginLoops(p *problems, t *Table, cfg Config) {
 	}
 	if t.RLS.Listen != "" {
 		ls = append(ls, listener{"rls.listen", t.RLS.Listen})
+	}
+	if t.TLS.Listen != "" {
+		ls = append(ls, listener{"tls.listen", t.TLS.Listen})
 	}
 	check := func(path string, u *url.URL) {
 		if u == nil {

@@ -124,6 +124,8 @@ type Config struct {
 	// RLS runs edge as Envoy's rate limit service (gRPC), counting the
 	// descriptors of Lyft's ratelimit configuration files. Off by default.
 	RLS RLSConfig `mapstructure:"rls"`
+	// TLS is edge's HTTPS listener and its certificates (see [TLSConfig]).
+	TLS TLSConfig `mapstructure:"tls"`
 	// Domains are the sites served; at least one is required.
 	Domains []DomainConfig `mapstructure:"domains"`
 
@@ -294,6 +296,15 @@ type DomainConfig struct {
 	Shed *ShedConfig `mapstructure:"shed"`
 	// Priorities classify requests for Shed; first match wins.
 	Priorities []PriorityConfig `mapstructure:"priorities"`
+	// HTTPSRedirect makes the plain listener answer this domain's
+	// requests with 308 Permanent Redirect to the same URL on https,
+	// before any rule (except ACME's /.well-known/acme-challenge/).
+	// Needs tls.listen.
+	HTTPSRedirect bool `mapstructure:"https_redirect"`
+	// HSTSMaxAge, when not 0, adds Strict-Transport-Security: max-age=N
+	// to the domain's HTTPS responses; whole seconds, at most ten years.
+	// Needs tls.listen.
+	HSTSMaxAge time.Duration `mapstructure:"hsts_max_age"`
 }
 
 // ResponseConfig is a static response: a domain's respond, or a rule's

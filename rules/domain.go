@@ -43,6 +43,7 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 		nameDomain(p, t, d, path, dc.Name, first, names)
 
 		compileServe(p, d, path, dc, t.Check != nil)
+		compileDomainTLS(p, d, path, dc, t)
 		switch {
 		case !d.Proxied: // compileServe reported an origin or respond
 		case dc.Origin != "" && dc.Respond != nil:

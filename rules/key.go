@@ -43,6 +43,9 @@ type KeySource struct {
 	// Header gives the request's header field values by canonical name;
 	// nil when the request has none.
 	Header HeaderValues
+	// JA4 is the JA4 fingerprint of the client's TLS ClientHello; "" on a
+	// connection without TLS (or a record that has none).
+	JA4 string
 }
 
 // HeaderValues gives a request's header field values by canonical name, as
@@ -74,7 +77,8 @@ func ClientPrefix(a netip.Addr, ipv6Bits int) netip.Prefix {
 // part by the client instead, under its own tag: clients without the
 // header are limited one by one, never together in one bucket shared by
 // everyone (nor can they collide with a client whose header value happens
-// to spell an address).
+// to spell an address). A rule keyed by ja4 keys a request without TLS the
+// same way: by its client, under the tag of a missing part.
 func AppendKey(b []byte, ks []KeyPart, src *KeySource) []byte {
 	for _, k := range ks {
 		switch k.Kind {
@@ -91,6 +95,12 @@ func AppendKey(b []byte, ks []KeyPart, src *KeySource) []byte {
 			b = appendString(append(b, 'p'), src.Path)
 		case KeyHost:
 			b = appendString(append(b, 'o'), src.Host)
+		case KeyJA4:
+			if src.JA4 == "" {
+				b = src.appendClient(b, 'm')
+				continue
+			}
+			b = appendString(append(b, 'j'), src.JA4)
 		}
 	}
 	return b
@@ -178,6 +188,18 @@ func KeyText(ks []KeyPart, src *KeySource) string {
 			writeEscaped(&b, src.Path)
 		case KeyHost:
 			writeEscaped(&b, src.Host)
+		case KeyJA4:
+			if src.JA4 == "" {
+				b.WriteByte('-')
+				writeEscaped(&b, src.clientText())
+				continue
+			}
+			fp := src.JA4
+			if strings.HasPrefix(fp, "-") {
+				b.WriteString("%2D") // not the "-" of a request without TLS
+				fp = fp[1:]
+			}
+			writeEscaped(&b, fp)
 		}
 	}
 	return b.String()
@@ -276,6 +298,20 @@ func ParseKey(ks []KeyPart, text string, ipv6Bits int) ([]byte, error) {
 				}
 			}
 			b = appendString(append(b, 'o'), host)
+		case KeyJA4:
+			if rest, ok := strings.CutPrefix(part, "-"); ok {
+				src, err := parseClient(rest, ipv6Bits)
+				if err != nil {
+					return nil, fmt.Errorf("a part starting with - names the client of a request without TLS: %w", err)
+				}
+				b = src.appendClient(b, 'm')
+				continue
+			}
+			fp, err := unescapePart(part)
+			if err != nil {
+				return nil, err
+			}
+			b = appendString(append(b, 'j'), fp)
 		}
 	}
 	return b, nil
@@ -358,8 +394,8 @@ func stripParams(p string) string {
 }
 
 // ParseKeyPart reads one key part in the config's spelling: ip, path,
-// host or header:NAME (NAME an HTTP token other than Host, returned in
-// canonical form).
+// host, ja4 or header:NAME (NAME an HTTP token other than Host, returned
+// in canonical form).
 func ParseKeyPart(s string) (KeyPart, error) {
 	switch {
 	case s == "ip":
@@ -368,6 +404,8 @@ func ParseKeyPart(s string) (KeyPart, error) {
 		return KeyPart{Kind: KeyPath}, nil
 	case s == "host":
 		return KeyPart{Kind: KeyHost}, nil
+	case s == "ja4":
+		return KeyPart{Kind: KeyJA4}, nil
 	case strings.HasPrefix(s, "header:"):
 		name := s[len("header:"):]
 		if !wire.IsToken(name) {
@@ -381,5 +419,5 @@ func ParseKeyPart(s string) (KeyPart, error) {
 		}
 		return kp, nil
 	}
-	return KeyPart{}, fmt.Errorf("must be ip, path, host or header:NAME, got %q", s)
+	return KeyPart{}, fmt.Errorf("must be ip, path, host, ja4 or header:NAME, got %q", s)
 }

@@ -47,6 +47,9 @@ func TestKeyRoundTrip(t *testing.T) {
 			KeySource{Client: v4, Header: http.Header{"X-K": {"100%\t\xff\u202e"}}}, "100%25%09%FF\u202e"},
 		{"path with | and %", []KeyPart{{Kind: KeyPath}}, KeySource{Client: v4, Path: "/a|b%7C"}, "/a%7Cb%257C"},
 		{"no host", []KeyPart{{Kind: KeyHost}}, KeySource{Client: v4}, ""},
+		{"ja4", []KeyPart{{Kind: KeyJA4}, ip}, KeySource{Client: v4, JA4: "t13d1516h2_8daaf6152771_e5627efa2ab1"},
+			"t13d1516h2_8daaf6152771_e5627efa2ab1|203.0.113.9"},
+		{"no TLS keyed by ja4", []KeyPart{{Kind: KeyJA4}}, KeySource{Client: v6}, "-2001:db8:1:2::/64"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -81,6 +84,10 @@ func TestKeyDistinct(t *testing.T) {
 			KeySource{Path: "/ab", Host: "c"}, KeySource{Path: "/a", Host: "bc"}},
 		{"address vs name", []KeyPart{{Kind: KeyIP}},
 			KeySource{Client: a}, KeySource{ClientName: "192.0.2.1"}},
+		{"no TLS vs a fingerprint", []KeyPart{{Kind: KeyJA4}},
+			KeySource{Client: a}, KeySource{Client: a, JA4: "t13d1516h2_8daaf6152771_e5627efa2ab1"}},
+		{"ja4 vs the same text in a header", []KeyPart{{Kind: KeyJA4}},
+			KeySource{Client: a, JA4: "x"}, KeySource{Client: a, Header: http.Header{"X-K": {"x"}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -144,7 +151,11 @@ func FuzzKeyText(f *testing.F) {
 	f.Fuzz(func(t *testing.T, parts byte, addr string, v4 bool, bits byte, h1, h2 string, nvals byte, path, host string) {
 		var ks []KeyPart
 		for i := range 1 + int(parts>>6)%4 {
-			ks = append(ks, KeyPart{Kind: kinds[parts>>(2*i)&3], Header: "X-K"})
+			kind := kinds[parts>>(2*i)&3]
+			if kind == KeyHost && nvals&4 != 0 {
+				kind = KeyJA4 // keyed by h1 as the fingerprint
+			}
+			ks = append(ks, KeyPart{Kind: kind, Header: "X-K"})
 		}
 		var a16 [16]byte
 		copy(a16[:], addr)
@@ -154,7 +165,7 @@ func FuzzKeyText(f *testing.F) {
 		}
 		ipv6Bits := 32 + int(bits)%97
 		hdr := http.Header{"X-K": []string{h1, h2}[:int(nvals)%3]}
-		src := KeySource{Client: ClientPrefix(a, ipv6Bits), Path: CleanPath(path), Header: hdr}
+		src := KeySource{Client: ClientPrefix(a, ipv6Bits), Path: CleanPath(path), Header: hdr, JA4: h1}
 		src.Host, _ = wire.NormalizeHost(host)
 		text := KeyText(ks, &src)
 		if !utf8.ValidString(text) {
@@ -184,10 +195,11 @@ func TestParseKeyPart(t *testing.T) {
 		wantErr string
 	}{
 		{"ip", KeyPart{Kind: KeyIP}, ""},
+		{"ja4", KeyPart{Kind: KeyJA4}, ""},
 		{"header:x-api-key", KeyPart{Kind: KeyHeader, Header: "X-Api-Key"}, ""},
 		{"header:host", KeyPart{}, `must be host rather than a header, got "header:host"`},
 		{"header:a b", KeyPart{}, `header name must be an HTTP token, got "header:a b"`},
-		{"cookie", KeyPart{}, `must be ip, path, host or header:NAME, got "cookie"`},
+		{"cookie", KeyPart{}, `must be ip, path, host, ja4 or header:NAME, got "cookie"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {

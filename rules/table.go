@@ -66,6 +66,8 @@ type Table struct {
 	Check *Check
 	// RLS is the rate limit service's section; RLS.Listen "" means off.
 	RLS RLS
+	// TLS is the tls section; TLS.Listen "" means edge serves no TLS.
+	TLS TLS
 
 	// Domains in config order; Domains[i].Index == i.
 	Domains []*Domain
@@ -103,6 +105,13 @@ type Domain struct {
 	// the check listener answers questions about it (serve). A domain
 	// that is only Checked has neither Origin nor Respond.
 	Proxied, Checked bool
+
+	// HTTPSRedirect: the plain listener answers the domain's requests
+	// with 308 to the same URL on https (https_redirect).
+	HTTPSRedirect bool
+	// HSTSMaxAge, when not 0, is sent in Strict-Transport-Security on
+	// the domain's HTTPS responses; whole seconds.
+	HSTSMaxAge time.Duration
 
 	MaxKeys   int     // this domain's resolved share of Table.MaxKeys; 0 when it has no rules
 	MaxQueued int     // the most requests waiting at once in its rules' queues
@@ -158,9 +167,11 @@ const (
 	KeyHeader                // a request header's value
 	KeyPath                  // the normalised request path
 	KeyHost                  // the normalised request host
+	KeyJA4                   // the JA4 fingerprint of the client's TLS ClientHello
 )
 
-// String returns the config spelling: "ip", "header", "path" or "host".
+// String returns the config spelling: "ip", "header", "path", "host" or
+// "ja4".
 func (k KeyKind) String() string { return keyKindSpelling.name(k) }
 
 // KeyPart is one component of a rule's client key.

@@ -1,0 +1,119 @@
+package rules
+
+import (
+	"crypto/tls"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+)
+
+// tlsConfig returns validConfig with a TLS listener of two certificates.
+func tlsConfig() Config {
+	c := validConfig()
+	c.TLS = TLSConfig{Listen: ":8443", Certificates: []CertificateConfig{
+		{CertFile: "a.pem", KeyFile: "a.key"}, {CertFile: "b.pem", KeyFile: "b.key"}}}
+	return c
+}
+
+func TestCompileTLS(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(c *Config)
+		want   TLS
+	}{
+		{"defaults", func(c *Config) {}, TLS{Listen: ":8443", Default: 0, MinVersion: tls.VersionTLS12}},
+		{"default certificate named", func(c *Config) { c.TLS.DefaultCertificate = "b.pem" },
+			TLS{Listen: ":8443", Default: 1, DefaultGiven: true, MinVersion: tls.VersionTLS12}},
+		{"reject and 1.3", func(c *Config) { c.TLS.UnknownSNI, c.TLS.MinVersion = "reject", "1.3" },
+			TLS{Listen: ":8443", RejectUnknown: true, MinVersion: tls.VersionTLS13}},
+		{"fingerprint header canonical", func(c *Config) { c.TLS.FingerprintHeader = "x-ja4" },
+			TLS{Listen: ":8443", MinVersion: tls.VersionTLS12, FingerprintHeader: "X-Ja4"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := tlsConfig()
+			tt.mutate(&c)
+			tab, err := Compile(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := tab.TLS
+			got.Certificates = nil
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestCompileTLSErrors(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(c *Config)
+		want   []string
+	}{
+		{"no listener", func(c *Config) { c.TLS.Listen = "" }, []string{
+			"tls.certificates: needs tls.listen: edge serves no TLS without it"}},
+		{"no certificates", func(c *Config) { c.TLS.Certificates = nil }, []string{
+			"tls.certificates: required with tls.listen"}},
+		{"file missing", func(c *Config) { c.TLS.Certificates[1].KeyFile = "" }, []string{
+			"tls.certificates[1].key_file: required"}},
+		{"same cert twice", func(c *Config) { c.TLS.Certificates[1].CertFile = "a.pem" }, []string{
+			`tls.certificates[1].cert_file: is also tls.certificates[0]'s, got "a.pem"`}},
+		{"default not a certificate", func(c *Config) { c.TLS.DefaultCertificate = "c.pem" }, []string{
+			`tls.default_certificate: must be the cert_file of one of tls.certificates, got "c.pem"`}},
+		{"unknown_sni", func(c *Config) { c.TLS.UnknownSNI = "drop" }, []string{
+			`tls.unknown_sni: must be default or reject, got "drop"`}},
+		{"old version", func(c *Config) { c.TLS.MinVersion = "1.1" }, []string{
+			`tls.min_version: must be "1.2" or "1.3" (older versions are broken), got "1.1"`}},
+		{"fingerprint header not a token", func(c *Config) { c.TLS.FingerprintHeader = "x ja4" }, []string{
+			`tls.fingerprint_header: must be an HTTP field name, got "x ja4"`}},
+		{"fingerprint header edge sets", func(c *Config) { c.TLS.FingerprintHeader = "x-forwarded-proto" }, []string{
+			`tls.fingerprint_header: must not be a field edge or HTTP itself sets, got "x-forwarded-proto"`}},
+		{"collides with listen", func(c *Config) { c.TLS.Listen = "127.0.0.1:8080" }, []string{
+			`tls.listen: must differ from listen (":8080"), got "127.0.0.1:8080"`}},
+		{"collides with rls", func(c *Config) {
+			c.RLS = RLSConfig{Listen: "127.0.0.1:8081", Config: []string{"x.yaml"}}
+			c.TLS.Listen = ":8081"
+		}, []string{`tls.listen: must differ from rls.listen ("127.0.0.1:8081"), got ":8081"`}},
+		{"origin is the TLS listener", func(c *Config) { c.Origin = "https://localhost:8443" }, []string{
+			`origin: is edge's own tls.listen (":8443"): every request would come back to edge, got "https://localhost:8443"`}},
+		{"redirect without TLS", func(c *Config) { c.TLS = TLSConfig{}; c.Domains[0].HTTPSRedirect = true }, []string{
+			"domains[0] (api).https_redirect: needs tls.listen: there is no HTTPS listener to redirect to"}},
+		{"hsts without TLS", func(c *Config) { c.TLS = TLSConfig{}; c.Domains[1].HSTSMaxAge = time.Hour }, []string{
+			"domains[1] (www).hsts_max_age: needs tls.listen: HSTS is sent on HTTPS responses only"}},
+		{"hsts fraction", func(c *Config) { c.Domains[0].HSTSMaxAge = 1500 * time.Millisecond }, []string{
+			"domains[0] (api).hsts_max_age: must be whole seconds (max-age counts seconds), got 1.5s"}},
+		{"hsts negative", func(c *Config) { c.Domains[0].HSTSMaxAge = -time.Second }, []string{
+			"domains[0] (api).hsts_max_age: must be between 0 (none) and 87600h0m0s, got -1s"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := tlsConfig()
+			tt.mutate(&c)
+			_, err := Compile(c)
+			if err == nil {
+				t.Fatal("Compile accepted it")
+			}
+			if got := errorLines(t, err); !slices.Equal(got, tt.want) {
+				t.Errorf("got %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestCompileDomainTLS(t *testing.T) {
+	c := tlsConfig()
+	c.Domains[0].HTTPSRedirect = true
+	c.Domains[0].HSTSMaxAge = 365 * 24 * time.Hour
+	tab, err := Compile(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := tab.Domains[0]
+	if !d.HTTPSRedirect || d.HSTSMaxAge != 365*24*time.Hour || tab.Domains[1].HTTPSRedirect {
+		t.Errorf("got redirect %v, hsts %v (www redirect %v), want true, 8760h, false",
+			d.HTTPSRedirect, d.HSTSMaxAge, tab.Domains[1].HTTPSRedirect)
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/edgerate/edge/internal/wire"
 )
 
 // guardConn is a connection whose reads go through a framer.
@@ -20,7 +22,9 @@ type guardConn struct {
 	// l counted this connection in; nil for none. l.mu guards idle, its
 	// links and gone.
 	l                  *Listener
-	idle               bool // in l.idle, idle between requests
+	stages             []Stage // its socket's (stage.go)
+	socket             string  // its socket's name, for OnConnections
+	idle               bool    // in l.idle, idle between requests
 	idlePrev, idleNext *guardConn
 	gone               bool // closed and counted out
 
@@ -290,4 +294,18 @@ func (c *guardConn) CloseWrite() error {
 		return cw.CloseWrite()
 	}
 	return nil
+}
+
+// TLS returns the TLS of the connection the stages left (wire.Secure), nil
+// without TLS. It is for the server's ConnContext: net/http sets
+// Request.TLS only for a *tls.Conn, and a guarded connection never is one.
+func (c *guardConn) TLS() *wire.TLS { return tlsOf(c.Conn) }
+
+// TLSOf returns the TLS of a connection a Listener's Accept returned, nil
+// for one without TLS (or not the Listener's).
+func TLSOf(c net.Conn) *wire.TLS {
+	if g, ok := c.(*guardConn); ok {
+		return g.TLS()
+	}
+	return tlsOf(c)
 }

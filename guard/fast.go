@@ -69,6 +69,7 @@ const maxFastFields = 64
 type fastConn struct {
 	out  []byte // the answer, reused
 	peer netip.Addr
+	tls  *wire.TLS // the connection's, nil without TLS
 	w    Writer
 	used bool // the last answer went through w
 	body Body
@@ -146,6 +147,14 @@ func peerAddr(c net.Conn) netip.Addr {
 	return netip.Addr{}
 }
 
+// tlsOf is the TLS of a connection as the stages left it, nil without.
+func tlsOf(c net.Conn) *wire.TLS {
+	if s, ok := c.(wire.Secure); ok {
+		return s.TLS()
+	}
+	return nil
+}
+
 // offer offers the head the framer holds (state stFast) to the Listener's
 // hook, with c.mu held, which it releases while the hook runs and the
 // answer is written. An answered head is dropped from the stream; a
@@ -157,6 +166,7 @@ func (c *guardConn) offer() error {
 	if c.fast == nil {
 		c.fast = fastConns.Get().(*fastConn)
 		c.fast.peer = peerAddr(c.Conn)
+		c.fast.tls = tlsOf(c.Conn)
 	}
 	fc := c.fast
 	req := &f.simple.req // read by parseHead as the framer took the head up
@@ -170,7 +180,7 @@ func (c *guardConn) offer() error {
 	c.l.answering.Add(1)
 	c.mu.Unlock()
 	fc.w = Writer{c: c, start: now}
-	req.Peer, req.Now, req.Client = fc.peer, now, &fc.w
+	req.Peer, req.TLS, req.Now, req.Client = fc.peer, fc.tls, now, &fc.w
 	if n := f.fastBody; n != 0 {
 		fc.body = Body{c: c, size: n, left: n, expect: req.expect}
 		req.BodyLen, req.Body = n, &fc.body

@@ -60,7 +60,7 @@ func isTemporary(err error) bool {
 func (l *Listener) firstStage(g *guardConn) {
 	growStack(0) // as net/http's goroutine does at its first deadline (conn.go)
 	var raw net.Conn
-	if len(l.stages) > 0 {
+	if len(g.stages) > 0 {
 		raw = g.Conn
 	}
 	if !l.stage(g, raw) {

@@ -67,8 +67,13 @@ type ListenerOptions struct {
 	OnCapped func(CapEvent)
 	// OnConnections, if set, is called with 1 when Accept returns a
 	// connection and with -1 when that connection closes, so that a gauge
-	// can follow the connections open. It must be quick and must not block.
-	OnConnections func(delta int)
+	// can follow the connections open, with the name of the socket it
+	// came from (Socket.Name; Name for a Listener not on a Join). It must
+	// be quick and must not block.
+	OnConnections func(socket string, delta int)
+	// Name names the Listener's connections to OnConnections when its
+	// net.Listener is not a Join.
+	Name string
 
 	// Answer, if set, is offered every simple request head that is the
 	// only request on its connection, before net/http sees it (see
@@ -155,7 +160,8 @@ type Listener struct {
 
 	maxConns int
 	onCapped func(CapEvent)
-	onConns  func(delta int)
+	onConns  func(socket string, delta int)
+	name     string
 
 	// The fast path (fast.go).
 	answer        func(r *Request, out []byte) ([]byte, bool)
@@ -186,6 +192,9 @@ type Listener struct {
 	// that), nil after.
 	staged map[*guardConn]net.Conn
 	stages []Stage
+	// joinStages: the net.Listener is a Join with a socket that has
+	// stages of its own.
+	joinStages bool
 }
 
 // NewListener returns ln with every accepted connection screened.
@@ -205,6 +214,7 @@ func NewListener(ln net.Listener, opts ListenerOptions) *Listener {
 		maxConns:  max(opts.MaxConnections, 0),
 		onCapped:  opts.OnCapped,
 		onConns:   opts.OnConnections,
+		name:      opts.Name,
 
 		answer:        opts.Answer,
 		maxSimple:     mhb,
@@ -214,6 +224,7 @@ func NewListener(ln net.Listener, opts ListenerOptions) *Listener {
 		writeTimeout:  max(opts.WriteTimeout, 0),
 		readTimeout:   max(opts.ReadTimeout, 0),
 		stages:        append([]Stage(nil), opts.Stages...),
+		joinStages:    hasStages(ln),
 	}
 	l.freed = sync.NewCond(&l.mu)
 	if l.looped() {
@@ -234,7 +245,7 @@ func shorter(a, b time.Duration) time.Duration {
 
 // looped reports whether connections go through their first stage, in
 // goroutines of their own, before Accept returns them (first.go).
-func (l *Listener) looped() bool { return l.answer != nil || len(l.stages) > 0 }
+func (l *Listener) looped() bool { return l.answer != nil || len(l.stages) > 0 || l.joinStages }
 
 // Accept returns the next connection, wrapped. At MaxConnections it first
 // makes room (see ListenerOptions.MaxConnections); it returns net.ErrClosed
@@ -276,9 +287,13 @@ func (l *Listener) accept() (*guardConn, error) {
 	if err != nil {
 		return nil, err
 	}
+	stages, name := l.stages, l.name
+	if jc, ok := c.(*joinedConn); ok {
+		c, stages, name = jc.Conn, jc.socket.Stages, jc.socket.Name
+	}
 	g := &guardConn{Conn: c, writeIdle: l.writeIdle, l: l, f: framer{maxHead: l.maxHead, onReject: l.onReject,
-		fast: l.answer != nil, maxSimple: l.maxSimple}}
-	if len(l.stages) > 0 {
+		fast: l.answer != nil, maxSimple: l.maxSimple}, stages: stages, socket: name}
+	if len(stages) > 0 {
 		g.Conn = &countedConn{Conn: c, g: g}
 	}
 	if l.readTimeout > 0 {
@@ -289,7 +304,7 @@ func (l *Listener) accept() (*guardConn, error) {
 		return nil, err
 	}
 	if l.onConns != nil {
-		l.onConns(1)
+		l.onConns(g.socket, 1)
 	}
 	return g, nil
 }
@@ -452,6 +467,6 @@ func (l *Listener) release(g *guardConn) {
 	l.freed.Signal()
 	l.mu.Unlock()
 	if l.onConns != nil {
-		l.onConns(-1)
+		l.onConns(g.socket, -1)
 	}
 }

@@ -75,7 +75,7 @@ func (l *Listener) runStages(g *guardConn) bool {
 		}
 	}
 	var handoff func(net.Conn)
-	for _, st := range l.stages {
+	for _, st := range g.stages {
 		res, err := st(cur)
 		if res.Conn != nil {
 			cur = res.Conn

@@ -248,7 +248,7 @@ func TestStageRefuses(t *testing.T) {
 	var open atomic.Int64
 	refused := errors.New("refused")
 	addr, _ := fastServer(t, ListenerOptions{
-		OnConnections: func(d int) { open.Add(int64(d)) },
+		OnConnections: func(_ string, d int) { open.Add(int64(d)) },
 		Stages:        []Stage{func(net.Conn) (StageResult, error) { return StageResult{}, refused }},
 	}, &http.Server{})
 	c := dial(t, addr)
@@ -323,7 +323,7 @@ func TestStageListenerClose(t *testing.T) {
 	entered := make(chan struct{}, 2)
 	l := NewListener(ln, ListenerOptions{
 		ReadHeaderTimeout: time.Minute,
-		OnConnections:     func(d int) { open.Add(int64(d)) },
+		OnConnections:     func(_ string, d int) { open.Add(int64(d)) },
 		Stages: []Stage{func(c net.Conn) (StageResult, error) {
 			entered <- struct{}{}
 			_, err := c.Read(make([]byte, 1)) // the client sends nothing

@@ -34,12 +34,13 @@ const (
 	outcomeScreened      = "screened"       // the screen refused it before any domain (400, 501)
 	outcomeMisdirected   = "misdirected"    // no domain claims its host (421, or 400 for an invalid host)
 	outcomeCheck         = "check"          // the check listener's own answers: not configured, unauthorized, unreadable
+	outcomeRedirect      = "redirect"       // https_redirect sent it to https (308)
 )
 
 // answeredOutcomes are the outcomes of the answers to a request of a domain
 // that edge makes itself, besides blocked and unavailable, in the order the
 // status page lists them.
-var answeredOutcomes = []string{outcomeBadCost, outcomeBodyRefused, outcomeOriginFailed, outcomeOriginTimeout, outcomeShed}
+var answeredOutcomes = []string{outcomeBadCost, outcomeBodyRefused, outcomeOriginFailed, outcomeOriginTimeout, outcomeShed, outcomeRedirect}
 
 // fieldName names a field an answer may carry. The names are in net/http's
 // order (it writes a handler's fields sorted by name), so that an answer
@@ -50,9 +51,11 @@ const (
 	fieldCacheControl fieldName = iota
 	fieldConnection
 	fieldContentType
+	fieldLocation
 	fieldRateLimit
 	fieldRateLimitPolicy
 	fieldRetryAfter
+	fieldStrictTransportSecurity
 	fieldXContentTypeOptions
 	fieldXRateLimitLimit
 	fieldXRateLimitRemaining
@@ -62,16 +65,18 @@ const (
 
 // fieldNames are the fields' canonical names, as net/http writes them.
 var fieldNames = [numFieldNames]string{
-	fieldCacheControl:        "Cache-Control",
-	fieldConnection:          "Connection",
-	fieldContentType:         "Content-Type",
-	fieldRateLimit:           headers.FieldRateLimit,
-	fieldRateLimitPolicy:     headers.FieldRateLimitPolicy,
-	fieldRetryAfter:          headers.FieldRetryAfter,
-	fieldXContentTypeOptions: "X-Content-Type-Options",
-	fieldXRateLimitLimit:     headers.FieldXRateLimitLimit,
-	fieldXRateLimitRemaining: headers.FieldXRateLimitRemaining,
-	fieldXRateLimitReset:     headers.FieldXRateLimitReset,
+	fieldCacheControl:            "Cache-Control",
+	fieldConnection:              "Connection",
+	fieldContentType:             "Content-Type",
+	fieldLocation:                "Location",
+	fieldRateLimit:               headers.FieldRateLimit,
+	fieldRateLimitPolicy:         headers.FieldRateLimitPolicy,
+	fieldRetryAfter:              headers.FieldRetryAfter,
+	fieldStrictTransportSecurity: "Strict-Transport-Security",
+	fieldXContentTypeOptions:     "X-Content-Type-Options",
+	fieldXRateLimitLimit:         headers.FieldXRateLimitLimit,
+	fieldXRateLimitRemaining:     headers.FieldXRateLimitRemaining,
+	fieldXRateLimitReset:         headers.FieldXRateLimitReset,
 }
 
 // answer is a response edge makes itself: a status, fields (each at most
@@ -89,6 +94,7 @@ type answer struct {
 	fields      [numFieldNames]answerField
 	vals        []byte       // the lines of fields made for this answer
 	custom      *staticField // a static line of this answer's own (a rule's Content-Type)
+	hsts        *staticField // the domain's Strict-Transport-Security line, on HTTPS
 	body        []byte
 }
 
@@ -126,6 +132,7 @@ const (
 	connectionClose
 	retryAfterOne
 	customStatic // answer.custom
+	hstsStatic   // answer.hsts
 	numStatics
 )
 
@@ -145,6 +152,9 @@ func (a *answer) reset(status int, outcome string) {
 	if a.custom != nil {
 		a.custom = nil
 	}
+	if a.hsts != nil {
+		a.hsts = nil
+	}
 	a.vals, a.body = a.vals[:0], a.body[:0]
 }
 
@@ -163,8 +173,11 @@ func (a *answer) setCustom(name fieldName, f *staticField) {
 
 // staticLine returns the static field f.
 func (a *answer) staticLine(f *answerField) *staticField {
-	if f.static == customStatic {
+	switch f.static {
+	case customStatic:
 		return a.custom
+	case hstsStatic:
+		return a.hsts
 	}
 	return statics[f.static]
 }
@@ -396,6 +409,26 @@ func (a *answer) shedAnswer(class string, json bool) {
 	a.body = append(a.body, " requests are shed; retry in 1s\n"...)
 }
 
+// strictTransport adds d's Strict-Transport-Security to an answer made on
+// an HTTPS connection (secure); nothing for a domain without hsts_max_age.
+func (a *answer) strictTransport(d *domain, secure bool) {
+	if secure && d.hsts != nil {
+		a.hsts = d.hsts
+		a.set(fieldStrictTransportSecurity, hstsStatic)
+	}
+}
+
+// redirectAnswer sends a request of a domain with https_redirect to
+// location, its URL on https: 308, which keeps the method and body (RFC
+// 9110 §15.4.9), so that a POST is not turned into a GET.
+func (a *answer) redirectAnswer(location []byte) {
+	a.reset(http.StatusPermanentRedirect, outcomeRedirect)
+	vals, from := startMade(a.vals, fieldLocation)
+	vals = append(vals, location...)
+	a.vals = a.endMade(vals, fieldLocation, from)
+	a.text("permanent redirect: this site is served on https\n")
+}
+
 // misdirectedAnswer answers a request whose Host no domain claims: 421, or
 // 400 if the Host is not a valid host at all.
 func (a *answer) misdirectedAnswer(validHost bool) {
@@ -404,4 +437,12 @@ func (a *answer) misdirectedAnswer(validHost bool) {
 		return
 	}
 	a.textAnswer(http.StatusMisdirectedRequest, outcomeMisdirected, "misdirected request: no site is configured for this host\n")
+}
+
+// uncoveredAnswer answers a request over TLS whose Host the connection's
+// certificate is not for (RFC 9110 §7.4: 421, so that a client that reused
+// a connection for another host opens one for it).
+func (a *answer) uncoveredAnswer() {
+	a.textAnswer(http.StatusMisdirectedRequest, outcomeMisdirected,
+		"misdirected request: this connection's certificate is not for this host\n")
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/edgerate/edge/internal/wire"
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/window"
 )
@@ -36,6 +37,8 @@ type exchange struct {
 	// fwd: the fast forward may carry the request to the origin at all
 	// (canForward says whether it can as it is).
 	fwd bool
+
+	tls *wire.TLS // the connection's TLS; nil without (tls.go)
 
 	src rules.KeySource // what rules key and match the request by
 	id  Identity        // who the client is (identify.go)
@@ -95,7 +98,7 @@ func (ex *exchange) recycle(pool *sync.Pool) {
 	if cap(ex.keys.b) > maxKeyBuffer || cap(s.view.vals) > 64 || cap(s.path) > 64<<10 || cap(ex.ans.body) > 64<<10 {
 		return
 	}
-	ex.st, ex.d, ex.req, ex.after, ex.body = nil, nil, nil, nil, nil
+	ex.st, ex.d, ex.req, ex.after, ex.body, ex.tls = nil, nil, nil, nil, nil, nil
 	ex.fwd, ex.hasFields = false, false
 	ex.keys.b = ex.keys.b[:0]
 	s.xff, s.view.vals = s.xff[:0], s.view.vals[:0]

@@ -135,7 +135,15 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 	if d == nil {
 		return out, false
 	}
-	ex.st, ex.d, ex.host, ex.method, ex.accept = st, d, host, method, accept
+	ex.st, ex.d, ex.host, ex.method, ex.accept, ex.tls = st, d, host, method, accept, h.TLS
+	if target := bytesString(h.Target); insecure(d, h.TLS, host, target) != secured {
+		if isHEAD {
+			return out, false // net/http frames an answer to HEAD its own way
+		}
+		p.secure(&ex.ans, d, h.TLS, bytesString(h.Host), host, target) // tls.go: 308 to https, 421
+		endBody(h, &ex.ans)
+		return ex.ans.appendTo(out, h.Now, false), true
+	}
 	// fwd: the request may be forwarded here if its target and its body
 	// can go as they are.
 	fwd := d.fastFwd != nil && h.Client != nil
@@ -161,6 +169,9 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 		Host:   host,
 		Header: &s.view,
 	}
+	if h.TLS != nil {
+		ex.src.JA4 = h.TLS.JA4
+	}
 	ex.now = h.Now // the wall clock, read by the guard
 	if !p.wallClock {
 		ex.now = p.now()
@@ -171,6 +182,7 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 		return out, false
 	case stepAnswer:
 		endBody(h, &ex.ans)
+		ex.ans.strictTransport(d, h.TLS != nil)
 		return ex.ans.appendTo(out, h.Now, false), true
 	}
 	out = p.forwardFast(ex, h, out) // fastforward.go
@@ -210,6 +222,12 @@ func fastMethod(m []byte) string {
 // into the key buffer, texts for top talkers are built anew).
 func bytesString(b []byte) string {
 	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// stringBytes is s as bytes without a copy, for bytes that are only read
+// (a field of the origin head made of a configured name or a fingerprint).
+func stringBytes(s string) []byte {
+	return unsafe.Slice(unsafe.StringData(s), len(s))
 }
 
 // screenFields does the screen's checks of the header fields: it declines

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/edgerate/edge/internal/wire"
 	"github.com/edgerate/edge/origin"
 	"github.com/edgerate/edge/rules"
 	"golang.org/x/time/rate"
@@ -66,6 +67,7 @@ func (p *Proxy) newForwarder(d *domain, origin *url.URL, cip *ClientIP, transpor
 	obs := p.metrics.upstreamObservers(domain)
 	d.upstreamObs = obs // the status page reads them (recent.go)
 	d.fastFwd = p.fastOriginFor(d, origin, obs, errLog)
+	fingerprint := p.started.TLS.FingerprintHeader // restart-only
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(origin)
@@ -96,6 +98,13 @@ func (p *Proxy) newForwarder(d *domain, origin *url.URL, cip *ClientIP, transpor
 			// ExpectContinueTimeout for an origin that may never send
 			// 100, with a body it already holds.
 			delete(pr.Out.Header, "Expect")
+			// tls.fingerprint_header is edge's to set, never a client's.
+			if fingerprint != "" {
+				delete(pr.Out.Header, fingerprint)
+				if t, _ := pr.In.Context().Value(tlsKey{}).(*wire.TLS); t != nil && t.JA4 != "" {
+					pr.Out.Header[fingerprint] = []string{t.JA4}
+				}
+			}
 			// A body on GET, HEAD or OPTIONS may be read by the origin as
 			// a request of its own, whose answer would reach the next
 			// client on the connection (the fast forward does the same).
@@ -110,10 +119,14 @@ func (p *Proxy) newForwarder(d *domain, origin *url.URL, cip *ClientIP, transpor
 		ErrorHandler: errLog.handle,
 		ErrorLog:     slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
 	}
-	if mergeFields || d.countsAfter {
+	if mergeFields || d.countsAfter || d.hsts != nil {
 		rp.ModifyResponse = func(resp *http.Response) error {
 			if d.countsAfter {
 				p.onResponse(d, resp)
+			}
+			if d.hsts != nil && resp.Request.TLS != nil {
+				// ServeHTTP has set the domain's own on the response.
+				delete(resp.Header, "Strict-Transport-Security")
 			}
 			if !mergeFields {
 				return nil

@@ -14,9 +14,22 @@ import (
 // refused for its framing; give it to guard.ListenerOptions.OnReject.
 func (p *Proxy) FramingRefused() { p.metrics.framing.Inc() }
 
-// ConnectionsOpen follows the connections open on the framing guard; give
-// it to guard.ListenerOptions.OnConnections.
-func (p *Proxy) ConnectionsOpen(delta int) { p.metrics.connsOpen.Add(float64(delta)) }
+// ConnectionsOpen follows the connections open on the framing guard, by the
+// socket they came from ("public" for plain HTTP, "tls"; "" is "public");
+// give it to guard.ListenerOptions.OnConnections.
+func (p *Proxy) ConnectionsOpen(socket string, delta int) {
+	if socket == "" {
+		socket = ListenerPublic
+	}
+	p.metrics.connsOpen.WithLabelValues(socket).Add(float64(delta))
+}
+
+// The names of the public listener's sockets, as edge_connections_open's
+// listener label shows them.
+const (
+	ListenerPublic = "public"
+	ListenerTLS    = "tls"
+)
 
 // ConnectionsCapped counts a connection that arrived at the framing guard's
 // connection cap of maxConns, and logs it at most once a second (a flood at

@@ -231,7 +231,7 @@ func TestListenerCapClosesIdleConnections(t *testing.T) {
 	if got := testutil.ToFloat64(e.p.metrics.capped); got != 1 {
 		t.Errorf("edge_connections_capped_total = %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(e.p.metrics.connsOpen); got != 3 {
+	if got := testutil.ToFloat64(e.p.metrics.connsOpen.WithLabelValues(ListenerPublic)); got != 3 {
 		t.Errorf("edge_connections_open = %v, want 3", got)
 	}
 	if got := strings.Count(e.logs.String(), "connection cap reached"); got != 1 {
@@ -261,7 +261,7 @@ func TestListenerCapWaitsForAConnectionToClose(t *testing.T) {
 	if ev := <-e.capped; ev != (guard.CapEvent{Max: 3, ClosedIdle: false}) {
 		t.Errorf("cap event: got %+v, want {Max:3 ClosedIdle:false}", ev)
 	}
-	if got := testutil.ToFloat64(e.p.metrics.connsOpen); got != 3 {
+	if got := testutil.ToFloat64(e.p.metrics.connsOpen.WithLabelValues(ListenerPublic)); got != 3 {
 		t.Errorf("edge_connections_open while capped = %v, want 3", got)
 	}
 	if got := e.served.Load(); got != 0 {

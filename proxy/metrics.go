@@ -30,9 +30,14 @@ type metrics struct {
 	refused      *prometheus.CounterVec
 	framing      prometheus.Counter
 	capped       prometheus.Counter
-	connsOpen    prometheus.Gauge
+	connsOpen    *prometheus.GaugeVec
 	xffMalformed prometheus.Counter
 	buildInfo    prometheus.Gauge
+
+	// The HTTPS listener (tls.go).
+	tlsHandshakes       *prometheus.CounterVec
+	tlsHandshakeSeconds prometheus.Histogram
+	certExpiry          *prometheus.GaugeVec
 
 	// Untrusted peers that forward for others (forwarders.go).
 	untrustedForwarders prometheus.Counter
@@ -82,7 +87,7 @@ func newMetrics(p *Proxy, version string) *metrics {
 		p: p,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_requests_total",
-			Help: "Requests by domain and outcome: served (forwarded, answered by the domain's static response, or allowed by the check listener), blocked by a rate limit, unavailable (the rate limit store could not decide), bad_cost (a cost header a block rule cannot use), body_refused (413, 400 or 408 for the body), origin_failed (502), origin_timeout (504) or shed (503 by load shedding).",
+			Help: "Requests by domain and outcome: served (forwarded, answered by the domain's static response, or allowed by the check listener), blocked by a rate limit, unavailable (the rate limit store could not decide), bad_cost (a cost header a block rule cannot use), body_refused (413, 400 or 408 for the body), origin_failed (502), origin_timeout (504), shed (503 by load shedding) or redirect (308 to https by https_redirect).",
 		}, []string{"domain", "outcome"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_rule_decisions_total",
@@ -115,7 +120,7 @@ func newMetrics(p *Proxy, version string) *metrics {
 		}, []string{"domain", "code_class"}),
 		misdirected: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "edge_misdirected_requests_total",
-			Help: "Requests whose Host no domain claims (answered 421, or 400 for an invalid Host).",
+			Help: "Requests whose Host no domain claims, or over TLS one the connection's certificate is not for (answered 421), or with an invalid Host (400).",
 		}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_refused_requests_total",
@@ -129,10 +134,23 @@ func newMetrics(p *Proxy, version string) *metrics {
 			Name: "edge_connections_capped_total",
 			Help: "Connections that arrived while max_connections were open on the public listener: for each, edge closed an idle keep-alive connection or, with none idle, stopped accepting until a connection closed.",
 		}),
-		connsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+		connsOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "edge_connections_open",
-			Help: "Connections open on the public listener (counted against max_connections).",
+			Help: "Connections open on the public listener, by socket: public (plain HTTP) or tls; together counted against max_connections.",
+		}, []string{"listener"}),
+		tlsHandshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edge_tls_handshakes_total",
+			Help: "TLS handshakes on the HTTPS listener, by result: ok, unknown_sni (served the default certificate), rejected (unknown_sni: reject), plain_http (answered 400), error.",
+		}, []string{"result"}),
+		tlsHandshakeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "edge_tls_handshake_seconds",
+			Help:    "Time from a TLS connection's accept to the end of its handshake, whatever the result.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}),
+		certExpiry: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "edge_tls_certificate_expiry_timestamp_seconds",
+			Help: "When each certificate in use expires (Unix seconds), by its first name and its source (its cert_file, or acme).",
+		}, []string{"name", "source"}),
 		xffMalformed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "edge_client_ip_xff_malformed_total",
 			Help: "Requests from a trusted proxy whose X-Forwarded-For could not be read; they were keyed by the proxy's address.",
@@ -222,8 +240,9 @@ func newMetrics(p *Proxy, version string) *metrics {
 
 func (m *metrics) register(reg prometheus.Registerer) error {
 	m.buildInfo.Set(1)
+	m.connsOpen.WithLabelValues(ListenerPublic) // shown at 0 before the first connection
 	var errs []error
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.queued, m.reloads, m.lastReload, m.reloadOK, m.upstream, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.xffMalformed, m.untrustedForwarders, m.checkAnswers, m.buildInfo, m.sampled, m.misjudged, m.responseCostInvalid, m.bufferedBytes, m.bufferFull, m.inFlight, m.shedInFlight, m.shedRefused, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.queued, m.reloads, m.lastReload, m.reloadOK, m.upstream, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.tlsHandshakes, m.tlsHandshakeSeconds, m.certExpiry, m.xffMalformed, m.untrustedForwarders, m.checkAnswers, m.buildInfo, m.sampled, m.misjudged, m.responseCostInvalid, m.bufferedBytes, m.bufferFull, m.inFlight, m.shedInFlight, m.shedRefused, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
 		errs = append(errs, reg.Register(c))
 	}
 	return errors.Join(errs...)
@@ -240,7 +259,9 @@ type requestCounters struct {
 	fallback, unavailable prometheus.Counter
 }
 
-func (m *metrics) requestCounters(domain string) requestCounters {
+// requestCounters makes the request counters of domain; redirects says
+// whether it has https_redirect, without which it has no redirect series.
+func (m *metrics) requestCounters(domain string, redirects bool) requestCounters {
 	c := requestCounters{
 		served:           m.requests.WithLabelValues(domain, "served"),
 		blocked:          m.requests.WithLabelValues(domain, "blocked"),
@@ -249,6 +270,9 @@ func (m *metrics) requestCounters(domain string) requestCounters {
 		answered:         make(map[string]prometheus.Counter, len(answeredOutcomes)),
 	}
 	for _, o := range answeredOutcomes {
+		if o == outcomeRedirect && !redirects {
+			continue
+		}
 		c.answered[o] = m.requests.WithLabelValues(domain, o)
 	}
 	return c

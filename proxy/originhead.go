@@ -66,7 +66,11 @@ var forwardScratches = sync.Pool{New: func() any { return new(forwardScratch) }}
 
 // appendOriginHead appends the request head the slow path sends to the
 // origin for h (see the top of this file).
-func (s *forwardScratch) appendOriginHead(b []byte, h *Head, trusted bool, framing []byte) []byte {
+//
+// fingerprint is tls.fingerprint_header in canonical form ("" for none):
+// a client's field of that name is dropped, and a request over TLS sends
+// the client's JA4 in it.
+func (s *forwardScratch) appendOriginHead(b []byte, h *Head, trusted bool, framing []byte, fingerprint string) []byte {
 	s.keys, s.fields = s.keys[:0], s.fields[:0]
 	var ua []byte
 	haveUA, teTrailers := false, false
@@ -104,6 +108,9 @@ func (s *forwardScratch) appendOriginHead(b []byte, h *Head, trusted bool, frami
 				continue
 			}
 		}
+		if fingerprint != "" && string(key) == fingerprint {
+			continue
+		}
 		s.fields = append(s.fields, f)
 	}
 	if teTrailers {
@@ -124,10 +131,16 @@ func (s *forwardScratch) appendOriginHead(b []byte, h *Head, trusted bool, frami
 	} else {
 		s.fields = append(s.fields, reqField{[]byte("X-Forwarded-Host"), h.Host})
 	}
-	if trusted && len(xfp) > 0 {
+	switch {
+	case trusted && len(xfp) > 0:
 		s.fields = append(s.fields, xfp...)
-	} else {
+	case h.TLS != nil:
+		s.fields = append(s.fields, reqField{[]byte("X-Forwarded-Proto"), []byte("https")})
+	default:
 		s.fields = append(s.fields, reqField{[]byte("X-Forwarded-Proto"), []byte("http")})
+	}
+	if fingerprint != "" && h.TLS != nil && h.TLS.JA4 != "" {
+		s.fields = append(s.fields, reqField{stringBytes(fingerprint), stringBytes(h.TLS.JA4)})
 	}
 	slices.SortStableFunc(s.fields, func(a, b reqField) int { return strings.Compare(bytesString(a.key), bytesString(b.key)) })
 

@@ -121,6 +121,8 @@ type Proxy struct {
 	version   string    // Options.Version
 	startedAt time.Time // when New made the Proxy, by its clock
 	recent    recent    // per-second figures for the status page (recent.go)
+
+	tlsState // the HTTPS listener's port, certificates and log (tls.go)
 }
 
 // state is everything a request needs from one configuration, swapped as a
@@ -171,6 +173,9 @@ type domain struct {
 	// fastFwd: the fast path may forward the domain's allowed requests
 	// (fastforward.go); nil where it may not.
 	fastFwd *fastOrigin
+	// hsts is the Strict-Transport-Security line of the domain's HTTPS
+	// responses (tls.go); nil without hsts_max_age.
+	hsts *staticField
 }
 
 // ruleState is a compiled rule with what limit and its answers need
@@ -325,7 +330,10 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 		}
 	}()
 	for i, rd := range t.Domains {
-		d := &domain{Domain: rd, requests: p.metrics.requestCounters(rd.Name)}
+		d := &domain{Domain: rd, requests: p.metrics.requestCounters(rd.Name, rd.HTTPSRedirect)}
+		if rd.HSTSMaxAge > 0 {
+			d.hsts = static(fieldStrictTransportSecurity, "max-age="+strconv.FormatInt(int64(rd.HSTSMaxAge/time.Second), 10))
+		}
 		var prev *domain
 		if old != nil {
 			prev = old.domain(rd.Name)

@@ -29,9 +29,20 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			ex.recycle(&exchanges)
 		}
 	}()
+	ex.tls = requestTLS(r)
+	if !p.secure(&ex.ans, d, ex.tls, r.Host, host, originForm(r)) { // tls.go: 308 to https, 421
+		ex.ans.write(w)
+		return
+	}
+	if ex.tls != nil && d.hsts != nil {
+		w.Header()["Strict-Transport-Security"] = d.hsts.value // on every answer; the origin's is replaced (forward.go)
+	}
 	if d.store != nil {
 		ex.src, ex.id = p.identify(r, st, host, now) // identify.go
-		switch p.limit(r.Context(), ex, nil) {       // limit.go decides; answer.go makes a refusal
+		if ex.tls != nil {
+			ex.src.JA4 = ex.tls.JA4
+		}
+		switch p.limit(r.Context(), ex, nil) { // limit.go decides; answer.go makes a refusal
 		case stepAnswer:
 			ex.ans.write(w)
 			return

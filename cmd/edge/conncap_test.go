@@ -100,7 +100,7 @@ domains:
 	_, body := httpGet(t, "http://"+admin+"/metrics")
 	for _, want := range []string{
 		`edge_connections_capped_total{pop="local"} 1`,
-		`edge_connections_open{pop="local"} 2`,
+		`edge_connections_open{listener="public",pop="local"} 2`,
 	} {
 		if !strings.Contains(body, want+"\n") {
 			t.Errorf("/metrics lacks %q:\n%s", want, grepLines(body, "edge_connections_"))

@@ -38,6 +38,7 @@ import (
 	// machine without /usr/share/zoneinfo, such as a scratch container.
 	_ "time/tzdata"
 
+	"github.com/edgerate/edge/certs"
 	"github.com/edgerate/edge/config"
 	"github.com/edgerate/edge/guard"
 	"github.com/edgerate/edge/internal/wire"
@@ -109,6 +110,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "edge: invalid configuration %s:\n%s\n", describe(*configPath), rules.ProblemText(table.Secrets.RedactError(err)))
 		return 1
 	}
+	certSet, err := loadCertificates(*configPath, table)
+	if err != nil {
+		fmt.Fprintf(stderr, "edge: invalid configuration %s:\n%s\n", describe(*configPath), rules.ProblemText(table.Secrets.RedactError(err)))
+		return 1
+	}
 	if *check {
 		rulesN := 0
 		for _, d := range table.Domains {
@@ -123,6 +129,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout)
 		for _, w := range rc.WarningsOrNil() {
 			fmt.Fprintf(stdout, "warning: rls: %s\n", w)
+		}
+		if certSet != nil {
+			for _, w := range certSet.Warnings() {
+				fmt.Fprintf(stdout, "warning: %s\n", w)
+			}
 		}
 		for _, path := range table.Secrets.Weak() {
 			fmt.Fprintf(stdout, "warning: %s: %s\n", path, weakSecret)
@@ -219,10 +230,16 @@ func serve(ctx context.Context, table *rules.Table, hash, path string, log *slog
 	warnIfCheckExposed(log, table)
 	warnWeakSecrets(log, table)
 	var ready atomic.Bool
-	srv, err := listen(table, p, reg, &ready, log)
+	certSet, err := loadCertificates(path, table)
 	if err != nil {
 		return err
 	}
+	warnCertificates(log, certSet)
+	srv, err := listen(table, certSet, p, reg, &ready, log)
+	if err != nil {
+		return err
+	}
+	rl.tls = srv.tls // nil without tls.listen
 	if srv.rls, err = listenRLS(table, rc, p, prometheus.WrapRegistererWith(prometheus.Labels{"pop": table.Pop}, reg)); err != nil {
 		srv.closeListeners()
 		return err
@@ -245,6 +262,9 @@ func serve(ctx context.Context, table *rules.Table, hash, path string, log *slog
 		started = append(started, "listen", srv.publicLn.Addr().String())
 	}
 	started = append(started, "admin_listen", srv.adminLn.Addr().String())
+	if srv.tlsLn != nil {
+		started = append(started, "tls_listen", srv.tlsLn.Addr().String())
+	}
 	if srv.checkLn != nil {
 		started = append(started, "check_listen", srv.checkLn.Addr().String())
 	}
@@ -281,6 +301,11 @@ type servers struct {
 	check   *http.Server
 	checkLn net.Listener // the framing guard's
 	rls     *rlsServer   // nil unless rls.listen is set
+	// tls makes the HTTPS socket's handshakes, whose certificates a
+	// reload swaps; nil unless tls.listen is set. tlsLn is its socket,
+	// joined to the public listener.
+	tls   *certs.Server
+	tlsLn net.Listener
 }
 
 // listen binds the public, admin and check listeners of table and makes
@@ -288,7 +313,10 @@ type servers struct {
 // admin one adminRouter, the check one p's check handler behind a framing
 // guard of its own. With no public listen address (edge as the rate limit
 // service alone, with no domains) no public listener is bound.
-func listen(table *rules.Table, p *proxy.Proxy, reg *prometheus.Registry, ready *atomic.Bool, log *slog.Logger) (*servers, error) {
+//
+// With tls.listen, the HTTPS socket serving certificates set is joined to
+// the public one: one server, one connection cap, the fast path on both.
+func listen(table *rules.Table, set *certs.Set, p *proxy.Proxy, reg *prometheus.Registry, ready *atomic.Bool, log *slog.Logger) (*servers, error) {
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	s := &servers{
 		public: publicServer(table, p, errLog),
@@ -316,6 +344,19 @@ func listen(table *rules.Table, p *proxy.Proxy, reg *prometheus.Registry, ready 
 	// The bound address decides, not the configured name.
 	s.admin.Handler = adminRouter(reg, p, ready, isLoopback(s.adminLn.Addr().String()))
 	maxConns := connectionCap(table, log)
+	if publicLn != nil && table.TLS.Listen != "" {
+		sock, srv, err := tlsSocket(table, set, p)
+		if err != nil {
+			publicLn.Close()
+			s.adminLn.Close()
+			return nil, err
+		}
+		s.tls, s.tlsLn = srv, sock.Listener
+		if publicLn, err = guard.Join(guard.Socket{Listener: publicLn, Name: proxy.ListenerPublic}, sock); err != nil {
+			return nil, err // cannot fail: it has sockets
+		}
+		s.public.ConnContext = proxy.ConnContext(guard.TLSOf)
+	}
 	if publicLn != nil {
 		s.publicLn = guardListener(publicLn, s.public, table.Timeouts.Read, p, maxConns)
 	}

@@ -203,13 +203,14 @@ type edgeLog struct {
 	started       chan struct{} // closed at the start line, or at a failure to start
 	public, admin string        // dialable addresses of the listeners
 	check         string        // the check listener's, if edge has one
+	tls           string        // the HTTPS listener's, if edge has one
 }
 
 func newEdgeLog() *edgeLog { return &edgeLog{started: make(chan struct{})} }
 
 // listenAttr matches the listen, admin_listen and check_listen attributes
 // of a text or JSON log line.
-var listenAttr = regexp.MustCompile(`\b(listen|admin_listen|check_listen)(?:=|":")([^\s"]+)`)
+var listenAttr = regexp.MustCompile(`\b(listen|admin_listen|check_listen|tls_listen)(?:=|":")([^\s"]+)`)
 
 func (l *edgeLog) Write(p []byte) (int, error) {
 	l.mu.Lock()
@@ -232,6 +233,8 @@ func (l *edgeLog) Write(p []byte) (int, error) {
 					l.public = addr
 				case "admin_listen":
 					l.admin = addr
+				case "tls_listen":
+					l.tls = addr
 				default:
 					l.check = addr
 				}

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/edgerate/edge/certs"
 	"github.com/edgerate/edge/config"
 	"github.com/edgerate/edge/proxy"
 	"github.com/edgerate/edge/rls"
@@ -38,11 +39,18 @@ type reloader struct {
 	// is a change of the configuration.
 	rls *rls.Service
 
+	// tls, if set, serves the HTTPS listener: each reload also reloads
+	// the certificates, and a change to any of their files is a change of
+	// the configuration.
+	tls *certs.Server
+
 	mu       sync.Mutex // serialises reloads from the signal and the poll
 	lastStat fileStamp
 	lastHash string
 	lastRLS  []fileStamp  // rlsStamp of the last configuration read
 	rlsOf    *rules.Table // the last configuration read: its Lyft files are watched
+	// lastCerts is certificateStamp of the last configuration read.
+	lastCerts []fileStamp
 }
 
 type fileStamp struct {
@@ -78,6 +86,7 @@ func newReloader(path, hash string, p *proxy.Proxy, log *slog.Logger, level *slo
 	}
 	rl.rlsOf = p.Table()
 	rl.lastRLS = rlsStamp(path, rl.rlsOf)
+	rl.lastCerts = certificateStamp(path, rl.rlsOf)
 	return rl
 }
 
@@ -115,6 +124,7 @@ func (rl *reloader) reload(force bool) {
 	// The Lyft files watched are those the last file read names, applied
 	// or not, so that a broken one is reported once, not on every poll.
 	rlsSame := rl.rls == nil || slices.Equal(rlsStamp(rl.path, rl.rlsOf), rl.lastRLS)
+	rlsSame = rlsSame && (rl.tls == nil || slices.Equal(certificateStamp(rl.path, rl.rlsOf), rl.lastCerts))
 	if rl.path != "" && !force {
 		fi, err := os.Stat(rl.path)
 		if err != nil || (stampOf(fi) == rl.lastStat && rlsSame) {
@@ -138,10 +148,19 @@ func (rl *reloader) reload(force bool) {
 	}
 	// What fails from here on fails with a parsed file: its problems
 	// pass through its secrets too.
+	rl.rlsOf, rl.lastRLS, rl.lastCerts = table, rlsStamp(rl.path, table), certificateStamp(rl.path, table)
 	var rc *rls.Config
 	if rl.rls != nil {
-		rl.rlsOf, rl.lastRLS = table, rlsStamp(rl.path, table)
 		if rc, err = loadRLS(rl.path, table); err != nil {
+			rl.failed(table.Secrets.RedactError(err), hash)
+			return
+		}
+	}
+	var certSet *certs.Set
+	if rl.tls != nil {
+		// A file without tls.listen keeps the running certificates: the
+		// listener stays until a restart.
+		if certSet, err = loadCertificates(rl.path, table); err != nil {
 			rl.failed(table.Secrets.RedactError(err), hash)
 			return
 		}
@@ -157,6 +176,11 @@ func (rl *reloader) reload(force bool) {
 			return
 		}
 		warnRLS(rl.log, rc)
+	}
+	if certSet != nil {
+		rl.tls.Swap(certSet)
+		rl.proxy.SetCertificates(certSet.Info())
+		warnCertificates(rl.log, certSet)
 	}
 	rl.lastHash = hash
 	if rl.applied != nil {

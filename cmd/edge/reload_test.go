@@ -318,6 +318,10 @@ func TestWarnsWhenAdminIsExposed(t *testing.T) {
 // TestReloadRestartRequired: a real reload of a file that changes a
 // setting taking effect only at a restart lists exactly that setting in
 // restart_required and logs it as a warning. Every such setting has a case.
+// tlsKeys are a tls section's listener and certificate (files this test
+// never reads: the reloader of newAdminUnderTest serves no TLS).
+const tlsKeys = `listen: "127.0.0.1:18443", certificates: [{cert_file: a.pem, key_file: a.key}]`
+
 func TestReloadRestartRequired(t *testing.T) {
 	const redis = `cluster: {redis: {addresses: ["127.0.0.1:1"]}}`
 	tests := []struct {
@@ -350,6 +354,11 @@ func TestReloadRestartRequired(t *testing.T) {
 		{"cluster.split", "cluster: {sync: share, nodes: 3}", "cluster: {sync: share, nodes: 3, split: poisson}"},
 		{"cluster.split_confidence", "cluster: {sync: share, nodes: 3, split: poisson}", "cluster: {sync: share, nodes: 3, split: poisson, split_confidence: 0.99}"},
 		{"rls.listen", "", `rls: {listen: "127.0.0.1:18081", config: ["ratelimit/*.yaml"]}`},
+		{"tls.listen", "", "tls: {" + tlsKeys + "}"},
+		{"tls.default_certificate", "tls: {" + tlsKeys + "}", "tls: {" + tlsKeys + ", default_certificate: a.pem}"},
+		{"tls.unknown_sni", "tls: {" + tlsKeys + "}", "tls: {" + tlsKeys + ", unknown_sni: reject}"},
+		{"tls.min_version", "tls: {" + tlsKeys + "}", "tls: {" + tlsKeys + ", min_version: 1.3}"},
+		{"tls.fingerprint_header", "tls: {" + tlsKeys + "}", "tls: {" + tlsKeys + ", fingerprint_header: X-JA4}"},
 	}
 	var keys []string
 	for _, tt := range tests {

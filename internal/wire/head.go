@@ -30,6 +30,8 @@ type Head struct {
 	// Peer is the client's TCP address, unmapped and without a zone; the
 	// zero Addr if the connection is not TCP.
 	Peer netip.Addr
+	// TLS is the connection's TLS; nil on a connection without it.
+	TLS *TLS
 	// Now is the wall clock when the head was taken up.
 	Now time.Time
 	// Client writes to the client while the answer is made, for an answer

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/edgerate/edge/certs"
+	"github.com/edgerate/edge/guard"
+	"github.com/edgerate/edge/proxy"
+	"github.com/edgerate/edge/rules"
+)
+
+// configDir is the directory the files a configuration names are relative
+// to: its own file's, or the working directory for the embedded default.
+func configDir(path string) string {
+	if path == "" {
+		return "."
+	}
+	return filepath.Dir(path)
+}
+
+// loadCertificates reads the certificates of t's tls section, the files
+// relative to the configuration at path; nil when edge serves no TLS.
+func loadCertificates(path string, t *rules.Table) (*certs.Set, error) {
+	if t.TLS.Listen == "" {
+		return nil, nil
+	}
+	return certs.Load(configDir(path), t.TLS, time.Now())
+}
+
+// warnCertificates logs what loading the certificates accepted but an
+// operator should know (expiry within a week, no names).
+func warnCertificates(log *slog.Logger, set *certs.Set) {
+	if set == nil {
+		return
+	}
+	for _, w := range set.Warnings() {
+		log.Warn(w)
+	}
+}
+
+// certificateStamp identifies the state of the certificate files of t, as
+// rlsStamp does the Lyft files': a reload follows a change of any.
+func certificateStamp(path string, t *rules.Table) []fileStamp {
+	if t == nil || t.TLS.Listen == "" {
+		return nil
+	}
+	var out []fileStamp
+	for _, f := range certs.Files(configDir(path), t.TLS) {
+		st := fileStamp{}
+		if fi, err := os.Stat(f); err == nil {
+			st = stampOf(fi)
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// tlsSocket binds the HTTPS listener of t, serving set, and returns it as
+// a socket of the public listener, with the handshake as its stage, and
+// the server that swaps certificates on reload. The proxy counts the
+// handshakes and learns the port https_redirect sends clients to.
+func tlsSocket(t *rules.Table, set *certs.Set, p *proxy.Proxy) (guard.Socket, *certs.Server, error) {
+	srv, err := certs.NewServer(certs.Options{TLS: t.TLS, Set: set, OnHandshake: p.TLSHandshake})
+	if err != nil {
+		return guard.Socket{}, nil, err
+	}
+	ln, err := clientListen(t.TLS.Listen)
+	if err != nil {
+		return guard.Socket{}, nil, fmt.Errorf("tls listener: %w", err)
+	}
+	if _, port, err := net.SplitHostPort(ln.Addr().String()); err == nil {
+		n, _ := strconv.Atoi(port)
+		p.SetHTTPSPort(n)
+	}
+	p.SetCertificates(set.Info())
+	return guard.Socket{Listener: ln, Name: proxy.ListenerTLS, Stages: []guard.Stage{srv.Stage}}, srv, nil
+}

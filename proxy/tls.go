@@ -1,0 +1,188 @@
+package proxy
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/edgerate/edge/certs"
+	"github.com/edgerate/edge/internal/wire"
+)
+
+// TLS on the public listener: the handshake is the listener's (package
+// certs, a stage of the framing guard), and each request over it carries
+// the connection's wire.TLS. What a request's TLS changes is decided here,
+// once for both paths: a plain request to a domain with https_redirect is
+// sent to https (308); a request whose Host the connection's certificate is
+// not for is misdirected (421); the origin is told the scheme
+// (X-Forwarded-Proto) and, with tls.fingerprint_header, the client's JA4;
+// a domain with hsts_max_age adds Strict-Transport-Security to its HTTPS
+// responses; a rule keyed by ja4 keys by the fingerprint.
+
+// tlsKey carries a connection's TLS in a request's context.
+type tlsKey struct{}
+
+// WithTLS returns ctx carrying t, a connection's TLS; give it to the
+// http.Server's ConnContext for each connection over TLS, so that
+// ServeHTTP knows it (net/http sets Request.TLS only for a *tls.Conn,
+// which a connection of the framing guard never is).
+func WithTLS(ctx context.Context, t *wire.TLS) context.Context {
+	if t == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, tlsKey{}, t)
+}
+
+// requestTLS returns the TLS of r's connection, nil without, and sets
+// r.TLS from it, as net/http does for its own TLS connections (the
+// forwarder's X-Forwarded-Proto is read from it).
+func requestTLS(r *http.Request) *wire.TLS {
+	t, _ := r.Context().Value(tlsKey{}).(*wire.TLS)
+	if t != nil && r.TLS == nil {
+		r.TLS = &t.State
+	}
+	return t
+}
+
+// acmeChallenge is the path prefix an ACME server fetches HTTP-01
+// challenges from, over plain HTTP: never redirected.
+const acmeChallenge = "/.well-known/acme-challenge/"
+
+// secure is the step after route for what the connection's TLS (t, nil
+// without) says of a request of d to host, whose Host and target are as
+// sent: it returns false, with the answer in a, when the request goes no
+// further. A plain request to a domain with https_redirect, but for an
+// ACME challenge, is redirected; a request over TLS whose host the
+// connection's certificate is not for is misdirected.
+func (p *Proxy) secure(a *answer, d *domain, t *wire.TLS, rawHost, host, target string) bool {
+	switch insecure(d, t, host, target) {
+	case redirected:
+		a.redirectAnswer(p.httpsURL(a.vals[:0], rawHost, target))
+		d.requests.count(a)
+		return false
+	case uncovered:
+		p.metrics.misdirected.Inc()
+		a.uncoveredAnswer()
+		a.strictTransport(d, true)
+		return false
+	}
+	return true
+}
+
+// What secure answers.
+const (
+	secured    = iota // nothing: the request goes on
+	redirected        // 308 to https
+	uncovered         // 421: the certificate is not for the host
+)
+
+// insecure says what secure answers, without answering: the fast path
+// declines a HEAD that it would answer, as net/http frames HEAD answers.
+func insecure(d *domain, t *wire.TLS, host, target string) int {
+	switch {
+	case t == nil && d.HTTPSRedirect && !strings.HasPrefix(target, acmeChallenge):
+		return redirected
+	case t != nil && t.Cert != nil && !t.Cert.Covers(host):
+		return uncovered
+	}
+	return secured
+}
+
+// originForm is r's target as sent in origin form ("/path?query"), as the
+// fast path sees it; an absolute-form target as its URL writes it.
+func originForm(r *http.Request) string {
+	if strings.HasPrefix(r.RequestURI, "/") {
+		return r.RequestURI
+	}
+	return r.URL.RequestURI()
+}
+
+// httpsURL appends to b the https URL of a request to rawHost (the Host as
+// sent) for target: the host without its port, the HTTPS listener's port
+// unless it is 443, and the target as sent. It is appended into the
+// answer's own values (redirectAnswer copies it within them).
+func (p *Proxy) httpsURL(b []byte, rawHost, target string) []byte {
+	b = append(b, "https://"...)
+	b = append(b, hostWithoutPort(rawHost)...)
+	if port := p.httpsPort.Load(); port != 0 && port != 443 {
+		b = append(b, ':')
+		b = strconv.AppendInt(b, int64(port), 10)
+	}
+	return append(b, target...)
+}
+
+// hostWithoutPort cuts the port off a Host value, "[v6]:port" included.
+func hostWithoutPort(h string) string {
+	if i := strings.LastIndexByte(h, ':'); i >= 0 && !strings.Contains(h[i:], "]") {
+		return h[:i]
+	}
+	return h
+}
+
+// SetHTTPSPort tells the proxy the port its HTTPS listener is bound to,
+// which https_redirect sends clients to; call it once the listener is
+// bound (tls.listen may ask for port 0).
+func (p *Proxy) SetHTTPSPort(port int) { p.httpsPort.Store(int64(port)) }
+
+// TLSHandshake counts and times a handshake of the HTTPS listener, and
+// logs a failed one at most once a second in all (a flood of garbage would
+// otherwise log a line per connection); give it to certs.Options.OnHandshake.
+func (p *Proxy) TLSHandshake(h certs.Handshake) {
+	p.metrics.tlsHandshakes.WithLabelValues(h.Result).Inc()
+	p.metrics.tlsHandshakeSeconds.Observe(h.Duration.Seconds())
+	if h.Err == nil {
+		return
+	}
+	suppressed, ok := p.tlsLog.allow(p.now())
+	if !ok {
+		return
+	}
+	peer := ""
+	if h.Peer != nil {
+		peer = h.Peer.String()
+	}
+	p.log.Info("tls handshake failed", "result", h.Result, "peer", peer, "err", h.Err.Error(), "suppressed", suppressed)
+}
+
+// SetCertificates tells the proxy the certificates its HTTPS listener
+// serves, at start and after each reload: the expiry metric shows one
+// series per certificate, and the status page lists them.
+func (p *Proxy) SetCertificates(in []certs.Info) {
+	p.metrics.certExpiry.Reset()
+	for _, c := range in {
+		name := c.File
+		if len(c.Names) > 0 {
+			name = c.Names[0]
+		}
+		p.metrics.certExpiry.WithLabelValues(name, c.File).Set(float64(c.NotAfter.Unix()))
+	}
+	list := append([]certs.Info(nil), in...)
+	p.certificates.Store(&list)
+}
+
+// Certificates returns what SetCertificates last said, nil before.
+func (p *Proxy) Certificates() []certs.Info {
+	if l := p.certificates.Load(); l != nil {
+		return *l
+	}
+	return nil
+}
+
+// tlsState is what the proxy keeps of its HTTPS listener.
+type tlsState struct {
+	httpsPort    atomic.Int64
+	certificates atomic.Pointer[[]certs.Info]
+	tlsLog       onceASecond
+}
+
+// ConnContext is the public server's ConnContext: a connection over TLS
+// gives its requests its TLS (WithTLS). tlsOf returns a connection's TLS,
+// nil without (guard.TLSOf).
+func ConnContext(tlsOf func(net.Conn) *wire.TLS) func(context.Context, net.Conn) context.Context {
+	return func(ctx context.Context, c net.Conn) context.Context {
+		return WithTLS(ctx, tlsOf(c))
+	}
+}

@@ -18,7 +18,7 @@ func TestCIFuzzesEveryTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 	listed := map[string]bool{}
-	for _, m := range regexp.MustCompile(`\./([a-z/]+):(Fuzz[A-Za-z0-9]+)`).FindAllStringSubmatch(string(script), -1) {
+	for _, m := range regexp.MustCompile(`\./([a-z0-9/]+):(Fuzz[A-Za-z0-9]+)`).FindAllStringSubmatch(string(script), -1) {
 		listed[m[1]+":"+m[2]] = true
 	}
 	fuzzFunc := regexp.MustCompile(`(?m)^func (Fuzz[A-Za-z0-9]+)\(`)
@@ -58,7 +58,7 @@ func TestCIFuzzesEveryTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 	rows := map[string]string{}
-	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z/]+)` \\| (.*) \\|$").FindAllStringSubmatch(string(doc), -1) {
+	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z0-9/]+)` \\| (.*) \\|$").FindAllStringSubmatch(string(doc), -1) {
 		rows[m[1]] = m[2]
 	}
 	for target := range found {

@@ -10,8 +10,13 @@ import "time"
 
 // Defaults applied by [Compile] to zero-valued fields of [Config].
 const (
-	DefaultListen      = ":8080"
-	DefaultAdminListen = "127.0.0.1:9090"
+	DefaultListen = ":8080"
+	// DefaultAdminListen's port is one no common server takes by default,
+	// so that edge starts where its metrics are scraped: not 9090,
+	// Prometheus's own, nor 9100–9999, its exporters' range, nor Envoy's
+	// admin 9901, Caddy's 2019, or 8081 and 8082, which the manual's rls and
+	// check listeners use.
+	DefaultAdminListen = "127.0.0.1:8077"
 	DefaultPop         = "local"
 	DefaultMaxKeys     = 1_000_000
 	// DefaultAccuracySample is accuracy_sample when the file leaves it out:
@@ -54,7 +59,7 @@ type Config struct {
 	// Listen is the proxy's listen address, host:port. Default ":8080".
 	Listen string `mapstructure:"listen"`
 	// AdminListen is the admin (metrics, health) listen address, host:port.
-	// Default "127.0.0.1:9090". It must differ from Listen.
+	// Default "127.0.0.1:8077". It must differ from Listen.
 	AdminListen string `mapstructure:"admin_listen"`
 	// AdminToken, when set, is the bearer token the admin API and /metrics
 	// require (/healthz and /readyz stay open for probes). The environment

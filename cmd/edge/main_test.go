@@ -46,8 +46,8 @@ func TestEveryConfigLoads(t *testing.T) {
 	if err != nil {
 		t.Fatalf("embedded default: %v", err)
 	}
-	if table.Listen != ":8080" || table.AdminListen != "127.0.0.1:9090" {
-		t.Errorf("embedded default listens on %q and %q, want :8080 and 127.0.0.1:9090", table.Listen, table.AdminListen)
+	if table.Listen != ":8080" || table.AdminListen != "127.0.0.1:8077" {
+		t.Errorf("embedded default listens on %q and %q, want :8080 and 127.0.0.1:8077", table.Listen, table.AdminListen)
 	}
 	if d, ok := table.Lookup("anything.example"); !ok || d.Respond == nil || len(d.Rules) == 0 {
 		t.Errorf("embedded default: want a catch-all demo domain with a static response and a rule")

@@ -6,15 +6,14 @@
 # The image runs /etc/edge/edge.yaml, a copy of configs/edge.yaml (the demo
 # configuration also embedded in the binary). Its admin_listen is
 # 127.0.0.1:8077, which is reachable only from inside the container. To scrape
-# /metrics or probe /healthz and /readyz from outside, mount your own config
-# over /etc/edge/edge.yaml with
-#
-#   admin_listen: ":8077"
-#
-# set a token (EDGE_ADMIN_TOKEN in the environment, or admin_token in the
+# /metrics or probe /healthz and /readyz from outside, listen on every
+# address, in the environment (-e EDGE_ADMIN_LISTEN=:8077) or in your own
+# config mounted over /etc/edge/edge.yaml (admin_listen: ":8077"), set a
+# token (EDGE_ADMIN_TOKEN in the environment, or admin_token in the
 # config) so that /metrics and /v1/* require "Authorization: Bearer <token>"
 # (/healthz and /readyz stay open), and publish 8077 only where the public
-# cannot reach it, e.g. -p 127.0.0.1:8077:8077 -e EDGE_ADMIN_TOKEN. Without
+# cannot reach it, e.g. -p 127.0.0.1:8077:8077 -e EDGE_ADMIN_LISTEN=:8077
+# -e EDGE_ADMIN_TOKEN. Without
 # a token anyone who reaches the admin listener can read metrics and the
 # configuration and reset keys.
 

@@ -132,17 +132,24 @@ type Config struct {
 	// Domains are the sites served; at least one is required.
 	Domains []DomainConfig `mapstructure:"domains"`
 
-	// Given, when not nil, holds the path of every key the file gives a
-	// value, spelled as in errors ("domains[0].rules[0].limit"); cmd/edge
-	// fills it in as it decodes. It only words errors: a required key left
-	// out is "required", one written with a zero value is out of range. Nil
-	// means every zero field was left out.
+	// Given, when not nil, holds the path of every key the file (or a
+	// variable of the environment) gives a value, spelled as in errors
+	// ("domains[0].rules[0].limit"); cmd/edge fills it in as it decodes.
+	// It only words errors: a required key left out is "required", one
+	// written with a zero value is out of range. Nil means every zero
+	// field was left out.
 	Given map[string]bool `mapstructure:"-"`
 	// Secrets, when not nil, are the secret values the file and the
 	// environment give; cmd/edge fills it in as it decodes, and Compile
 	// hands it to the Table, so that what shows the running configuration
 	// can clean its text of them.
 	Secrets *Secrets `mapstructure:"-"`
+	// Sources, when not nil, says where each setting that the file did
+	// not give came from, by path: "listen" → "env EDGE_LISTEN" for one
+	// the environment gave; cmd/edge fills it in as it decodes, and
+	// Compile hands a copy to the Table. A setting it does not name is
+	// the file's, or the default.
+	Sources map[string]string `mapstructure:"-"`
 }
 
 // ClientIPConfig says which peers may report the client address in

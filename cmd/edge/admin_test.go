@@ -53,7 +53,7 @@ func newAdminUnderTest(t *testing.T, config string, loopback bool) *adminUnderTe
 		t.Fatalf("newProxy: %v", err)
 	}
 	t.Cleanup(func() { a.proxy.Close() })
-	a.rl = newReloader(a.path, hash, a.proxy, log, level)
+	a.rl = newReloader(a.path, hash, os.Environ(), a.proxy, log, level)
 	a.rl.interval = 0 // the test reloads
 	var ready atomic.Bool
 	ready.Store(true)

@@ -356,7 +356,9 @@ domains: [{hosts: ["*"], respond: {body: "static"}}]
 	done := make(chan error, 1)
 	log := newEdgeLog()
 	level := new(slog.LevelVar)
-	go func() { done <- serve(ctx, table, hash, cfg, newLogger(log, "text", level), level, drainTimer) }()
+	go func() {
+		done <- serve(ctx, table, hash, cfg, os.Environ(), newLogger(log, "text", level), level, drainTimer)
+	}()
 	public, admin := log.waitStarted(t)
 	if code, _ := httpGet(t, "http://"+admin+"/readyz"); code != http.StatusOK {
 		t.Fatalf("/readyz before shutdown: got %d, want 200", code)

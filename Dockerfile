@@ -5,16 +5,15 @@
 #
 # The image runs /etc/edge/edge.yaml, a copy of configs/edge.yaml (the demo
 # configuration also embedded in the binary). Its admin_listen is
-# 127.0.0.1:9090, which is reachable only from inside the container. To scrape
-# /metrics or probe /healthz and /readyz from outside, mount your own config
-# over /etc/edge/edge.yaml with
-#
-#   admin_listen: ":9090"
-#
-# set a token (EDGE_ADMIN_TOKEN in the environment, or admin_token in the
+# 127.0.0.1:8077, which is reachable only from inside the container. To scrape
+# /metrics or probe /healthz and /readyz from outside, listen on every
+# address, in the environment (-e EDGE_ADMIN_LISTEN=:8077) or in your own
+# config mounted over /etc/edge/edge.yaml (admin_listen: ":8077"), set a
+# token (EDGE_ADMIN_TOKEN in the environment, or admin_token in the
 # config) so that /metrics and /v1/* require "Authorization: Bearer <token>"
-# (/healthz and /readyz stay open), and publish 9090 only where the public
-# cannot reach it, e.g. -p 127.0.0.1:9090:9090 -e EDGE_ADMIN_TOKEN. Without
+# (/healthz and /readyz stay open), and publish 8077 only where the public
+# cannot reach it, e.g. -p 127.0.0.1:8077:8077 -e EDGE_ADMIN_LISTEN=:8077
+# -e EDGE_ADMIN_TOKEN. Without
 # a token anyone who reaches the admin listener can read metrics and the
 # configuration and reset keys.
 
@@ -33,8 +32,8 @@ FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/edge /edge
 COPY --from=build /src/configs/edge.yaml /etc/edge/edge.yaml
 USER nonroot:nonroot
-# 8080: public listener. 9090: admin listener (see above: not reachable from
+# 8080: public listener. 8077: admin listener (see above: not reachable from
 # outside with the default config).
-EXPOSE 8080 9090
+EXPOSE 8080 8077
 ENTRYPOINT ["/edge"]
 CMD ["-config", "/etc/edge/edge.yaml"]

@@ -1,15 +1,17 @@
-// Package config reads edge's configuration: YAML, and the environment
-// variables that override its secrets, decoded into a rules.Config and
-// compiled into a rules.Table. Its problems are worded for the person who
-// wrote the file: each names the path, with the names of the domain and
-// rule on it, and the value ("domains[0] (api).rules[1] (login).period: a
-// duration needs a unit, such as 30s or 1m; got 60"), a YAML syntax error
-// quotes its line, every problem of a file
-// is reported at once, and no message shows a secret's value.
+// Package config reads edge's configuration: YAML and the environment
+// variables that give settings over it (EDGE_LISTEN, see ParseEnv),
+// decoded into a rules.Config and compiled into a rules.Table. Its
+// problems are worded for the person who wrote the file: each names the
+// path, with the names of the domain and rule on it, and the value
+// ("domains[0] (api).rules[1] (login).period: a duration needs a unit,
+// such as 30s or 1m; got 60"), or the variable that gave it
+// ("EDGE_TIMEOUTS_READ (timeouts.read): ..."), a YAML syntax error quotes
+// its line, every problem of a file is reported at once, and no message
+// shows a secret's value.
 //
-// The package keeps no state and reads no clock: its functions are safe
-// for concurrent use. The only environment it reads is EDGE_ADMIN_TOKEN
-// and EDGE_CHECK_TOKEN (see Parse).
+// The package keeps no state and reads no clock and no environment (the
+// caller passes the environment in): its functions are safe for concurrent
+// use.
 package config
 
 import (
@@ -31,13 +33,18 @@ import (
 // problem are errors; the returned error lists them all (rules.Problems
 // splits it), and the table is then nil but the hash is still the
 // content's. A file that cannot be read is an error prefixed
-// "reading config: ", with no hash.
-func Load(path string) (*rules.Table, string, error) {
+// "reading config: ", with no hash. Load reads the file alone: it is
+// LoadEnv with no environment.
+func Load(path string) (*rules.Table, string, error) { return LoadEnv(path, nil) }
+
+// LoadEnv is Load with the settings env gives over the file's (see
+// ParseEnv). The hash is the file's content alone.
+func LoadEnv(path string, env []string) (*rules.Table, string, error) {
 	data, err := Read(path)
 	if err != nil {
 		return nil, "", err
 	}
-	t, err := Parse(data)
+	t, err := ParseEnv(data, env)
 	return t, Hash(data), err
 }
 
@@ -71,23 +78,44 @@ func Hash(data []byte) string {
 // section that holds it (a domain whose respond failed to decode is not
 // also said to have no upstream).
 //
-// A non-empty EDGE_CHECK_TOKEN replaces the check section's token, as
-// EDGE_ADMIN_TOKEN stands for admin_token (which the caller reads when it
-// needs it): the secrets need not be in the file. The values of both are
-// secrets wherever the file copies them.
-//
 // Every problem passes through the file's secrets (see fileSecrets) on its
 // way out, so that no message shows a secret's value wherever the file
 // puts it: on a line the YAML parser quotes, or copied by an alias into a
 // key whose problem names its value.
-func Parse(data []byte) (*rules.Table, error) {
+//
+// Parse reads the file alone: it is ParseEnv with no environment.
+func Parse(data []byte) (*rules.Table, error) { return ParseEnv(data, nil) }
+
+// ParseEnv is Parse with the settings env, a list of "NAME=value" as
+// os.Environ returns it, gives over the file's. Every setting outside
+// domains has a variable: EDGE_ and its path in upper case, with _
+// for each dot (EDGE_LISTEN, EDGE_ADMIN_LISTEN,
+// EDGE_CLUSTER_REDIS_PASSWORD). A variable's value is decoded as the
+// file's would be, from text (durations, sizes, numbers and true or false
+// as the file writes them), a list of strings comma-separated
+// (EDGE_ADMIN_HOSTS=a.internal,b.internal); an empty variable is an unset
+// one. A list of mappings (domains) only the file gives. A variable's key
+// counts as given (rules.Config.Given), its problems name the variable
+// beside the path ("EDGE_TIMEOUTS_READ (timeouts.read): ..."), the value
+// of one whose key is a secret is a secret, and the table's Sources say
+// which settings the environment gave. A variable that names no setting
+// is ignored here; EnvWarnings names it.
+func ParseEnv(data []byte, env []string) (*rules.Table, error) {
 	secrets := newFileSecrets(data)
+	fromEnv := readEnv(env, secrets.Secrets)
 	settings, err := readYAML(data, secrets)
 	if err != nil {
 		return nil, secrets.RedactError(err)
 	}
+	// The environment is merged over the file by viper, key by key, as
+	// its own AutomaticEnv would, but from env rather than the process's:
+	// viper reads the process's environment itself.
 	v := viper.New()
 	if err := v.MergeConfigMap(settings); err != nil {
+		return nil, secrets.RedactError(err)
+	}
+	fileGiven := givenPaths(v.AllSettings())
+	if err := v.MergeConfigMap(fromEnv.settings); err != nil {
 		return nil, secrets.RedactError(err)
 	}
 	var cfg rules.Config
@@ -107,11 +135,9 @@ func Parse(data []byte) (*rules.Table, error) {
 	failed = append(failed, pointerAncestors(failed)...)
 	cfg.Given = givenPaths(v.AllSettings())
 	cfg.Secrets = secrets.Secrets
+	cfg.Sources = fromEnv.sources()
 	table, err := rules.Compile(cfg)
 	if err == nil && len(errs) == 0 {
-		if v := os.Getenv("EDGE_CHECK_TOKEN"); v != "" && table.Check != nil { // one of secretEnv
-			table.Check.Token = v // as EDGE_ADMIN_TOKEN: the secret need not be in the file
-		}
 		return table, nil
 	}
 	if err != nil {
@@ -123,5 +149,6 @@ func Parse(data []byte) (*rules.Table, error) {
 			errs = append(errs, e)
 		}
 	}
-	return nil, secrets.RedactError(cfg.NameProblems(errors.Join(errs...)))
+	named := fromEnv.nameVariables(cfg.NameProblems(errors.Join(errs...)), fileGiven)
+	return nil, secrets.RedactError(named)
 }

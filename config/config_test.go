@@ -11,7 +11,13 @@ import (
 // YAML error's quoted line stays with its message).
 func configLines(t *testing.T, data string) []string {
 	t.Helper()
-	table, err := Parse([]byte(data))
+	return configLinesEnv(t, data, nil)
+}
+
+// configLinesEnv is configLines with the environment env (ParseEnv).
+func configLinesEnv(t *testing.T, data string, env []string) []string {
+	t.Helper()
+	table, err := ParseEnv([]byte(data), env)
 	if err == nil {
 		t.Fatalf("Parse accepted:\n%s", data)
 	}

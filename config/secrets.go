@@ -1,18 +1,12 @@
 package config
 
 import (
-	"net/url"
-	"os"
 	"strconv"
 	"strings"
 
 	"github.com/edgerate/edge/rules"
 	"go.yaml.in/yaml/v4"
 )
-
-// secretEnv are the environment variables that override a secret of the
-// file; their values are secrets wherever the file copies them.
-var secretEnv = []string{"EDGE_ADMIN_TOKEN", "EDGE_CHECK_TOKEN"}
 
 // fileSecrets is what is known of a file's secrets while its problems are
 // worded: their values, and the lines quoteLine shows only as [redacted]
@@ -22,15 +16,12 @@ type fileSecrets struct {
 	hidden map[int]bool
 }
 
-// newFileSecrets returns the secrets of the environment and, once the
-// file is parsed, those of its node tree (see treeSecrets); until then
-// (and when the file does not parse) those its lines show (lineSecrets).
+// newFileSecrets returns the secrets of a file: none until they are added,
+// those of the environment (readEnv) and, once the file is parsed, those
+// of its node tree (see treeSecrets); when it does not parse, those its
+// lines show (lineSecrets).
 func newFileSecrets(data []byte) fileSecrets {
-	s := fileSecrets{Secrets: &rules.Secrets{}, hidden: secretLines(data)}
-	for _, name := range secretEnv {
-		s.Add(name, os.Getenv(name))
-	}
-	return s
+	return fileSecrets{Secrets: &rules.Secrets{}, hidden: secretLines(data)}
 }
 
 // treeSecrets adds the secrets of a parsed file: every scalar (key or
@@ -59,13 +50,7 @@ func treeSecrets(s *rules.Secrets, root *yaml.Node) {
 			if secret {
 				s.Add(path, n.Value)
 			}
-			if !strings.Contains(n.Value, "@") {
-				break
-			}
-			if u, err := url.Parse(n.Value); err == nil && u.User != nil {
-				pw, _ := u.User.Password()
-				s.Add(path, pw)
-			}
+			addURLPassword(s, path, n.Value)
 		case yaml.SequenceNode:
 			for i, e := range n.Content {
 				walk(path+"["+strconv.Itoa(i)+"]", e, secret)

@@ -16,7 +16,7 @@ func TestConfigSecretsNeverInMessages(t *testing.T) {
 	tests := []struct {
 		name string
 		yaml string
-		env  map[string]string
+		env  []string
 		want []string
 	}{
 		// The file does not parse: what is known of its secrets is read
@@ -50,10 +50,21 @@ func TestConfigSecretsNeverInMessages(t *testing.T) {
 				"    1 | admin_token: [redacted]\n" +
 				"      |                        ^",
 		}},
-		{"EDGE_ADMIN_TOKEN's value in the file", "log: {level: " + longSecret + "}\n" + validDomains, map[string]string{"EDGE_ADMIN_TOKEN": longSecret},
+		{"EDGE_ADMIN_TOKEN's value in the file", "log: {level: " + longSecret + "}\n" + validDomains, []string{"EDGE_ADMIN_TOKEN=" + longSecret},
 			[]string{`log.level: must be debug, info, warn or error, got "[redacted]"`}},
-		{"EDGE_CHECK_TOKEN's value in the file", "log: {level: " + longSecret + "}\n" + validDomains, map[string]string{"EDGE_CHECK_TOKEN": longSecret},
+		{"EDGE_CHECK_TOKEN's value in the file", "check: {listen: \"127.0.0.1:0\"}\nlog: {level: " + longSecret + "}\n" + validDomains, []string{"EDGE_CHECK_TOKEN=" + longSecret},
 			[]string{`log.level: must be debug, info, warn or error, got "[redacted]"`}},
+		{"EDGE_CLUSTER_REDIS_PASSWORD's value in another variable", validDomains,
+			[]string{"EDGE_CLUSTER_REDIS_PASSWORD=" + longSecret, "EDGE_LOG_LEVEL=" + longSecret},
+			[]string{`EDGE_LOG_LEVEL (log.level): must be debug, info, warn or error, got "[redacted]"`}},
+		{"EDGE_CLUSTER_REDIS_PASSWORD's value in the file", "log: {level: " + longSecret + "}\n" + validDomains,
+			[]string{"EDGE_CLUSTER_REDIS_PASSWORD=" + longSecret},
+			[]string{`log.level: must be debug, info, warn or error, got "[redacted]"`}},
+		{"a password in an origin URL from the environment", validDomains,
+			[]string{"EDGE_ORIGIN=http://u:" + longSecret + "@example.com", "EDGE_LOG_LEVEL=" + longSecret}, []string{
+				`EDGE_ORIGIN (origin): must not contain user info, got "http://u:xxxxx@example.com"`,
+				`EDGE_LOG_LEVEL (log.level): must be debug, info, warn or error, got "[redacted]"`,
+			}},
 		{"a password in an origin URL", "origin: &o \"http://u:" + longSecret + "@example.com\"\nlog: {level: *o}\n" + validDomains, nil, []string{
 			`origin: must not contain user info, got "http://u:xxxxx@example.com"`,
 			`log.level: must be debug, info, warn or error, got "http://u:[redacted]@example.com"`,
@@ -61,12 +72,7 @@ func TestConfigSecretsNeverInMessages(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			t.Setenv("EDGE_ADMIN_TOKEN", "")
-			t.Setenv("EDGE_CHECK_TOKEN", "")
-			for k, v := range tt.env {
-				t.Setenv(k, v)
-			}
-			got := configLines(t, tt.yaml)
+			got := configLinesEnv(t, tt.yaml, tt.env)
 			if strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
 				t.Errorf("got problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
 			}

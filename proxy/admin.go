@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"reflect"
@@ -276,6 +277,10 @@ type configView struct {
 	// RLS is the rate limit service's section, absent when it is off.
 	RLS     *rlsView     `json:"rls,omitempty"`
 	Domains []domainView `json:"domains"`
+	// Sources says where each setting not from the file comes from, by
+	// path: "listen" → "env EDGE_LISTEN" (rules.Table.Sources); {} when
+	// every setting is the file's or the default.
+	Sources map[string]string `json:"sources"`
 
 	// How reloads stand (ReloadStatus), beside the configuration they say
 	// whether it is the file's: the error is every problem on its own
@@ -415,6 +420,10 @@ func (p *Proxy) configView() configView {
 	}
 	if v.AdminHosts == nil {
 		v.AdminHosts = []string{}
+	}
+	v.Sources = maps.Clone(t.Sources)
+	if v.Sources == nil {
+		v.Sources = map[string]string{}
 	}
 	v.MaxBufferedBytes = t.MaxBufferedBytes.String()
 	v.ClientIP.IPv6Prefix = t.IPv6Prefix

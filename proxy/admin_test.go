@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -297,5 +298,40 @@ func TestAdminConfigAfterFailedReload(t *testing.T) {
 	if v["last_reload_ok"] != true || v["last_reload_error"] != "" || v["last_reload_problems"] != float64(0) {
 		t.Errorf("after a good reload: got ok %v, error %q, problems %v; want true, \"\", 0",
 			v["last_reload_ok"], v["last_reload_error"], v["last_reload_problems"])
+	}
+}
+
+// TestAdminConfigSources: GET /v1/config's sources names, by path, where
+// each setting the file did not give comes from (rules.Table.Sources),
+// and is {} when every setting is the file's.
+func TestAdminConfigSources(t *testing.T) {
+	origin, _ := newOrigin(t, "a")
+	tests := []struct {
+		name    string
+		sources map[string]string
+		want    string // compact JSON
+	}{
+		{"none", nil, `{}`},
+		{"from the environment", map[string]string{"pop": "env EDGE_POP", "timeouts.read": "env EDGE_TIMEOUTS_READ"},
+			`{"pop":"env EDGE_POP","timeouts.read":"env EDGE_TIMEOUTS_READ"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := oneDomain(origin.URL, rule("r", 1, time.Minute))
+			cfg.Sources = tt.sources
+			e := newEnv(t, cfg)
+			rec := httptest.NewRecorder()
+			e.proxy.AdminHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/v1/config", nil))
+			var v struct {
+				Sources json.RawMessage `json:"sources"`
+			}
+			if err := json.Unmarshal(rec.Body.Bytes(), &v); rec.Code != 200 || err != nil {
+				t.Fatalf("GET /v1/config: %d %v\n%s", rec.Code, err, rec.Body)
+			}
+			var got bytes.Buffer
+			if err := json.Compact(&got, v.Sources); err != nil || got.String() != tt.want {
+				t.Errorf("got sources %s (%v), want %s", v.Sources, err, tt.want)
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@ package rules
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"net"
 	"net/netip"
@@ -86,6 +87,7 @@ func Compile(cfg Config) (*Table, error) {
 		Pop:         cfg.Pop,
 		AdminToken:  cfg.AdminToken,
 		Secrets:     cfg.Secrets,
+		Sources:     maps.Clone(cfg.Sources),
 		exact:       make(map[string]*Domain),
 		wildcard:    make(map[string]*Domain),
 		byName:      make(map[string]*Domain),

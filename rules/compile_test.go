@@ -3,6 +3,7 @@ package rules
 import (
 	"errors"
 	"log/slog"
+	"net"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -64,8 +65,8 @@ func TestCompileErrors(t *testing.T) {
 			`admin_listen: must be host:port, got "localhost"`},
 		{"listeners equal", func(c *Config) { c.Listen, c.AdminListen = ":9000", ":9000" },
 			`admin_listen: must differ from listen (":9000"), got ":9000"`},
-		{"listeners overlap", func(c *Config) { c.Listen, c.AdminListen = ":9090", "127.0.0.1:9090" },
-			`admin_listen: must differ from listen (":9090"), got "127.0.0.1:9090"`},
+		{"listeners overlap", func(c *Config) { c.Listen, c.AdminListen = ":8077", "127.0.0.1:8077" },
+			`admin_listen: must differ from listen (":8077"), got "127.0.0.1:8077"`},
 		{"listeners overlap on ipv6 any", func(c *Config) { c.Listen, c.AdminListen = "127.0.0.1:80", "[::]:80" },
 			`admin_listen: must differ from listen ("127.0.0.1:80"), got "[::]:80"`},
 
@@ -74,8 +75,8 @@ func TestCompileErrors(t *testing.T) {
 			`origin: is edge's own listen (":8080"): every request would come back to edge, got "http://127.0.0.1:8080"`},
 		{"origin is localhost on the listener", func(c *Config) { c.Listen, c.Origin = "127.0.0.1:8080", "http://localhost:8080/" },
 			`origin: is edge's own listen ("127.0.0.1:8080"): every request would come back to edge, got "http://localhost:8080/"`},
-		{"domain origin is the admin listener", func(c *Config) { c.Domains[1].Origin = "http://127.0.0.1:9090" },
-			`domains[1] (www).origin: is edge's own admin_listen ("127.0.0.1:9090"): every request would come back to edge, got "http://127.0.0.1:9090"`},
+		{"domain origin is the admin listener", func(c *Config) { c.Domains[1].Origin = "http://127.0.0.1:8077" },
+			`domains[1] (www).origin: is edge's own admin_listen ("127.0.0.1:8077"): every request would come back to edge, got "http://127.0.0.1:8077"`},
 		{"origin on the listener's own host", func(c *Config) { c.Listen, c.Origin = "edge.internal:80", "http://edge.internal" },
 			`origin: is edge's own listen ("edge.internal:80"): every request would come back to edge, got "http://edge.internal"`},
 
@@ -84,8 +85,8 @@ func TestCompileErrors(t *testing.T) {
 			`admin_hosts[0]: must be a host name, not a wildcard, got "*.internal"`},
 		{"admin_hosts catch-all", func(c *Config) { c.AdminHosts = []string{"edge.internal", "*"} },
 			`admin_hosts[1]: must be a host name, not a wildcard, got "*"`},
-		{"admin_hosts port", func(c *Config) { c.AdminHosts = []string{"edge.internal:9090"} },
-			`admin_hosts[0]: must not include a port, got "edge.internal:9090"`},
+		{"admin_hosts port", func(c *Config) { c.AdminHosts = []string{"edge.internal:8077"} },
+			`admin_hosts[0]: must not include a port, got "edge.internal:8077"`},
 		{"admin_hosts bad name", func(c *Config) { c.AdminHosts = []string{"edge_admin"} },
 			`admin_hosts[0]: must contain only letters, digits, '-' and '.', got "edge_admin"`},
 		{"admin_hosts empty", func(c *Config) { c.AdminHosts = []string{""} },
@@ -482,7 +483,7 @@ func TestCompileDefaults(t *testing.T) {
 		want any
 	}{
 		{"listen", tab.Listen, ":8080"},
-		{"admin_listen", tab.AdminListen, "127.0.0.1:9090"},
+		{"admin_listen", tab.AdminListen, "127.0.0.1:8077"},
 		{"pop", tab.Pop, "local"},
 		{"origin", tab.Origin.String(), "https://origin.internal/base"},
 		{"max_keys", tab.MaxKeys, 1_000_000},
@@ -522,6 +523,43 @@ func TestCompileDefaults(t *testing.T) {
 	for _, tt := range tests {
 		if !reflect.DeepEqual(tt.got, tt.want) {
 			t.Errorf("%s: got %#v, want %#v", tt.name, tt.got, tt.want)
+		}
+	}
+}
+
+// TestDefaultAdminPort: the admin listener's default port is on loopback
+// and is none that a common server, or another of edge's listeners as the
+// manual shows them, takes by default, so that edge starts beside them.
+func TestDefaultAdminPort(t *testing.T) {
+	host, p, err := net.SplitHostPort(DefaultAdminListen)
+	if err != nil || host != "127.0.0.1" {
+		t.Fatalf("DefaultAdminListen %q: want 127.0.0.1:port (%v)", DefaultAdminListen, err)
+	}
+	port, _ := strconv.Atoi(p)
+	tests := []struct {
+		name     string
+		from, to int
+	}{
+		{"Prometheus", 9090, 9090},
+		{"Prometheus exporters", 9100, 9999},
+		{"Envoy admin", 9901, 9901},
+		{"Caddy admin", 2019, 2019},
+		{"edge's listen", 8080, 8080},
+		{"the manual's rls listener", 8081, 8081},
+		{"the manual's check listener", 8082, 8082},
+		{"common web and app servers", 8000, 8000},
+		{"common web and app servers, TLS", 8443, 8443},
+		{"Grafana, Node.js", 3000, 3000},
+		{"Flask, registries", 5000, 5000},
+		{"Redis", 6379, 6379},
+		{"StatsD", 8125, 8125},
+		{"Consul", 8500, 8500},
+		{"MinIO, SonarQube, PHP-FPM", 9000, 9000},
+		{"privileged", 0, 1023},
+	}
+	for _, tt := range tests {
+		if port >= tt.from && port <= tt.to {
+			t.Errorf("got port %d, which is %s's (%d–%d); want one no common server uses", port, tt.name, tt.from, tt.to)
 		}
 	}
 }

@@ -10,8 +10,13 @@ import "time"
 
 // Defaults applied by [Compile] to zero-valued fields of [Config].
 const (
-	DefaultListen      = ":8080"
-	DefaultAdminListen = "127.0.0.1:9090"
+	DefaultListen = ":8080"
+	// DefaultAdminListen's port is one no common server takes by default,
+	// so that edge starts where its metrics are scraped: not 9090,
+	// Prometheus's own, nor 9100–9999, its exporters' range, nor Envoy's
+	// admin 9901, Caddy's 2019, or 8081 and 8082, which the manual's rls and
+	// check listeners use.
+	DefaultAdminListen = "127.0.0.1:8077"
 	DefaultPop         = "local"
 	DefaultMaxKeys     = 1_000_000
 	// DefaultAccuracySample is accuracy_sample when the file leaves it out:
@@ -54,7 +59,7 @@ type Config struct {
 	// Listen is the proxy's listen address, host:port. Default ":8080".
 	Listen string `mapstructure:"listen"`
 	// AdminListen is the admin (metrics, health) listen address, host:port.
-	// Default "127.0.0.1:9090". It must differ from Listen.
+	// Default "127.0.0.1:8077". It must differ from Listen.
 	AdminListen string `mapstructure:"admin_listen"`
 	// AdminToken, when set, is the bearer token the admin API and /metrics
 	// require (/healthz and /readyz stay open for probes). The environment
@@ -129,17 +134,24 @@ type Config struct {
 	// Domains are the sites served; at least one is required.
 	Domains []DomainConfig `mapstructure:"domains"`
 
-	// Given, when not nil, holds the path of every key the file gives a
-	// value, spelled as in errors ("domains[0].rules[0].limit"); cmd/edge
-	// fills it in as it decodes. It only words errors: a required key left
-	// out is "required", one written with a zero value is out of range. Nil
-	// means every zero field was left out.
+	// Given, when not nil, holds the path of every key the file (or a
+	// variable of the environment) gives a value, spelled as in errors
+	// ("domains[0].rules[0].limit"); cmd/edge fills it in as it decodes.
+	// It only words errors: a required key left out is "required", one
+	// written with a zero value is out of range. Nil means every zero
+	// field was left out.
 	Given map[string]bool `mapstructure:"-"`
 	// Secrets, when not nil, are the secret values the file and the
 	// environment give; cmd/edge fills it in as it decodes, and Compile
 	// hands it to the Table, so that what shows the running configuration
 	// can clean its text of them.
 	Secrets *Secrets `mapstructure:"-"`
+	// Sources, when not nil, says where each setting that the file did
+	// not give came from, by path: "listen" → "env EDGE_LISTEN" for one
+	// the environment gave; cmd/edge fills it in as it decodes, and
+	// Compile hands a copy to the Table. A setting it does not name is
+	// the file's, or the default.
+	Sources map[string]string `mapstructure:"-"`
 }
 
 // ClientIPConfig says which peers may report the client address in

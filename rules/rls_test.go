@@ -45,8 +45,8 @@ func TestCompileRLSErrors(t *testing.T) {
 		{"bad listen", RLSConfig{Listen: "8081", Config: []string{"x"}}, nil, "rls.listen: must be host:port"},
 		{"same as listen", RLSConfig{Listen: "127.0.0.1:8080", Config: []string{"x"}}, func(c *Config) { c.Listen = "127.0.0.1:8080" },
 			`rls.listen: must differ from listen ("127.0.0.1:8080")`},
-		{"same port as admin_listen on every address", RLSConfig{Listen: ":9090", Config: []string{"x"}},
-			func(c *Config) { c.AdminListen = "127.0.0.1:9090" }, `rls.listen: must differ from admin_listen ("127.0.0.1:9090")`},
+		{"same port as admin_listen on every address", RLSConfig{Listen: ":8077", Config: []string{"x"}},
+			func(c *Config) { c.AdminListen = "127.0.0.1:8077" }, `rls.listen: must differ from admin_listen ("127.0.0.1:8077")`},
 		{"same as check.listen", RLSConfig{Listen: "127.0.0.1:8082", Config: []string{"x"}},
 			func(c *Config) { c.Check = &CheckConfig{Listen: "127.0.0.1:8082"} }, `rls.listen: must differ from check.listen ("127.0.0.1:8082")`},
 		{"bad algorithm", RLSConfig{Listen: "127.0.0.1:8081", Config: []string{"x"}, Algorithm: "token_bucket"}, nil,
@@ -86,11 +86,11 @@ func TestCompileRLSErrors(t *testing.T) {
 // its questions) or without rls.
 func TestRLSOnly(t *testing.T) {
 	rlsOnly := RLSConfig{Listen: "127.0.0.1:8081", Config: []string{"ratelimit/*.yaml"}}
-	tab, err := Compile(Config{RLS: rlsOnly, AdminListen: "127.0.0.1:9090"})
+	tab, err := Compile(Config{RLS: rlsOnly, AdminListen: "127.0.0.1:8077"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tab.Listen != "" || len(tab.Domains) != 0 || tab.AdminListen != "127.0.0.1:9090" || tab.RLS.Listen != "127.0.0.1:8081" {
+	if tab.Listen != "" || len(tab.Domains) != 0 || tab.AdminListen != "127.0.0.1:8077" || tab.RLS.Listen != "127.0.0.1:8081" {
 		t.Errorf("got listen %q, %d domains, admin_listen %q, rls.listen %q; want no public listener",
 			tab.Listen, len(tab.Domains), tab.AdminListen, tab.RLS.Listen)
 	}
@@ -107,7 +107,7 @@ func TestRLSOnly(t *testing.T) {
 			`listen: has no domain to serve: with rls and no domains edge binds no public listener; remove listen or add a domain, got ":8080"`},
 		{"with check", Config{RLS: rlsOnly, Check: &CheckConfig{Listen: "127.0.0.1:8082"}}, "domains: required"},
 		{"without rls", Config{}, "domains: required"},
-		{"bad admin_listen", Config{RLS: rlsOnly, AdminListen: "9090"}, `admin_listen: must be host:port, got "9090"`},
+		{"bad admin_listen", Config{RLS: rlsOnly, AdminListen: "8077"}, `admin_listen: must be host:port, got "8077"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Compile(tc.cfg)

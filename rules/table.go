@@ -25,6 +25,9 @@ type Table struct {
 	// Secrets are Config.Secrets: any text shown of this configuration
 	// passes through Secrets.Redact. Nil holds none.
 	Secrets *Secrets
+	// Sources are Config.Sources: where each setting not from the file
+	// came from ("listen" → "env EDGE_LISTEN"). Nil names none.
+	Sources map[string]string
 
 	// AdminHosts are the extra Host names a loopback admin listener
 	// answers to, normalised like wire.NormalizeHost, in config order.

@@ -53,7 +53,7 @@ func newAdminUnderTest(t *testing.T, config string, loopback bool) *adminUnderTe
 		t.Fatalf("newProxy: %v", err)
 	}
 	t.Cleanup(func() { a.proxy.Close() })
-	a.rl = newReloader(a.path, hash, a.proxy, log, level)
+	a.rl = newReloader(a.path, hash, os.Environ(), a.proxy, log, level)
 	a.rl.interval = 0 // the test reloads
 	var ready atomic.Bool
 	ready.Store(true)
@@ -185,20 +185,20 @@ func TestAdminHostAllowed(t *testing.T) {
 		want bool
 	}{
 		{"127.0.0.1", true},
-		{"127.0.0.1:9090", true},
+		{"127.0.0.1:8077", true},
 		{"10.1.2.3:80", true},
 		{"[::1]", true},
-		{"[::1]:9090", true},
-		{"[0:0::1]:9090", true},
+		{"[::1]:8077", true},
+		{"[0:0::1]:8077", true},
 		{"localhost", true},
-		{"LocalHost:9090", true},
-		{"localhost.:9090", true},
+		{"LocalHost:8077", true},
+		{"localhost.:8077", true},
 		{"edge-admin.internal", true},
-		{"EDGE-Admin.Internal:9090", true},
+		{"EDGE-Admin.Internal:8077", true},
 
 		{"", false},
 		{"evil.example", false},
-		{"evil.example:9090", false},
+		{"evil.example:8077", false},
 		{"localhost.evil.example", false},
 		{"127.0.0.1.nip.io", false},
 		{"edge-admin.internal.evil.example", false},
@@ -309,7 +309,7 @@ func TestAdminChecksHost(t *testing.T) {
 func TestAdminOffLoopbackAcceptsAnyHost(t *testing.T) {
 	a := newAdminUnderTest(t, siteConfig(""), false)
 	for _, path := range []string{"/healthz", "/readyz", "/metrics", "/v1/config"} {
-		if got, _ := a.do("GET", "edge.monitoring.svc.cluster.local:9090", path, ""); got != 200 {
+		if got, _ := a.do("GET", "edge.monitoring.svc.cluster.local:8077", path, ""); got != 200 {
 			t.Errorf("GET %s with a service name as Host: got %d, want 200", path, got)
 		}
 	}

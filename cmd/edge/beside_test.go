@@ -70,7 +70,7 @@ func checkConfig(t *testing.T, forNginx bool) string {
 		t.Fatal(err)
 	}
 	cfg := replaceOnce(t, string(b), `listen: "127.0.0.1:8080"`, `listen: "localhost:0"`)
-	cfg = replaceOnce(t, cfg, `admin_listen: "127.0.0.1:9090"`, `admin_listen: "127.0.0.1:0"`)
+	cfg = replaceOnce(t, cfg, `admin_listen: "127.0.0.1:8077"`, `admin_listen: "127.0.0.1:0"`)
 	cfg = replaceOnce(t, cfg, `  listen: "127.0.0.1:8082"`, `  listen: "127.0.0.1:0"`)
 	if !forNginx {
 		cfg = replaceOnce(t, cfg, "  deny_status: 403\n", "")

@@ -12,10 +12,13 @@ import (
 )
 
 // loadConfig and parseConfig are shorthand for the tests of this package,
-// which build their tables from YAML as edge does.
-func loadConfig(path string) (*rules.Table, string, error) { return config.Load(path) }
+// which build their tables from YAML as edge does, with the settings of
+// the process's environment over the file's.
+func loadConfig(path string) (*rules.Table, string, error) {
+	return config.LoadEnv(path, os.Environ())
+}
 
-func parseConfig(data []byte) (*rules.Table, error) { return config.Parse(data) }
+func parseConfig(data []byte) (*rules.Table, error) { return config.ParseEnv(data, os.Environ()) }
 
 const validDomains = "domains: [{hosts: [\"*\"], respond: {body: ok}, rules: [{name: a, limit: 1, period: 1s}]}]\n"
 

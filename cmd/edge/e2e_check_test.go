@@ -149,7 +149,8 @@ func TestWarnIfCheckExposed(t *testing.T) {
 // TestCheckTokenFromEnvironment: EDGE_CHECK_TOKEN sets the check
 // listener's token, over the file's, at every load (start and reload read
 // the configuration through parseConfig), and the check listener then
-// takes that token only; without a check section it changes nothing.
+// takes that token only; without a check section it gives check.token as
+// the file would, and check.listen is then missing.
 func TestCheckTokenFromEnvironment(t *testing.T) {
 	const base = "check: {listen: \"127.0.0.1:0\"TOKEN}\ndomains:\n  - hosts: [api.example.com]\n    serve: check\n    rules: [{name: per-ip, limit: 2, period: 1m}]\n"
 	for _, tt := range []struct {
@@ -176,11 +177,9 @@ func TestCheckTokenFromEnvironment(t *testing.T) {
 		})
 	}
 	t.Setenv("EDGE_CHECK_TOKEN", "from-env")
-	table, err := parseConfig([]byte("origin: http://127.0.0.1:9\ndomains: [{hosts: [a.example], rules: [{name: r, limit: 1, period: 1m}]}]\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if table.Check != nil {
-		t.Errorf("no check section, yet a check listener: %+v", table.Check)
+	_, err := parseConfig([]byte("origin: http://127.0.0.1:9\ndomains: [{hosts: [a.example], rules: [{name: r, limit: 1, period: 1m}]}]\n"))
+	want := "check.listen: required with the check section (host:port); the file has no check section, EDGE_CHECK_TOKEN gives it"
+	if err == nil || err.Error() != want {
+		t.Errorf("no check section in the file: got %v, want %q", err, want)
 	}
 }

@@ -196,7 +196,7 @@ func TestReloadRLSFiles(t *testing.T) {
 	svc, err := rls.New(rls.Options{Table: table, Config: rc})
 	must(t, err)
 	t.Cleanup(svc.Close)
-	a.rl = newReloader(a.path, "", a.proxy, slog.New(slog.NewTextHandler(a.log, nil)), new(slog.LevelVar))
+	a.rl = newReloader(a.path, "", os.Environ(), a.proxy, slog.New(slog.NewTextHandler(a.log, nil)), new(slog.LevelVar))
 	a.rl.rls = svc
 	a.rl.rlsOf, a.rl.lastRLS = table, rlsStamp(a.path, table)
 	a.rl.reload(true)

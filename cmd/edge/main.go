@@ -9,6 +9,10 @@
 //	edge -check -config FILE   validate FILE, list every problem, exit
 //	edge -version              print the version
 //	edge replay [flags] LOG... measure the limiter against an exact count (edge replay -h)
+//
+// Every setting outside domains can also be given in the environment, over
+// the file: EDGE_ and its path in upper case, _ for each dot (EDGE_LISTEN,
+// EDGE_CLUSTER_REDIS_PASSWORD; see docs/configuration.md).
 package main
 
 import (
@@ -70,18 +74,29 @@ const edgeCommands = `  edge                        run the embedded default con
                               count side by side (flags: edge replay -h)
 `
 
+// edgeEnvironment closes edge -h: the rule for settings given in the
+// environment (config.ParseEnv).
+const edgeEnvironment = `
+Environment:
+  Every setting outside domains can be given as EDGE_ and its path in upper
+  case, _ for each dot (EDGE_LISTEN, EDGE_ADMIN_LISTEN, EDGE_CLUSTER_REDIS_PASSWORD;
+  a list of strings comma-separated); it takes precedence over the file.
+`
+
 // run is edge's main, returning the exit code: 0 after a clean shutdown or
 // a passed check, 1 for a bad configuration or a failed start, 2 for bad
-// flags.
+// flags. It reads the process's environment once, for every load.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	env := os.Environ()
 	if len(args) > 0 && args[0] == "replay" {
-		return runReplay(ctx, args[1:], stdout, stderr)
+		return runReplay(ctx, args[1:], env, stdout, stderr)
 	}
 	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage:\n%s\nFlags:\n", edgeCommands)
 		fs.PrintDefaults()
+		fmt.Fprint(stderr, edgeEnvironment)
 	}
 	configPath := fs.String("config", "", "configuration `file` (YAML); empty runs the embedded default")
 	check := fs.Bool("check", false, "validate the configuration, report every problem, and exit")
@@ -100,14 +115,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "edge %s (%s)\n", buildVersion(), runtime.Version())
 		return 0
 	}
-	table, hash, err := config.Load(*configPath)
+	table, hash, err := config.LoadEnv(*configPath, env)
 	if err != nil {
 		fmt.Fprintf(stderr, "edge: invalid configuration %s:\n%s\n", describe(*configPath), rules.ProblemText(err))
+		printEnvWarnings(stderr, env)
 		return 1
 	}
 	rc, err := loadRLS(*configPath, table)
 	if err != nil {
 		fmt.Fprintf(stderr, "edge: invalid configuration %s:\n%s\n", describe(*configPath), rules.ProblemText(table.Secrets.RedactError(err)))
+		printEnvWarnings(stderr, env)
 		return 1
 	}
 	certSet, err := loadCertificates(*configPath, table)
@@ -138,16 +155,32 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		for _, path := range table.Secrets.Weak() {
 			fmt.Fprintf(stdout, "warning: %s: %s\n", path, weakSecret)
 		}
+		printEnvWarnings(stdout, env)
 		return 0
 	}
 	level := new(slog.LevelVar)
 	level.Set(table.LogLevel)
 	log := newLogger(stderr, table.LogFormat, level)
-	if err := serve(ctx, table, hash, *configPath, log, level, time.After); err != nil {
+	if err := serve(ctx, table, hash, *configPath, env, log, level, time.After); err != nil {
 		log.Error("edge stopped", "err", err)
 		return 1
 	}
 	return 0
+}
+
+// printEnvWarnings writes a "warning: " line to w for each variable of env
+// that names no setting (config.EnvWarnings).
+func printEnvWarnings(w io.Writer, env []string) {
+	for _, msg := range config.EnvWarnings(env) {
+		fmt.Fprintf(w, "warning: %s\n", msg)
+	}
+}
+
+// warnEnv logs, at warn, each variable of env that names no setting.
+func warnEnv(log *slog.Logger, env []string) {
+	for _, msg := range config.EnvWarnings(env) {
+		log.Warn("environment variable ignored", "warning", msg)
+	}
 }
 
 // plural writes n with the singular or plural noun: "1 rule", "0 rules".
@@ -197,11 +230,12 @@ func durationString(_ []string, a slog.Attr) slog.Attr {
 
 // serve runs the public, admin and (with a check section) check listeners
 // until ctx is done, then drains in-flight requests for at most the
-// shutdown timeout. The configuration at
-// path (empty: the embedded default) is reloaded on SIGHUP and when the
-// file changes; a reload sets level to the new log.level. The drain delay
-// ends when drainTimer's channel delivers: time.After, or a test's own.
-func serve(ctx context.Context, table *rules.Table, hash, path string, log *slog.Logger, level *slog.LevelVar,
+// shutdown timeout. The configuration at path (empty: the embedded
+// default), with the settings of env over it, is reloaded on SIGHUP and
+// when the file changes; a reload sets level to the new log.level. The
+// drain delay ends when drainTimer's channel delivers: time.After, or a
+// test's own.
+func serve(ctx context.Context, table *rules.Table, hash, path string, env []string, log *slog.Logger, level *slog.LevelVar,
 	drainTimer func(time.Duration) <-chan time.Time) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
@@ -225,7 +259,8 @@ func serve(ctx context.Context, table *rules.Table, hash, path string, log *slog
 		return err
 	}
 	warnRLS(log, rc)
-	rl := newReloader(path, hash, p, log, level)
+	rl := newReloader(path, hash, env, p, log, level)
+	warnEnv(log, env)
 	warnIfAdminExposed(log, table, table.AdminListen)
 	warnIfCheckExposed(log, table)
 	warnWeakSecrets(log, table)
@@ -618,14 +653,14 @@ func adminRouter(reg *prometheus.Registry, p *proxy.Proxy, ready *atomic.Bool, l
 		}
 	})
 	page := p.StatusPage(proxy.StatusPageOptions{
-		TokenRequired: func() bool { return adminToken(p.Table()) != "" },
+		TokenRequired: func() bool { return p.Table().AdminToken != "" },
 		Ready:         ready.Load,
 	})
 	r.Get("/", page.ServeHTTP)
 	r.Get("/status.css", page.ServeHTTP)
 	r.Get("/status.js", page.ServeHTTP)
 	r.Group(func(r chi.Router) {
-		r.Use(requireToken(func() string { return adminToken(p.Table()) }))
+		r.Use(requireToken(func() string { return p.Table().AdminToken }))
 		r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 		r.Handle("/v1/*", p.AdminHandler())
 	})
@@ -685,18 +720,10 @@ func requireToken(token func() string) func(http.Handler) http.Handler {
 	}
 }
 
-// adminToken is the admin bearer token: EDGE_ADMIN_TOKEN, else admin_token.
-func adminToken(t *rules.Table) string {
-	if v := os.Getenv("EDGE_ADMIN_TOKEN"); v != "" {
-		return v
-	}
-	return t.AdminToken
-}
-
 // warnIfAdminExposed warns when the admin listener at addr is not on
 // loopback and t sets no token to protect it.
 func warnIfAdminExposed(log *slog.Logger, t *rules.Table, addr string) {
-	if adminToken(t) == "" && !isLoopback(addr) {
+	if t.AdminToken == "" && !isLoopback(addr) {
 		log.Warn("the admin listener is not on loopback and has no token: anyone who can reach it can read metrics and reset keys; set admin_token or EDGE_ADMIN_TOKEN",
 			"admin_listen", addr)
 	}

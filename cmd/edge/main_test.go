@@ -46,8 +46,8 @@ func TestEveryConfigLoads(t *testing.T) {
 	if err != nil {
 		t.Fatalf("embedded default: %v", err)
 	}
-	if table.Listen != ":8080" || table.AdminListen != "127.0.0.1:9090" {
-		t.Errorf("embedded default listens on %q and %q, want :8080 and 127.0.0.1:9090", table.Listen, table.AdminListen)
+	if table.Listen != ":8080" || table.AdminListen != "127.0.0.1:8077" {
+		t.Errorf("embedded default listens on %q and %q, want :8080 and 127.0.0.1:8077", table.Listen, table.AdminListen)
 	}
 	if d, ok := table.Lookup("anything.example"); !ok || d.Respond == nil || len(d.Rules) == 0 {
 		t.Errorf("embedded default: want a catch-all demo domain with a static response and a rule")
@@ -359,7 +359,9 @@ domains: [{hosts: ["*"], respond: {body: "static"}}]
 	done := make(chan error, 1)
 	log := newEdgeLog()
 	level := new(slog.LevelVar)
-	go func() { done <- serve(ctx, table, hash, cfg, newLogger(log, "text", level), level, drainTimer) }()
+	go func() {
+		done <- serve(ctx, table, hash, cfg, os.Environ(), newLogger(log, "text", level), level, drainTimer)
+	}()
 	public, admin := log.waitStarted(t)
 	if code, _ := httpGet(t, "http://"+admin+"/readyz"); code != http.StatusOK {
 		t.Fatalf("/readyz before shutdown: got %d, want 200", code)

@@ -61,10 +61,10 @@ func TestReadmeFirstDeployment(t *testing.T) {
 	defer origin.Close()
 	running := func(cfg string) string {
 		r := strings.NewReplacer(`listen: ":8080"`, fmt.Sprintf("listen: %q", publicAnyPort),
-			`admin_listen: "127.0.0.1:9090"`, fmt.Sprintf("admin_listen: %q", adminAnyPort),
+			`admin_listen: "127.0.0.1:8077"`, fmt.Sprintf("admin_listen: %q", adminAnyPort),
 			`origin: "http://127.0.0.1:9001"`, fmt.Sprintf("origin: %q", origin.URL))
 		out := r.Replace(cfg)
-		if strings.Contains(out, ":8080") || strings.Contains(out, ":9090") || strings.Contains(out, ":9001") {
+		if strings.Contains(out, ":8080") || strings.Contains(out, ":8077") || strings.Contains(out, ":9001") {
 			t.Fatalf("README's configuration names its addresses otherwise than this test expects:\n%s", cfg)
 		}
 		return out
@@ -115,7 +115,7 @@ func TestReadmeFirstDeployment(t *testing.T) {
 		t.Errorf("the loop after the reload got\n%sREADME shows\n%s", got, fs[7].text)
 	}
 
-	grep := regexp.MustCompile(`^curl -s localhost:9090/metrics \| grep -E '([^']+)'\n$`).FindStringSubmatch(fs[8].text)
+	grep := regexp.MustCompile(`^curl -s localhost:8077/metrics \| grep -E '([^']+)'\n$`).FindStringSubmatch(fs[8].text)
 	if grep == nil {
 		t.Fatalf("README reads the metrics otherwise than this test does:\n%s", fs[8].text)
 	}

@@ -26,7 +26,8 @@ import (
 // A change of size, modification time or inode prompts a read; the content
 // hash decides whether anything really changed.
 type reloader struct {
-	path     string // "" for the embedded default: SIGHUP only, nothing to watch
+	path     string   // "" for the embedded default: SIGHUP only, nothing to watch
+	env      []string // the environment whose settings go over the file's
 	interval time.Duration
 	proxy    *proxy.Proxy
 	log      *slog.Logger
@@ -67,17 +68,19 @@ func stampOf(fi os.FileInfo) fileStamp {
 	return st
 }
 
-// newReloader returns the reloader of the configuration at path, whose
-// content with the given hash p runs; p keeps how reloads stand. Each
-// configuration it applies sets level to its log.level and warns if it
-// leaves the admin listener exposed or holds a weak secret.
-func newReloader(path, hash string, p *proxy.Proxy, log *slog.Logger, level *slog.LevelVar) *reloader {
-	rl := &reloader{path: path, interval: time.Second, proxy: p, log: log, lastHash: hash}
+// newReloader returns the reloader of the configuration at path, with the
+// settings of env over it, whose content with the given hash p runs; p
+// keeps how reloads stand. Each configuration it applies sets level to its
+// log.level and warns if it leaves the admin listener exposed or holds a
+// weak secret, and of the variables of env that name no setting.
+func newReloader(path, hash string, env []string, p *proxy.Proxy, log *slog.Logger, level *slog.LevelVar) *reloader {
+	rl := &reloader{path: path, env: env, interval: time.Second, proxy: p, log: log, lastHash: hash}
 	adminListen := p.Table().AdminListen // a reload does not move the listener
 	rl.applied = func(t *rules.Table) {
 		level.Set(t.LogLevel)
 		warnIfAdminExposed(log, t, adminListen)
 		warnWeakSecrets(log, t)
+		warnEnv(log, env)
 	}
 	if path != "" {
 		if fi, err := os.Stat(path); err == nil {
@@ -141,7 +144,7 @@ func (rl *reloader) reload(force bool) {
 	if hash == rl.lastHash && !force && rlsSame {
 		return
 	}
-	table, err := config.Parse(data)
+	table, err := config.ParseEnv(data, rl.env)
 	if err != nil {
 		rl.failed(err, hash)
 		return

@@ -248,8 +248,8 @@ func TestAdminToken(t *testing.T) {
 
 func TestIsLoopback(t *testing.T) {
 	for addr, want := range map[string]bool{
-		"127.0.0.1:9090": true, "[::1]:9090": true, "localhost:9090": true,
-		":9090": false, "0.0.0.0:9090": false, "10.0.0.1:9090": false, "bad": false,
+		"127.0.0.1:8077": true, "[::1]:8077": true, "localhost:8077": true,
+		":8077": false, "0.0.0.0:8077": false, "10.0.0.1:8077": false, "bad": false,
 	} {
 		if got := isLoopback(addr); got != want {
 			t.Errorf("isLoopback(%q) = %v, want %v", addr, got, want)

@@ -38,8 +38,9 @@ Flags:
 `
 
 // runReplay is `edge replay`. It returns 0 on success, 1 when the input or
-// the configuration cannot be used, 2 for bad flags.
-func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// the configuration cannot be used, 2 for bad flags. A -config file is read
+// as edge reads it, with the settings of env over it.
+func runReplay(ctx context.Context, args []string, env []string, stdout, stderr io.Writer) int {
 	var c replay.Command
 	fs := newReplayFlagSet(stderr, &c)
 	if err := fs.Parse(args); err != nil {
@@ -58,7 +59,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return 2
 	}
 	if c.Config != "" {
-		table, _, err := config.Load(c.Config)
+		table, _, err := config.LoadEnv(c.Config, env)
 		if err != nil {
 			fmt.Fprintf(stderr, "edge replay: invalid configuration %s:\n%s\n", c.Config, rules.ProblemText(err))
 			return 1

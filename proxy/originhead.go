@@ -53,6 +53,8 @@ func fastForwardable(h *Head) bool {
 // reqField is a field of the request head sent to the origin.
 type reqField struct{ key, value []byte }
 
+var viaName = []byte("Via") // read only
+
 // forwardScratch is what one fast forward needs, pooled.
 type forwardScratch struct {
 	head   []byte
@@ -65,8 +67,9 @@ type forwardScratch struct {
 var forwardScratches = sync.Pool{New: func() any { return new(forwardScratch) }}
 
 // appendOriginHead appends the request head the slow path sends to the
-// origin for h (see the top of this file).
-func (s *forwardScratch) appendOriginHead(b []byte, h *Head, trusted bool, framing []byte) []byte {
+// origin for h (see the top of this file), with via, this node's Via
+// entry, on a line after the client's.
+func (s *forwardScratch) appendOriginHead(b []byte, h *Head, trusted bool, framing, via []byte) []byte {
 	s.keys, s.fields = s.keys[:0], s.fields[:0]
 	var ua []byte
 	haveUA, teTrailers := false, false
@@ -109,6 +112,7 @@ func (s *forwardScratch) appendOriginHead(b []byte, h *Head, trusted bool, frami
 	if teTrailers {
 		s.fields = append(s.fields, reqField{[]byte("Te"), []byte("trailers")})
 	}
+	s.fields = append(s.fields, reqField{viaName, via}) // after the client's: the sort is stable
 	// X-Forwarded-For: the trusted proxy's lines joined, then the peer.
 	start := len(s.keys)
 	if trusted {

@@ -29,6 +29,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			ex.recycle(&exchanges)
 		}
 	}()
+	if p.via.in(r.Header["Via"]) { // loop.go: 508, before any rule
+		p.refuseLoop(ex)
+		ex.ans.write(w)
+		return
+	}
 	if d.store != nil {
 		ex.src, ex.id = p.identify(r, st, host, now) // identify.go
 		switch p.limit(r.Context(), ex, nil) {       // limit.go decides; answer.go makes a refusal

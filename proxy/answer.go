@@ -11,8 +11,8 @@ import (
 )
 
 // This file is the one model of a response edge makes itself: a refusal
-// (429, 400, 413, 421, 503, ...), a failure of the origin (502, 504) or a
-// reply of the check listener. One constructor per kind fills an answer;
+// (429, 400, 413, 421, 503, 508, ...), a failure of the origin (502, 504)
+// or a reply of the check listener. One constructor per kind fills an answer;
 // two renderers write it, write through an http.ResponseWriter (net/http
 // adds Date and Content-Length) and appendTo as the bytes of an HTTP/1.1
 // response (the fast path), and both give the same bytes, so that a
@@ -33,6 +33,7 @@ const (
 	outcomeShed          = "shed"           // load shedding refused it (503)
 	outcomeScreened      = "screened"       // the screen refused it before any domain (400, 501)
 	outcomeMisdirected   = "misdirected"    // no domain claims its host (421, or 400 for an invalid host)
+	outcomeLoop          = "loop"           // it came back to the node that forwarded it (508)
 	outcomeCheck         = "check"          // the check listener's own answers: not configured, unauthorized, unreadable
 	outcomeRedirect      = "redirect"       // https_redirect sent it to https (308)
 )
@@ -40,7 +41,7 @@ const (
 // answeredOutcomes are the outcomes of the answers to a request of a domain
 // that edge makes itself, besides blocked and unavailable, in the order the
 // status page lists them.
-var answeredOutcomes = []string{outcomeBadCost, outcomeBodyRefused, outcomeOriginFailed, outcomeOriginTimeout, outcomeShed, outcomeRedirect}
+var answeredOutcomes = []string{outcomeBadCost, outcomeBodyRefused, outcomeOriginFailed, outcomeOriginTimeout, outcomeShed, outcomeLoop, outcomeRedirect}
 
 // fieldName names a field an answer may carry. The names are in net/http's
 // order (it writes a handler's fields sorted by name), so that an answer
@@ -445,4 +446,10 @@ func (a *answer) misdirectedAnswer(validHost bool) {
 func (a *answer) uncoveredAnswer() {
 	a.textAnswer(http.StatusMisdirectedRequest, outcomeMisdirected,
 		"misdirected request: this connection's certificate is not for this host\n")
+}
+
+// loopAnswer answers a request that came back to the node that forwarded
+// it (loop.go): 508, and a body that says so without naming the node.
+func (a *answer) loopAnswer() {
+	a.textAnswer(http.StatusLoopDetected, outcomeLoop, "loop detected: the request came back to the edge node that forwarded it\n")
 }

@@ -19,13 +19,14 @@ import (
 // The fast path refuses at the wire. The framing guard offers each simple
 // request head that is alone on its connection to Answer before net/http
 // parses it (cmd/edge installs the hook); Answer carries the head through
-// the same steps as ServeHTTP (screen, route, identify), in an exchange of
-// its own, to the same limit (limit.go), which decides, observes and
-// counts it as for any request. A refusal limit leaves in the exchange's
-// answer (answer.go) is appended as the bytes net/http would write for it
-// (a request's body it then reads or gives up on as net/http does:
-// endBody). A request that every rule allows it forwards itself, body and
-// all, where the domain allows that (fastforward.go, fastbody.go).
+// the same steps as ServeHTTP (screen, route, loop, identify), in an
+// exchange of its own, to the same limit (limit.go), which decides,
+// observes and counts it as for any request. A refusal limit leaves in
+// the exchange's answer (answer.go) is appended as the bytes net/http
+// would write for it (a request's body it then reads or gives up on as
+// net/http does: endBody). A request that every rule allows it forwards
+// itself, body and all, where the domain allows that (fastforward.go,
+// fastbody.go).
 // Anything else it declines, having changed nothing (limit gives back what
 // it counted): net/http then serves the request as always, deciding it
 // again.
@@ -39,7 +40,7 @@ import (
 //
 // Answer declines, besides anything the screen or route would answer
 // itself: when fastpath is false; methods other than GET, HEAD, POST, PUT, DELETE, PATCH and
-// OPTIONS, and HEAD unless it is forwarded; domains with a rule whose decision cannot be taken back
+// OPTIONS, and HEAD unless it is forwarded or a loop (loop.go); domains with a rule whose decision cannot be taken back
 // unchanged or whose answer depends on more than the head (see fastDomain);
 // block responses over fastBodyMax bytes or with a status without a body.
 
@@ -94,6 +95,7 @@ type fastScratch struct {
 	path []byte   // the decoded path
 	host []byte   // the Host, lower-cased when it has capitals
 	xff  []string // X-Forwarded-For lines, into the head
+	via  bool     // the head has a Via field line
 	view headerView
 }
 
@@ -136,8 +138,16 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 		return out, false
 	}
 	ex.st, ex.d, ex.host, ex.method, ex.accept, ex.tls = st, d, host, method, accept, h.TLS
+	if s.via && p.via.inFields(h.Fields) { // loop.go: 508, as ServeHTTP answers it
+		if h.BodyLen != 0 && (h.Body == nil || h.Client == nil) {
+			return out, false
+		}
+		p.refuseLoop(ex)
+		endBody(h, &ex.ans)
+		return ex.ans.appendTo(out, h.Now, isHEAD), true
+	}
 	if target := bytesString(h.Target); insecure(d, h.TLS, host, target) != secured {
-		if isHEAD {
+		if isHEAD || h.BodyLen != 0 && (h.Body == nil || h.Client == nil) {
 			return out, false // net/http frames an answer to HEAD its own way
 		}
 		p.secure(&ex.ans, d, h.TLS, bytesString(h.Host), host, target) // tls.go: 308 to https, 421
@@ -233,9 +243,10 @@ func stringBytes(s string) []byte {
 // screenFields does the screen's checks of the header fields: it declines
 // a field name with '_' (which the screen refuses when it aliases a
 // forwarding field) and HTTP2-Settings (an h2c upgrade). It gathers the
-// first Accept value and the X-Forwarded-For lines.
+// first Accept value and the X-Forwarded-For lines, and notes a Via line.
 func (s *fastScratch) screenFields(fields []wire.Field) (accept string, ok bool) {
 	haveAccept := false
+	s.via = false
 	for _, f := range fields {
 		name, value := f.Name, f.Value
 		switch {
@@ -247,6 +258,8 @@ func (s *fastScratch) screenFields(fields []wire.Field) (accept string, ok bool)
 			}
 		case wire.EqualFoldLower(name, "x-forwarded-for"):
 			s.xff = append(s.xff, bytesString(value))
+		case wire.EqualFoldLower(name, "via"):
+			s.via = true
 		}
 	}
 	return accept, true

@@ -115,7 +115,7 @@ func (p *Proxy) forwardFast(ex *exchange, head *Head, out []byte) []byte {
 	}
 	var ferr error
 	s.frame, ferr = fb.appendFraming(s.frame, method)
-	s.head = s.appendOriginHead(s.head[:0], h, trusted, s.frame, p.started.TLS.FingerprintHeader)
+	s.head = s.appendOriginHead(s.head[:0], h, trusted, s.frame, p.via.field, p.started.TLS.FingerprintHeader)
 	fo := d.fastFwd
 	r := relay{p: p, d: d, h: h, client: h.Client, out: out, isHEAD: method == http.MethodHead,
 		charges: ex.after, fields: fields}

@@ -51,10 +51,11 @@ func newTransport(t rules.Timeouts) *http.Transport {
 //
 // The origin sees the client's method, Host, path, query, headers and body;
 // hop-by-hop fields are dropped by ReverseProxy; X-Forwarded-For, -Host and
-// -Proto are set. Forwarding fields from the client are believed only from a
-// trusted proxy: from anyone else X-Forwarded-For is replaced by the peer
-// address, and Forwarded and X-Real-IP are removed, so an origin that reads
-// them cannot be told a client-chosen address.
+// -Proto are set, and this node's Via entry is added (loop.go). Forwarding
+// fields from the client are believed only from a trusted proxy: from
+// anyone else X-Forwarded-For is replaced by the peer address, and
+// Forwarded and X-Real-IP are removed, so an origin that reads them cannot
+// be told a client-chosen address.
 //
 // mergeFields says whether some rule of the domain sends rate-limit fields
 // on allowed responses, which then must be merged into the origin's.
@@ -92,6 +93,9 @@ func (p *Proxy) newForwarder(d *domain, origin *url.URL, cip *ClientIP, transpor
 				delete(pr.Out.Header, "Forwarded")
 				delete(pr.Out.Header, "X-Real-Ip")
 			}
+			// This node's Via entry, on a line after the client's
+			// (loop.go).
+			pr.Out.Header["Via"] = append(pr.Out.Header["Via"], p.via.entry(pr.In))
 			// edge answers "Expect: 100-continue" itself (net/http sends
 			// 100 Continue when the allowed request's body is first
 			// read). Passed on, it would make the transport wait up to

@@ -87,7 +87,7 @@ func newMetrics(p *Proxy, version string) *metrics {
 		p: p,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_requests_total",
-			Help: "Requests by domain and outcome: served (forwarded, answered by the domain's static response, or allowed by the check listener), blocked by a rate limit, unavailable (the rate limit store could not decide), bad_cost (a cost header a block rule cannot use), body_refused (413, 400 or 408 for the body), origin_failed (502), origin_timeout (504), shed (503 by load shedding) or redirect (308 to https by https_redirect).",
+			Help: "Requests by domain and outcome: served (forwarded, answered by the domain's static response, or allowed by the check listener), blocked by a rate limit, unavailable (the rate limit store could not decide), bad_cost (a cost header a block rule cannot use), body_refused (413, 400 or 408 for the body), origin_failed (502), origin_timeout (504), shed (503 by load shedding), loop (508: the request came back to the node that forwarded it) or redirect (308 to https by https_redirect).",
 		}, []string{"domain", "outcome"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_rule_decisions_total",

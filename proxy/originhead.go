@@ -53,6 +53,8 @@ func fastForwardable(h *Head) bool {
 // reqField is a field of the request head sent to the origin.
 type reqField struct{ key, value []byte }
 
+var viaName = []byte("Via") // read only
+
 // forwardScratch is what one fast forward needs, pooled.
 type forwardScratch struct {
 	head   []byte
@@ -65,12 +67,13 @@ type forwardScratch struct {
 var forwardScratches = sync.Pool{New: func() any { return new(forwardScratch) }}
 
 // appendOriginHead appends the request head the slow path sends to the
-// origin for h (see the top of this file).
+// origin for h (see the top of this file), with via, this node's Via
+// entry, on a line after the client's.
 //
 // fingerprint is tls.fingerprint_header in canonical form ("" for none):
 // a client's field of that name is dropped, and a request over TLS sends
 // the client's JA4 in it.
-func (s *forwardScratch) appendOriginHead(b []byte, h *Head, trusted bool, framing []byte, fingerprint string) []byte {
+func (s *forwardScratch) appendOriginHead(b []byte, h *Head, trusted bool, framing, via []byte, fingerprint string) []byte {
 	s.keys, s.fields = s.keys[:0], s.fields[:0]
 	var ua []byte
 	haveUA, teTrailers := false, false
@@ -116,6 +119,7 @@ func (s *forwardScratch) appendOriginHead(b []byte, h *Head, trusted bool, frami
 	if teTrailers {
 		s.fields = append(s.fields, reqField{[]byte("Te"), []byte("trailers")})
 	}
+	s.fields = append(s.fields, reqField{viaName, via}) // after the client's: the sort is stable
 	// X-Forwarded-For: the trusted proxy's lines joined, then the peer.
 	start := len(s.keys)
 	if trusted {

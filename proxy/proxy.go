@@ -8,6 +8,7 @@
 //   - serve.go: ServeHTTP, which calls the steps below in order;
 //   - screen.go: refuse what net/http accepts but a gateway must not pass on;
 //   - route.go: the domain that serves the request's Host;
+//   - loop.go: 508 for a request that came back to this node;
 //   - identify.go: the client's address and the parts of the request its
 //     rules may key it by;
 //   - cost.go: what the request costs under each rule (400 when a cost
@@ -75,9 +76,10 @@ type Options struct {
 	// as GET /v1/config shows it: a file path, or a description such as
 	// "(embedded default)".
 	ConfigPath string
-	// Node names this instance among the nodes of its PoP when counters are
-	// shared through Redis; "" makes a name from the host name, the
-	// process id and random bytes.
+	// Node names this instance: in its Via entry (loop.go), and among the
+	// nodes of its PoP when counters are shared through Redis. "" names
+	// it by the host name in Via, and makes a registry name from the host
+	// name, the process id and random bytes.
 	Node string
 }
 
@@ -117,6 +119,9 @@ type Proxy struct {
 	// kept across reloads (Reload retires those to origins it removed),
 	// closed by Close.
 	origins *origin.Pools
+
+	// via is this node's Via entry, made by New (loop.go).
+	via via
 
 	version   string    // Options.Version
 	startedAt time.Time // when New made the Proxy, by its clock
@@ -263,7 +268,8 @@ func New(opts Options) (*Proxy, error) {
 	if opts.Table == nil {
 		return nil, errors.New("proxy: a rules table is required")
 	}
-	p := &Proxy{now: opts.Now, log: opts.Logger, started: opts.Table, configPath: opts.ConfigPath, version: opts.Version}
+	p := &Proxy{now: opts.Now, log: opts.Logger, started: opts.Table, configPath: opts.ConfigPath, version: opts.Version,
+		via: newVia(opts.Table.Pop, opts.Node)}
 	if p.now == nil {
 		p.now, p.wallClock = time.Now, true
 	}

@@ -93,11 +93,12 @@ func TestStatusFiguresMatchMetrics(t *testing.T) {
 	}
 	// The totals are the counters' values as /metrics exports them.
 	want := `
-# HELP edge_requests_total Requests by domain and outcome: served (forwarded, answered by the domain's static response, or allowed by the check listener), blocked by a rate limit, unavailable (the rate limit store could not decide), bad_cost (a cost header a block rule cannot use), body_refused (413, 400 or 408 for the body), origin_failed (502), origin_timeout (504), shed (503 by load shedding) or redirect (308 to https by https_redirect).
+# HELP edge_requests_total Requests by domain and outcome: served (forwarded, answered by the domain's static response, or allowed by the check listener), blocked by a rate limit, unavailable (the rate limit store could not decide), bad_cost (a cost header a block rule cannot use), body_refused (413, 400 or 408 for the body), origin_failed (502), origin_timeout (504), shed (503 by load shedding), loop (508: the request came back to the node that forwarded it) or redirect (308 to https by https_redirect).
 # TYPE edge_requests_total counter
 edge_requests_total{domain="api.example.com",outcome="bad_cost"} 0
 edge_requests_total{domain="api.example.com",outcome="blocked"} 6
 edge_requests_total{domain="api.example.com",outcome="body_refused"} 0
+edge_requests_total{domain="api.example.com",outcome="loop"} 0
 edge_requests_total{domain="api.example.com",outcome="origin_failed"} 0
 edge_requests_total{domain="api.example.com",outcome="origin_timeout"} 0
 edge_requests_total{domain="api.example.com",outcome="served"} 3
@@ -105,6 +106,7 @@ edge_requests_total{domain="api.example.com",outcome="shed"} 0
 edge_requests_total{domain="static",outcome="bad_cost"} 0
 edge_requests_total{domain="static",outcome="blocked"} 0
 edge_requests_total{domain="static",outcome="body_refused"} 0
+edge_requests_total{domain="static",outcome="loop"} 0
 edge_requests_total{domain="static",outcome="origin_failed"} 0
 edge_requests_total{domain="static",outcome="origin_timeout"} 0
 edge_requests_total{domain="static",outcome="served"} 1

@@ -29,6 +29,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			ex.recycle(&exchanges)
 		}
 	}()
+	if p.via.in(r.Header["Via"]) { // loop.go: 508, before any rule
+		p.refuseLoop(ex)
+		ex.ans.write(w)
+		return
+	}
 	ex.tls = requestTLS(r)
 	if !p.secure(&ex.ans, d, ex.tls, r.Host, host, originForm(r)) { // tls.go: 308 to https, 421
 		ex.ans.write(w)

@@ -377,7 +377,7 @@ func TestFastForwardDifferential(t *testing.T) {
 		"Proxy-Authorization: x", "Forwarded: for=1.2.3.4", "X-Real-IP: 1.2.3.4",
 		"X-Forwarded-For: 198.51.100.1, 203.0.113.7", "X-Forwarded-For: 10.0.0.1", "X-Forwarded-Host: a.example",
 		"X-Forwarded-Proto: https", "x-custom: a", "X-CUSTOM: b", "Accept: */*", "X-Empty:", "Content-Length: 0",
-		"Trailer: X-T", "Accept-Encoding: gzip",
+		"Trailer: X-T", "Accept-Encoding: gzip", "Via: 1.0 fred, 1.1 p.example.net (x, y)", "via: 1.1 edge-elsewhere-x",
 	}
 	type seq struct {
 		name  string
@@ -474,6 +474,7 @@ func startConfig(t testing.TB, cfg string, fast bool) *diffServer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ds.via = p.Via()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -82,6 +83,7 @@ type diffServer struct {
 	// path.
 	idle chan struct{}
 	logs *lockedBuffer // the proxy's log, debug lines included, without times
+	via  string        // the edge's Via pseudonym (proxy.Proxy.Via)
 }
 
 // startDiff starts an edge with diffConfig (limit per-ip's limit) and
@@ -193,6 +195,7 @@ type diffCase struct {
 	limit     int    // per-ip's limit; 0 for 2
 	extra     string // more configuration
 	fast      bool   // the fast path must have answered some
+	has       string // the answers must hold it
 }
 
 func TestFastPathDifferential(t *testing.T) {
@@ -243,6 +246,15 @@ func TestFastPathDifferential(t *testing.T) {
 		{name: "half-close", steps: repeat(get(api, "/a"), 5), wait: true, halfClose: true, fast: true},
 		{name: "every key in the accuracy sample", steps: repeat(get(api, "/a"), 8), wait: true, extra: "accuracy_sample: 1\n", fast: true},
 		{name: "a domain served only by the check listener", steps: append(repeat(get("asked.example.com", "/a"), 3), get(api, "/a")), wait: true},
+		// SELF is the edge's own Via pseudonym (the same on both edges):
+		// a loop, answered 508 before any rule, is the same bytes on both
+		// paths; another node's entry is no loop.
+		{name: "loop", steps: repeat(get(api, "/a", "Via: 1.1 SELF"), 6), wait: true, limit: 1, fast: true, has: "HTTP/1.1 508 Loop Detected\r\n"},
+		{name: "loop among other entries", steps: repeat(get(api, "/a", "Via: 1.0 fred", "via: 1.1 p.example.net (x, y), 1.1 SELF (edge)"), 6), wait: true, limit: 1, fast: true, has: "HTTP/1.1 508 Loop Detected\r\n"},
+		{name: "loop, HEAD", steps: append(repeat(get(api, "/a"), 2), hostile.Req("HEAD /a HTTP/1.1", "Host: "+api, "Via: 1.1 SELF"), get(api, "/a")), wait: true, limit: 100, fast: true, has: "HTTP/1.1 508 Loop Detected\r\n"},
+		{name: "loop, POST with a body", steps: append(repeat(get(api, "/a"), 2), hostile.Req("POST /a HTTP/1.1", "Host: "+api, "Via: 1.1 SELF", "Content-Length: 5")+"hello", get(api, "/a")), wait: true, fast: true, has: "HTTP/1.1 508 Loop Detected\r\n"},
+		{name: "loop, unknown host", steps: append(repeat(get(api, "/a"), 2), get("nobody.example.com", "/a", "Via: 1.1 SELF"), get(api, "/a")), wait: true},
+		{name: "another node's Via", steps: repeat(get(api, "/a", "Via: 1.1 SELFx", "Via: 1.1 x-SELF"), 6), wait: true, fast: true},
 	}
 	// Every hostile input, after requests that put the connection on the
 	// fast path, under a limit that refuses and one that allows.
@@ -282,10 +294,20 @@ func TestFastPathDifferential(t *testing.T) {
 			}
 			fast := startDiff(t, origin.URL, limit, true, tc.extra)
 			slow := startDiff(t, origin.URL, limit, false, tc.extra)
-			got := exchange(t, fast, tc.steps, tc.wait, tc.halfClose)
-			want := exchange(t, slow, tc.steps, tc.wait, tc.halfClose)
+			if fast.via != slow.via {
+				t.Fatalf("Via pseudonyms %q and %q, want one", fast.via, slow.via)
+			}
+			steps := slices.Clone(tc.steps)
+			for i := range steps {
+				steps[i] = strings.ReplaceAll(steps[i], "SELF", fast.via)
+			}
+			got := exchange(t, fast, steps, tc.wait, tc.halfClose)
+			want := exchange(t, slow, steps, tc.wait, tc.halfClose)
 			if got != want {
 				t.Errorf("fast path answered\n%s\nslow path\n%s", got, want)
+			}
+			if !strings.Contains(got, tc.has) {
+				t.Errorf("the answers\n%s\nhold no %q", got, tc.has)
 			}
 			if slow.answered.Load() != 0 {
 				t.Errorf("fastpath false: %d requests answered by the fast path", slow.answered.Load())

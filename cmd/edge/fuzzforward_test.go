@@ -21,8 +21,10 @@ import (
 // 1xx, fields, a body by Content-Length, chunked or up to the close,
 // trailers, or something that is none of these), whether the origin
 // closes its connection after it, and the client's requests, one a byte:
-// the method (GET, HEAD, POST with a body, GET asking for trailers) and
-// whether it gets the fuzzer's answer or a plain one; the top bit of the
+// the method (GET, HEAD, POST with a body, GET asking for trailers),
+// whether it gets the fuzzer's answer or a plain one, and whether it
+// carries a Via field of another node's or of the edges' own (a loop,
+// answered 508 by both); the top bit of the
 // first byte sends them all at once (pipelined); a POST after an answer
 // that ended its origin connection goes as a GET (see below). An answer that is not
 // one complete response to the request's method is followed by the
@@ -37,6 +39,7 @@ func FuzzForwardDifferential(f *testing.F) {
 		f.Add(rawResponses[name], false, []byte{0, 1, 2, 3})
 		f.Add(rawResponses[name], i%2 == 0, []byte{0x80, 1, 4, 0})
 	}
+	f.Add(rawResponses["cl"], false, []byte{8, 17, 2, 18, 11})
 	f.Add("HTTP/1.1 200 OK\r\nTrailer: X-B, X-A\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\nX-A: 1\r\nX-B: 2\r\n\r\n", false, []byte{3, 3})
 	f.Add("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx", false, []byte{2, 1, 0})
 	f.Add("HTTP/1.1 200 OK\r\nContent-Length: 3000\r\n\r\n"+strings.Repeat("<p>", 500), true, []byte{0, 0})
@@ -55,6 +58,9 @@ func FuzzForwardDifferential(f *testing.F) {
 	origin := newRawOrigin(f, nil, nil, script)
 	cfg := strings.NewReplacer("ORIGIN", "http://"+origin.ln.Addr().String(), "TRUST", "").Replace(fwdConfig)
 	edges := [2]*diffServer{startConfig(f, cfg, true), startConfig(f, cfg, false)}
+	if edges[0].via != edges[1].via {
+		f.Fatalf("Via pseudonyms %q and %q, want one", edges[0].via, edges[1].via)
+	}
 	f.Fuzz(func(t *testing.T, raw string, closeAfter bool, reqs []byte) {
 		if len(raw) > 64<<10 || len(reqs) > 6 {
 			t.Skip("larger than it needs to be")
@@ -72,6 +78,13 @@ func FuzzForwardDifferential(f *testing.F) {
 				path = "/r/cl"
 			}
 			method := [4]string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodGet}[b%4]
+			var fields []string
+			switch b >> 3 & 3 {
+			case 1:
+				fields = []string{"Via: 1.0 fred, 1.1 p.example.net (x, y)"}
+			case 2:
+				fields = []string{"Via: 1.0 fred", "Via: 1.1 " + edges[0].via} // both edges' own
+			}
 			if method == http.MethodPost && ended {
 				// The transport's reader races the origin's close: the
 				// slow path may send a POST on the connection closing
@@ -81,11 +94,14 @@ func FuzzForwardDifferential(f *testing.F) {
 			}
 			switch {
 			case method == http.MethodPost:
-				steps = append(steps, hostile.Req("POST "+path+" HTTP/1.1", "Host: plain.example.com", "Content-Length: 3")+"abc")
+				steps = append(steps, hostile.Req(append([]string{"POST " + path + " HTTP/1.1", "Host: plain.example.com", "Content-Length: 3"}, fields...)...)+"abc")
 			case b%4 == 3:
-				steps = append(steps, get("plain.example.com", path, "Te: trailers"))
+				steps = append(steps, get("plain.example.com", path, append(fields, "Te: trailers")...))
 			default:
-				steps = append(steps, hostile.Req(method+" "+path+" HTTP/1.1", "Host: plain.example.com"))
+				steps = append(steps, hostile.Req(append([]string{method + " " + path + " HTTP/1.1", "Host: plain.example.com"}, fields...)...))
+			}
+			if b>>3&3 == 2 {
+				continue // answered 508: the origin never sees it
 			}
 			if path == "/r/fuzzed" && (closeAfter || !oneResponse(raw, method)) {
 				ended = true

@@ -292,7 +292,7 @@ func serve(ctx context.Context, table *rules.Table, hash, path string, env []str
 	defer start(rl.run)()        // reload on change and SIGHUP
 	defer start(p.RunRecorder)() // the status page's per-second figures
 	ready.Store(true)
-	started := []any{"version", buildVersion(), "pop", table.Pop}
+	started := []any{"version", buildVersion(), "pop", table.Pop, "via", p.Via()}
 	if srv.publicLn != nil {
 		started = append(started, "listen", srv.publicLn.Addr().String())
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/edgerate/edge/certs"
 	"github.com/edgerate/edge/guard"
+	"github.com/edgerate/edge/internal/ja4"
 	"github.com/edgerate/edge/proxy"
 	"github.com/edgerate/edge/rules"
 )
@@ -66,7 +68,8 @@ func certificateStamp(path string, t *rules.Table) []fileStamp {
 // the server that swaps certificates on reload. The proxy counts the
 // handshakes and learns the port https_redirect sends clients to.
 func tlsSocket(t *rules.Table, set *certs.Set, p *proxy.Proxy) (guard.Socket, *certs.Server, error) {
-	srv, err := certs.NewServer(certs.Options{TLS: t.TLS, Set: set, OnHandshake: p.TLSHandshake})
+	srv, err := certs.NewServer(certs.Options{TLS: t.TLS, Set: set, OnHandshake: p.TLSHandshake,
+		Fingerprint: func(h *tls.ClientHelloInfo) string { return ja4.FromClientHello(h, ja4.TCP).Fingerprint() }})
 	if err != nil {
 		return guard.Socket{}, nil, err
 	}

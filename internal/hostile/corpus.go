@@ -246,6 +246,11 @@ func Corpus() []Case {
 	add("header", "request line over the limit", get("/"+strings.Repeat("a", 13000)), 431)
 	add("header", "many fields over the limit", get("/", strings.Repeat("X-A: bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\r\n", 400)+"X-B: c"), 431)
 	add("header", "unknown Expect", get("/", "Expect: teapot"), 417)
+	// Via: other nodes' entries are no loop, and reading them stays cheap.
+	add("header", "Via of other proxies", get("/", "Via: 1.0 fred, 1.1 p.example.net (Apache/1.1)"), 200)
+	add("header", "Via with an unclosed comment", get("/", "Via: 1.1 p.example.net (x, 1.1 y"), 200)
+	add("header", "long Via", get("/", "Via: "+strings.Repeat("1.1 p.example.net, ", 350)+"1.1 q"), 200)
+	add("header", "many Via lines", get("/", strings.Repeat("Via: 1.1 p.example.net\r\n", 250)+"Via: 1.1 q"), 200)
 
 	// Framing and smuggling.
 	te, cl := "Transfer-Encoding: chunked", "Content-Length: 3"

@@ -1,9 +1,9 @@
 // Package wire is the HTTP syntax that the framing guard, the proxy and
 // the rules all read bytes by: tokens, digits, optional whitespace,
-// case-insensitive comparison (syntax.go) and the form a Host is matched
-// in (host.go). It imports only the standard library, so that the guard,
-// which screens bytes before anything else sees them, needs nothing of
-// the rules.
+// case-insensitive comparison (syntax.go), the form a Host is matched
+// in (host.go) and the Via entries a loop is found by (via.go). It
+// imports only the standard library, so that the guard, which screens
+// bytes before anything else sees them, needs nothing of the rules.
 package wire
 
 // The byte-level syntax of HTTP shared by what checks it: config

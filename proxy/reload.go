@@ -242,6 +242,24 @@ var settings = []setting{
 	restarts("tls.unknown_sni", func(t *rules.Table) any { return t.TLS.RejectUnknown }),
 	restarts("tls.min_version", func(t *rules.Table) any { return t.TLS.MinVersion }),
 	restarts("tls.fingerprint_header", func(t *rules.Table) any { return t.TLS.FingerprintHeader }),
+	// HTTP/2: what ALPN offers and what Go's HTTP/2 server holds (its
+	// settings are fixed for its lifetime) take effect at a restart; what
+	// edge enforces on each connection is read when the connection
+	// starts (cmd/edge, http2.go), so a reload changes it for new ones.
+	restarts("tls.http2", func(t *rules.Table) any { return t.TLS.HTTP2 }),
+	restarts("h2c", func(t *rules.Table) any { return t.H2C }),
+	restarts("http2.max_concurrent_streams", func(t *rules.Table) any { return t.HTTP2.MaxConcurrentStreams }),
+	reloads("http2.max_requests_per_connection"),
+	// Its own value only: one that follows max_header_bytes is listed
+	// under that key.
+	restarts("http2.max_header_bytes", func(t *rules.Table) any {
+		if !t.HTTP2.OwnHeaderBytes {
+			return 0
+		}
+		return t.HTTP2.MaxHeaderBytes
+	}),
+	reloads("http2.max_resets"),
+	reloads("http2.max_control_frames"),
 	// Domains and rules are rebuilt by every reload (Proxy.build).
 	reloads("domains[].name"),
 	reloads("domains[].hosts"),

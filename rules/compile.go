@@ -171,6 +171,7 @@ func Compile(cfg Config) (*Table, error) {
 	t.RLS = compileRLS(&p, cfg.RLS, t)
 	t.TLS = compileTLS(&p, cfg.TLS)
 	checkTLSListener(&p, t)
+	t.HTTP2 = compileHTTP2(&p, cfg.HTTP2, cfg.H2C, t)
 
 	compileDomains(&p, t, cfg)
 	checkOriginLoops(&p, t, cfg)

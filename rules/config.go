@@ -131,6 +131,13 @@ type Config struct {
 	RLS RLSConfig `mapstructure:"rls"`
 	// TLS is edge's HTTPS listener and its certificates (see [TLSConfig]).
 	TLS TLSConfig `mapstructure:"tls"`
+	// H2C lets the public (plain) listener serve HTTP/2 to a client that
+	// opens its connection with the HTTP/2 preface (prior knowledge, as
+	// curl --http2-prior-knowledge does). Default false: the preface is
+	// refused as a malformed request.
+	H2C bool `mapstructure:"h2c"`
+	// HTTP2 holds the limits of the HTTP/2 edge serves (see [HTTP2Config]).
+	HTTP2 HTTP2Config `mapstructure:"http2"`
 	// Domains are the sites served; at least one is required.
 	Domains []DomainConfig `mapstructure:"domains"`
 

@@ -71,6 +71,10 @@ type Table struct {
 	RLS RLS
 	// TLS is the tls section; TLS.Listen "" means edge serves no TLS.
 	TLS TLS
+	// H2C: the public listener serves HTTP/2 with prior knowledge.
+	H2C bool
+	// HTTP2 is the http2 section, defaults applied.
+	HTTP2 HTTP2
 
 	// Domains in config order; Domains[i].Index == i.
 	Domains []*Domain

@@ -34,6 +34,9 @@ type TLSConfig struct {
 	// origin receives the JA4 fingerprint of the client's TLS ClientHello;
 	// a field of that name sent by a client is removed, on every listener.
 	FingerprintHeader string `mapstructure:"fingerprint_header"`
+	// HTTP2 offers h2 beside http/1.1 by ALPN; false offers http/1.1
+	// alone. Default true.
+	HTTP2 *bool `mapstructure:"http2"`
 }
 
 // TLSVersion is a protocol version as the file writes it, "1.2" or "1.3"
@@ -65,6 +68,8 @@ type TLS struct {
 	MinVersion    uint16 // tls.VersionTLS12 or tls.VersionTLS13
 	// FingerprintHeader is fingerprint_header in canonical form; "" none.
 	FingerprintHeader string
+	// HTTP2: ALPN offers h2 before http/1.1 (tls.http2).
+	HTTP2 bool
 }
 
 // Values of tls.unknown_sni.
@@ -80,7 +85,7 @@ const MaxHSTSMaxAge = 10 * 365 * 24 * time.Hour
 // compileTLS validates the tls section, whose listener must not collide
 // with the others of t (compiled before it).
 func compileTLS(p *problems, c TLSConfig) TLS {
-	out := TLS{Listen: c.Listen, Certificates: c.Certificates, MinVersion: tls.VersionTLS12}
+	out := TLS{Listen: c.Listen, Certificates: c.Certificates, MinVersion: tls.VersionTLS12, HTTP2: c.HTTP2 == nil || *c.HTTP2}
 	if c.Listen == "" {
 		for _, k := range []struct {
 			path string
@@ -91,6 +96,7 @@ func compileTLS(p *problems, c TLSConfig) TLS {
 			{"tls.unknown_sni", c.UnknownSNI != ""},
 			{"tls.min_version", c.MinVersion != ""},
 			{"tls.fingerprint_header", c.FingerprintHeader != ""},
+			{"tls.http2", c.HTTP2 != nil},
 		} {
 			if k.set {
 				p.add(k.path, "needs tls.listen: edge serves no TLS without it")

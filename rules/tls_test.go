@@ -22,13 +22,15 @@ func TestCompileTLS(t *testing.T) {
 		mutate func(c *Config)
 		want   TLS
 	}{
-		{"defaults", func(c *Config) {}, TLS{Listen: ":8443", Default: 0, MinVersion: tls.VersionTLS12}},
+		{"defaults", func(c *Config) {}, TLS{Listen: ":8443", Default: 0, MinVersion: tls.VersionTLS12, HTTP2: true}},
 		{"default certificate named", func(c *Config) { c.TLS.DefaultCertificate = "b.pem" },
-			TLS{Listen: ":8443", Default: 1, DefaultGiven: true, MinVersion: tls.VersionTLS12}},
+			TLS{Listen: ":8443", Default: 1, DefaultGiven: true, MinVersion: tls.VersionTLS12, HTTP2: true}},
 		{"reject and 1.3", func(c *Config) { c.TLS.UnknownSNI, c.TLS.MinVersion = "reject", "1.3" },
-			TLS{Listen: ":8443", RejectUnknown: true, MinVersion: tls.VersionTLS13}},
+			TLS{Listen: ":8443", RejectUnknown: true, MinVersion: tls.VersionTLS13, HTTP2: true}},
 		{"fingerprint header canonical", func(c *Config) { c.TLS.FingerprintHeader = "x-ja4" },
-			TLS{Listen: ":8443", MinVersion: tls.VersionTLS12, FingerprintHeader: "X-Ja4"}},
+			TLS{Listen: ":8443", MinVersion: tls.VersionTLS12, FingerprintHeader: "X-Ja4", HTTP2: true}},
+		{"http2 off", func(c *Config) { off := false; c.TLS.HTTP2 = &off },
+			TLS{Listen: ":8443", MinVersion: tls.VersionTLS12}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -55,6 +57,8 @@ func TestCompileTLSErrors(t *testing.T) {
 	}{
 		{"no listener", func(c *Config) { c.TLS.Listen = "" }, []string{
 			"tls.certificates: needs tls.listen: edge serves no TLS without it"}},
+		{"http2 without a listener", func(c *Config) { on := true; c.TLS = TLSConfig{HTTP2: &on} }, []string{
+			"tls.http2: needs tls.listen: edge serves no TLS without it"}},
 		{"no certificates", func(c *Config) { c.TLS.Certificates = nil }, []string{
 			"tls.certificates: required with tls.listen"}},
 		{"file missing", func(c *Config) { c.TLS.Certificates[1].KeyFile = "" }, []string{

@@ -359,6 +359,10 @@ func TestReloadRestartRequired(t *testing.T) {
 		{"tls.unknown_sni", "tls: {" + tlsKeys + "}", "tls: {" + tlsKeys + ", unknown_sni: reject}"},
 		{"tls.min_version", "tls: {" + tlsKeys + "}", "tls: {" + tlsKeys + ", min_version: 1.3}"},
 		{"tls.fingerprint_header", "tls: {" + tlsKeys + "}", "tls: {" + tlsKeys + ", fingerprint_header: X-JA4}"},
+		{"tls.http2", "tls: {" + tlsKeys + "}", "tls: {" + tlsKeys + ", http2: false}"},
+		{"h2c", "", "h2c: true"},
+		{"http2.max_concurrent_streams", "h2c: true", "h2c: true\nhttp2: {max_concurrent_streams: 50}"},
+		{"http2.max_header_bytes", "h2c: true", "h2c: true\nhttp2: {max_header_bytes: 4096}"},
 	}
 	var keys []string
 	for _, tt := range tests {

@@ -8,7 +8,9 @@
 // deadline, which it keeps in net/http's place (deadline.go), the framing
 // state machine that follows every message on a connection (framer.go),
 // the request-head parser (head.go) and the fast path (fast.go, body.go,
-// forward.go).
+// forward.go). A connection that speaks HTTP/2 is taken away from the
+// Listener by a stage (h2.go) for the HTTP/2 server above, which reads it
+// through a watch of its frames that ends floods (frames.go).
 //
 // The package knows nothing of rate limiting. It imports only the standard
 // library and internal/wire, for the syntax of hosts and of HTTP bytes and

@@ -236,7 +236,6 @@ func TestCheckUnreadable(t *testing.T) {
 		{"proto", with("X-Forwarded-Proto", "gopher"), answerUnreadable},
 		{"X-Original-Method beside X-Forwarded-*", with("X-Original-Method", "GET"), answerUnreadable},
 		{"X-Original-Uri beside X-Forwarded-*", with("X-Original-Uri", "/"), answerUnreadable},
-		{"h2c", with("Upgrade", "h2c"), answerUnreadable},
 		{"underscore alias", with("X_Forwarded_For", "1.2.3.4"), answerUnreadable},
 		{"malformed X-Forwarded-For", with("X-Forwarded-For", "203.0.113.7:80"), answerUnreadable},
 		{"no X-Forwarded-For from a trusted proxy", with("X-Forwarded-For"), answerUnreadable},

@@ -242,7 +242,9 @@ func stringBytes(s string) []byte {
 
 // screenFields does the screen's checks of the header fields: it declines
 // a field name with '_' (which the screen refuses when it aliases a
-// forwarding field) and HTTP2-Settings (an h2c upgrade). It gathers the
+// forwarding field) and HTTP2-Settings (an h2c upgrade, which the screen
+// removes on net/http's path, dropH2C; Upgrade itself the guard never
+// offers). It gathers the
 // first Accept value and the X-Forwarded-For lines, and notes a Via line.
 func (s *fastScratch) screenFields(fields []wire.Field) (accept string, ok bool) {
 	haveAccept := false

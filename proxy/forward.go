@@ -152,8 +152,17 @@ func (p *Proxy) newForwarder(d *domain, origin *url.URL, cip *ClientIP, transpor
 		// gone is found by the first write that fails, which aborts the
 		// origin request (ReverseProxy panics with http.ErrAbortHandler).
 		// The wait for the origin stays bounded by timeouts.upstream.
-		ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
-		defer cancel()
+		//
+		// An HTTP/2 client cancels a request by resetting its stream
+		// (RST_STREAM), which is never a half-close: there the cancel
+		// ends the forward at once, so that a stream reset as soon as
+		// it is opened (Rapid Reset) costs no origin round trip.
+		ctx := r.Context()
+		if r.ProtoMajor < 2 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithCancel(context.WithoutCancel(ctx))
+			defer cancel()
+		}
 		if len(d.costFields) > 0 {
 			w = interimWriter{ResponseWriter: w, d: d}
 		}

@@ -28,16 +28,18 @@ type via struct {
 	// (viaToken).
 	token string
 	// value is the entry of a request received as HTTP/1.1 ("1.1 " and
-	// the token), value10 of one received as HTTP/1.0; field is value, for
-	// the fast forward's head (which the guard offers only for HTTP/1.1).
-	value, value10 string
-	field          []byte
+	// the token), value10 of one received as HTTP/1.0, value2 of one
+	// received as HTTP/2 ("2", as RFC 9113 names the version); field is
+	// value, for the fast forward's head (which the guard offers only for
+	// HTTP/1.1).
+	value, value10, value2 string
+	field                  []byte
 }
 
 // newVia makes the Via entry of the node named node in PoP pop (viaToken).
 func newVia(pop, node string) via {
 	token := viaToken(pop, node)
-	return via{token: token, value: "1.1 " + token, value10: "1.0 " + token, field: []byte("1.1 " + token)}
+	return via{token: token, value: "1.1 " + token, value10: "1.0 " + token, value2: "2 " + token, field: []byte("1.1 " + token)}
 }
 
 // viaToken is the pseudonym of the node named node ("": the host name,
@@ -57,7 +59,10 @@ func viaToken(pop, node string) string {
 
 // entry returns the Via entry for r, by the version it was received with.
 func (v *via) entry(r *http.Request) string {
-	if !r.ProtoAtLeast(1, 1) {
+	switch {
+	case r.ProtoMajor == 2:
+		return v.value2
+	case !r.ProtoAtLeast(1, 1):
 		return v.value10
 	}
 	return v.value

@@ -39,6 +39,9 @@ type metrics struct {
 	tlsHandshakeSeconds prometheus.Histogram
 	certExpiry          *prometheus.GaugeVec
 
+	// HTTP/2 (http2.go).
+	http2Floods *prometheus.CounterVec
+
 	// Untrusted peers that forward for others (forwarders.go).
 	untrustedForwarders prometheus.Counter
 
@@ -124,7 +127,7 @@ func newMetrics(p *Proxy, version string) *metrics {
 		}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_refused_requests_total",
-			Help: "Requests refused by the request screen before any rule (ambiguous targets, h2c upgrades), for a cost header a rule cannot use (400 bad_cost or cost_too_high), or for their body once allowed (400 broken, 408 too slow, 413 over max_request_body), by status code. Framing errors refused by the listener before parsing are not counted here.",
+			Help: "Requests refused by the request screen before any rule (ambiguous targets, CONNECT, lower-case methods), for a cost header a rule cannot use (400 bad_cost or cost_too_high), or for their body once allowed (400 broken, 408 too slow, 413 over max_request_body), by status code. Framing errors refused by the listener before parsing are not counted here.",
 		}, []string{"code"}),
 		framing: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "edge_framing_refused_total",
@@ -151,6 +154,10 @@ func newMetrics(p *Proxy, version string) *metrics {
 			Name: "edge_tls_certificate_expiry_timestamp_seconds",
 			Help: "When each certificate in use expires (Unix seconds), by its first name and its source (its cert_file, or acme).",
 		}, []string{"name", "source"}),
+		http2Floods: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edge_http2_floods_total",
+			Help: "HTTP/2 connections closed for a flood of frames, by kind: rapid_reset (streams reset by the client, or by edge for the client's malformed frames, over http2.max_resets a second), continuation (a header block over http2.max_header_bytes across CONTINUATION frames, or without end), control (SETTINGS, PING, PRIORITY, WINDOW_UPDATE and empty DATA frames over http2.max_control_frames a second).",
+		}, []string{"kind"}),
 		xffMalformed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "edge_client_ip_xff_malformed_total",
 			Help: "Requests from a trusted proxy whose X-Forwarded-For could not be read; they were keyed by the proxy's address.",
@@ -241,8 +248,11 @@ func newMetrics(p *Proxy, version string) *metrics {
 func (m *metrics) register(reg prometheus.Registerer) error {
 	m.buildInfo.Set(1)
 	m.connsOpen.WithLabelValues(ListenerPublic) // shown at 0 before the first connection
+	for _, k := range HTTP2Floods {
+		m.http2Floods.WithLabelValues(k)
+	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.queued, m.reloads, m.lastReload, m.reloadOK, m.upstream, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.tlsHandshakes, m.tlsHandshakeSeconds, m.certExpiry, m.xffMalformed, m.untrustedForwarders, m.checkAnswers, m.buildInfo, m.sampled, m.misjudged, m.responseCostInvalid, m.bufferedBytes, m.bufferFull, m.inFlight, m.shedInFlight, m.shedRefused, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.queued, m.reloads, m.lastReload, m.reloadOK, m.upstream, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.tlsHandshakes, m.tlsHandshakeSeconds, m.certExpiry, m.http2Floods, m.xffMalformed, m.untrustedForwarders, m.checkAnswers, m.buildInfo, m.sampled, m.misjudged, m.responseCostInvalid, m.bufferedBytes, m.bufferFull, m.inFlight, m.shedInFlight, m.shedRefused, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
 		errs = append(errs, reg.Register(c))
 	}
 	return errors.Join(errs...)

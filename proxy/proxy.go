@@ -5,7 +5,8 @@
 //
 // The files follow a request in the order it passes them, one step each:
 //
-//   - serve.go: ServeHTTP, which calls the steps below in order;
+//   - serve.go: ServeHTTP, which calls the steps below in order (for
+//     HTTP/2, after http2.go's count of the connection's requests);
 //   - screen.go: refuse what net/http accepts but a gateway must not pass on;
 //   - route.go: the domain that serves the request's Host;
 //   - loop.go: 508 for a request that came back to this node;
@@ -102,8 +103,9 @@ type Proxy struct {
 	transport    http.RoundTripper
 	ownTransport bool // built by edge: rebuilt when the upstream timeout changes
 
-	capLog  onceASecond // logs of the connection cap
-	costLog onceASecond // logs of invalid costs reported by origins (charge.go)
+	capLog   onceASecond // logs of the connection cap
+	costLog  onceASecond // logs of invalid costs reported by origins (charge.go)
+	floodLog onceASecond // logs of HTTP/2 floods (http2.go)
 
 	forwarders   forwarders  // untrusted peers that forward for others (forwarders.go)
 	forwarderLog onceASecond // logs of those, for all peers together

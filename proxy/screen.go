@@ -35,12 +35,19 @@ import (
 //     with Host).
 //
 // Also refused: CONNECT (501: edge is not a forward proxy), the HTTP/2
-// preface and h2c upgrades (h2c is not served, and a tunnelled HTTP/2
-// connection would escape per-request limits), methods that are not
-// upper-case (rules match methods exactly, and an origin that folds case
+// preface as a request (the listener hands a connection that opens with
+// it to the HTTP/2 server, with h2c on, and refuses it first otherwise),
+// methods that are not upper-case (rules match methods exactly, and an origin that folds case
 // would see "post" as POST), and a field name with '_' that an origin using
 // CGI-style names (HTTP_X_FORWARDED_FOR) would read as one of the
 // forwarding fields edge controls.
+//
+// An h2c upgrade (Upgrade: h2c, HTTP2-Settings) is not refused but
+// ignored, as Go's server and nginx ignore it: the request is answered over
+// HTTP/1.1, and the upgrade is never passed on (dropH2C), since an origin
+// that switched would carry every request of the client's HTTP/2 past
+// edge's rules (h2c smuggling). HTTP/2 itself is served over TLS, and in
+// the clear with prior knowledge (h2c: true).
 //
 // Path case is not folded: path_prefix matches case-sensitively, as paths
 // are (RFC 3986 §6.2.2.1).
@@ -51,6 +58,7 @@ import (
 func (p *Proxy) screen(w http.ResponseWriter, r *http.Request) bool {
 	no := screenRequest(r)
 	if no.status == 0 {
+		dropH2C(r.Header)
 		return true
 	}
 	p.metrics.refused.WithLabelValues(strconv.Itoa(no.status)).Inc()
@@ -75,13 +83,10 @@ func screenRequest(r *http.Request) refusal {
 	case http.MethodConnect:
 		return refusal{http.StatusNotImplemented, "CONNECT is not supported"}
 	case "PRI":
-		return badRequest("HTTP/2 without TLS is not supported")
+		return badRequest("the HTTP/2 preface is not a request")
 	}
 	if !upperToken(r.Method) {
 		return badRequest("method must be upper-case")
-	}
-	if hasToken(r.Header["Upgrade"], "h2c") || r.Header["Http2-Settings"] != nil {
-		return badRequest("h2c upgrade is not supported")
 	}
 	if reason := screenTarget(r); reason != "" {
 		return badRequest(reason)
@@ -150,6 +155,32 @@ func hasToken(vals []string, token string) bool {
 		}
 	}
 	return false
+}
+
+// dropH2C removes an h2c upgrade from the fields h of a request the screen
+// let through: the token h2c from Upgrade (the field itself when nothing
+// else is left in it) and HTTP2-Settings. An upgrade to another protocol
+// offered beside it (a WebSocket) stays.
+func dropH2C(h http.Header) {
+	delete(h, "Http2-Settings")
+	up := h["Upgrade"]
+	if !hasToken(up, "h2c") {
+		return
+	}
+	var keep []string
+	for _, v := range up {
+		for t := range strings.SplitSeq(v, ",") {
+			t = strings.TrimSpace(t)
+			if name, _, _ := strings.Cut(t, "/"); t != "" && !strings.EqualFold(name, "h2c") {
+				keep = append(keep, t)
+			}
+		}
+	}
+	if len(keep) == 0 {
+		delete(h, "Upgrade")
+		return
+	}
+	h["Upgrade"] = []string{strings.Join(keep, ", ")}
 }
 
 // forwardingAlias reports whether a field name containing '_' names, with

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
@@ -47,9 +48,9 @@ func TestScreenRequest(t *testing.T) {
 		{"GET /a%00 HTTP/1.1", nil, 400},
 		{"GET /a%7f HTTP/1.1", nil, 400},
 		{"GET /a#b HTTP/1.1", nil, 400},
-		{"GET / HTTP/1.1", []string{"Upgrade: h2c"}, 400},
-		{"GET / HTTP/1.1", []string{"Upgrade: websocket, H2C/1"}, 400},
-		{"GET / HTTP/1.1", []string{"HTTP2-Settings: x"}, 400},
+		{"GET / HTTP/1.1", []string{"Upgrade: h2c"}, 0},
+		{"GET / HTTP/1.1", []string{"Upgrade: websocket, H2C/1"}, 0},
+		{"GET / HTTP/1.1", []string{"HTTP2-Settings: x"}, 0},
 		{"GET / HTTP/1.1", []string{"X_Forwarded_For: 1.2.3.4"}, 400},
 		{"GET / HTTP/1.1", []string{"x_real_ip: 1.2.3.4"}, 400},
 	}
@@ -61,6 +62,38 @@ func TestScreenRequest(t *testing.T) {
 		}
 		if got := screenRequest(r); got.status != tt.want {
 			t.Errorf("%q %q: got %d (%s), want %d", tt.line, tt.fields, got.status, got.reason, tt.want)
+		}
+	}
+}
+
+// TestDropH2C: an h2c upgrade is taken out of a request's fields, the h2c
+// token (any case, any version) and HTTP2-Settings; any other upgrade
+// offered stays.
+func TestDropH2C(t *testing.T) {
+	tests := []struct {
+		name          string
+		upgrade       []string
+		wantUpgrade   []string
+		settingsGiven bool
+	}{
+		{"h2c", []string{"h2c"}, nil, true},
+		{"upper case, a version", []string{"H2C/1"}, nil, false},
+		{"in a list", []string{"websocket, h2c"}, []string{"websocket"}, true},
+		{"on lines of its own", []string{"h2c", "websocket", " ,h2c/2 "}, []string{"websocket"}, false},
+		{"no h2c", []string{"websocket"}, []string{"websocket"}, false},
+		{"no upgrade", nil, nil, true},
+	}
+	for _, tt := range tests {
+		h := http.Header{}
+		if tt.upgrade != nil {
+			h["Upgrade"] = tt.upgrade
+		}
+		if tt.settingsGiven {
+			h["Http2-Settings"] = []string{"AAMAAABkAARAAAAAAAIAAAAA"}
+		}
+		dropH2C(h)
+		if !slices.Equal(h["Upgrade"], tt.wantUpgrade) || h["Http2-Settings"] != nil {
+			t.Errorf("%s: Upgrade %q, HTTP2-Settings %q; want Upgrade %q and no HTTP2-Settings", tt.name, h["Upgrade"], h["Http2-Settings"], tt.wantUpgrade)
 		}
 	}
 }

@@ -205,7 +205,6 @@ domains:
 	for _, raw := range []string{
 		"POST / HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
 		"POST / HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx",
-		"GET / HTTP/1.1\r\nHost: api.example.com\r\nUpgrade: h2c\r\nConnection: Upgrade, HTTP2-Settings\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n",
 		"OPTIONS * HTTP/1.1\r\nHost: not a host\r\n\r\n",
 		"GET / HTTP/1.1\nHost: api.example.com\n\n",
 	} {
@@ -256,8 +255,7 @@ domains:
 		t.Errorf("edge_misdirected_requests_total != 1")
 	}
 	// The two framing attempts (TE+CL, duplicate Content-Length), OPTIONS *
-	// and the bare-LF head were refused by the listener and counted; the
-	// h2c upgrade by the screen.
+	// and the bare-LF head were refused by the listener and counted.
 	if got := families["edge_framing_refused_total"].GetMetric()[0].GetCounter().GetValue(); got != 4 {
 		t.Errorf("edge_framing_refused_total = %v, want 4", got)
 	}

@@ -341,6 +341,9 @@ type servers struct {
 	// joined to the public listener.
 	tls   *certs.Server
 	tlsLn net.Listener
+	// http2 serves the connections of the public listener that speak
+	// HTTP/2; nil unless serveHTTP2.
+	http2 *http2Server
 }
 
 // listen binds the public, admin and check listeners of table and makes
@@ -379,21 +382,31 @@ func listen(table *rules.Table, set *certs.Set, p *proxy.Proxy, reg *prometheus.
 	// The bound address decides, not the configured name.
 	s.admin.Handler = adminRouter(reg, p, ready, isLoopback(s.adminLn.Addr().String()))
 	maxConns := connectionCap(table, log)
+	// With h2c, a plain connection that opens with the HTTP/2 preface
+	// goes to the HTTP/2 server (http2.go).
+	var plainStages []guard.Stage
+	if publicLn != nil && serveHTTP2(table) {
+		s.http2 = newHTTP2Server(table, p, publicLn.Addr(), errLog)
+		if table.H2C {
+			plainStages = []guard.Stage{guard.PriorKnowledge(s.http2.handoff)}
+		}
+	}
 	if publicLn != nil && table.TLS.Listen != "" {
-		sock, srv, err := tlsSocket(table, set, p)
+		sock, srv, err := tlsSocket(table, set, p, s.http2)
 		if err != nil {
 			publicLn.Close()
 			s.adminLn.Close()
 			return nil, err
 		}
 		s.tls, s.tlsLn = srv, sock.Listener
-		if publicLn, err = guard.Join(guard.Socket{Listener: publicLn, Name: proxy.ListenerPublic}, sock); err != nil {
+		if publicLn, err = guard.Join(guard.Socket{Listener: publicLn, Name: proxy.ListenerPublic, Stages: plainStages}, sock); err != nil {
 			return nil, err // cannot fail: it has sockets
 		}
+		plainStages = nil // the Join's socket has them
 		s.public.ConnContext = proxy.ConnContext(guard.TLSOf)
 	}
 	if publicLn != nil {
-		s.publicLn = guardListener(publicLn, s.public, table.Timeouts.Read, p, maxConns)
+		s.publicLn = guardListener(publicLn, s.public, table.Timeouts.Read, p, maxConns, plainStages)
 	}
 	if table.Check != nil {
 		checkLn, err := clientListen(table.Check.Listen)
@@ -468,9 +481,12 @@ func publicServer(table *rules.Table, h http.Handler, errLog *log.Logger) *http.
 // cut), bounds the reading of each request by read (timeouts.read), caps
 // the connections open at maxConns, closing idle ones first (hence
 // ConnState), and offers simple requests to the proxy's fast path, which
-// answers the ones a rule refuses (fastpath).
-func guardListener(ln net.Listener, srv *http.Server, read time.Duration, p *proxy.Proxy, maxConns int) net.Listener {
-	guarded := guard.NewListener(ln, guardOptions(srv, read, p, maxConns))
+// answers the ones a rule refuses (fastpath). stages run on each
+// connection of ln, unless it is a Join, whose sockets have their own.
+func guardListener(ln net.Listener, srv *http.Server, read time.Duration, p *proxy.Proxy, maxConns int, stages []guard.Stage) net.Listener {
+	opts := guardOptions(srv, read, p, maxConns)
+	opts.Stages = stages
+	guarded := guard.NewListener(ln, opts)
 	srv.ConnState = guarded.ConnState
 	return guarded
 }
@@ -504,9 +520,12 @@ func fastAnswer(p *proxy.Proxy) func(*guard.Request, []byte) ([]byte, bool) {
 // start serves every server, each in a goroutine that sends Serve's
 // result on the returned channel.
 func (s *servers) start() <-chan error {
-	errc := make(chan error, 4)
+	errc := make(chan error, 5)
 	if s.publicLn != nil {
 		go func() { errc <- s.public.Serve(s.publicLn) }()
+	}
+	if s.http2 != nil {
+		go func() { errc <- s.http2.serve() }()
 	}
 	go func() { errc <- s.admin.Serve(s.adminLn) }()
 	if s.check != nil {
@@ -558,8 +577,9 @@ func waitForStop(ctx context.Context, p *proxy.Proxy, ready *atomic.Bool, errc <
 	return nil
 }
 
-// shutdown drains the public and check servers together for at most
-// timeout, then closes every server, and collects what the Serve
+// shutdown drains the public, HTTP/2 and check servers together for at
+// most timeout (an HTTP/2 connection gets GOAWAY, and closes once its
+// streams are done), then closes every server, and collects what the Serve
 // goroutines still owe on errc (one already came as serveErr if it is
 // set). It returns the first error other than http.ErrServerClosed.
 func (s *servers) shutdown(timeout time.Duration, serveErr error, errc <-chan error, log *slog.Logger) error {
@@ -582,6 +602,19 @@ func (s *servers) shutdown(timeout time.Duration, serveErr error, errc <-chan er
 	} else {
 		close(checkDone)
 	}
+	http2Done := make(chan struct{})
+	if s.http2 != nil {
+		pending++
+		go func() { // beside the public server, within the same timeout
+			defer close(http2Done)
+			if err := s.http2.srv.Shutdown(drainCtx); err != nil {
+				log.Warn("HTTP/2 drain timed out; closing remaining connections", "err", err)
+				s.http2.srv.Close()
+			}
+		}()
+	} else {
+		close(http2Done)
+	}
 	err := s.public.Shutdown(drainCtx)
 	if gl, ok := s.publicLn.(*guard.Listener); ok && err == nil {
 		// net/http counts a connection whose request the fast path
@@ -593,6 +626,7 @@ func (s *servers) shutdown(timeout time.Duration, serveErr error, errc <-chan er
 		s.public.Close()
 	}
 	<-checkDone
+	<-http2Done
 	if s.rls != nil {
 		// GracefulStop's Serve returns nil once the calls in flight are done.
 		s.rls.stop(max(time.Until(deadlineOf(drainCtx)), 0))

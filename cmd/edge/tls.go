@@ -66,10 +66,16 @@ func certificateStamp(path string, t *rules.Table) []fileStamp {
 // tlsSocket binds the HTTPS listener of t, serving set, and returns it as
 // a socket of the public listener, with the handshake as its stage, and
 // the server that swaps certificates on reload. The proxy counts the
-// handshakes and learns the port https_redirect sends clients to.
-func tlsSocket(t *rules.Table, set *certs.Set, p *proxy.Proxy) (guard.Socket, *certs.Server, error) {
-	srv, err := certs.NewServer(certs.Options{TLS: t.TLS, Set: set, OnHandshake: p.TLSHandshake,
-		Fingerprint: func(h *tls.ClientHelloInfo) string { return ja4.FromClientHello(h, ja4.TCP).Fingerprint() }})
+// handshakes and learns the port https_redirect sends clients to. With h2
+// (tls.http2), ALPN offers h2 before http/1.1, and a connection whose
+// client chose it goes to h2 after the handshake.
+func tlsSocket(t *rules.Table, set *certs.Set, p *proxy.Proxy, h2 *http2Server) (guard.Socket, *certs.Server, error) {
+	opts := certs.Options{TLS: t.TLS, Set: set, OnHandshake: p.TLSHandshake,
+		Fingerprint: func(h *tls.ClientHelloInfo) string { return ja4.FromClientHello(h, ja4.TCP).Fingerprint() }}
+	if h2 != nil && t.TLS.HTTP2 {
+		opts.NextProtos = []string{"h2", "http/1.1"}
+	}
+	srv, err := certs.NewServer(opts)
 	if err != nil {
 		return guard.Socket{}, nil, err
 	}
@@ -82,5 +88,9 @@ func tlsSocket(t *rules.Table, set *certs.Set, p *proxy.Proxy) (guard.Socket, *c
 		p.SetHTTPSPort(n)
 	}
 	p.SetCertificates(set.Info())
-	return guard.Socket{Listener: ln, Name: proxy.ListenerTLS, Stages: []guard.Stage{srv.Stage}}, srv, nil
+	stages := []guard.Stage{srv.Stage}
+	if opts.NextProtos != nil {
+		stages = append(stages, guard.ALPN("h2", h2.handoff))
+	}
+	return guard.Socket{Listener: ln, Name: proxy.ListenerTLS, Stages: stages}, srv, nil
 }

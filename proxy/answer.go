@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -422,11 +423,18 @@ func (a *answer) strictTransport(d *domain, secure bool) {
 // redirectAnswer sends a request of a domain with https_redirect to
 // location, its URL on https: 308, which keeps the method and body (RFC
 // 9110 §15.4.9), so that a POST is not turned into a GET.
+//
+// location may lie at the start of a.vals's own array (secure builds it
+// there, to spare an allocation): it is moved into place behind the field
+// name before the name is written over it (copy moves overlapping bytes).
 func (a *answer) redirectAnswer(location []byte) {
 	a.reset(http.StatusPermanentRedirect, outcomeRedirect)
-	vals, from := startMade(a.vals, fieldLocation)
-	vals = append(vals, location...)
-	a.vals = a.endMade(vals, fieldLocation, from)
+	name := len(fieldNames[fieldLocation]) + len(": ")
+	n := name + len(location)
+	vals := slices.Grow(a.vals, n)[:n]
+	copy(vals[name:], location)
+	copy(vals, fieldNames[fieldLocation]+": ")
+	a.vals = a.endMade(vals, fieldLocation, name)
 	a.text("permanent redirect: this site is served on https\n")
 }
 

@@ -92,6 +92,30 @@ func TestAnswerRenderersAgree(t *testing.T) {
 	}
 }
 
+// TestRedirectAnswerReused: a redirect made in an answer whose values held
+// another answer's (the pooled answers of both paths) has its Location
+// whole, as one made in a fresh answer.
+func TestRedirectAnswerReused(t *testing.T) {
+	p := &Proxy{}
+	p.SetHTTPSPort(8443)
+	for _, prev := range []string{"", "7", strings.Repeat("x", 200)} {
+		var a answer
+		a.reset(http.StatusTooManyRequests, outcomeBlocked)
+		vals, from := startMade(a.vals, fieldRetryAfter)
+		a.vals = a.endMade(append(vals, prev...), fieldRetryAfter, from)
+		a.redirectAnswer(p.httpsURL(a.vals[:0], "secure.example.net:8080", "/s?x=1"))
+		rec := httptest.NewRecorder()
+		a.write(rec)
+		want := "https://secure.example.net:8443/s?x=1"
+		if got := rec.Header().Values("Location"); len(got) != 1 || got[0] != want {
+			t.Errorf("after an answer with %d bytes of values: Location %q, want %q", len(prev), got, want)
+		}
+		if raw := string(a.appendTo(nil, time.Now(), false)); !strings.Contains(raw, "\r\nLocation: "+want+"\r\n") {
+			t.Errorf("after an answer with %d bytes of values, appendTo wrote %q", len(prev), raw)
+		}
+	}
+}
+
 // rawExchange sends raw on a new connection to addr and returns all the
 // server writes until it closes the connection.
 func rawExchange(t *testing.T, addr, raw string) string {

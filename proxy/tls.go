@@ -103,7 +103,7 @@ func originForm(r *http.Request) string {
 // httpsURL appends to b the https URL of a request to rawHost (the Host as
 // sent) for target: the host without its port, the HTTPS listener's port
 // unless it is 443, and the target as sent. It is appended into the
-// answer's own values (redirectAnswer copies it within them).
+// answer's own values (redirectAnswer moves it within them).
 func (p *Proxy) httpsURL(b []byte, rawHost, target string) []byte {
 	b = append(b, "https://"...)
 	b = append(b, hostWithoutPort(rawHost)...)

@@ -242,17 +242,31 @@ func (c *frameConn) countReset() bool {
 func (c *frameConn) elapsed() time.Duration { return c.lim.Now().Sub(c.start) }
 
 // Write sends the server's bytes, counting the streams it resets for the
-// client's frames; when they pass the limit, the connection ends after b.
+// client's frames. When they pass the limit, the write's whole frames are
+// sent, then a GOAWAY, and the connection closes: the end of a frame that
+// b does not hold is never sent (the server's buffered writes cut frames
+// anywhere), and the next write fails.
 func (c *frameConn) Write(b []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.out.scan(b, c.serverFrame)
-	n, err := c.Conn.Write(b)
-	if c.endAfter {
-		c.endAfter = false
-		c.end(err == nil)
+	if !c.endAfter {
+		return c.Conn.Write(b)
 	}
-	return n, err
+	c.endAfter = false
+	whole := len(b)
+	if !c.out.between() {
+		whole = c.out.startIn // -1: the frame began in an earlier write
+	}
+	if whole >= 0 {
+		if _, err := c.Conn.Write(b[:whole]); err == nil {
+			c.out = frameScanner{} // between frames, as the client has them
+			c.end(true)
+			return len(b), nil
+		}
+	}
+	c.end(false)
+	return len(b), nil
 }
 
 // serverFrame counts a frame of the server's, with wmu held. It never
@@ -389,8 +403,11 @@ type frameScanner struct {
 	f    frame
 	want int  // payload bytes to keep before the frame is told
 	told bool // tell has had the frame
-	keep [8]byte
-	left uint32 // payload bytes of the frame still to pass
+	// startIn is where the frame being passed began in the bytes of the
+	// last scan, -1 if before them.
+	startIn int
+	keep    [8]byte
+	left    uint32 // payload bytes of the frame still to pass
 }
 
 // between reports whether the bytes passed so far end at a frame's end.
@@ -414,12 +431,12 @@ func keepFor(f *frame) int {
 // offset in b of that frame's first byte (0 if it began before b) and
 // true; the scanner is then of no more use.
 func (s *frameScanner) scan(b []byte, tell func(*frame) bool) (int, bool) {
-	start := 0 // where the current frame began in b
+	s.startIn = -1
 	for i := 0; i < len(b); {
 		switch {
 		case s.have < frameHeaderLen:
 			if s.have == 0 {
-				start = i
+				s.startIn = i
 			}
 			k := copy(s.hdr[s.have:], b[i:])
 			s.have += k
@@ -441,7 +458,7 @@ func (s *frameScanner) scan(b []byte, tell func(*frame) bool) (int, bool) {
 		if !s.told && len(s.f.payload) == s.want {
 			s.told = true
 			if !tell(&s.f) {
-				return start, true
+				return max(s.startIn, 0), true
 			}
 		}
 		if s.left == 0 {

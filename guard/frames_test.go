@@ -219,8 +219,9 @@ func TestWatchFramesClientFloods(t *testing.T) {
 
 // TestWatchFramesServerResets: the streams the server resets count
 // toward max_resets (MadeYouReset), but for the codes of its own choice
-// (NO_ERROR, INTERNAL_ERROR, CANCEL); past the limit the write that passed
-// it is sent, then a GOAWAY, and the connection closes. A GOAWAY of the
+// (NO_ERROR, INTERNAL_ERROR, CANCEL); past the limit the whole frames of
+// the write that passed it are sent, then a GOAWAY, and the connection
+// closes. A GOAWAY of the
 // server's with an error just after a CONTINUATION is a continuation flood.
 func TestWatchFramesServerResets(t *testing.T) {
 	tests := []struct {
@@ -229,9 +230,9 @@ func TestWatchFramesServerResets(t *testing.T) {
 		n        int
 		wantKind string
 	}{
-		{"protocol errors", 0x1, 11, FloodRapidReset},
-		{"stream closed", 0x5, 11, FloodRapidReset},
-		{"refused", 0x7, 11, FloodRapidReset},
+		{"protocol errors", 0x1, 13, FloodRapidReset},
+		{"stream closed", 0x5, 13, FloodRapidReset},
+		{"refused", 0x7, 13, FloodRapidReset},
 		{"within the limit", 0x1, 10, ""},
 		{"no error", codeNo, 50, ""},
 		{"internal", codeInternal, 50, ""},
@@ -244,18 +245,19 @@ func TestWatchFramesServerResets(t *testing.T) {
 			c := WatchFrames(sc, FrameLimits{MaxResets: 10, Now: (&fakeClock{}).now, OnFlood: func(f Flood) { floods = append(floods, f.Kind) }})
 			var want []byte
 			for i := range tt.n {
-				f := rstFrame(nil, uint32(2*i+1), tt.code)
-				// Written in two pieces, as a buffered writer may split a frame.
-				for _, part := range [][]byte{f[:5], f[5:]} {
-					if _, err := c.Write(part); err != nil {
-						t.Fatalf("write %d: %v", i, err)
-					}
-				}
-				want = append(want, f...)
+				want = rstFrame(want, uint32(2*i+1), tt.code)
+			}
+			// Written in pieces of 7 bytes, which cut the frames as a
+			// buffered writer does: the piece that passes the limit
+			// holds the end of the 11th frame and the start of the
+			// 12th, which is never sent.
+			var werr error
+			for i := 0; i < len(want) && werr == nil; i += 7 {
+				_, werr = c.Write(want[i:min(i+7, len(want))])
 			}
 			out := sc.written()
 			if tt.wantKind == "" {
-				if len(floods) != 0 || sc.closed() || !bytes.Equal(out, want) {
+				if werr != nil || len(floods) != 0 || sc.closed() || !bytes.Equal(out, want) {
 					t.Fatalf("floods %v, closed %v, written %d bytes of %d; want no flood", floods, sc.closed(), len(out), len(want))
 				}
 				return
@@ -263,11 +265,14 @@ func TestWatchFramesServerResets(t *testing.T) {
 			if !slices.Equal(floods, []string{tt.wantKind}) || !sc.closed() {
 				t.Fatalf("floods %v, closed %v; want one %s and the connection closed", floods, sc.closed(), tt.wantKind)
 			}
-			if !bytes.HasPrefix(out, want) {
-				t.Errorf("the server's frames were not all sent")
+			if len(out) != 11*13+17 || !bytes.Equal(out[:11*13], want[:11*13]) {
+				t.Errorf("written %x: want the 11 frames, then a GOAWAY", out)
 			}
 			if _, code, ok := goAwayOf(out); !ok || code != codeEnhanceYourCalm {
 				t.Errorf("written %x: want a GOAWAY with ENHANCE_YOUR_CALM last", out)
+			}
+			if werr == nil {
+				t.Errorf("the writes after the end succeeded")
 			}
 		})
 	}

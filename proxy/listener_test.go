@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -163,5 +164,13 @@ func TestListenerRefusalsCounted(t *testing.T) {
 		if _, c1, _ := origin.counts(); c1-c0 != tt.forwarded {
 			t.Errorf("%s: origin got %d requests, want %d", tt.name, c1-c0, tt.forwarded)
 		}
+	}
+}
+
+// TestHTTP2FloodsAreTheGuards: the kinds edge_http2_floods_total shows at
+// 0 from the start are the ones the listener reports.
+func TestHTTP2FloodsAreTheGuards(t *testing.T) {
+	if want := []string{guard.FloodRapidReset, guard.FloodContinuation, guard.FloodControl}; !slices.Equal(HTTP2Floods, want) {
+		t.Errorf("HTTP2Floods = %q, want %q", HTTP2Floods, want)
 	}
 }

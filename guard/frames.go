@@ -1,7 +1,9 @@
 package guard
 
 import (
+	"bufio"
 	"encoding/binary"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -110,8 +112,16 @@ const (
 // Its reads must not be concurrent with each other, nor its writes with
 // each other (a server reads a connection from one goroutine, and writes
 // from one at a time); a read and a write may be.
+//
+// On a connection without TLS, its reads are buffered: Go's HTTP/2 server
+// reads each frame's header and payload with reads of their own, a system
+// call each where no TLS record holds them (a flood of empty frames would
+// cost one per 9 bytes).
 func WatchFrames(c net.Conn, lim FrameLimits) net.Conn {
-	fc := &frameConn{Conn: c, lim: lim, preface: len(Preface)}
+	fc := &frameConn{Conn: c, lim: lim, preface: len(Preface), in: c}
+	if tlsOf(c) == nil {
+		fc.in = bufio.NewReaderSize(c, readBuffer)
+	}
 	if fc.lim.Now == nil {
 		fc.lim.Now = time.Now
 	}
@@ -130,8 +140,9 @@ type frameConn struct {
 	maxBlock int64     // a header block's bound on the wire; 0 none
 
 	// The reading goroutine's: the client's frames.
-	preface int // bytes of the preface still to pass
-	in      frameScanner
+	in      io.Reader // c, or a buffer over it
+	preface int       // bytes of the preface still to pass
+	scan    frameScanner
 	block   int64 // bytes of the header block being read; 0 outside one
 	control rate
 	// lastStream is the highest stream the client opened, for a GOAWAY.
@@ -151,19 +162,23 @@ type frameConn struct {
 	flooded atomic.Bool
 }
 
-// Read returns the client's bytes, up to the frame that passes a limit.
+// Read returns the client's bytes, up to the frame that passes a limit;
+// once one has, it fails.
 func (c *frameConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
+	if c.flooded.Load() {
+		return 0, net.ErrClosed
+	}
+	n, err := c.in.Read(p)
 	b := p[:n]
 	if c.preface > 0 {
 		k := min(c.preface, len(b))
 		c.preface -= k
 		b = b[k:]
 	}
-	if len(b) == 0 || c.flooded.Load() {
+	if len(b) == 0 {
 		return n, err
 	}
-	at, stopped := c.in.scan(b, c.clientFrame)
+	at, stopped := c.scan.scan(b, c.clientFrame)
 	if stopped {
 		// The frames before the one that passed the limit are the
 		// server's; the rest is never read, and the next read fails.
@@ -320,6 +335,10 @@ func (c *frameConn) tell(kind string) {
 		c.lim.OnFlood(Flood{Kind: kind, Peer: c.RemoteAddr()})
 	}
 }
+
+// readBuffer is the size of a connection's read buffer without TLS: a
+// page, as net/http's HTTP/1 reader has.
+const readBuffer = 4096
 
 // goAwayTimeout bounds the write of a flood's GOAWAY.
 const goAwayTimeout = time.Second

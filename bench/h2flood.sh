@@ -10,7 +10,10 @@
 # edge runs pinned to one core (PROXY_CPU, default 0) with GOMAXPROCS=1, the
 # load generator (bench/h2flood: CLIENTS well-behaved clients at RATE
 # requests a second each, ATTACKERS flooding connections that reconnect
-# when edge closes them) on the other (LOAD_CPU, default 1). edge answers
+# when edge closes them, PACE frames a second together, 0 for unbounded) on
+# the other (LOAD_CPU, default 1). The attackers are paced because they share
+# that core with the clients: unbounded, they take it from them, and the
+# clients' latency then measures the load generator, not edge. edge answers
 # with a static response under one rule keyed by client address, which the
 # clients never reach: what is measured is edge, not an origin.
 #
@@ -27,7 +30,7 @@ DURATION=${DURATION:-5s}
 CLIENTS=${CLIENTS:-8}
 RATE=${RATE:-250}
 ATTACKERS=${ATTACKERS:-2}
-PACE=${PACE:-0}
+PACE=${PACE:-50000}
 ROUNDS=${ROUNDS:-3}
 
 die() { printf 'h2flood.sh: %s\n' "$*" >&2; exit 1; }
@@ -83,7 +86,7 @@ for ((i = 0; i < 100; i++)); do
 done
 
 echo "edge $(git -C "$repo" rev-parse --short HEAD), $(go version | cut -d' ' -f3), GOMAXPROCS=1 on CPU $PROXY_CPU; load on CPU $LOAD_CPU"
-echo "$CLIENTS clients x $RATE req/s, $ATTACKERS attacking connections (pace $PACE frames/s, 0: none), $DURATION a phase, $ROUNDS rounds"
+echo "$CLIENTS clients x $RATE req/s, $ATTACKERS attacking connections (at most $PACE frames/s together, 0: unbounded), $DURATION a phase, $ROUNDS rounds"
 taskset -c "$LOAD_CPU" "$tmp/h2flood" -addr 127.0.0.1:28095 -c "$CLIENTS" -rate "$RATE" -a "$ATTACKERS" -pace "$PACE" -d "$DURATION" -rounds "$ROUNDS" -pid "$EDGE_PID"
 echo "edge_http2_floods_total after the run:"
 curl -s http://127.0.0.1:29095/metrics | grep '^edge_http2_floods_total'

@@ -40,7 +40,7 @@ func main() {
 	attackers := flag.Int("a", 2, "attacking connections at once, in each flood")
 	dur := flag.Duration("d", 5*time.Second, "how long each phase runs")
 	kinds := flag.String("kinds", "rapid_reset,continuation,control", "the floods, in order, after the quiet phase")
-	pace := flag.Int("pace", 0, "frames a second each attacker writes at most; 0 for as fast as it can")
+	pace := flag.Int("pace", 50000, "frames a second the attackers write together, at most; 0 for as fast as they can")
 	pid := flag.Int("pid", 0, "edge's process id, to report the CPU it used in each phase (Linux)")
 	roundsFlag := flag.Int("rounds", 3, "rounds of a quiet phase and each flood")
 	flag.Parse()
@@ -189,7 +189,7 @@ func ask(ctx context.Context, addr, host, path string, rate int) ([]time.Duratio
 
 // attack floods edge with frames of kind, a connection at a time, until
 // ctx ends, counting the connections it opened and the frames it wrote,
-// at most pace frames a second (0: no bound).
+// the attackers together at most pace frames a second (0: no bound).
 func attack(ctx context.Context, addr, host, kind string, pace int, conns, frames *atomic.Int64) {
 	start := time.Now()
 	for ctx.Err() == nil {

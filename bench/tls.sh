@@ -90,9 +90,12 @@ STARTED=()  # PIDs this script started
 CHILDREN=() # their children (nginx workers), in case a parent dies first
 declare -A PIDOF=()
 
+LOADPID= # the load generator's timeout(1) while one runs: TERM reaches tlsload through it
+
 cleanup() {
 	local rc=$? pid i
 	trap - EXIT INT TERM
+	[[ -n $LOADPID ]] && kill -TERM "$LOADPID" 2>/dev/null
 	for pid in "${STARTED[@]}"; do
 		kill -TERM "$pid" 2>/dev/null || true
 	done
@@ -260,12 +263,15 @@ measure() {
 		gen+=(-c "$CONNS")
 	fi
 	GOMAXPROCS=1 taskset -c "$LOAD_CPU" timeout $((WARMUP + 30)) "${gen[@]}" -d "${WARMUP}s" >/dev/null &
-	wait $! || die "the warm-up of $v failed"
+	LOADPID=$!
+	wait $LOADPID || die "the warm-up of $v failed"
 	local c0 c1 dt
 	c0=$(cpu_ticks "$PROXY_CPU")
 	GOMAXPROCS=1 taskset -c "$LOAD_CPU" timeout $((DURATION + 30)) "${gen[@]}" -d "${DURATION}s" \
 		-pids "$(with_children "$pid")" >"$tmp/load.out" 2>&1 &
-	wait $! || { cat "$tmp/load.out" >&2; die "bench/tlsload against $v failed"; }
+	LOADPID=$!
+	wait $LOADPID || { cat "$tmp/load.out" >&2; die "bench/tlsload against $v failed"; }
+	LOADPID=
 	c1=$(cpu_ticks "$PROXY_CPU")
 	dt=$(awk '/^Server CPU ticks:/ {print $NF}' "$tmp/load.out")
 	local reqs rps p50 p99 non2xx errs odd

@@ -17,22 +17,24 @@ import (
 // status classes): never from the client key, address or Host header, so
 // no request can create a series.
 type metrics struct {
-	p            *Proxy
-	requests     *prometheus.CounterVec
-	decisions    *prometheus.CounterVec
-	blocked      *prometheus.CounterVec
-	queued       *prometheus.GaugeVec // leaky bucket queues (queue.go)
-	reloads      *prometheus.CounterVec
-	lastReload   prometheus.Gauge
-	reloadOK     prometheus.Gauge
-	upstream     *prometheus.HistogramVec
-	misdirected  prometheus.Counter
-	refused      *prometheus.CounterVec
-	framing      prometheus.Counter
-	capped       prometheus.Counter
-	connsOpen    *prometheus.GaugeVec
-	xffMalformed prometheus.Counter
-	buildInfo    prometheus.Gauge
+	p           *Proxy
+	requests    *prometheus.CounterVec
+	decisions   *prometheus.CounterVec
+	blocked     *prometheus.CounterVec
+	queued      *prometheus.GaugeVec // leaky bucket queues (queue.go)
+	reloads     *prometheus.CounterVec
+	lastReload  prometheus.Gauge
+	reloadOK    prometheus.Gauge
+	upstream    *prometheus.HistogramVec
+	misdirected prometheus.Counter
+	refused     *prometheus.CounterVec
+	framing     prometheus.Counter
+	capped      prometheus.Counter
+	connsOpen   *prometheus.GaugeVec
+	// proxyProtocol counts the PROXY protocol stage's results (front.go).
+	proxyProtocol *prometheus.CounterVec
+	xffMalformed  prometheus.Counter
+	buildInfo     prometheus.Gauge
 
 	// The HTTPS listener (tls.go).
 	tlsHandshakes       *prometheus.CounterVec
@@ -138,6 +140,10 @@ func newMetrics(p *Proxy, version string) *metrics {
 			Name: "edge_connections_open",
 			Help: "Connections open on the public listener, by socket: public (plain HTTP) or tls; together counted against max_connections.",
 		}, []string{"listener"}),
+		proxyProtocol: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edge_proxy_protocol_total",
+			Help: "Connections of the listeners that read PROXY protocol headers, by result: v1 and v2 (a balancer named the client), local (a balancer's own connection, a v2 LOCAL or v1 UNKNOWN), and the ones closed: missing (a balancer's connection without a header), untrusted (a header from an address not in proxy_protocol.from), malformed, timeout (no whole header within timeouts.read_header). A direct client's connection without a header is not counted.",
+		}, []string{"result"}),
 		tlsHandshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_tls_handshakes_total",
 			Help: "TLS handshakes on the HTTPS listener, by result: ok, unknown_sni (served the default certificate), rejected (unknown_sni: reject), plain_http (answered 400), error.",
@@ -242,7 +248,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 	m.buildInfo.Set(1)
 	m.connsOpen.WithLabelValues(ListenerPublic) // shown at 0 before the first connection
 	var errs []error
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.queued, m.reloads, m.lastReload, m.reloadOK, m.upstream, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.tlsHandshakes, m.tlsHandshakeSeconds, m.certExpiry, m.xffMalformed, m.untrustedForwarders, m.checkAnswers, m.buildInfo, m.sampled, m.misjudged, m.responseCostInvalid, m.bufferedBytes, m.bufferFull, m.inFlight, m.shedInFlight, m.shedRefused, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.queued, m.reloads, m.lastReload, m.reloadOK, m.upstream, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.proxyProtocol, m.tlsHandshakes, m.tlsHandshakeSeconds, m.certExpiry, m.xffMalformed, m.untrustedForwarders, m.checkAnswers, m.buildInfo, m.sampled, m.misjudged, m.responseCostInvalid, m.bufferedBytes, m.bufferFull, m.inFlight, m.shedInFlight, m.shedRefused, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
 		errs = append(errs, reg.Register(c))
 	}
 	return errors.Join(errs...)

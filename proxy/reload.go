@@ -242,6 +242,13 @@ var settings = []setting{
 	restarts("tls.unknown_sni", func(t *rules.Table) any { return t.TLS.RejectUnknown }),
 	restarts("tls.min_version", func(t *rules.Table) any { return t.TLS.MinVersion }),
 	restarts("tls.fingerprint_header", func(t *rules.Table) any { return t.TLS.FingerprintHeader }),
+	// The sockets' stages are made at start (cmd/edge): whether each
+	// reads a PROXY header, which turning proxy_protocol on or off
+	// changes too; the stage asks the running configuration's from.
+	restarts("proxy_protocol.listeners", func(t *rules.Table) any {
+		return [2]bool{t.ProxyProtocol.Public, t.ProxyProtocol.TLS}
+	}),
+	reloads("proxy_protocol.from"),
 	// Domains and rules are rebuilt by every reload (Proxy.build).
 	reloads("domains[].name"),
 	reloads("domains[].hosts"),

@@ -171,6 +171,7 @@ func Compile(cfg Config) (*Table, error) {
 	t.RLS = compileRLS(&p, cfg.RLS, t)
 	t.TLS = compileTLS(&p, cfg.TLS)
 	checkTLSListener(&p, t)
+	t.ProxyProtocol = compileProxyProtocol(&p, cfg.ProxyProtocol, t)
 
 	compileDomains(&p, t, cfg)
 	checkOriginLoops(&p, t, cfg)

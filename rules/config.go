@@ -131,6 +131,9 @@ type Config struct {
 	RLS RLSConfig `mapstructure:"rls"`
 	// TLS is edge's HTTPS listener and its certificates (see [TLSConfig]).
 	TLS TLSConfig `mapstructure:"tls"`
+	// ProxyProtocol names the load balancers whose connections begin with
+	// a PROXY protocol header (see [ProxyProtocolConfig]).
+	ProxyProtocol ProxyProtocolConfig `mapstructure:"proxy_protocol"`
 	// Domains are the sites served; at least one is required.
 	Domains []DomainConfig `mapstructure:"domains"`
 

@@ -71,6 +71,8 @@ type Table struct {
 	RLS RLS
 	// TLS is the tls section; TLS.Listen "" means edge serves no TLS.
 	TLS TLS
+	// ProxyProtocol is the proxy_protocol section; From nil means off.
+	ProxyProtocol ProxyProtocol
 
 	// Domains in config order; Domains[i].Index == i.
 	Domains []*Domain

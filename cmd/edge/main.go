@@ -379,21 +379,26 @@ func listen(table *rules.Table, set *certs.Set, p *proxy.Proxy, reg *prometheus.
 	// The bound address decides, not the configured name.
 	s.admin.Handler = adminRouter(reg, p, ready, isLoopback(s.adminLn.Addr().String()))
 	maxConns := connectionCap(table, log)
+	pp := proxyProtocolStage(table, p) // connection.go
+	publicStages := socketStages(table, pp, rules.ListenerPublic)
 	if publicLn != nil && table.TLS.Listen != "" {
-		sock, srv, err := tlsSocket(table, set, p)
+		sock, srv, err := tlsSocket(table, set, p, pp)
 		if err != nil {
 			publicLn.Close()
 			s.adminLn.Close()
 			return nil, err
 		}
 		s.tls, s.tlsLn = srv, sock.Listener
-		if publicLn, err = guard.Join(guard.Socket{Listener: publicLn, Name: proxy.ListenerPublic}, sock); err != nil {
+		if publicLn, err = guard.Join(guard.Socket{Listener: publicLn, Name: proxy.ListenerPublic, Stages: publicStages}, sock); err != nil {
 			return nil, err // cannot fail: it has sockets
 		}
-		s.public.ConnContext = proxy.ConnContext(guard.TLSOf)
+		publicStages = nil // the Join's sockets have their own
+	}
+	if table.TLS.Listen != "" || pp != nil {
+		s.public.ConnContext = proxy.ConnContext(guard.TLSOf, guard.FrontOf)
 	}
 	if publicLn != nil {
-		s.publicLn = guardListener(publicLn, s.public, table.Timeouts.Read, p, maxConns)
+		s.publicLn = guardListener(publicLn, s.public, table.Timeouts.Read, p, maxConns, publicStages)
 	}
 	if table.Check != nil {
 		checkLn, err := clientListen(table.Check.Listen)
@@ -468,9 +473,12 @@ func publicServer(table *rules.Table, h http.Handler, errLog *log.Logger) *http.
 // cut), bounds the reading of each request by read (timeouts.read), caps
 // the connections open at maxConns, closing idle ones first (hence
 // ConnState), and offers simple requests to the proxy's fast path, which
-// answers the ones a rule refuses (fastpath).
-func guardListener(ln net.Listener, srv *http.Server, read time.Duration, p *proxy.Proxy, maxConns int) net.Listener {
-	guarded := guard.NewListener(ln, guardOptions(srv, read, p, maxConns))
+// answers the ones a rule refuses (fastpath). stages are the setup stages
+// of a plain socket ln (a Join's sockets have their own).
+func guardListener(ln net.Listener, srv *http.Server, read time.Duration, p *proxy.Proxy, maxConns int, stages []guard.Stage) net.Listener {
+	opts := guardOptions(srv, read, p, maxConns)
+	opts.Stages, opts.Name = stages, proxy.ListenerPublic
+	guarded := guard.NewListener(ln, opts)
 	srv.ConnState = guarded.ConnState
 	return guarded
 }

@@ -359,6 +359,7 @@ func TestReloadRestartRequired(t *testing.T) {
 		{"tls.unknown_sni", "tls: {" + tlsKeys + "}", "tls: {" + tlsKeys + ", unknown_sni: reject}"},
 		{"tls.min_version", "tls: {" + tlsKeys + "}", "tls: {" + tlsKeys + ", min_version: 1.3}"},
 		{"tls.fingerprint_header", "tls: {" + tlsKeys + "}", "tls: {" + tlsKeys + ", fingerprint_header: X-JA4}"},
+		{"proxy_protocol.listeners", "", "proxy_protocol: {from: [10.0.0.1]}"},
 	}
 	var keys []string
 	for _, tt := range tests {

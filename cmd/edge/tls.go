@@ -65,9 +65,11 @@ func certificateStamp(path string, t *rules.Table) []fileStamp {
 
 // tlsSocket binds the HTTPS listener of t, serving set, and returns it as
 // a socket of the public listener, with the handshake as its stage, and
-// the server that swaps certificates on reload. The proxy counts the
-// handshakes and learns the port https_redirect sends clients to.
-func tlsSocket(t *rules.Table, set *certs.Set, p *proxy.Proxy) (guard.Socket, *certs.Server, error) {
+// the server that swaps certificates on reload; pp, the PROXY header's
+// stage (nil for none), comes before the handshake where proxy_protocol
+// reads a header on this socket. The proxy counts the handshakes and
+// learns the port https_redirect sends clients to.
+func tlsSocket(t *rules.Table, set *certs.Set, p *proxy.Proxy, pp guard.Stage) (guard.Socket, *certs.Server, error) {
 	srv, err := certs.NewServer(certs.Options{TLS: t.TLS, Set: set, OnHandshake: p.TLSHandshake,
 		Fingerprint: func(h *tls.ClientHelloInfo) string { return ja4.FromClientHello(h, ja4.TCP).Fingerprint() }})
 	if err != nil {
@@ -82,5 +84,5 @@ func tlsSocket(t *rules.Table, set *certs.Set, p *proxy.Proxy) (guard.Socket, *c
 		p.SetHTTPSPort(n)
 	}
 	p.SetCertificates(set.Info())
-	return guard.Socket{Listener: ln, Name: proxy.ListenerTLS, Stages: []guard.Stage{srv.Stage}}, srv, nil
+	return guard.Socket{Listener: ln, Name: proxy.ListenerTLS, Stages: socketStages(t, pp, rules.ListenerTLS, srv.Stage)}, srv, nil
 }

@@ -25,6 +25,7 @@ type guardConn struct {
 	stages             []Stage     // its socket's (stage.go)
 	front              *wire.Front // what a stage's PROXY header said (stage.go); nil for none
 	socket             string      // its socket's name, for OnConnections
+	onRelease          func()      // Admit's Release; nil for none
 	idle               bool        // in l.idle, idle between requests
 	idlePrev, idleNext *guardConn
 	gone               bool // closed and counted out

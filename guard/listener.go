@@ -29,9 +29,12 @@ package guard
 import (
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/edgerate/edge/internal/wire"
 )
 
 // ListenerOptions configure a Listener. The zero value is usable.
@@ -61,6 +64,17 @@ type ListenerOptions struct {
 	// unserved, and accepts nothing more until a connection closes. Clients
 	// that arrive meanwhile wait in the kernel's listen queue.
 	MaxConnections int
+	// Admit, if set, decides on each new connection in Accept, from its
+	// peer (unmapped, without zone; the zero Addr for a connection not
+	// over TCP) and the name of its socket (as OnConnections has it),
+	// before anything is read from the connection or any Stage runs, and
+	// before it is counted against MaxConnections: so a refused connection
+	// never makes Accept close an idle connection or wait. A refused
+	// connection is closed at once (with a reset: SO_LINGER 0, so that it
+	// leaves no socket in TIME_WAIT), and Accept goes on to the next; an
+	// admitted one's Release is called once when it closes. It runs in
+	// Accept's goroutine: it must be quick and must not block.
+	Admit func(peer netip.Addr, socket string) wire.Admission
 	// OnCapped, if set, is called for each connection that arrives while
 	// MaxConnections are open, before Accept closes an idle connection or
 	// starts to wait. It must be quick and must not block.
@@ -159,6 +173,7 @@ type Listener struct {
 	writeIdle time.Duration
 
 	maxConns int
+	admitFn  func(netip.Addr, string) wire.Admission
 	onCapped func(CapEvent)
 	onConns  func(socket string, delta int)
 	name     string
@@ -212,6 +227,7 @@ func NewListener(ln net.Listener, opts ListenerOptions) *Listener {
 		writeIdle: max(opts.WriteIdleTimeout, 0),
 		onReject:  opts.OnReject,
 		maxConns:  max(opts.MaxConnections, 0),
+		admitFn:   opts.Admit,
 		onCapped:  opts.OnCapped,
 		onConns:   opts.OnConnections,
 		name:      opts.Name,
@@ -280,19 +296,34 @@ func (l *Listener) Accept() (net.Conn, error) {
 	}
 }
 
-// accept accepts the next connection from the kernel, once there is room
-// for it, and wraps it.
+// accept accepts the next connection from the kernel that Admit lets in,
+// once there is room for it, and wraps it.
 func (l *Listener) accept() (*guardConn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	stages, name := l.stages, l.name
-	if jc, ok := c.(*joinedConn); ok {
-		c, stages, name = jc.Conn, jc.socket.Stages, jc.socket.Name
+	var (
+		c      net.Conn
+		stages []Stage
+		name   string
+		adm    wire.Admission
+	)
+	for {
+		var err error
+		if c, err = l.Listener.Accept(); err != nil {
+			return nil, err
+		}
+		stages, name = l.stages, l.name
+		if jc, ok := c.(*joinedConn); ok {
+			c, stages, name = jc.Conn, jc.socket.Stages, jc.socket.Name
+		}
+		if l.admitFn == nil {
+			break
+		}
+		if adm = l.admitFn(peerAddr(c), name); !adm.Refused {
+			break
+		}
+		refuse(c)
 	}
 	g := &guardConn{Conn: c, writeIdle: l.writeIdle, l: l, f: framer{maxHead: l.maxHead, onReject: l.onReject,
-		fast: l.answer != nil, maxSimple: l.maxSimple}, stages: stages, socket: name}
+		fast: l.answer != nil, maxSimple: l.maxSimple}, stages: stages, socket: name, onRelease: adm.Release}
 	if len(stages) > 0 {
 		g.Conn = &countedConn{Conn: c, g: g}
 	}
@@ -301,12 +332,25 @@ func (l *Listener) accept() (*guardConn, error) {
 	}
 	if err := l.admit(); err != nil {
 		c.Close()
+		if adm.Release != nil {
+			adm.Release()
+		}
 		return nil, err
 	}
 	if l.onConns != nil {
 		l.onConns(g.socket, 1)
 	}
 	return g, nil
+}
+
+// refuse closes a connection Admit refused, unread, with a reset where it
+// can: a client refused in a flood then leaves edge no socket in
+// TIME_WAIT.
+func refuse(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	c.Close()
 }
 
 // admit counts a new connection in, once there is room for it.
@@ -468,5 +512,8 @@ func (l *Listener) release(g *guardConn) {
 	l.mu.Unlock()
 	if l.onConns != nil {
 		l.onConns(g.socket, -1)
+	}
+	if g.onRelease != nil {
+		g.onRelease()
 	}
 }

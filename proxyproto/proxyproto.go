@@ -53,6 +53,13 @@ type Options struct {
 	// OnResult, if set, is told each connection's result (see the Result
 	// constants). It runs in the connection's goroutine and must be quick.
 	OnResult func(result string)
+	// Admit, if set, decides on a balancer's connection once its header
+	// is read, from the client it names (the balancer, for LOCAL), before
+	// anything after the header is read: the connection limits, which a
+	// direct client meets as it is accepted (guard.ListenerOptions.Admit).
+	// A refused connection is closed; an admitted one's Release is called
+	// once when it closes.
+	Admit func(client netip.Addr) wire.Admission
 }
 
 // Reader reads the PROXY header of each connection of a listener: its
@@ -60,6 +67,7 @@ type Options struct {
 type Reader struct {
 	trusted  func(netip.Addr) bool
 	onResult func(string)
+	admit    func(netip.Addr) wire.Admission
 }
 
 // New returns the Reader of opts.
@@ -67,7 +75,7 @@ func New(opts Options) (*Reader, error) {
 	if opts.Trusted == nil {
 		return nil, errors.New("proxyproto: New needs Options.Trusted")
 	}
-	return &Reader{trusted: opts.Trusted, onResult: opts.OnResult}, nil
+	return &Reader{trusted: opts.Trusted, onResult: opts.OnResult, admit: opts.Admit}, nil
 }
 
 // Errors a Stage refuses a connection with.
@@ -75,6 +83,7 @@ var (
 	errMissing   = errors.New("proxyproto: a balancer's connection without a PROXY header")
 	errUntrusted = errors.New("proxyproto: a PROXY header from an address that is not a balancer")
 	errAddress   = errors.New("proxyproto: a PROXY header whose source is no client's address")
+	errRefused   = errors.New("proxyproto: the client's connection refused by the connection limits")
 )
 
 // headerBuffer is the size of the buffer a balancer's header is read
@@ -119,7 +128,7 @@ func (r *Reader) Stage(c net.Conn) (guard.StageResult, error) {
 	}
 	if h.Command.IsLocal() {
 		r.result(ResultLocal)
-		return guard.StageResult{Conn: fc}, nil
+		return r.admitted(fc, peer)
 	}
 	src, ok := h.SourceAddr.(*net.TCPAddr)
 	if !ok || addrOf(src).IsUnspecified() || !addrOf(src).IsValid() {
@@ -140,6 +149,19 @@ func (r *Reader) Stage(c net.Conn) (guard.StageResult, error) {
 		}
 	}
 	r.result(result)
+	return r.admitted(fc, addrOf(src))
+}
+
+// admitted returns fc, the connection of client, if Options.Admit lets it
+// in.
+func (r *Reader) admitted(fc *frontConn, client netip.Addr) (guard.StageResult, error) {
+	if r.admit != nil {
+		a := r.admit(client)
+		if a.Refused {
+			return guard.StageResult{}, errRefused
+		}
+		fc.release = a.Release
+	}
 	return guard.StageResult{Conn: fc}, nil
 }
 
@@ -257,9 +279,22 @@ func (c *replayConn) CloseWrite() error {
 // else it said.
 type frontConn struct {
 	net.Conn
-	rest   []byte
-	remote net.Addr // nil: the balancer's
-	front  wire.Front
+	rest    []byte
+	remote  net.Addr // nil: the balancer's
+	front   wire.Front
+	release func() // Options.Admit's Release; nil for none
+	closed  sync.Once
+}
+
+// Close closes the connection and ends what its admission counted.
+func (c *frontConn) Close() error {
+	err := c.Conn.Close()
+	c.closed.Do(func() {
+		if c.release != nil {
+			c.release()
+		}
+	})
+	return err
 }
 
 func (c *frontConn) Read(p []byte) (int, error) {

@@ -172,6 +172,7 @@ func Compile(cfg Config) (*Table, error) {
 	t.TLS = compileTLS(&p, cfg.TLS)
 	checkTLSListener(&p, t)
 	t.ProxyProtocol = compileProxyProtocol(&p, cfg.ProxyProtocol, t)
+	t.Connections = compileConnections(&p, cfg.Connections)
 
 	compileDomains(&p, t, cfg)
 	checkOriginLoops(&p, t, cfg)

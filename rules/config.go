@@ -134,6 +134,9 @@ type Config struct {
 	// ProxyProtocol names the load balancers whose connections begin with
 	// a PROXY protocol header (see [ProxyProtocolConfig]).
 	ProxyProtocol ProxyProtocolConfig `mapstructure:"proxy_protocol"`
+	// Connections limits each client's connections (see
+	// [ConnectionsConfig]).
+	Connections ConnectionsConfig `mapstructure:"connections"`
 	// Domains are the sites served; at least one is required.
 	Domains []DomainConfig `mapstructure:"domains"`
 

@@ -73,6 +73,9 @@ type Table struct {
 	TLS TLS
 	// ProxyProtocol is the proxy_protocol section; From nil means off.
 	ProxyProtocol ProxyProtocol
+	// Connections are the connections section's limits; the zero value
+	// limits nothing.
+	Connections Connections
 
 	// Domains in config order; Domains[i].Index == i.
 	Domains []*Domain

@@ -11,7 +11,9 @@ import (
 // new connection (guard.Stage), in order: the PROXY protocol header first,
 // where proxy_protocol reads one (its client then is the connection's for
 // everything after), then the socket's own (the TLS handshake on the tls
-// socket).
+// socket). The connection limits (connections) decide on a connection as
+// the guard accepts it (guard.ListenerOptions.Admit), or, for a
+// balancer's, right after its header: before any other stage.
 
 // proxyProtocolStage is the stage that reads the PROXY header of t's
 // proxy_protocol, nil when it is off. The balancers it trusts are the
@@ -20,7 +22,8 @@ func proxyProtocolStage(t *rules.Table, p *proxy.Proxy) guard.Stage {
 	if t.ProxyProtocol.From == nil {
 		return nil
 	}
-	r, err := proxyproto.New(proxyproto.Options{Trusted: p.ProxyProtocolTrusted, OnResult: p.ProxyProtocolResult})
+	r, err := proxyproto.New(proxyproto.Options{Trusted: p.ProxyProtocolTrusted, OnResult: p.ProxyProtocolResult,
+		Admit: p.AdmitClient})
 	if err != nil {
 		panic(err) // cannot fail: Trusted is set
 	}

@@ -491,9 +491,11 @@ func guardOptions(srv *http.Server, read time.Duration, p *proxy.Proxy, maxConns
 		WriteIdleTimeout: 30 * time.Second,
 		OnReject:         p.FramingRefused,
 		MaxConnections:   maxConns,
-		OnCapped:         func(ev guard.CapEvent) { p.ConnectionsCapped(ev.Max, ev.ClosedIdle) },
-		OnConnections:    p.ConnectionsOpen,
-		Answer:           fastAnswer(p),
+		// The connection limits, before the cap (connection.go).
+		Admit:         p.AdmitConnection,
+		OnCapped:      func(ev guard.CapEvent) { p.ConnectionsCapped(ev.Max, ev.ClosedIdle) },
+		OnConnections: p.ConnectionsOpen,
+		Answer:        fastAnswer(p),
 		// The server's own, which the fast path keeps while it answers.
 		ReadHeaderTimeout: srv.ReadHeaderTimeout,
 		ReadTimeout:       read,

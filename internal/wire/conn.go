@@ -17,3 +17,15 @@ type Front struct {
 type Fronted interface {
 	Front() *Front
 }
+
+// Admission is a decision on a new connection, made before anything is
+// read from it (the connection limits of edge's public listener). The
+// zero value admits it, with nothing to release.
+type Admission struct {
+	// Refused: the connection is closed unread.
+	Refused bool
+	// Release, if not nil, is called once when the admitted connection
+	// closes, to end what the decision counted (its client's open
+	// connections).
+	Release func()
+}

@@ -8,7 +8,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -189,4 +195,147 @@ func TestConnectionLimits(t *testing.T) {
 			t.Errorf("/v1/top/connections lacks %s:\n%s", want, top)
 		}
 	}
+}
+
+// TestConnectionFloodProxyV2: connections from the balancer, each with a
+// PROXY v2 header naming a client of its own (an IPv6 /64 each), 20,000
+// of them (EDGE_CONNECTION_FLOOD=1000000 runs the million: see
+// docs/connections.md), through rate_per_client with max_clients 1,000:
+// every new client is served, a busy client among them (every 100th
+// connection) is refused past its limit throughout, and edge's heap stays
+// bounded.
+func TestConnectionFloodProxyV2(t *testing.T) {
+	flood := 20_000
+	if s := os.Getenv("EDGE_CONNECTION_FLOOD"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("EDGE_CONNECTION_FLOOD=%q: want a count", s)
+		}
+		flood = n
+	}
+	path := filepath.Join(t.TempDir(), "edge.yaml")
+	must(t, os.WriteFile(path, []byte(fmt.Sprintf(`
+listen: "127.0.0.1:0"
+admin_listen: %q
+proxy_protocol: {from: [127.0.0.2]}
+connections:
+  max_per_client: 2
+  rate_per_client: {limit: 3, period: 1h}
+  max_clients: 1000
+domains:
+  - {name: api, hosts: [api.example.com], respond: {body: ok}}
+`, adminAnyPort)), 0o644))
+	e := startEdge(t, path)
+
+	// header is a v2 header naming client i's address, 2001:db8:i::1, or
+	// the busy client's.
+	header := func(i int, busy bool) []byte {
+		src := [16]byte{0x20, 0x01, 0x0d, 0xb8, byte(i >> 24), byte(i >> 16), byte(i >> 8), byte(i), 15: 1}
+		if busy {
+			src = netip.MustParseAddr("2001:db8:ffff:ffff::1").As16()
+		}
+		b := []byte("\r\n\r\n\x00\r\nQUIT\n\x21\x21\x00\x24")
+		b = append(b, src[:]...)
+		b = append(b, netip.MustParseAddr("2001:db8::80").AsSlice()...)
+		b = append(b, 0x9c, 0x40, 0x01, 0xbb)
+		return append(b, "GET / HTTP/1.1\r\nHost: api.example.com\r\n\r\n"...)
+	}
+	// once opens one connection from the balancer and reports whether it
+	// was answered 200. It closes with a reset, so that a million leave no
+	// port of the balancer's address in TIME_WAIT.
+	once := func(h []byte, br *bufio.Reader) (bool, error) {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}, Timeout: 5 * time.Second}
+		c, err := d.Dial("tcp", e.public)
+		if err != nil {
+			if errors.Is(err, syscall.ECONNRESET) {
+				return false, nil
+			}
+			return false, err
+		}
+		defer func() {
+			c.(*net.TCPConn).SetLinger(0)
+			c.Close()
+		}()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write(h); err != nil {
+			return false, nil
+		}
+		br.Reset(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			return false, nil
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == 200, nil
+	}
+
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	const workers = 8
+	type tally struct{ refusedNew, busyServed, busy int }
+	tallies := make([]tally, workers)
+	errs := make(chan error, workers)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			br := bufio.NewReaderSize(nil, 1024)
+			for i := w; i < flood; i += workers {
+				ok, err := once(header(i, false), br)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if !ok {
+					tallies[w].refusedNew++
+				}
+				if i%100 == 0 {
+					ok, err := once(header(0, true), br)
+					if err != nil {
+						errs <- err
+						return
+					}
+					tallies[w].busy++
+					if ok {
+						tallies[w].busyServed++
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	elapsed := time.Since(start)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	var sum tally
+	for _, tl := range tallies {
+		sum.refusedNew += tl.refusedNew
+		sum.busyServed += tl.busyServed
+		sum.busy += tl.busy
+	}
+	if sum.refusedNew != 0 {
+		t.Errorf("%d of %d new clients refused, want none", sum.refusedNew, flood)
+	}
+	if sum.busyServed > 3 {
+		t.Errorf("the busy client was served %d of %d times, want at most its limit, 3", sum.busyServed, sum.busy)
+	}
+	want := fmt.Sprintf(`edge_connections_refused_total{pop="local",reason="rate"} %d`, sum.busy-sum.busyServed)
+	wait.For(t, 5*time.Second, want, func() bool {
+		_, m := httpGet(t, "http://"+e.admin+"/metrics")
+		return strings.Contains(m, want)
+	})
+	// The test's own goroutines and buffers are in the heap too: the
+	// bound is loose, far below what a table of every client would hold
+	// at a million.
+	if grown := int64(after.HeapAlloc) - int64(before.HeapAlloc); grown > 32<<20 {
+		t.Errorf("edge's heap grew by %d MiB over %d clients, want at most 32 MiB", grown>>20, flood)
+	}
+	t.Logf("%d clients (and %d busy connections) in %v, %.0f connections/s; heap %d → %d KiB",
+		flood, sum.busy, elapsed.Round(time.Millisecond), float64(flood+sum.busy)/elapsed.Seconds(), before.HeapAlloc>>10, after.HeapAlloc>>10)
 }

@@ -16,8 +16,8 @@
 // through the func hooks of ListenerOptions, and counts or logs them
 // itself.
 //
-// A connection's life in the Listener: accepted (and counted against
-// MaxConnections), its Stages run in order in its own goroutine (each may
+// A connection's life in the Listener: accepted (decided by Admit, then
+// counted against MaxConnections), its Stages run in order in its own goroutine (each may
 // replace the connection, take it away for another server, or refuse it;
 // the connection a stage returns is what everything after reads), then
 // the fast path answers what it can (ListenerOptions.Answer), and Accept
@@ -243,6 +243,9 @@ func NewListener(ln net.Listener, opts ListenerOptions) *Listener {
 		joinStages:    hasStages(ln),
 	}
 	l.freed = sync.NewCond(&l.mu)
+	if j, ok := ln.(*joined); ok && opts.Admit != nil {
+		j.admit.Store(&opts.Admit)
+	}
 	if l.looped() {
 		l.results, l.loopDone, l.stop = make(chan acceptResult), make(chan struct{}), make(chan struct{})
 		l.staged = make(map[*guardConn]net.Conn)
@@ -313,6 +316,10 @@ func (l *Listener) accept() (*guardConn, error) {
 		stages, name = l.stages, l.name
 		if jc, ok := c.(*joinedConn); ok {
 			c, stages, name = jc.Conn, jc.socket.Stages, jc.socket.Name
+			if jc.asked { // in the socket's goroutine (join.go)
+				adm = jc.adm
+				break
+			}
 		}
 		if l.admitFn == nil {
 			break

@@ -22,9 +22,11 @@ type guardConn struct {
 	// l counted this connection in; nil for none. l.mu guards idle, its
 	// links and gone.
 	l                  *Listener
-	stages             []Stage // its socket's (stage.go)
-	socket             string  // its socket's name, for OnConnections
-	idle               bool    // in l.idle, idle between requests
+	stages             []Stage     // its socket's (stage.go)
+	front              *wire.Front // what a stage's PROXY header said (stage.go); nil for none
+	socket             string      // its socket's name, for OnConnections
+	onRelease          func()      // Admit's Release; nil for none
+	idle               bool        // in l.idle, idle between requests
 	idlePrev, idleNext *guardConn
 	gone               bool // closed and counted out
 
@@ -300,6 +302,16 @@ func (c *guardConn) CloseWrite() error {
 // without TLS. It is for the server's ConnContext: net/http sets
 // Request.TLS only for a *tls.Conn, and a guarded connection never is one.
 func (c *guardConn) TLS() *wire.TLS { return tlsOf(c.Conn) }
+
+// FrontOf returns what a PROXY protocol header said of a connection a
+// Listener's Accept returned (see StageResult.Conn), nil for one without
+// (or not the Listener's).
+func FrontOf(c net.Conn) *wire.Front {
+	if g, ok := c.(*guardConn); ok {
+		return g.front
+	}
+	return nil
+}
 
 // TLSOf returns the TLS of a connection a Listener's Accept returned, nil
 // for one without TLS (or not the Listener's).

@@ -67,13 +67,14 @@ const maxFastFields = 64
 
 // fastConn is a connection's fast-path state, made on its first offer.
 type fastConn struct {
-	out  []byte // the answer, reused
-	peer netip.Addr
-	tls  *wire.TLS // the connection's, nil without TLS
-	w    Writer
-	used bool // the last answer went through w
-	body Body
-	br   *bufio.Reader // a chunked body's, reused
+	out   []byte // the answer, reused
+	peer  netip.Addr
+	tls   *wire.TLS   // the connection's, nil without TLS
+	front *wire.Front // what its PROXY header said, nil without
+	w     Writer
+	used  bool // the last answer went through w
+	body  Body
+	br    *bufio.Reader // a chunked body's, reused
 	// held is the buffer with the head while its body is read into
 	// another (body.go); spare is one to read into next time.
 	held, spare []byte
@@ -167,6 +168,7 @@ func (c *guardConn) offer() error {
 		c.fast = fastConns.Get().(*fastConn)
 		c.fast.peer = peerAddr(c.Conn)
 		c.fast.tls = tlsOf(c.Conn)
+		c.fast.front = c.front
 	}
 	fc := c.fast
 	req := &f.simple.req // read by parseHead as the framer took the head up
@@ -180,7 +182,7 @@ func (c *guardConn) offer() error {
 	c.l.answering.Add(1)
 	c.mu.Unlock()
 	fc.w = Writer{c: c, start: now}
-	req.Peer, req.TLS, req.Now, req.Client = fc.peer, fc.tls, now, &fc.w
+	req.Peer, req.TLS, req.Front, req.Now, req.Client = fc.peer, fc.tls, fc.front, now, &fc.w
 	if n := f.fastBody; n != 0 {
 		fc.body = Body{c: c, size: n, left: n, expect: req.expect}
 		req.BodyLen, req.Body = n, &fc.body

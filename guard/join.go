@@ -3,7 +3,11 @@ package guard
 import (
 	"errors"
 	"net"
+	"net/netip"
 	"sync"
+	"sync/atomic"
+
+	"github.com/edgerate/edge/internal/wire"
 )
 
 // Socket is one listening socket of a Listener that serves several (see
@@ -42,6 +46,11 @@ type joined struct {
 	stop    chan struct{}
 	once    sync.Once
 	wg      sync.WaitGroup
+	// admit is the Listener's ListenerOptions.Admit, set by NewListener
+	// before the first Accept: each socket's goroutine decides on its own
+	// connections, so that a refused one is closed there and never passes
+	// to the Listener (a goroutine's hand-off, per connection of a flood).
+	admit atomic.Pointer[func(netip.Addr, string) wire.Admission]
 }
 
 type joinedResult struct {
@@ -54,6 +63,8 @@ type joinedResult struct {
 type joinedConn struct {
 	net.Conn
 	socket *Socket
+	adm    wire.Admission // what admit decided; zero without it
+	asked  bool           // admit decided
 }
 
 // acceptFrom accepts s's connections until s fails for good or j closes.
@@ -65,7 +76,15 @@ func (j *joined) acceptFrom(s *Socket) {
 		if err != nil {
 			r.err = err
 		} else {
-			r.c = &joinedConn{Conn: c, socket: s}
+			jc := &joinedConn{Conn: c, socket: s}
+			if admit := j.admit.Load(); admit != nil {
+				jc.adm, jc.asked = (*admit)(peerAddr(c), s.Name), true
+				if jc.adm.Refused {
+					refuse(c)
+					continue
+				}
+			}
+			r.c = jc
 		}
 		select {
 		case j.conns <- r:

@@ -18,8 +18,8 @@
 // through the func hooks of ListenerOptions, and counts or logs them
 // itself.
 //
-// A connection's life in the Listener: accepted (and counted against
-// MaxConnections), its Stages run in order in its own goroutine (each may
+// A connection's life in the Listener: accepted (decided by Admit, then
+// counted against MaxConnections), its Stages run in order in its own goroutine (each may
 // replace the connection, take it away for another server, or refuse it;
 // the connection a stage returns is what everything after reads), then
 // the fast path answers what it can (ListenerOptions.Answer), and Accept
@@ -31,9 +31,12 @@ package guard
 import (
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/edgerate/edge/internal/wire"
 )
 
 // ListenerOptions configure a Listener. The zero value is usable.
@@ -63,6 +66,17 @@ type ListenerOptions struct {
 	// unserved, and accepts nothing more until a connection closes. Clients
 	// that arrive meanwhile wait in the kernel's listen queue.
 	MaxConnections int
+	// Admit, if set, decides on each new connection in Accept, from its
+	// peer (unmapped, without zone; the zero Addr for a connection not
+	// over TCP) and the name of its socket (as OnConnections has it),
+	// before anything is read from the connection or any Stage runs, and
+	// before it is counted against MaxConnections: so a refused connection
+	// never makes Accept close an idle connection or wait. A refused
+	// connection is closed at once (with a reset: SO_LINGER 0, so that it
+	// leaves no socket in TIME_WAIT), and Accept goes on to the next; an
+	// admitted one's Release is called once when it closes. It runs in
+	// Accept's goroutine: it must be quick and must not block.
+	Admit func(peer netip.Addr, socket string) wire.Admission
 	// OnCapped, if set, is called for each connection that arrives while
 	// MaxConnections are open, before Accept closes an idle connection or
 	// starts to wait. It must be quick and must not block.
@@ -161,6 +175,7 @@ type Listener struct {
 	writeIdle time.Duration
 
 	maxConns int
+	admitFn  func(netip.Addr, string) wire.Admission
 	onCapped func(CapEvent)
 	onConns  func(socket string, delta int)
 	name     string
@@ -214,6 +229,7 @@ func NewListener(ln net.Listener, opts ListenerOptions) *Listener {
 		writeIdle: max(opts.WriteIdleTimeout, 0),
 		onReject:  opts.OnReject,
 		maxConns:  max(opts.MaxConnections, 0),
+		admitFn:   opts.Admit,
 		onCapped:  opts.OnCapped,
 		onConns:   opts.OnConnections,
 		name:      opts.Name,
@@ -229,6 +245,9 @@ func NewListener(ln net.Listener, opts ListenerOptions) *Listener {
 		joinStages:    hasStages(ln),
 	}
 	l.freed = sync.NewCond(&l.mu)
+	if j, ok := ln.(*joined); ok && opts.Admit != nil {
+		j.admit.Store(&opts.Admit)
+	}
 	if l.looped() {
 		l.results, l.loopDone, l.stop = make(chan acceptResult), make(chan struct{}), make(chan struct{})
 		l.staged = make(map[*guardConn]net.Conn)
@@ -282,19 +301,38 @@ func (l *Listener) Accept() (net.Conn, error) {
 	}
 }
 
-// accept accepts the next connection from the kernel, once there is room
-// for it, and wraps it.
+// accept accepts the next connection from the kernel that Admit lets in,
+// once there is room for it, and wraps it.
 func (l *Listener) accept() (*guardConn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	stages, name := l.stages, l.name
-	if jc, ok := c.(*joinedConn); ok {
-		c, stages, name = jc.Conn, jc.socket.Stages, jc.socket.Name
+	var (
+		c      net.Conn
+		stages []Stage
+		name   string
+		adm    wire.Admission
+	)
+	for {
+		var err error
+		if c, err = l.Listener.Accept(); err != nil {
+			return nil, err
+		}
+		stages, name = l.stages, l.name
+		if jc, ok := c.(*joinedConn); ok {
+			c, stages, name = jc.Conn, jc.socket.Stages, jc.socket.Name
+			if jc.asked { // in the socket's goroutine (join.go)
+				adm = jc.adm
+				break
+			}
+		}
+		if l.admitFn == nil {
+			break
+		}
+		if adm = l.admitFn(peerAddr(c), name); !adm.Refused {
+			break
+		}
+		refuse(c)
 	}
 	g := &guardConn{Conn: c, writeIdle: l.writeIdle, l: l, f: framer{maxHead: l.maxHead, onReject: l.onReject,
-		fast: l.answer != nil, maxSimple: l.maxSimple}, stages: stages, socket: name}
+		fast: l.answer != nil, maxSimple: l.maxSimple}, stages: stages, socket: name, onRelease: adm.Release}
 	if len(stages) > 0 {
 		g.Conn = &countedConn{Conn: c, g: g}
 	}
@@ -303,12 +341,25 @@ func (l *Listener) accept() (*guardConn, error) {
 	}
 	if err := l.admit(); err != nil {
 		c.Close()
+		if adm.Release != nil {
+			adm.Release()
+		}
 		return nil, err
 	}
 	if l.onConns != nil {
 		l.onConns(g.socket, 1)
 	}
 	return g, nil
+}
+
+// refuse closes a connection Admit refused, unread, with a reset where it
+// can: a client refused in a flood then leaves edge no socket in
+// TIME_WAIT.
+func refuse(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	c.Close()
 }
 
 // admit counts a new connection in, once there is room for it.
@@ -470,5 +521,8 @@ func (l *Listener) release(g *guardConn) {
 	l.mu.Unlock()
 	if l.onConns != nil {
 		l.onConns(g.socket, -1)
+	}
+	if g.onRelease != nil {
+		g.onRelease()
 	}
 }

@@ -3,6 +3,8 @@ package guard
 import (
 	"net"
 	"time"
+
+	"github.com/edgerate/edge/internal/wire"
 )
 
 // A connection's setup stages, in its own goroutine, before its first
@@ -42,7 +44,10 @@ type StageResult struct {
 	// one, and then the Listener, read and write Conn instead (the
 	// decrypted stream of a TLS server connection, or a connection whose
 	// RemoteAddr is a PROXY header's source). Conn wraps the connection
-	// the Stage was given, and its Close must close that one.
+	// the Stage was given, and its Close must close that one. A Conn that
+	// implements wire.Fronted says what a PROXY header told of the
+	// connection: its requests carry it (wire.Head.Front, FrontOf) even
+	// once a later stage has wrapped it.
 	Conn net.Conn
 	// Handoff, if not nil, takes the connection away from the Listener
 	// for another server (HTTP/2, say): once the Stage has returned, and
@@ -79,6 +84,11 @@ func (l *Listener) runStages(g *guardConn) bool {
 		res, err := st(cur)
 		if res.Conn != nil {
 			cur = res.Conn
+			if f, ok := cur.(wire.Fronted); ok {
+				// Kept: a later stage (TLS) wraps the connection that
+				// knows it.
+				g.front = f.Front()
+			}
 		}
 		if err != nil {
 			l.endStages(g, cur)

@@ -38,6 +38,7 @@ func parseKey(st *state, rs *ruleState, text string) ([]byte, error) {
 // it, percent-encoded once more.
 //
 //	GET    /v1/top/{domain}/{rule}?n=20      the heaviest keys right now
+//	GET    /v1/top/connections?n=20          the clients whose connections were refused most (connections.go)
 //	GET    /v1/status?seconds=300            build, uptime and per-second figures (recent.go)
 //
 // Responses are JSON; unknown domains, rules and untracked keys are 404,
@@ -50,6 +51,7 @@ func (p *Proxy) AdminHandler() http.Handler {
 	r.Get("/v1/keys/{domain}/{rule}/*", p.getKey)
 	r.Delete("/v1/keys/{domain}/{rule}/*", p.deleteKey)
 	r.Get("/v1/top/{domain}/{rule}", p.getTop)
+	r.Get("/v1/top/connections", p.getTopConnections)
 	r.Get("/v1/status", p.getStatus)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, apiError{"not found"})
@@ -275,8 +277,12 @@ type configView struct {
 	// token is never shown, only whether one is set.
 	Check *checkView `json:"check,omitempty"`
 	// RLS is the rate limit service's section, absent when it is off.
-	RLS     *rlsView     `json:"rls,omitempty"`
-	Domains []domainView `json:"domains"`
+	RLS *rlsView `json:"rls,omitempty"`
+	// ProxyProtocol and Connections are those sections, absent when off
+	// (connections.go).
+	ProxyProtocol *proxyProtocolView `json:"proxy_protocol,omitempty"`
+	Connections   *connectionsView   `json:"connections,omitempty"`
+	Domains       []domainView       `json:"domains"`
 	// Sources says where each setting not from the file comes from, by
 	// path: "listen" → "env EDGE_LISTEN" (rules.Table.Sources); {} when
 	// every setting is the file's or the default.
@@ -509,6 +515,7 @@ func (p *Proxy) configView() configView {
 		v.RLS = &rlsView{Listen: run.RLS.Listen, Config: t.RLS.Config, MergeDomains: t.RLS.MergeDomains,
 			ResponseHeaders: t.RLS.ResponseHeaders, Algorithm: t.RLS.Algorithm.String(), MaxDescriptors: t.RLS.MaxDescriptors}
 	}
+	v.ProxyProtocol, v.Connections = connectionViews(t, run)
 	rs := p.ReloadStatus()
 	v.ConfigPath, v.ReloadOK, v.ReloadProblems = rs.ConfigPath, rs.Err == nil, len(rs.Problems)
 	if rs.Err != nil {

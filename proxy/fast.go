@@ -146,11 +146,11 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 		endBody(h, &ex.ans)
 		return ex.ans.appendTo(out, h.Now, isHEAD), true
 	}
-	if target := bytesString(h.Target); insecure(d, h.TLS, host, target) != secured {
+	if target := bytesString(h.Target); insecure(d, h.TLS, h.Front, host, target) != secured {
 		if isHEAD || h.BodyLen != 0 && (h.Body == nil || h.Client == nil) {
 			return out, false // net/http frames an answer to HEAD its own way
 		}
-		p.secure(&ex.ans, d, h.TLS, bytesString(h.Host), host, target) // tls.go: 308 to https, 421
+		p.secure(&ex.ans, d, h.TLS, h.Front, bytesString(h.Host), host, target) // tls.go: 308 to https, 421
 		endBody(h, &ex.ans)
 		return ex.ans.appendTo(out, h.Now, false), true
 	}
@@ -192,7 +192,7 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 		return out, false
 	case stepAnswer:
 		endBody(h, &ex.ans)
-		ex.ans.strictTransport(d, h.TLS != nil)
+		ex.ans.strictTransport(d, isHTTPS(h.TLS, h.Front))
 		return ex.ans.appendTo(out, h.Now, false), true
 	}
 	out = p.forwardFast(ex, h, out) // fastforward.go

@@ -330,7 +330,7 @@ func (r *relay) onHead(resp *http.Response) {
 	if r.fields != nil {
 		r.fields.merge(resp.Header)
 	}
-	if r.h.TLS != nil && r.d.hsts != nil {
+	if isHTTPS(r.h.TLS, r.h.Front) && r.d.hsts != nil {
 		resp.Header["Strict-Transport-Security"] = r.d.hsts.value // the domain's, not the origin's
 	}
 }

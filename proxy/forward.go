@@ -83,6 +83,11 @@ func (p *Proxy) newForwarder(d *domain, origin *url.URL, cip *ClientIP, transpor
 				}
 			}
 			pr.SetXForwarded()
+			if f := requestFront(pr.In); f != nil && f.TLS {
+				// TLS ended at the balancer in front (front.go), as the
+				// fast path's origin head says too.
+				pr.Out.Header["X-Forwarded-Proto"] = []string{"https"}
+			}
 			if trusted {
 				for _, f := range []string{"X-Forwarded-Proto", "X-Forwarded-Host"} {
 					if v := pr.In.Header[f]; len(v) > 0 {
@@ -128,7 +133,7 @@ func (p *Proxy) newForwarder(d *domain, origin *url.URL, cip *ClientIP, transpor
 			if d.countsAfter {
 				p.onResponse(d, resp)
 			}
-			if d.hsts != nil && resp.Request.TLS != nil {
+			if d.hsts != nil && (resp.Request.TLS != nil || isHTTPS(nil, frontOf(resp.Request.Context()))) {
 				// ServeHTTP has set the domain's own on the response.
 				delete(resp.Header, "Strict-Transport-Security")
 			}

@@ -17,22 +17,28 @@ import (
 // status classes): never from the client key, address or Host header, so
 // no request can create a series.
 type metrics struct {
-	p            *Proxy
-	requests     *prometheus.CounterVec
-	decisions    *prometheus.CounterVec
-	blocked      *prometheus.CounterVec
-	queued       *prometheus.GaugeVec // leaky bucket queues (queue.go)
-	reloads      *prometheus.CounterVec
-	lastReload   prometheus.Gauge
-	reloadOK     prometheus.Gauge
-	upstream     *prometheus.HistogramVec
-	misdirected  prometheus.Counter
-	refused      *prometheus.CounterVec
-	framing      prometheus.Counter
-	capped       prometheus.Counter
-	connsOpen    *prometheus.GaugeVec
-	xffMalformed prometheus.Counter
-	buildInfo    prometheus.Gauge
+	p           *Proxy
+	requests    *prometheus.CounterVec
+	decisions   *prometheus.CounterVec
+	blocked     *prometheus.CounterVec
+	queued      *prometheus.GaugeVec // leaky bucket queues (queue.go)
+	reloads     *prometheus.CounterVec
+	lastReload  prometheus.Gauge
+	reloadOK    prometheus.Gauge
+	upstream    *prometheus.HistogramVec
+	misdirected prometheus.Counter
+	refused     *prometheus.CounterVec
+	framing     prometheus.Counter
+	capped      prometheus.Counter
+	connsOpen   *prometheus.GaugeVec
+	// proxyProtocol counts the PROXY protocol stage's results (front.go).
+	proxyProtocol *prometheus.CounterVec
+	// connsRefused counts the connections the connection limits refused,
+	// by reason (connections.go), with its two series resolved.
+	connsRefused                            *prometheus.CounterVec
+	connsRefusedPerClient, connsRefusedRate prometheus.Counter
+	xffMalformed                            prometheus.Counter
+	buildInfo                               prometheus.Gauge
 
 	// The HTTPS listener (tls.go).
 	tlsHandshakes       *prometheus.CounterVec
@@ -86,7 +92,7 @@ type metrics struct {
 // it is a list, one declaration a metric with its help text, which reads
 // best in one place beside the metrics table of docs/operations.md.
 func newMetrics(p *Proxy, version string) *metrics {
-	return &metrics{
+	m := &metrics{
 		p: p,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_requests_total",
@@ -141,6 +147,14 @@ func newMetrics(p *Proxy, version string) *metrics {
 			Name: "edge_connections_open",
 			Help: "Connections open on the public listener, by socket: public (plain HTTP) or tls; together counted against max_connections.",
 		}, []string{"listener"}),
+		proxyProtocol: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edge_proxy_protocol_total",
+			Help: "Connections of the listeners that read PROXY protocol headers, by result: v1 and v2 (a balancer named the client), local (a balancer's own connection, a v2 LOCAL or v1 UNKNOWN), and the ones closed: missing (a balancer's connection without a header), untrusted (a header from an address not in proxy_protocol.from), malformed, timeout (no whole header within timeouts.read_header). A direct client's connection without a header is not counted.",
+		}, []string{"result"}),
+		connsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edge_connections_refused_total",
+			Help: "Connections to the public and TLS listeners closed before any read (after the PROXY header, where one is required) and before any TLS handshake, by reason: per_client (the client had connections.max_per_client open) or rate (it opened connections.rate_per_client within its period).",
+		}, []string{"reason"}),
 		tlsHandshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_tls_handshakes_total",
 			Help: "TLS handshakes on the HTTPS listener, by result: ok, unknown_sni (served the default certificate), rejected (unknown_sni: reject), plain_http (answered 400), error.",
@@ -243,6 +257,10 @@ func newMetrics(p *Proxy, version string) *metrics {
 		fineFallback: prometheus.NewDesc("edge_window_fine_fallback_total",
 			"Decisions of a precision: fine rule on keys near their limit made with two counters because its pool of logs was full.", []string{"domain", "rule"}, nil),
 	}
+	// Resolved once: a flood's refusals look up no label.
+	m.connsRefusedPerClient = m.connsRefused.WithLabelValues(RefusedPerClient)
+	m.connsRefusedRate = m.connsRefused.WithLabelValues(RefusedRate)
+	return m
 }
 
 func (m *metrics) register(reg prometheus.Registerer) error {
@@ -252,7 +270,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 		m.http2Floods.WithLabelValues(k)
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.queued, m.reloads, m.lastReload, m.reloadOK, m.upstream, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.tlsHandshakes, m.tlsHandshakeSeconds, m.certExpiry, m.http2Floods, m.xffMalformed, m.untrustedForwarders, m.checkAnswers, m.buildInfo, m.sampled, m.misjudged, m.responseCostInvalid, m.bufferedBytes, m.bufferFull, m.inFlight, m.shedInFlight, m.shedRefused, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.queued, m.reloads, m.lastReload, m.reloadOK, m.upstream, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.tlsHandshakes, m.tlsHandshakeSeconds, m.certExpiry, m.http2Floods, m.proxyProtocol, m.connsRefused, m.xffMalformed, m.untrustedForwarders, m.checkAnswers, m.buildInfo, m.sampled, m.misjudged, m.responseCostInvalid, m.bufferedBytes, m.bufferFull, m.inFlight, m.shedInFlight, m.shedRefused, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
 		errs = append(errs, reg.Register(c))
 	}
 	return errors.Join(errs...)

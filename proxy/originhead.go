@@ -138,7 +138,7 @@ func (s *forwardScratch) appendOriginHead(b []byte, h *Head, trusted bool, frami
 	switch {
 	case trusted && len(xfp) > 0:
 		s.fields = append(s.fields, xfp...)
-	case h.TLS != nil:
+	case isHTTPS(h.TLS, h.Front): // edge's TLS, or the balancer's (front.go)
 		s.fields = append(s.fields, reqField{[]byte("X-Forwarded-Proto"), []byte("https")})
 	default:
 		s.fields = append(s.fields, reqField{[]byte("X-Forwarded-Proto"), []byte("http")})

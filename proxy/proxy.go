@@ -39,6 +39,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strconv"
 	"sync"
@@ -130,6 +131,11 @@ type Proxy struct {
 	recent    recent    // per-second figures for the status page (recent.go)
 
 	tlsState // the HTTPS listener's port, certificates and log (tls.go)
+
+	// The connection limits' open connections by client and the clients
+	// refused most, kept across reloads (connections.go).
+	open    openConns
+	connTop *topTalkers[netip.Prefix]
 }
 
 // state is everything a request needs from one configuration, swapped as a
@@ -139,6 +145,9 @@ type state struct {
 	clientIP *ClientIP
 	domains  []*domain // parallel to table.Domains
 	result   ReloadResult
+	// conns are the connections section's limits; nil for none
+	// (connections.go).
+	conns *connLimits
 }
 
 // domain is a rules.Domain with its counters, upstream and metric handles.
@@ -209,7 +218,7 @@ type ruleState struct {
 	// JSON number, for its 429 body; "" for a window.
 	restoreRate string
 	outcomes    ruleCounters
-	top         *topTalkers
+	top         *topTalkers[window.Key]
 	// invalidCost counts the invalid costs the origin reported in the
 	// rule's response_cost_header; nil for a rule without one.
 	invalidCost prometheus.Counter
@@ -227,7 +236,7 @@ func newRuleState(r *rules.Rule, c ruleCounters) ruleState {
 		policyText: string(headers.AppendPolicy(nil, p)),
 		limitName:  string(headers.AppendName(nil, r.Name)),
 		outcomes:   c,
-		top:        newTopTalkers(),
+		top:        newTopTalkers[window.Key](),
 	}
 	if br := r.BlockResponse; br != nil && br.Body != "" {
 		rs.blockContentType = static(fieldContentType, br.ContentType)
@@ -271,7 +280,7 @@ func New(opts Options) (*Proxy, error) {
 		return nil, errors.New("proxy: a rules table is required")
 	}
 	p := &Proxy{now: opts.Now, log: opts.Logger, started: opts.Table, configPath: opts.ConfigPath, version: opts.Version,
-		via: newVia(opts.Table.Pop, opts.Node)}
+		via: newVia(opts.Table.Pop, opts.Node), connTop: newTopTalkers[netip.Prefix]()}
 	if p.now == nil {
 		p.now, p.wallClock = time.Now, true
 	}
@@ -332,6 +341,13 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
 	st = &state{table: t, clientIP: cip, domains: make([]*domain, len(t.Domains))}
+	var oldConns *connLimits
+	if old != nil {
+		oldConns = old.conns
+	}
+	if st.conns, err = newConnLimits(t, oldConns); err != nil {
+		return nil, fmt.Errorf("proxy: connections: %w", err)
+	}
 	defer func() {
 		if err != nil {
 			st.closeShared() // the domains made so far

@@ -235,6 +235,9 @@ type statusView struct {
 	UptimeSeconds float64            `json:"uptime_seconds"`
 	Times         []float64          `json:"times"` // Unix seconds
 	Domains       []domainStatusView `json:"domains"`
+	// ConnectionsRefused are the connections the connection limits
+	// refused since start, by reason (connections.go).
+	ConnectionsRefused map[string]float64 `json:"connections_refused"`
 }
 
 type domainStatusView struct {
@@ -400,6 +403,10 @@ func (p *Proxy) getStatus(w http.ResponseWriter, r *http.Request) {
 		StartedAt: p.startedAt.UTC(), UptimeSeconds: p.now().Sub(p.startedAt).Seconds(),
 	}
 	v.Times, v.Domains = p.recent.view(p.state.Load(), seconds, p.now())
+	v.ConnectionsRefused = map[string]float64{
+		RefusedPerClient: counterValue(p.metrics.connsRefusedPerClient),
+		RefusedRate:      counterValue(p.metrics.connsRefusedRate),
+	}
 	writeJSON(w, http.StatusOK, v)
 }
 

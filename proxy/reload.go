@@ -96,6 +96,7 @@ func (p *Proxy) Reload(t *rules.Table, hash string) (ReloadResult, error) {
 		}
 		res.KeysCarried += n
 	}
+	st.conns.carryFrom(old.conns) // connections.go
 	st.result = res
 	p.state.Store(st)
 	old.closeShared() // the Redis client stays: only this configuration's domains go
@@ -260,6 +261,20 @@ var settings = []setting{
 	}),
 	reloads("http2.max_resets"),
 	reloads("http2.max_control_frames"),
+	// The sockets' stages are made at start (cmd/edge): whether each
+	// reads a PROXY header, which turning proxy_protocol on or off
+	// changes too; the stage asks the running configuration's from.
+	restarts("proxy_protocol.listeners", func(t *rules.Table) any {
+		return [2]bool{t.ProxyProtocol.Public, t.ProxyProtocol.TLS}
+	}),
+	reloads("proxy_protocol.from"),
+	// Read by each new connection from the running configuration; the
+	// open connections are counted across reloads (connections.go).
+	reloads("connections.max_per_client"),
+	reloads("connections.rate_per_client.limit"),
+	reloads("connections.rate_per_client.period"),
+	reloads("connections.allow.cidrs"),
+	reloads("connections.max_clients"),
 	// Domains and rules are rebuilt by every reload (Proxy.build).
 	reloads("domains[].name"),
 	reloads("domains[].hosts"),

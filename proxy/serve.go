@@ -35,11 +35,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ex.tls = requestTLS(r)
-	if !p.secure(&ex.ans, d, ex.tls, r.Host, host, originForm(r)) { // tls.go: 308 to https, 421
+	front := requestFront(r) // what a PROXY header said (front.go)
+	// tls.go: 308 to https, 421
+	if !p.secure(&ex.ans, d, ex.tls, front, r.Host, host, originForm(r)) {
 		ex.ans.write(w)
 		return
 	}
-	if ex.tls != nil && d.hsts != nil {
+	if isHTTPS(ex.tls, front) && d.hsts != nil {
 		w.Header()["Strict-Transport-Security"] = d.hsts.value // on every answer; the origin's is replaced (forward.go)
 	}
 	if d.store != nil {

@@ -52,13 +52,14 @@ func requestTLS(r *http.Request) *wire.TLS {
 const acmeChallenge = "/.well-known/acme-challenge/"
 
 // secure is the step after route for what the connection's TLS (t, nil
-// without) says of a request of d to host, whose Host and target are as
-// sent: it returns false, with the answer in a, when the request goes no
-// further. A plain request to a domain with https_redirect, but for an
-// ACME challenge, is redirected; a request over TLS whose host the
-// connection's certificate is not for is misdirected.
-func (p *Proxy) secure(a *answer, d *domain, t *wire.TLS, rawHost, host, target string) bool {
-	switch insecure(d, t, host, target) {
+// without) and the balancer in front of it (f, nil for none; front.go) say
+// of a request of d to host, whose Host and target are as sent: it
+// returns false, with the answer in a, when the request goes no further.
+// A plain request to a domain with https_redirect, but for an ACME
+// challenge, is redirected; a request over TLS whose host the connection's
+// certificate is not for is misdirected.
+func (p *Proxy) secure(a *answer, d *domain, t *wire.TLS, f *wire.Front, rawHost, host, target string) bool {
+	switch insecure(d, t, f, host, target) {
 	case redirected:
 		a.redirectAnswer(p.httpsURL(a.vals[:0], rawHost, target))
 		d.requests.count(a)
@@ -81,9 +82,9 @@ const (
 
 // insecure says what secure answers, without answering: the fast path
 // declines a HEAD that it would answer, as net/http frames HEAD answers.
-func insecure(d *domain, t *wire.TLS, host, target string) int {
+func insecure(d *domain, t *wire.TLS, f *wire.Front, host, target string) int {
 	switch {
-	case t == nil && d.HTTPSRedirect && !strings.HasPrefix(target, acmeChallenge):
+	case !isHTTPS(t, f) && d.HTTPSRedirect && !strings.HasPrefix(target, acmeChallenge):
 		return redirected
 	case t != nil && t.Cert != nil && !t.Cert.Covers(host):
 		return uncovered
@@ -179,10 +180,12 @@ type tlsState struct {
 }
 
 // ConnContext is the public server's ConnContext: a connection over TLS
-// gives its requests its TLS (WithTLS). tlsOf returns a connection's TLS,
-// nil without (guard.TLSOf).
-func ConnContext(tlsOf func(net.Conn) *wire.TLS) func(context.Context, net.Conn) context.Context {
+// gives its requests its TLS (WithTLS), one that began with a PROXY header
+// what the header said (WithFront). tlsOf returns a connection's TLS, nil
+// without (guard.TLSOf); frontOf its wire.Front, nil without
+// (guard.FrontOf).
+func ConnContext(tlsOf func(net.Conn) *wire.TLS, frontOf func(net.Conn) *wire.Front) func(context.Context, net.Conn) context.Context {
 	return func(ctx context.Context, c net.Conn) context.Context {
-		return WithTLS(ctx, tlsOf(c))
+		return WithFront(WithTLS(ctx, tlsOf(c)), frontOf(c))
 	}
 }

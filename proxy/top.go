@@ -4,8 +4,6 @@ import (
 	"container/heap"
 	"sort"
 	"sync"
-
-	"github.com/edgerate/edge/window"
 )
 
 // topSize is how many keys each rule's top-talker list tracks.
@@ -25,28 +23,31 @@ const topSize = 64
 // free of this lock. Observation never waits: when another request holds
 // the lock the observation is dropped, so counts are a lower bound under
 // heavy concurrency.
-type topTalkers struct {
+//
+// K is what a key is tracked by: a rule's window.Key, or a client for the
+// refused connections (connections.go).
+type topTalkers[K comparable] struct {
 	mu    sync.Mutex
-	index map[window.Key]int // key → position in heap
-	heap  talkerHeap
+	index map[K]int // key → position in heap
+	heap  talkerHeap[K]
 }
 
 // talker is one tracked key.
-type talker struct {
-	key     window.Key
+type talker[K comparable] struct {
+	key     K
 	text    string // the key as the admin API shows it
 	count   uint64 // observed requests, possibly overestimated by err
 	blocked uint64 // observed blocked requests since the key was tracked
 	err     uint64 // count inherited from the key it replaced
 }
 
-func newTopTalkers() *topTalkers {
-	index := make(map[window.Key]int, topSize)
-	return &topTalkers{index: index, heap: talkerHeap{index: index}}
+func newTopTalkers[K comparable]() *topTalkers[K] {
+	index := make(map[K]int, topSize)
+	return &topTalkers[K]{index: index, heap: talkerHeap[K]{index: index}}
 }
 
 // observe counts one request of k; text is called only when k is new.
-func (t *topTalkers) observe(k window.Key, blocked bool, text func() string) {
+func (t *topTalkers[K]) observe(k K, blocked bool, text func() string) {
 	if !t.mu.TryLock() {
 		return
 	}
@@ -62,21 +63,21 @@ func (t *topTalkers) observe(k window.Key, blocked bool, text func() string) {
 		return
 	}
 	if len(t.heap.items) < topSize {
-		heap.Push(&t.heap, talker{key: k, text: text(), count: 1, blocked: b})
+		heap.Push(&t.heap, talker[K]{key: k, text: text(), count: 1, blocked: b})
 		return
 	}
 	// Replace the smallest counter.
 	min := &t.heap.items[0]
 	delete(t.index, min.key)
-	*min = talker{key: k, text: text(), count: min.count + 1, blocked: b, err: min.count}
+	*min = talker[K]{key: k, text: text(), count: min.count + 1, blocked: b, err: min.count}
 	t.index[k] = 0
 	heap.Fix(&t.heap, 0)
 }
 
 // top returns up to n tracked keys, heaviest first.
-func (t *topTalkers) top(n int) []talker {
+func (t *topTalkers[K]) top(n int) []talker[K] {
 	t.mu.Lock()
-	out := append([]talker(nil), t.heap.items...)
+	out := append([]talker[K](nil), t.heap.items...)
 	t.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].count != out[j].count {
@@ -88,7 +89,7 @@ func (t *topTalkers) top(n int) []talker {
 }
 
 // forget stops tracking k (after an admin reset).
-func (t *topTalkers) forget(k window.Key) {
+func (t *topTalkers[K]) forget(k K) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if i, ok := t.index[k]; ok {
@@ -98,24 +99,24 @@ func (t *topTalkers) forget(k window.Key) {
 }
 
 // talkerHeap is a min-heap by count that keeps index up to date.
-type talkerHeap struct {
-	items []talker
-	index map[window.Key]int
+type talkerHeap[K comparable] struct {
+	items []talker[K]
+	index map[K]int
 }
 
-func (h *talkerHeap) Len() int           { return len(h.items) }
-func (h *talkerHeap) Less(i, j int) bool { return h.items[i].count < h.items[j].count }
-func (h *talkerHeap) Swap(i, j int) {
+func (h *talkerHeap[K]) Len() int           { return len(h.items) }
+func (h *talkerHeap[K]) Less(i, j int) bool { return h.items[i].count < h.items[j].count }
+func (h *talkerHeap[K]) Swap(i, j int) {
 	h.items[i], h.items[j] = h.items[j], h.items[i]
 	h.index[h.items[i].key] = i
 	h.index[h.items[j].key] = j
 }
-func (h *talkerHeap) Push(x any) {
-	t := x.(talker)
+func (h *talkerHeap[K]) Push(x any) {
+	t := x.(talker[K])
 	h.index[t.key] = len(h.items)
 	h.items = append(h.items, t)
 }
-func (h *talkerHeap) Pop() any {
+func (h *talkerHeap[K]) Pop() any {
 	t := h.items[len(h.items)-1]
 	h.items = h.items[:len(h.items)-1]
 	delete(h.index, t.key)

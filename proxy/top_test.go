@@ -3,10 +3,12 @@ package proxy
 import (
 	"testing"
 	"time"
+
+	"github.com/edgerate/edge/window"
 )
 
 func TestTopTalkersBounded(t *testing.T) {
-	top := newTopTalkers()
+	top := newTopTalkers[window.Key]()
 	s := newEnv(t, oneDomain("http://127.0.0.1:9", rule("r", 1, time.Minute))).proxy.state.Load().domains[0].store
 	heavy := s.KeyString(0, "heavy")
 	for i := range 100_000 {

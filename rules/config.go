@@ -138,6 +138,12 @@ type Config struct {
 	H2C bool `mapstructure:"h2c"`
 	// HTTP2 holds the limits of the HTTP/2 edge serves (see [HTTP2Config]).
 	HTTP2 HTTP2Config `mapstructure:"http2"`
+	// ProxyProtocol names the load balancers whose connections begin with
+	// a PROXY protocol header (see [ProxyProtocolConfig]).
+	ProxyProtocol ProxyProtocolConfig `mapstructure:"proxy_protocol"`
+	// Connections limits each client's connections (see
+	// [ConnectionsConfig]).
+	Connections ConnectionsConfig `mapstructure:"connections"`
 	// Domains are the sites served; at least one is required.
 	Domains []DomainConfig `mapstructure:"domains"`
 

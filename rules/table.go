@@ -75,6 +75,11 @@ type Table struct {
 	H2C bool
 	// HTTP2 is the http2 section, defaults applied.
 	HTTP2 HTTP2
+	// ProxyProtocol is the proxy_protocol section; From nil means off.
+	ProxyProtocol ProxyProtocol
+	// Connections are the connections section's limits; the zero value
+	// limits nothing.
+	Connections Connections
 
 	// Domains in config order; Domains[i].Index == i.
 	Domains []*Domain

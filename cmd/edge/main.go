@@ -382,31 +382,35 @@ func listen(table *rules.Table, set *certs.Set, p *proxy.Proxy, reg *prometheus.
 	// The bound address decides, not the configured name.
 	s.admin.Handler = adminRouter(reg, p, ready, isLoopback(s.adminLn.Addr().String()))
 	maxConns := connectionCap(table, log)
+	pp := proxyProtocolStage(table, p) // connection.go
 	// With h2c, a plain connection that opens with the HTTP/2 preface
 	// goes to the HTTP/2 server (http2.go).
-	var plainStages []guard.Stage
+	var h2cStages []guard.Stage
 	if publicLn != nil && serveHTTP2(table) {
 		s.http2 = newHTTP2Server(table, p, publicLn.Addr(), errLog)
 		if table.H2C {
-			plainStages = []guard.Stage{guard.PriorKnowledge(s.http2.handoff)}
+			h2cStages = []guard.Stage{guard.PriorKnowledge(s.http2.handoff)}
 		}
 	}
+	publicStages := socketStages(table, pp, rules.ListenerPublic, h2cStages...)
 	if publicLn != nil && table.TLS.Listen != "" {
-		sock, srv, err := tlsSocket(table, set, p, s.http2)
+		sock, srv, err := tlsSocket(table, set, p, pp, s.http2)
 		if err != nil {
 			publicLn.Close()
 			s.adminLn.Close()
 			return nil, err
 		}
 		s.tls, s.tlsLn = srv, sock.Listener
-		if publicLn, err = guard.Join(guard.Socket{Listener: publicLn, Name: proxy.ListenerPublic, Stages: plainStages}, sock); err != nil {
+		if publicLn, err = guard.Join(guard.Socket{Listener: publicLn, Name: proxy.ListenerPublic, Stages: publicStages}, sock); err != nil {
 			return nil, err // cannot fail: it has sockets
 		}
-		plainStages = nil // the Join's socket has them
-		s.public.ConnContext = proxy.ConnContext(guard.TLSOf)
+		publicStages = nil // the Join's sockets have their own
+	}
+	if table.TLS.Listen != "" || pp != nil {
+		s.public.ConnContext = proxy.ConnContext(guard.TLSOf, guard.FrontOf)
 	}
 	if publicLn != nil {
-		s.publicLn = guardListener(publicLn, s.public, table.Timeouts.Read, p, maxConns, plainStages)
+		s.publicLn = guardListener(publicLn, s.public, table.Timeouts.Read, p, maxConns, publicStages)
 	}
 	if table.Check != nil {
 		checkLn, err := clientListen(table.Check.Listen)
@@ -481,11 +485,11 @@ func publicServer(table *rules.Table, h http.Handler, errLog *log.Logger) *http.
 // cut), bounds the reading of each request by read (timeouts.read), caps
 // the connections open at maxConns, closing idle ones first (hence
 // ConnState), and offers simple requests to the proxy's fast path, which
-// answers the ones a rule refuses (fastpath). stages run on each
-// connection of ln, unless it is a Join, whose sockets have their own.
+// answers the ones a rule refuses (fastpath). stages are the setup stages
+// of a plain socket ln (a Join's sockets have their own).
 func guardListener(ln net.Listener, srv *http.Server, read time.Duration, p *proxy.Proxy, maxConns int, stages []guard.Stage) net.Listener {
 	opts := guardOptions(srv, read, p, maxConns)
-	opts.Stages = stages
+	opts.Stages, opts.Name = stages, proxy.ListenerPublic
 	guarded := guard.NewListener(ln, opts)
 	srv.ConnState = guarded.ConnState
 	return guarded
@@ -499,9 +503,11 @@ func guardOptions(srv *http.Server, read time.Duration, p *proxy.Proxy, maxConns
 		WriteIdleTimeout: 30 * time.Second,
 		OnReject:         p.FramingRefused,
 		MaxConnections:   maxConns,
-		OnCapped:         func(ev guard.CapEvent) { p.ConnectionsCapped(ev.Max, ev.ClosedIdle) },
-		OnConnections:    p.ConnectionsOpen,
-		Answer:           fastAnswer(p),
+		// The connection limits, before the cap (connection.go).
+		Admit:         p.AdmitConnection,
+		OnCapped:      func(ev guard.CapEvent) { p.ConnectionsCapped(ev.Max, ev.ClosedIdle) },
+		OnConnections: p.ConnectionsOpen,
+		Answer:        fastAnswer(p),
 		// The server's own, which the fast path keeps while it answers.
 		ReadHeaderTimeout: srv.ReadHeaderTimeout,
 		ReadTimeout:       read,

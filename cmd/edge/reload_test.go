@@ -363,6 +363,7 @@ func TestReloadRestartRequired(t *testing.T) {
 		{"h2c", "", "h2c: true"},
 		{"http2.max_concurrent_streams", "h2c: true", "h2c: true\nhttp2: {max_concurrent_streams: 50}"},
 		{"http2.max_header_bytes", "h2c: true", "h2c: true\nhttp2: {max_header_bytes: 4096}"},
+		{"proxy_protocol.listeners", "", "proxy_protocol: {from: [10.0.0.1]}"},
 	}
 	var keys []string
 	for _, tt := range tests {

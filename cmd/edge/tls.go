@@ -65,11 +65,13 @@ func certificateStamp(path string, t *rules.Table) []fileStamp {
 
 // tlsSocket binds the HTTPS listener of t, serving set, and returns it as
 // a socket of the public listener, with the handshake as its stage, and
-// the server that swaps certificates on reload. The proxy counts the
-// handshakes and learns the port https_redirect sends clients to. With h2
-// (tls.http2), ALPN offers h2 before http/1.1, and a connection whose
-// client chose it goes to h2 after the handshake.
-func tlsSocket(t *rules.Table, set *certs.Set, p *proxy.Proxy, h2 *http2Server) (guard.Socket, *certs.Server, error) {
+// the server that swaps certificates on reload; pp, the PROXY header's
+// stage (nil for none), comes before the handshake where proxy_protocol
+// reads a header on this socket. The proxy counts the handshakes and
+// learns the port https_redirect sends clients to. With h2 (tls.http2),
+// ALPN offers h2 before http/1.1, and a connection whose client chose it
+// goes to h2 after the handshake.
+func tlsSocket(t *rules.Table, set *certs.Set, p *proxy.Proxy, pp guard.Stage, h2 *http2Server) (guard.Socket, *certs.Server, error) {
 	opts := certs.Options{TLS: t.TLS, Set: set, OnHandshake: p.TLSHandshake,
 		Fingerprint: func(h *tls.ClientHelloInfo) string { return ja4.FromClientHello(h, ja4.TCP).Fingerprint() }}
 	if h2 != nil && t.TLS.HTTP2 {
@@ -88,9 +90,9 @@ func tlsSocket(t *rules.Table, set *certs.Set, p *proxy.Proxy, h2 *http2Server) 
 		p.SetHTTPSPort(n)
 	}
 	p.SetCertificates(set.Info())
-	stages := []guard.Stage{srv.Stage}
+	own := []guard.Stage{srv.Stage}
 	if opts.NextProtos != nil {
-		stages = append(stages, guard.ALPN("h2", h2.handoff))
+		own = append(own, guard.ALPN("h2", h2.handoff))
 	}
-	return guard.Socket{Listener: ln, Name: proxy.ListenerTLS, Stages: stages}, srv, nil
+	return guard.Socket{Listener: ln, Name: proxy.ListenerTLS, Stages: socketStages(t, pp, rules.ListenerTLS, own...)}, srv, nil
 }

@@ -32,6 +32,9 @@ type Head struct {
 	Peer netip.Addr
 	// TLS is the connection's TLS; nil on a connection without it.
 	TLS *TLS
+	// Front is what a PROXY protocol header said of the connection; nil
+	// on a connection without one.
+	Front *Front
 	// Now is the wall clock when the head was taken up.
 	Now time.Time
 	// Client writes to the client while the answer is made, for an answer

@@ -386,6 +386,53 @@
     return el('section', { class: 'wide', 'aria-labelledby': 'h-domains' }, el('h2', { id: 'h-domains' }, 'Domains'), domains);
   }
 
+  // loadConnections reads the clients whose connections were refused
+  // most, when the connections section limits anything.
+  function loadConnections(config) {
+    if (!config.connections) return Promise.resolve(null);
+    return getJSON('/v1/top/connections?n=' + TOP_N)
+      .catch(e => { if (e instanceof Unauthorized) throw e; return null; });
+  }
+
+  // renderConnections shows the connection limits, the connections they
+  // refused since start, and the clients refused most; nothing without
+  // the connections or proxy_protocol section.
+  function renderConnections({ config, status }, top) {
+    const c = config.connections, pp = config.proxy_protocol;
+    if (!c && !pp) return null;
+    const parts = [];
+    if (pp) {
+      parts.push(['PROXY protocol from', pp.from.join(', ')], ['Read on', pp.listeners.join(', ') || 'no listener']);
+    }
+    const children = [el('h2', { id: 'h-connections' }, 'Connections')];
+    if (c) {
+      const refused = status.connections_refused || {};
+      parts.push(
+        ['Open per client', c.max_per_client ? 'at most ' + c.max_per_client : 'no limit'],
+        ['New per client', c.rate_per_client ? c.rate_per_client.limit + ' per ' + period(c.rate_per_client.period) +
+          ' (' + count(c.max_clients) + ' clients tracked)' : 'no limit'],
+        ['Exempt', (c.allow || []).join(', ') || 'none'],
+        ['Refused since start', el('span', { class: (refused.per_client || refused.rate) ? 'refused' : null },
+          count(refused.per_client || 0) + ' over max_per_client, ' + count(refused.rate || 0) + ' over rate_per_client')]);
+    }
+    children.push(facts(parts));
+    if (c) {
+      if (!top || top.length === 0) {
+        children.push(el('p', { class: 'quiet' }, top ? 'No connection refused.' : 'Not available.'));
+      } else {
+        children.push(table('talkers', 'Clients whose connections were refused most, as this node saw them', 'connections-t',
+          ['Client', 'Refused', 'Over rate', 'Over open', 'Open now'],
+          top.map(k => el('tr', null,
+            el('th', { scope: 'row' }, el('code', null, k.client)),
+            el('td', { class: 'refused' }, String(k.refused) + (k.refused_error ? ' (±' + k.refused_error + ')' : '')),
+            el('td', null, String(k.rate)),
+            el('td', null, String(k.per_client)),
+            el('td', null, String(k.open))))));
+      }
+    }
+    return el('section', { class: 'panel', 'aria-labelledby': 'h-connections' }, children);
+  }
+
   // SECTIONS are the page, top to bottom. Each is { load, render }: load
   // (optional) gets the configuration and returns a promise of what else
   // the section reads from the admin API, fetched alongside the other
@@ -401,6 +448,7 @@
     { render: renderSummary },
     { render: renderNode },
     { render: renderCluster },
+    { load: loadConnections, render: renderConnections },
     { load: loadTops, render: renderDomains },
   ];
 

@@ -238,6 +238,9 @@ type statusView struct {
 	// ConnectionsRefused are the connections the connection limits
 	// refused since start, by reason (connections.go).
 	ConnectionsRefused map[string]float64 `json:"connections_refused"`
+	// TLS is the HTTPS listener's certificates and handshakes; absent
+	// when edge serves no TLS.
+	TLS *tlsStatusView `json:"tls,omitempty"`
 }
 
 type domainStatusView struct {
@@ -398,15 +401,17 @@ func (p *Proxy) getStatus(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	now := p.now()
 	v := statusView{
 		Version: p.version, GoVersion: runtime.Version(),
-		StartedAt: p.startedAt.UTC(), UptimeSeconds: p.now().Sub(p.startedAt).Seconds(),
+		StartedAt: p.startedAt.UTC(), UptimeSeconds: now.Sub(p.startedAt).Seconds(),
 	}
-	v.Times, v.Domains = p.recent.view(p.state.Load(), seconds, p.now())
+	v.Times, v.Domains = p.recent.view(p.state.Load(), seconds, now)
 	v.ConnectionsRefused = map[string]float64{
 		RefusedPerClient: counterValue(p.metrics.connsRefusedPerClient),
 		RefusedRate:      counterValue(p.metrics.connsRefusedRate),
 	}
+	v.TLS = p.tlsStatus(now)
 	writeJSON(w, http.StatusOK, v)
 }
 

@@ -26,6 +26,8 @@ var statusTemplate = template.Must(template.New("index.html").Funcs(template.Fun
 	"changes":    reloadChanges,
 	"ruleLimit":  ruleLimit,
 	"conditions": ruleConditions,
+	"daysLeft":   daysLeft,
+	"results":    func() []string { return handshakeResults },
 }).ParseFS(statusFiles, "status/index.html"))
 
 // StatusPageOptions say what the status page needs from the admin
@@ -48,6 +50,7 @@ type statusPageData struct {
 	Uptime        string
 	Ready         bool
 	Config        configView
+	TLS           *tlsStatusView // nil when edge serves no TLS
 	Rendered      string
 }
 
@@ -86,6 +89,7 @@ func (p *Proxy) StatusPage(opts StatusPageOptions) http.Handler {
 			d.Uptime = formatUptime(now.Sub(p.startedAt))
 			d.Ready = opts.Ready()
 			d.Config = p.configView()
+			d.TLS = p.tlsStatus(now)
 			d.Rendered = now.UTC().Format(time.DateTime) + " UTC"
 		}
 		var buf bytes.Buffer
@@ -122,6 +126,15 @@ func formatUptime(d time.Duration) string {
 		return fmt.Sprintf("%dm %ds", mins, secs)
 	}
 	return fmt.Sprintf("%ds", secs)
+}
+
+// daysLeft writes a certificate's days left as the page's script does:
+// the whole days, or "expired".
+func daysLeft(c certificateView) string {
+	if c.Expired {
+		return "expired"
+	}
+	return strconv.Itoa(c.DaysLeft)
 }
 
 // reloadChanges lists what a load changed, one phrase a kind, as the

@@ -1,15 +1,21 @@
 package proxy
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/edgerate/edge/certs"
 	"github.com/edgerate/edge/rules"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/net/html"
 )
 
@@ -332,6 +338,104 @@ func TestFormatUptime(t *testing.T) {
 	} {
 		if got := formatUptime(tc.d); got != tc.want {
 			t.Errorf("formatUptime(%v) = %q, want %q", tc.d, got, tc.want)
+		}
+	}
+}
+
+// TestStatusCertificates: once the proxy is told its certificates, GET
+// /v1/status has a tls object (absent before) with each certificate's
+// file, names, issuer, expiry and days left, flagged within 14 days or
+// expired, and the handshakes by result, every result present; reading
+// them makes no series. The page renders them as a Certificates section.
+func TestStatusCertificates(t *testing.T) {
+	e, srv := statusEnv(t, false)
+	rawStatus := func() map[string]json.RawMessage {
+		t.Helper()
+		_, body := fetchPage(t, srv.URL+"/v1/status")
+		var v map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(body), &v); err != nil {
+			t.Fatalf("/v1/status: %v: %s", err, body)
+		}
+		return v
+	}
+	if tls, ok := rawStatus()["tls"]; ok {
+		t.Errorf("before SetCertificates /v1/status has tls %s, want none (edge serves no TLS)", tls)
+	}
+	if _, page := fetchPage(t, srv.URL+"/"); strings.Contains(page, "Certificates") {
+		t.Error("before SetCertificates the page has a Certificates section")
+	}
+
+	now := e.clock.Now()
+	day := 24 * time.Hour
+	e.proxy.SetCertificates([]certs.Info{
+		{File: "api.pem", Names: []string{"api.example.com", "127.0.0.1"}, Issuer: "edge test CA", NotAfter: now.Add(90 * day)},
+		{File: "edge.pem", Names: []string{"*.example.net"}, Issuer: "edge test CA", NotAfter: now.Add(14 * day)},
+		{File: "soon.pem", Names: []string{"soon.example.org"}, Issuer: "R11", NotAfter: now.Add(14*day - time.Second)},
+		{File: "old.pem", Issuer: "CN=old,O=nobody", NotAfter: now.Add(-time.Hour)},
+	})
+	for _, r := range []string{certs.ResultOK, certs.ResultOK, certs.ResultOK, certs.ResultUnknownSNI, certs.ResultError} {
+		h := certs.Handshake{Result: r, Duration: time.Millisecond}
+		if r == certs.ResultError {
+			h.Err = errors.New("tls: client offered only unsupported versions")
+		}
+		e.proxy.TLSHandshake(h)
+	}
+	at := func(d time.Duration) string { return now.Add(d).UTC().Format(time.RFC3339) }
+	want := `{"certificates":[` +
+		`{"file":"api.pem","names":["api.example.com","127.0.0.1"],"issuer":"edge test CA","not_after":"` + at(90*day) + `","days_left":90,"expires_soon":false,"expired":false},` +
+		`{"file":"edge.pem","names":["*.example.net"],"issuer":"edge test CA","not_after":"` + at(14*day) + `","days_left":14,"expires_soon":false,"expired":false},` +
+		`{"file":"soon.pem","names":["soon.example.org"],"issuer":"R11","not_after":"` + at(14*day-time.Second) + `","days_left":13,"expires_soon":true,"expired":false},` +
+		`{"file":"old.pem","names":[],"issuer":"CN=old,O=nobody","not_after":"` + at(-time.Hour) + `","days_left":-1,"expires_soon":true,"expired":true}],` +
+		`"handshakes":{"error":1,"ok":3,"plain_http":0,"rejected":0,"unknown_sni":1}}`
+	var got bytes.Buffer
+	if err := json.Compact(&got, rawStatus()["tls"]); err != nil || got.String() != want {
+		t.Errorf("/v1/status tls (%v):\n got %s\nwant %s", err, got.String(), want)
+	}
+	if n := testutil.CollectAndCount(e.proxy.metrics.tlsHandshakes); n != 3 {
+		t.Errorf("edge_tls_handshakes_total has %d series after /v1/status, want 3 (ok, unknown_sni, error): reading made some", n)
+	}
+
+	_, page := fetchPage(t, srv.URL+"/")
+	doc, err := html.Parse(strings.NewReader(page))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h2 []string
+	rows := map[string][]string{} // the certificates table's rows by file, each cell's text and class
+	walk(doc, func(n *html.Node) {
+		if n.Data == "h2" {
+			h2 = append(h2, text(n))
+		}
+		if n.Data != "tr" || n.Parent == nil || n.Parent.Data != "tbody" {
+			return
+		}
+		if c, _ := attr(n.Parent.Parent, "class"); c != "certificates" {
+			return
+		}
+		var cells []string
+		for c := firstElement(n); c != nil; c = c.NextSibling {
+			if c.Type == html.ElementNode {
+				cls, _ := attr(c, "class")
+				cells = append(cells, text(c)+"/"+cls)
+			}
+		}
+		rows[cells[0]] = cells[1:]
+	})
+	if got := strings.Join(h2, ","); got != "Summary,Node,Cluster,Certificates,Domains" {
+		t.Errorf("h2 = %q, want the Certificates section after Cluster", got)
+	}
+	date := func(d time.Duration) string { return now.Add(d).UTC().Format(time.DateTime) + " UTC" }
+	for _, tc := range []struct {
+		file string
+		want []string
+	}{
+		{"api.pem/", []string{"api.example.com, 127.0.0.1/", "edge test CA/", date(90*day) + "/", "90/"}},
+		{"edge.pem/", []string{"*.example.net/", "edge test CA/", date(14*day) + "/", "14/"}},
+		{"soon.pem/", []string{"soon.example.org/", "R11/", date(14*day-time.Second) + "/bad", "13/bad"}},
+		{"old.pem/", []string{"/", "CN=old,O=nobody/", date(-time.Hour) + "/bad", "expired/bad"}},
+	} {
+		if got := rows[tc.file]; !slices.Equal(got, tc.want) {
+			t.Errorf("the page's row of %s = %q, want %q", tc.file, got, tc.want)
 		}
 	}
 }

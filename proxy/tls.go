@@ -2,14 +2,18 @@ package proxy
 
 import (
 	"context"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/edgerate/edge/certs"
 	"github.com/edgerate/edge/internal/wire"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // TLS on the public listener: the handshake is the listener's (package
@@ -170,6 +174,81 @@ func (p *Proxy) Certificates() []certs.Info {
 		return *l
 	}
 	return nil
+}
+
+// certificateSoon is how close to its expiry the status page highlights a
+// certificate: 14 days, when the alert EdgeCertificateExpiringSoon
+// (docs/alerts.yaml) fires.
+const certificateSoon = 14 * 24 * time.Hour
+
+// handshakeResults are the results edge_tls_handshakes_total counts, in
+// the order the status page lists them.
+var handshakeResults = []string{certs.ResultOK, certs.ResultUnknownSNI, certs.ResultRejected, certs.ResultPlainHTTP, certs.ResultError}
+
+// tlsStatusView is GET /v1/status's tls, the status page's Certificates
+// section: the certificates the HTTPS listener serves, in config order,
+// and its handshakes since start by result (every result, 0 when none),
+// as edge_tls_handshakes_total counts them.
+type tlsStatusView struct {
+	Certificates []certificateView  `json:"certificates"`
+	Handshakes   map[string]float64 `json:"handshakes"`
+}
+
+// certificateView is one certificate as the status page shows it.
+// DaysLeft is the whole days until NotAfter, rounded down (negative once
+// expired); ExpiresSoon is less than certificateSoon left, expired
+// included.
+type certificateView struct {
+	File        string    `json:"file"`
+	Names       []string  `json:"names"`
+	Issuer      string    `json:"issuer"`
+	NotAfter    time.Time `json:"not_after"`
+	DaysLeft    int       `json:"days_left"`
+	ExpiresSoon bool      `json:"expires_soon"`
+	Expired     bool      `json:"expired"`
+}
+
+// tlsStatus is the HTTPS listener's status at now; nil when edge serves
+// no TLS (SetCertificates was never called).
+func (p *Proxy) tlsStatus(now time.Time) *tlsStatusView {
+	l := p.certificates.Load()
+	if l == nil {
+		return nil
+	}
+	v := &tlsStatusView{Certificates: make([]certificateView, 0, len(*l)), Handshakes: make(map[string]float64, len(handshakeResults))}
+	for _, c := range *l {
+		left := c.NotAfter.Sub(now)
+		v.Certificates = append(v.Certificates, certificateView{
+			File: c.File, Names: append([]string{}, c.Names...), Issuer: c.Issuer, NotAfter: c.NotAfter.UTC(),
+			DaysLeft:    int(math.Floor(left.Hours() / 24)),
+			ExpiresSoon: left < certificateSoon,
+			Expired:     !now.Before(c.NotAfter),
+		})
+	}
+	counts := labelledCounts(p.metrics.tlsHandshakes)
+	for _, r := range handshakeResults {
+		v.Handshakes[r] = counts[r]
+	}
+	return v
+}
+
+// labelledCounts reads the counters of v, a vector of one label, by that
+// label's value, as /metrics would export them. Unlike WithLabelValues it
+// makes no series: a result never seen stays out of /metrics.
+func labelledCounts(v *prometheus.CounterVec) map[string]float64 {
+	ch := make(chan prometheus.Metric)
+	go func() { // ends when Collect has sent every series
+		v.Collect(ch)
+		close(ch)
+	}()
+	out := make(map[string]float64)
+	for m := range ch {
+		var d dto.Metric
+		if err := m.Write(&d); err == nil && len(d.GetLabel()) == 1 {
+			out[d.GetLabel()[0].GetValue()] = d.GetCounter().GetValue()
+		}
+	}
+	return out
 }
 
 // tlsState is what the proxy keeps of its HTTPS listener.

@@ -4,10 +4,12 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -21,8 +23,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgerate/edge/internal/wait"
 	"github.com/edgerate/edge/proxy"
+	"github.com/edgerate/edge/rules"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/net/html"
 )
 
@@ -142,19 +147,81 @@ const poll = setInterval(() => {
 }, 100);
 </script>`
 
-func newStatusUnderTest(t *testing.T, token string, hide bool) *statusUnderTest {
+func newStatusUnderTest(t *testing.T, token string, hide, tls bool) *statusUnderTest {
 	t.Helper()
-	return startStatus(t, statusSetup{token: token, hide: hide, click: "203.0.113.7"})
+	return startStatus(t, statusSetup{token: token, hide: hide, click: "203.0.113.7", tls: tls})
 }
 
 // statusSetup is what a status page test varies: the admin token, whether
-// the harness hides the tab, the key whose reset button it clicks, and
-// logins sent after the usual traffic, each five times, over login's limit.
+// the harness hides the tab, the key whose reset button it clicks, logins
+// sent after the usual traffic, each five times, over login's limit, and
+// whether edge serves TLS (statusTLS).
 type statusSetup struct {
 	token  string
 	hide   bool
 	click  string
 	logins []login
+	tls    bool
+}
+
+// statusTLS is the tls section of a status page test that serves TLS:
+// api.pem (api.example.com and 127.0.0.1, 90 days) and soon.pem
+// (soon.example.org, 5 days: highlighted), written by serveStatusTLS.
+const statusTLS = `
+tls:
+  listen: "127.0.0.1:0"
+  certificates:
+    - {cert_file: api.pem, key_file: api.key}
+    - {cert_file: soon.pem, key_file: soon.key}
+`
+
+// serveStatusTLS binds the HTTPS listener of table for p, as edge does
+// (tlsSocket, which tells p the certificates), runs its handshakes until
+// the test ends, and makes three: one for a name covered (ok), one for a
+// name no certificate covers (unknown_sni) and plain HTTP (plain_http),
+// which reg counts.
+func serveStatusTLS(t *testing.T, path string, table *rules.Table, p *proxy.Proxy, reg *prometheus.Registry) {
+	t.Helper()
+	set, err := loadCertificates(path, table)
+	must(t, err)
+	sock, _, err := tlsSocket(table, set, p, nil, nil)
+	must(t, err)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := sock.Listener.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				if res, err := sock.Stages[0](c); err == nil {
+					res.Conn.Close()
+				}
+				c.Close()
+			})
+		}
+	})
+	t.Cleanup(func() {
+		sock.Listener.Close()
+		wg.Wait()
+	})
+	addr := sock.Listener.Addr().String()
+	for _, name := range []string{"api.example.com", "unknown.example"} {
+		c, err := tls.Dial("tcp", addr, &tls.Config{ServerName: name, InsecureSkipVerify: true})
+		must(t, err)
+		c.Close()
+	}
+	c, err := net.Dial("tcp", addr)
+	must(t, err)
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: api.example.com\r\n\r\n")
+	io.Copy(io.Discard, c) // answered 400, then closed
+	c.Close()
+	// A handshake is counted as the server ends it, which may be after
+	// the client's end.
+	wait.For(t, 10*time.Second, "the three handshakes to be counted", func() bool {
+		n, err := testutil.GatherAndCount(reg, "edge_tls_handshakes_total")
+		return err == nil && n == 3
+	})
 }
 
 // login is a client and the X-User it logs in as.
@@ -168,8 +235,16 @@ func startStatus(t *testing.T, setup statusSetup) *statusUnderTest {
 		io.WriteString(w, "ok")
 	}))
 	t.Cleanup(origin.Close)
-	path := filepath.Join(t.TempDir(), "edge.yaml")
-	if err := os.WriteFile(path, []byte(statusConfig(origin.URL, token)), 0o600); err != nil {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "edge.yaml")
+	cfg := statusConfig(origin.URL, token)
+	if setup.tls {
+		ca := newTestCA(t, dir)
+		ca.issue(t, dir, "api", 90*24*time.Hour, "api.example.com", "127.0.0.1")
+		ca.issue(t, dir, "soon", 5*24*time.Hour, "soon.example.org")
+		cfg += statusTLS
+	}
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	table, hash, err := loadConfig(path)
@@ -182,6 +257,9 @@ func startStatus(t *testing.T, setup statusSetup) *statusUnderTest {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
+	if setup.tls {
+		serveStatusTLS(t, path, table, p, reg)
+	}
 	applyTraffic(t, p, setup.logins)
 
 	var ready atomic.Bool
@@ -399,18 +477,21 @@ func positive(s string) bool {
 // edge's admin router with traffic applied, lets its script read the admin
 // API, and checks what it rendered; then it checks the request the reset
 // button sent. With a token the page asks for it first and sends it as a
-// bearer token on every request. With -update it writes the screenshot
-// docs/operations.md shows.
+// bearer token on every request. Serving TLS, it lists the certificates,
+// one expiring soon highlighted, and the handshakes by result. With
+// -update it writes the screenshot docs/operations.md shows.
 func TestStatusPageInBrowser(t *testing.T) {
 	tests := []struct {
 		name, token string
+		tls         bool
 	}{
-		{"no token", ""},
-		{"token", "s3cret-token"},
+		{"no token", "", false},
+		{"token", "s3cret-token", false},
+		{"tls", "", true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newStatusUnderTest(t, tc.token, false)
+			s := newStatusUnderTest(t, tc.token, false, tc.tls)
 			out := chromium(t, "--dump-dom", s.url+"/harness")
 			d := parseDOM(t, out)
 			defer func() {
@@ -430,11 +511,16 @@ func TestStatusPageInBrowser(t *testing.T) {
 			if got, want := nodeAttr(body, "data-clicked"), "Reset key 203.0.113.7 of rule per-ip"; got != want {
 				t.Errorf("clicked %q, want the button labelled %q", got, want)
 			}
+			h2 := "Summary,Node,Cluster,Domains"
+			if tc.tls {
+				h2 = "Summary,Node,Cluster,Certificates,Domains"
+				checkCertificatesRendered(t, d)
+			}
 			checks := []struct {
 				name      string
 				got, want string
 			}{
-				{"h2", strings.Join(d.texts("h2"), ","), "Summary,Node,Cluster,Domains"},
+				{"h2", strings.Join(d.texts("h2"), ","), h2},
 				{"h3", strings.Join(d.texts("h3"), ","), "api,www,shop"},
 				{"h4", strings.Join(d.texts("h4"), ","), "Top talkers of per-ip,Top talkers of login,Top talkers of bucket"},
 			}
@@ -506,6 +592,39 @@ func TestStatusPageInBrowser(t *testing.T) {
 				t.Errorf("GET /v1/config %d times in 8 s, want at least 3", n)
 			}
 		})
+	}
+}
+
+// checkCertificatesRendered checks the Certificates section of a page
+// serveStatusTLS's edge rendered: each certificate with its names, issuer
+// and days left, soon.pem's expiry highlighted and api.pem's not, and the
+// handshakes by result.
+func checkCertificatesRendered(t *testing.T, d dom) {
+	t.Helper()
+	const caption = "Certificates the HTTPS listener serves"
+	if r := d.row(caption, "api.pem"); len(r) != 5 || r[1] != "api.example.com, 127.0.0.1" || r[2] != "edge test CA" ||
+		!strings.HasSuffix(r[3], " UTC") || r[4] != "89" {
+		t.Errorf("api.pem's row = %q, want its names, issuer edge test CA, its expiry and 89 days left", r)
+	}
+	if r := d.row(caption, "soon.pem"); len(r) != 5 || r[1] != "soon.example.org" || r[4] != "4" {
+		t.Errorf("soon.pem's row = %q, want soon.example.org and 4 days left", r)
+	}
+	// The days left cell of each: highlighted within 14 days only.
+	classes := map[string]string{}
+	d.each(func(n *html.Node) {
+		if n.Data == "td" && n.Parent != nil && n.Parent.LastChild == n {
+			if th := n.Parent.FirstChild; th != nil && strings.HasSuffix(nodeText(th), ".pem") {
+				classes[nodeText(th)] = nodeAttr(n, "class")
+			}
+		}
+	})
+	if classes["soon.pem"] != "bad" || classes["api.pem"] != "" {
+		t.Errorf("days left highlighted: %q, want soon.pem's only (class bad)", classes)
+	}
+	for result, want := range map[string]string{"ok": "1", "unknown_sni": "1", "plain_http": "1", "rejected": "0", "error": "0"} {
+		if r := d.row("TLS handshakes since start", result); len(r) != 2 || r[1] != want {
+			t.Errorf("handshakes row %s = %q, want %s", result, r, want)
+		}
 	}
 }
 
@@ -585,7 +704,7 @@ func countRequests(seen []seenRequest, path string) int {
 // TestStatusPagePausedWhenHidden: once the tab is hidden the page stops
 // reading the admin API.
 func TestStatusPagePausedWhenHidden(t *testing.T) {
-	s := newStatusUnderTest(t, "", true)
+	s := newStatusUnderTest(t, "", true, false)
 	d := parseDOM(t, chromium(t, "--dump-dom", s.url+"/harness"))
 	if n := countRequests(s.requests(), "/v1/config"); n != 1 {
 		t.Errorf("GET /v1/config %d times in 8 s with the tab hidden after the first, want 1", n)
@@ -608,7 +727,7 @@ func TestStatusScreenshot(t *testing.T) {
 	if !*update {
 		t.Skip("run with -update to rewrite docs/status.png")
 	}
-	s := newStatusUnderTest(t, "", false)
+	s := newStatusUnderTest(t, "", false, false)
 	out, err := filepath.Abs("../../docs/status.png")
 	if err != nil {
 		t.Fatal(err)

@@ -300,6 +300,35 @@
       ]));
   }
 
+  // renderCertificates lists the certificates the HTTPS listener serves,
+  // each with its names, issuer and expiry (highlighted within 14 days or
+  // once expired, as /v1/status's expires_soon says), and the handshakes
+  // since start by result; nothing when edge serves no TLS.
+  const HANDSHAKE_RESULTS = ['ok', 'unknown_sni', 'rejected', 'plain_http', 'error']; // the page's order
+  const FAILED_HANDSHAKE = ['rejected', 'plain_http', 'error'];
+  function renderCertificates({ status }) {
+    const tls = status.tls;
+    if (!tls) return null;
+    const rows = tls.certificates.map(c => {
+      const cls = c.expires_soon ? 'bad' : null;
+      return el('tr', null,
+        el('th', { scope: 'row' }, c.file),
+        el('td', null, c.names.join(', ') || '–'),
+        el('td', null, c.issuer),
+        el('td', { class: cls }, utc(c.not_after)),
+        el('td', { class: cls }, c.expired ? 'expired' : String(c.days_left)));
+    });
+    const known = HANDSHAKE_RESULTS.filter(r => r in tls.handshakes);
+    const results = known.concat(Object.keys(tls.handshakes).filter(r => !known.includes(r))).map(r => el('tr', null,
+      el('th', { scope: 'row' }, r),
+      el('td', { class: FAILED_HANDSHAKE.includes(r) && tls.handshakes[r] > 0 ? 'refused' : null }, count(tls.handshakes[r]))));
+    return el('section', { class: 'panel wide', 'aria-labelledby': 'h-certificates' },
+      el('h2', { id: 'h-certificates' }, 'Certificates'),
+      table('certificates', 'Certificates the HTTPS listener serves', 'certificates-t',
+        ['File', 'Names', 'Issuer', 'Expires', 'Days left'], rows),
+      table('handshakes', 'TLS handshakes since start', 'handshakes-t', ['Result', 'Handshakes'], results));
+  }
+
   function renderDomain(i, d, fig, times, tops) {
     const id = 'd' + i;
     const f = fig || { served: [], blocked: [], upstream_errors: [], upstream_5xx: [], upstream_latency_seconds: [], totals: {}, rules: [] };
@@ -440,15 +469,16 @@
   // is the section's to catch); render gets the view ({ config, status,
   // ready, figures: /v1/status's domains by name }) and what load read,
   // and returns the section's element, or null to show nothing. A
-  // section's headings and ids are its own. A later feature (certificates,
-  // origin servers, refused connections) adds a renderer and an entry
-  // here, without touching the other sections; a section that spans both
+  // section's headings and ids are its own. A later feature (origin
+  // servers, refused connections) adds a renderer and an entry here, as
+  // the certificates did, without touching the other sections; a section that spans both
   // columns has the class "wide".
   const SECTIONS = [
     { render: renderSummary },
     { render: renderNode },
     { render: renderCluster },
     { load: loadConnections, render: renderConnections },
+    { render: renderCertificates },
     { load: loadTops, render: renderDomains },
   ];
 

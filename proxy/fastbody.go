@@ -269,6 +269,7 @@ func (p *Proxy) refuseFastBody(d *domain, h *Head, method string, err error, out
 	h.Client.CloseAfter()
 	var a answer
 	a.refusalAnswer(no, outcomeBodyRefused)
+	a.strictTransport(d, isHTTPS(h.TLS, h.Front))
 	d.requests.count(&a)
 	return a.appendTo(out, time.Now(), method == http.MethodHead)
 }

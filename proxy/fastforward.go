@@ -204,6 +204,7 @@ func (r *relay) interim(resp *http.Response) {
 func (r *relay) fail(l *errorLog, err error) []byte {
 	var a answer
 	upstreamFailure(&a, err) // forward.go
+	a.strictTransport(r.d, isHTTPS(r.h.TLS, r.h.Front))
 	l.logFast(string(r.h.Method), r.h.Target, a.status, err)
 	r.d.requests.count(&a)
 	endBody(r.h, &a)

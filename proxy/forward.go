@@ -26,6 +26,13 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, d *domain) {
 	if d.Respond == nil {
 		p.inFlight.Add(1)
 		defer p.inFlight.Add(-1)
+		if d.hsts != nil {
+			// ReverseProxy sends the writer's fields with each 1xx and
+			// then clears them, which would lose ServeHTTP's HSTS for the
+			// final response: that gets it in ModifyResponse, and edge's
+			// own answer to a failed forward in errorLog.handle.
+			delete(w.Header(), "Strict-Transport-Security")
+		}
 	}
 	d.upstream.ServeHTTP(w, r)
 }
@@ -65,6 +72,7 @@ func newTransport(t rules.Timeouts) *http.Transport {
 func (p *Proxy) newForwarder(d *domain, origin *url.URL, cip *ClientIP, transport http.RoundTripper, mergeFields bool) http.Handler {
 	domain := d.Name
 	errLog := newErrorLog(p.log, domain, &d.requests, func(w http.ResponseWriter, err error) { p.refuseBody(w, d, err) })
+	errLog.hsts = d.hsts
 	obs := p.metrics.upstreamObservers(domain)
 	d.upstreamObs = obs // the status page reads them (recent.go)
 	d.fastFwd = p.fastOriginFor(d, origin, obs, errLog)
@@ -134,8 +142,7 @@ func (p *Proxy) newForwarder(d *domain, origin *url.URL, cip *ClientIP, transpor
 				p.onResponse(d, resp)
 			}
 			if d.hsts != nil && (resp.Request.TLS != nil || isHTTPS(nil, frontOf(resp.Request.Context()))) {
-				// ServeHTTP has set the domain's own on the response.
-				delete(resp.Header, "Strict-Transport-Security")
+				resp.Header["Strict-Transport-Security"] = d.hsts.value // the domain's, not the origin's
 			}
 			if !mergeFields {
 				return nil
@@ -224,6 +231,7 @@ type errorLog struct {
 	domain     string
 	refuseBody func(http.ResponseWriter, error)
 	counts     *requestCounters // the domain's
+	hsts       *staticField     // the domain's Strict-Transport-Security, nil for none
 	limiter    *rate.Limiter
 	mu         sync.Mutex
 	suppressed int // errors not logged since the last line
@@ -242,6 +250,9 @@ func newErrorLog(log *slog.Logger, domain string, counts *requestCounters, refus
 // When the forward was cancelled (only edge cancels it; see newForwarder)
 // it aborts the connection instead.
 func (l *errorLog) handle(w http.ResponseWriter, r *http.Request, err error) {
+	if l.hsts != nil && (r.TLS != nil || isHTTPS(nil, requestFront(r))) {
+		w.Header()["Strict-Transport-Security"] = l.hsts.value // as ServeHTTP set it before the forward
+	}
 	if berr := bodyError(r); berr != nil {
 		l.refuseBody(w, berr)
 		return

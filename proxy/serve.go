@@ -42,7 +42,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if isHTTPS(ex.tls, front) && d.hsts != nil {
-		w.Header()["Strict-Transport-Security"] = d.hsts.value // on every answer; the origin's is replaced (forward.go)
+		w.Header()["Strict-Transport-Security"] = d.hsts.value // on every answer; a forward's: forward.go
 	}
 	if d.store != nil {
 		ex.src, ex.id = p.identify(r, st, host, now) // identify.go

@@ -17,6 +17,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
+	"net/textproto"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,7 +37,7 @@ type testCA struct {
 	file string // the CA's PEM file
 }
 
-func newTestCA(t *testing.T, dir string) *testCA {
+func newTestCA(t testing.TB, dir string) *testCA {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	must(t, err)
@@ -56,7 +58,7 @@ func newTestCA(t *testing.T, dir string) *testCA {
 
 // issue writes a certificate for names (DNS names or IP addresses), valid
 // for validFor, and its key, as name.pem and name.key in dir.
-func (ca *testCA) issue(t *testing.T, dir, name string, validFor time.Duration, names ...string) {
+func (ca *testCA) issue(t testing.TB, dir, name string, validFor time.Duration, names ...string) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	must(t, err)
@@ -554,5 +556,107 @@ func TestTLSRealClients(t *testing.T) {
 	cmd.Stdin = strings.NewReader("")
 	if out, err := cmd.CombinedOutput(); err == nil && strings.Contains(string(out), "Cipher is AES128-SHA") {
 		t.Errorf("openssl negotiated a CBC suite with RSA key exchange:\n%s", out)
+	}
+}
+
+// TestTLSHSTSOnEveryAnswer: over TLS, every final answer of a domain with
+// hsts_max_age carries its Strict-Transport-Security once, on both request
+// paths (each request sent twice on one connection: the second may be the
+// fast path's) and over HTTP/2: a forward (the origin's own replaced), a forward after a
+// 103 (the 103, an interim response, goes as the origin sent it), edge's
+// 502 for an origin that cannot be reached, 413 for a body over
+// max_request_body (declared, or found so while read), and 429.
+func TestTLSHSTSOnEveryAnswer(t *testing.T) {
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Strict-Transport-Security", "max-age=1")
+		if r.URL.Path == "/early" {
+			w.Header().Set("Link", "</a.css>; rel=preload")
+			w.WriteHeader(http.StatusEarlyHints)
+		}
+		io.WriteString(w, "ok")
+	}))
+	t.Cleanup(origin.Close)
+	down, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	downAddr := down.Addr().String()
+	down.Close() // nothing listens there: 502
+	for _, run := range []struct{ fast, h2 bool }{{true, false}, {false, false}, {true, true}} {
+		fast := run.fast
+		t.Run(fmt.Sprintf("fastpath %v, HTTP/2 %v", fast, run.h2), func(t *testing.T) {
+			e := startTLSEdge(t, fmt.Sprintf(`
+listen: %q
+admin_listen: %q
+origin: %q
+fastpath: %v
+max_request_body: 4
+tls:
+  listen: "127.0.0.1:0"
+  certificates: [{cert_file: api.pem, key_file: api.key}, {cert_file: wild.pem, key_file: wild.key}]
+domains:
+  - name: api
+    hosts: [api.example.com]
+    hsts_max_age: 1h
+    rules: [{name: limited, limit: 1, period: 1h, match: {path_prefix: /limited}}]
+  - name: down
+    hosts: [a.example.net]
+    origin: "http://%s"
+    hsts_max_age: 2h
+`, publicAnyPort, adminAnyPort, origin.URL, fast, downAddr))
+			tests := []struct {
+				name, host, method, path, body string
+				status                         int
+				hsts                           string
+			}{
+				{"forward", "api.example.com", "GET", "/", "", 200, "max-age=3600"},
+				{"forward after a 103", "api.example.com", "GET", "/early", "", 200, "max-age=3600"},
+				{"origin unreachable", "a.example.net", "GET", "/", "", 502, "max-age=7200"},
+				{"body too large", "api.example.com", "POST", "/", "too large", 413, "max-age=3600"},
+				{"body too large, chunked", "api.example.com", "POST", "/chunked", "too large", 413, "max-age=3600"},
+				{"refused", "api.example.com", "GET", "/limited", "", 429, "max-age=3600"},
+			}
+			for _, tc := range tests {
+				t.Run(tc.name, func(t *testing.T) {
+					conf := &tls.Config{}
+					if run.h2 {
+						conf.NextProtos = []string{"h2", "http/1.1"}
+					}
+					c := e.client(conf)
+					tr := c.Transport.(*http.Transport)
+					tr.DisableKeepAlives, tr.ForceAttemptHTTP2 = false, run.h2
+					defer c.CloseIdleConnections()
+					for i := range 2 {
+						var early []string
+						trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+							early = append(early, fmt.Sprintf("%d %q", code, h.Values("Strict-Transport-Security")))
+							return nil
+						}}
+						req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace),
+							tc.method, "https://"+tc.host+tc.path, strings.NewReader(tc.body))
+						if tc.path == "/chunked" {
+							req.ContentLength = -1 // of unknown length: read on either path, not judged by its declared length
+						}
+						resp, err := c.Do(req)
+						must(t, err)
+						io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+						got := resp.Header.Values("Strict-Transport-Security")
+						status := tc.status
+						if tc.name == "refused" && i == 0 {
+							status = 200 // the first is within the limit
+						}
+						if resp.StatusCode != status || len(got) != 1 || got[0] != tc.hsts {
+							t.Errorf("request %d: %d with Strict-Transport-Security %q, want %d with %s once", i, resp.StatusCode, got, status, tc.hsts)
+						}
+						if h2 := resp.ProtoMajor == 2; h2 != run.h2 {
+							t.Errorf("request %d: over %s, want HTTP/2 %v", i, resp.Proto, run.h2)
+						}
+						if tc.path == "/early" && (len(early) != 1 || early[0] != `103 ["max-age=1"]`) {
+							t.Errorf("request %d: 1xx %q, want one 103 as the origin sent it, with its own max-age=1", i, early)
+						}
+					}
+				})
+			}
+		})
 	}
 }

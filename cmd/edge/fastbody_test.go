@@ -64,6 +64,12 @@ func withChunks(method, host, target string, chunks []string, trailer string, fi
 func cutEnd(s string, n int) string { return s[:len(s)-n] }
 
 func TestFastForwardBodies(t *testing.T) {
+	runBodySeqs(t, bodyConfig, bodySeqs())
+}
+
+// bodySeqs are the sequences of the request bodies' differential tests,
+// over plain HTTP and over TLS.
+func bodySeqs() []bodySeq {
 	big := strings.Repeat("b", 100000)
 	type seq = bodySeq
 	var seqs []seq
@@ -160,8 +166,7 @@ func TestFastForwardBodies(t *testing.T) {
 		seqs = append(seqs, seq{"hostile " + hc.Class + "/" + hc.Name,
 			[]string{strings.ReplaceAll(hc.Raw, hostile.HostAPI, "Host: plain.example.com")}, true, true, 0})
 	}
-
-	runBodySeqs(t, bodyConfig, seqs)
+	return seqs
 }
 
 // bodySeq is one request sequence of TestFastForwardBodies.
@@ -177,6 +182,12 @@ type bodySeq struct {
 // and fastpath true, and one with false, and compares what their origins
 // and clients received.
 func runBodySeqs(t *testing.T, cfg string, seqs []bodySeq) {
+	runBodySeqsOver(t, cfg, seqs, nil)
+}
+
+// runBodySeqsOver is runBodySeqs over TLS when fix is not nil, cfg
+// serving its certificate.
+func runBodySeqsOver(t *testing.T, cfg string, seqs []bodySeq, fix *diffTLS) {
 	for _, sq := range seqs {
 		// Each sequence follows a plain request on its connection, as a
 		// client's later requests do.
@@ -193,7 +204,7 @@ func runBodySeqs(t *testing.T, cfg string, seqs []bodySeq) {
 			for i, fast := range []bool{true, false} {
 				origin := startRawOrigin(t)
 				cfg := strings.NewReplacer("ORIGIN", "http://"+origin.ln.Addr().String()).Replace(cfg)
-				ds := startConfig(t, cfg, fast)
+				ds := startConfigOver(t, cfg, fast, fix)
 				got[i] = []heard{hear(sq.steps, exchange(t, ds, sq.steps, sq.wait, sq.halfClose))}
 				want[i] = origin.received(t)
 				if fast {

@@ -57,6 +57,7 @@ var rawResponses = map[string]string{
 	"bareLF":      "HTTP/1.1 200 OK\nContent-Type: text/plain\nContent-Length: 2\n\nok",
 	"folded":      "HTTP/1.1 200 OK\r\nX-Fold: a\r\n b\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok",
 	"notfound":    "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 4\r\n\r\nnope",
+	"hsts":        "HTTP/1.1 200 OK\r\nStrict-Transport-Security: max-age=1\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok",
 	"server-err":  "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 3\r\nContent-Length: 0\r\n\r\n",
 	"big":         "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: 100000\r\n\r\n" + strings.Repeat("x", 100000),
 	"bigchunked":  "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n" + rawChunks(3, 1000),
@@ -356,6 +357,30 @@ domains:
 `
 
 func TestFastForwardDifferential(t *testing.T) {
+	for _, trust := range []bool{true, false} {
+		for _, sq := range forwardSeqs() {
+			t.Run(fmt.Sprintf("trusted=%v/%s", trust, sq.name), func(t *testing.T) {
+				t.Parallel()
+				runForwardSeq(t, sq, trust, nil)
+			})
+		}
+	}
+}
+
+// forwardSeq is one request sequence of the fast forward's differential
+// tests: sent one at a time (wait) or all at once.
+type forwardSeq struct {
+	name  string
+	steps []string
+	wait  bool
+}
+
+// forwardSeqs are the request sequences of the fast forward's
+// differential tests, over plain HTTP and over TLS: every response of
+// rawResponses (FFWD_ONLY, if set, names the ones to use) to GET and
+// HEAD, with the fields a proxy rewrites, pipelined, odd targets, and the
+// hostile corpus.
+func forwardSeqs() []forwardSeq {
 	var names []string
 	for name := range rawResponses {
 		names = append(names, name)
@@ -378,78 +403,92 @@ func TestFastForwardDifferential(t *testing.T) {
 		"X-Forwarded-For: 198.51.100.1, 203.0.113.7", "X-Forwarded-For: 10.0.0.1", "X-Forwarded-Host: a.example",
 		"X-Forwarded-Proto: https", "x-custom: a", "X-CUSTOM: b", "Accept: */*", "X-Empty:", "Content-Length: 0",
 		"Trailer: X-T", "Accept-Encoding: gzip", "Via: 1.0 fred, 1.1 p.example.net (x, y)", "via: 1.1 edge-elsewhere-x",
+		"X-JA4: forged", "x-ja4: forged too", // the TLS variant's fingerprint_header
 	}
-	type seq struct {
-		name  string
-		steps []string
-		wait  bool
-	}
-	var seqs []seq
+	var seqs []forwardSeq
 	for _, host := range []string{"plain.example.com", "limited.example.com", "Limited.Example.com:80"} {
 		seqs = append(seqs,
-			seq{"responses " + host, reqs(host, names), true},
-			seq{"fields " + host, reqs(host, []string{"cl", "chunked", "hop"}, fields...), true},
-			seq{"pipelined " + host, []string{strings.Join(reqs(host, []string{"cl", "chunked", "trailer", "big"}), "")}, false},
+			forwardSeq{"responses " + host, reqs(host, names), true},
+			forwardSeq{"fields " + host, reqs(host, []string{"cl", "chunked", "hop"}, fields...), true},
+			forwardSeq{"pipelined " + host, []string{strings.Join(reqs(host, []string{"cl", "chunked", "trailer", "big"}), "")}, false},
 		)
 	}
 	seqs = append(seqs,
-		seq{"targets", []string{
+		forwardSeq{"targets", []string{
 			get("plain.example.com", "/r/cl?a=1&b=%20"), get("plain.example.com", "/x%2Fy/cl"), get("plain.example.com", "/r/cl?"),
 			get("plain.example.com", "/a!$&'()*+,;=:@[]/cl"), get("plain.example.com", "/a;b/cl?x;y"), get("plain.example.com", "/%7e/cl?%zz"),
 			get("plain.example.com", "/a\"b/cl"), get("plain.example.com", "/a{b}/cl"), get("plain.example.com", "//double/cl"),
 		}, true},
-		seq{"ipv6 host", []string{get("[::1]:80", "/r/cl")}, true},
+		forwardSeq{"ipv6 host", []string{get("[::1]:80", "/r/cl")}, true},
 	)
 	// The responses that end their connection, each on its own (in the
 	// sequences above only the first of them is reached), after two that
 	// put the client's connection on the fast path and leave an origin
 	// connection in each path's pool, so that both retry alike.
 	for _, n := range []string{"short", "hang", "eof-body", "eof-sniff", "empty-eof", "close", "http10", "malformed", "garbage", "idleclose"} {
-		seqs = append(seqs, seq{"ends its connection " + n, []string{get("plain.example.com", "/r/cl"),
+		seqs = append(seqs, forwardSeq{"ends its connection " + n, []string{get("plain.example.com", "/r/cl"),
 			get("plain.example.com", "/r/cl"), get("plain.example.com", "/r/"+n), get("plain.example.com", "/r/cl")}, true})
 	}
 	prime := []string{get("plain.example.com", "/r/cl"), get("limited.example.com", "/r/cl")}
 	for _, hc := range hostile.Corpus() {
-		seqs = append(seqs, seq{"hostile " + hc.Class + "/" + hc.Name,
+		seqs = append(seqs, forwardSeq{"hostile " + hc.Class + "/" + hc.Name,
 			append(append([]string(nil), prime...), strings.ReplaceAll(hc.Raw, hostile.HostAPI, "Host: plain.example.com")), false})
 	}
+	return seqs
+}
 
-	for _, trust := range []bool{true, false} {
-		for _, sq := range seqs {
-			t.Run(fmt.Sprintf("trusted=%v/%s", trust, sq.name), func(t *testing.T) {
-				t.Parallel()
-				trustLine := ""
-				if trust {
-					trustLine = `client_ip: {trusted_proxies: ["127.0.0.0/8"]}`
-				}
-				var got [2][]heard
-				var want, metrics [2]string
-				var answered int64
-				for i, fast := range []bool{true, false} {
-					origin := startRawOrigin(t)
-					cfg := strings.NewReplacer("ORIGIN", "http://"+origin.ln.Addr().String(), "TRUST", trustLine).Replace(fwdConfig)
-					ds := startConfig(t, cfg, fast)
-					got[i] = []heard{hear(sq.steps, exchange(t, ds, sq.steps, sq.wait, false))}
-					want[i] = origin.received(t)
-					if fast {
-						answered = ds.answered.Load()
-					} else if ds.answered.Load() != 0 {
-						t.Errorf("fastpath false: %d requests answered by the fast path", ds.answered.Load())
-					}
-					metrics[i] = metricsText(t, ds.reg)
-				}
-				sidesAgree(t, got, want, metrics)
-				if strings.HasPrefix(sq.name, "responses") && answered == 0 {
-					t.Errorf("the fast path forwarded nothing")
-				}
-			})
+// runForwardSeq sends sq's requests through an edge with fastpath true and
+// one with fastpath false, each in front of its own raw origin, trusting
+// the client as a proxy when trust is set, serving TLS with fix's
+// certificate (over which the requests go) or, for a nil fix, plain HTTP
+// only; what the clients heard, what the origins received and the
+// metrics must mean the same.
+func runForwardSeq(t *testing.T, sq forwardSeq, trust bool, fix *diffTLS) {
+	trustLine := ""
+	if trust {
+		trustLine = `client_ip: {trusted_proxies: ["127.0.0.0/8"]}`
+	}
+	var got [2][]heard
+	var want, metrics [2]string
+	var answered int64
+	for i, fast := range []bool{true, false} {
+		origin := startRawOrigin(t)
+		cfg := fwdConfig
+		if fix != nil {
+			cfg = fix.fwdConfig(t)
 		}
+		cfg = strings.NewReplacer("ORIGIN", "http://"+origin.ln.Addr().String(), "TRUST", trustLine).Replace(cfg)
+		ds := startConfigOver(t, cfg, fast, fix)
+		got[i] = []heard{hear(sq.steps, exchange(t, ds, sq.steps, sq.wait, false))}
+		want[i] = origin.received(t)
+		if fast {
+			answered = ds.answered.Load()
+		} else if ds.answered.Load() != 0 {
+			t.Errorf("fastpath false: %d requests answered by the fast path", ds.answered.Load())
+		}
+		metrics[i] = metricsText(t, ds.reg)
+	}
+	sidesAgree(t, got, want, metrics)
+	if strings.HasPrefix(sq.name, "responses") && answered == 0 {
+		t.Errorf("the fast path forwarded nothing")
+	}
+	if fix != nil && strings.Contains(want[0], "X-Forwarded-For:") && !strings.Contains(want[0], "X-Ja4: t13d") {
+		t.Errorf("over TLS the origin received no JA4:\n%s", want[0])
 	}
 }
 
 // startConfig starts an edge with configuration cfg and fastpath as fast,
 // as startDiff does.
 func startConfig(t testing.TB, cfg string, fast bool) *diffServer {
+	t.Helper()
+	return startConfigOver(t, cfg, fast, nil)
+}
+
+// startConfigOver is startConfig for a cfg that serves TLS, with the
+// certificates of its tls section, when fix is not nil: the HTTPS socket
+// is joined to the plain one as edge's listen does, and ds's client
+// connects to it trusting fix's CA.
+func startConfigOver(t testing.TB, cfg string, fast bool, fix *diffTLS) *diffServer {
 	t.Helper()
 	cfg += fmt.Sprintf("fastpath: %v\n", fast)
 	table, err := parseConfig([]byte(cfg))
@@ -479,7 +518,12 @@ func startConfig(t testing.TB, cfg string, fast bool) *diffServer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ds.addr = ln.Addr().String()
 	srv := publicServer(table, p, log.New(io.Discard, "", 0))
+	var public net.Listener = ln
+	if fix != nil {
+		public = fix.join(t, table, p, ln, srv, ds)
+	}
 	opts := guardOptions(srv, table.Timeouts.Read, p, connectionCap(table, slog.New(slog.DiscardHandler)))
 	answer := opts.Answer
 	opts.Answer = func(r *guard.Request, out []byte) ([]byte, bool) {
@@ -489,7 +533,7 @@ func startConfig(t testing.TB, cfg string, fast bool) *diffServer {
 		}
 		return out, ok
 	}
-	gl := guard.NewListener(ln, opts)
+	gl := guard.NewListener(public, opts)
 	ds.idle = make(chan struct{}, 64)
 	srv.ConnState = func(c net.Conn, st http.ConnState) {
 		gl.ConnState(c, st)
@@ -510,6 +554,5 @@ func startConfig(t testing.TB, cfg string, fast bool) *diffServer {
 		<-done
 		p.Close()
 	})
-	ds.addr = ln.Addr().String()
 	return ds
 }

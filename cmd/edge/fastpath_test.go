@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log"
@@ -84,14 +85,53 @@ type diffServer struct {
 	idle chan struct{}
 	logs *lockedBuffer // the proxy's log, debug lines included, without times
 	via  string        // the edge's Via pseudonym (proxy.Proxy.Via)
+	// tls is the address of the edge's HTTPS listener, "" without one;
+	// clientTLS, set with it, is how exchange's client connects there
+	// (difftls_test.go). Then exchange speaks TLS; plainExchange does not.
+	tls       string
+	clientTLS *tls.Config
+}
+
+// dial opens a client's connection to ds: over TLS to its HTTPS listener
+// when it has one, else to its plain listener.
+func (ds *diffServer) dial(t *testing.T) net.Conn {
+	t.Helper()
+	if ds.tls == "" {
+		return dialPlain(t, ds.addr)
+	}
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", ds.tls, ds.clientTLS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func dialPlain(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // startDiff starts an edge with diffConfig (limit per-ip's limit) and
 // fastpath set as fast.
 func startDiff(t testing.TB, origin string, limit int, fast bool, extra string) *diffServer {
 	t.Helper()
-	cfg := strings.NewReplacer("ORIGIN", origin, "LIMIT", fmt.Sprint(limit)).Replace(diffConfig) + extra
-	return startConfig(t, cfg, fast)
+	return startDiffOver(t, origin, limit, fast, extra, nil)
+}
+
+// startDiffOver is startDiff serving TLS with fix's certificate, as
+// diffTLS.diffConfig has it, or plain HTTP only for a nil fix.
+func startDiffOver(t testing.TB, origin string, limit int, fast bool, extra string, fix *diffTLS) *diffServer {
+	t.Helper()
+	cfg := diffConfig
+	if fix != nil {
+		cfg = fix.diffConfig(t)
+	}
+	cfg = strings.NewReplacer("ORIGIN", origin, "LIMIT", fmt.Sprint(limit)).Replace(cfg) + extra
+	return startConfigOver(t, cfg, fast, fix)
 }
 
 var dateLine = regexp.MustCompile(`(?m)^Date: [^\r\n]*\r\n`)
@@ -102,10 +142,20 @@ var dateLine = regexp.MustCompile(`(?m)^Date: [^\r\n]*\r\n`)
 // (or sends the sentinel) and reads until the server closes.
 func exchange(t *testing.T, ds *diffServer, steps []string, wait bool, halfClose bool) string {
 	t.Helper()
-	c, err := net.Dial("tcp", ds.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	return exchangeOn(t, ds, ds.dial(t), steps, wait, halfClose)
+}
+
+// plainExchange is exchange on ds's plain listener, whether or not ds
+// serves TLS.
+func plainExchange(t *testing.T, ds *diffServer, steps []string, wait bool, halfClose bool) string {
+	t.Helper()
+	return exchangeOn(t, ds, dialPlain(t, ds.addr), steps, wait, halfClose)
+}
+
+// exchangeOn is exchange on c, a connection to ds. It never ends the
+// test, so that it may run in a goroutine of its own.
+func exchangeOn(t *testing.T, ds *diffServer, c net.Conn, steps []string, wait bool, halfClose bool) string {
+	t.Helper()
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(10 * time.Second))
 	var got bytes.Buffer
@@ -138,7 +188,9 @@ func exchange(t *testing.T, ds *diffServer, steps []string, wait bool, halfClose
 		}
 	}
 	if halfClose {
-		c.(*net.TCPConn).CloseWrite()
+		// TCP's FIN, or over TLS the close_notify alert, which the
+		// server reads as the end of the stream.
+		c.(interface{ CloseWrite() error }).CloseWrite()
 	} else {
 		io.WriteString(c, sentinel)
 	}
@@ -148,7 +200,6 @@ func exchange(t *testing.T, ds *diffServer, steps []string, wait bool, halfClose
 	return dateLine.ReplaceAllString(got.String(), "")
 }
 
-// metricsText is the registry's metrics but those that time things.
 // awaitIdle waits, at most for wait, until net/http reports a connection
 // of ds idle.
 func awaitIdle(ds *diffServer, wait time.Duration) {
@@ -158,6 +209,8 @@ func awaitIdle(ds *diffServer, wait time.Duration) {
 	}
 }
 
+// metricsText is the registry's metrics but those that time things (and
+// the connections open, which the two paths close at their own pace).
 func metricsText(t *testing.T, reg *prometheus.Registry) string {
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -166,7 +219,7 @@ func metricsText(t *testing.T, reg *prometheus.Registry) string {
 	var b bytes.Buffer
 	for _, mf := range mfs {
 		switch mf.GetName() {
-		case "edge_upstream_request_duration_seconds", "edge_connections_open":
+		case "edge_upstream_request_duration_seconds", "edge_connections_open", "edge_tls_handshake_seconds":
 			continue
 		}
 		expfmt.MetricFamilyToText(&b, mf)
@@ -196,16 +249,34 @@ type diffCase struct {
 	extra     string // more configuration
 	fast      bool   // the fast path must have answered some
 	has       string // the answers must hold it
+	plain     bool   // sent to the plain listener of an edge that serves TLS
 }
 
 func TestFastPathDifferential(t *testing.T) {
+	origin := diffOrigin(t)
+	for _, tc := range fastPathCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			runFastPathCase(t, origin, tc, nil)
+		})
+	}
+}
+
+// diffOrigin is the origin of the fast path's differential tests: it
+// answers each request with its method and path.
+func diffOrigin(t *testing.T) string {
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "text/plain")
 		io.WriteString(w, "origin "+r.Method+" "+r.URL.Path+"\n")
 	}))
 	t.Cleanup(origin.Close) // after the parallel subtests
+	return origin.URL
+}
 
+// fastPathCases are the request sequences of the fast path's
+// differential tests, over plain HTTP and over TLS.
+func fastPathCases() []diffCase {
 	api := "api.example.com"
 	cases := []diffCase{
 		{name: "flood, one at a time", steps: repeat(get(api, "/a"), 8), wait: true, fast: true},
@@ -285,43 +356,54 @@ func TestFastPathDifferential(t *testing.T) {
 		}
 	}
 
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			limit := tc.limit
-			if limit == 0 {
-				limit = 2
-			}
-			fast := startDiff(t, origin.URL, limit, true, tc.extra)
-			slow := startDiff(t, origin.URL, limit, false, tc.extra)
-			if fast.via != slow.via {
-				t.Fatalf("Via pseudonyms %q and %q, want one", fast.via, slow.via)
-			}
-			steps := slices.Clone(tc.steps)
-			for i := range steps {
-				steps[i] = strings.ReplaceAll(steps[i], "SELF", fast.via)
-			}
-			got := exchange(t, fast, steps, tc.wait, tc.halfClose)
-			want := exchange(t, slow, steps, tc.wait, tc.halfClose)
-			if got != want {
-				t.Errorf("fast path answered\n%s\nslow path\n%s", got, want)
-			}
-			if !strings.Contains(got, tc.has) {
-				t.Errorf("the answers\n%s\nhold no %q", got, tc.has)
-			}
-			if slow.answered.Load() != 0 {
-				t.Errorf("fastpath false: %d requests answered by the fast path", slow.answered.Load())
-			}
-			if tc.fast && fast.answered.Load() == 0 {
-				t.Errorf("the fast path answered nothing")
-			}
-			if g, w := metricsText(t, fast.reg), metricsText(t, slow.reg); g != w {
-				t.Errorf("metrics differ:\nfast path\n%s\nslow path\n%s", g, w)
-			}
-			if g, w := fast.logs.String(), slow.logs.String(); g != w {
-				t.Errorf("logs differ:\nfast path\n%s\nslow path\n%s", g, w)
-			}
-		})
+	return cases
+}
+
+// runFastPathCase sends tc's requests to an edge with fastpath true and
+// one with fastpath false, serving TLS with fix's certificate (over which
+// the requests go, unless tc.plain) or, for a nil fix, plain HTTP only,
+// and compares what the clients received, the metrics and the logs.
+func runFastPathCase(t *testing.T, origin string, tc diffCase, fix *diffTLS) {
+	limit := tc.limit
+	if limit == 0 {
+		limit = 2
+	}
+	fast := startDiffOver(t, origin, limit, true, tc.extra, fix)
+	slow := startDiffOver(t, origin, limit, false, tc.extra, fix)
+	if fast.via != slow.via {
+		t.Fatalf("Via pseudonyms %q and %q, want one", fast.via, slow.via)
+	}
+	steps := slices.Clone(tc.steps)
+	for i := range steps {
+		steps[i] = strings.ReplaceAll(steps[i], "SELF", fast.via)
+	}
+	send := exchange
+	if tc.plain {
+		send = plainExchange
+	}
+	got := send(t, fast, steps, tc.wait, tc.halfClose)
+	want := send(t, slow, steps, tc.wait, tc.halfClose)
+	if got != want {
+		t.Errorf("fast path answered\n%s\nslow path\n%s", got, want)
+	}
+	if !strings.Contains(got, tc.has) {
+		t.Errorf("the answers\n%s\nhold no %q", got, tc.has)
+	}
+	if slow.answered.Load() != 0 {
+		t.Errorf("fastpath false: %d requests answered by the fast path", slow.answered.Load())
+	}
+	if tc.fast && fast.answered.Load() == 0 {
+		t.Errorf("the fast path answered nothing")
+	}
+	g, w := metricsText(t, fast.reg), metricsText(t, slow.reg)
+	if g != w {
+		t.Errorf("metrics differ:\nfast path\n%s\nslow path\n%s", g, w)
+	}
+	if overTLS := fix != nil && !tc.plain; overTLS != strings.Contains(g, `edge_tls_handshakes_total{result="ok"} 1`) {
+		t.Errorf("over TLS %v, but the handshakes counted are:\n%s", overTLS, grepLines(g, "edge_tls_handshakes_total"))
+	}
+	if g, w := fast.logs.String(), slow.logs.String(); g != w {
+		t.Errorf("logs differ:\nfast path\n%s\nslow path\n%s", g, w)
 	}
 }
 

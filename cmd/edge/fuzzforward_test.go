@@ -15,7 +15,9 @@ import (
 // FuzzForwardDifferential sends the same requests through an edge with
 // fastpath true and one with fastpath false, in front of one raw origin
 // that answers them with the fuzzer's bytes, and asserts that the two
-// clients heard the same (meaning_test.go: status, fields, body, trailers,
+// clients heard the same, over plain HTTP and again, through two more
+// edges, over TLS (difftls_test.go: the origin is told the scheme and the
+// client's JA4) (meaning_test.go: status, fields, body, trailers,
 // responses in order, where the connection closed) and that the origin
 // received the same requests. The input is the origin's raw answer (any
 // 1xx, fields, a body by Content-Length, chunked or up to the close,
@@ -56,8 +58,19 @@ func FuzzForwardDifferential(f *testing.F) {
 		return answer, end || !oneResponse(answer, method), true
 	}
 	origin := newRawOrigin(f, nil, nil, script)
-	cfg := strings.NewReplacer("ORIGIN", "http://"+origin.ln.Addr().String(), "TRUST", "").Replace(fwdConfig)
-	edges := [2]*diffServer{startConfig(f, cfg, true), startConfig(f, cfg, false)}
+	fix := newDiffTLS(f)
+	config := strings.NewReplacer("ORIGIN", "http://"+origin.ln.Addr().String(), "TRUST", "").Replace
+	plainCfg, tlsCfg := config(fwdConfig), config(fix.fwdConfig(f))
+	pairs := [][2]*diffServer{ // fastpath true and false
+		{startConfig(f, plainCfg, true), startConfig(f, plainCfg, false)},
+		{startConfigOver(f, tlsCfg, true, fix), startConfigOver(f, tlsCfg, false, fix)},
+	}
+	edges := pairs[0]
+	for _, p := range pairs[1:] {
+		if p[0].via != edges[0].via || p[1].via != edges[0].via {
+			f.Fatalf("Via pseudonyms %q, %q and %q, want one", edges[0].via, p[0].via, p[1].via)
+		}
+	}
 	if edges[0].via != edges[1].via {
 		f.Fatalf("Via pseudonyms %q and %q, want one", edges[0].via, edges[1].via)
 	}
@@ -111,13 +124,15 @@ func FuzzForwardDifferential(f *testing.F) {
 		if !wait {
 			steps = []string{strings.Join(steps, "")}
 		}
-		var heards [2][]heard
-		var origins [2]string
-		for i, ds := range edges {
-			heards[i] = []heard{hear(steps, exchange(t, ds, steps, wait, false))}
-			origins[i] = origin.take(t)
+		for _, edges := range pairs {
+			var heards [2][]heard
+			var origins [2]string
+			for i, ds := range edges {
+				heards[i] = []heard{hear(steps, exchange(t, ds, steps, wait, false))}
+				origins[i] = origin.take(t)
+			}
+			sidesAgree(t, heards, origins, [2]string{})
 		}
-		sidesAgree(t, heards, origins, [2]string{})
 	})
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -13,13 +14,13 @@ import (
 )
 
 // FuzzForwardDifferential sends the same requests through an edge with
-// fastpath true and one with fastpath false, in front of one raw origin
+// fastpath true and one with fastpath false, each in front of a raw origin
 // that answers them with the fuzzer's bytes, and asserts that the two
-// clients heard the same, over plain HTTP and again, through two more
-// edges, over TLS (difftls_test.go: the origin is told the scheme and the
-// client's JA4) (meaning_test.go: status, fields, body, trailers,
-// responses in order, where the connection closed) and that the origin
-// received the same requests. The input is the origin's raw answer (any
+// clients heard the same (meaning_test.go: status, fields, body, trailers,
+// responses in order, where the connection closed) and that the origins
+// received the same requests; over plain HTTP and, through two more edges
+// at the same time, over TLS (difftls_test.go: the origin is told the
+// scheme and the client's JA4). The input is the origin's raw answer (any
 // 1xx, fields, a body by Content-Length, chunked or up to the close,
 // trailers, or something that is none of these), whether the origin
 // closes its connection after it, and the client's requests, one a byte:
@@ -57,22 +58,29 @@ func FuzzForwardDifferential(f *testing.F) {
 		defer mu.Unlock()
 		return answer, end || !oneResponse(answer, method), true
 	}
-	origin := newRawOrigin(f, nil, nil, script)
+	// Four edges, each with a raw origin of its own, so that an input
+	// goes through all four at once.
 	fix := newDiffTLS(f)
-	config := strings.NewReplacer("ORIGIN", "http://"+origin.ln.Addr().String(), "TRUST", "").Replace
-	plainCfg, tlsCfg := config(fwdConfig), config(fix.fwdConfig(f))
-	pairs := [][2]*diffServer{ // fastpath true and false
-		{startConfig(f, plainCfg, true), startConfig(f, plainCfg, false)},
-		{startConfigOver(f, tlsCfg, true, fix), startConfigOver(f, tlsCfg, false, fix)},
+	type side struct {
+		ds     *diffServer
+		origin *rawOrigin
 	}
-	edges := pairs[0]
-	for _, p := range pairs[1:] {
-		if p[0].via != edges[0].via || p[1].via != edges[0].via {
-			f.Fatalf("Via pseudonyms %q, %q and %q, want one", edges[0].via, p[0].via, p[1].via)
+	start := func(cfg string, fast bool, fix *diffTLS) side {
+		o := newRawOrigin(f, nil, nil, script)
+		cfg = strings.NewReplacer("ORIGIN", "http://"+o.ln.Addr().String(), "TRUST", "").Replace(cfg)
+		return side{startConfigOver(f, cfg, fast, fix), o}
+	}
+	pairs := [][2]side{ // fastpath true and false
+		{start(fwdConfig, true, nil), start(fwdConfig, false, nil)},
+		{start(fix.fwdConfig(f), true, fix), start(fix.fwdConfig(f), false, fix)},
+	}
+	via := pairs[0][0].ds.via
+	for _, p := range pairs {
+		for _, s := range p {
+			if s.ds.via != via {
+				f.Fatalf("Via pseudonyms %q and %q, want one", via, s.ds.via)
+			}
 		}
-	}
-	if edges[0].via != edges[1].via {
-		f.Fatalf("Via pseudonyms %q and %q, want one", edges[0].via, edges[1].via)
 	}
 	f.Fuzz(func(t *testing.T, raw string, closeAfter bool, reqs []byte) {
 		if len(raw) > 64<<10 || len(reqs) > 6 {
@@ -96,7 +104,7 @@ func FuzzForwardDifferential(f *testing.F) {
 			case 1:
 				fields = []string{"Via: 1.0 fred, 1.1 p.example.net (x, y)"}
 			case 2:
-				fields = []string{"Via: 1.0 fred", "Via: 1.1 " + edges[0].via} // both edges' own
+				fields = []string{"Via: 1.0 fred", "Via: 1.1 " + via} // the edges' own
 			}
 			if method == http.MethodPost && ended {
 				// The transport's reader races the origin's close: the
@@ -124,12 +132,28 @@ func FuzzForwardDifferential(f *testing.F) {
 		if !wait {
 			steps = []string{strings.Join(steps, "")}
 		}
-		for _, edges := range pairs {
+		// Connections dialled here, exchanges made at once, records
+		// read here: only this goroutine may end the test.
+		var conns [2][2]net.Conn
+		var raws [2][2]string
+		for i, p := range pairs {
+			for j, s := range p {
+				conns[i][j] = s.ds.dial(t)
+			}
+		}
+		var wg sync.WaitGroup
+		for i, p := range pairs {
+			for j, s := range p {
+				wg.Go(func() { raws[i][j] = exchangeOn(t, s.ds, conns[i][j], steps, wait, false) })
+			}
+		}
+		wg.Wait()
+		for i, p := range pairs {
 			var heards [2][]heard
 			var origins [2]string
-			for i, ds := range edges {
-				heards[i] = []heard{hear(steps, exchange(t, ds, steps, wait, false))}
-				origins[i] = origin.take(t)
+			for j, s := range p {
+				heards[j] = []heard{hear(steps, raws[i][j])}
+				origins[j] = s.origin.take(t)
 			}
 			sidesAgree(t, heards, origins, [2]string{})
 		}

@@ -457,13 +457,28 @@ func (a *answer) shedAnswer(class string, form answerForm) {
 // HTTP/1.1 it is a 200 with Content-Length 0. The message needs no
 // percent-encoding: it is printable ASCII without '%'.
 func (a *answer) grpcAnswer(code staticID, text string, retry time.Duration) {
+	vals, from := a.grpcStatus(code, text)
+	vals = strconv.AppendInt(vals, headers.RetryAfterSeconds(retry), 10)
+	vals = append(vals, 's')
+	a.vals = a.endMade(vals, fieldGRPCMessage, from)
+}
+
+// grpcStatus sets grpcAnswer's status and fields, and begins Grpc-Message
+// with text: the caller ends it (endMade, with from).
+func (a *answer) grpcStatus(code staticID, text string) (vals []byte, from int) {
 	a.status = http.StatusOK
 	a.set(fieldContentType, contentTypeGRPC)
 	a.set(fieldGRPCStatus, code)
-	vals, from := startMade(a.vals, fieldGRPCMessage)
-	vals = append(vals, text...)
-	vals = strconv.AppendInt(vals, headers.RetryAfterSeconds(retry), 10)
-	vals = append(vals, 's')
+	vals, from = startMade(a.vals, fieldGRPCMessage)
+	return append(vals, text...), from
+}
+
+// grpcOriginAnswer answers a gRPC request whose origin is an http:// one,
+// which edge speaks HTTP/1.1 to, without the trailers gRPC needs:
+// UNAVAILABLE, as grpcAnswer makes it.
+func (a *answer) grpcOriginAnswer() {
+	a.reset(http.StatusOK, outcomeOriginFailed)
+	vals, from := a.grpcStatus(grpcUnavailable, "the origin does not speak HTTP/2: gRPC needs an h2c or https origin")
 	a.vals = a.endMade(vals, fieldGRPCMessage, from)
 }
 

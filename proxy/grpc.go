@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"net/http"
+	"net/url"
 	"strings"
+	"time"
 )
 
 // gRPC through edge: a gRPC request is a request like any other (the same
@@ -29,4 +31,25 @@ func grpcContentType(v string) bool {
 	}
 	rest := v[len(prefix):]
 	return rest == "" || rest[0] == '+' || rest[0] == ';'
+}
+
+// grpcForward prepares the forward of a gRPC request to d's origin, or
+// answers it: an http:// origin, which edge speaks HTTP/1.1 to, cannot
+// carry gRPC's trailers, and the request gets UNAVAILABLE
+// (grpcOriginAnswer). Otherwise the request's stream is bounded by
+// neither timeouts.read nor timeouts.write: a gRPC stream lasts as long
+// as its call, which its client's deadline bounds, and the origin's
+// timeouts.upstream still bounds the wait for the response's head.
+func (p *Proxy) grpcForward(w http.ResponseWriter, d *domain, origin *url.URL) bool {
+	if origin.Scheme == "http" {
+		var a answer
+		a.grpcOriginAnswer()
+		d.requests.count(&a)
+		a.write(w)
+		return false
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{}) // both of net/http's servers support them
+	_ = rc.SetWriteDeadline(time.Time{})
+	return true
 }

@@ -73,8 +73,8 @@ func TestGRPCRefusal(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp, string(b)
 	}
-	if resp, _ := send(h2, "application/grpc"); resp.StatusCode != 200 || resp.Header.Get("Grpc-Status") != "" {
-		t.Fatalf("first request: status %d, grpc-status %q, want the origin's 200", resp.StatusCode, resp.Header.Get("Grpc-Status"))
+	if resp, body := send(h2, "application/grpc-web"); resp.StatusCode != 200 || body != "origin:a" {
+		t.Fatalf("first request: %d %q, want the origin's 200", resp.StatusCode, body)
 	}
 	tests := []struct {
 		name   string

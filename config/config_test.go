@@ -262,7 +262,7 @@ domains:
   - hosts: ["api.example.com"]
 `,
 			want: []string{
-				`origin: must be an absolute http or https URL, got "ftp://nope"`,
+				`origin: must be an absolute http, https or h2c URL, got "ftp://nope"`,
 				"domains[0] (api.example.com).rules[0] (a).limit: must be at least 1, got 0",
 				"domains[0] (api.example.com).rules[0] (a).period: must be at least 1s, got 500ms",
 				`domains[0] (api.example.com).rules[1] (a).name: "a" is used by domains[0] (api.example.com).rules[0] (a)`,

@@ -40,7 +40,7 @@ func TestConfigSecretsNeverInMessages(t *testing.T) {
 		{"alias into log.level", "admin_token: &t " + longSecret + "\nlog: {level: *t}\n" + validDomains, nil,
 			[]string{`log.level: must be debug, info, warn or error, got "[redacted]"`}},
 		{"alias of check.token into an origin", "check: {listen: \"127.0.0.1:0\", token: &t " + longSecret + "}\ndomains: [{hosts: [a], origin: *t}]\n", nil,
-			[]string{`domains[0] (a).origin: must be an absolute http or https URL, got "[redacted]"`}},
+			[]string{`domains[0] (a).origin: must be an absolute http, https or h2c URL, got "[redacted]"`}},
 		{"alias of the redis password into listen", "cluster: {store: redis, redis: {addresses: [\"127.0.0.1:6379\"], password: &p " + longSecret + "}}\nlisten: *p\n" + validDomains, nil,
 			[]string{`listen: must be host:port, got "[redacted]"`}},
 		{"a secret that %q escapes", "admin_token: &t 'Sec\"ret\\99'\nlog: {level: *t}\n" + validDomains, nil,

@@ -120,11 +120,12 @@ func (s Settings) dialer() *net.Dialer {
 // path. It never uses proxies from the environment, passes
 // Accept-Encoding through as the client sent it, bounds the wait for a
 // response head, and a write the origin stops taking, by s.Upstream, and
-// dials connections that Watch can watch. Each call returns a new
+// dials connections that Watch can watch; it carries requests for h2c://
+// URLs in HTTP/2 with prior knowledge (h2c.go). Each call returns a new
 // transport, with its own idle connections.
 func (s Settings) Transport() *http.Transport {
 	s = s.resolved()
-	return &http.Transport{
+	t := &http.Transport{
 		// A write the origin takes no byte of for s.Upstream fails
 		// (watch.go).
 		DialContext:       transportDialer(s.dialer(), s.Upstream),
@@ -143,4 +144,6 @@ func (s Settings) Transport() *http.Transport {
 		ExpectContinueTimeout:  1 * time.Second,
 		ResponseHeaderTimeout:  s.Upstream,
 	}
+	t.RegisterProtocol(SchemeH2C, h2cRoundTripper{s.h2cTransport()}) // h2c.go
+	return t
 }

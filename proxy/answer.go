@@ -53,6 +53,8 @@ const (
 	fieldCacheControl fieldName = iota
 	fieldConnection
 	fieldContentType
+	fieldGRPCMessage
+	fieldGRPCStatus
 	fieldLocation
 	fieldRateLimit
 	fieldRateLimitPolicy
@@ -70,6 +72,8 @@ var fieldNames = [numFieldNames]string{
 	fieldCacheControl:            "Cache-Control",
 	fieldConnection:              "Connection",
 	fieldContentType:             "Content-Type",
+	fieldGRPCMessage:             "Grpc-Message",
+	fieldGRPCStatus:              "Grpc-Status",
 	fieldLocation:                "Location",
 	fieldRateLimit:               headers.FieldRateLimit,
 	fieldRateLimitPolicy:         headers.FieldRateLimitPolicy,
@@ -133,6 +137,9 @@ const (
 	nosniff
 	connectionClose
 	retryAfterOne
+	contentTypeGRPC
+	grpcExhausted
+	grpcUnavailable
 	customStatic // answer.custom
 	hstsStatic   // answer.hsts
 	numStatics
@@ -146,6 +153,9 @@ var statics = [numStatics]*staticField{
 	nosniff:         static(fieldXContentTypeOptions, "nosniff"),
 	connectionClose: static(fieldConnection, "close"),
 	retryAfterOne:   static(fieldRetryAfter, "1"),
+	contentTypeGRPC: static(fieldContentType, "application/grpc"),
+	grpcExhausted:   static(fieldGRPCStatus, "8"),  // RESOURCE_EXHAUSTED
+	grpcUnavailable: static(fieldGRPCStatus, "14"), // UNAVAILABLE
 }
 
 // reset starts a new answer with status and outcome.
@@ -277,16 +287,29 @@ func (a *answer) refusalAnswer(no refusal, outcome string) {
 	a.text(strings.ToLower(http.StatusText(no.status)) + ": " + no.reason + "\n")
 }
 
+// answerForm is the form of the answer a request gets, by what its
+// client understands: text, JSON (its Accept names JSON) or gRPC (it is a
+// gRPC request, grpcRequest).
+type answerForm uint8
+
+const (
+	formText answerForm = iota
+	formJSON
+	formGRPC
+)
+
 // blockedAnswer answers a request that the block rule of vs[blocker]
 // refused: the rule's status (429 unless configured), Retry-After, the
 // rate-limit fields, and a short body (JSON if the client accepts it), or
-// the rule's own body.
-func (a *answer) blockedAnswer(d *domain, vs []verdict, blocker int, json bool) {
+// the rule's own body; a gRPC request gets grpcAnswer's RESOURCE_EXHAUSTED
+// with the same fields instead (block_response does not apply: a gRPC
+// client reads no body of an error).
+func (a *answer) blockedAnswer(d *domain, vs []verdict, blocker int, form answerForm) {
 	v := vs[blocker]
 	rs := &d.rules[v.rule]
 	status := http.StatusTooManyRequests
 	br := rs.BlockResponse
-	if br != nil {
+	if br != nil && form != formGRPC {
 		status = br.Status
 	}
 	a.reset(status, outcomeBlocked)
@@ -296,11 +319,14 @@ func (a *answer) blockedAnswer(d *domain, vs []verdict, blocker int, json bool) 
 	vals = a.endMade(vals, fieldRetryAfter, from)
 	a.vals = a.rateLimitFields(vals, d, vs, blocker)
 	switch {
+	case form == formGRPC:
+		a.grpcAnswer(grpcExhausted, "rate limited: retry in ", v.RetryAfter)
+		return
 	case br != nil && br.Body != "":
 		a.setCustom(fieldContentType, rs.blockContentType)
 		a.body = append(a.body, br.Body...)
 		return
-	case json:
+	case form == formJSON:
 		a.set(fieldContentType, contentTypeJSON)
 		a.body = appendBlockedJSON(a.body, rs, v)
 	default:
@@ -379,26 +405,36 @@ func (a *answer) costAnswer(rs *ruleState, problem costProblem, json bool) {
 
 // unavailableAnswer answers a request that its domain's counter could not
 // decide (Redis out of reach under on_store_failure: closed): 503 with a
-// Retry-After of retry, the time until Redis is tried again (at least 1 s).
-func (a *answer) unavailableAnswer(retry time.Duration) {
+// Retry-After of retry, the time until Redis is tried again (at least 1 s);
+// a gRPC request gets grpcAnswer's UNAVAILABLE.
+func (a *answer) unavailableAnswer(retry time.Duration, form answerForm) {
 	a.reset(http.StatusServiceUnavailable, outcomeUnavailable)
 	a.set(fieldCacheControl, noStore)
 	vals, from := startMade(a.vals, fieldRetryAfter)
 	vals = headers.AppendRetryAfter(vals, retry)
 	a.vals = a.endMade(vals, fieldRetryAfter, from)
+	if form == formGRPC {
+		a.grpcAnswer(grpcUnavailable, "rate limit store unavailable: retry in ", retry)
+		return
+	}
 	a.text("rate limit store unavailable: retry in ")
 	a.body = strconv.AppendInt(a.body, headers.RetryAfterSeconds(retry), 10)
 	a.body = append(a.body, "s\n"...)
 }
 
 // shedAnswer answers a request that load shedding refused in its class:
-// 503, Retry-After 1 and a body saying its class.
-func (a *answer) shedAnswer(class string, json bool) {
+// 503, Retry-After 1 and a body saying its class; a gRPC request gets
+// grpcAnswer's UNAVAILABLE.
+func (a *answer) shedAnswer(class string, form answerForm) {
 	a.reset(http.StatusServiceUnavailable, outcomeShed)
 	a.set(fieldRetryAfter, retryAfterOne)
 	a.set(fieldCacheControl, noStore)
+	if form == formGRPC {
+		a.grpcAnswer(grpcUnavailable, "overloaded: requests are shed; retry in ", time.Second)
+		return
+	}
 	a.set(fieldXContentTypeOptions, nosniff)
-	if json {
+	if form == formJSON {
 		a.set(fieldContentType, contentTypeJSON)
 		a.body = append(a.body, `{"error":"overloaded","class":"`...)
 		a.body = append(a.body, class...)
@@ -409,6 +445,41 @@ func (a *answer) shedAnswer(class string, json bool) {
 	a.body = append(a.body, "overloaded: "...)
 	a.body = append(a.body, class...)
 	a.body = append(a.body, " requests are shed; retry in 1s\n"...)
+}
+
+// grpcAnswer turns the answer begun (its fields made) into the answer
+// gRPC clients understand: status 200, Content-Type application/grpc and
+// Grpc-Status code (one of the grpc statics) with Grpc-Message, text
+// followed by retry in seconds, and no body. Without a body net/http's
+// HTTP/2 server sends the fields as one HEADERS frame that ends the
+// stream, gRPC's trailers-only response
+// (https://github.com/grpc/grpc/blob/master/doc/PROTOCOL-HTTP2.md); over
+// HTTP/1.1 it is a 200 with Content-Length 0. The message needs no
+// percent-encoding: it is printable ASCII without '%'.
+func (a *answer) grpcAnswer(code staticID, text string, retry time.Duration) {
+	vals, from := a.grpcStatus(code, text)
+	vals = strconv.AppendInt(vals, headers.RetryAfterSeconds(retry), 10)
+	vals = append(vals, 's')
+	a.vals = a.endMade(vals, fieldGRPCMessage, from)
+}
+
+// grpcStatus sets grpcAnswer's status and fields, and begins Grpc-Message
+// with text: the caller ends it (endMade, with from).
+func (a *answer) grpcStatus(code staticID, text string) (vals []byte, from int) {
+	a.status = http.StatusOK
+	a.set(fieldContentType, contentTypeGRPC)
+	a.set(fieldGRPCStatus, code)
+	vals, from = startMade(a.vals, fieldGRPCMessage)
+	return append(vals, text...), from
+}
+
+// grpcOriginAnswer answers a gRPC request whose origin is an http:// one,
+// which edge speaks HTTP/1.1 to, without the trailers gRPC needs:
+// UNAVAILABLE, as grpcAnswer makes it.
+func (a *answer) grpcOriginAnswer() {
+	a.reset(http.StatusOK, outcomeOriginFailed)
+	vals, from := a.grpcStatus(grpcUnavailable, "the origin does not speak HTTP/2: gRPC needs an h2c or https origin")
+	a.vals = a.endMade(vals, fieldGRPCMessage, from)
 }
 
 // strictTransport adds d's Strict-Transport-Security to an answer made on

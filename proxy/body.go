@@ -139,6 +139,12 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request, ex *exchange) f
 		return noRelease // no body
 	}
 	plan := planBody(ex.d, r.ContentLength)
+	if grpcRequest(r.Header) {
+		// A gRPC stream's messages go as they come, whatever
+		// request_buffering says: a client that waits for an answer to
+		// each would wait for ever on a buffer (grpc.go).
+		plan.buffer = 0
+	}
 	if plan.tooLarge {
 		p.refuseBody(w, ex.d, errBodyTooLarge)
 		return nil

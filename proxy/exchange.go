@@ -111,12 +111,26 @@ func exchangeOf(ctx context.Context) *exchange {
 	return ex
 }
 
-// json reports whether the request's answer should be JSON (acceptsJSON).
-func (ex *exchange) json() bool {
+// form returns the form of the request's answer: gRPC for a gRPC request
+// (grpcRequest; the fast path declines those), JSON if its Accept names
+// JSON (acceptsJSON), text otherwise.
+func (ex *exchange) form() answerForm {
+	accept := ex.accept
 	if ex.req != nil {
-		return acceptsJSON(ex.req.Header.Get("Accept"))
+		if grpcRequest(ex.req.Header) {
+			return formGRPC
+		}
+		accept = ex.req.Header.Get("Accept")
 	}
-	return acceptsJSON(ex.accept)
+	if acceptsJSON(accept) {
+		return formJSON
+	}
+	return formText
+}
+
+// json reports whether the request's answer should be JSON (form).
+func (ex *exchange) json() bool {
+	return ex.form() == formJSON
 }
 
 // begin opens the request's tally on its domain's counter: in Redis modes

@@ -244,7 +244,7 @@ func stringBytes(s string) []byte {
 // a field name with '_' (which the screen refuses when it aliases a
 // forwarding field) and HTTP2-Settings (an h2c upgrade, which the screen
 // removes on net/http's path, dropH2C; Upgrade itself the guard never
-// offers). It gathers the
+// offers) and a gRPC request (grpcContentType). It gathers the
 // first Accept value and the X-Forwarded-For lines, and notes a Via line.
 func (s *fastScratch) screenFields(fields []wire.Field) (accept string, ok bool) {
 	haveAccept := false
@@ -254,6 +254,8 @@ func (s *fastScratch) screenFields(fields []wire.Field) (accept string, ok bool)
 		switch {
 		case bytes.IndexByte(name, '_') >= 0, wire.EqualFoldLower(name, "http2-settings"):
 			return "", false
+		case wire.EqualFoldLower(name, "content-type") && grpcContentType(bytesString(value)):
+			return "", false // a gRPC request: ServeHTTP answers it its own way (grpc.go)
 		case wire.EqualFoldLower(name, "accept"):
 			if !haveAccept {
 				accept, haveAccept = bytesString(value), true

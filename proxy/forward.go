@@ -169,6 +169,9 @@ func (p *Proxy) newForwarder(d *domain, origin *url.URL, cip *ClientIP, transpor
 		// (RST_STREAM), which is never a half-close: there the cancel
 		// ends the forward at once, so that a stream reset as soon as
 		// it is opened (Rapid Reset) costs no origin round trip.
+		if grpcRequest(r.Header) && !p.grpcForward(w, d, origin) { // grpc.go
+			return
+		}
 		ctx := r.Context()
 		if r.ProtoMajor < 2 {
 			var cancel context.CancelFunc

@@ -83,14 +83,14 @@ func (p *Proxy) limit(ctx context.Context, ex *exchange, head *Head) limitStep {
 		refund(d, vs, tally, ex.now)
 		endTally(d, tally, true)
 		d.requests.unavailable.Inc()
-		ex.ans.unavailableAnswer(dec.retry)
+		ex.ans.unavailableAnswer(dec.retry, ex.form())
 		return stepAnswer
 	}
 	if dec.blocker >= 0 {
 		refund(d, vs, tally, ex.now)
 		endTally(d, tally, dec.fellBack)
 		p.countBlock(ctx, d, vs, dec.blocker, ex.src.Client.Addr())
-		ex.ans.blockedAnswer(d, vs, dec.blocker, ex.json())
+		ex.ans.blockedAnswer(d, vs, dec.blocker, ex.form())
 		return stepAnswer
 	}
 	if delay, q := queueDelay(d, vs); delay > 0 { // queue.go

@@ -39,7 +39,7 @@ func (p *Proxy) refuseQueued(ctx context.Context, ex *exchange, q int) {
 			"max_queued", d.MaxQueued, "retry_after", v.RetryAfter)
 	}
 	d.requests.blocked.Inc()
-	ex.ans.blockedAnswer(d, vs, q, ex.json())
+	ex.ans.blockedAnswer(d, vs, q, ex.form())
 }
 
 // blockedWords returns the error name of a block response's JSON body

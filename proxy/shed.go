@@ -73,7 +73,7 @@ func (p *Proxy) admit(r *http.Request, ex *exchange, s *shedState, path string) 
 		}
 	}
 	s.refused[class].Inc()
-	ex.ans.shedAnswer(class.String(), ex.json())
+	ex.ans.shedAnswer(class.String(), ex.form())
 	return false
 }
 

@@ -219,7 +219,7 @@ func checkOriginLoops(p *problems, t *Table, cfg Config) {
 		}
 		port := u.Port()
 		if port == "" {
-			port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+			port = map[string]string{"http": "80", "https": "443", "h2c": "80"}[u.Scheme]
 		}
 		for _, l := range ls {
 			lh, lp, err := net.SplitHostPort(l.addr)
@@ -322,8 +322,8 @@ func compileAdminHosts(p *problems, hosts []string) []string {
 // parseOrigin validates an upstream URL. It returns nil when raw is invalid.
 func parseOrigin(p *problems, path, raw string) *url.URL {
 	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || u.Opaque != "" {
-		p.add(path, "must be an absolute http or https URL, got %q", raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "h2c") || u.Hostname() == "" || u.Opaque != "" {
+		p.add(path, "must be an absolute http, https or h2c URL, got %q", raw)
 		return nil
 	}
 	if u.User != nil {

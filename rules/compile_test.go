@@ -79,6 +79,12 @@ func TestCompileErrors(t *testing.T) {
 			`domains[1] (www).origin: is edge's own admin_listen ("127.0.0.1:8077"): every request would come back to edge, got "http://127.0.0.1:8077"`},
 		{"origin on the listener's own host", func(c *Config) { c.Listen, c.Origin = "edge.internal:80", "http://edge.internal" },
 			`origin: is edge's own listen ("edge.internal:80"): every request would come back to edge, got "http://edge.internal"`},
+		{"h2c origin is the rls listener", func(c *Config) {
+			c.RLS = RLSConfig{Listen: "127.0.0.1:8081", Config: []string{"r.yaml"}}
+			c.Domains[1].Origin = "h2c://127.0.0.1:8081"
+		}, `domains[1] (www).origin: is edge's own rls.listen ("127.0.0.1:8081"): every request would come back to edge, got "h2c://127.0.0.1:8081"`},
+		{"h2c origin without a port is port 80", func(c *Config) { c.Listen, c.Origin = "edge.internal:80", "h2c://edge.internal" },
+			`origin: is edge's own listen ("edge.internal:80"): every request would come back to edge, got "h2c://edge.internal"`},
 
 		// admin_hosts.
 		{"admin_hosts wildcard", func(c *Config) { c.AdminHosts = []string{"*.internal"} },
@@ -100,13 +106,13 @@ func TestCompileErrors(t *testing.T) {
 		{"pop too long", func(c *Config) { c.Pop = strings.Repeat("p", 65) },
 			`pop: must be at most 64 bytes, got "` + strings.Repeat("p", 65) + `" (65 bytes)`},
 		{"origin scheme", func(c *Config) { c.Origin = "ftp://x" },
-			`origin: must be an absolute http or https URL, got "ftp://x"`},
+			`origin: must be an absolute http, https or h2c URL, got "ftp://x"`},
 		{"origin relative", func(c *Config) { c.Origin = "/backend" },
-			`origin: must be an absolute http or https URL, got "/backend"`},
+			`origin: must be an absolute http, https or h2c URL, got "/backend"`},
 		{"origin without host", func(c *Config) { c.Origin = "http:///x" },
-			`origin: must be an absolute http or https URL, got "http:///x"`},
+			`origin: must be an absolute http, https or h2c URL, got "http:///x"`},
 		{"origin unparsable", func(c *Config) { c.Origin = "http://a b" },
-			`origin: must be an absolute http or https URL, got "http://a b"`},
+			`origin: must be an absolute http, https or h2c URL, got "http://a b"`},
 		{"origin user info is redacted", func(c *Config) { c.Origin = "http://u:secret@origin" },
 			`origin: must not contain user info, got "http://u:xxxxx@origin"`},
 		{"origin query", func(c *Config) { c.Origin = "http://origin/?a=1" },
@@ -249,7 +255,7 @@ func TestCompileErrors(t *testing.T) {
 			c.Domains[0].Respond = &ResponseConfig{Body: "hi"}
 		}, `domains[0] (api): set origin or respond, not both`},
 		{"domain origin", func(c *Config) { c.Domains[1].Origin = "https://" },
-			`domains[1] (www).origin: must be an absolute http or https URL, got "https://"`},
+			`domains[1] (www).origin: must be an absolute http, https or h2c URL, got "https://"`},
 		{"respond status too low", func(c *Config) { c.Domains[1].Respond = &ResponseConfig{Status: 101} },
 			`domains[1] (www).respond.status: must be between 200 and 599, got 101`},
 		{"respond status too high", func(c *Config) { c.Domains[1].Respond = &ResponseConfig{Status: 600} },
@@ -445,7 +451,7 @@ func TestCompileReportsAllErrors(t *testing.T) {
 	}
 	got := errorLines(t, err)
 	want := []string{
-		`origin: must be an absolute http or https URL, got "ftp://x"`,
+		`origin: must be an absolute http, https or h2c URL, got "ftp://x"`,
 		`log.level: must be debug, info, warn or error, got "loud"`,
 		`domains[0] (api).rules[0] (all).limit: required`,
 		`domains[0] (api).rules[1] (writes).period: must be at least 1s, got 500ms`,
@@ -812,5 +818,25 @@ func TestOriginNotALoop(t *testing.T) {
 				t.Errorf("Compile: %v, want no error", err)
 			}
 		})
+	}
+}
+
+// TestCompileH2COrigin: an origin may be h2c://host:port, HTTP/2 with
+// prior knowledge, at the top level and for a domain.
+func TestCompileH2COrigin(t *testing.T) {
+	c := validConfig()
+	c.Origin = "h2c://grpc.internal:50051"
+	c.Domains[1].Origin = "h2c://10.0.0.7:9000/"
+	tab, err := Compile(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ got, want string }{
+		{tab.Origin.String(), "h2c://grpc.internal:50051"},
+		{tab.Domains[1].Origin.String(), "h2c://10.0.0.7:9000/"},
+	} {
+		if tt.got != tt.want {
+			t.Errorf("origin %q, want %q", tt.got, tt.want)
+		}
 	}
 }

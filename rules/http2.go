@@ -79,12 +79,13 @@ func compileHTTP2(p *problems, c HTTP2Config, h2c bool, t *Table) HTTP2 {
 		path        string
 		v           *int
 		def, lo, hi int
+		rls         bool // the rls listener (grpc-go's server) uses it too
 	}{
-		{"http2.max_concurrent_streams", &out.MaxConcurrentStreams, DefaultMaxConcurrentStreams, 1, maxConcurrentStreams},
-		{"http2.max_requests_per_connection", &out.MaxRequestsPerConnection, DefaultMaxRequestsPerConnection, 1, maxRequestsPerConnection},
-		{"http2.max_header_bytes", &out.MaxHeaderBytes, t.MaxHeaderBytes, minHeaderBytes, maxHeaderBytes},
-		{"http2.max_resets", &out.MaxResets, DefaultMaxResets, 1, maxResets},
-		{"http2.max_control_frames", &out.MaxControlFrames, DefaultMaxControlFrames, 1, maxControlFrames},
+		{"http2.max_concurrent_streams", &out.MaxConcurrentStreams, DefaultMaxConcurrentStreams, 1, maxConcurrentStreams, true},
+		{"http2.max_requests_per_connection", &out.MaxRequestsPerConnection, DefaultMaxRequestsPerConnection, 1, maxRequestsPerConnection, false},
+		{"http2.max_header_bytes", &out.MaxHeaderBytes, t.MaxHeaderBytes, minHeaderBytes, maxHeaderBytes, false},
+		{"http2.max_resets", &out.MaxResets, DefaultMaxResets, 1, maxResets, false},
+		{"http2.max_control_frames", &out.MaxControlFrames, DefaultMaxControlFrames, 1, maxControlFrames, false},
 	}
 	served := h2c || t.TLS.Listen != "" && t.TLS.HTTP2
 	for _, k := range keys {
@@ -92,8 +93,12 @@ func compileHTTP2(p *problems, c HTTP2Config, h2c bool, t *Table) HTTP2 {
 			*k.v = k.def
 			continue
 		}
-		if !served {
-			p.add(k.path, "needs h2c, or tls.listen with tls.http2: edge serves no HTTP/2 without them")
+		if !served && !(k.rls && t.RLS.Listen != "") {
+			why := "needs h2c, or tls.listen with tls.http2: edge serves no HTTP/2 without them"
+			if k.rls {
+				why = "needs h2c, tls.listen with tls.http2, or rls.listen: edge serves no HTTP/2 without them"
+			}
+			p.add(k.path, "%s", why)
 			continue
 		}
 		if *k.v < k.lo || *k.v > k.hi {

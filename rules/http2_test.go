@@ -29,6 +29,11 @@ func TestCompileHTTP2(t *testing.T) {
 			c.HTTP2.MaxResets = 5
 		}, HTTP2{MaxConcurrentStreams: 100, MaxRequestsPerConnection: 1000, MaxHeaderBytes: DefaultMaxHeaderBytes,
 			MaxResets: 5, MaxControlFrames: 1000}, false},
+		{"max_concurrent_streams for the rls listener alone", func(c *Config) {
+			c.RLS = RLSConfig{Listen: "127.0.0.1:8081", Config: []string{"ratelimit.yaml"}}
+			c.HTTP2.MaxConcurrentStreams = 7
+		}, HTTP2{MaxConcurrentStreams: 7, MaxRequestsPerConnection: 1000, MaxHeaderBytes: DefaultMaxHeaderBytes,
+			MaxResets: 100, MaxControlFrames: 1000}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -54,7 +59,7 @@ func TestCompileHTTP2Errors(t *testing.T) {
 		want   []string
 	}{
 		{"no HTTP/2 served", func(c *Config) { c.HTTP2 = HTTP2Config{MaxResets: 10, MaxConcurrentStreams: 10} }, []string{
-			"http2.max_concurrent_streams: needs h2c, or tls.listen with tls.http2: edge serves no HTTP/2 without them",
+			"http2.max_concurrent_streams: needs h2c, tls.listen with tls.http2, or rls.listen: edge serves no HTTP/2 without them",
 			"http2.max_resets: needs h2c, or tls.listen with tls.http2: edge serves no HTTP/2 without them"}},
 		{"TLS without http2", func(c *Config) {
 			c.TLS = tlsOn

@@ -93,7 +93,12 @@ func listenRLS(t *rules.Table, c *rls.Config, p *proxy.Proxy, reg prometheus.Reg
 		svc.Close()
 		return nil, fmt.Errorf("rls listener: %w", err)
 	}
-	s := &rlsServer{svc: svc, srv: grpc.NewServer(), ln: ln}
+	// grpc-go's own HTTP/2 server, outside the public listener's defences
+	// (the guard, the flood limits): it takes the public listener's
+	// http2.max_concurrent_streams as its bound of streams per connection
+	// (grpc-go has none by default), as docs/beside.md says.
+	srv := grpc.NewServer(grpc.MaxConcurrentStreams(uint32(t.HTTP2.MaxConcurrentStreams)))
+	s := &rlsServer{svc: svc, srv: srv, ln: ln}
 	svc.Register(s.srv)
 	return s, nil
 }

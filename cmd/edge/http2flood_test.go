@@ -292,7 +292,20 @@ func TestHTTP2Floods(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			requestsBefore := decided(t, e)
-			before := floodMetric(t, e, tt.kind)
+			// A flood of WINDOW_UPDATEs that make edge reset streams is
+			// also a flood of control frames: whichever limit the pace of
+			// the machine reaches first ends it, and either is right.
+			kinds := []string{tt.kind}
+			if strings.HasPrefix(tt.name, "MadeYouReset") {
+				kinds = append(kinds, "control")
+			}
+			floods := func() (n int) {
+				for _, k := range kinds {
+					n += floodMetric(t, e, k)
+				}
+				return n
+			}
+			before := floods()
 			var conf *tls.Config
 			addr := e.public
 			if tt.tls {
@@ -330,7 +343,7 @@ func TestHTTP2Floods(t *testing.T) {
 			if !closed {
 				t.Fatalf("after %d frames in %v the connection is open (read: %v)", sent, took, h.readErr)
 			}
-			wait.For(t, 10*time.Second, "the flood's count", func() bool { return floodMetric(t, e, tt.kind) == before+1 })
+			wait.For(t, 10*time.Second, "the flood's count", func() bool { return floods() == before+1 })
 			if askErr != nil {
 				t.Errorf("the well-behaved client, after %d answers: %v", asked, askErr)
 			}

@@ -26,6 +26,7 @@ var statusTemplate = template.Must(template.New("index.html").Funcs(template.Fun
 	"changes":    reloadChanges,
 	"ruleLimit":  ruleLimit,
 	"conditions": ruleConditions,
+	"utc":        utcTime,
 }).ParseFS(statusFiles, "status/index.html"))
 
 // StatusPageOptions say what the status page needs from the admin
@@ -48,6 +49,7 @@ type statusPageData struct {
 	Uptime        string
 	Ready         bool
 	Config        configView
+	Certificates  certificatesView
 	Rendered      string
 }
 
@@ -86,6 +88,7 @@ func (p *Proxy) StatusPage(opts StatusPageOptions) http.Handler {
 			d.Uptime = formatUptime(now.Sub(p.startedAt))
 			d.Ready = opts.Ready()
 			d.Config = p.configView()
+			d.Certificates = p.certificatesView()
 			d.Rendered = now.UTC().Format(time.DateTime) + " UTC"
 		}
 		var buf bytes.Buffer
@@ -96,6 +99,18 @@ func (p *Proxy) StatusPage(opts StatusPageOptions) http.Handler {
 		h.Set("Content-Type", "text/html; charset=utf-8")
 		w.Write(buf.Bytes())
 	})
+}
+
+// utcTime writes a time (a time.Time or a *time.Time) as the page does:
+// "2026-01-02 15:04:05 UTC".
+func utcTime(t any) string {
+	switch v := t.(type) {
+	case time.Time:
+		return v.UTC().Format(time.DateTime) + " UTC"
+	case *time.Time:
+		return v.UTC().Format(time.DateTime) + " UTC"
+	}
+	return "–"
 }
 
 func serveStatusFile(w http.ResponseWriter, name, contentType string) {

@@ -359,6 +359,11 @@ func TestReloadRestartRequired(t *testing.T) {
 		{"tls.unknown_sni", "tls: {" + tlsKeys + "}", "tls: {" + tlsKeys + ", unknown_sni: reject}"},
 		{"tls.min_version", "tls: {" + tlsKeys + "}", "tls: {" + tlsKeys + ", min_version: 1.3}"},
 		{"tls.fingerprint_header", "tls: {" + tlsKeys + "}", "tls: {" + tlsKeys + ", fingerprint_header: X-JA4}"},
+		{"tls.acme.email", "tls: {" + tlsKeys + ", acme: {}}", "tls: {" + tlsKeys + ", acme: {email: ops@example.com}}"},
+		{"tls.acme.ca", "tls: {" + tlsKeys + ", acme: {}}", "tls: {" + tlsKeys + ", acme: {ca: \"https://ca.internal/dir\"}}"},
+		{"tls.acme.ca_root", "tls: {" + tlsKeys + ", acme: {}}", "tls: {" + tlsKeys + ", acme: {ca_root: ca.pem}}"},
+		{"tls.acme.storage", "tls: {" + tlsKeys + ", acme: {}}", "tls: {" + tlsKeys + ", acme: {storage: /var/lib/edge/acme}}"},
+		{"tls.acme.challenges", "tls: {" + tlsKeys + ", acme: {}}", "tls: {" + tlsKeys + ", acme: {challenges: [http-01]}}"},
 	}
 	var keys []string
 	for _, tt := range tests {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/edgerate/edge/acme"
 	"github.com/edgerate/edge/certs"
 	"github.com/edgerate/edge/guard"
 	"github.com/edgerate/edge/internal/ja4"
@@ -66,21 +67,40 @@ func certificateStamp(path string, t *rules.Table) []fileStamp {
 // tlsSocket binds the HTTPS listener of t, serving set, and returns it as
 // a socket of the public listener, with the handshake as its stage, and
 // the server that swaps certificates on reload. The proxy counts the
-// handshakes and learns the port https_redirect sends clients to.
-func tlsSocket(t *rules.Table, set *certs.Set, p *proxy.Proxy) (guard.Socket, *certs.Server, error) {
-	srv, err := certs.NewServer(certs.Options{TLS: t.TLS, Set: set, OnHandshake: p.TLSHandshake,
-		Fingerprint: func(h *tls.ClientHelloInfo) string { return ja4.FromClientHello(h, ja4.TCP).Fingerprint() }})
-	if err != nil {
-		return guard.Socket{}, nil, err
-	}
+// handshakes and learns the port https_redirect sends clients to. With
+// tls.acme, it makes the ACME manager too (newACME), whose certificates
+// and TLS-ALPN-01 answers the handshakes serve; httpAddr is the plain
+// listener's bound address, which answers HTTP-01.
+func tlsSocket(t *rules.Table, set *certs.Set, p *proxy.Proxy, path, httpAddr string, log *slog.Logger) (guard.Socket, *certs.Server, *acme.Manager, error) {
 	ln, err := clientListen(t.TLS.Listen)
 	if err != nil {
-		return guard.Socket{}, nil, fmt.Errorf("tls listener: %w", err)
+		return guard.Socket{}, nil, nil, fmt.Errorf("tls listener: %w", err)
+	}
+	opts := certs.Options{TLS: t.TLS, Set: set, OnHandshake: p.TLSHandshake,
+		Fingerprint: func(h *tls.ClientHelloInfo) string { return ja4.FromClientHello(h, ja4.TCP).Fingerprint() }}
+	var m *acme.Manager
+	if t.TLS.ACME != nil {
+		if m, err = newACME(t, p, path, httpAddr, ln.Addr().String(), log); err != nil {
+			ln.Close()
+			return guard.Socket{}, nil, nil, err
+		}
+		opts.Managed = m.Certificate
+		if t.TLS.ACME.TLSALPN01 {
+			opts.Challenge = m.Challenge
+		}
+	}
+	srv, err := certs.NewServer(opts)
+	if err != nil {
+		ln.Close()
+		if m != nil {
+			m.Close()
+		}
+		return guard.Socket{}, nil, nil, err
 	}
 	if _, port, err := net.SplitHostPort(ln.Addr().String()); err == nil {
 		n, _ := strconv.Atoi(port)
 		p.SetHTTPSPort(n)
 	}
 	p.SetCertificates(set.Info())
-	return guard.Socket{Listener: ln, Name: proxy.ListenerTLS, Stages: []guard.Stage{srv.Stage}}, srv, nil
+	return guard.Socket{Listener: ln, Name: proxy.ListenerTLS, Stages: []guard.Stage{srv.Stage}}, srv, m, nil
 }

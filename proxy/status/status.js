@@ -386,6 +386,34 @@
     return el('section', { class: 'wide', 'aria-labelledby': 'h-domains' }, el('h2', { id: 'h-domains' }, 'Domains'), domains);
   }
 
+  // loadCertificates reads the certificates served: the files', and each
+  // name tls.acme obtains one for, with its state.
+  function loadCertificates() {
+    return getJSON('/v1/certificates');
+  }
+
+  // renderCertificates is one row a certificate from a file and one a name
+  // of tls.acme: valid until, next renewal, the last error; nothing
+  // without TLS.
+  function renderCertificates(_, certs) {
+    if (!certs || (certs.files.length === 0 && certs.acme.length === 0)) return null;
+    const dash = '–';
+    const rows = certs.files.map(c => el('tr', null,
+      el('th', { scope: 'row' }, c.names.join(', ')), el('td', null, c.file), el('td', null, 'from a file'),
+      el('td', null, utc(c.not_after)), el('td', null, dash), el('td', null, dash)));
+    for (const a of certs.acme) {
+      const state = el('span', { class: a.state === 'valid' ? 'ok' : (a.state === 'failed' || a.state === 'expired') ? 'bad' : null }, a.state);
+      rows.push(el('tr', null,
+        el('th', { scope: 'row' }, a.name), el('td', null, 'acme'), el('td', null, state),
+        el('td', null, a.not_after ? utc(a.not_after) : dash), el('td', null, a.next_renewal ? utc(a.next_renewal) : dash),
+        el('td', null, a.last_error ? a.last_error + (a.last_error_at ? ' (' + utc(a.last_error_at) + ')' : '') : dash)));
+    }
+    return el('section', { class: 'panel wide', 'aria-labelledby': 'h-certificates' },
+      el('h2', { id: 'h-certificates' }, 'Certificates'),
+      table('certificates', 'Certificates served on the HTTPS listener', 'certificates-t',
+        ['Name', 'Source', 'State', 'Valid until', 'Next renewal', 'Last error'], rows));
+  }
+
   // SECTIONS are the page, top to bottom. Each is { load, render }: load
   // (optional) gets the configuration and returns a promise of what else
   // the section reads from the admin API, fetched alongside the other
@@ -401,6 +429,7 @@
     { render: renderSummary },
     { render: renderNode },
     { render: renderCluster },
+    { load: loadCertificates, render: renderCertificates },
     { load: loadTops, render: renderDomains },
   ];
 

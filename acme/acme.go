@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -33,6 +34,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/certmagic"
+	"github.com/edgerate/edge/cluster"
 	"github.com/edgerate/edge/rules"
 	"go.uber.org/zap"
 )
@@ -47,8 +49,9 @@ type Options struct {
 	// Shared, if set, holds the ACME state of a PoP (accounts,
 	// certificates, locks, challenge tokens) in place of the storage
 	// directory, which then keeps a copy of the certificates that a node
-	// starts from without it (cluster.store redis).
-	Shared certmagic.Storage
+	// starts from without it (cluster.store redis). Close releases the
+	// locks it still holds.
+	Shared *cluster.Storage
 	// HTTPAddr and TLSAddr are the bound addresses of the plain and the
 	// TLS listener, which answer the challenges. certmagic's solvers try
 	// to bind them, find them taken, and leave the answering to edge, as
@@ -76,6 +79,7 @@ type Manager struct {
 	configs  []*certmagic.Config // by jitter bucket (bucketOf)
 	issuer   *certmagic.ACMEIssuer
 	onResult func(renewal, ok bool)
+	shared   *cluster.Storage // nil on one node
 
 	ctx    context.Context // canceled by Close: every obtain and renewal ends
 	cancel context.CancelFunc
@@ -86,8 +90,10 @@ type Manager struct {
 	check    atomic.Int64 // the check interval now, in nanoseconds
 	wake     chan struct{}
 
-	mu     sync.Mutex
-	states map[string]*nameState // by name; guarded by mu (status.go)
+	mu      sync.Mutex
+	states  map[string]*nameState         // by name; guarded by mu (status.go)
+	running map[string]context.CancelFunc // ends the begin of a name; guarded by mu
+	begins  sync.WaitGroup
 }
 
 // jitterBuckets is how many renewal moments names are spread over when the
@@ -130,8 +136,9 @@ func New(opts Options) (*Manager, error) {
 	if maxCheck <= 0 {
 		maxCheck = certmagic.DefaultRenewCheckInterval
 	}
-	m := &Manager{log: opts.Logger, onResult: opts.OnResult, maxCheck: maxCheck,
-		wake: make(chan struct{}, 1), done: make(chan struct{}), states: make(map[string]*nameState)}
+	m := &Manager{log: opts.Logger, onResult: opts.OnResult, maxCheck: maxCheck, shared: opts.Shared,
+		wake: make(chan struct{}, 1), done: make(chan struct{}), states: make(map[string]*nameState),
+		running: make(map[string]context.CancelFunc)}
 	m.check.Store(int64(maxCheck))
 	m.zap = zap.New(slogCore{h: opts.Logger.Handler()}).Named("acme")
 	m.ctx, m.cancel = context.WithCancel(context.Background())
@@ -140,7 +147,7 @@ func New(opts Options) (*Manager, error) {
 
 	var storage, local certmagic.Storage = &certmagic.FileStorage{Path: dir}, nil
 	if opts.Shared != nil {
-		storage, local = opts.Shared, storage
+		storage, local = sharedStorage{opts.Shared}, storage
 	}
 	m.cache = certmagic.NewCache(m.cacheOptions())
 	httpHost, httpPort := splitAddr(opts.HTTPAddr)
@@ -226,29 +233,73 @@ func (m *Manager) Manage(names []string) {
 	}
 	old := *m.names.Swap(&next)
 	var removed []certmagic.SubjectIssuer
+	m.mu.Lock()
 	for n := range old {
 		if !next[n] {
 			removed = append(removed, certmagic.SubjectIssuer{Subject: n})
+			m.running[n]()
+			delete(m.running, n)
 		}
 	}
+	for _, n := range names {
+		if !old[n] {
+			m.stateLocked(n) // listed as pending from now
+			ctx, cancel := context.WithCancel(m.ctx)
+			m.running[n] = cancel
+			m.begins.Add(1)
+			go m.begin(ctx, n)
+		}
+	}
+	m.mu.Unlock()
 	if len(removed) > 0 {
 		m.cache.RemoveManaged(removed)
 	}
-	byBucket := make([][]string, jitterBuckets)
-	for _, n := range names {
-		if !old[n] {
-			m.state(n) // listed as pending from now
-			byBucket[bucketOf(n)] = append(byBucket[bucketOf(n)], n)
-		}
-	}
-	for b, ns := range byBucket {
-		if len(ns) > 0 {
-			if err := m.configs[b].ManageAsync(m.ctx, ns); err != nil {
-				m.log.Error("acme: managing certificates", "names", ns, "err", err.Error())
+	m.forget(next)
+}
+
+// begin loads name's certificate from storage into the cache, whose
+// maintenance renews it from then on, or, with none there, orders it
+// (certmagic retries a failed order with backoff, for up to 30 days) and
+// loads it then; until ctx ends (Close, or name no longer managed). It
+// is certmagic's ManageAsync, but that one gives a name up for good when
+// storage fails to answer once (Redis just restarted, say): begin tries
+// again.
+func (m *Manager) begin(ctx context.Context, name string) {
+	defer m.begins.Done()
+	cfg := m.configs[bucketOf(name)]
+	wait := time.Second
+	for ctx.Err() == nil {
+		_, err := cfg.CacheManagedCertificate(ctx, name)
+		switch {
+		case err == nil:
+			m.nudge() // a certificate due for renewal is renewed at once
+			return
+		case errors.Is(err, fs.ErrNotExist):
+			if err = cfg.ObtainCertAsync(ctx, name); err == nil {
+				continue // load what was obtained
 			}
 		}
+		if ctx.Err() != nil {
+			return
+		}
+		m.log.Warn("acme: no certificate yet; trying again", "name", name, "in", wait, "err", err.Error())
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wait = min(2*wait, time.Minute)
 	}
-	m.forget(next)
+}
+
+// nudge makes run look at the certificates now.
+func (m *Manager) nudge() {
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
 }
 
 // Certificate returns the certificate served for name, normalised like
@@ -287,8 +338,12 @@ func (m *Manager) HTTPChallenge(host, token string) (string, bool) {
 // stopped; the certificates obtained stay in storage.
 func (m *Manager) Close() {
 	m.cancel()
+	m.begins.Wait()
 	<-m.done
 	m.cache.Stop()
+	if m.shared != nil {
+		m.shared.Close() // the locks of orders abandoned: the other nodes need not wait for them to expire
+	}
 }
 
 // run looks at the certificates for renewal at the check interval, which
@@ -305,9 +360,9 @@ func (m *Manager) run() {
 			return
 		case <-m.wake:
 		case <-t.C:
-			if err := m.cache.RenewManagedCertificates(m.ctx); err != nil && m.ctx.Err() == nil {
-				m.log.Error("acme: renewing certificates", "err", err.Error())
-			}
+		}
+		if err := m.cache.RenewManagedCertificates(m.ctx); err != nil && m.ctx.Err() == nil {
+			m.log.Error("acme: renewing certificates", "err", err.Error())
 		}
 		t.Reset(time.Duration(m.check.Load()))
 	}
@@ -330,10 +385,7 @@ func (m *Manager) noteLifetime(lifetime time.Duration) {
 		}
 	}
 	m.cache.SetOptions(m.cacheOptions())
-	select {
-	case m.wake <- struct{}{}:
-	default:
-	}
+	m.nudge()
 }
 
 // splitAddr splits a bound listener's address into its host and port; ""

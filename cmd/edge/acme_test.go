@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -180,8 +181,10 @@ func acmeStatus(t *testing.T, admin string) map[string]map[string]any {
 // configuration.
 func newACMESite(t *testing.T, validity time.Duration, challenges string) (*acmeSite, *pebbletest.CA) {
 	t.Helper()
-	s := &acmeSite{dir: t.TempDir(), httpPort: redistest.FreePort(t), tlsPort: redistest.FreePort(t)}
+	ports := pebbletest.Reserve(t, 2)
+	s := &acmeSite{dir: t.TempDir(), httpPort: ports.Ports[0], tlsPort: ports.Ports[1]}
 	ca := pebbletest.Start(t, pebbletest.Options{HTTPPort: s.httpPort, TLSPort: s.tlsPort, Validity: validity})
+	ports.Release() // for edge, which starts next
 	s.cfg = filepath.Join(s.dir, "edge.yaml")
 	must(t, os.WriteFile(s.cfg, []byte(acmeConfig(ca, s.httpPort, s.tlsPort, challenges, "")), 0o600))
 	return s, ca
@@ -380,5 +383,195 @@ domains:
 	code, _, stderr := runEdge("-check", "-config", cfg)
 	if want := `tls.acme.ca_root "missing.pem": no such file or directory`; code != 1 || !strings.Contains(stderr, want) {
 		t.Errorf("edge -check: exit %d, stderr %q; want 1 and %q", code, stderr, want)
+	}
+}
+
+// forwarder passes each connection it accepts to the address to dials,
+// waiting up to 15 s (Pebble's validation timeout) for something to listen
+// there, and tells first of its first connection. It stops with the test.
+type forwarder struct {
+	ln    net.Listener
+	to    string
+	first chan struct{}
+	once  *sync.Once
+	wg    sync.WaitGroup
+}
+
+func newForwarder(t *testing.T, to string, first chan struct{}, once *sync.Once) *forwarder {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	f := &forwarder{ln: ln, to: to, first: first, once: once}
+	var conns sync.Map
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			f.once.Do(func() { close(f.first) })
+			conns.Store(c, true)
+			f.wg.Add(1)
+			go func() {
+				defer f.wg.Done()
+				defer conns.Delete(c)
+				defer c.Close()
+				var up net.Conn
+				for start := time.Now(); time.Since(start) < 15*time.Second; time.Sleep(20 * time.Millisecond) {
+					if up, err = net.Dial("tcp", f.to); err == nil {
+						break
+					}
+				}
+				if up == nil {
+					return
+				}
+				defer up.Close()
+				conns.Store(up, true)
+				defer conns.Delete(up)
+				done := make(chan struct{})
+				go func() { io.Copy(up, c); up.(*net.TCPConn).CloseWrite(); close(done) }()
+				io.Copy(c, up)
+				<-done
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		conns.Range(func(k, _ any) bool { k.(net.Conn).Close(); return true })
+		f.wg.Wait()
+	})
+	return f
+}
+
+func (f *forwarder) port() int { return f.ln.Addr().(*net.TCPAddr).Port }
+
+// popNode writes the configuration of a node of a PoP sharing rdb, on
+// httpPort and tlsPort, in a directory of its own (its own storage).
+func popNode(t *testing.T, ca *pebbletest.CA, rdb *redistest.Server, httpPort, tlsPort int) string {
+	t.Helper()
+	cfg := filepath.Join(t.TempDir(), "edge.yaml")
+	cluster := fmt.Sprintf("cluster: {store: redis, redis: {addresses: [%q]}}\n", rdb.Addr)
+	must(t, os.WriteFile(cfg, []byte(acmeConfig(ca, httpPort, tlsPort, "[http-01, tls-alpn-01]", cluster)), 0o600))
+	return cfg
+}
+
+// TestACMEInAPoP: two nodes of a PoP share their ACME state through a real
+// redis-server. Node A starts alone and orders each name under its lock
+// in Redis, while Pebble validates on node B, which starts only once the
+// first validation has arrived (a forwarder holds it until B listens) and
+// answers from the tokens in Redis: one order a name in all, A's; B orders
+// nothing and serves A's certificates. With Redis stopped both still
+// serve, and B restarted serves from its copy in its storage.
+func TestACMEInAPoP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Pebble and edge's binary")
+	}
+	bin := buildEdge(t)
+	rdb := redistest.Start(t)
+	portsB := pebbletest.Reserve(t, 2)
+	httpB, tlsB := portsB.Ports[0], portsB.Ports[1]
+	first, once := make(chan struct{}), &sync.Once{}
+	fwdHTTP := newForwarder(t, "127.0.0.1:"+strconv.Itoa(httpB), first, once)
+	fwdTLS := newForwarder(t, "127.0.0.1:"+strconv.Itoa(tlsB), first, once)
+	portsA := pebbletest.Reserve(t, 2)
+	ca := pebbletest.Start(t, pebbletest.Options{HTTPPort: fwdHTTP.port(), TLSPort: fwdTLS.port()})
+	roots := ca.Roots(t)
+	cfgA, cfgB := popNode(t, ca, rdb, portsA.Ports[0], portsA.Ports[1]), popNode(t, ca, rdb, httpB, tlsB)
+	tlsAddrA, tlsAddrB := "127.0.0.1:"+strconv.Itoa(portsA.Ports[1]), "127.0.0.1:"+strconv.Itoa(tlsB)
+
+	portsA.Release()
+	a := startBinary(t, bin, cfgA)
+	select {
+	case <-first:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("Pebble never validated: node A ordered nothing; its log:\n%s", a.stderr)
+	}
+	portsB.Release()
+	b := startBinary(t, bin, cfgB)
+	servedA := waitServed(t, tlsAddrA, roots, a.stderr)
+	servedB := waitServed(t, tlsAddrB, roots, b.stderr)
+	for _, n := range acmeNames {
+		if servedA[n].SerialNumber.Cmp(servedB[n].SerialNumber) != 0 {
+			t.Errorf("%s: node A serves serial %v, node B %v: want one certificate", n, servedA[n].SerialNumber, servedB[n].SerialNumber)
+		}
+	}
+	if got := ca.Issued(); got != len(acmeNames) {
+		t.Errorf("Pebble issued %d certificates, want %d: one a name", got, len(acmeNames))
+	}
+	validations := func(admin string) float64 {
+		return metricValue(t, admin, "edge_requests_total", `outcome="acme"`) + metricValue(t, admin, "edge_tls_handshakes_total", `result="acme"`)
+	}
+	for _, c := range []struct {
+		node                string
+		admin               string
+		orders, validations float64
+	}{
+		{"A", a.admin, 2, 0},
+		{"B", b.admin, 0, -1},
+	} {
+		if got := metricValue(t, c.admin, "edge_acme_orders_total"); got != c.orders {
+			t.Errorf("node %s: edge_acme_orders_total = %v, want %v", c.node, got, c.orders)
+		}
+		got := validations(c.admin)
+		if c.validations >= 0 && got != c.validations || c.validations < 0 && got < float64(len(acmeNames)) {
+			t.Errorf("node %s answered %v validations, want %v (-1: one a name at least)", c.node, got, c.validations)
+		}
+	}
+
+	rdb.Kill()
+	for _, n := range acmeNames {
+		for addr, log := range map[string]fmt.Stringer{tlsAddrA: a.stderr, tlsAddrB: b.stderr} {
+			if _, err := servedCert(addr, n, roots); err != nil {
+				t.Errorf("with Redis stopped, %s for %s: %v; log:\n%s", addr, n, err, log)
+			}
+		}
+	}
+	b.stop(t)
+	b = startBinary(t, bin, cfgB)
+	again := waitServed(t, tlsAddrB, roots, b.stderr)
+	for _, n := range acmeNames {
+		if again[n].SerialNumber.Cmp(servedA[n].SerialNumber) != 0 {
+			t.Errorf("%s: node B restarted without Redis serves serial %v, want %v", n, again[n].SerialNumber, servedA[n].SerialNumber)
+		}
+	}
+}
+
+// TestACMEPoPRenewalPickedUp: with certificates that live 30 seconds, a
+// renewal by one node of a PoP is served by the other too, which does not
+// renew the certificate itself: every certificate Pebble issued after the
+// first two is one node's renewal.
+func TestACMEPoPRenewalPickedUp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Pebble and edge's binary")
+	}
+	bin := buildEdge(t)
+	rdb := redistest.Start(t)
+	ports := pebbletest.Reserve(t, 4)
+	ca := pebbletest.Start(t, pebbletest.Options{HTTPPort: ports.Ports[0], TLSPort: ports.Ports[1], Validity: 30 * time.Second})
+	roots := ca.Roots(t)
+	cfgA, cfgB := popNode(t, ca, rdb, ports.Ports[0], ports.Ports[1]), popNode(t, ca, rdb, ports.Ports[2], ports.Ports[3])
+	tlsA, tlsB := "127.0.0.1:"+strconv.Itoa(ports.Ports[1]), "127.0.0.1:"+strconv.Itoa(ports.Ports[3])
+	ports.Release()
+	a, b := startBinary(t, bin, cfgA), startBinary(t, bin, cfgB)
+	first := waitServed(t, tlsA, roots, a.stderr)
+	name := acmeNames[0]
+	wait.For(t, 60*time.Second, "both nodes serving one renewed certificate for "+name, func() bool {
+		leafA, errA := servedCert(tlsA, name, roots)
+		leafB, errB := servedCert(tlsB, name, roots)
+		return errA == nil && errB == nil && leafA.SerialNumber.Cmp(first[name].SerialNumber) != 0 && leafA.SerialNumber.Cmp(leafB.SerialNumber) == 0
+	})
+	renewals := func() float64 {
+		return metricValue(t, a.admin, "edge_acme_renewals_total", `result="ok"`) + metricValue(t, b.admin, "edge_acme_renewals_total", `result="ok"`)
+	}
+	wait.For(t, 10*time.Second, "every certificate issued after the first two to be one node's renewal", func() bool {
+		return float64(ca.Issued()-len(acmeNames)) == renewals()
+	})
+	if got := renewals(); got < 1 {
+		t.Errorf("renewals: %v, want at least 1", got)
+	}
+	if got := metricValue(t, a.admin, "edge_acme_orders_total", `result="ok"`) + metricValue(t, b.admin, "edge_acme_orders_total", `result="ok"`); got != float64(len(acmeNames)) {
+		t.Errorf("orders of the PoP: %v, want %d", got, len(acmeNames))
 	}
 }

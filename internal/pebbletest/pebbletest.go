@@ -125,7 +125,8 @@ func Start(t testing.TB, opts Options) *CA {
 	pebbleBin, challBin := Binaries(t)
 	dir := t.TempDir()
 	rootFile, certFile, keyFile := writeHTTPSCert(t, dir)
-	dnsPort, challMgmt, listen, mgmt := freePort(t), freePort(t), freePort(t), freePort(t)
+	ports := FreePorts(t, 4)
+	dnsPort, challMgmt, listen, mgmt := ports[0], ports[1], ports[2], ports[3]
 	start(t, dir, "challtestsrv", challBin, nil,
 		"-dnsserver", "127.0.0.1:"+strconv.Itoa(dnsPort), "-management", "127.0.0.1:"+strconv.Itoa(challMgmt),
 		"-defaultIPv4", "127.0.0.1", "-defaultIPv6", "", "-http01", "", "-https01", "", "-tlsalpn01", "", "-doh", "")
@@ -252,26 +253,66 @@ func writeHTTPSCert(t testing.TB, dir string) (rootFile, certFile, keyFile strin
 	return rootFile, certFile, keyFile
 }
 
-// freePort returns a loopback port free for TCP and UDP now; another
-// process could take it before Pebble binds it, which then fails the
-// test, saying so.
-func freePort(t testing.TB) int {
+// FreePorts returns n distinct loopback ports free for TCP and UDP now,
+// none of them one a Reservation holds; another process could take one
+// before it is bound, which then fails the test, saying so.
+func FreePorts(t testing.TB, n int) []int {
 	t.Helper()
-	for range 10 {
+	var held []io.Closer
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	var out []int
+	for tries := 0; len(out) < n; tries++ {
+		if tries > 10*n {
+			t.Fatal("no loopback port free for both TCP and UDP")
+		}
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
+		held = append(held, ln)
 		port := ln.Addr().(*net.TCPAddr).Port
-		pc, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(port))
-		ln.Close()
-		if err == nil {
-			pc.Close()
-			return port
+		if pc, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
+			held = append(held, pc)
+			out = append(out, port)
 		}
 	}
-	t.Fatal("no loopback port free for both TCP and UDP")
-	return 0
+	return out
+}
+
+// Reservation holds loopback ports bound until Release, so that the ports
+// a test gives a process it starts later (edge) are not chosen meanwhile
+// by Start for Pebble's own.
+type Reservation struct {
+	Ports []int
+	lns   []net.Listener
+}
+
+// Reserve binds n loopback ports until Release (or the end of the test).
+func Reserve(t testing.TB, n int) *Reservation {
+	t.Helper()
+	r := &Reservation{}
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.lns = append(r.lns, ln)
+		r.Ports = append(r.Ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	t.Cleanup(r.Release)
+	return r
+}
+
+// Release frees the ports, for the process that binds them.
+func (r *Reservation) Release() {
+	for _, ln := range r.lns {
+		ln.Close()
+	}
+	r.lns = nil
 }
 
 // buffer is a process's output, read while it writes.

@@ -225,7 +225,9 @@ func LoadRoots(dir string, a *rules.ACME) (*x509.CertPool, error) {
 // Manage makes names the names managed: each one not managed yet is
 // obtained (or loaded from storage) in the background, and each managed
 // one not in names is no longer served or renewed. It never blocks on
-// the CA: a failed order is retried with backoff while edge serves.
+// the CA: a failed order is retried with backoff while edge serves. It
+// must not run concurrently with itself (cmd/edge calls it at start and
+// from reloads, one at a time).
 func (m *Manager) Manage(names []string) {
 	next := make(map[string]bool, len(names))
 	for _, n := range names {

@@ -90,3 +90,58 @@ func TestSlogCore(t *testing.T) {
 		}
 	}
 }
+
+// TestManagerCloses: a Manager made and closed leaves no goroutine, makes
+// its storage directory (mode 0700) and serves nothing for a name it does
+// not manage.
+func TestManagerCloses(t *testing.T) {
+	dir := t.TempDir()
+	m, err := New(Options{ACME: &rules.ACME{CA: "https://127.0.0.1:1/dir", Storage: "acme-data", HTTP01: true},
+		Dir: dir, HTTPAddr: "127.0.0.1:1", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Manage(nil)
+	if c := m.Certificate("a.example.com"); c != nil {
+		t.Error("a certificate for a name not managed")
+	}
+	if st := m.Status(); len(st) != 0 {
+		t.Errorf("status of no name: %v", st)
+	}
+	m.Close()
+	fi, err := os.Stat(filepath.Join(dir, "acme-data"))
+	if err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("storage directory: %v, %v; want mode 0700", fi, err)
+	}
+}
+
+// TestManagerFailedOrder: an order from a CA that does not answer fails,
+// is counted, and leaves the name failed with its error while certmagic
+// waits to retry; Close ends the wait at once.
+func TestManagerFailedOrder(t *testing.T) {
+	results := make(chan [2]bool, 4)
+	m, err := New(Options{ACME: &rules.ACME{CA: "https://127.0.0.1:1/dir", Storage: "acme-data", HTTP01: true},
+		Dir: t.TempDir(), HTTPAddr: "127.0.0.1:1", Logger: slog.New(slog.DiscardHandler),
+		OnResult: func(renewal, ok bool) { results <- [2]bool{renewal, ok} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Manage([]string{"a.example.com"})
+	select {
+	case r := <-results:
+		if r != [2]bool{false, false} {
+			t.Errorf("result %v, want a failed order (not a renewal)", r)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no failed order within 30s")
+	}
+	st := m.Status()
+	if len(st) != 1 || st[0].State != "failed" || !strings.Contains(st[0].LastError, "127.0.0.1:1") || st[0].LastErrorAt.IsZero() {
+		t.Errorf("status %+v, want a.example.com failed with the CA's error", st)
+	}
+	start := time.Now()
+	m.Close()
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Close took %v while an order waited to retry", took)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"io/fs"
 	"slices"
 	"time"
 
@@ -201,8 +202,9 @@ func (m *Manager) current(name string) *certmagic.Certificate {
 }
 
 // readARI reads the renewal time the CA's renewal information chose for c
-// from its metadata in storage (the shared one, else the copy); zero
-// without.
+// from its metadata: in a PoP from the node's copy first (a file: a
+// scrape of the expiry metric must not wait on Redis), else from the
+// shared storage; zero without.
 func (m *Manager) readARI(c *certmagic.Certificate) time.Time {
 	if len(c.Names) == 0 {
 		return time.Time{}
@@ -211,9 +213,13 @@ func (m *Manager) readARI(c *certmagic.Certificate) time.Time {
 	cfg := m.configs[0]
 	ctx, cancel := context.WithTimeout(m.ctx, 2*time.Second)
 	defer cancel()
-	b, err := cfg.Storage.Load(ctx, key)
-	if err != nil && cfg.LocalCache != nil {
+	var b []byte
+	err := fs.ErrNotExist
+	if cfg.LocalCache != nil {
 		b, err = cfg.LocalCache.Load(ctx, key)
+	}
+	if err != nil {
+		b, err = cfg.Storage.Load(ctx, key)
 	}
 	if err != nil {
 		return time.Time{}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgerate/edge/certs"
 	"github.com/edgerate/edge/proxy"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/net/html"
@@ -183,6 +185,13 @@ func startStatus(t *testing.T, setup statusSetup) *statusUnderTest {
 	}
 	t.Cleanup(func() { p.Close() })
 	applyTraffic(t, p, setup.logins)
+	// The certificates a TLS listener would serve: one from a file, one
+	// name of tls.acme.
+	until := time.Date(2027, 3, 1, 12, 0, 0, 0, time.UTC)
+	p.SetCertificates([]certs.Info{{File: "api.pem", Names: []string{"api.example.com"}, Issuer: "test CA", NotAfter: until}})
+	p.SetACMEStatus(func() []certs.ManagedInfo {
+		return []certs.ManagedInfo{{Name: "www.example.com", State: certs.ManagedValid, NotAfter: until, NextRenewal: until.Add(-30 * 24 * time.Hour)}}
+	})
 
 	var ready atomic.Bool
 	ready.Store(true)
@@ -434,7 +443,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 				name      string
 				got, want string
 			}{
-				{"h2", strings.Join(d.texts("h2"), ","), "Summary,Node,Cluster,Domains"},
+				{"h2", strings.Join(d.texts("h2"), ","), "Summary,Node,Cluster,Certificates,Domains"},
 				{"h3", strings.Join(d.texts("h3"), ","), "api,www,shop"},
 				{"h4", strings.Join(d.texts("h4"), ","), "Top talkers of per-ip,Top talkers of login,Top talkers of bucket"},
 			}
@@ -442,6 +451,13 @@ func TestStatusPageInBrowser(t *testing.T) {
 				if c.got != c.want {
 					t.Errorf("%s = %q, want %q", c.name, c.got, c.want)
 				}
+			}
+			if r, want := d.row("Certificates served on the HTTPS listener", "www.example.com"), []string{"www.example.com", "acme", "valid",
+				"2027-03-01 12:00:00 UTC", "2027-01-30 12:00:00 UTC", "–"}; !slices.Equal(r, want) {
+				t.Errorf("the ACME name's row = %q, want %q", r, want)
+			}
+			if r := d.row("Certificates served on the HTTPS listener", "api.example.com"); len(r) != 6 || r[1] != "api.pem" || r[2] != "from a file" {
+				t.Errorf("the file's row = %q, want api.pem, from a file", r)
 			}
 			if r := d.row("Rules of api", "per-ip"); len(r) != 9 || r[1] != "sliding_window" || r[2] != "20 per 10s" || !positive(r[8]) {
 				t.Errorf("per-ip row = %q, want sliding_window, 20 per 10s and refused requests above 0", r)

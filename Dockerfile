@@ -16,6 +16,10 @@
 # -e EDGE_ADMIN_TOKEN. Without
 # a token anyone who reaches the admin listener can read metrics and the
 # configuration and reset keys.
+#
+# With tls.acme, set its storage to /var/lib/edge/acme and mount a volume
+# there (-v edge-data:/var/lib/edge), so that a new container serves the
+# certificates obtained before instead of ordering them again.
 
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
@@ -27,11 +31,18 @@ RUN go mod download
 COPY . .
 ARG VERSION=dev
 RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/edge ./cmd/edge
+# What must survive a new container (tls.acme.storage: /var/lib/edge/acme):
+# made here, as distroless has no shell to make it.
+RUN mkdir -p /out/var/lib/edge
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/edge /edge
 COPY --from=build /src/configs/edge.yaml /etc/edge/edge.yaml
+COPY --from=build --chown=nonroot:nonroot /out/var/lib/edge /var/lib/edge
 USER nonroot:nonroot
+# ACME's account and certificates, with tls.acme.storage: /var/lib/edge/acme
+# (docs/operations.md, Docker).
+VOLUME /var/lib/edge
 # 8080: public listener. 8077: admin listener (see above: not reachable from
 # outside with the default config).
 EXPOSE 8080 8077

@@ -256,3 +256,27 @@ func Files(dir string, t rules.TLS) []string {
 	}
 	return out
 }
+
+// ManagedInfo describes a name whose certificate edge obtains at run time
+// (ACME), for people (the status page).
+type ManagedInfo struct {
+	Name  string
+	State string // one of the Managed* states
+	// NotAfter is when the certificate served expires; NextRenewal when
+	// it is due for renewal. Both zero without a certificate.
+	NotAfter, NextRenewal time.Time
+	// LastError is the last failed order's or renewal's error, kept after
+	// a success; "" if none failed. LastErrorAt is when it failed.
+	LastError   string
+	LastErrorAt time.Time
+}
+
+// States of a managed name (ManagedInfo.State).
+const (
+	ManagedPending   = "pending"   // no certificate yet, none ordered or loaded
+	ManagedObtaining = "obtaining" // this node is ordering its first certificate
+	ManagedRenewing  = "renewing"  // this node is renewing its certificate
+	ManagedValid     = "valid"     // a certificate serves it
+	ManagedExpired   = "expired"   // its certificate has expired and was not renewed
+	ManagedFailed    = "failed"    // no certificate, and the last order failed (retried with backoff)
+)

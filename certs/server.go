@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,8 +23,17 @@ const (
 	ResultUnknownSNI = "unknown_sni" // served the default certificate for a name no certificate covers
 	ResultRejected   = "rejected"    // ended with the alert unrecognized_name (unknown_sni: reject)
 	ResultPlainHTTP  = "plain_http"  // plain HTTP sent to the TLS port: answered 400
+	ResultACME       = "acme"        // an ACME server's TLS-ALPN-01 validation (acme-tls/1), answered and closed
 	ResultError      = "error"       // any other failure: garbage, an old protocol, no common cipher, a timeout
 )
+
+// ALPNACME is the protocol an ACME server's TLS-ALPN-01 validation offers,
+// alone (RFC 8737 §3).
+const ALPNACME = "acme-tls/1"
+
+// errChallenge ends the connection of an answered TLS-ALPN-01 validation,
+// after which the ACME server sends nothing (RFC 8737 §3).
+var errChallenge = errors.New("acme-tls/1: challenge answered")
 
 // Handshake is one finished handshake, as Options.OnHandshake is told.
 type Handshake struct {
@@ -48,6 +58,17 @@ type Options struct {
 	// OnHandshake, if set, is told of every handshake the Stage ends. It
 	// runs in the connection's goroutine and must not block.
 	OnHandshake func(Handshake)
+	// Managed, if set, gives the certificates obtained at run time (ACME)
+	// by exact name, normalised like wire.NormalizeHost: the one for
+	// name, nil without one. A certificate from a file for the same name
+	// wins; a managed one beats a file's wildcard, as an exact name does.
+	// It runs in handshakes and must not block.
+	Managed func(name string) *tls.Certificate
+	// Challenge, if set, answers TLS-ALPN-01 (RFC 8737): the certificate
+	// for a ClientHello that offers only acme-tls/1, or an error to end
+	// the handshake. Such a handshake is reported as ResultACME, and its
+	// connection ends after it.
+	Challenge func(*tls.ClientHelloInfo) (*tls.Certificate, error)
 	// Now reads the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -63,6 +84,13 @@ type Server struct {
 	fingerprint func(*tls.ClientHelloInfo) string
 	onHandshake func(Handshake)
 	now         func() time.Time
+
+	managed     func(string) *tls.Certificate
+	managedConf *tls.Config // serves helloConn.managed
+	// managedCerts holds the *Cert of each name a managed certificate was
+	// served for (what a request's Covers asks), made once per name.
+	managedCerts sync.Map
+	challenge    func(*tls.ClientHelloInfo) (*tls.Certificate, error)
 }
 
 // cipherSuites are the TLS 1.2 suites offered: ECDHE key exchange with an
@@ -86,7 +114,8 @@ func NewServer(opts Options) (*Server, error) {
 	if len(protos) == 0 {
 		protos = []string{"http/1.1"}
 	}
-	s := &Server{fingerprint: opts.Fingerprint, onHandshake: opts.OnHandshake, now: opts.Now}
+	s := &Server{fingerprint: opts.Fingerprint, onHandshake: opts.OnHandshake, now: opts.Now,
+		managed: opts.Managed, challenge: opts.Challenge}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -101,6 +130,13 @@ func NewServer(opts Options) (*Server, error) {
 	s.reject.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return nil, nil }
 	s.base = s.template.Clone()
 	s.base.GetConfigForClient = s.configFor
+	s.managedConf = s.template.Clone()
+	s.managedConf.GetCertificate = func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+		if hc, _ := hello.Conn.(*helloConn); hc != nil && hc.managed != nil {
+			return hc.managed, nil
+		}
+		return nil, errors.New("certs: no managed certificate chosen")
+	}
 	s.Swap(opts.Set)
 	return s, nil
 }
@@ -123,21 +159,37 @@ func (s *Server) Set() *Set { return s.set.Load() }
 // ClientHello told configFor to the Stage.
 type helloConn struct {
 	net.Conn
-	cert   *Cert
-	ja4    string
-	result string // ResultUnknownSNI or ResultRejected when so
+	cert    *Cert
+	managed *tls.Certificate // the managed certificate chosen, served by managedConf
+	ja4     string
+	result  string // ResultUnknownSNI, ResultRejected or ResultACME when so
 }
 
-// configFor chooses the config of the certificate for hello's name.
+// configFor chooses the config of the certificate for hello's name: an
+// ACME validation's first, then the Set's and the managed certificates,
+// as Set.Lookup orders them with a managed one after the files' exact
+// names.
 func (s *Server) configFor(hello *tls.ClientHelloInfo) (*tls.Config, error) {
 	hc, _ := hello.Conn.(*helloConn)
 	if hc == nil {
 		return nil, errors.New("certs: a handshake on a connection the Stage did not make")
 	}
+	if s.challenge != nil && len(hello.SupportedProtos) == 1 && hello.SupportedProtos[0] == ALPNACME {
+		return s.challengeConfig(hc, hello)
+	}
 	if s.fingerprint != nil {
 		hc.ja4 = s.fingerprint(hello)
 	}
-	c, known := s.set.Load().Lookup(hello.ServerName)
+	set := s.set.Load()
+	if s.managed != nil {
+		if h, ok := wire.NormalizeHost(hello.ServerName); ok && set.exact[h] == nil {
+			if tc := s.managed(h); tc != nil {
+				hc.managed, hc.cert = tc, s.managedCert(h)
+				return s.managedConf, nil
+			}
+		}
+	}
+	c, known := set.Lookup(hello.ServerName)
 	if c == nil {
 		hc.result = ResultRejected
 		return s.reject, nil
@@ -147,6 +199,30 @@ func (s *Server) configFor(hello *tls.ClientHelloInfo) (*tls.Config, error) {
 	}
 	hc.cert = c
 	return c.conf, nil
+}
+
+// managedCert returns the *Cert a connection served a managed certificate
+// for name reports: it covers name alone.
+func (s *Server) managedCert(name string) *Cert {
+	if c, ok := s.managedCerts.Load(name); ok {
+		return c.(*Cert)
+	}
+	c, _ := s.managedCerts.LoadOrStore(name, &Cert{Names: []string{name}})
+	return c.(*Cert)
+}
+
+// challengeConfig answers an ACME server's TLS-ALPN-01 validation with the
+// challenge's certificate, negotiating acme-tls/1 (RFC 8737 §3).
+func (s *Server) challengeConfig(hc *helloConn, hello *tls.ClientHelloInfo) (*tls.Config, error) {
+	hc.result = ResultACME
+	cert, err := s.challenge(hello)
+	if err != nil {
+		return nil, fmt.Errorf("acme-tls/1 for %q: %w", hello.ServerName, err)
+	}
+	conf := s.template.Clone()
+	conf.Certificates = []tls.Certificate{*cert}
+	conf.NextProtos = []string{ALPNACME}
+	return conf, nil
 }
 
 // plainHTTPAnswer is what a client that speaks plain HTTP to the TLS port
@@ -168,8 +244,8 @@ func (s *Server) Stage(c net.Conn) (guard.StageResult, error) {
 	switch {
 	case err == nil && hc.result != "":
 		h.Result = hc.result
-	case err != nil && hc.result == ResultRejected:
-		h.Result = ResultRejected
+	case err != nil && (hc.result == ResultRejected || hc.result == ResultACME):
+		h.Result = hc.result
 	case err != nil:
 		h.Result = ResultError
 		var rh tls.RecordHeaderError
@@ -184,6 +260,9 @@ func (s *Server) Stage(c net.Conn) (guard.StageResult, error) {
 	}
 	if err != nil {
 		return guard.StageResult{}, fmt.Errorf("tls handshake: %w", err)
+	}
+	if hc.result == ResultACME {
+		return guard.StageResult{Conn: tc}, errChallenge // the Listener closes tc
 	}
 	sc := &Conn{Conn: tc, info: wire.TLS{State: tc.ConnectionState(), JA4: hc.ja4}}
 	if hc.cert != nil {

@@ -133,6 +133,11 @@ func ParseEnv(data []byte, env []string) (*rules.Table, error) {
 	})
 	errs, failed := decodeErrors(err)
 	failed = append(failed, pointerAncestors(failed)...)
+	if cfg.TLS.ACME == nil && emptyMapping(settings, "tls", "acme") {
+		// acme: {} is the section with every default (Let's Encrypt, no
+		// email); viper drops an empty mapping, which would leave none.
+		cfg.TLS.ACME = &rules.ACMEConfig{}
+	}
 	cfg.Given = givenPaths(v.AllSettings())
 	cfg.Secrets = secrets.Secrets
 	cfg.Sources = fromEnv.sources()
@@ -151,4 +156,21 @@ func ParseEnv(data []byte, env []string) (*rules.Table, error) {
 	}
 	named := fromEnv.nameVariables(cfg.NameProblems(errors.Join(errs...)), fileGiven)
 	return nil, secrets.RedactError(named)
+}
+
+// emptyMapping reports whether the file's settings hold an empty mapping
+// at path.
+func emptyMapping(settings map[string]any, path ...string) bool {
+	var cur any = settings
+	for _, k := range path {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return false
+		}
+		if cur, ok = m[k]; !ok {
+			return false
+		}
+	}
+	m, ok := cur.(map[string]any)
+	return ok && len(m) == 0
 }

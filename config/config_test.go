@@ -289,3 +289,15 @@ domains:
 		})
 	}
 }
+
+// TestEmptyACMESection: tls.acme written as an empty mapping is the section
+// with its defaults, not no section (viper drops empty mappings).
+func TestEmptyACMESection(t *testing.T) {
+	tab, err := Parse([]byte("listen: \":8080\"\norigin: http://o.internal\ntls:\n  listen: \":8443\"\n  acme: {}\ndomains: [{hosts: [a.example.com], acme: true}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := tab.TLS.ACME; a == nil || a.CA != rules.DefaultACMECA || !a.HTTP01 || !a.TLSALPN01 || len(a.Names) != 1 {
+		t.Errorf("got %+v, want the defaults for a.example.com", a)
+	}
+}

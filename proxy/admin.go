@@ -40,6 +40,7 @@ func parseKey(st *state, rs *ruleState, text string) ([]byte, error) {
 //	GET    /v1/top/{domain}/{rule}?n=20      the heaviest keys right now
 //	GET    /v1/top/connections?n=20          the clients whose connections were refused most (connections.go)
 //	GET    /v1/status?seconds=300            build, uptime and per-second figures (recent.go)
+//	GET    /v1/certificates                  the certificates served: the files', and each ACME name's state
 //
 // Responses are JSON; unknown domains, rules and untracked keys are 404,
 // malformed input 400.
@@ -53,6 +54,7 @@ func (p *Proxy) AdminHandler() http.Handler {
 	r.Get("/v1/top/{domain}/{rule}", p.getTop)
 	r.Get("/v1/top/connections", p.getTopConnections)
 	r.Get("/v1/status", p.getStatus)
+	r.Get("/v1/certificates", p.getCertificates)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, apiError{"not found"})
 	})

@@ -37,12 +37,13 @@ const (
 	outcomeLoop          = "loop"           // it came back to the node that forwarded it (508)
 	outcomeCheck         = "check"          // the check listener's own answers: not configured, unauthorized, unreadable
 	outcomeRedirect      = "redirect"       // https_redirect sent it to https (308)
+	outcomeACME          = "acme"           // edge answered an ACME server's HTTP-01 validation itself (200, or 404 for an unknown token)
 )
 
 // answeredOutcomes are the outcomes of the answers to a request of a domain
 // that edge makes itself, besides blocked and unavailable, in the order the
 // status page lists them.
-var answeredOutcomes = []string{outcomeBadCost, outcomeBodyRefused, outcomeOriginFailed, outcomeOriginTimeout, outcomeShed, outcomeLoop, outcomeRedirect}
+var answeredOutcomes = []string{outcomeBadCost, outcomeBodyRefused, outcomeOriginFailed, outcomeOriginTimeout, outcomeShed, outcomeLoop, outcomeRedirect, outcomeACME}
 
 // fieldName names a field an answer may carry. The names are in net/http's
 // order (it writes a handler's fields sorted by name), so that an answer

@@ -138,6 +138,14 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 		return out, false
 	}
 	ex.st, ex.d, ex.host, ex.method, ex.accept, ex.tls = st, d, host, method, accept, h.TLS
+	if target := bytesString(h.Target); isChallenge(d, method, target) { // acme.go, as ServeHTTP answers it
+		if isHEAD || h.BodyLen != 0 && (h.Body == nil || h.Client == nil) {
+			return out, false // net/http frames an answer to HEAD its own way
+		}
+		p.challenge(&ex.ans, d, host, target)
+		endBody(h, &ex.ans)
+		return ex.ans.appendTo(out, h.Now, false), true
+	}
 	if s.via && p.via.inFields(h.Fields) { // loop.go: 508, as ServeHTTP answers it
 		if h.BodyLen != 0 && (h.Body == nil || h.Client == nil) {
 			return out, false

@@ -43,7 +43,11 @@ type metrics struct {
 	// The HTTPS listener (tls.go).
 	tlsHandshakes       *prometheus.CounterVec
 	tlsHandshakeSeconds prometheus.Histogram
-	certExpiry          *prometheus.GaugeVec
+	certExpiry          *prometheus.Desc // certCollector: the files' and ACME's certificates
+
+	// ACME (acme.go).
+	acmeOrders   *prometheus.CounterVec
+	acmeRenewals *prometheus.CounterVec
 
 	// HTTP/2 (http2.go).
 	http2Floods *prometheus.CounterVec
@@ -96,7 +100,7 @@ func newMetrics(p *Proxy, version string) *metrics {
 		p: p,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_requests_total",
-			Help: "Requests by domain and outcome: served (forwarded, answered by the domain's static response, or allowed by the check listener), blocked by a rate limit, unavailable (the rate limit store could not decide), bad_cost (a cost header a block rule cannot use), body_refused (413, 400 or 408 for the body), origin_failed (502), origin_timeout (504), shed (503 by load shedding), loop (508: the request came back to the node that forwarded it) or redirect (308 to https by https_redirect).",
+			Help: "Requests by domain and outcome: served (forwarded, answered by the domain's static response, or allowed by the check listener), blocked by a rate limit, unavailable (the rate limit store could not decide), bad_cost (a cost header a block rule cannot use), body_refused (413, 400 or 408 for the body), origin_failed (502), origin_timeout (504), shed (503 by load shedding), loop (508: the request came back to the node that forwarded it), redirect (308 to https by https_redirect) or acme (an ACME server's HTTP-01 validation, answered by edge).",
 		}, []string{"domain", "outcome"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_rule_decisions_total",
@@ -157,17 +161,24 @@ func newMetrics(p *Proxy, version string) *metrics {
 		}, []string{"reason"}),
 		tlsHandshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_tls_handshakes_total",
-			Help: "TLS handshakes on the HTTPS listener, by result: ok, unknown_sni (served the default certificate), rejected (unknown_sni: reject), plain_http (answered 400), error.",
+			Help: "TLS handshakes on the HTTPS listener, by result: ok, unknown_sni (served the default certificate), rejected (unknown_sni: reject), plain_http (answered 400), acme (an ACME server's TLS-ALPN-01 validation, answered and closed), error.",
 		}, []string{"result"}),
 		tlsHandshakeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "edge_tls_handshake_seconds",
 			Help:    "Time from a TLS connection's accept to the end of its handshake, whatever the result.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}),
-		certExpiry: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "edge_tls_certificate_expiry_timestamp_seconds",
-			Help: "When each certificate in use expires (Unix seconds), by its first name and its source (its cert_file, or acme).",
-		}, []string{"name", "source"}),
+		certExpiry: prometheus.NewDesc("edge_tls_certificate_expiry_timestamp_seconds",
+			"When each certificate in use expires (Unix seconds), by its first name and its source (its cert_file, or acme).",
+			[]string{"name", "source"}, nil),
+		acmeOrders: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edge_acme_orders_total",
+			Help: "ACME orders of a name's first certificate by this node, by result: ok (a certificate), error (retried with backoff).",
+		}, []string{"result"}),
+		acmeRenewals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edge_acme_renewals_total",
+			Help: "ACME renewals of a certificate by this node, by result: ok (a new certificate), error (retried with backoff).",
+		}, []string{"result"}),
 		http2Floods: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_http2_floods_total",
 			Help: "HTTP/2 connections closed for a flood of frames, by kind: rapid_reset (streams reset by the client, or by edge for the client's malformed frames, over http2.max_resets a second), continuation (a header block over http2.max_header_bytes across CONTINUATION frames, or without end), control (SETTINGS, PING, PRIORITY, WINDOW_UPDATE and empty DATA frames over http2.max_control_frames a second).",
@@ -270,7 +281,11 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 		m.http2Floods.WithLabelValues(k)
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.queued, m.reloads, m.lastReload, m.reloadOK, m.upstream, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.tlsHandshakes, m.tlsHandshakeSeconds, m.certExpiry, m.http2Floods, m.proxyProtocol, m.connsRefused, m.xffMalformed, m.untrustedForwarders, m.checkAnswers, m.buildInfo, m.sampled, m.misjudged, m.responseCostInvalid, m.bufferedBytes, m.bufferFull, m.inFlight, m.shedInFlight, m.shedRefused, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
+	for _, r := range []string{"ok", "error"} { // shown from the start, at 0
+		m.acmeOrders.WithLabelValues(r)
+		m.acmeRenewals.WithLabelValues(r)
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.queued, m.reloads, m.lastReload, m.reloadOK, m.upstream, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.tlsHandshakes, m.tlsHandshakeSeconds, certCollector{m}, m.acmeOrders, m.acmeRenewals, m.http2Floods, m.proxyProtocol, m.connsRefused, m.xffMalformed, m.untrustedForwarders, m.checkAnswers, m.buildInfo, m.sampled, m.misjudged, m.responseCostInvalid, m.bufferedBytes, m.bufferFull, m.inFlight, m.shedInFlight, m.shedRefused, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
 		errs = append(errs, reg.Register(c))
 	}
 	return errors.Join(errs...)
@@ -287,9 +302,10 @@ type requestCounters struct {
 	fallback, unavailable prometheus.Counter
 }
 
-// requestCounters makes the request counters of domain; redirects says
-// whether it has https_redirect, without which it has no redirect series.
-func (m *metrics) requestCounters(domain string, redirects bool) requestCounters {
+// requestCounters makes the request counters of domain; redirects and
+// acme say whether it has https_redirect and acme, without which it has no
+// redirect or acme series.
+func (m *metrics) requestCounters(domain string, redirects, acme bool) requestCounters {
 	c := requestCounters{
 		served:           m.requests.WithLabelValues(domain, "served"),
 		blocked:          m.requests.WithLabelValues(domain, "blocked"),
@@ -298,7 +314,7 @@ func (m *metrics) requestCounters(domain string, redirects bool) requestCounters
 		answered:         make(map[string]prometheus.Counter, len(answeredOutcomes)),
 	}
 	for _, o := range answeredOutcomes {
-		if o == outcomeRedirect && !redirects {
+		if o == outcomeRedirect && !redirects || o == outcomeACME && !acme {
 			continue
 		}
 		c.answered[o] = m.requests.WithLabelValues(domain, o)
@@ -363,6 +379,28 @@ func (m *metrics) upstreamObservers(domain string) *upstreamObservers {
 
 // storeCollector reads the counter stores of the current configuration at
 // scrape time, so that gauges follow the live state without a goroutine.
+// certCollector reports the expiry of every certificate served: the
+// files' (SetCertificates) and, with tls.acme, each managed name's
+// (SetACMEStatus), whose renewals change it between reloads.
+type certCollector struct{ m *metrics }
+
+func (c certCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.m.certExpiry }
+
+func (c certCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, ci := range c.m.p.Certificates() {
+		name := ci.File
+		if len(ci.Names) > 0 {
+			name = ci.Names[0]
+		}
+		ch <- prometheus.MustNewConstMetric(c.m.certExpiry, prometheus.GaugeValue, float64(ci.NotAfter.Unix()), name, ci.File)
+	}
+	for _, mi := range c.m.p.ACMEStatus() {
+		if !mi.NotAfter.IsZero() {
+			ch <- prometheus.MustNewConstMetric(c.m.certExpiry, prometheus.GaugeValue, float64(mi.NotAfter.Unix()), mi.Name, "acme")
+		}
+	}
+}
+
 type storeCollector struct{ m *metrics }
 
 func (c storeCollector) Describe(ch chan<- *prometheus.Desc) {

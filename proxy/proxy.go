@@ -130,7 +130,8 @@ type Proxy struct {
 	startedAt time.Time // when New made the Proxy, by its clock
 	recent    recent    // per-second figures for the status page (recent.go)
 
-	tlsState // the HTTPS listener's port, certificates and log (tls.go)
+	tlsState  // the HTTPS listener's port, certificates and log (tls.go)
+	acmeState // the hook that answers ACME's HTTP-01 validations (acme.go)
 
 	// The connection limits' open connections by client and the clients
 	// refused most, kept across reloads (connections.go).
@@ -354,7 +355,7 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 		}
 	}()
 	for i, rd := range t.Domains {
-		d := &domain{Domain: rd, requests: p.metrics.requestCounters(rd.Name, rd.HTTPSRedirect)}
+		d := &domain{Domain: rd, requests: p.metrics.requestCounters(rd.Name, rd.HTTPSRedirect, rd.ACME)}
 		if rd.HSTSMaxAge > 0 {
 			d.hsts = static(fieldStrictTransportSecurity, "max-age="+strconv.FormatInt(int64(rd.HSTSMaxAge/time.Second), 10))
 		}

@@ -275,7 +275,17 @@ var settings = []setting{
 	reloads("connections.rate_per_client.period"),
 	reloads("connections.allow.cidrs"),
 	reloads("connections.max_clients"),
+	// The ACME client (its account, CA and storage) is made once, at
+	// start; the names it manages follow domains[].acme on reload.
+	restarts("tls.acme.email", func(t *rules.Table) any { return acmeSetting(t, func(a *rules.ACME) any { return a.Email }) }),
+	restarts("tls.acme.ca", func(t *rules.Table) any { return acmeSetting(t, func(a *rules.ACME) any { return a.CA }) }),
+	restarts("tls.acme.ca_root", func(t *rules.Table) any { return acmeSetting(t, func(a *rules.ACME) any { return a.CARoot }) }),
+	restarts("tls.acme.storage", func(t *rules.Table) any { return acmeSetting(t, func(a *rules.ACME) any { return a.Storage }) }),
+	restarts("tls.acme.challenges", func(t *rules.Table) any {
+		return acmeSetting(t, func(a *rules.ACME) any { return [2]bool{a.HTTP01, a.TLSALPN01} })
+	}),
 	// Domains and rules are rebuilt by every reload (Proxy.build).
+	reloads("domains[].acme"),
 	reloads("domains[].name"),
 	reloads("domains[].hosts"),
 	reloads("domains[].serve"),
@@ -337,6 +347,14 @@ func defaultCertificate(t *rules.Table) string {
 		return ""
 	}
 	return t.TLS.Certificates[t.TLS.Default].CertFile
+}
+
+// acmeSetting reads a setting of tls.acme with get; nil without tls.acme.
+func acmeSetting(t *rules.Table, get func(*rules.ACME) any) any {
+	if t.TLS.ACME == nil {
+		return nil
+	}
+	return get(t.TLS.ACME)
 }
 
 // setting is one key of the configuration file and when it takes effect.

@@ -29,6 +29,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			ex.recycle(&exchanges)
 		}
 	}()
+	if target := originForm(r); isChallenge(d, r.Method, target) { // acme.go: before any rule
+		p.challenge(&ex.ans, d, host, target)
+		ex.ans.write(w)
+		return
+	}
 	if p.via.in(r.Header["Via"]) { // loop.go: 508, before any rule
 		p.refuseLoop(ex)
 		ex.ans.write(w)

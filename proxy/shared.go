@@ -140,5 +140,5 @@ func (p *Proxy) Close() error {
 
 // Cluster returns the Proxy's Redis client, nil in local mode: other
 // front doors onto the same counters (the rate limit service, package rls)
-// share it. Its lifetime is the Proxy's; do not close it.
+// share it, and the ACME state of a PoP goes through it (cluster.Storage). Its lifetime is the Proxy's; do not close it.
 func (p *Proxy) Cluster() *cluster.Client { return p.cluster }

@@ -28,6 +28,7 @@ var statusTemplate = template.Must(template.New("index.html").Funcs(template.Fun
 	"conditions": ruleConditions,
 	"daysLeft":   daysLeft,
 	"results":    func() []string { return handshakeResults },
+	"utc":        utcTime,
 }).ParseFS(statusFiles, "status/index.html"))
 
 // StatusPageOptions say what the status page needs from the admin
@@ -51,6 +52,7 @@ type statusPageData struct {
 	Ready         bool
 	Config        configView
 	TLS           *tlsStatusView // nil when edge serves no TLS
+	Certificates  certificatesView
 	Rendered      string
 }
 
@@ -90,6 +92,7 @@ func (p *Proxy) StatusPage(opts StatusPageOptions) http.Handler {
 			d.Ready = opts.Ready()
 			d.Config = p.configView()
 			d.TLS = p.tlsStatus(now)
+			d.Certificates = p.certificatesView()
 			d.Rendered = now.UTC().Format(time.DateTime) + " UTC"
 		}
 		var buf bytes.Buffer
@@ -100,6 +103,18 @@ func (p *Proxy) StatusPage(opts StatusPageOptions) http.Handler {
 		h.Set("Content-Type", "text/html; charset=utf-8")
 		w.Write(buf.Bytes())
 	})
+}
+
+// utcTime writes a time (a time.Time or a *time.Time) as the page does:
+// "2026-01-02 15:04:05 UTC".
+func utcTime(t any) string {
+	switch v := t.(type) {
+	case time.Time:
+		return v.UTC().Format(time.DateTime) + " UTC"
+	case *time.Time:
+		return v.UTC().Format(time.DateTime) + " UTC"
+	}
+	return "–"
 }
 
 func serveStatusFile(w http.ResponseWriter, name, contentType string) {

@@ -156,14 +156,6 @@ func (p *Proxy) TLSHandshake(h certs.Handshake) {
 // serves, at start and after each reload: the expiry metric shows one
 // series per certificate, and the status page lists them.
 func (p *Proxy) SetCertificates(in []certs.Info) {
-	p.metrics.certExpiry.Reset()
-	for _, c := range in {
-		name := c.File
-		if len(c.Names) > 0 {
-			name = c.Names[0]
-		}
-		p.metrics.certExpiry.WithLabelValues(name, c.File).Set(float64(c.NotAfter.Unix()))
-	}
 	list := append([]certs.Info(nil), in...)
 	p.certificates.Store(&list)
 }

@@ -330,6 +330,9 @@ type DomainConfig struct {
 	// to the domain's HTTPS responses; whole seconds, at most ten years.
 	// Needs tls.listen.
 	HSTSMaxAge time.Duration `mapstructure:"hsts_max_age"`
+	// ACME obtains and renews a certificate for each exact host of the
+	// domain from tls.acme's certificate authority. Needs tls.acme.
+	ACME bool `mapstructure:"acme"`
 }
 
 // ResponseConfig is a static response: a domain's respond, or a rule's

@@ -124,6 +124,9 @@ type Domain struct {
 	// HSTSMaxAge, when not 0, is sent in Strict-Transport-Security on
 	// the domain's HTTPS responses; whole seconds.
 	HSTSMaxAge time.Duration
+	// ACME: tls.acme obtains a certificate for each of its exact hosts
+	// (acme: true), and edge answers their ACME challenges.
+	ACME bool
 
 	MaxKeys   int     // this domain's resolved share of Table.MaxKeys; 0 when it has no rules
 	MaxQueued int     // the most requests waiting at once in its rules' queues

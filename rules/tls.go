@@ -3,7 +3,12 @@ package rules
 import (
 	"crypto/tls"
 	"fmt"
+	"net/mail"
+	"net/netip"
 	"net/textproto"
+	"net/url"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/edgerate/edge/internal/wire"
@@ -37,6 +42,33 @@ type TLSConfig struct {
 	// HTTP2 offers h2 beside http/1.1 by ALPN; false offers http/1.1
 	// alone. Default true.
 	HTTP2 *bool `mapstructure:"http2"`
+	// ACME, when set, obtains and renews a certificate for every exact
+	// host of every domain that sets acme: true (docs/tls.md, "ACME").
+	ACME *ACMEConfig `mapstructure:"acme"`
+}
+
+// ACMEConfig is the tls.acme section: the ACME certificate authority edge
+// obtains certificates from, and where it keeps them.
+type ACMEConfig struct {
+	// Email is the contact address of the ACME account; "" registers one
+	// without.
+	Email string `mapstructure:"email"`
+	// CA is the directory URL of the certificate authority, https.
+	// Default: Let's Encrypt's production directory (DefaultACMECA).
+	CA string `mapstructure:"ca"`
+	// CARoot is a PEM file of the roots trusted when talking to the CA
+	// (a private one); relative to the configuration file's directory.
+	// Default: the system's roots.
+	CARoot string `mapstructure:"ca_root"`
+	// Storage is the directory where accounts and certificates survive
+	// restarts, relative to the configuration file's directory. Default
+	// DefaultACMEStorage. With cluster.store redis the PoP's Redis holds
+	// them and Storage keeps a copy of the certificates.
+	Storage string `mapstructure:"storage"`
+	// Challenges are the challenge types offered to the CA: http-01
+	// (answered on the plain listener) and tls-alpn-01 (on the TLS
+	// listener). Default both.
+	Challenges []string `mapstructure:"challenges"`
 }
 
 // TLSVersion is a protocol version as the file writes it, "1.2" or "1.3"
@@ -70,7 +102,37 @@ type TLS struct {
 	FingerprintHeader string
 	// HTTP2: ALPN offers h2 before http/1.1 (tls.http2).
 	HTTP2 bool
+	// ACME is the compiled tls.acme; nil without.
+	ACME *ACME
 }
+
+// ACME is a compiled [ACMEConfig].
+type ACME struct {
+	Email string
+	CA    string // the directory URL
+	// CARoot and Storage are as configured (Storage defaulted), relative
+	// to the configuration file's directory.
+	CARoot, Storage string
+	// HTTP01 and TLSALPN01 are the challenge types offered.
+	HTTP01, TLSALPN01 bool
+	// Names are the names certificates are obtained for: every exact host
+	// of every domain with acme: true, in configuration order.
+	Names []string
+}
+
+// Defaults of tls.acme.
+const (
+	// DefaultACMECA is Let's Encrypt's production directory.
+	DefaultACMECA = "https://acme-v02.api.letsencrypt.org/directory"
+	// DefaultACMEStorage is beside the configuration file.
+	DefaultACMEStorage = "edge-data/acme"
+)
+
+// Challenge types of tls.acme.challenges.
+const (
+	ChallengeHTTP01    = "http-01"
+	ChallengeTLSALPN01 = "tls-alpn-01"
+)
 
 // Values of tls.unknown_sni.
 const (
@@ -97,6 +159,7 @@ func compileTLS(p *problems, c TLSConfig) TLS {
 			{"tls.min_version", c.MinVersion != ""},
 			{"tls.fingerprint_header", c.FingerprintHeader != ""},
 			{"tls.http2", c.HTTP2 != nil},
+			{"tls.acme", c.ACME != nil},
 		} {
 			if k.set {
 				p.add(k.path, "needs tls.listen: edge serves no TLS without it")
@@ -105,8 +168,8 @@ func compileTLS(p *problems, c TLSConfig) TLS {
 		return out
 	}
 	checkAddr(p, "tls.listen", c.Listen)
-	if len(c.Certificates) == 0 {
-		p.missing("tls.certificates", "with tls.listen", "must list at least one {cert_file, key_file}")
+	if len(c.Certificates) == 0 && c.ACME == nil {
+		p.missing("tls.certificates", "with tls.listen", "must list at least one {cert_file, key_file}, or tls.acme obtain them")
 	}
 	for i, cc := range c.Certificates {
 		path := fmt.Sprintf("tls.certificates[%d]", i)
@@ -161,6 +224,49 @@ func compileTLS(p *problems, c TLSConfig) TLS {
 		}
 		out.FingerprintHeader = canon
 	}
+	if c.ACME != nil {
+		out.ACME = compileACME(p, *c.ACME)
+	}
+	return out
+}
+
+// compileACME validates the tls.acme section; its names come from the
+// domains (compileDomainTLS).
+func compileACME(p *problems, c ACMEConfig) *ACME {
+	out := &ACME{Email: c.Email, CA: c.CA, CARoot: c.CARoot, Storage: c.Storage}
+	if out.CA == "" {
+		out.CA = DefaultACMECA
+	} else if u, err := url.Parse(c.CA); err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil {
+		p.add("tls.acme.ca", "must be the https URL of an ACME directory (RFC 8555 asks for https), got %q", c.CA)
+	}
+	if out.Storage == "" {
+		out.Storage = DefaultACMEStorage
+	}
+	if e := c.Email; e != "" {
+		if a, err := mail.ParseAddress(e); err != nil || a.Address != e {
+			p.add("tls.acme.email", "must be an email address such as ops@example.com, got %q", e)
+		}
+	}
+	if len(c.Challenges) == 0 {
+		out.HTTP01, out.TLSALPN01 = true, true
+	}
+	for i, ch := range c.Challenges {
+		path := fmt.Sprintf("tls.acme.challenges[%d]", i)
+		var seen *bool
+		switch ch {
+		case ChallengeHTTP01:
+			seen = &out.HTTP01
+		case ChallengeTLSALPN01:
+			seen = &out.TLSALPN01
+		default:
+			p.add(path, "must be http-01 or tls-alpn-01 (edge does not do dns-01), got %q", ch)
+			continue
+		}
+		if *seen {
+			p.add(path, "is listed twice, got %q", ch)
+		}
+		*seen = true
+	}
 	return out
 }
 
@@ -181,6 +287,9 @@ func reservedField(canon string) bool {
 func compileDomainTLS(p *problems, d *Domain, path string, dc DomainConfig, t *Table) {
 	d.HTTPSRedirect = dc.HTTPSRedirect
 	d.HSTSMaxAge = dc.HSTSMaxAge
+	if dc.ACME {
+		compileDomainACME(p, d, path, dc, t)
+	}
 	if t.TLS.Listen == "" {
 		if dc.HTTPSRedirect {
 			p.add(path+".https_redirect", "needs tls.listen: there is no HTTPS listener to redirect to")
@@ -204,6 +313,9 @@ func checkTLSListener(p *problems, t *Table) {
 	if t.TLS.Listen == "" {
 		return
 	}
+	if a := t.TLS.ACME; a != nil && a.HTTP01 && t.Listen == "" {
+		p.add("tls.acme.challenges", "http-01 needs listen: the plain listener answers it")
+	}
 	h, port, err := splitListen(t.TLS.Listen)
 	if err != nil {
 		return // checkAddr has said so
@@ -219,6 +331,43 @@ func checkTLSListener(p *problems, t *Table) {
 		oh, op, err := splitListen(o.addr)
 		if err == nil && collide(t.TLS.Listen, h, port, o.addr, oh, op) {
 			p.add("tls.listen", "must differ from %s (%q), got %q", o.key, o.addr, t.TLS.Listen)
+		}
+	}
+}
+
+// compileDomainACME validates a domain's acme: true and adds its exact hosts
+// to the names tls.acme obtains certificates for. A wildcard needs the
+// DNS-01 challenge, which edge does not do; an IP literal and the
+// catch-all name no host a certificate authority validates.
+func compileDomainACME(p *problems, d *Domain, path string, dc DomainConfig, t *Table) {
+	if t.TLS.ACME == nil {
+		if t.TLS.Listen == "" {
+			p.add(path+".acme", "needs tls.listen and tls.acme: edge obtains certificates for its HTTPS listener")
+		} else {
+			p.add(path+".acme", "needs tls.acme: it says which certificate authority to obtain certificates from")
+		}
+		return
+	}
+	if !d.Proxied {
+		p.add(path+".acme", "needs a domain the public listener serves (serve: proxy or both)")
+		return
+	}
+	d.ACME = true
+	for j, raw := range dc.Hosts {
+		h := strings.TrimSuffix(strings.ToLower(raw), ".")
+		if !slices.Contains(d.Hosts, h) {
+			continue // invalid, or claimed by another domain: reported
+		}
+		hpath := fmt.Sprintf("%s.hosts[%d]", path, j)
+		switch _, ipErr := netip.ParseAddr(h); {
+		case h == "*":
+			p.add(hpath, "acme needs exact host names, and the catch-all names none to obtain a certificate for, got %q", raw)
+		case strings.HasPrefix(h, "*."):
+			p.add(hpath, "acme cannot obtain a certificate for a wildcard: it needs the dns-01 challenge, which edge does not do; serve it from tls.certificates, got %q", raw)
+		case ipErr == nil || h[0] == '[':
+			p.add(hpath, "acme obtains certificates for host names, not IP addresses; serve it from tls.certificates, got %q", raw)
+		default:
+			t.TLS.ACME.Names = append(t.TLS.ACME.Names, h)
 		}
 	}
 }

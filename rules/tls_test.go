@@ -121,3 +121,93 @@ func TestCompileDomainTLS(t *testing.T) {
 			d.HTTPSRedirect, d.HSTSMaxAge, tab.Domains[1].HTTPSRedirect)
 	}
 }
+
+// acmeConfig returns tlsConfig with tls.acme and acme: true on api.
+func acmeConfig() Config {
+	c := tlsConfig()
+	c.TLS.ACME = &ACMEConfig{}
+	c.Domains[0].ACME = true
+	c.Domains[0].Hosts = []string{"api.example.com", "API.example.org."}
+	return c
+}
+
+func TestCompileACME(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(c *Config)
+		want   ACME
+	}{
+		{"defaults", func(c *Config) {}, ACME{CA: DefaultACMECA, Storage: DefaultACMEStorage, HTTP01: true, TLSALPN01: true,
+			Names: []string{"api.example.com", "api.example.org"}}},
+		{"everything given", func(c *Config) {
+			c.TLS.ACME = &ACMEConfig{Email: "ops@example.com", CA: "https://ca.internal:14000/dir", CARoot: "ca.pem",
+				Storage: "/var/lib/edge/acme", Challenges: []string{"tls-alpn-01"}}
+			c.Domains[1].ACME = true
+		}, ACME{Email: "ops@example.com", CA: "https://ca.internal:14000/dir", CARoot: "ca.pem", Storage: "/var/lib/edge/acme",
+			TLSALPN01: true, Names: []string{"api.example.com", "api.example.org", "www.example.com"}}},
+		{"without file certificates", func(c *Config) { c.TLS.Certificates = nil }, ACME{CA: DefaultACMECA,
+			Storage: DefaultACMEStorage, HTTP01: true, TLSALPN01: true, Names: []string{"api.example.com", "api.example.org"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := acmeConfig()
+			tt.mutate(&c)
+			tab, err := Compile(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := tab.TLS.ACME; got == nil || !reflect.DeepEqual(*got, tt.want) {
+				t.Errorf("got %+v, want %+v", got, tt.want)
+			}
+			if !tab.Domains[0].ACME {
+				t.Error("domains[0].ACME is false")
+			}
+		})
+	}
+}
+
+func TestCompileACMEErrors(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(c *Config)
+		want   []string
+	}{
+		{"without tls.listen", func(c *Config) { c.TLS = TLSConfig{ACME: &ACMEConfig{}} }, []string{
+			"tls.acme: needs tls.listen: edge serves no TLS without it",
+			"domains[0] (api).acme: needs tls.listen and tls.acme: edge obtains certificates for its HTTPS listener"}},
+		{"domain without tls.acme", func(c *Config) { c.TLS.ACME = nil }, []string{
+			"domains[0] (api).acme: needs tls.acme: it says which certificate authority to obtain certificates from"}},
+		{"wildcard", func(c *Config) { c.Domains[0].Hosts = []string{"api.example.com", "*.example.net"} }, []string{
+			`domains[0] (api).hosts[1]: acme cannot obtain a certificate for a wildcard: it needs the dns-01 challenge, which edge does not do; serve it from tls.certificates, got "*.example.net"`}},
+		{"catch-all", func(c *Config) { c.Domains[0].Hosts = []string{"*"} }, []string{
+			`domains[0] (api).hosts[0]: acme needs exact host names, and the catch-all names none to obtain a certificate for, got "*"`}},
+		{"IP literals", func(c *Config) { c.Domains[0].Hosts = []string{"api.example.com", "192.0.2.1", "[2001:db8::1]"} }, []string{
+			`domains[0] (api).hosts[1]: acme obtains certificates for host names, not IP addresses; serve it from tls.certificates, got "192.0.2.1"`,
+			`domains[0] (api).hosts[2]: acme obtains certificates for host names, not IP addresses; serve it from tls.certificates, got "[2001:db8::1]"`}},
+		{"ca not https", func(c *Config) { c.TLS.ACME.CA = "http://ca.internal/dir" }, []string{
+			`tls.acme.ca: must be the https URL of an ACME directory (RFC 8555 asks for https), got "http://ca.internal/dir"`}},
+		{"email", func(c *Config) { c.TLS.ACME.Email = "Ops <ops@example.com>" }, []string{
+			`tls.acme.email: must be an email address such as ops@example.com, got "Ops <ops@example.com>"`}},
+		{"dns-01", func(c *Config) { c.TLS.ACME.Challenges = []string{"http-01", "dns-01"} }, []string{
+			`tls.acme.challenges[1]: must be http-01 or tls-alpn-01 (edge does not do dns-01), got "dns-01"`}},
+		{"twice", func(c *Config) { c.TLS.ACME.Challenges = []string{"http-01", "http-01"} }, []string{
+			`tls.acme.challenges[1]: is listed twice, got "http-01"`}},
+		{"check-only domain", func(c *Config) {
+			c.Check = &CheckConfig{Listen: "127.0.0.1:8082"}
+			c.Domains[0].Serve = "check"
+		}, []string{"domains[0] (api).acme: needs a domain the public listener serves (serve: proxy or both)"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := acmeConfig()
+			tt.mutate(&c)
+			_, err := Compile(c)
+			if err == nil {
+				t.Fatal("Compile accepted it")
+			}
+			if got := errorLines(t, err); !slices.Equal(got, tt.want) {
+				t.Errorf("got %q, want %q", got, tt.want)
+			}
+		})
+	}
+}

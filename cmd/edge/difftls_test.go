@@ -109,7 +109,7 @@ func (f *diffTLS) join(t testing.TB, table *rules.Table, p *proxy.Proxy, ln net.
 	t.Helper()
 	set, err := loadCertificates("", table)
 	must(t, err)
-	sock, _, err := tlsSocket(table, set, p, nil, nil) // no PROXY header, HTTP/1.1 only
+	sock, _, _, err := tlsSocket(table, set, p, nil, nil, "", "", nil) // no PROXY header, HTTP/1.1 only, no ACME
 	must(t, err)
 	p.SetHTTPSPort(8443)
 	joined, err := guard.Join(guard.Socket{Listener: ln, Name: proxy.ListenerPublic}, sock)

@@ -42,6 +42,7 @@ import (
 	// machine without /usr/share/zoneinfo, such as a scratch container.
 	_ "time/tzdata"
 
+	"github.com/edgerate/edge/acme"
 	"github.com/edgerate/edge/certs"
 	"github.com/edgerate/edge/config"
 	"github.com/edgerate/edge/guard"
@@ -128,6 +129,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	certSet, err := loadCertificates(*configPath, table)
+	if err == nil && table.TLS.ACME != nil {
+		_, err = acme.LoadRoots(configDir(*configPath), table.TLS.ACME)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "edge: invalid configuration %s:\n%s\n", describe(*configPath), rules.ProblemText(table.Secrets.RedactError(err)))
 		return 1
@@ -270,11 +274,11 @@ func serve(ctx context.Context, table *rules.Table, hash, path string, env []str
 		return err
 	}
 	warnCertificates(log, certSet)
-	srv, err := listen(table, certSet, p, reg, &ready, log)
+	srv, err := listen(table, certSet, p, path, reg, &ready, log)
 	if err != nil {
 		return err
 	}
-	rl.tls = srv.tls // nil without tls.listen
+	rl.tls, rl.acme = srv.tls, srv.acme // nil without tls.listen, tls.acme
 	if srv.rls, err = listenRLS(table, rc, p, prometheus.WrapRegistererWith(prometheus.Labels{"pop": table.Pop}, reg)); err != nil {
 		srv.closeListeners()
 		return err
@@ -289,6 +293,10 @@ func serve(ctx context.Context, table *rules.Table, hash, path string, env []str
 			"rls_domains", len(rc.Domains), "rls_files", len(rc.Files), "rls_algorithm", table.RLS.Algorithm.String())
 	}
 	errc := srv.start()
+	if srv.acme != nil {
+		// Once the listeners serve, which answer the challenges.
+		srv.acme.Manage(table.TLS.ACME.Names)
+	}
 	defer start(rl.run)()        // reload on change and SIGHUP
 	defer start(p.RunRecorder)() // the status page's per-second figures
 	ready.Store(true)
@@ -344,6 +352,8 @@ type servers struct {
 	// http2 serves the connections of the public listener that speak
 	// HTTP/2; nil unless serveHTTP2.
 	http2 *http2Server
+	// acme obtains and renews the certificates of tls.acme; nil without.
+	acme *acme.Manager
 }
 
 // listen binds the public, admin and check listeners of table and makes
@@ -354,7 +364,7 @@ type servers struct {
 //
 // With tls.listen, the HTTPS socket serving certificates set is joined to
 // the public one: one server, one connection cap, the fast path on both.
-func listen(table *rules.Table, set *certs.Set, p *proxy.Proxy, reg *prometheus.Registry, ready *atomic.Bool, log *slog.Logger) (*servers, error) {
+func listen(table *rules.Table, set *certs.Set, p *proxy.Proxy, path string, reg *prometheus.Registry, ready *atomic.Bool, log *slog.Logger) (*servers, error) {
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	s := &servers{
 		public: publicServer(table, p, errLog),
@@ -394,13 +404,13 @@ func listen(table *rules.Table, set *certs.Set, p *proxy.Proxy, reg *prometheus.
 	}
 	publicStages := socketStages(table, pp, rules.ListenerPublic, h2cStages...)
 	if publicLn != nil && table.TLS.Listen != "" {
-		sock, srv, err := tlsSocket(table, set, p, pp, s.http2)
+		sock, srv, m, err := tlsSocket(table, set, p, pp, s.http2, path, publicLn.Addr().String(), log)
 		if err != nil {
 			publicLn.Close()
 			s.adminLn.Close()
 			return nil, err
 		}
-		s.tls, s.tlsLn = srv, sock.Listener
+		s.tls, s.tlsLn, s.acme = srv, sock.Listener, m
 		if publicLn, err = guard.Join(guard.Socket{Listener: publicLn, Name: proxy.ListenerPublic, Stages: publicStages}, sock); err != nil {
 			return nil, err // cannot fail: it has sockets
 		}
@@ -433,6 +443,9 @@ func (s *servers) closeListeners() {
 		if ln != nil {
 			ln.Close()
 		}
+	}
+	if s.acme != nil {
+		s.acme.Close()
 	}
 }
 
@@ -640,6 +653,9 @@ func (s *servers) shutdown(timeout time.Duration, serveErr error, errc <-chan er
 	}
 	s.admin.Shutdown(drainCtx)
 	s.admin.Close()
+	if s.acme != nil {
+		s.acme.Close() // an order in flight is abandoned: the next start orders again
+	}
 	// Every Serve goroutine has returned once Shutdown/Close/stop
 	// returned; collect their results so none outlives serve.
 	if serveErr != nil {

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/edgerate/edge/acme"
 	"github.com/edgerate/edge/certs"
 	"github.com/edgerate/edge/config"
 	"github.com/edgerate/edge/proxy"
@@ -44,6 +45,10 @@ type reloader struct {
 	// the certificates, and a change to any of their files is a change of
 	// the configuration.
 	tls *certs.Server
+
+	// acme, if set, obtains the certificates of tls.acme: each reload
+	// gives it the names of the domains with acme: true.
+	acme *acme.Manager
 
 	mu       sync.Mutex // serialises reloads from the signal and the poll
 	lastStat fileStamp
@@ -179,6 +184,9 @@ func (rl *reloader) reload(force bool) {
 			return
 		}
 		warnRLS(rl.log, rc)
+	}
+	if rl.acme != nil && table.TLS.ACME != nil {
+		rl.acme.Manage(table.TLS.ACME.Names) // a file without tls.acme keeps the running names: a restart removes them
 	}
 	if certSet != nil {
 		rl.tls.Swap(certSet)

@@ -364,6 +364,11 @@ func TestReloadRestartRequired(t *testing.T) {
 		{"http2.max_concurrent_streams", "h2c: true", "h2c: true\nhttp2: {max_concurrent_streams: 50}"},
 		{"http2.max_header_bytes", "h2c: true", "h2c: true\nhttp2: {max_header_bytes: 4096}"},
 		{"proxy_protocol.listeners", "", "proxy_protocol: {from: [10.0.0.1]}"},
+		{"tls.acme.email", "tls: {" + tlsKeys + ", acme: {}}", "tls: {" + tlsKeys + ", acme: {email: ops@example.com}}"},
+		{"tls.acme.ca", "tls: {" + tlsKeys + ", acme: {}}", "tls: {" + tlsKeys + ", acme: {ca: \"https://ca.internal/dir\"}}"},
+		{"tls.acme.ca_root", "tls: {" + tlsKeys + ", acme: {}}", "tls: {" + tlsKeys + ", acme: {ca_root: ca.pem}}"},
+		{"tls.acme.storage", "tls: {" + tlsKeys + ", acme: {}}", "tls: {" + tlsKeys + ", acme: {storage: /var/lib/edge/acme}}"},
+		{"tls.acme.challenges", "tls: {" + tlsKeys + ", acme: {}}", "tls: {" + tlsKeys + ", acme: {challenges: [http-01]}}"},
 	}
 	var keys []string
 	for _, tt := range tests {

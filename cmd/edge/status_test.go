@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgerate/edge/certs"
 	"github.com/edgerate/edge/internal/wait"
 	"github.com/edgerate/edge/proxy"
 	"github.com/edgerate/edge/rules"
@@ -184,7 +186,7 @@ func serveStatusTLS(t *testing.T, path string, table *rules.Table, p *proxy.Prox
 	t.Helper()
 	set, err := loadCertificates(path, table)
 	must(t, err)
-	sock, _, err := tlsSocket(table, set, p, nil, nil)
+	sock, _, _, err := tlsSocket(table, set, p, nil, nil, "", "", nil)
 	must(t, err)
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -261,6 +263,13 @@ func startStatus(t *testing.T, setup statusSetup) *statusUnderTest {
 		serveStatusTLS(t, path, table, p, reg)
 	}
 	applyTraffic(t, p, setup.logins)
+	// With TLS, one name of tls.acme beside the files' certificates.
+	if setup.tls {
+		until := time.Date(2027, 3, 1, 12, 0, 0, 0, time.UTC)
+		p.SetACMEStatus(func() []certs.ManagedInfo {
+			return []certs.ManagedInfo{{Name: "www.example.com", State: certs.ManagedValid, NotAfter: until, NextRenewal: until.Add(-30 * 24 * time.Hour)}}
+		})
+	}
 
 	var ready atomic.Bool
 	ready.Store(true)
@@ -528,6 +537,10 @@ func TestStatusPageInBrowser(t *testing.T) {
 				if c.got != c.want {
 					t.Errorf("%s = %q, want %q", c.name, c.got, c.want)
 				}
+			}
+			if r, want := d.row("Names obtained by ACME", "www.example.com"), []string{"www.example.com", "valid",
+				"2027-03-01 12:00:00 UTC", "2027-01-30 12:00:00 UTC", "–"}; tc.tls && !slices.Equal(r, want) {
+				t.Errorf("the ACME name's row = %q, want %q", r, want)
 			}
 			if r := d.row("Rules of api", "per-ip"); len(r) != 9 || r[1] != "sliding_window" || r[2] != "20 per 10s" || !positive(r[8]) {
 				t.Errorf("per-ip row = %q, want sliding_window, 20 per 10s and refused requests above 0", r)

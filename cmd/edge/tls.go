@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/edgerate/edge/acme"
 	"github.com/edgerate/edge/certs"
 	"github.com/edgerate/edge/guard"
 	"github.com/edgerate/edge/internal/ja4"
@@ -70,20 +71,39 @@ func certificateStamp(path string, t *rules.Table) []fileStamp {
 // reads a header on this socket. The proxy counts the handshakes and
 // learns the port https_redirect sends clients to. With h2 (tls.http2),
 // ALPN offers h2 before http/1.1, and a connection whose client chose it
-// goes to h2 after the handshake.
-func tlsSocket(t *rules.Table, set *certs.Set, p *proxy.Proxy, pp guard.Stage, h2 *http2Server) (guard.Socket, *certs.Server, error) {
+// goes to h2 after the handshake. With tls.acme, it makes the ACME manager
+// too (newACME), whose certificates and TLS-ALPN-01 answers the handshakes
+// serve; httpAddr is the plain listener's bound address, which answers
+// HTTP-01.
+func tlsSocket(t *rules.Table, set *certs.Set, p *proxy.Proxy, pp guard.Stage, h2 *http2Server,
+	path, httpAddr string, log *slog.Logger) (guard.Socket, *certs.Server, *acme.Manager, error) {
+	ln, err := clientListen(t.TLS.Listen)
+	if err != nil {
+		return guard.Socket{}, nil, nil, fmt.Errorf("tls listener: %w", err)
+	}
 	opts := certs.Options{TLS: t.TLS, Set: set, OnHandshake: p.TLSHandshake,
 		Fingerprint: func(h *tls.ClientHelloInfo) string { return ja4.FromClientHello(h, ja4.TCP).Fingerprint() }}
 	if h2 != nil && t.TLS.HTTP2 {
 		opts.NextProtos = []string{"h2", "http/1.1"}
 	}
+	var m *acme.Manager
+	if t.TLS.ACME != nil {
+		if m, err = newACME(t, p, path, httpAddr, ln.Addr().String(), log); err != nil {
+			ln.Close()
+			return guard.Socket{}, nil, nil, err
+		}
+		opts.Managed = m.Certificate
+		if t.TLS.ACME.TLSALPN01 {
+			opts.Challenge = m.Challenge
+		}
+	}
 	srv, err := certs.NewServer(opts)
 	if err != nil {
-		return guard.Socket{}, nil, err
-	}
-	ln, err := clientListen(t.TLS.Listen)
-	if err != nil {
-		return guard.Socket{}, nil, fmt.Errorf("tls listener: %w", err)
+		ln.Close()
+		if m != nil {
+			m.Close()
+		}
+		return guard.Socket{}, nil, nil, err
 	}
 	if _, port, err := net.SplitHostPort(ln.Addr().String()); err == nil {
 		n, _ := strconv.Atoi(port)
@@ -94,5 +114,5 @@ func tlsSocket(t *rules.Table, set *certs.Set, p *proxy.Proxy, pp guard.Stage, h
 	if opts.NextProtos != nil {
 		own = append(own, guard.ALPN("h2", h2.handoff))
 	}
-	return guard.Socket{Listener: ln, Name: proxy.ListenerTLS, Stages: socketStages(t, pp, rules.ListenerTLS, own...)}, srv, nil
+	return guard.Socket{Listener: ln, Name: proxy.ListenerTLS, Stages: socketStages(t, pp, rules.ListenerTLS, own...)}, srv, m, nil
 }

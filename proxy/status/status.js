@@ -306,9 +306,21 @@
   // since start by result; nothing when edge serves no TLS.
   const HANDSHAKE_RESULTS = ['ok', 'unknown_sni', 'rejected', 'plain_http', 'error']; // the page's order
   const FAILED_HANDSHAKE = ['rejected', 'plain_http', 'error'];
-  function renderCertificates({ status }) {
+  // loadCertificates reads each name tls.acme obtains a certificate for,
+  // with its state (/v1/certificates).
+  function loadCertificates() {
+    return getJSON('/v1/certificates');
+  }
+
+  function renderCertificates({ status }, certs) {
     const tls = status.tls;
     if (!tls) return null;
+    const dash = '–';
+    const acme = ((certs && certs.acme) || []).map(a => el('tr', null,
+      el('th', { scope: 'row' }, a.name),
+      el('td', null, el('span', { class: a.state === 'valid' ? 'ok' : (a.state === 'failed' || a.state === 'expired') ? 'bad' : null }, a.state)),
+      el('td', null, a.not_after ? utc(a.not_after) : dash), el('td', null, a.next_renewal ? utc(a.next_renewal) : dash),
+      el('td', null, a.last_error ? a.last_error + (a.last_error_at ? ' (' + utc(a.last_error_at) + ')' : '') : dash)));
     const rows = tls.certificates.map(c => {
       const cls = c.expires_soon ? 'bad' : null;
       return el('tr', null,
@@ -326,6 +338,8 @@
       el('h2', { id: 'h-certificates' }, 'Certificates'),
       table('certificates', 'Certificates the HTTPS listener serves', 'certificates-t',
         ['File', 'Names', 'Issuer', 'Expires', 'Days left'], rows),
+      acme.length ? table('acme', 'Names obtained by ACME', 'acme-t',
+        ['Name', 'State', 'Valid until', 'Next renewal', 'Last error'], acme) : null,
       table('handshakes', 'TLS handshakes since start', 'handshakes-t', ['Result', 'Handshakes'], results));
   }
 
@@ -478,7 +492,7 @@
     { render: renderNode },
     { render: renderCluster },
     { load: loadConnections, render: renderConnections },
-    { render: renderCertificates },
+    { load: loadCertificates, render: renderCertificates },
     { load: loadTops, render: renderDomains },
   ];
 

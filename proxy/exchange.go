@@ -57,11 +57,26 @@ type exchange struct {
 	// ans is the answer edge makes itself, when limit or a later step
 	// refuses the request.
 	ans answer
+	// up is what the request's passage to the origin found (the origin
+	// component's report), for the access log and metrics; zero when the
+	// request was not forwarded.
+	up upstreamReport
 
 	keys keyBuffer
 	vbuf [8]verdict
 	// scratch is what the fast path reads the head into (fast.go).
 	scratch fastScratch
+}
+
+// upstreamReport is what one request's passage to the origin found: the
+// server that answered it (or was tried last), the status it answered, how
+// long the last try took from the request sent to the response's end, and
+// how many tries ran (1 without retries). The zero value: not forwarded.
+type upstreamReport struct {
+	Server   string // the server's URL as the config names it
+	Status   int    // the origin's status; 0 when no response came
+	Took     time.Duration
+	Attempts int
 }
 
 // exchangeKey carries a request's exchange in its context.
@@ -100,6 +115,7 @@ func (ex *exchange) recycle(pool *sync.Pool) {
 	}
 	ex.st, ex.d, ex.req, ex.after, ex.body, ex.tls = nil, nil, nil, nil, nil, nil
 	ex.fwd, ex.hasFields = false, false
+	ex.up = upstreamReport{}
 	ex.keys.b = ex.keys.b[:0]
 	s.xff, s.view.vals = s.xff[:0], s.view.vals[:0]
 	pool.Put(ex)

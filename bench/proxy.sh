@@ -55,7 +55,7 @@ declare -A PORT=(
 	[haproxy-allow]=28084 [haproxy-block]=28085 [caddy]=28086 [fixed429]=28087
 	[edge-allow]=28088 [edge-block]=28089 [edge-50x5]=28090
 	[cand-allow]=28091 [cand-block]=28092 [edge-block-nofast]=28093
-	[edge-allow-nofast]=28094 [raw429]=28095
+	[edge-allow-nofast]=28094 [raw429]=28096
 )
 declare -A KIND=(
 	[origin]=origin [bare]=fwd [nginx-allow]=fwd [haproxy-allow]=fwd [caddy]=fwd
@@ -370,8 +370,8 @@ if want fixed429; then
 	wait_http fixed429 28087
 fi
 if want raw429; then
-	GOMAXPROCS=1 start raw429 "$PROXY_CPU" "$tmp/raw429" -listen 127.0.0.1:28095
-	wait_http raw429 28095
+	GOMAXPROCS=1 start raw429 "$PROXY_CPU" "$tmp/raw429" -listen 127.0.0.1:28096
+	wait_http raw429 28096
 fi
 declare -A EDGECONF=([edge-allow]=allow [edge-allow-nofast]=allow-nofast [edge-block]=block [edge-block-nofast]=block-nofast [edge-50x5]=multi)
 for v in edge-allow edge-allow-nofast edge-block edge-block-nofast edge-50x5; do

@@ -8,7 +8,7 @@
 // proxy's core with GOMAXPROCS=1 (variant raw429), so that edge's blocking
 // path and nginx's can be set beside what Go itself pays.
 //
-//	raw429 -listen 127.0.0.1:28095
+//	raw429 -listen 127.0.0.1:28096
 package main
 
 import (
@@ -35,7 +35,7 @@ const response = "HTTP/1.1 429 Too Many Requests\r\n" +
 	"rate limited: retry in 1s\n"
 
 func main() {
-	listen := flag.String("listen", "127.0.0.1:28095", "`address` to serve")
+	listen := flag.String("listen", "127.0.0.1:28096", "`address` to serve")
 	flag.Parse()
 	ln, err := (&net.ListenConfig{KeepAlive: -1}).Listen(context.Background(), "tcp", *listen)
 	if err != nil {

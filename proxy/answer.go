@@ -327,6 +327,11 @@ func (a *answer) blockedAnswer(d *domain, vs []verdict, blocker int, form answer
 		a.setCustom(fieldContentType, rs.blockContentType)
 		a.body = append(a.body, br.Body...)
 		return
+	case rs.graphqlRestore != "":
+		// Shopify's THROTTLED body, which GraphQL clients read
+		// whatever their Accept says (graphql.go).
+		a.set(fieldContentType, contentTypeJSON)
+		a.body = appendThrottledJSON(a.body, rs, v)
 	case form == formJSON:
 		a.set(fieldContentType, contentTypeJSON)
 		a.body = appendBlockedJSON(a.body, rs, v)

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/edgerate/edge/graphql"
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/window"
 )
@@ -49,6 +50,9 @@ const (
 // that ServeHTTP decides the request again as if it were the first time.
 func (p *Proxy) limit(ctx context.Context, ex *exchange, head *Head) limitStep {
 	d := ex.d
+	if ex.fast && d.graphql != nil && ex.src.Path == d.graphql.path {
+		return stepDecline // priced before the decision, on the slow path only (graphql.go)
+	}
 	if !ex.fast && d.costHeaders {
 		if rs, problem := firstBadCost(d, ex); rs != nil { // cost.go
 			p.metrics.refused.WithLabelValues("400").Inc()
@@ -58,7 +62,7 @@ func (p *Proxy) limit(ctx context.Context, ex *exchange, head *Head) limitStep {
 		}
 	}
 	tally := ex.begin()
-	dec := p.decideRules(ctx, d, ex.method, &ex.src, tally, ex.now, &ex.keys, ex.vbuf[:0])
+	dec := p.decideRules(ctx, d, ex.method, &ex.src, ex.priced, tally, ex.now, &ex.keys, ex.vbuf[:0])
 	ex.dec = dec
 	vs := dec.vs
 	if ex.fast {
@@ -150,7 +154,7 @@ type ruleDecisions struct {
 // fast path (fast.go) can decide first and decline after. It stops at the
 // first rule the counter could not decide, or whose cost the request's
 // cost_header cannot give (badCost).
-func (p *Proxy) decideRules(ctx context.Context, d *domain, method string, src *rules.KeySource,
+func (p *Proxy) decideRules(ctx context.Context, d *domain, method string, src *rules.KeySource, priced *graphql.Price,
 	tally window.Tally, now time.Time, keys *keyBuffer, vs []verdict) ruleDecisions {
 	out := ruleDecisions{blocker: -1}
 	for i := range d.rules {
@@ -159,6 +163,9 @@ func (p *Proxy) decideRules(ctx context.Context, d *domain, method string, src *
 			continue
 		}
 		cost, problem := requestCost(rs.Rule, src.Header)
+		if priced != nil && rs.CostFrom == rules.CostFromGraphQL {
+			cost = graphqlCost(rs, priced) // graphql.go
+		}
 		if problem != costOK {
 			if rs.Action == rules.ActionBlock {
 				// Only the fast path gets here: limit's checkCosts

@@ -193,6 +193,9 @@ type domain struct {
 	// hsts is the Strict-Transport-Security line of the domain's HTTPS
 	// responses (tls.go); nil without hsts_max_age.
 	hsts *staticField
+	// graphql prices the requests to the domain's GraphQL API
+	// (graphql.go); nil when no rule has cost_from: graphql.
+	graphql *graphqlAPI
 }
 
 // ruleState is a compiled rule with what limit and its answers need
@@ -218,8 +221,11 @@ type ruleState struct {
 	// restoreRate is a bucket's refill rate in units per second, as a
 	// JSON number, for its 429 body; "" for a window.
 	restoreRate string
-	outcomes    ruleCounters
-	top         *topTalkers[window.Key]
+	// graphqlRestore is the restoreRate of the rule's THROTTLED body, as a
+	// JSON number; "" for a rule without cost_from: graphql (graphql.go).
+	graphqlRestore string
+	outcomes       ruleCounters
+	top            *topTalkers[window.Key]
 	// invalidCost counts the invalid costs the origin reported in the
 	// rule's response_cost_header; nil for a rule without one.
 	invalidCost prometheus.Counter
@@ -244,6 +250,9 @@ func newRuleState(r *rules.Rule, c ruleCounters) ruleState {
 	}
 	if r.Algorithm.Bucket() {
 		rs.restoreRate = strconv.FormatFloat(float64(r.Limit)/r.Period.Seconds(), 'f', -1, 64)
+	}
+	if r.CostFrom == rules.CostFromGraphQL {
+		rs.graphqlRestore = graphqlRestore(r)
 	}
 	return rs
 }
@@ -364,6 +373,7 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 			prev = old.domain(rd.Name)
 		}
 		d.shed = p.metrics.newShedState(rd, prev)
+		d.graphql = newGraphQLAPI(rd.GraphQL) // graphql.go
 		if len(rd.Rules) > 0 {
 			limits := make([]window.Limit, len(rd.Rules))
 			for j, r := range rd.Rules {

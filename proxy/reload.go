@@ -338,6 +338,12 @@ var settings = []setting{
 	reloads("domains[].rules[].allow.cidrs"),
 	reloads("domains[].rules[].count_status"),
 	reloads("domains[].rules[].response_cost_header"),
+	reloads("domains[].rules[].cost_from"),
+	reloads("domains[].graphql.path"),
+	reloads("domains[].graphql.mutation_cost"),
+	reloads("domains[].graphql.object_cost"),
+	reloads("domains[].graphql.default_page"),
+	reloads("domains[].graphql.max_query_cost"),
 }
 
 // defaultCertificate is the cert_file of t's default certificate when
@@ -413,10 +419,10 @@ func sameRule(a, b *rules.Rule) bool {
 }
 
 // sameWhatCounts reports whether two rules count the same requests at the
-// same moments: allow, count_status and response_cost_header.
+// same moments: allow, count_status, response_cost_header and cost_from.
 func sameWhatCounts(a, b *rules.Rule) bool {
 	return slices.Equal(a.Allow, b.Allow) && slices.Equal(a.CountStatus, b.CountStatus) &&
-		a.ResponseCostHeader == b.ResponseCostHeader
+		a.ResponseCostHeader == b.ResponseCostHeader && a.CostFrom == b.CostFrom
 }
 
 func equalResponse(a, b *rules.Response) bool {

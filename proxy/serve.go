@@ -54,6 +54,15 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if ex.tls != nil {
 			ex.src.JA4 = ex.tls.JA4
 		}
+		if !p.priceGraphQL(w, r, ex) { // graphql.go: 400, 413, 503
+			if ex.held != nil {
+				ex.held()
+			}
+			return
+		}
+		if ex.held != nil {
+			defer ex.held()
+		}
 		switch p.limit(r.Context(), ex, nil) { // limit.go decides; answer.go makes a refusal
 		case stepAnswer:
 			ex.ans.write(w)
@@ -91,5 +100,6 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		defer d.shed.release()
 	}
-	p.forward(w, r, d) // forward.go
+	ex.after.sending(p.now()) // charge.go: origin_time counts from here
+	p.forward(w, r, d)        // forward.go
 }

@@ -333,6 +333,31 @@ type DomainConfig struct {
 	// ACME obtains and renews a certificate for each exact host of the
 	// domain from tls.acme's certificate authority. Needs tls.acme.
 	ACME bool `mapstructure:"acme"`
+	// GraphQL says where the domain's GraphQL API is and the numbers its
+	// queries are priced with, for its rules with cost_from: graphql
+	// (docs/graphql.md); nil means the defaults.
+	GraphQL *GraphQLConfig `mapstructure:"graphql"`
+}
+
+// GraphQLConfig is a domain's GraphQL API. Zero fields left out take the
+// defaults given.
+type GraphQLConfig struct {
+	// Path is the API's path, matched exactly. Default "/graphql".
+	Path string `mapstructure:"path"`
+	// MutationCost is what each top-level field of a mutation costs, what
+	// it returns included. Default 10; valid 0..1_000_000.
+	MutationCost int `mapstructure:"mutation_cost"`
+	// ObjectCost is what an object field costs. Default 1; valid
+	// 0..1_000_000.
+	ObjectCost int `mapstructure:"object_cost"`
+	// DefaultPage is the page size of a connection whose first or last is
+	// a variable the request does not give. Default 50; valid
+	// 0..1_000_000.
+	DefaultPage int `mapstructure:"default_page"`
+	// MaxQueryCost is the most a request may cost; one that costs more is
+	// answered 400. At most, and by default, the smallest capacity of the
+	// domain's cost_from: graphql rules.
+	MaxQueryCost int `mapstructure:"max_query_cost"`
 }
 
 // ResponseConfig is a static response: a domain's respond, or a rule's
@@ -463,6 +488,14 @@ type RuleConfig struct {
 	// of what the request counted when it was decided. The field is removed
 	// from the response the client sees.
 	ResponseCostHeader string `mapstructure:"response_cost_header"`
+	// CostFrom, when set, says where a request's cost comes from:
+	// "graphql" (edge prices the request's GraphQL query before deciding,
+	// by the domain's graphql section; a persisted query costs Cost) or
+	// "origin_time" (the milliseconds the origin took, charged when the
+	// response ends, at most the rule's capacity, besides Cost charged
+	// when deciding). Not with cost_header, response_cost_header or
+	// count_status. See docs/graphql.md.
+	CostFrom string `mapstructure:"cost_from"`
 }
 
 // AllowConfig lists the clients a rule neither counts nor refuses.

@@ -93,6 +93,7 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 			checkCountsAfter(p, fmt.Sprintf("%s.rules[%d]", path, j), r, dc.Respond != nil)
 			if d.Checked {
 				checkCheckedRule(p, fmt.Sprintf("%s.rules[%d]", path, j), r)
+				checkCostFromChecked(p, fmt.Sprintf("%s.rules[%d]", path, j), r) // costfrom.go
 			}
 			if !d.Proxied && rc.BlockResponse != nil {
 				// The check listener answers every refusal alike.
@@ -104,6 +105,7 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 				d.byName[r.Name] = r
 			}
 		}
+		compileGraphQL(p, path, dc, d) // costfrom.go
 		d.Shed = compileShed(p, path, dc)
 		if d.Shed != nil && d.Checked {
 			p.add(path+".shed", "sheds by the requests in flight to the origin, which the check listener never sees (set serve to proxy)")

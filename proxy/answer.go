@@ -307,7 +307,7 @@ const (
 // client reads no body of an error).
 func (a *answer) blockedAnswer(d *domain, vs []verdict, blocker int, form answerForm) {
 	v := vs[blocker]
-	rs := &d.rules[v.rule]
+	rs := &d.all[v.rule]
 	status := http.StatusTooManyRequests
 	br := rs.BlockResponse
 	if br != nil && form != formGRPC {
@@ -350,7 +350,7 @@ func (a *answer) rateLimitFields(vals []byte, d *domain, vs []verdict, blocker i
 	vals, from := startMade(vals, fieldRateLimitPolicy)
 	n := 0
 	for _, v := range vs {
-		rs := &d.rules[v.rule]
+		rs := &d.all[v.rule]
 		if rs.Headers == rules.HeadersNone {
 			continue
 		}
@@ -367,7 +367,7 @@ func (a *answer) rateLimitFields(vals []byte, d *domain, vs []verdict, blocker i
 	vals, from = startMade(vals, fieldRateLimit)
 	n = 0
 	for _, v := range vs {
-		rs := &d.rules[v.rule]
+		rs := &d.all[v.rule]
 		if rs.Headers == rules.HeadersNone {
 			continue
 		}
@@ -379,7 +379,7 @@ func (a *answer) rateLimitFields(vals []byte, d *domain, vs []verdict, blocker i
 	}
 	vals = a.endMade(vals, fieldRateLimit, from)
 	v := vs[blocker]
-	rs := &d.rules[v.rule]
+	rs := &d.all[v.rule]
 	if rs.Headers == rules.HeadersNone {
 		return vals
 	}

@@ -63,7 +63,7 @@ func decisionCost(rs *ruleState, cost int64) int64 {
 func hold(d *domain, tally window.Tally, vs []verdict, fellBack bool) *afterResponse {
 	n := 0
 	for i := range vs {
-		if holds(&d.rules[vs[i].rule], &vs[i]) {
+		if holds(&d.all[vs[i].rule], &vs[i]) {
 			n++
 		}
 	}
@@ -79,20 +79,20 @@ func hold(d *domain, tally window.Tally, vs []verdict, fellBack bool) *afterResp
 		// Kept for giveBack, should shedding refuse the request once it
 		// is ready for the origin.
 		for i := range vs {
-			if v := vs[i]; !d.rules[v.rule].CountBlocked {
+			if v := vs[i]; !d.all[v.rule].CountBlocked {
 				v.id.Name = slices.Clone(v.id.Name)
 				a.refunds = append(a.refunds, v)
 			}
 		}
 	}
 	for i := range vs {
-		if v := &vs[i]; holds(&d.rules[v.rule], v) {
+		if v := &vs[i]; holds(&d.all[v.rule], v) {
 			// The key's bytes are in limit's pooled buffer, returned
 			// before the origin answers.
 			id := window.ID{Key: v.id.Key, Name: slices.Clone(v.id.Name)}
-			c := charge{rule: v.rule, id: id, slot: d.rules[v.rule].Algorithm == algorithm.Concurrency,
-				timed: d.rules[v.rule].CostFrom == rules.CostFromOriginTime}
-			if d.rules[v.rule].CountStatus != nil {
+			c := charge{rule: v.rule, id: id, slot: d.all[v.rule].Algorithm == algorithm.Concurrency,
+				timed: d.all[v.rule].CostFrom == rules.CostFromOriginTime}
+			if d.all[v.rule].CountStatus != nil {
 				c.later = v.cost
 			}
 			a.charges = append(a.charges, c)
@@ -111,7 +111,7 @@ func holds(rs *ruleState, v *verdict) bool {
 // for a request that ends before it is held (hold).
 func releaseSlots(d *domain, vs []verdict, tally window.Tally, now time.Time) {
 	for i := range vs {
-		if v := &vs[i]; d.rules[v.rule].Algorithm == algorithm.Concurrency && v.Allowed {
+		if v := &vs[i]; d.all[v.rule].Algorithm == algorithm.Concurrency && v.Allowed {
 			tally.Release(v.id, now)
 		}
 	}
@@ -179,7 +179,7 @@ func (p *Proxy) endHeld(a *afterResponse) {
 		}
 		if c.slot {
 			a.tally.Release(c.id, now)
-		} else if n := originTime(&a.d.rules[c.rule], a.sent, now); n > 0 {
+		} else if n := originTime(&a.d.all[c.rule], a.sent, now); n > 0 {
 			a.tally.Charge(c.id, n, now)
 		}
 	}
@@ -234,7 +234,7 @@ func (p *Proxy) onHead(d *domain, a *afterResponse, resp *http.Response, eofOnly
 		now := p.now()
 		for i := range a.charges {
 			c := &a.charges[i]
-			rs := &d.rules[c.rule]
+			rs := &d.all[c.rule]
 			if c.slot || c.timed || !rs.Counts(resp.StatusCode) {
 				continue
 			}
@@ -308,7 +308,7 @@ func (b *trailerBody) costTrailers() {
 			if !c.trailer {
 				continue
 			}
-			rs := &b.d.rules[c.rule]
+			rs := &b.d.all[c.rule]
 			if vals, ok := b.resp.Trailer[rs.ResponseCostHeader]; ok {
 				if now.IsZero() {
 					now = b.p.now()

@@ -61,6 +61,10 @@ type exchange struct {
 	priced *graphql.Price
 	price  graphql.Price
 	held   func()
+	// plan is the plan the request is on (plans.go), in planBuf; nil for
+	// none.
+	plan    *planChoice
+	planBuf planChoice
 	// ans is the answer edge makes itself, when limit or a later step
 	// refuses the request.
 	ans answer
@@ -121,7 +125,7 @@ func (ex *exchange) recycle(pool *sync.Pool) {
 		return
 	}
 	ex.st, ex.d, ex.req, ex.after, ex.body, ex.tls = nil, nil, nil, nil, nil, nil
-	ex.priced, ex.held = nil, nil
+	ex.priced, ex.held, ex.plan = nil, nil, nil
 	ex.fwd, ex.hasFields = false, false
 	ex.up = upstreamReport{}
 	ex.keys.b = ex.keys.b[:0]

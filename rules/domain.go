@@ -65,8 +65,10 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 			p.add(path+".rules", "must have at most %d rules, got %d", MaxRulesPerDomain, len(dc.Rules))
 		}
 		ruleNames := make(map[string]int)
+		compileAPIKeys(p, path, dc, d) // plans.go
 		for j, rc := range dc.Rules {
 			r := compileRule(p, path, j, rc, ruleNames)
+			compilePlans(p, fmt.Sprintf("%s.rules[%d]", path, j), rc, r, d.APIKeys != nil) // plans.go
 			if r.MaxDelay > 0 && t.Cluster.Store == StoreRedis && t.Cluster.Sync == SyncBatched {
 				// A queue's turns need the one shared level: each node's
 				// own level would let every node queue its own requests.
@@ -106,6 +108,7 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 			}
 		}
 		compileGraphQL(p, path, dc, d) // costfrom.go
+		d.PlanNames = planNames(d)
 		d.Shed = compileShed(p, path, dc)
 		if d.Shed != nil && d.Checked {
 			p.add(path+".shed", "sheds by the requests in flight to the origin, which the check listener never sees (set serve to proxy)")

@@ -142,6 +142,12 @@ type Domain struct {
 	// cost_from: graphql.
 	GraphQL *GraphQL
 
+	// APIKeys says how the domain's clients are known by an API key and
+	// their plans; nil without api_keys. PlanNames are the plans its
+	// rules list, sorted.
+	APIKeys   *APIKeys
+	PlanNames []string
+
 	byName map[string]*Rule
 }
 
@@ -272,6 +278,8 @@ type Rule struct {
 	// CostFrom is where the request's cost comes from besides Cost and
 	// CostHeader (costfrom.go); CostFromRequest for neither.
 	CostFrom CostFrom
+	// Plans are the rule's plans, sorted by name; nil for none.
+	Plans []Plan
 }
 
 // Exempt reports whether the rule lets the client at addr through

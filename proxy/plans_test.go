@@ -3,10 +3,12 @@ package proxy
 import (
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/edgerate/edge/internal/redistest"
 	"github.com/edgerate/edge/rules"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -163,5 +165,42 @@ func TestPlansCheckListener(t *testing.T) {
 	hdr.Set("X-API-Key", "k")
 	if resp, _ := e.ask(hdr); resp.StatusCode != 200 {
 		t.Errorf("a listed key: got %d, want 200", resp.StatusCode)
+	}
+}
+
+// TestSharedPlans: through Redis (exact), a plan's limit is the PoP's, each
+// plan on counters of its own: two nodes let a gold key through 3 times in
+// all, and the same key on a plan the rule does not list once more.
+func TestSharedPlans(t *testing.T) {
+	srv := redistest.Start(t)
+	r := rule("per-key", 1, time.Hour)
+	r.Key = []string{"header:X-API-Key"}
+	r.Plans = map[string]rules.PlanConfig{"gold": {Limit: 3}}
+	cfg := sharedConfig(srv.Addr, "exact", "closed", r)
+	cfg.Domains[0].APIKeys = &rules.APIKeysConfig{From: "header:X-API-Key", PlanFrom: "header:X-Plan"}
+	ps := newNodes(t, 2, cfg, true)
+	send := func(i int, plan string) int {
+		req := httptest.NewRequest("GET", "http://site.test/", nil)
+		req.RemoteAddr = "198.51.100.7:40000"
+		req.Header.Set("X-API-Key", "k")
+		req.Header.Set("X-Plan", plan)
+		w := httptest.NewRecorder()
+		ps[i%2].ServeHTTP(w, req)
+		return w.Code
+	}
+	var got []int
+	for i := range 4 {
+		got = append(got, send(i, "gold"))
+	}
+	for i := range 2 {
+		got = append(got, send(i, "silver"))
+	}
+	if fmt.Sprint(got) != "[200 200 200 429 200 429]" {
+		t.Errorf("got %v, want [200 200 200 429 200 429]", got)
+	}
+	for i, p := range ps {
+		if n := fallbacks(p); n != 0 {
+			t.Errorf("node %d decided %d requests without redis", i, n)
+		}
 	}
 }

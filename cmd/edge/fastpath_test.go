@@ -74,6 +74,12 @@ domains:
     rules:
       - {name: points, algorithm: token_bucket, limit: 1, period: 1m, burst: 100, key: [ip], cost_from: graphql}
       - {name: origin-time, limit: 60000, period: 1m, key: [ip], cost_from: origin_time, cost: 0, headers: none}
+  - name: plans
+    hosts: [plans.example.com]
+    serve: proxy
+    api_keys: {from: "header:X-Api-Key", plan_from: "header:X-Plan", required: true}
+    rules:
+      - {name: per-key, limit: 1, period: 1m, key: ["header:X-Api-Key"], plans: {gold: {limit: 3}}}
   - name: asked
     hosts: [asked.example.com]
     serve: check
@@ -353,6 +359,9 @@ func fastPathCases() []diffCase {
 			get("gql.example.com", "/graphql", "Accept: application/json"),
 		}, wait: true, has: `"code":"MAX_COST_EXCEEDED","cost":202,"maxCost":100`},
 		{name: "graphql, off the API's path on the fast path", steps: repeat(get("gql.example.com", "/other"), 102), wait: true, fast: true},
+		{name: "plans: a plan's limit, another plan, no key", steps: append(append(repeat(get("plans.example.com", "/a", "X-Api-Key: k1", "X-Plan: gold"), 4),
+			repeat(get("plans.example.com", "/a", "X-Api-Key: k1", "X-Plan: silver"), 2)...), get("plans.example.com", "/a"), get("plans.example.com", "/a", "X-Api-Key: k2")),
+			wait: true, has: `{"error":"invalid_api_key"}`},
 		{name: "another node's Via", steps: repeat(get(api, "/a", "Via: 1.1 SELFx", "Via: 1.1 x-SELF"), 6), wait: true, fast: true},
 	}
 	// Every hostile input, after requests that put the connection on the

@@ -109,6 +109,7 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 		}
 		compileGraphQL(p, path, dc, d) // costfrom.go
 		d.PlanNames = planNames(d)
+		checkPlanCount(p, path, d) // plans.go
 		d.Shed = compileShed(p, path, dc)
 		if d.Shed != nil && d.Checked {
 			p.add(path+".shed", "sheds by the requests in flight to the origin, which the check listener never sees (set serve to proxy)")

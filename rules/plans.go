@@ -161,6 +161,19 @@ func compilePlans(p *problems, path string, rc RuleConfig, r *Rule, apiKeys bool
 	}
 }
 
+// checkPlanCount refuses a domain whose rules and their plans together
+// are more than a domain's counters hold: each plan is counted as a rule
+// of its own.
+func checkPlanCount(p *problems, path string, d *Domain) {
+	n := len(d.Rules)
+	for _, r := range d.Rules {
+		n += len(r.Plans)
+	}
+	if n > MaxRulesPerDomain && len(d.Rules) <= MaxRulesPerDomain {
+		p.add(path+".rules", "must have at most %d rules and plans together (each plan of a rule counts as a rule), got %d", MaxRulesPerDomain, n)
+	}
+}
+
 // planNames returns the names of the plans of d's rules, sorted, once each.
 func planNames(d *Domain) []string {
 	seen := make(map[string]bool)

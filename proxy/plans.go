@@ -124,8 +124,7 @@ func (p *Proxy) choosePlan(ctx context.Context, ex *exchange) bool {
 }
 
 // planRule returns the index in d.all of rule i's state for plan pl
-// (nil: none), and the rule state: the plan's own where the rule lists
-// it, else the rule's.
+// (nil: none): the plan's own where the rule lists it, else the rule's.
 func planRule(d *domain, i int, pl *planChoice) int {
 	if pl == nil || pl.index < 0 {
 		return i
@@ -146,7 +145,8 @@ func appendPlan(b []byte, pl *planChoice) []byte {
 	return append(b, pl.name[:min(len(pl.name), 255)]...)
 }
 
-// observePlan counts verdict v of rule base in the plan metrics.
+// observePlan counts the decision dec of rule base, for a request on
+// plan pl (nil: none, not counted), in edge_plan_decisions_total.
 func observePlan(d *domain, base int, pl *planChoice, dec window.Decision) {
 	if pl == nil {
 		return

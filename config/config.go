@@ -121,6 +121,8 @@ func ParseEnv(data []byte, env []string) (*rules.Table, error) {
 	var cfg rules.Config
 	err = v.UnmarshalExact(&cfg, func(c *mapstructure.DecoderConfig) {
 		c.DecodeHook = mapstructure.ComposeDecodeHookFunc(
+			passiveHook,
+			statusSpecHook,
 			shapeHook,
 			durationHook,
 			sizeHook,

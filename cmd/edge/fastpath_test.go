@@ -219,7 +219,7 @@ func metricsText(t *testing.T, reg *prometheus.Registry) string {
 	var b bytes.Buffer
 	for _, mf := range mfs {
 		switch mf.GetName() {
-		case "edge_upstream_request_duration_seconds", "edge_connections_open", "edge_tls_handshake_seconds":
+		case "edge_upstream_request_duration_seconds", "edge_origin_response_seconds", "edge_connections_open", "edge_tls_handshake_seconds":
 			continue
 		}
 		expfmt.MetricFamilyToText(&b, mf)

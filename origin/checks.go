@@ -114,7 +114,8 @@ func (c *Checks) Set(checks []Check) {
 	c.checkers = next
 }
 
-// Close stops every checker and waits for them to end.
+// Close stops every checker, waits for them to end, and closes the idle
+// connections of the checks' transport.
 func (c *Checks) Close() {
 	c.mu.Lock()
 	if !c.closed {
@@ -126,6 +127,9 @@ func (c *Checks) Close() {
 	}
 	c.mu.Unlock()
 	c.wg.Wait()
+	if t, ok := c.client.Transport.(interface{ CloseIdleConnections() }); ok {
+		t.CloseIdleConnections()
+	}
 }
 
 // checker is the goroutine of one server's check.

@@ -344,7 +344,7 @@ func (t *Trip) Next(now time.Time) *Server {
 	var s *Server
 	if len(u.servers) == 1 {
 		if t.tried == 0 {
-			s = u.servers[0]
+			s, t.tried = u.servers[0], 1
 		}
 	} else {
 		s = u.choose(t, now)

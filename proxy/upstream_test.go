@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/edgerate/edge/guard"
+	"github.com/edgerate/edge/internal/wait"
 	"github.com/edgerate/edge/rules"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -470,5 +471,64 @@ func TestGroupAdminAndStatusPage(t *testing.T) {
 		if !strings.Contains(rec.Body.String(), want) {
 			t.Errorf("status page lacks %s", want)
 		}
+	}
+}
+
+// TestGroupRetryHoldsOneSlot: a concurrency rule's slot is taken once
+// for a request, not once per try: with one slot, a request retried after
+// a connect error is not refused by its own slot.
+func TestGroupRetryHoldsOneSlot(t *testing.T) {
+	a := startGroupOrigin(t, "a")
+	dc := rules.DomainConfig{UpstreamConfig: rules.UpstreamConfig{Origins: origins(deadURL(t), a.URL),
+		Passive: &rules.PassiveConfig{Enabled: new(bool)}, Retries: &rules.RetriesConfig{Budget: "100%"}}}
+	ge := newGroupEnv(t, dc, rules.TimeoutsConfig{})
+	// The domain's rule, replaced by a concurrency rule of one slot.
+	cfg := rules.Config{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:1", Domains: []rules.DomainConfig{dc}}
+	cfg.Domains[0].Name, cfg.Domains[0].Hosts = "api", []string{"api.example.com"}
+	cfg.Domains[0].Rules = []rules.RuleConfig{{Name: "one", Algorithm: "concurrency", Limit: 1}}
+	table, err := rules.Compile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ge.proxy.Reload(table, "slots"); err != nil {
+		t.Fatal(err)
+	}
+	ge.paths(t, func(t *testing.T, addr string) {
+		for i := range 4 {
+			if st, body, _ := ge.send(t, addr, "GET", ""); st != 200 || body != "a" {
+				t.Errorf("request %d: got %d %q, want 200 from a", i, st, body)
+			}
+		}
+	})
+	if n := ge.proxy.state.Load().domains[0].group.RetryCounts()["sent"]; n < 2 {
+		t.Errorf("retries sent %d, want some", n)
+	}
+}
+
+// TestGroupActiveChecks: a server whose checks fail is taken out on both
+// paths, and back when they pass; its checker stops with the proxy.
+func TestGroupActiveChecks(t *testing.T) {
+	a, b := startGroupOrigin(t, "a"), startGroupOrigin(t, "b")
+	dc := rules.DomainConfig{UpstreamConfig: rules.UpstreamConfig{Origins: origins(a.URL, b.URL),
+		Health: &rules.HealthConfig{Path: "/healthz", Interval: 100 * time.Millisecond, Timeout: 50 * time.Millisecond, UnhealthyAfter: 1, HealthyAfter: 1}}}
+	ge := newGroupEnv(t, dc, rules.TimeoutsConfig{})
+	s := ge.proxy.state.Load().domains[0].group.Servers()[0]
+	a.mode.Store("503")
+	wait.For(t, 5*time.Second, "the checks to take a out", func() bool { return !s.Healthy(ge.clock.Now()) })
+	a.mode.Store("ok")
+	// Checks go on meanwhile, and may take a back during the loop.
+	ge.paths(t, func(t *testing.T, addr string) {
+		for range 10 {
+			if st, body, _ := ge.send(t, addr, "GET", ""); st != 200 || body != "b" && !s.Healthy(ge.clock.Now()) {
+				t.Errorf("got %d %q while a was out, want 200 from b", st, body)
+			}
+		}
+	})
+	wait.For(t, 5*time.Second, "the checks to take a back", func() bool { return s.Healthy(ge.clock.Now()) })
+	if at, outcome := s.LastCheck(); at.IsZero() || !strings.HasPrefix(outcome, "passed") {
+		t.Errorf("last check %v %q, want a pass", at, outcome)
+	}
+	if _, active := s.Ejections(); active != 1 {
+		t.Errorf("active ejections %d, want 1", active)
 	}
 }

@@ -135,10 +135,29 @@ func ParseEnv(data []byte, env []string) (*rules.Table, error) {
 	})
 	errs, failed := decodeErrors(err)
 	failed = append(failed, pointerAncestors(failed)...)
+	// viper drops an empty mapping: a section written {} would be no
+	// section at all. It is the section with every default (acme: {} is
+	// Let's Encrypt without an email), or the error that names what it
+	// requires (check: {} lacks its listen).
 	if cfg.TLS.ACME == nil && emptyMapping(settings, "tls", "acme") {
-		// acme: {} is the section with every default (Let's Encrypt, no
-		// email); viper drops an empty mapping, which would leave none.
 		cfg.TLS.ACME = &rules.ACMEConfig{}
+	}
+	if cfg.Check == nil && emptyMapping(settings, "check") {
+		cfg.Check = &rules.CheckConfig{}
+	}
+	if cfg.Connections.RatePerClient == nil && emptyMapping(settings, "connections", "rate_per_client") {
+		cfg.Connections.RatePerClient = &rules.ConnectionRateConfig{}
+	}
+	if cfg.Connections.Allow == nil && emptyMapping(settings, "connections", "allow") {
+		cfg.Connections.Allow = &rules.AllowConfig{}
+	}
+	emptyUpstream(&cfg.UpstreamConfig, settings)
+	if ds, ok := settings["domains"].([]any); ok {
+		for i := range min(len(ds), len(cfg.Domains)) {
+			if m, ok := ds[i].(map[string]any); ok {
+				emptyUpstream(&cfg.Domains[i].UpstreamConfig, m)
+			}
+		}
 	}
 	cfg.Given = givenPaths(v.AllSettings())
 	cfg.Secrets = secrets.Secrets
@@ -158,6 +177,25 @@ func ParseEnv(data []byte, env []string) (*rules.Table, error) {
 	}
 	named := fromEnv.nameVariables(cfg.NameProblems(errors.Join(errs...)), fileGiven)
 	return nil, secrets.RedactError(named)
+}
+
+// emptyUpstream gives u the upstream sections written {} in settings (the
+// top level's, or a domain's): passive: {}, retries: {} and when_down: {}
+// are the sections with every default, health: {} the error that names
+// its path.
+func emptyUpstream(u *rules.UpstreamConfig, settings map[string]any) {
+	if u.Health == nil && emptyMapping(settings, "health") {
+		u.Health = &rules.HealthConfig{}
+	}
+	if u.Passive == nil && emptyMapping(settings, "passive") {
+		u.Passive = &rules.PassiveConfig{}
+	}
+	if u.Retries == nil && emptyMapping(settings, "retries") {
+		u.Retries = &rules.RetriesConfig{}
+	}
+	if u.WhenDown == nil && emptyMapping(settings, "when_down") {
+		u.WhenDown = &rules.WhenDownConfig{}
+	}
 }
 
 // emptyMapping reports whether the file's settings hold an empty mapping

@@ -419,3 +419,28 @@ func TestReloadKeepsState(t *testing.T) {
 		t.Errorf("weight %d, want the new config's 2", s[0].Weight)
 	}
 }
+
+// BenchmarkTrip is one request's passage through a group, a try that
+// answers 200: one server against three (round robin, passive on, the
+// retry budget counted), side by side.
+func BenchmarkTrip(b *testing.B) {
+	po := &PassiveOptions{MaxFails: 3, FailWindow: 10 * time.Second, EjectFor: 30 * time.Second, On: FailConnect}
+	for _, n := range []int{1, 3} {
+		b.Run(fmt.Sprintf("servers=%d", n), func(b *testing.B) {
+			o := UpstreamOptions{Retries: RetryOptions{Attempts: 1, On: FailConnect, Budget: 0.2}}
+			if n > 1 {
+				o.Passive = po
+			}
+			var t testing.T
+			g := group(&t, n, o)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					trip := g.Start(t0, nil)
+					s := trip.Next(t0)
+					trip.End(s, 200, 0, time.Millisecond, t0)
+				}
+			})
+		})
+	}
+}

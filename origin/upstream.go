@@ -517,6 +517,9 @@ func (u *Upstream) failed(s *Server, now time.Time) {
 	if !eject {
 		return
 	}
+	// The count and the ejection under the group's lock: two failing
+	// servers cannot both pass the count.
+	u.mu.Lock()
 	ejected := 0
 	for _, o := range u.servers {
 		if o.ejected(now) {
@@ -524,12 +527,14 @@ func (u *Upstream) failed(s *Server, now time.Time) {
 		}
 	}
 	if (ejected+1)*2 > len(u.servers) {
+		u.mu.Unlock()
 		return // at most half the group is ejected at once
 	}
 	s.st.mu.Lock()
 	s.st.fails, s.st.failsSince, s.st.passes = 0, time.Time{}, 0
 	s.st.ejectedUntil.Store(now.Add(p.EjectFor).UnixNano())
 	s.st.mu.Unlock()
+	u.mu.Unlock()
 	s.st.ejections[0].Add(1)
 	if u.hooks.OnEject != nil {
 		u.hooks.OnEject(s, "passive")

@@ -33,6 +33,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, d *domain) {
 			// own answer to a failed forward in errorLog.handle.
 			delete(w.Header(), "Strict-Transport-Security")
 		}
+		if p.started.TLS.HTTP3 { // Alt-Svc likewise (http3.go)
+			delete(w.Header(), "Alt-Svc")
+		}
 	}
 	d.upstream.ServeHTTP(w, r)
 }
@@ -73,6 +76,7 @@ func (p *Proxy) newForwarder(d *domain, origin *url.URL, cip *ClientIP, transpor
 	domain := d.Name
 	errLog := newErrorLog(p.log, domain, &d.requests, func(w http.ResponseWriter, err error) { p.refuseBody(w, d, err) })
 	errLog.hsts = d.hsts
+	errLog.altSvc = p.altSvcOn
 	obs := p.metrics.upstreamObservers(domain)
 	d.upstreamObs = obs // the status page reads them (recent.go)
 	d.fastFwd = p.fastOriginFor(d, origin, obs, errLog)
@@ -136,13 +140,16 @@ func (p *Proxy) newForwarder(d *domain, origin *url.URL, cip *ClientIP, transpor
 		ErrorHandler: errLog.handle,
 		ErrorLog:     slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
 	}
-	if mergeFields || d.countsAfter || d.hsts != nil {
+	if mergeFields || d.countsAfter || d.hsts != nil || p.started.TLS.HTTP3 {
 		rp.ModifyResponse = func(resp *http.Response) error {
 			if d.countsAfter {
 				p.onResponse(d, resp)
 			}
 			if d.hsts != nil && (resp.Request.TLS != nil || isHTTPS(nil, frontOf(resp.Request.Context()))) {
 				resp.Header["Strict-Transport-Security"] = d.hsts.value // the domain's, not the origin's
+			}
+			if alt := p.altSvcOn(contextTLS(resp.Request.Context())); alt != nil {
+				resp.Header["Alt-Svc"] = alt.value // edge's, not the origin's
 			}
 			if !mergeFields {
 				return nil
@@ -233,8 +240,9 @@ type errorLog struct {
 	log        *slog.Logger
 	domain     string
 	refuseBody func(http.ResponseWriter, error)
-	counts     *requestCounters // the domain's
-	hsts       *staticField     // the domain's Strict-Transport-Security, nil for none
+	counts     *requestCounters             // the domain's
+	hsts       *staticField                 // the domain's Strict-Transport-Security, nil for none
+	altSvc     func(*wire.TLS) *staticField // the Alt-Svc line on a connection's TLS (http3.go)
 	limiter    *rate.Limiter
 	mu         sync.Mutex
 	suppressed int // errors not logged since the last line
@@ -255,6 +263,11 @@ func newErrorLog(log *slog.Logger, domain string, counts *requestCounters, refus
 func (l *errorLog) handle(w http.ResponseWriter, r *http.Request, err error) {
 	if l.hsts != nil && (r.TLS != nil || isHTTPS(nil, requestFront(r))) {
 		w.Header()["Strict-Transport-Security"] = l.hsts.value // as ServeHTTP set it before the forward
+	}
+	if l.altSvc != nil {
+		if alt := l.altSvc(requestTLS(r)); alt != nil {
+			w.Header()["Alt-Svc"] = alt.value // as ServeHTTP set it before the forward
+		}
 	}
 	if berr := bodyError(r); berr != nil {
 		l.refuseBody(w, berr)

@@ -1,0 +1,366 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/edgerate/edge/internal/wait"
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+)
+
+// h3Config is h2Config with HTTP/3 served beside (tls.http3).
+func h3Config(origin, extra string) string {
+	return strings.Replace(h2Config(origin, extra), "  listen: \"127.0.0.1:0\"\n", "  listen: \"127.0.0.1:0\"\n  http3: true\n", 1)
+}
+
+// h3Client is an HTTP/3 client of e's QUIC socket (at its TLS listener's
+// port), whatever the URL's host, with its transport to close; dial, if
+// set, makes its connections instead of quic.DialAddrEarly to the socket.
+type h3Client struct {
+	*http.Client
+	tr *http3.Transport
+	mu sync.Mutex
+	// conns are the connections dialled, in order.
+	conns []*quic.Conn
+}
+
+func (e *tlsEdge) h3Client(t testing.TB, conf *tls.Config, dial func(ctx context.Context, addr string, tc *tls.Config, qc *quic.Config) (*quic.Conn, error)) *h3Client {
+	c := &h3Client{}
+	tc := &tls.Config{RootCAs: e.ca.pool}
+	if conf != nil {
+		tc = conf.Clone()
+		tc.RootCAs = e.ca.pool
+	}
+	if dial == nil {
+		dial = quic.DialAddrEarly
+	}
+	c.tr = &http3.Transport{
+		TLSClientConfig: tc,
+		Dial: func(ctx context.Context, _ string, tc *tls.Config, qc *quic.Config) (*quic.Conn, error) {
+			conn, err := dial(ctx, e.tls, tc, qc)
+			if err == nil {
+				c.mu.Lock()
+				c.conns = append(c.conns, conn)
+				c.mu.Unlock()
+			}
+			return conn, err
+		},
+	}
+	c.Client = &http.Client{Transport: c.tr, Timeout: 10 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	t.Cleanup(func() { c.tr.Close() })
+	return c
+}
+
+// h3OrPlain sends https requests over HTTP/3 to h3, others over HTTP/1.1
+// by plain.
+type h3OrPlain struct{ h3, plain http.RoundTripper }
+
+func (r h3OrPlain) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme == "https" {
+		return r.h3.RoundTrip(req)
+	}
+	return r.plain.RoundTrip(req)
+}
+
+// TestHTTP3Requests: with tls.http3, edge serves HTTP/3 on UDP at the TLS
+// listener's port (chosen by the system: port 0), with the TLS listener's
+// certificates chosen by SNI; requests are forwarded (the origin is told
+// https and the client's JA4, whose first character is q for QUIC) and
+// refused as over TCP; every HTTPS response, over HTTP/1.1 (the fast path
+// and net/http), HTTP/2 and HTTP/3, carries Alt-Svc with that port, and
+// no plain one does; connections are counted.
+func TestHTTP3Requests(t *testing.T) {
+	o := echoOrigin(t)
+	e := startTLSEdge(t, strings.Replace(tlsOriginConfig(o.URL, "  fingerprint_header: X-JA4\n  http3: true"), "rules: [{name: per-ip, limit: 1000, period: 1m}]",
+		"rules: [{name: per-ip, limit: 1000, period: 1m}, {name: few, match: {path_prefix: /few}, limit: 1, period: 1h}]", 1))
+	_, port, _ := net.SplitHostPort(e.tls)
+	wantAlt := `h3=":` + port + `"; ma=86400`
+	c := e.h3Client(t, nil, nil)
+	get := func(c *http.Client, url string) (*http.Response, string) {
+		t.Helper()
+		resp, err := c.Get(url)
+		if err != nil {
+			t.Fatalf("GET %s: %v", url, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(body)
+	}
+	resp, body := get(c.Client, "https://api.example.com/x")
+	if resp.ProtoMajor != 3 || resp.StatusCode != 200 || !strings.HasPrefix(body, `proto=https ja4="q13`) {
+		t.Fatalf("GET over HTTP/3: %s %d %q", resp.Proto, resp.StatusCode, body)
+	}
+	if got := resp.Header.Get("Alt-Svc"); got != wantAlt {
+		t.Errorf("Alt-Svc over HTTP/3: got %q, want %q", got, wantAlt)
+	}
+	if got := resp.Header.Get("Strict-Transport-Security"); got != "max-age=3600" {
+		t.Errorf("HSTS over HTTP/3: got %q, want the domain's", got)
+	}
+	if st := c.conns[0].ConnectionState().TLS; st.PeerCertificates[0].Subject.CommonName != "api" {
+		t.Errorf("certificate for api.example.com: got %q", st.PeerCertificates[0].Subject.CommonName)
+	}
+	resp, _ = get(c.Client, "https://x.example.net/")
+	if resp.StatusCode != 200 || c.conns[len(c.conns)-1].ConnectionState().TLS.PeerCertificates[0].Subject.CommonName != "wild" {
+		t.Errorf("x.example.net over HTTP/3: %d, certificate %q", resp.StatusCode, c.conns[len(c.conns)-1].ConnectionState().TLS.PeerCertificates[0].Subject.CommonName)
+	}
+	get(c.Client, "https://api.example.com/few")
+	resp, body = get(c.Client, "https://api.example.com/few")
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || resp.Header.Get("Alt-Svc") != wantAlt {
+		t.Errorf("second /few over HTTP/3: got %d %v %q, want 429 with Retry-After and Alt-Svc", resp.StatusCode, resp.Header, body)
+	}
+	// Over TCP: the fast path's refusal, net/http's forward, HTTP/2's.
+	for _, proto := range []string{"h1", "h2"} {
+		pc := e.protoClient(proto)
+		for _, path := range []string{"/few", "/y"} {
+			resp, _ := get(pc, "https://api.example.com"+path)
+			if got := resp.Header.Get("Alt-Svc"); got != wantAlt {
+				t.Errorf("%s %s over TLS (%d): Alt-Svc %q, want %q", proto, path, resp.StatusCode, got, wantAlt)
+			}
+		}
+		if proto == "h2" {
+			continue // no h2c here
+		}
+		resp, _ := get(pc, "http://plain.example.com/y")
+		if got := resp.Header.Get("Alt-Svc"); got != "" {
+			t.Errorf("%s over plain HTTP: Alt-Svc %q, want none", proto, got)
+		}
+		pc.CloseIdleConnections()
+	}
+	if n := metricValue(t, e.admin, "edge_http3_connections_total", `result="ok"`); n != 2 {
+		t.Errorf("edge_http3_connections_total{result=ok}: got %v, want 2", n)
+	}
+	if !strings.Contains(e.log.String(), "http3_listen=127.0.0.1:"+port) {
+		t.Errorf("the start line does not name the HTTP/3 socket at port %s:\n%s", port, e.log)
+	}
+}
+
+// heldConn is a client's UDP socket that holds back the datagrams that
+// begin with a Handshake packet (the client's Finished) for hold, or
+// forever for 0, so that the server handles the client's 0-RTT requests
+// before the handshake is done, deterministically; dropped forever, the
+// server's view is that of a replay of the client's first flight, whose
+// handshake never completes (RFC 9001 §9.2).
+type heldConn struct {
+	net.PacketConn // not the *net.UDPConn: quic-go would write with WriteMsgUDP
+	hold           time.Duration
+	// first delays the first read, the server's first flight, so that
+	// the client sends its requests before it has 1-RTT keys: in 0-RTT.
+	first *sync.Once
+}
+
+func (c heldConn) ReadFrom(b []byte) (int, net.Addr, error) {
+	c.first.Do(func() { time.Sleep(50 * time.Millisecond) })
+	return c.PacketConn.ReadFrom(b)
+}
+
+func (c heldConn) WriteTo(b []byte, addr net.Addr) (int, error) {
+	if hasHandshakePacket(b) {
+		if c.hold == 0 {
+			return len(b), nil
+		}
+		p := append([]byte(nil), b...)
+		time.AfterFunc(c.hold, func() { c.PacketConn.WriteTo(p, addr) })
+		return len(b), nil
+	}
+	return c.PacketConn.WriteTo(b, addr)
+}
+
+// hasHandshakePacket reports whether datagram b holds a Handshake packet
+// (RFC 9000 §17.2: long headers, coalesced one after another, each with
+// its length; type 0x20 in QUIC v1's first byte).
+func hasHandshakePacket(b []byte) bool {
+	for len(b) > 7 && b[0]&0x80 != 0 {
+		typ := b[0] & 0x30
+		if typ == 0x20 {
+			return true
+		}
+		i := 5
+		i += 1 + int(b[i]) // destination connection ID
+		if i >= len(b) {
+			return false
+		}
+		i += 1 + int(b[i]) // source connection ID
+		if typ == 0x00 {   // Initial: a token
+			n, w := quicVarint(b[i:])
+			i += w + int(n)
+		}
+		if i >= len(b) {
+			return false
+		}
+		n, w := quicVarint(b[i:])
+		if w == 0 || i+w+int(n) > len(b) {
+			return false
+		}
+		b = b[i+w+int(n):]
+	}
+	return false
+}
+
+// quicVarint reads a variable-length integer (RFC 9000 §16): its value and
+// width, 0 when b is too short.
+func quicVarint(b []byte) (uint64, int) {
+	if len(b) == 0 {
+		return 0, 0
+	}
+	w := 1 << (b[0] >> 6)
+	if len(b) < w {
+		return 0, 0
+	}
+	v := uint64(b[0] & 0x3f)
+	for _, c := range b[1:w] {
+		v = v<<8 | uint64(c)
+	}
+	return v, w
+}
+
+// dialHeld dials e's QUIC socket early from a heldConn holding for hold,
+// and returns the connection with what to close after it.
+func dialHeld(t testing.TB, e *tlsEdge, hold time.Duration) func(ctx context.Context, addr string, tc *tls.Config, qc *quic.Config) (*quic.Conn, error) {
+	return func(ctx context.Context, addr string, tc *tls.Config, qc *quic.Config) (*quic.Conn, error) {
+		udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			return nil, err
+		}
+		tr := &quic.Transport{Conn: heldConn{PacketConn: udp, hold: hold, first: new(sync.Once)}}
+		t.Cleanup(func() { tr.Close(); udp.Close() })
+		ua, err := net.ResolveUDPAddr("udp", addr)
+		if err != nil {
+			return nil, err
+		}
+		return tr.DialEarly(ctx, ua, tc, qc)
+	}
+}
+
+// TestHTTP3ZeroRTT: with http3.allow_0rtt, a resuming client's GET sent in
+// 0-RTT data is forwarded with Early-Data: 1 and counted against its key,
+// and a replay of it counts again; an unsafe method sent early (a POST) is
+// answered 425 Too Early. Without allow_0rtt (the default) the server
+// refuses 0-RTT: the same requests wait for the handshake and go on as any
+// other.
+func TestHTTP3ZeroRTT(t *testing.T) {
+	for _, allow := range []bool{true, false} {
+		t.Run(fmt.Sprint("allow_0rtt=", allow), func(t *testing.T) {
+			var mu sync.Mutex
+			var early []string
+			origin, _ := recordingOrigin(t)
+			o := http.Handler(origin.Config.Handler)
+			origin.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				early = append(early, r.Method+" "+r.URL.Path+" early="+r.Header.Get("Early-Data"))
+				mu.Unlock()
+				o.ServeHTTP(w, r)
+			})
+			extra := ""
+			if allow {
+				extra = "http3: {allow_0rtt: true}"
+			}
+			e := startTLSEdge(t, h3Config(origin.URL, extra))
+			conf := &tls.Config{ClientSessionCache: tls.NewLRUClientSessionCache(8)}
+			// A first connection, for a session ticket; the next resume.
+			c := e.h3Client(t, conf, nil)
+			if resp, err := c.Get("https://api.example.com/first"); err != nil {
+				t.Fatal(err)
+			} else {
+				resp.Body.Close()
+			}
+			c.tr.Close()
+			wait.For(t, 5*time.Second, "a session ticket", func() bool {
+				_, ok := conf.ClientSessionCache.Get("api.example.com")
+				return ok
+			})
+			send := func(method, path string, hold time.Duration) (int, bool) {
+				c := e.h3Client(t, conf, dialHeld(t, e, hold))
+				defer c.tr.Close()
+				req, _ := http.NewRequest(method, "https://api.example.com"+path, strings.NewReader("x"))
+				resp, err := c.Do(req)
+				if err != nil {
+					t.Fatalf("%s %s: %v", method, path, err)
+				}
+				resp.Body.Close()
+				return resp.StatusCode, c.conns[0].ConnectionState().Used0RTT
+			}
+			const hold = 300 * time.Millisecond
+			status, used := send(http3.MethodGet0RTT, "/limited", hold)
+			if used != allow || status != 200 {
+				t.Errorf("early GET: %d, 0-RTT used %v; want 200, %v", status, used, allow)
+			}
+			if allow { // as a replay: the handshake never completes
+				status, _ = send(http3.MethodGet0RTT, "/limited", 0)
+			} else {
+				status, _ = send(http3.MethodGet0RTT, "/limited", hold)
+			}
+			if status != 200 {
+				t.Errorf("replayed GET: %d, want 200", status)
+			}
+			status, _ = send(http3.MethodGet0RTT, "/limited", hold)
+			if status != 429 {
+				t.Errorf("third early GET of /limited (limit 2): got %d, want 429: replays count", status)
+			}
+			// quic-go's client sends only GET_0RTT and HEAD_0RTT early; a
+			// POST is sent early by a connection made to send it early.
+			status, used = sendEarlyPOST(t, e, conf, hold)
+			want := 200
+			if allow {
+				want = 425
+			}
+			if status != want || used != allow {
+				t.Errorf("early POST: %d (0-RTT used %v), want %d", status, used, want)
+			}
+			mu.Lock()
+			got := strings.Join(early, "\n")
+			mu.Unlock()
+			wantSeen := "GET /first early=\nGET /limited early=1\nGET /limited early=1"
+			if !allow {
+				wantSeen = "GET /first early=\nGET /limited early=\nGET /limited early=\nPOST /echo early="
+			}
+			if got != wantSeen {
+				t.Errorf("the origin saw:\n%s\nwant:\n%s", got, wantSeen)
+			}
+		})
+	}
+}
+
+// sendEarlyPOST sends POST /echo with no body in the 0-RTT data of a new
+// connection resuming conf's session (quic-go's own round trip waits for
+// the handshake before an unsafe method), and returns the status and
+// whether the server took 0-RTT.
+func sendEarlyPOST(t *testing.T, e *tlsEdge, conf *tls.Config, hold time.Duration) (int, bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tc := conf.Clone()
+	tc.RootCAs, tc.ServerName, tc.NextProtos = e.ca.pool, "api.example.com", []string{http3.NextProtoH3}
+	conn, err := dialHeld(t, e, hold)(ctx, e.tls, tc, &quic.Config{})
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	defer conn.CloseWithError(0, "")
+	tr := &http3.Transport{}
+	defer tr.Close()
+	cc := tr.NewClientConn(conn)
+	str, err := cc.OpenRequestStream(ctx)
+	if err != nil {
+		t.Fatalf("open stream: %v", err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, "https://api.example.com/echo", nil)
+	if err := str.SendRequestHeader(req); err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	str.Close()
+	resp, err := str.ReadResponse()
+	if err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, conn.ConnectionState().Used0RTT
+}

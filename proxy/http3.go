@@ -141,3 +141,56 @@ func (p *Proxy) early(a *answer, d *domain, r *http.Request) bool {
 
 // earlyData is the value of Early-Data edge forwards early requests with.
 var earlyData = []string{"1"}
+
+// HTTP3Handler is the HTTP/3 server's handler: ServeHTTP, with the fields
+// of a connection (Connection, Keep-Alive, Proxy-Connection,
+// Transfer-Encoding, Upgrade) left out of every response, as HTTP/3
+// forbids them (RFC 9114 §4.2) and quic-go's server sends a handler's
+// fields as they are. An answer's "Connection: close" means nothing on a
+// stream: the stream ends with the answer, and the connection serves on.
+func (p *Proxy) HTTP3Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.ServeHTTP(&http3Writer{ResponseWriter: w}, r)
+	})
+}
+
+// http3Writer is a response writer of the HTTP/3 server that drops the
+// connection's fields as the head is written.
+type http3Writer struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+// connectionFields are the fields HTTP/3 forbids in a message.
+var connectionFields = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Upgrade"}
+
+func (w *http3Writer) WriteHeader(status int) {
+	h := w.Header()
+	for _, f := range connectionFields {
+		delete(h, f)
+	}
+	if status >= 200 {
+		w.wrote = true
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *http3Writer) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush sends what was written, as ReverseProxy asks of a streamed body.
+func (w *http3Writer) Flush() {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap is for http.ResponseController.
+func (w *http3Writer) Unwrap() http.ResponseWriter { return w.ResponseWriter }

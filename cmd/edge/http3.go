@@ -99,7 +99,7 @@ func listenHTTP3(t *rules.Table, tcp net.Addr, set *certs.Server, p *proxy.Proxy
 	warnUDPBuffers(udp, log)
 	p.SetHTTP3Port(udp.LocalAddr().(*net.UDPAddr).Port)
 	h.srv = &http3.Server{
-		Handler:        p,
+		Handler:        p.HTTP3Handler(),
 		MaxHeaderBytes: t.MaxHeaderBytes,
 		IdleTimeout:    t.Timeouts.Idle,
 		Logger:         log.With("component", "http3"),

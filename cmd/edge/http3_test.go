@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -363,4 +364,98 @@ func sendEarlyPOST(t *testing.T, e *tlsEdge, conf *tls.Config, hold time.Duratio
 	}
 	io.Copy(io.Discard, resp.Body)
 	return resp.StatusCode, conn.ConnectionState().Used0RTT
+}
+
+// TestHTTP3Migration: a client's QUIC connection really moves from
+// 127.0.0.1 to 127.0.0.2 (a new path, probed and switched to, as a phone
+// changes networks): the requests after it are the new address's for a
+// rule keyed by ip (a fresh count) and for X-Forwarded-For, and the same
+// key's for a rule keyed by a header (the count goes on).
+func TestHTTP3Migration(t *testing.T) {
+	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "xff=%s", r.Header.Get("X-Forwarded-For"))
+	}))
+	t.Cleanup(o.Close)
+	e := startTLSEdge(t, fmt.Sprintf(`
+listen: %q
+admin_listen: %q
+origin: %q
+tls:
+  listen: "127.0.0.1:0"
+  http3: true
+  certificates:
+    - {cert_file: api.pem, key_file: api.key}
+domains:
+  - name: api
+    hosts: [api.example.com]
+    rules:
+      - {name: per-ip, match: {path_prefix: /ip}, key: [ip], limit: 2, period: 1h}
+      - {name: per-key, match: {path_prefix: /key}, key: ["header:X-Key"], limit: 3, period: 1h}
+`, publicAnyPort, adminAnyPort, o.URL))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	transport := func(ip string) *quic.Transport {
+		udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(ip)})
+		if err != nil {
+			t.Skipf("no %s to bind: %v", ip, err)
+		}
+		tr := &quic.Transport{Conn: udp}
+		t.Cleanup(func() { tr.Close(); udp.Close() })
+		return tr
+	}
+	first := transport("127.0.0.1")
+	c := e.h3Client(t, nil, func(ctx context.Context, addr string, tc *tls.Config, qc *quic.Config) (*quic.Conn, error) {
+		ua, err := net.ResolveUDPAddr("udp", addr)
+		if err != nil {
+			return nil, err
+		}
+		return first.Dial(ctx, ua, tc, qc)
+	})
+	get := func(path string) string {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, "GET", "https://api.example.com"+path, nil)
+		req.Header.Set("X-Key", "k1")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(strings.SplitN(string(body), "\n", 2)[0]))
+	}
+	var got []string
+	for _, p := range []string{"/ip", "/ip", "/key", "/key"} {
+		got = append(got, get(p))
+	}
+	if len(c.conns) != 1 {
+		t.Fatalf("%d connections dialled, want 1", len(c.conns))
+	}
+	conn := c.conns[0]
+	path, err := conn.AddPath(transport("127.0.0.2"))
+	if err != nil {
+		t.Fatalf("AddPath: %v", err)
+	}
+	if err := path.Probe(ctx); err != nil {
+		t.Fatalf("probing the new path: %v", err)
+	}
+	if err := path.Switch(); err != nil {
+		t.Fatalf("switching to the new path: %v", err)
+	}
+	for _, p := range []string{"/ip", "/ip", "/ip", "/key", "/key"} {
+		got = append(got, get(p))
+	}
+	want := []string{
+		"200 xff=127.0.0.1", "200 xff=127.0.0.1", "200 xff=127.0.0.1", "200 xff=127.0.0.1",
+		// Migrated: a new address for per-ip, the same key for per-key.
+		"200 xff=127.0.0.2", "200 xff=127.0.0.2", "429 rate limited: retry in", "200 xff=127.0.0.2", "429 rate limited: retry in",
+	}
+	for i := range want {
+		if i >= len(got) || !strings.HasPrefix(got[i], want[i]) {
+			t.Fatalf("answers:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	}
+	if len(c.conns) != 1 || conn.Context().Err() != nil {
+		t.Errorf("the connection did not survive the migration: %d dialled, %v", len(c.conns), conn.Context().Err())
+	}
+	conn.CloseWithError(0, "") // else edge's shutdown waits for it to time out
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -458,4 +459,193 @@ domains:
 		t.Errorf("the connection did not survive the migration: %d dialled, %v", len(c.conns), conn.Context().Err())
 	}
 	conn.CloseWithError(0, "") // else edge's shutdown waits for it to time out
+}
+
+// captureConn is a client's socket that sends nothing: it keeps the first
+// datagram written (a client's first Initial packet) and reads nothing.
+type captureConn struct {
+	first  chan []byte
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (c *captureConn) WriteTo(b []byte, _ net.Addr) (int, error) {
+	select {
+	case c.first <- append([]byte(nil), b...):
+	default:
+	}
+	return len(b), nil
+}
+
+func (c *captureConn) ReadFrom([]byte) (int, net.Addr, error) {
+	<-c.closed
+	return 0, nil, net.ErrClosed
+}
+
+func (c *captureConn) Close() error                     { c.once.Do(func() { close(c.closed) }); return nil }
+func (c *captureConn) LocalAddr() net.Addr              { return &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9} }
+func (c *captureConn) SetDeadline(time.Time) error      { return nil }
+func (c *captureConn) SetReadDeadline(time.Time) error  { return nil }
+func (c *captureConn) SetWriteDeadline(time.Time) error { return nil }
+
+// initialPackets makes n first Initial packets of quic-go's client for
+// addr, each of a connection of its own (its own connection IDs), none
+// sent.
+func initialPackets(t *testing.T, e *tlsEdge, n int) [][]byte {
+	t.Helper()
+	ua, err := net.ResolveUDPAddr("udp", e.tls)
+	must(t, err)
+	cc := &captureConn{first: make(chan []byte, 1), closed: make(chan struct{})}
+	tr := &quic.Transport{Conn: cc}
+	defer func() { cc.Close(); tr.Close() }() // the transport waits for its reads to end
+	// X25519 alone keeps the ClientHello in one packet.
+	tc := &tls.Config{ServerName: "api.example.com", NextProtos: []string{http3.NextProtoH3}, RootCAs: e.ca.pool,
+		CurvePreferences: []tls.CurveID{tls.X25519}}
+	out := make([][]byte, 0, n)
+	for range n {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			tr.Dial(ctx, ua, tc, &quic.Config{})
+		}()
+		out = append(out, <-cc.first)
+		cancel()
+		<-done
+	}
+	return out
+}
+
+// TestHTTP3InitialFlood: a flood of Initial packets, each of a new
+// connection, from 200 source ports that never answer (as a spoofed flood
+// cannot): edge keeps state for http3.retry_above handshakes and one more,
+// answers every later one with a Retry (stateless), so that the flood ends
+// in Retry packets; its memory stays bounded while the handshakes are
+// held, and returns when they time out (each counted as a
+// handshake_error). The flood spends nothing of its source address's
+// connections.rate_per_client, which a real client's completed
+// handshakes do.
+func TestHTTP3InitialFlood(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for quic-go's handshake timeout (5 s)")
+	}
+	const retryAbove, packets, ports = 50, 2000, 200
+	e := startTLSEdge(t, h3Config(echoOrigin(t).URL, fmt.Sprintf("http3: {retry_above: %d}\nconnections: {rate_per_client: {limit: 3, period: 1m}}", retryAbove)))
+	initials := initialPackets(t, e, packets)
+	ua, err := net.ResolveUDPAddr("udp", e.tls)
+	must(t, err)
+	var socks []*net.UDPConn
+	for range ports {
+		s, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		must(t, err)
+		t.Cleanup(func() { s.Close() })
+		socks = append(socks, s)
+	}
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapInuse
+	}
+	before := heap()
+	// Each answer is for the connection whose source connection ID it is
+	// sent to: which packet of the flood it answers.
+	index := map[string]int{}
+	for i, p := range initials {
+		dcid := int(p[5])
+		index[string(p[7+dcid:7+dcid+int(p[6+dcid])])] = i
+	}
+	var mu sync.Mutex
+	retried, kept := map[int]bool{}, map[int]bool{} // by packet index
+	var readers sync.WaitGroup
+	for _, s := range socks {
+		readers.Go(func() {
+			b := make([]byte, 2048)
+			for {
+				s.SetReadDeadline(time.Now().Add(time.Second))
+				n, _, err := s.ReadFrom(b)
+				if err != nil {
+					return
+				}
+				if n < 7 || b[0]&0x80 == 0 || 6+int(b[5]) > n {
+					continue
+				}
+				i, ok := index[string(b[6:6+int(b[5])])]
+				mu.Lock()
+				switch {
+				case !ok:
+				case b[0]&0x30 == 0x30: // a Retry (QUIC v1)
+					retried[i] = true
+				case b[0]&0x30 == 0x00: // an Initial: a handshake edge keeps
+					kept[i] = true
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for i, p := range initials {
+		if _, err := socks[i%ports].WriteTo(p, ua); err != nil {
+			t.Fatalf("sending: %v", err)
+		}
+		if i%100 == 99 {
+			time.Sleep(time.Millisecond) // paced a little: the kernel's buffer would drop what edge does not read in time
+		}
+	}
+	during := heap()
+	readers.Wait()
+	counted := metricValue(t, e.admin, "edge_http3_connections_total", `result="retry"`)
+	last, lastKept := 0, 0
+	for i := range retried {
+		last = max(last, i)
+	}
+	for i := range kept {
+		lastKept = max(lastKept, i)
+	}
+	t.Logf("%d Initial packets from %d ports: %d answered with a Retry (the last of them packet %d), %d handshakes kept (the last packet %d); edge counted %v retries; heap in use %d KiB before, %d KiB during",
+		packets, ports, len(retried), last, len(kept), lastKept, counted, before>>10, during>>10)
+	if counted < packets-2*(retryAbove+1) {
+		t.Errorf("edge counted %v retries of %d packets, want all but about %d", counted, packets, retryAbove+1)
+	}
+	// quic-go drops a Retry it cannot send at once (its queue is short):
+	// a flood receives some.
+	if len(retried) == 0 || last < packets-packets/4 {
+		t.Errorf("Retry answered %d packets, the last of them %d, want the flood's last ones among them", len(retried), last)
+	}
+	if len(kept) == 0 || len(kept) > retryAbove+1 || lastKept >= packets/4 {
+		t.Errorf("edge kept the handshakes of %d packets, the last %d, want at most %d, from the flood's first", len(kept), lastKept, retryAbove+1)
+	}
+	if grown := int64(during) - int64(before); grown > 64<<20 {
+		t.Errorf("the heap grew by %d MiB during the flood, want a bounded amount", grown>>20)
+	}
+	// The handshakes kept time out (quic-go's 5 s).
+	wait.For(t, 15*time.Second, "the handshakes kept to time out", func() bool {
+		return metricValue(t, e.admin, "edge_http3_connections_total", `result="handshake_error"`) >= retryAbove+1
+	})
+	if n := metricValue(t, e.admin, "edge_http3_connections_total", `result="handshake_error"`); n > retryAbove+1 {
+		t.Errorf("%v handshakes were kept, want at most %d", n, retryAbove+1)
+	}
+	if after := heap(); int64(after)-int64(before) > 16<<20 {
+		t.Errorf("the heap in use is %d KiB after the flood's handshakes ended, %d KiB before", after>>10, before>>10)
+	}
+	// The flood, from 127.0.0.1 but never validated, spent none of its
+	// connections.rate_per_client (3 a minute): a real client there gets
+	// three connections, and the fourth is refused once its handshake
+	// proves the address.
+	for i := range 4 {
+		c := e.h3Client(t, nil, nil)
+		resp, err := c.Get("https://api.example.com/")
+		if err == nil {
+			resp.Body.Close()
+		}
+		if (err == nil) != (i < 3) {
+			t.Errorf("connection %d after the flood: %v", i+1, err)
+		}
+		c.tr.Close()
+	}
+	if n := metricValue(t, e.admin, "edge_http3_connections_total", `result="refused"`); n != 1 {
+		t.Errorf("edge_http3_connections_total{result=refused}: got %v, want 1", n)
+	}
+	if n := metricValue(t, e.admin, "edge_connections_refused_total", `reason="rate"`); n != 1 {
+		t.Errorf("edge_connections_refused_total{reason=rate}: got %v, want 1", n)
+	}
 }

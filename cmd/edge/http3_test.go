@@ -5,12 +5,14 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -647,5 +649,49 @@ func TestHTTP3InitialFlood(t *testing.T) {
 	}
 	if n := metricValue(t, e.admin, "edge_connections_refused_total", `reason="rate"`); n != 1 {
 		t.Errorf("edge_connections_refused_total{reason=rate}: got %v, want 1", n)
+	}
+}
+
+// TestWarnUDPBuffers: edge warns, once, of a QUIC socket whose buffers
+// are below what quic-go asks for, naming the sysctls to raise; and says
+// nothing of one large enough (where the kernel allows it).
+func TestWarnUDPBuffers(t *testing.T) {
+	for _, size := range []int{64 << 10, udpBufferSize} {
+		udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		must(t, err)
+		defer udp.Close()
+		udp.SetReadBuffer(size)
+		udp.SetWriteBuffer(size)
+		l := newEdgeLog()
+		warnUDPBuffers(udp, slog.New(slog.NewTextHandler(l, nil)))
+		rc, _ := udp.SyscallConn()
+		var got int
+		rc.Control(func(fd uintptr) { got, _ = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF) })
+		small := got/2 < udpBufferSize
+		warned := strings.Count(l.String(), "net.core.rmem_max and net.core.wmem_max")
+		if small && warned != 1 || !small && warned != 0 {
+			t.Errorf("buffers of %d bytes asked, %d got: warned %d times:\n%s", size, got/2, warned, l)
+		}
+	}
+}
+
+// TestHTTP3MaxConcurrentStreams: http3.max_concurrent_streams is the
+// request streams a client may open at once on a connection: quic-go's
+// client may open that many, and the next fails at once.
+func TestHTTP3MaxConcurrentStreams(t *testing.T) {
+	e := startTLSEdge(t, h3Config(echoOrigin(t).URL, "http3: {max_concurrent_streams: 3}"))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tc := &tls.Config{RootCAs: e.ca.pool, ServerName: "api.example.com", NextProtos: []string{http3.NextProtoH3}}
+	conn, err := quic.DialAddr(ctx, e.tls, tc, &quic.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseWithError(0, "")
+	for i := range 4 {
+		_, err := conn.OpenStream()
+		if (err == nil) != (i < 3) {
+			t.Errorf("stream %d: %v", i+1, err)
+		}
 	}
 }

@@ -49,18 +49,18 @@ REQ_PATH=/api/v1/items
 
 # Variants: name, port, kind. kind is "origin" (wrk straight to the origin),
 # "fwd" (forwards every request) or "block" (refuses almost every request).
-ALL_VARIANTS="origin nginx-allow bare edge-allow edge-allow-nofast caddy haproxy-allow edge-50x5 nginx-block fixed429 edge-block edge-block-nofast haproxy-block"
+ALL_VARIANTS="origin nginx-allow bare edge-allow edge-allow-nofast caddy haproxy-allow edge-50x5 nginx-block fixed429 raw429 edge-block edge-block-nofast haproxy-block"
 declare -A PORT=(
 	[origin]=28080 [bare]=28081 [nginx-allow]=28082 [nginx-block]=28083
 	[haproxy-allow]=28084 [haproxy-block]=28085 [caddy]=28086 [fixed429]=28087
 	[edge-allow]=28088 [edge-block]=28089 [edge-50x5]=28090
 	[cand-allow]=28091 [cand-block]=28092 [edge-block-nofast]=28093
-	[edge-allow-nofast]=28094
+	[edge-allow-nofast]=28094 [raw429]=28096
 )
 declare -A KIND=(
 	[origin]=origin [bare]=fwd [nginx-allow]=fwd [haproxy-allow]=fwd [caddy]=fwd
 	[edge-allow]=fwd [edge-50x5]=fwd [cand-allow]=fwd [cand-block]=block
-	[nginx-block]=block [haproxy-block]=block [fixed429]=block [edge-block]=block
+	[nginx-block]=block [haproxy-block]=block [fixed429]=block [raw429]=block [edge-block]=block
 	[edge-block-nofast]=block [edge-allow-nofast]=fwd
 )
 declare -A DESC=(
@@ -72,6 +72,7 @@ declare -A DESC=(
 	[haproxy-block]="HAProxy http_req_rate stick table, blocking (429)"
 	[caddy]="Caddy reverse_proxy (no limiting)"
 	[fixed429]="minimal Go net/http server, fixed 429"
+	[raw429]="Go floor: raw net server writing fixed 429 bytes, no net/http"
 	[edge-allow]="edge, 1 rule, never blocking"
 	[edge-block]="edge, 1 rule, blocking (429)"
 	[edge-block-nofast]="edge, 1 rule, blocking (429), fastpath: false"
@@ -207,7 +208,7 @@ if [[ -n ${EDGE_CANDIDATE:-} ]]; then
 fi
 if [[ ${NEWCONN:-0} == 1 ]]; then
 	[[ -z ${POST_BYTES:-} ]] || die "NEWCONN=1 sends GETs only; unset POST_BYTES"
-	NEWCONN_VARIANTS="nginx-block fixed429 edge-block edge-block-nofast"
+	NEWCONN_VARIANTS="nginx-block fixed429 raw429 edge-block edge-block-nofast"
 	[[ -n ${EDGE_CANDIDATE:-} ]] && NEWCONN_VARIANTS+=" cand-block"
 	VARIANTS=${VARIANTS:-$NEWCONN_VARIANTS}
 fi
@@ -323,9 +324,9 @@ gen_edge_configs() {
 
 log "building edge (go build ./cmd/edge) and the bench programs into $tmp ..."
 (cd "$repo" && go build -o "$tmp/edge" ./cmd/edge) || die "building edge failed"
-(cd "$here" && go build -o "$tmp/bareproxy" ./bareproxy && go build -o "$tmp/fixed429" ./fixed429 &&
+(cd "$here" && go build -o "$tmp/bareproxy" ./bareproxy && go build -o "$tmp/fixed429" ./fixed429 && go build -o "$tmp/raw429" ./raw429 &&
 	go build -o "$tmp/newconn" ./newconn) ||
-	die "building bench/bareproxy, bench/fixed429 or bench/newconn failed"
+	die "building bench/bareproxy, bench/fixed429, bench/raw429 or bench/newconn failed"
 gen_edge_configs
 for c in allow allow-nofast block block-nofast multi; do
 	"$tmp/edge" -check -config "$here/edge/$c.yaml" >/dev/null || die "bench/edge/$c.yaml is not a valid edge configuration"
@@ -367,6 +368,10 @@ fi
 if want fixed429; then
 	GOMAXPROCS=1 start fixed429 "$PROXY_CPU" "$tmp/fixed429" -listen 127.0.0.1:28087
 	wait_http fixed429 28087
+fi
+if want raw429; then
+	GOMAXPROCS=1 start raw429 "$PROXY_CPU" "$tmp/raw429" -listen 127.0.0.1:28096
+	wait_http raw429 28096
 fi
 declare -A EDGECONF=([edge-allow]=allow [edge-allow-nofast]=allow-nofast [edge-block]=block [edge-block-nofast]=block-nofast [edge-50x5]=multi)
 for v in edge-allow edge-allow-nofast edge-block edge-block-nofast edge-50x5; do
@@ -624,7 +629,9 @@ END {
 	c[4] = "edge-allow nginx-allow 2.0 edge forwarding vs nginx"
 	c[5] = "edge-allow-nofast nginx-allow 2.0 (extra) edge forwarding with fastpath: false vs nginx"
 	c[6] = "edge-allow edge-allow-nofast 1.0 (extra) edge forwarding vs the same with fastpath: false"
-	for (i = 1; i <= 6; i++) {
+	c[7] = "raw429 nginx-block 1.3 (extra) Go floor (raw net server, fixed 429 bytes) vs nginx limit_req"
+	c[8] = "edge-block raw429 1.0 (extra) edge blocking vs the Go floor"
+	for (i = 1; i <= 8; i++) {
 		split(c[i], f, " "); label = c[i]; sub(/^[^ ]+ [^ ]+ [^ ]+ /, "", label)
 		s = ratio(f[1], f[2], 2)
 		if (s == "-") { printf "| %s | - | <= %s | not measured |\n", label, f[3]; continue }

@@ -44,9 +44,10 @@ const fastFlushAt = 32 << 10
 
 // fastOrigin is a domain's origin for the fast forward.
 type fastOrigin struct {
-	pool *origin.Pool
-	obs  *upstreamObservers
-	log  *errorLog
+	pool   *origin.Pool
+	obs    *upstreamObservers
+	log    *errorLog
+	server string // the origin's URL, for the exchange's upstreamReport
 }
 
 // fastOriginFor returns d's origin for the fast forward, or nil where the
@@ -69,7 +70,7 @@ func (p *Proxy) fastOriginFor(d *domain, origin *url.URL, obs *upstreamObservers
 	if port == "" {
 		port = "80"
 	}
-	return &fastOrigin{pool: p.origins.Pool(net.JoinHostPort(origin.Hostname(), port)), obs: obs, log: log}
+	return &fastOrigin{pool: p.origins.Pool(net.JoinHostPort(origin.Hostname(), port)), obs: obs, log: log, server: origin.String()}
 }
 
 // forwardFast forwards head, the request of ex that limit allowed, to its
@@ -92,7 +93,7 @@ func (p *Proxy) forwardFast(ex *exchange, head *Head, out []byte) []byte {
 	h.Client.Forwarding()
 	fb, err := p.readFastBody(ex.st, d, h) // fastbody.go: buffering, or 400/408/413
 	if err != nil {
-		return p.refuseFastBody(d, h, method, err, out)
+		return p.refuseFastBody(d, h, method, err, out, &ex.done)
 	}
 	defer fb.release()
 	d.requests.served.Inc()
@@ -118,7 +119,7 @@ func (p *Proxy) forwardFast(ex *exchange, head *Head, out []byte) []byte {
 	s.head = s.appendOriginHead(s.head[:0], h, trusted, s.frame, p.via.field, p.started.TLS.FingerprintHeader)
 	fo := d.fastFwd
 	r := relay{p: p, d: d, h: h, client: h.Client, out: out, isHEAD: method == http.MethodHead,
-		charges: ex.after, fields: fields}
+		charges: ex.after, fields: fields, rep: &ex.done}
 	start := time.Now()
 	req := origin.Request{Replayable: replayable(h, method, &fb), Once: once, HEAD: r.isHEAD, Timeout: upstream}
 	fb.merge(&s.head) // a small body buffered whole goes in the head's write
@@ -137,9 +138,11 @@ func (p *Proxy) forwardFast(ex *exchange, head *Head, out []byte) []byte {
 		class = resp.StatusCode/100 - 1
 	}
 	fo.obs[class].Observe(time.Since(start).Seconds())
+	ex.up = upstreamReport{Server: fo.server, Took: time.Since(start), Attempts: 1}
 	if err != nil {
 		if ce := (errClientBody{}); errors.As(err, &ce) {
-			return p.refuseFastBody(d, h, method, ce.err, r.out)
+			ex.up = upstreamReport{}
+			return p.refuseFastBody(d, h, method, ce.err, r.out, &ex.done)
 		}
 		if h.Body != nil {
 			_ = h.Body.Close() // as the transport closes it
@@ -147,7 +150,13 @@ func (p *Proxy) forwardFast(ex *exchange, head *Head, out []byte) []byte {
 		return r.fail(fo.log, err)
 	}
 	r.br, r.origin = oc.Reader(), oc.NetConn()
-	if r.respond(resp, s.buf[:]) {
+	ex.up.Status = resp.StatusCode
+	reuse := r.respond(resp, s.buf[:])
+	if ex.done.status == 0 { // the answer broke off
+		ex.done = answerReport{status: resp.StatusCode, outcome: outcomeServed}
+	}
+	ex.up.Took = time.Since(start) // to the response's end
+	if reuse {
 		fo.pool.Put(oc, time.Now()) // kept only if nothing outside this answer is left read
 	} else {
 		oc.Close()
@@ -178,6 +187,10 @@ type relay struct {
 	// into the origin's head (fields.go), nil for none.
 	charges *afterResponse
 	fields  *fields
+	// rep is what the answer sent, for the access log; sent says some
+	// write to the client succeeded.
+	rep  *answerReport
+	sent bool
 }
 
 // flush writes what the answer holds to the client.
@@ -185,6 +198,8 @@ func (r *relay) flush() {
 	if len(r.out) > 0 && !r.failed {
 		if _, err := r.client.Write(r.out); err != nil {
 			r.failed = true
+		} else {
+			r.sent = true
 		}
 	}
 	r.out = r.out[:0]
@@ -208,6 +223,9 @@ func (r *relay) fail(l *errorLog, err error) []byte {
 	l.logFast(string(r.h.Method), r.h.Target, a.status, err)
 	r.d.requests.count(&a)
 	endBody(r.h, &a)
+	if r.rep != nil {
+		r.rep.sentAnswer(&a, r.isHEAD)
+	}
 	return a.appendTo(r.out, time.Now(), r.isHEAD)
 }
 
@@ -292,6 +310,7 @@ func (r *relay) respond(resp *http.Response, buf []byte) bool {
 	if !w.copyBody(resp.Body, buf) {
 		// ReverseProxy aborts the handler, and net/http closes the
 		// connection after what it had written.
+		r.served(status, w.written)
 		r.abandon()
 		resp.Body.Close()
 		r.client.CloseAfter()
@@ -315,6 +334,7 @@ func (r *relay) respond(resp *http.Response, buf []byte) bool {
 		}
 	}
 	w.finish()
+	r.served(status, w.written)
 	if r.failed {
 		r.client.CloseAfter()
 		return false
@@ -333,6 +353,18 @@ func (r *relay) onHead(resp *http.Response) {
 	}
 	if isHTTPS(r.h.TLS, r.h.Front) && r.d.hsts != nil {
 		resp.Header["Strict-Transport-Security"] = r.d.hsts.value // the domain's, not the origin's
+	}
+}
+
+// served reports the origin's response relayed, with status and body
+// bytes, as sent (accesslog.go): 499 when no write reached the client.
+func (r *relay) served(status int, bytes int64) {
+	if r.rep == nil {
+		return
+	}
+	*r.rep = answerReport{status: status, bytes: bytes, outcome: outcomeServed}
+	if r.failed && !r.sent {
+		r.rep.status = statusClientGone
 	}
 }
 

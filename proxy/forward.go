@@ -129,7 +129,7 @@ func (p *Proxy) newForwarder(d *domain, origin *url.URL, cip *ClientIP, transpor
 				pr.Out.Close = true
 			}
 		},
-		Transport: timedTransport{rt: transport, obs: obs},
+		Transport: timedTransport{rt: transport, obs: obs, server: origin.String()},
 		// Without a pool ReverseProxy allocates a 32 KiB buffer for every
 		// response body it copies (docs/performance.md).
 		BufferPool:   copyBuffers{},
@@ -181,7 +181,11 @@ func (p *Proxy) newForwarder(d *domain, origin *url.URL, cip *ClientIP, transpor
 		if len(d.costFields) > 0 {
 			w = interimWriter{ResponseWriter: w, d: d}
 		}
+		sent := time.Now()
 		rp.ServeHTTP(w, r.WithContext(ctx))
+		if ex := exchangeOf(ctx); ex != nil && ex.up.Attempts > 0 {
+			ex.up.Took = time.Since(sent) // to the response's end
+		}
 	})
 }
 
@@ -207,8 +211,9 @@ func (w interimWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // timedTransport observes the time to each origin response's headers,
 // and watches each request's origin connection (origin.WithWatch).
 type timedTransport struct {
-	rt  http.RoundTripper
-	obs *upstreamObservers
+	rt     http.RoundTripper
+	obs    *upstreamObservers
+	server string // the origin's URL, for the exchange's upstreamReport
 }
 
 func (t timedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -219,7 +224,14 @@ func (t timedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err == nil && resp.StatusCode >= 100 && resp.StatusCode < 600 {
 		class = resp.StatusCode/100 - 1
 	}
-	t.obs[class].Observe(time.Since(start).Seconds())
+	took := time.Since(start)
+	t.obs[class].Observe(took.Seconds())
+	if ex := exchangeOf(req.Context()); ex != nil {
+		ex.up = upstreamReport{Server: t.server, Took: took, Attempts: 1}
+		if err == nil {
+			ex.up.Status = resp.StatusCode
+		}
+	}
 	if err == nil {
 		w.Answered(resp)
 	}

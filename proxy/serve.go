@@ -12,11 +12,19 @@ import (
 // that answers the request itself returns nil (or false, or an answer),
 // and the request goes no further.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	now := p.now()
+	st := p.state.Load()
+	// accesslog.go: the line is written when the answer ends, with what
+	// the exchange found (lw.took) and what net/http sent (lw).
+	var lw *loggedWriter
+	if al := st.alog; al != nil {
+		lw = startLog(w, r, now)
+		w = lw
+		defer p.endLog(al, lw)
+	}
 	if !p.screen(w, r) { // screen.go: refused requests are never forwarded
 		return
 	}
-	now := p.now()
-	st := p.state.Load()
 	d, host := p.route(w, r, st) // route.go: 421, or 400 for an invalid Host
 	if d == nil {
 		return
@@ -25,6 +33,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ex.st, ex.d, ex.host, ex.method, ex.now, ex.req = st, d, host, r.Method, now, r
 	carried := false
 	defer func() {
+		if lw != nil {
+			lw.took(ex, st.alog.cfg.Keys)
+		}
 		if !carried {
 			ex.recycle(&exchanges)
 		}
@@ -72,9 +83,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			ex.fields.set(w.Header())
 		}
 	}
-	if d.Respond == nil && (ex.after != nil || ex.hasFields || hasBody(r)) {
+	if d.Respond == nil && (ex.after != nil || ex.hasFields || hasBody(r) || lw != nil) {
 		// The forwarder's hooks need the exchange (charge.go, fields.go,
-		// body.go): it goes in the request's context, and is not reused.
+		// body.go, and the origin's report for the access log): it goes in
+		// the request's context, and is not reused.
 		r, carried = withExchange(r, ex), true
 	}
 	release := p.readBody(w, r, ex) // body.go: 413, buffering

@@ -174,6 +174,7 @@ func Compile(cfg Config) (*Table, error) {
 	t.HTTP2 = compileHTTP2(&p, cfg.HTTP2, cfg.H2C, t)
 	t.ProxyProtocol = compileProxyProtocol(&p, cfg.ProxyProtocol, t)
 	t.Connections = compileConnections(&p, cfg.Connections)
+	t.AccessLog = compileAccessLog(&p, cfg.AccessLog)
 
 	compileDomains(&p, t, cfg)
 	checkOriginLoops(&p, t, cfg)

@@ -90,6 +90,23 @@ type diffServer struct {
 	// (difftls_test.go). Then exchange speaks TLS; plainExchange does not.
 	tls       string
 	clientTLS *tls.Config
+	// access receives the access log's lines (access_log path "-"), and
+	// proxy is the edge, whose access log accessLines writes out.
+	access *lockedBuffer
+	proxy  *proxy.Proxy
+}
+
+// variableFields are the access log's fields that differ between two
+// edges serving the same requests: the origin's time and its URL (each
+// edge of a forward test has an origin of its own).
+var variableFields = regexp.MustCompile(`"origin_ms":[0-9.]+|"origin":"[^"]*"`)
+
+// accessLines returns the access log's lines so far, but for
+// variableFields.
+func (ds *diffServer) accessLines(t *testing.T) string {
+	t.Helper()
+	ds.proxy.FlushAccessLog()
+	return variableFields.ReplaceAllString(ds.access.String(), "")
 }
 
 // dial opens a client's connection to ds: over TLS to its HTTPS listener
@@ -404,6 +421,9 @@ func runFastPathCase(t *testing.T, origin string, tc diffCase, fix *diffTLS) {
 	}
 	if g, w := fast.logs.String(), slow.logs.String(); g != w {
 		t.Errorf("logs differ:\nfast path\n%s\nslow path\n%s", g, w)
+	}
+	if g, w := fast.accessLines(t), slow.accessLines(t); g != w {
+		t.Errorf("access log lines differ:\nfast path\n%s\nslow path\n%s", g, w)
 	}
 }
 

@@ -483,3 +483,102 @@ func TestAccessLogReloadSwitches(t *testing.T) {
 		t.Errorf("the new file has no JSON line")
 	}
 }
+
+// replayConfig is a configuration whose rules replay can key from a line
+// (the client, the client and path) and one it can only with
+// access_log.keys (a header), in front of origin, logging to path.
+func replayConfig(origin, path string, keys bool) string {
+	return fmt.Sprintf(`
+listen: %q
+admin_listen: %q
+origin: %s
+client_ip: {trusted_proxies: ["127.0.0.0/8"]}
+access_log: {path: %q, format: json, keys: %v}
+domains:
+  - name: api
+    hosts: [api.test]
+    rules:
+      - {name: per-ip, limit: 5, period: 1h, key: [ip]}
+      - {name: per-path, limit: 2, period: 1h, key: [ip, path], match: {path_prefix: /items/}}
+      - {name: per-token, limit: 3, period: 1h, key: ["header:X-Api-Key"], count_blocked: true}
+      - {name: watch, limit: 1, period: 1h, key: [ip], action: log}
+`, publicAnyPort, adminAnyPort, origin, path, keys)
+}
+
+// TestReplayAgreesWithAccessLog: the round trip README's replay section
+// shows. edge serves requests and logs them as JSON; edge replay with the
+// same configuration (the local store) reads the log back and agrees with
+// every decision logged live, whether the lines record keys or not (then
+// the header-keyed rule is skipped, with the reason); -suggest reads it
+// too.
+func TestReplayAgreesWithAccessLog(t *testing.T) {
+	origin := accessOrigin(t)
+	for _, keys := range []bool{false, true} {
+		t.Run(fmt.Sprintf("keys=%v", keys), func(t *testing.T) {
+			dir := t.TempDir()
+			logPath := filepath.Join(dir, "access.log")
+			e, cfgPath := startAccessEdge(t, replayConfig(origin.URL, logPath, keys))
+			refused := 0
+			for i := range 40 {
+				client := fmt.Sprintf("198.51.100.%d", 1+i%3)
+				target := fmt.Sprintf("/items/%d", i%4)
+				if i%5 == 0 {
+					target = "/other"
+				}
+				head := fmt.Sprintf("GET %s HTTP/1.1\r\nHost: api.test\r\nX-Forwarded-For: %s\r\nX-Api-Key: k%d", target, client, i%2)
+				if rawRequest(t, e.public, head) == 429 {
+					refused++
+				}
+			}
+			if code := e.stop(); code != 0 {
+				t.Fatalf("exit code %d", code)
+			}
+			if refused == 0 || refused == 40 {
+				t.Fatalf("%d of 40 refused: want some of each", refused)
+			}
+			code, out, errOut := runEdge("replay", "-config", cfgPath, "-json", logPath)
+			if code != 0 {
+				t.Fatalf("replay: exit %d\n%s", code, errOut)
+			}
+			var doc struct {
+				Agreement *struct {
+					Lines     int     `json:"lines"`
+					Decisions float64 `json:"decisions"`
+					Ratio     float64 `json:"agreement"`
+					Rules     []struct {
+						Rule      string  `json:"rule"`
+						Decisions float64 `json:"decisions"`
+						Agreed    float64 `json:"agreed"`
+					} `json:"rules"`
+					Skips []struct{ Rule, Reason string } `json:"skipped"`
+				} `json:"agreement"`
+			}
+			if err := json.Unmarshal([]byte(out), &doc); err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			a := doc.Agreement
+			if a == nil {
+				t.Fatalf("no agreement reported:\n%s", out)
+			}
+			if a.Lines != 40 || a.Ratio != 1 {
+				t.Errorf("agreement %v on %d lines, want 100%% on 40:\n%s", a.Ratio, a.Lines, out)
+			}
+			wantRules := 4
+			if !keys {
+				wantRules = 3
+				if len(a.Skips) != 1 || a.Skips[0].Rule != "api/per-token" || !strings.Contains(a.Skips[0].Reason, "header") {
+					t.Errorf("skips %+v, want api/per-token, keyed by a header", a.Skips)
+				}
+			} else if len(a.Skips) != 0 {
+				t.Errorf("skips %+v, want none with keys", a.Skips)
+			}
+			if len(a.Rules) != wantRules {
+				t.Errorf("rules compared %+v, want %d", a.Rules, wantRules)
+			}
+			code, out, errOut = runEdge("replay", "-config", cfgPath, "-suggest", logPath)
+			if code != 0 || !strings.Contains(out, "agreement with the decisions logged live: 100.00%") || !strings.Contains(out, "api/per-ip") {
+				t.Errorf("replay -suggest: exit %d\n%s\n%s", code, out, errOut)
+			}
+		})
+	}
+}

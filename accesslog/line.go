@@ -11,6 +11,7 @@ package accesslog
 import (
 	"net/netip"
 	"strconv"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 )
@@ -72,7 +73,7 @@ const clfTime = "02/Jan/2006:15:04:05 -0700"
 func AppendCombined(b []byte, e *Entry) []byte {
 	b = appendAddr(b, e.Client)
 	b = append(b, " - - ["...)
-	b = e.Time.AppendFormat(b, clfTime)
+	b = appendLocalTime(b, e.Time)
 	b = append(b, `] "`...)
 	if e.Method == "" && e.Target == "" {
 		b = append(b, '-') // nginx's $request of a request it could not read
@@ -133,7 +134,7 @@ func appendEscaped(b []byte, s string) []byte {
 // UTF-8 becomes U+FFFD, as encoding/json writes it.
 func AppendJSON(b []byte, e *Entry) []byte {
 	b = append(b, `{"time":"`...)
-	b = e.Time.UTC().AppendFormat(b, "2006-01-02T15:04:05.000Z07:00")
+	b = appendUTCMillis(b, e.Time)
 	b = append(b, `","peer":"`...)
 	if e.Peer.IsValid() {
 		b = e.Peer.AppendTo(b)
@@ -208,6 +209,43 @@ func AppendJSON(b []byte, e *Entry) []byte {
 		b = strconv.AppendInt(b, int64(e.Sample), 10)
 	}
 	return append(b, "}\n"...)
+}
+
+// secondText is a time's text to the second, formatted once a second:
+// time.Time.AppendFormat costs a line more than the rest of it.
+type secondText struct {
+	sec int64
+	loc *time.Location
+	b   []byte
+}
+
+var lastUTC, lastLocal atomic.Pointer[secondText]
+
+// appendUTCMillis appends t as RFC 3339 in UTC with milliseconds
+// (2026-12-02T12:30:05.123Z).
+func appendUTCMillis(b []byte, t time.Time) []byte {
+	t = t.UTC()
+	sec := t.Unix()
+	c := lastUTC.Load()
+	if c == nil || c.sec != sec {
+		c = &secondText{sec: sec, b: t.AppendFormat(nil, "2006-01-02T15:04:05")}
+		lastUTC.Store(c)
+	}
+	b = append(b, c.b...)
+	ms := t.Nanosecond() / 1e6
+	return append(b, '.', byte('0'+ms/100), byte('0'+ms/10%10), byte('0'+ms%10), 'Z')
+}
+
+// appendLocalTime appends t as $time_local (02/Dec/2026:12:30:05 +0000),
+// in t's location.
+func appendLocalTime(b []byte, t time.Time) []byte {
+	sec := t.Unix()
+	c := lastLocal.Load()
+	if c == nil || c.sec != sec || c.loc != t.Location() {
+		c = &secondText{sec: sec, loc: t.Location(), b: t.AppendFormat(nil, clfTime)}
+		lastLocal.Store(c)
+	}
+	return append(b, c.b...)
 }
 
 // appendMillis appends d in milliseconds with three decimals (µs).

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -486,11 +487,23 @@ func TestFastPathFirstRequest(t *testing.T) {
 //
 //	go test -run='^$' -bench=FastRefuse -benchmem ./cmd/edge/
 func BenchmarkFastRefuse(b *testing.B) {
-	for _, fast := range []bool{true, false} {
-		b.Run(fmt.Sprintf("fastpath=%v", fast), func(b *testing.B) {
+	for _, tc := range []struct {
+		fast bool
+		log  string // an access_log format, "" for none
+	}{{true, ""}, {true, "json"}, {true, "combined"}, {false, ""}, {false, "json"}} {
+		name := fmt.Sprintf("fastpath=%v", tc.fast)
+		if tc.log != "" {
+			name += ",access_log=" + tc.log
+		}
+		b.Run(name, func(b *testing.B) {
+			fast := tc.fast
 			origin := httptest.NewServer(http.NotFoundHandler())
 			defer origin.Close()
-			ds := startDiff(b, origin.URL, 2, fast, "")
+			extra := ""
+			if tc.log != "" {
+				extra = fmt.Sprintf("access_log: {path: %q, format: %s}\n", filepath.Join(b.TempDir(), "access.log"), tc.log)
+			}
+			ds := startDiff(b, origin.URL, 2, fast, extra)
 			c, err := net.Dial("tcp", ds.addr)
 			if err != nil {
 				b.Fatal(err)

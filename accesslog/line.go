@@ -112,17 +112,30 @@ func appendDash(b []byte, s string) []byte {
 const upperHex = "0123456789ABCDEF"
 
 // appendEscaped appends s as nginx's ngx_http_log_escape writes a variable.
+// Runs of bytes that need no escape are appended at once.
 func appendEscaped(b []byte, s string) []byte {
+	start := 0
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
-			b = append(b, '\\', 'x', upperHex[c>>4], upperHex[c&0xf])
+		if clfPlain[c] {
 			continue
 		}
-		b = append(b, c)
+		b = append(b, s[start:i]...)
+		b = append(b, '\\', 'x', upperHex[c>>4], upperHex[c&0xf])
+		start = i + 1
 	}
-	return b
+	return append(b, s[start:]...)
 }
+
+// clfPlain and jsonPlain are the bytes a combined field and a JSON string
+// hold as they are.
+var clfPlain, jsonPlain = func() (clf, js [256]bool) {
+	for c := 0x20; c < 0x7f; c++ {
+		clf[c] = c != '"' && c != '\\'
+		js[c] = clf[c]
+	}
+	return clf, js
+}()
 
 // AppendJSON appends e as one JSON object and a newline. The fields, in
 // this order: time (RFC 3339, milliseconds, UTC), peer, client, host,
@@ -264,27 +277,31 @@ func appendMillis(b []byte, d time.Duration) []byte {
 // and U+2029 escaped, as encoding/json writes them.
 func AppendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
+	start := 0
 	for i := 0; i < len(s); {
 		c := s[i]
+		if jsonPlain[c] {
+			i++
+			continue
+		}
+		b = append(b, s[start:i]...)
 		if c < utf8.RuneSelf {
 			switch {
 			case c == '"' || c == '\\':
 				b = append(b, '\\', c)
+			case c == '\n':
+				b = append(b, '\\', 'n')
+			case c == '\r':
+				b = append(b, '\\', 'r')
+			case c == '\t':
+				b = append(b, '\\', 't')
 			case c < 0x20:
-				switch c {
-				case '\n':
-					b = append(b, '\\', 'n')
-				case '\r':
-					b = append(b, '\\', 'r')
-				case '\t':
-					b = append(b, '\\', 't')
-				default:
-					b = append(b, '\\', 'u', '0', '0', upperHex[c>>4], upperHex[c&0xf])
-				}
-			default:
+				b = append(b, '\\', 'u', '0', '0', upperHex[c>>4], upperHex[c&0xf])
+			default: // 0x7f: valid as it is
 				b = append(b, c)
 			}
 			i++
+			start = i
 			continue
 		}
 		r, size := utf8.DecodeRuneInString(s[i:])
@@ -297,6 +314,8 @@ func AppendJSONString(b []byte, s string) []byte {
 			b = append(b, s[i:i+size]...)
 		}
 		i += size
+		start = i
 	}
+	b = append(b, s[start:]...)
 	return append(b, '"')
 }

@@ -567,7 +567,15 @@ func BenchmarkFastRefuse(b *testing.B) {
 // and no net/http in the loop. Its allocs/op are the refusal path's own,
 // and under callgrind its instruction count per request is repeatable.
 func BenchmarkFastRefuseLoop(b *testing.B) {
-	const config = `
+	b.Run("access_log=none", func(b *testing.B) { benchmarkFastRefuseLoop(b, "") })
+	b.Run("access_log=json", func(b *testing.B) { benchmarkFastRefuseLoop(b, "json") })
+	b.Run("access_log=combined", func(b *testing.B) { benchmarkFastRefuseLoop(b, "combined") })
+}
+
+// benchmarkFastRefuseLoop is BenchmarkFastRefuseLoop with an access log
+// to a file in format, or none for "".
+func benchmarkFastRefuseLoop(b *testing.B, format string) {
+	config := `
 origin: http://127.0.0.1:9
 max_keys: 1000
 fastpath: true
@@ -577,6 +585,9 @@ domains:
     rules:
       - {name: per-ip, limit: 1, period: 1h, key: [ip]}
 `
+	if format != "" {
+		config += fmt.Sprintf("access_log: {path: %q, format: %s}\n", filepath.Join(b.TempDir(), "access.log"), format)
+	}
 	table, err := parseConfig([]byte(config))
 	if err != nil {
 		b.Fatal(err)
@@ -585,6 +596,7 @@ domains:
 	if err != nil {
 		b.Fatal(err)
 	}
+	defer p.Close() // the access log's writer
 	srv := publicServer(table, p, log.New(io.Discard, "", 0))
 	const req = "GET /api/v1/items HTTP/1.1\r\nHost: bench.example\r\n\r\n"
 	// The connection opens with a request the fast path declines, so that

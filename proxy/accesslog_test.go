@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/edgerate/edge/rules"
@@ -265,5 +266,62 @@ func TestAccessLogDomainOff(t *testing.T) {
 	}
 	if lines := out.lines(p); len(lines) != 1 || !strings.Contains(lines[0], "200 8 ") {
 		t.Errorf("got %q, want the one line of api.example.com", lines)
+	}
+}
+
+// TestAccessLogQueue: a request that waited for a queue's turn carries
+// queued_ms; one whose client left while it waited is logged 499, as
+// nginx logs a client that closed first.
+func TestAccessLogQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := oneDomain("http://origin.test", queueRule(time.Second))
+		cfg.AccessLog = &rules.AccessLogConfig{Path: "-", Format: "json"}
+		out := new(lineBuffer)
+		p, err := New(Options{Table: compile(t, cfg), Transport: &memoryOrigin{}, Registerer: prometheus.NewRegistry(), AccessLogStdout: out})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		send(p, 2, context.Background()) // the second waits 100ms
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		send(p, 1, context.Background())
+		send(p, 1, ctx) // its turn is far: its client leaves first
+		lines := out.lines(p)
+		if len(lines) != 4 {
+			t.Fatalf("got %d lines, want 4:\n%s", len(lines), strings.Join(lines, "\n"))
+		}
+		if strings.Contains(lines[0], "queued_ms") || !strings.Contains(lines[1], `"queued_ms":100.000`) {
+			t.Errorf("lines 1 and 2:\n%s\n%s\nwant no wait, then 100ms", lines[0], lines[1])
+		}
+		if !strings.Contains(lines[3], `"status":499,`) {
+			t.Errorf("line 4: %s, want 499", lines[3])
+		}
+	})
+}
+
+// TestAccessLogNoSecrets: a request's Authorization, cookies and API key
+// (a rule's key) are in no line while keys is false.
+func TestAccessLogNoSecrets(t *testing.T) {
+	origin, _ := newOrigin(t, "a")
+	r := rule("per-token", 10, time.Minute)
+	r.Key = []string{"header:X-Api-Key"}
+	p, out, _ := newLogProxy(t, oneDomain(origin.URL, r), "json", 0)
+	srv := httptest.NewServer(p)
+	defer srv.Close()
+	req, _ := http.NewRequest("GET", srv.URL+"/", nil)
+	req.Host = "api.example.com"
+	req.Header.Set("Authorization", "Bearer s3cret-bearer")
+	req.Header.Set("Cookie", "session=s3cret-cookie")
+	req.Header.Set("X-Api-Key", "s3cret-key")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	lines := out.lines(p)
+	if len(lines) != 1 || strings.Contains(lines[0], "s3cret") || !strings.Contains(lines[0], `"name":"per-token"`) {
+		t.Errorf("got %q, want one line without any secret", lines)
 	}
 }

@@ -13,6 +13,11 @@
 #   *-fwd     a rule that never refuses, every request forwarded over
 #             HTTP/1.1 to the origin (nginx answering from memory,
 #             bench/conf/nginx-origin.conf; bench/edge/h2-forward.yaml)
+# and go-refuse: bench/fixed429 over TLS, Go's own HTTP/2 server answering
+# every request with edge's 429 and deciding nothing: the floor of any
+# server on Go's HTTP/2 (edge-refuse ÷ go-refuse is edge's own share); and
+# go-fwd: bench/bareproxy over TLS, Go's HTTP/2 server in front of
+# httputil.ReverseProxy, limiting nothing: the floor of a Go forward.
 #
 # The server under test runs pinned to one core (PROXY_CPU, default 0) with
 # one worker (GOMAXPROCS=1 for edge); h2load (one thread, CONNS connections
@@ -26,7 +31,7 @@
 # It makes the certificate with openssl in a temporary directory, copies
 # bench/conf/nginx-h2.conf, nginx-origin.conf and bench/edge/h2-*.yaml
 # beside it, builds edge from this checkout, listens only on 127.0.0.1:
-# 28080, 28186-28189, 28282-28283, 29186, 29188, and stops every process it
+# 28080, 28186-28189, 28282-28285 (28284: go-refuse, 28285: go-fwd), 29186, 29188, and stops every process it
 # started by its PID when it exits. Every h2load run is bounded by timeout(1).
 set -euo pipefail
 
@@ -45,14 +50,16 @@ LOAD_CPU=${LOAD_CPU:-1}
 REQ_PATH=/api/v1/items
 HOST=bench.example
 
-VARIANTS="nginx-refuse edge-refuse nginx-fwd edge-fwd"
-declare -A PORT=([nginx-refuse]=28282 [nginx-fwd]=28283 [edge-refuse]=28186 [edge-fwd]=28188)
+VARIANTS="nginx-refuse edge-refuse go-refuse nginx-fwd edge-fwd go-fwd"
+declare -A PORT=([nginx-refuse]=28282 [nginx-fwd]=28283 [edge-refuse]=28186 [edge-fwd]=28188 [go-refuse]=28284 [go-fwd]=28285)
 declare -A EDGECONF=([edge-refuse]=h2-refuse [edge-fwd]=h2-forward)
 declare -A DESC=(
 	[nginx-refuse]="nginx limit_req refusing (429), HTTP/2 over TLS"
 	[edge-refuse]="edge, 1 rule refusing (429), HTTP/2 over TLS"
 	[nginx-fwd]="nginx limit_req forwarding, HTTP/2 over TLS"
 	[edge-fwd]="edge, 1 rule forwarding, HTTP/2 over TLS"
+	[go-refuse]="Go's net/http HTTP/2 server, fixed 429, no decision (bench/fixed429 -cert)"
+	[go-fwd]="Go's net/http HTTP/2 server and httputil.ReverseProxy, no limit (bench/bareproxy -cert)"
 )
 
 log() { printf '%s\n' "$*" >&2; }
@@ -108,6 +115,8 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -su
 	-addext "subjectAltName=DNS:$HOST,IP:127.0.0.1" -keyout "$tmp/bench.key" -out "$tmp/bench.pem" 2>"$tmp/openssl.log" ||
 	die "openssl could not make the certificate"
 (cd "$repo" && go build -o "$tmp/edge" ./cmd/edge) || die "building edge failed"
+(cd "$here" && go build -o "$tmp/fixed429" ./fixed429 && go build -o "$tmp/bareproxy" ./bareproxy) ||
+	die "building bench/fixed429 or bench/bareproxy failed"
 cp "$here/conf/nginx-h2.conf" "$here/conf/nginx-origin.conf" "$here/edge/h2-refuse.yaml" "$here/edge/h2-forward.yaml" "$tmp/"
 
 mkdir -p "$tmp/nginx-origin/logs" "$tmp/nginx-h2/logs"
@@ -122,6 +131,12 @@ for v in edge-refuse edge-fwd; do
 	start "$v" "$PROXY_CPU" env -C "$tmp" GOMAXPROCS=1 "$tmp/edge" -config "$tmp/${EDGECONF[$v]}.yaml"
 	wait_up "$v" "https://127.0.0.1:${PORT[$v]}$REQ_PATH"
 done
+start go-refuse "$PROXY_CPU" env GOMAXPROCS=1 "$tmp/fixed429" -listen "127.0.0.1:${PORT[go-refuse]}" \
+	-cert "$tmp/bench.pem" -key "$tmp/bench.key"
+wait_up go-refuse "https://127.0.0.1:${PORT[go-refuse]}$REQ_PATH"
+start go-fwd "$PROXY_CPU" env GOMAXPROCS=1 "$tmp/bareproxy" -listen "127.0.0.1:${PORT[go-fwd]}" \
+	-origin http://127.0.0.1:28080 -cert "$tmp/bench.pem" -key "$tmp/bench.key"
+wait_up go-fwd "https://127.0.0.1:${PORT[go-fwd]}$REQ_PATH"
 
 # pids V: the server's processes (nginx: master and its workers).
 pids() {
@@ -173,12 +188,19 @@ done
 echo
 for v in $VARIANTS; do echo "$v: ${DESC[$v]}"; done
 echo
-for k in refuse fwd; do
-	ratios=()
+# ratio A B LABEL: A's CPU per request over B's, within each round.
+ratio() {
+	local a=$1 b=$2 label=$3 r ratios=() sorted
 	for ((r = 0; r < ROUNDS; r++)); do
-		ratios+=("$(awk -v e="${PER[edge-$k,$r]}" -v g="${PER[nginx-$k,$r]}" 'BEGIN {printf "%.2f", e / g}')")
+		ratios+=("$(awk -v e="${PER[$a,$r]}" -v g="${PER[$b,$r]}" 'BEGIN {printf "%.2f", e / g}')")
 	done
 	sorted=($(printf '%s\n' "${ratios[@]}" | sort -n))
-	printf 'edge/nginx CPU per request, %-6s median %s (range %s..%s; rounds: %s)\n' "$k:" \
+	printf '%-41s median %s (range %s..%s; rounds: %s)\n' "$label" \
 		"${sorted[$((ROUNDS / 2))]}" "${sorted[0]}" "${sorted[$((ROUNDS - 1))]}" "${ratios[*]}"
-done
+}
+ratio edge-refuse nginx-refuse "edge/nginx CPU per request, refuse:"
+ratio edge-fwd nginx-fwd "edge/nginx CPU per request, fwd:"
+ratio go-refuse nginx-refuse "Go's HTTP/2 server/nginx, refuse:"
+ratio edge-refuse go-refuse "edge/Go's HTTP/2 server, refuse:"
+ratio go-fwd nginx-fwd "Go's HTTP/2 server+ReverseProxy/nginx, fwd:"
+ratio edge-fwd go-fwd "edge/Go's HTTP/2 server+ReverseProxy, fwd:"

@@ -21,7 +21,7 @@
 # more refusal costs. Go's asynchronous preemption is off under callgrind
 # (its signals crash callgrind 3.19). Then each server runs without
 # valgrind under strace -c -f for N2 requests. It listens on
-# 127.0.0.1:38080, 38083, 38089 and 38093 (admin 39089, 39093), needs
+# 127.0.0.1:38080, 38083, 38089, 38093 and 38095 (admin 39089, 39093), needs
 # nginx, valgrind and strace, and stops every process it started by PID.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -42,7 +42,7 @@ for bin in nginx valgrind callgrind_control strace go; do
 	command -v "$bin" >/dev/null || { echo "instructions.sh: $bin is required" >&2; exit 1; }
 done
 (cd "$repo" && go build -o "$tmp/edge" ./cmd/edge)
-(cd "$here" && go build -o "$tmp/client" ./refuseclient)
+(cd "$here" && go build -o "$tmp/client" ./refuseclient && go build -o "$tmp/raw429" ./raw429)
 sed 's/28080/38080/g' "$here/conf/nginx-origin.conf" >"$tmp/origin.conf"
 cat >"$tmp/nginx-block.conf" <<'CONF'
 worker_processes 1;
@@ -95,10 +95,15 @@ server() {
 	nginx) port=38083 cmd=(nginx -p "$tmp/nginx/" -e "$tmp/nginx/logs/error.log" -c "$tmp/nginx-block.conf" -g "daemon off; pid $tmp/nginx/nginx.pid;") ;;
 	edge-fast) port=38089 cmd=("$tmp/edge" -config "$tmp/fast.yaml") ;;
 	edge-nofast) port=38093 cmd=("$tmp/edge" -config "$tmp/nofast.yaml") ;;
+	raw429) port=38095 cmd=("$tmp/raw429" -listen 127.0.0.1:38095) ;;
 	esac
 }
+# raw429 (bench/raw429: Go's floor, a raw net server writing fixed bytes)
+# only refuses: it has no place among forwards.
+SERVERS="nginx edge-fast edge-nofast"
+[[ ${FORWARD:-0} == 1 ]] || SERVERS+=" raw429"
 echo "instructions per $what request (callgrind Ir, user space):"
-for s in nginx edge-fast edge-nofast; do
+for s in $SERVERS; do
 	declare -A ir=()
 	for n in $N1 $N2; do
 		server "$s"
@@ -119,7 +124,7 @@ for s in nginx edge-fast edge-nofast; do
 	echo "  $s: $(((ir[$N2] - ir[$N1]) / (N2 - N1))) instructions per request"
 done
 echo "syscalls per $what request (strace -c -f, $N2 requests):"
-for s in nginx edge-fast edge-nofast; do
+for s in $SERVERS; do
 	server "$s"
 	GOMAXPROCS=1 "${cmd[@]}" >/dev/null 2>&1 &
 	pid=$!

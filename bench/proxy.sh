@@ -33,7 +33,7 @@
 # It installs what is missing with apt-get (nginx, haproxy, caddy, wrk;
 # Caddy is skipped, with a note, where the distribution has no package),
 # builds edge with `go build` from this checkout, listens only on
-# 127.0.0.1:28080-28098 and 29088-29096, and stops every process it started
+# 127.0.0.1:28080-28099 and 29088-29099, and stops every process it started
 # by its PID when it exits, however it exits. It stops nothing else.
 set -euo pipefail
 
@@ -52,19 +52,19 @@ REQ_PATH=/api/v1/items
 
 # Variants: name, port, kind. kind is "origin" (wrk straight to the origin),
 # "fwd" (forwards every request) or "block" (refuses almost every request).
-ALL_VARIANTS="origin nginx-allow nginx-allow-log bare edge-allow edge-allow-log edge-allow-nofast caddy haproxy-allow edge-50x5 nginx-block nginx-block-log fixed429 edge-block edge-block-log edge-block-nofast haproxy-block"
+ALL_VARIANTS="origin nginx-allow nginx-allow-log bare edge-allow edge-allow-log edge-allow-nofast caddy haproxy-allow edge-50x5 nginx-block nginx-block-log fixed429 raw429 edge-block edge-block-log edge-block-nofast haproxy-block"
 declare -A PORT=(
 	[origin]=28080 [bare]=28081 [nginx-allow]=28082 [nginx-block]=28083
 	[haproxy-allow]=28084 [haproxy-block]=28085 [caddy]=28086 [fixed429]=28087
 	[edge-allow]=28088 [edge-block]=28089 [edge-50x5]=28090
 	[cand-allow]=28091 [cand-block]=28092 [edge-block-nofast]=28093
-	[edge-allow-nofast]=28094 [edge-allow-log]=28095 [edge-block-log]=28096
+	[edge-allow-nofast]=28094 [raw429]=28096 [edge-allow-log]=28095 [edge-block-log]=28099
 	[nginx-allow-log]=28097 [nginx-block-log]=28098
 )
 declare -A KIND=(
 	[origin]=origin [bare]=fwd [nginx-allow]=fwd [haproxy-allow]=fwd [caddy]=fwd
 	[edge-allow]=fwd [edge-50x5]=fwd [cand-allow]=fwd [cand-block]=block
-	[nginx-block]=block [haproxy-block]=block [fixed429]=block [edge-block]=block
+	[nginx-block]=block [haproxy-block]=block [fixed429]=block [raw429]=block [edge-block]=block
 	[edge-block-nofast]=block [edge-allow-nofast]=fwd
 	[edge-allow-log]=fwd [edge-block-log]=block [nginx-allow-log]=fwd [nginx-block-log]=block
 )
@@ -77,6 +77,7 @@ declare -A DESC=(
 	[haproxy-block]="HAProxy http_req_rate stick table, blocking (429)"
 	[caddy]="Caddy reverse_proxy (no limiting)"
 	[fixed429]="minimal Go net/http server, fixed 429"
+	[raw429]="Go floor: raw net server writing fixed 429 bytes, no net/http"
 	[edge-allow]="edge, 1 rule, never blocking"
 	[edge-block]="edge, 1 rule, blocking (429)"
 	[edge-block-nofast]="edge, 1 rule, blocking (429), fastpath: false"
@@ -216,7 +217,7 @@ if [[ -n ${EDGE_CANDIDATE:-} ]]; then
 fi
 if [[ ${NEWCONN:-0} == 1 ]]; then
 	[[ -z ${POST_BYTES:-} ]] || die "NEWCONN=1 sends GETs only; unset POST_BYTES"
-	NEWCONN_VARIANTS="nginx-block fixed429 edge-block edge-block-nofast"
+	NEWCONN_VARIANTS="nginx-block fixed429 raw429 edge-block edge-block-nofast"
 	[[ -n ${EDGE_CANDIDATE:-} ]] && NEWCONN_VARIANTS+=" cand-block"
 	VARIANTS=${VARIANTS:-$NEWCONN_VARIANTS}
 fi
@@ -332,9 +333,9 @@ gen_edge_configs() {
 
 log "building edge (go build ./cmd/edge) and the bench programs into $tmp ..."
 (cd "$repo" && go build -o "$tmp/edge" ./cmd/edge) || die "building edge failed"
-(cd "$here" && go build -o "$tmp/bareproxy" ./bareproxy && go build -o "$tmp/fixed429" ./fixed429 &&
+(cd "$here" && go build -o "$tmp/bareproxy" ./bareproxy && go build -o "$tmp/fixed429" ./fixed429 && go build -o "$tmp/raw429" ./raw429 &&
 	go build -o "$tmp/newconn" ./newconn) ||
-	die "building bench/bareproxy, bench/fixed429 or bench/newconn failed"
+	die "building bench/bareproxy, bench/fixed429, bench/raw429 or bench/newconn failed"
 gen_edge_configs
 for c in allow allow-nofast block block-nofast multi; do
 	"$tmp/edge" -check -config "$here/edge/$c.yaml" >/dev/null || die "bench/edge/$c.yaml is not a valid edge configuration"
@@ -343,7 +344,7 @@ done
 for v in "${variants[@]}" origin; do
 	port_in_use "${PORT[$v]}" && die "127.0.0.1:${PORT[$v]} is already in use; $v needs it"
 done
-for p in 29088 29089 29090 29091 29092 29093 29094 29095 29096; do
+for p in 29088 29089 29090 29091 29092 29093 29094 29095 29099; do
 	port_in_use "$p" && die "127.0.0.1:$p is already in use (edge's admin listener)"
 done
 
@@ -377,6 +378,10 @@ fi
 if want fixed429; then
 	GOMAXPROCS=1 start fixed429 "$PROXY_CPU" "$tmp/fixed429" -listen 127.0.0.1:28087
 	wait_http fixed429 28087
+fi
+if want raw429; then
+	GOMAXPROCS=1 start raw429 "$PROXY_CPU" "$tmp/raw429" -listen 127.0.0.1:28096
+	wait_http raw429 28096
 fi
 declare -A EDGECONF=([edge-allow]=allow [edge-allow-nofast]=allow-nofast [edge-block]=block [edge-block-nofast]=block-nofast [edge-50x5]=multi)
 for v in edge-allow edge-allow-nofast edge-block edge-block-nofast edge-50x5; do
@@ -647,11 +652,13 @@ END {
 	c[4] = "edge-allow nginx-allow 2.0 edge forwarding vs nginx"
 	c[5] = "edge-allow-nofast nginx-allow 2.0 (extra) edge forwarding with fastpath: false vs nginx"
 	c[6] = "edge-allow edge-allow-nofast 1.0 (extra) edge forwarding vs the same with fastpath: false"
-	c[7] = "edge-block-log edge-block 1.15 edge blocking with a JSON access log vs without"
-	c[8] = "edge-allow-log edge-allow 1.15 edge forwarding with a JSON access log vs without"
-	c[9] = "nginx-block-log nginx-block - (record) nginx blocking with access_log on vs off"
-	c[10] = "nginx-allow-log nginx-allow - (record) nginx forwarding with access_log on vs off"
-	for (i = 1; i <= 10; i++) {
+	c[7] = "raw429 nginx-block 1.3 (extra) Go floor (raw net server, fixed 429 bytes) vs nginx limit_req"
+	c[8] = "edge-block raw429 1.0 (extra) edge blocking vs the Go floor"
+	c[9] = "edge-block-log edge-block 1.15 edge blocking with a JSON access log vs without"
+	c[10] = "edge-allow-log edge-allow 1.15 edge forwarding with a JSON access log vs without"
+	c[11] = "nginx-block-log nginx-block - (record) nginx blocking with access_log on vs off"
+	c[12] = "nginx-allow-log nginx-allow - (record) nginx forwarding with access_log on vs off"
+	for (i = 1; i <= 12; i++) {
 		split(c[i], f, " "); label = c[i]; sub(/^[^ ]+ [^ ]+ [^ ]+ /, "", label)
 		s = ratio(f[1], f[2], 2)
 		if (s == "-") { printf "| %s | - | <= %s | not measured |\n", label, f[3]; continue }

@@ -133,10 +133,21 @@ func ParseEnv(data []byte, env []string) (*rules.Table, error) {
 	})
 	errs, failed := decodeErrors(err)
 	failed = append(failed, pointerAncestors(failed)...)
+	// viper drops an empty mapping: a section written {} would be no
+	// section at all. It is the section with every default (acme: {} is
+	// Let's Encrypt without an email), or the error that names what it
+	// requires (check: {} lacks its listen).
 	if cfg.TLS.ACME == nil && emptyMapping(settings, "tls", "acme") {
-		// acme: {} is the section with every default (Let's Encrypt, no
-		// email); viper drops an empty mapping, which would leave none.
 		cfg.TLS.ACME = &rules.ACMEConfig{}
+	}
+	if cfg.Check == nil && emptyMapping(settings, "check") {
+		cfg.Check = &rules.CheckConfig{}
+	}
+	if cfg.Connections.RatePerClient == nil && emptyMapping(settings, "connections", "rate_per_client") {
+		cfg.Connections.RatePerClient = &rules.ConnectionRateConfig{}
+	}
+	if cfg.Connections.Allow == nil && emptyMapping(settings, "connections", "allow") {
+		cfg.Connections.Allow = &rules.AllowConfig{}
 	}
 	cfg.Given = givenPaths(v.AllSettings())
 	cfg.Secrets = secrets.Secrets

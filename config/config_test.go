@@ -301,3 +301,23 @@ func TestEmptyACMESection(t *testing.T) {
 		t.Errorf("got %+v, want the defaults for a.example.com", a)
 	}
 }
+
+// TestEmptySections: a top-level section written {} is the section, not
+// nothing (viper drops an empty mapping): each fails naming what it
+// requires, where before it was silently no section.
+func TestEmptySections(t *testing.T) {
+	base := "listen: \":8080\"\norigin: http://o.internal\ndomains: [{hosts: [a.example.com]}]\n"
+	if _, err := Parse([]byte(base)); err != nil {
+		t.Fatalf("the base config: %v", err)
+	}
+	for _, tt := range []struct{ yaml, want string }{
+		{"check: {}\n", "check.listen"},
+		{"connections: {rate_per_client: {}}\n", "connections.rate_per_client"},
+		{"connections: {max_per_client: 5, allow: {}}\n", "connections.allow.cidrs"},
+	} {
+		_, err := Parse([]byte(base + tt.yaml))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: got %v, want an error naming %s", tt.yaml, err, tt.want)
+		}
+	}
+}

@@ -304,11 +304,15 @@ func (c *guardConn) CloseWrite() error {
 func (c *guardConn) TLS() *wire.TLS { return tlsOf(c.Conn) }
 
 // FrontOf returns what a PROXY protocol header said of a connection a
-// Listener's Accept returned (see StageResult.Conn), nil for one without
+// Listener's Accept returned (see StageResult.Conn) or its stages handed
+// off (StageResult.Handoff, through WatchFrames too), nil for one without
 // (or not the Listener's).
 func FrontOf(c net.Conn) *wire.Front {
-	if g, ok := c.(*guardConn); ok {
-		return g.front
+	switch c := c.(type) {
+	case *guardConn:
+		return c.front
+	case wire.Fronted:
+		return c.Front()
 	}
 	return nil
 }

@@ -361,6 +361,10 @@ func (c *frameConn) end(haveW bool) {
 // TLS returns the TLS of the connection watched, nil without (wire.Secure).
 func (c *frameConn) TLS() *wire.TLS { return tlsOf(c.Conn) }
 
+// Front returns what the PROXY header of the connection watched said, nil
+// for none (wire.Fronted).
+func (c *frameConn) Front() *wire.Front { return FrontOf(c.Conn) }
+
 // CloseWrite shuts down the sending side, when the connection can.
 func (c *frameConn) CloseWrite() error {
 	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {

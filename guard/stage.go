@@ -118,6 +118,10 @@ func (l *Listener) runStages(g *guardConn) bool {
 		_ = cur.SetDeadline(time.Time{}) // a failure shows on the next read
 	}
 	if handoff != nil {
+		if _, ok := cur.(wire.Fronted); !ok && g.front != nil {
+			// A later stage (TLS) hid the connection that knows it.
+			cur = &frontedConn{Conn: cur, front: g.front}
+		}
 		handoff(cur)
 		return false
 	}
@@ -152,6 +156,29 @@ func (c *countedConn) Close() error {
 
 // CloseWrite shuts down the sending side, when the connection can.
 func (c *countedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// frontedConn is a connection handed off (StageResult.Handoff) whose
+// PROXY header a later stage's connection hides: it says what the header
+// said (wire.Fronted, FrontOf), and the TLS of the connection it wraps
+// (wire.Secure).
+type frontedConn struct {
+	net.Conn
+	front *wire.Front
+}
+
+// Front returns what the connection's PROXY header said.
+func (c *frontedConn) Front() *wire.Front { return c.front }
+
+// TLS returns the TLS of the connection wrapped, nil without.
+func (c *frontedConn) TLS() *wire.TLS { return tlsOf(c.Conn) }
+
+// CloseWrite shuts down the sending side, when the connection can.
+func (c *frontedConn) CloseWrite() error {
 	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
 		return cw.CloseWrite()
 	}

@@ -48,14 +48,15 @@ type http2Conn struct {
 type http2ConnKey struct{}
 
 // HTTP2ConnContext is the HTTP/2 server's ConnContext: a connection's
-// requests know its TLS (tlsOf returns it, nil without; guard.TLSOf), and
+// requests know its TLS (tlsOf returns it, nil without; guard.TLSOf) and
+// what its PROXY header said (frontOf, nil without; guard.FrontOf), and
 // share its count of requests, against http2.max_requests_per_connection as
 // the running configuration has it when the connection starts (a reload
 // changes it for the connections after it).
-func (p *Proxy) HTTP2ConnContext(tlsOf func(net.Conn) *wire.TLS) func(context.Context, net.Conn) context.Context {
+func (p *Proxy) HTTP2ConnContext(tlsOf func(net.Conn) *wire.TLS, frontOf func(net.Conn) *wire.Front) func(context.Context, net.Conn) context.Context {
 	return func(ctx context.Context, c net.Conn) context.Context {
 		hc := &http2Conn{max: int64(p.Table().HTTP2.MaxRequestsPerConnection)}
-		return context.WithValue(WithTLS(ctx, tlsOf(c)), http2ConnKey{}, hc)
+		return context.WithValue(WithFront(WithTLS(ctx, tlsOf(c)), frontOf(c)), http2ConnKey{}, hc)
 	}
 }
 

@@ -6,10 +6,14 @@
 //
 //	bareproxy -listen 127.0.0.1:28081 -origin http://127.0.0.1:28080
 //
+// With -cert and -key it serves TLS 1.3 (X25519), HTTP/2 by ALPN as Go's
+// server does: bench/h2.sh's floor of a Go HTTP/2 server forwarding.
+//
 // Run it with GOMAXPROCS=1 pinned to one core, as the harness does.
 package main
 
 import (
+	"crypto/tls"
 	"flag"
 	"log"
 	"net"
@@ -23,6 +27,8 @@ import (
 func main() {
 	listen := flag.String("listen", "127.0.0.1:28081", "`address` to serve")
 	origin := flag.String("origin", "http://127.0.0.1:28080", "origin `URL`")
+	cert := flag.String("cert", "", "PEM certificate `file`: serve TLS (and HTTP/2) with it")
+	key := flag.String("key", "", "PEM private key `file` of -cert")
 	flag.Parse()
 	target, err := url.Parse(*origin)
 	if err != nil {
@@ -51,6 +57,10 @@ func main() {
 		ErrorLog:   log.Default(),
 	}
 	srv := &http.Server{Addr: *listen, Handler: rp, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	if *cert != "" {
+		srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS13, CurvePreferences: []tls.CurveID{tls.X25519}}
+		log.Fatal(srv.ListenAndServeTLS(*cert, *key))
+	}
 	log.Fatal(srv.ListenAndServe())
 }
 

@@ -2,12 +2,16 @@
 // request: it answers every request with the same 429 response edge sends
 // for a blocked request (the same fields and body, fixed in advance), and
 // decides nothing. bench/proxy.sh runs it on the proxy's core with
-// GOMAXPROCS=1; edge's blocking path is measured against it.
+// GOMAXPROCS=1; edge's blocking path is measured against it. With -cert
+// and -key it serves TLS 1.3 (X25519), HTTP/2 by ALPN as Go's server does:
+// bench/h2.sh's floor of a Go HTTP/2 server refusing.
 //
 //	fixed429 -listen 127.0.0.1:28087
+//	fixed429 -listen 127.0.0.1:28189 -cert bench.pem -key bench.key
 package main
 
 import (
+	"crypto/tls"
 	"flag"
 	"log"
 	"net/http"
@@ -16,6 +20,8 @@ import (
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:28087", "`address` to serve")
+	cert := flag.String("cert", "", "PEM certificate `file`: serve TLS (and HTTP/2) with it")
+	key := flag.String("key", "", "PEM private key `file` of -cert")
 	flag.Parse()
 	// The fields of edge's refusal under bench/edge/block.yaml, with fixed
 	// values. Value slices are shared between responses: net/http only
@@ -43,5 +49,9 @@ func main() {
 		}
 	})
 	srv := &http.Server{Addr: *listen, Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	if *cert != "" {
+		srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS13, CurvePreferences: []tls.CurveID{tls.X25519}}
+		log.Fatal(srv.ListenAndServeTLS(*cert, *key))
+	}
 	log.Fatal(srv.ListenAndServe())
 }

@@ -59,7 +59,7 @@ func newHTTP2Server(table *rules.Table, p *proxy.Proxy, addr net.Addr, errLog *l
 		WriteTimeout:                 table.Timeouts.Write,
 		IdleTimeout:                  table.Timeouts.Idle,
 		MaxHeaderBytes:               table.HTTP2.MaxHeaderBytes,
-		ConnContext:                  p.HTTP2ConnContext(guard.TLSOf),
+		ConnContext:                  p.HTTP2ConnContext(guard.TLSOf, guard.FrontOf),
 		ErrorLog:                     errLog,
 		DisableGeneralOptionsHandler: true,
 	}}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"encoding/binary"
 	"fmt"
@@ -256,5 +257,85 @@ backend edge-ssl
 				t.Errorf("got %d %q, want %d %q", resp.StatusCode, b, tt.status, tt.body)
 			}
 		})
+	}
+}
+
+// TestProxyProtocolHTTP2: HTTP/2 behind the balancer, with h2c on the
+// plain listener and ALPN h2 on the TLS one: each connection's requests
+// are keyed and forwarded by the client its PROXY header names, and a v2
+// SSL TLV makes the requests of an h2c connection https, as on HTTP/1.1.
+func TestProxyProtocolHTTP2(t *testing.T) {
+	e := startTLSEdge(t, strings.Replace(proxyProtocolConfig(forwardOrigin(t).URL, true),
+		"proxy_protocol:", "h2c: true\nproxy_protocol:", 1))
+	// get asks for / over a connection that begins with header, h2c on
+	// the plain listener or h2 over TLS, and says the protocol, status and
+	// body.
+	get := func(header string, secure bool) (string, int, string) {
+		var p http.Protocols
+		p.SetUnencryptedHTTP2(true)
+		p.SetHTTP2(true)
+		dial := func(ctx context.Context, _, _ string) (net.Conn, error) {
+			to := e.public
+			if secure {
+				to = e.tls
+			}
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}, Timeout: 5 * time.Second}
+			c, err := d.DialContext(ctx, "tcp", to)
+			if err != nil {
+				return nil, err
+			}
+			if _, err := io.WriteString(c, header); err != nil {
+				c.Close()
+				return nil, err
+			}
+			return c, nil
+		}
+		tr := &http.Transport{Protocols: &p, DialContext: dial,
+			TLSClientConfig: &tls.Config{RootCAs: e.ca.pool, ServerName: "api.example.com"}}
+		defer tr.CloseIdleConnections()
+		scheme := "http"
+		if secure {
+			scheme = "https"
+			tr.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+				c, err := dial(ctx, network, addr)
+				if err != nil {
+					return nil, err
+				}
+				tc := tls.Client(c, &tls.Config{RootCAs: e.ca.pool, ServerName: "api.example.com", NextProtos: []string{"h2"}})
+				if err := tc.HandshakeContext(ctx); err != nil {
+					c.Close()
+					return nil, err
+				}
+				return tc, nil
+			}
+		}
+		req, _ := http.NewRequest("GET", scheme+"://api.example.com/", nil)
+		resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+		if err != nil {
+			t.Fatalf("GET over %q: %v", header, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.Proto, resp.StatusCode, string(b)
+	}
+	tests := []struct {
+		name, header string
+		secure       bool
+		status       int
+		body         string
+	}{
+		{"h2c, v2 SSL", ppV2("198.51.100.21", true), false, 200, "xff=198.51.100.21 proto=https"},
+		{"h2c, v2 SSL, same client: its own bucket", ppV2("198.51.100.21", true), false, 429, ""},
+		{"h2c, v2 without SSL: https_redirect", ppV2("198.51.100.22", false), false, 308, ""},
+		{"h2c, v1 from a trusted proxy", ppV1("10.9.9.9"), false, 308, ""},
+		{"h2 over TLS, v2", ppV2("198.51.100.23", false), true, 200, "xff=198.51.100.23 proto=https"},
+		{"h2 over TLS, v1", ppV1("198.51.100.24"), true, 200, "xff=198.51.100.24 proto=https"},
+	}
+	for _, tt := range tests {
+		proto, status, body := get(tt.header, tt.secure)
+		if proto != "HTTP/2.0" || status != tt.status || tt.body != "" && body != tt.body {
+			t.Errorf("%s: got %s %d %q, want HTTP/2.0 %d %q", tt.name, proto, status, body, tt.status, tt.body)
+		}
 	}
 }

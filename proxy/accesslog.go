@@ -198,6 +198,9 @@ type loggedWriter struct {
 	outcome string
 	line    *lineScratch
 	skip    bool // the request's domain has access_log: false
+	// returned: the handler returned; a handler that did not (a panic,
+	// http.ErrAbortHandler) before any status was sent had its client go.
+	returned bool
 }
 
 var loggedWriters = sync.Pool{New: func() any { return new(loggedWriter) }}
@@ -270,16 +273,16 @@ func (w *loggedWriter) took(ex *exchange, keys bool) {
 	}
 }
 
-// endLog writes r's line, as the deferred last step of its handler: a
-// handler that panics with http.ErrAbortHandler before any status was
-// sent is a client that left, logged 499 as nginx logs it, and the panic
-// goes on.
+// endLog writes the line of w's request, as the deferred last step of its
+// handler: a handler that did not return (it panicked, with
+// http.ErrAbortHandler when edge aborts a request whose client left)
+// before any status was sent is logged 499, as nginx logs a client that
+// closed first. It does not recover: the panic goes on as it was.
 func (p *Proxy) endLog(al *accessLog, w *loggedWriter) {
-	v := recover()
 	if !w.skip {
 		e := &w.line.e
 		e.Status, e.Bytes = w.status, w.bytes
-		if v != nil && w.status == 0 {
+		if !w.returned && w.status == 0 {
 			e.Status = statusClientGone
 		}
 		if e.Status == 0 {
@@ -296,9 +299,6 @@ func (p *Proxy) endLog(al *accessLog, w *loggedWriter) {
 	}
 	*w = loggedWriter{}
 	loggedWriters.Put(w)
-	if v != nil {
-		panic(v)
-	}
 }
 
 // statusClientGone is nginx's status for a request whose client closed

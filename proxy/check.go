@@ -54,17 +54,26 @@ func (p *Proxy) checkAnswered(w http.ResponseWriter, answer string) {
 // check section's deny_status or token, or the domains, applies at once;
 // while the configuration has no check section every question is refused
 // with 503.
-func (p *Proxy) CheckHandler() http.Handler { return http.HandlerFunc(p.serveCheck) }
-
-// serveCheck answers one question, in the steps ServeHTTP takes.
-func (p *Proxy) serveCheck(w http.ResponseWriter, r *http.Request) {
-	st := p.state.Load()
-	var lw *loggedWriter
-	if al := st.alog; al != nil { // accesslog.go: questions are logged with their answer
-		lw = startLog(w, r, p.now())
-		w = lw
+func (p *Proxy) CheckHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st := p.state.Load()
+		al := st.alog
+		if al == nil {
+			p.serveCheck(w, r, st, nil)
+			return
+		}
+		// accesslog.go: questions are logged with their answer, as
+		// ServeHTTP logs a request.
+		lw := startLog(w, r, p.now())
 		defer p.endLog(al, lw)
-	}
+		p.serveCheck(lw, r, st, lw)
+		lw.returned = true
+	})
+}
+
+// serveCheck answers one question under the configuration st, in the
+// steps ServeHTTP takes; lw is the access log's writer (w), nil for none.
+func (p *Proxy) serveCheck(w http.ResponseWriter, r *http.Request, st *state, lw *loggedWriter) {
 	c := st.table.Check
 	if c == nil {
 		writeText(w, http.StatusServiceUnavailable, "service unavailable: the check listener is not configured\n")

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/edgerate/edge/rules"
 )
@@ -14,14 +15,23 @@ import (
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	now := p.now()
 	st := p.state.Load()
-	// accesslog.go: the line is written when the answer ends, with what
-	// the exchange found (lw.took) and what net/http sent (lw).
-	var lw *loggedWriter
-	if al := st.alog; al != nil {
-		lw = startLog(w, r, now)
-		w = lw
-		defer p.endLog(al, lw)
+	al := st.alog
+	if al == nil {
+		p.serve(w, r, st, now, nil)
+		return
 	}
+	// accesslog.go: the line is written when the answer ends, with what
+	// the exchange found (lw.took) and what net/http sent (lw); a serve
+	// that does not return (http.ErrAbortHandler) is a client gone.
+	lw := startLog(w, r, now)
+	defer p.endLog(al, lw)
+	p.serve(lw, r, st, now, lw)
+	lw.returned = true
+}
+
+// serve is ServeHTTP's steps, under the configuration st, for a request
+// that arrived at now; lw is the access log's writer (w), nil for none.
+func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, st *state, now time.Time, lw *loggedWriter) {
 	if !p.screen(w, r) { // screen.go: refused requests are never forwarded
 		return
 	}

@@ -112,21 +112,24 @@ type lineScratch struct {
 
 var lineScratches = sync.Pool{New: func() any { return &lineScratch{b: make([]byte, 0, 512)} }}
 
-func getLine() *lineScratch {
-	s := lineScratches.Get().(*lineScratch)
-	rs := s.e.Rules[:0]
-	s.e = accesslog.Entry{Rules: rs}
-	return s
+func getLine() *lineScratch { return lineScratches.Get().(*lineScratch) }
+
+// putLine clears s, so that it keeps no request's bytes alive, and pools
+// it unless it grew too large.
+func putLine(s *lineScratch) {
+	if cap(s.b) > 64<<10 || cap(s.e.Rules) > 64 {
+		return
+	}
+	rs := s.e.Rules[:len(s.e.Rules)]
+	clear(rs)
+	s.e = accesslog.Entry{Rules: rs[:0]}
+	lineScratches.Put(s)
 }
 
 // write renders s's entry in al's format and hands it to the writer,
 // unless refused_sample leaves it out.
 func (p *Proxy) writeLine(al *accessLog, s *lineScratch) {
-	defer func() {
-		if cap(s.b) <= 64<<10 && cap(s.e.Rules) <= 64 {
-			lineScratches.Put(s)
-		}
-	}()
+	defer putLine(s)
 	if n := al.cfg.RefusedSample; n > 1 && refusedOutcome(s.e.Outcome) {
 		if al.refused.Add(1)%uint64(n) != 1 {
 			p.alogSkipped.Add(1)
@@ -295,7 +298,7 @@ func (p *Proxy) endLog(al *accessLog, w *loggedWriter) {
 		e.Duration = p.now().Sub(e.Time)
 		p.writeLine(al, w.line)
 	} else {
-		lineScratches.Put(w.line)
+		putLine(w.line)
 	}
 	*w = loggedWriter{}
 	loggedWriters.Put(w)

@@ -109,7 +109,7 @@ func (p *Proxy) serveCheck(w http.ResponseWriter, r *http.Request, st *state, lw
 		return
 	}
 	if lw != nil {
-		lw.line.e.Domain = d.Name
+		lw.line.e.Domain, lw.skip = d.Name, d.NoAccessLog
 	}
 	if d.store != nil {
 		ex := &exchange{st: st, d: d, host: host, method: q.Method, now: now, req: q, dec: ruleDecisions{blocker: -1}}

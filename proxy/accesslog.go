@@ -16,10 +16,10 @@ import (
 // domain that does not turn it off, of the check listener's questions, and
 // of requests refused before any domain, written when the answer ends.
 // Both transports fill the same accesslog.Entry from the request's
-// exchange (logEntry), so that the fast path's line is net/http's: the
+// exchange (logExchange), so that the fast path's line is net/http's: the
 // net/http path through a loggedWriter, which sees the status and body
-// bytes net/http sends, the fast path from the answer it appends or the
-// relay's response.
+// bytes net/http sends, the fast path (logFast) from the answer it appends
+// or the relay's report.
 
 // accessLog is one configuration's access log: its settings and the
 // writer, which a reload keeps when path, format and buffer stay.
@@ -126,7 +126,7 @@ func putLine(s *lineScratch) {
 	lineScratches.Put(s)
 }
 
-// write renders s's entry in al's format and hands it to the writer,
+// writeLine renders s's entry in al's format and hands it to the writer,
 // unless refused_sample leaves it out.
 func (p *Proxy) writeLine(al *accessLog, s *lineScratch) {
 	defer putLine(s)
@@ -246,7 +246,7 @@ func noteOutcome(w http.ResponseWriter, outcome string) {
 	}
 }
 
-// startLog begins the line of r, served under al, arrived at now.
+// startLog begins the line of r, which arrived at now.
 func startLog(w http.ResponseWriter, r *http.Request, now time.Time) *loggedWriter {
 	lw := loggedWriters.Get().(*loggedWriter)
 	*lw = loggedWriter{ResponseWriter: w, head: r.Method == http.MethodHead, line: getLine()}

@@ -34,7 +34,7 @@ type Entry struct {
 
 	Origin       string        // the origin server, when forwarded
 	OriginStatus int           // the origin's status (0: none came)
-	OriginTook   time.Duration // the last try's time, request sent to response end
+	OriginTook   time.Duration // the last try's time, request sent to response head
 	Attempts     int           // tries (1 without retries); 0: not forwarded
 
 	Referer   string

@@ -131,6 +131,7 @@ func (st *state) closeShared() {
 // more than once.
 func (p *Proxy) Close() error {
 	p.origins.Close()
+	p.checks.Close()
 	p.closeAccessLog() // accesslog.go: what it holds is written out
 	if p.cluster == nil {
 		return nil

@@ -68,14 +68,7 @@ func TestAccessLogRefusedSample(t *testing.T) {
 	srv := httptest.NewServer(p)
 	defer srv.Close()
 	for range 10 {
-		req, _ := http.NewRequest("GET", srv.URL+"/", nil)
-		req.Host = "api.example.com"
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		getThrough(t, srv.URL+"/", "api.example.com")
 	}
 	lines := out.lines(p)
 	if len(lines) != 4 {
@@ -161,16 +154,7 @@ func TestAccessLogCheckListener(t *testing.T) {
 	srv := httptest.NewServer(p.CheckHandler())
 	defer srv.Close()
 	for range 2 {
-		req, _ := http.NewRequest("GET", srv.URL+"/check", nil)
-		req.Header.Set("X-Forwarded-Method", "POST")
-		req.Header.Set("X-Forwarded-Uri", "/login?next=%2F")
-		req.Header.Set("X-Forwarded-Host", "api.example.com")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		getThrough(t, srv.URL+"/check", "", "X-Forwarded-Method: POST", "X-Forwarded-Uri: /login?next=%2F", "X-Forwarded-Host: api.example.com")
 	}
 	lines := out.lines(p)
 	if len(lines) != 2 {
@@ -206,14 +190,7 @@ func TestAccessLogReload(t *testing.T) {
 	srv := httptest.NewServer(p)
 	defer srv.Close()
 	get := func() {
-		req, _ := http.NewRequest("GET", srv.URL+"/", nil)
-		req.Host = "api.example.com"
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		getThrough(t, srv.URL+"/", "api.example.com")
 	}
 	count := func(path string) int {
 		p.FlushAccessLog()
@@ -255,14 +232,7 @@ func TestAccessLogDomainOff(t *testing.T) {
 	srv := httptest.NewServer(p)
 	defer srv.Close()
 	for _, host := range []string{"quiet.example.com", "api.example.com"} {
-		req, _ := http.NewRequest("GET", srv.URL+"/", nil)
-		req.Host = host
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		getThrough(t, srv.URL+"/", host)
 	}
 	if lines := out.lines(p); len(lines) != 1 || !strings.Contains(lines[0], "200 8 ") {
 		t.Errorf("got %q, want the one line of api.example.com", lines)
@@ -309,19 +279,29 @@ func TestAccessLogNoSecrets(t *testing.T) {
 	p, out, _ := newLogProxy(t, oneDomain(origin.URL, r), "json", 0)
 	srv := httptest.NewServer(p)
 	defer srv.Close()
-	req, _ := http.NewRequest("GET", srv.URL+"/", nil)
-	req.Host = "api.example.com"
-	req.Header.Set("Authorization", "Bearer s3cret-bearer")
-	req.Header.Set("Cookie", "session=s3cret-cookie")
-	req.Header.Set("X-Api-Key", "s3cret-key")
+	getThrough(t, srv.URL+"/", "api.example.com", "Authorization: Bearer s3cret-bearer", "Cookie: session=s3cret-cookie", "X-Api-Key: s3cret-key")
+	lines := out.lines(p)
+	if len(lines) != 1 || strings.Contains(lines[0], "s3cret") || !strings.Contains(lines[0], `"name":"per-token"`) {
+		t.Errorf("got %q, want one line without any secret", lines)
+	}
+}
+
+// getThrough sends GET url with Host host ("" for the URL's) and the
+// fields "Name: value", and reads the answer whole.
+func getThrough(t *testing.T, url, host string, fields ...string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	if host != "" {
+		req.Host = host
+	}
+	for _, f := range fields {
+		k, v, _ := strings.Cut(f, ": ")
+		req.Header.Set(k, v)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	lines := out.lines(p)
-	if len(lines) != 1 || strings.Contains(lines[0], "s3cret") || !strings.Contains(lines[0], `"name":"per-token"`) {
-		t.Errorf("got %q, want one line without any secret", lines)
-	}
 }

@@ -58,6 +58,7 @@ type metrics struct {
 
 	// HTTP/2 (http2.go).
 	http2Floods *prometheus.CounterVec
+	http3Conns  *prometheus.CounterVec
 
 	// Untrusted peers that forward for others (forwarders.go).
 	untrustedForwarders prometheus.Counter
@@ -215,6 +216,10 @@ func newMetrics(p *Proxy, version string) *metrics {
 			Name: "edge_http2_floods_total",
 			Help: "HTTP/2 connections closed for a flood of frames, by kind: rapid_reset (streams reset by the client, or by edge for the client's malformed frames, over http2.max_resets a second), continuation (a header block over http2.max_header_bytes across CONTINUATION frames, or without end), control (SETTINGS, PING, PRIORITY, WINDOW_UPDATE and empty DATA frames over http2.max_control_frames a second).",
 		}, []string{"kind"}),
+		http3Conns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edge_http3_connections_total",
+			Help: "QUIC connection attempts of the HTTP/3 listener, by result: ok (handshake done), retry (sent a Retry to validate the address, more than http3.retry_above handshakes being in progress), refused (a validated address over connections.max_per_client or rate_per_client), handshake_error (the handshake failed or timed out).",
+		}, []string{"result"}),
 		xffMalformed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "edge_client_ip_xff_malformed_total",
 			Help: "Requests from a trusted proxy whose X-Forwarded-For could not be read; they were keyed by the proxy's address.",
@@ -329,7 +334,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 		m.acmeOrders.WithLabelValues(r)
 		m.acmeRenewals.WithLabelValues(r)
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.queued, m.reloads, m.lastReload, m.reloadOK, m.upstream, originCollector{m}, m.originSeconds, m.originPanics, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.tlsHandshakes, m.tlsHandshakeSeconds, certCollector{m}, m.acmeOrders, m.acmeRenewals, m.http2Floods, m.proxyProtocol, m.connsRefused, m.xffMalformed, m.untrustedForwarders, m.checkAnswers, m.buildInfo, m.sampled, m.misjudged, m.responseCostInvalid, m.bufferedBytes, m.bufferFull, m.inFlight, m.alogDropped, m.alogFailed, m.alogSkipped, m.shedInFlight, m.shedRefused, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.queued, m.reloads, m.lastReload, m.reloadOK, m.upstream, originCollector{m}, m.originSeconds, m.originPanics, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.tlsHandshakes, m.tlsHandshakeSeconds, certCollector{m}, m.acmeOrders, m.acmeRenewals, m.http2Floods, m.http3Conns, m.proxyProtocol, m.connsRefused, m.xffMalformed, m.untrustedForwarders, m.checkAnswers, m.buildInfo, m.sampled, m.misjudged, m.responseCostInvalid, m.bufferedBytes, m.bufferFull, m.inFlight, m.alogDropped, m.alogFailed, m.alogSkipped, m.shedInFlight, m.shedRefused, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
 		errs = append(errs, reg.Register(c))
 	}
 	return errors.Join(errs...)
@@ -348,8 +353,9 @@ type requestCounters struct {
 
 // requestCounters makes the request counters of domain; redirects and
 // acme say whether it has https_redirect and acme, without which it has no
-// redirect or acme series.
-func (m *metrics) requestCounters(domain string, redirects, acme bool) requestCounters {
+// redirect or acme series, early whether edge accepts HTTP/3's 0-RTT
+// (http3.allow_0rtt), without which it has no too_early series.
+func (m *metrics) requestCounters(domain string, redirects, acme, early bool) requestCounters {
 	c := requestCounters{
 		served:           m.requests.WithLabelValues(domain, "served"),
 		blocked:          m.requests.WithLabelValues(domain, "blocked"),
@@ -358,7 +364,7 @@ func (m *metrics) requestCounters(domain string, redirects, acme bool) requestCo
 		answered:         make(map[string]prometheus.Counter, len(answeredOutcomes)),
 	}
 	for _, o := range answeredOutcomes {
-		if o == outcomeRedirect && !redirects || o == outcomeACME && !acme {
+		if o == outcomeRedirect && !redirects || o == outcomeACME && !acme || o == outcomeTooEarly && !early {
 			continue
 		}
 		c.answered[o] = m.requests.WithLabelValues(domain, o)

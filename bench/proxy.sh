@@ -28,11 +28,15 @@
 # refusing and of forwarding are measured in one run. edge-3origins is
 # edge-allow forwarding to a group of three servers (the origin on three
 # ports) with active health checks every second, beside edge-allow's one.
+# edge-allow-log and edge-block-log are edge-allow and edge-block writing a
+# JSON access log to a file, beside nginx-allow-log and nginx-block-log,
+# nginx with its access_log on (combined): each is compared with its
+# counterpart without a log.
 #
 # It installs what is missing with apt-get (nginx, haproxy, caddy, wrk;
 # Caddy is skipped, with a note, where the distribution has no package),
 # builds edge with `go build` from this checkout, listens only on
-# 127.0.0.1:28080-28098 and 29088-29095, and stops every process it started
+# 127.0.0.1:28080-28102 and 29088-29100, and stops every process it started
 # by its PID when it exits, however it exits. It stops nothing else.
 set -euo pipefail
 
@@ -51,19 +55,21 @@ REQ_PATH=/api/v1/items
 
 # Variants: name, port, kind. kind is "origin" (wrk straight to the origin),
 # "fwd" (forwards every request) or "block" (refuses almost every request).
-ALL_VARIANTS="origin nginx-allow bare edge-allow edge-3origins edge-allow-nofast caddy haproxy-allow edge-50x5 nginx-block fixed429 raw429 edge-block edge-block-nofast haproxy-block"
+ALL_VARIANTS="origin nginx-allow nginx-allow-log bare edge-allow edge-allow-log edge-3origins edge-allow-nofast caddy haproxy-allow edge-50x5 nginx-block nginx-block-log fixed429 raw429 edge-block edge-block-log edge-block-nofast haproxy-block"
 declare -A PORT=(
 	[origin]=28080 [bare]=28081 [nginx-allow]=28082 [nginx-block]=28083
 	[haproxy-allow]=28084 [haproxy-block]=28085 [caddy]=28086 [fixed429]=28087
 	[edge-allow]=28088 [edge-block]=28089 [edge-50x5]=28090
 	[cand-allow]=28091 [cand-block]=28092 [edge-block-nofast]=28093
 	[edge-allow-nofast]=28094 [raw429]=28096 [edge-3origins]=28095
+	[edge-allow-log]=28099 [edge-block-log]=28100 [nginx-allow-log]=28101 [nginx-block-log]=28102
 )
 declare -A KIND=(
 	[origin]=origin [bare]=fwd [nginx-allow]=fwd [haproxy-allow]=fwd [caddy]=fwd
 	[edge-allow]=fwd [edge-50x5]=fwd [cand-allow]=fwd [cand-block]=block
 	[nginx-block]=block [haproxy-block]=block [fixed429]=block [raw429]=block [edge-block]=block
 	[edge-block-nofast]=block [edge-allow-nofast]=fwd [edge-3origins]=fwd
+	[edge-allow-log]=fwd [edge-block-log]=block [nginx-allow-log]=fwd [nginx-block-log]=block
 )
 declare -A DESC=(
 	[origin]="origin direct (nginx return 200; upper bound, on the load core)"
@@ -81,6 +87,10 @@ declare -A DESC=(
 	[edge-allow-nofast]="edge, 1 rule, never blocking, fastpath: false"
 	[edge-3origins]="edge, 1 rule, never blocking, 3 origin servers with health checks every 1s"
 	[edge-50x5]="edge, 50 domains x 5 rules, never blocking"
+	[edge-allow-log]="edge, 1 rule, never blocking, JSON access log to a file"
+	[edge-block-log]="edge, 1 rule, blocking (429), JSON access log to a file"
+	[nginx-allow-log]="nginx limit_req, never blocking, access_log on (combined)"
+	[nginx-block-log]="nginx limit_req, blocking (429), access_log on (combined)"
 	[cand-allow]="EDGE_CANDIDATE build, 1 rule, never blocking"
 	[cand-block]="EDGE_CANDIDATE build, 1 rule, blocking (429)"
 )
@@ -344,7 +354,7 @@ done
 for v in "${variants[@]}" origin; do
 	port_in_use "${PORT[$v]}" && die "127.0.0.1:${PORT[$v]} is already in use; $v needs it"
 done
-for p in 29088 29089 29090 29091 29092 29093 29094 29095; do
+for p in 29088 29089 29090 29091 29092 29093 29094 29095 29099 29100; do
 	port_in_use "$p" && die "127.0.0.1:$p is already in use (edge's admin listener)"
 done
 
@@ -354,11 +364,12 @@ start nginx-origin "$LOAD_CPU" nginx -p "$tmp/nginx-origin/" -e "$tmp/nginx-orig
 wait_http nginx-origin 28080
 PIDOF[origin]=${PIDOF[nginx-origin]}
 
-if want_any nginx-allow nginx-block; then
+if want_any nginx-allow nginx-block nginx-allow-log nginx-block-log; then
 	start nginx-proxy "$PROXY_CPU" nginx -p "$tmp/nginx-proxy/" -e "$tmp/nginx-proxy/logs/error.log" \
 		-c "$here/conf/nginx-proxy.conf" -g "daemon off; pid $tmp/nginx-proxy/nginx.pid;"
 	wait_http nginx-proxy 28082
 	PIDOF[nginx-allow]=${PIDOF[nginx-proxy]} PIDOF[nginx-block]=${PIDOF[nginx-proxy]}
+	PIDOF[nginx-allow-log]=${PIDOF[nginx-proxy]} PIDOF[nginx-block-log]=${PIDOF[nginx-proxy]}
 fi
 if want_any haproxy-allow haproxy-block; then
 	start haproxy "$PROXY_CPU" haproxy -db -f "$here/conf/haproxy.cfg"
@@ -387,6 +398,19 @@ for v in edge-allow edge-allow-nofast edge-3origins edge-block edge-block-nofast
 	want "$v" || continue
 	GOMAXPROCS=1 start "$v" "$PROXY_CPU" "$tmp/edge" -config "$here/edge/${EDGECONF[$v]}.yaml"
 	wait_http "$v" "${PORT[$v]}" "${HOSTHDR[$v]:-}"
+done
+for v in edge-allow-log edge-block-log; do
+	want "$v" || continue
+	conf=${v#edge-}
+	conf=${conf%-log}
+	# edge's configuration on this variant's ports, with a JSON access log
+	# in the run's directory.
+	ep=${PORT[edge-$conf]} vp=${PORT[$v]}
+	sed -e "s/127.0.0.1:$ep\"/127.0.0.1:$vp\"/" -e "s/127.0.0.1:$((ep + 1000))\"/127.0.0.1:$((vp + 1000))\"/" \
+		"$here/edge/$conf.yaml" >"$tmp/$v.yaml"
+	printf 'access_log: {path: "%s", format: json}\n' "$tmp/$v.access.log" >>"$tmp/$v.yaml"
+	GOMAXPROCS=1 start "$v" "$PROXY_CPU" "$tmp/edge" -config "$tmp/$v.yaml"
+	wait_http "$v" "${PORT[$v]}"
 done
 for v in cand-allow cand-block; do
 	want "$v" || continue
@@ -641,10 +665,15 @@ END {
 	c[7] = "raw429 nginx-block 1.3 (extra) Go floor (raw net server, fixed 429 bytes) vs nginx limit_req"
 	c[8] = "edge-block raw429 1.0 (extra) edge blocking vs the Go floor"
 	c[9] = "edge-3origins edge-allow 1.10 edge forwarding to 3 servers with active checks vs 1 server"
-	for (i = 1; i <= 9; i++) {
+	c[10] = "edge-block-log edge-block 1.15 edge blocking with a JSON access log vs without"
+	c[11] = "edge-allow-log edge-allow 1.15 edge forwarding with a JSON access log vs without"
+	c[12] = "nginx-block-log nginx-block - (record) nginx blocking with access_log on vs off"
+	c[13] = "nginx-allow-log nginx-allow - (record) nginx forwarding with access_log on vs off"
+	for (i = 1; i <= 13; i++) {
 		split(c[i], f, " "); label = c[i]; sub(/^[^ ]+ [^ ]+ [^ ]+ /, "", label)
 		s = ratio(f[1], f[2], 2)
 		if (s == "-") { printf "| %s | - | <= %s | not measured |\n", label, f[3]; continue }
+		if (f[3] == "-") { printf "| %s | %s | - | recorded |\n", label, s; continue }
 		m = median(RL) + 0
 		printf "| %s | %s | <= %s | %s |\n", label, s, f[3], (m <= f[3] ? "yes" : "no")
 	}

@@ -248,6 +248,7 @@ func (a *answer) write(w http.ResponseWriter) {
 			h[fieldNames[n]] = []string{string(a.vals[f.from:f.to])}
 		}
 	}
+	noteOutcome(w, a.outcome) // accesslog.go
 	w.WriteHeader(a.status)
 	_, _ = w.Write(a.body)
 }

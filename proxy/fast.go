@@ -104,7 +104,7 @@ type fastScratch struct {
 // reports true, or declines with false, having changed nothing. It is safe
 // for concurrent use and, with this node's own counters, allocates
 // nothing.
-func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
+func (p *Proxy) Answer(h *Head, out []byte) (_ []byte, answered bool) {
 	st := p.state.Load()
 	if !st.table.FastPath || !h.Peer.IsValid() {
 		return out, false
@@ -118,6 +118,17 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 	}
 	ex := fastExchanges.Get().(*exchange)
 	defer ex.recycle(&fastExchanges)
+	ex.now = h.Now // the wall clock, read by the guard
+	if !p.wallClock {
+		ex.now = p.now()
+	}
+	if al := st.alog; al != nil {
+		defer func() { // accesslog.go, before the exchange is reused
+			if answered {
+				p.logFast(al, ex, h)
+			}
+		}()
+	}
 	s := &ex.scratch
 	s.view.fields = h.Fields
 	accept, ok := s.screenFields(h.Fields)
@@ -196,10 +207,6 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 	}
 	if h.TLS != nil {
 		ex.src.JA4 = h.TLS.JA4
-	}
-	ex.now = h.Now // the wall clock, read by the guard
-	if !p.wallClock {
-		ex.now = p.now()
 	}
 	p.noteForwarder(st, ex.id, s.xff, ex.now)     // forwarders.go, as identify does
 	switch p.limit(context.Background(), ex, h) { // limit.go

@@ -105,6 +105,7 @@ func (p *Proxy) limit(ctx context.Context, ex *exchange, head *Head) limitStep {
 			endTally(d, tally, dec.fellBack) // its turns stay used
 			return stepGone
 		}
+		ex.queued = delay
 	}
 	ex.after = hold(d, tally, vs, dec.fellBack) // charge.go; shed.go may refund later
 	if dec.always {

@@ -78,6 +78,9 @@ type metrics struct {
 	bufferFull    prometheus.Counter
 	inFlight      prometheus.GaugeFunc
 
+	// The access log (accesslog.go).
+	alogDropped, alogFailed, alogSkipped prometheus.CounterFunc
+
 	// Load shedding (shed.go).
 	shedInFlight *prometheus.GaugeVec
 	shedRefused  *prometheus.CounterVec
@@ -254,6 +257,18 @@ func newMetrics(p *Proxy, version string) *metrics {
 			Name: "edge_request_body_unbuffered_total",
 			Help: "Requests whose body was streamed to the origin unbuffered because max_buffered_bytes was reached.",
 		}),
+		alogDropped: prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "edge_access_log_dropped_total",
+			Help: "Access log lines dropped because the access log's buffer was full (the disk did not keep up); requests never wait for it.",
+		}, func() float64 { return float64(p.alogCounts.Dropped.Load()) }),
+		alogFailed: prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "edge_access_log_write_errors_total",
+			Help: "Writes of the access log's buffer that failed (disk full, a removed directory); the lines of a failed write are lost.",
+		}, func() float64 { return float64(p.alogCounts.Failed.Load()) }),
+		alogSkipped: prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "edge_access_log_skipped_total",
+			Help: "Refused requests access_log.refused_sample left out of the access log (one in N is written, with sample: N).",
+		}, func() float64 { return float64(p.alogSkipped.Load()) }),
 		inFlight: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "edge_upstream_requests_in_flight",
 			Help: "Requests sent to an origin (their body buffered, if it is) whose response is not yet complete.",
@@ -319,7 +334,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 		m.acmeOrders.WithLabelValues(r)
 		m.acmeRenewals.WithLabelValues(r)
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.queued, m.reloads, m.lastReload, m.reloadOK, m.upstream, originCollector{m}, m.originSeconds, m.originPanics, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.tlsHandshakes, m.tlsHandshakeSeconds, certCollector{m}, m.acmeOrders, m.acmeRenewals, m.http2Floods, m.http3Conns, m.proxyProtocol, m.connsRefused, m.xffMalformed, m.untrustedForwarders, m.checkAnswers, m.buildInfo, m.sampled, m.misjudged, m.responseCostInvalid, m.bufferedBytes, m.bufferFull, m.inFlight, m.shedInFlight, m.shedRefused, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.queued, m.reloads, m.lastReload, m.reloadOK, m.upstream, originCollector{m}, m.originSeconds, m.originPanics, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.tlsHandshakes, m.tlsHandshakeSeconds, certCollector{m}, m.acmeOrders, m.acmeRenewals, m.http2Floods, m.http3Conns, m.proxyProtocol, m.connsRefused, m.xffMalformed, m.untrustedForwarders, m.checkAnswers, m.buildInfo, m.sampled, m.misjudged, m.responseCostInvalid, m.bufferedBytes, m.bufferFull, m.inFlight, m.alogDropped, m.alogFailed, m.alogSkipped, m.shedInFlight, m.shedRefused, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
 		errs = append(errs, reg.Register(c))
 	}
 	return errors.Join(errs...)

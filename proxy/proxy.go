@@ -37,6 +37,7 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -46,6 +47,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/edgerate/edge/accesslog"
 	"github.com/edgerate/edge/cluster"
 	"github.com/edgerate/edge/headers"
 	"github.com/edgerate/edge/internal/algorithm"
@@ -83,6 +85,9 @@ type Options struct {
 	// it by the host name in Via, and makes a registry name from the host
 	// name, the process id and random bytes.
 	Node string
+	// AccessLogStdout is where an access_log path of "-" writes; nil is
+	// os.Stdout.
+	AccessLogStdout io.Writer
 }
 
 // Proxy is the edge request handler. It is safe for concurrent use; make it
@@ -141,6 +146,12 @@ type Proxy struct {
 	// refused most, kept across reloads (connections.go).
 	open    openConns
 	connTop *topTalkers[netip.Prefix]
+
+	// The access log's counts, kept across the writers reloads open, and
+	// where "-" writes (accesslog.go).
+	alogCounts  accesslog.Counters
+	alogSkipped atomic.Uint64
+	alogStdout  io.Writer
 }
 
 // state is everything a request needs from one configuration, swapped as a
@@ -153,6 +164,8 @@ type state struct {
 	// conns are the connections section's limits; nil for none
 	// (connections.go).
 	conns *connLimits
+	// alog is the access log; nil for none (accesslog.go).
+	alog *accessLog
 }
 
 // domain is a rules.Domain with its counters, upstream and metric handles.
@@ -288,7 +301,7 @@ func New(opts Options) (*Proxy, error) {
 		return nil, errors.New("proxy: a rules table is required")
 	}
 	p := &Proxy{now: opts.Now, log: opts.Logger, started: opts.Table, configPath: opts.ConfigPath, version: opts.Version,
-		via: newVia(opts.Table.Pop, opts.Node), connTop: newTopTalkers[netip.Prefix]()}
+		via: newVia(opts.Table.Pop, opts.Node), connTop: newTopTalkers[netip.Prefix](), alogStdout: opts.AccessLogStdout}
 	if p.now == nil {
 		p.now, p.wallClock = time.Now, true
 	}
@@ -320,6 +333,13 @@ func New(opts Options) (*Proxy, error) {
 		return nil, err
 	}
 	st.result = ReloadResult{Time: p.now(), Hash: opts.ConfigHash}
+	if st.alog, err = p.openAccessLog(opts.Table, nil); err != nil {
+		st.closeShared()
+		if p.cluster != nil {
+			p.cluster.Close()
+		}
+		return nil, err
+	}
 	p.state.Store(st)
 	p.checks.Set(st.checks())
 	p.metrics.lastReload.Set(float64(st.result.Time.UnixNano()) / 1e9)

@@ -98,8 +98,14 @@ func (p *Proxy) Reload(t *rules.Table, hash string) (ReloadResult, error) {
 	}
 	st.conns.carryFrom(old.conns) // connections.go
 	st.result = res
+	if st.alog, err = p.openAccessLog(t, old.alog); err != nil { // accesslog.go
+		st.closeShared()
+		p.ReloadFailed(err)
+		return ReloadResult{}, err
+	}
 	p.state.Store(st)
-	old.closeShared() // the Redis client stays: only this configuration's domains go
+	switchAccessLog(old.alog, st.alog) // the old file gets what it holds, later lines go to the new
+	old.closeShared()                  // the Redis client stays: only this configuration's domains go
 	p.origins.Retain(st.fastOrigins())
 	p.checks.Set(st.checks())
 	if oldTransport == nil && p.ownTransport && removedServers(old, st) {
@@ -336,6 +342,13 @@ var settings = []setting{
 	reloads("connections.rate_per_client.period"),
 	reloads("connections.allow.cidrs"),
 	reloads("connections.max_clients"),
+	// A changed path, format or buffer opens a new writer, to which the
+	// old one hands the lines still coming to it (accesslog.go).
+	reloads("access_log.path"),
+	reloads("access_log.format"),
+	reloads("access_log.keys"),
+	reloads("access_log.refused_sample"),
+	reloads("access_log.buffer"),
 	// The ACME client (its account, CA and storage) is made once, at
 	// start; the names it manages follow domains[].acme on reload.
 	restarts("tls.acme.email", func(t *rules.Table) any { return acmeSetting(t, func(a *rules.ACME) any { return a.Email }) }),
@@ -383,6 +396,7 @@ var settings = []setting{
 	// A reload keeps a domain's count of requests in flight (shed.go).
 	reloads("domains[].https_redirect"),
 	reloads("domains[].hsts_max_age"),
+	reloads("domains[].access_log"),
 	reloads("domains[].shed.max_in_flight"),
 	reloads("domains[].shed.critical_reserve"),
 	reloads("domains[].shed.sheddable_share"),

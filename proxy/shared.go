@@ -132,6 +132,7 @@ func (st *state) closeShared() {
 func (p *Proxy) Close() error {
 	p.origins.Close()
 	p.checks.Close()
+	p.closeAccessLog() // accesslog.go: what it holds is written out
 	if p.cluster == nil {
 		return nil
 	}

@@ -151,6 +151,9 @@ type Config struct {
 	// Connections limits each client's connections (see
 	// [ConnectionsConfig]).
 	Connections ConnectionsConfig `mapstructure:"connections"`
+	// AccessLog writes one line per request (see [AccessLogConfig]); nil,
+	// or a section without a path, writes none.
+	AccessLog *AccessLogConfig `mapstructure:"access_log"`
 	// Domains are the sites served; at least one is required.
 	Domains []DomainConfig `mapstructure:"domains"`
 
@@ -344,6 +347,9 @@ type DomainConfig struct {
 	// ACME obtains and renews a certificate for each exact host of the
 	// domain from tls.acme's certificate authority. Needs tls.acme.
 	ACME bool `mapstructure:"acme"`
+	// AccessLog false leaves the domain's requests out of the access log;
+	// it accepts only false (nil: logged when the access log is on).
+	AccessLog *bool `mapstructure:"access_log"`
 }
 
 // ResponseConfig is a static response: a domain's respond, or a rule's

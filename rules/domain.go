@@ -44,6 +44,12 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 
 		compileServe(p, d, path, dc, t.Check != nil)
 		compileDomainTLS(p, d, path, dc, t)
+		if dc.AccessLog != nil {
+			if *dc.AccessLog {
+				p.add(path+".access_log", "accepts only false (the access_log section at the top level turns the log on), got true")
+			}
+			d.NoAccessLog = true
+		}
 		uc, at := upstreamSource(dc, cfg.UpstreamConfig, path)
 		switch {
 		case !d.Proxied: // compileServe reported an origin or respond

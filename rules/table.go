@@ -85,6 +85,8 @@ type Table struct {
 	// Connections are the connections section's limits; the zero value
 	// limits nothing.
 	Connections Connections
+	// AccessLog is the access_log section; nil writes no access log.
+	AccessLog *AccessLog
 
 	// Domains in config order; Domains[i].Index == i.
 	Domains []*Domain
@@ -136,6 +138,9 @@ type Domain struct {
 	// ACME: tls.acme obtains a certificate for each of its exact hosts
 	// (acme: true), and edge answers their ACME challenges.
 	ACME bool
+	// NoAccessLog: the domain's requests are not in the access log
+	// (access_log: false).
+	NoAccessLog bool
 
 	MaxKeys   int     // this domain's resolved share of Table.MaxKeys; 0 when it has no rules
 	MaxQueued int     // the most requests waiting at once in its rules' queues

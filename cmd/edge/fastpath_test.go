@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -90,6 +91,23 @@ type diffServer struct {
 	// (difftls_test.go). Then exchange speaks TLS; plainExchange does not.
 	tls       string
 	clientTLS *tls.Config
+	// access receives the access log's lines (access_log path "-"), and
+	// proxy is the edge, whose access log accessLines writes out.
+	access *lockedBuffer
+	proxy  *proxy.Proxy
+}
+
+// variableFields are the access log's fields that differ between two
+// edges serving the same requests: the origin's time and its URL (each
+// edge of a forward test has an origin of its own).
+var variableFields = regexp.MustCompile(`"origin_ms":[0-9.]+|"origin":"[^"]*"`)
+
+// accessLines returns the access log's lines so far, but for
+// variableFields.
+func (ds *diffServer) accessLines(t *testing.T) string {
+	t.Helper()
+	ds.proxy.FlushAccessLog()
+	return variableFields.ReplaceAllString(ds.access.String(), "")
 }
 
 // dial opens a client's connection to ds: over TLS to its HTTPS listener
@@ -426,6 +444,9 @@ func runFastPathCase(t *testing.T, origin string, tc diffCase, fix *diffTLS) {
 	if g, w := fast.logs.String(), slow.logs.String(); g != w {
 		t.Errorf("logs differ:\nfast path\n%s\nslow path\n%s", g, w)
 	}
+	if g, w := fast.accessLines(t), slow.accessLines(t); g != w {
+		t.Errorf("access log lines differ:\nfast path\n%s\nslow path\n%s", g, w)
+	}
 }
 
 // TestFastPathFirstRequest: with the default timeouts.read, a refused
@@ -487,11 +508,23 @@ func TestFastPathFirstRequest(t *testing.T) {
 //
 //	go test -run='^$' -bench=FastRefuse -benchmem ./cmd/edge/
 func BenchmarkFastRefuse(b *testing.B) {
-	for _, fast := range []bool{true, false} {
-		b.Run(fmt.Sprintf("fastpath=%v", fast), func(b *testing.B) {
+	for _, tc := range []struct {
+		fast bool
+		log  string // an access_log format, "" for none
+	}{{true, ""}, {true, "json"}, {true, "combined"}, {false, ""}, {false, "json"}} {
+		name := fmt.Sprintf("fastpath=%v", tc.fast)
+		if tc.log != "" {
+			name += ",access_log=" + tc.log
+		}
+		b.Run(name, func(b *testing.B) {
+			fast := tc.fast
 			origin := httptest.NewServer(http.NotFoundHandler())
 			defer origin.Close()
-			ds := startDiff(b, origin.URL, 2, fast, "")
+			extra := ""
+			if tc.log != "" {
+				extra = fmt.Sprintf("access_log: {path: %q, format: %s}\n", filepath.Join(b.TempDir(), "access.log"), tc.log)
+			}
+			ds := startDiff(b, origin.URL, 2, fast, extra)
 			c, err := net.Dial("tcp", ds.addr)
 			if err != nil {
 				b.Fatal(err)
@@ -555,7 +588,15 @@ func BenchmarkFastRefuse(b *testing.B) {
 // and no net/http in the loop. Its allocs/op are the refusal path's own,
 // and under callgrind its instruction count per request is repeatable.
 func BenchmarkFastRefuseLoop(b *testing.B) {
-	const config = `
+	b.Run("access_log=none", func(b *testing.B) { benchmarkFastRefuseLoop(b, "") })
+	b.Run("access_log=json", func(b *testing.B) { benchmarkFastRefuseLoop(b, "json") })
+	b.Run("access_log=combined", func(b *testing.B) { benchmarkFastRefuseLoop(b, "combined") })
+}
+
+// benchmarkFastRefuseLoop is BenchmarkFastRefuseLoop with an access log
+// to a file in format, or none for "".
+func benchmarkFastRefuseLoop(b *testing.B, format string) {
+	config := `
 origin: http://127.0.0.1:9
 max_keys: 1000
 fastpath: true
@@ -565,6 +606,9 @@ domains:
     rules:
       - {name: per-ip, limit: 1, period: 1h, key: [ip]}
 `
+	if format != "" {
+		config += fmt.Sprintf("access_log: {path: %q, format: %s}\n", filepath.Join(b.TempDir(), "access.log"), format)
+	}
 	table, err := parseConfig([]byte(config))
 	if err != nil {
 		b.Fatal(err)
@@ -573,6 +617,7 @@ domains:
 	if err != nil {
 		b.Fatal(err)
 	}
+	defer p.Close() // the access log's writer
 	srv := publicServer(table, p, log.New(io.Discard, "", 0))
 	const req = "GET /api/v1/items HTTP/1.1\r\nHost: bench.example\r\n\r\n"
 	// The connection opens with a request the fast path declines, so that

@@ -186,6 +186,7 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 		Path:   path,
 		Host:   host,
 		Header: &s.view,
+		Query:  targetQuery(h.Target),
 	}
 	if h.TLS != nil {
 		ex.src.JA4 = h.TLS.JA4
@@ -324,6 +325,15 @@ scan:
 		return "", false
 	}
 	return rules.CleanPath(p), true
+}
+
+// targetQuery returns the query of an origin-form target as net/http's
+// URL.RawQuery holds it: what follows the first '?'.
+func targetQuery(target []byte) string {
+	if i := bytes.IndexByte(target, '?'); i >= 0 {
+		return bytesString(target[i+1:])
+	}
+	return ""
 }
 
 // headerView gives a head's field values by name, as http.Header does for

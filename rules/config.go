@@ -356,6 +356,11 @@ type MatchConfig struct {
 	PathPrefix string `mapstructure:"path_prefix"`
 	// Methods, when set, are HTTP methods; they are upper-cased.
 	Methods []string `mapstructure:"methods"`
+	// Headers maps a header name to the exact value one of the request's
+	// values of that header must have (case-sensitive value; names are
+	// case-insensitive); an empty value matches a header that is present,
+	// as priorities[].match.headers reads.
+	Headers map[string]string `mapstructure:"headers"`
 }
 
 // RuleConfig is one rate-limit rule: at most Limit requests per Period for
@@ -372,9 +377,15 @@ type RuleConfig struct {
 	// Period is the window length: a whole number of seconds, 1s..720h.
 	// Required.
 	Period time.Duration `mapstructure:"period"`
-	// Key lists what identifies a client: "ip", "path", "host" or
-	// "header:NAME". Default ["ip"].
+	// Key lists what identifies a client: "ip", "path", "host", "ja4",
+	// "header:NAME", "cookie:NAME", "query:NAME" or "jwt:CLAIM". Default
+	// ["ip"].
 	Key []string `mapstructure:"key"`
+	// WhenMissing is what a request without the value of a key part
+	// (header, cookie, query, jwt, ja4) is keyed by: "ip" (default: by its
+	// client, apart from every keyed value) or "skip" (the rule does not
+	// apply to it).
+	WhenMissing string `mapstructure:"when_missing"`
 	// Action is "block" (default) or "log" (count and report, never block).
 	Action string `mapstructure:"action"`
 	// MitigationTimeout, when non-zero, keeps blocking a key for this long

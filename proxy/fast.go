@@ -195,8 +195,23 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 	if !p.wallClock {
 		ex.now = p.now()
 	}
-	p.noteForwarder(st, ex.id, s.xff, ex.now)     // forwarders.go, as identify does
-	switch p.limit(context.Background(), ex, h) { // limit.go
+	p.noteForwarder(st, ex.id, s.xff, ex.now) // forwarders.go, as identify does
+	if !p.verifyToken(ex) {                   // token.go: 401 under jwt invalid: refuse
+		if isHEAD {
+			return out, false // net/http frames an answer to HEAD its own way
+		}
+		p.countXFF(ex)
+		countToken(ex)
+		d.requests.count(&ex.ans)
+		endBody(h, &ex.ans)
+		ex.ans.strictTransport(d, isHTTPS(h.TLS, h.Front))
+		return ex.ans.appendTo(out, h.Now, false), true
+	}
+	step := p.limit(context.Background(), ex, h) // limit.go
+	if step != stepDecline {
+		countToken(ex)
+	}
+	switch step {
 	case stepDecline:
 		return out, false
 	case stepAnswer:

@@ -131,6 +131,12 @@ func (st *state) closeShared() {
 // more than once.
 func (p *Proxy) Close() error {
 	p.origins.Close()
+	p.reloadMu.Lock()
+	for url, r := range p.jwks {
+		r.Stop()
+		delete(p.jwks, url)
+	}
+	p.reloadMu.Unlock()
 	if p.cluster == nil {
 		return nil
 	}

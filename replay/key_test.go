@@ -193,7 +193,7 @@ func TestEncodedPrefix(t *testing.T) {
 // query parameter are left out of a replay, with the reason.
 func TestSkipsUnrecordedKeys(t *testing.T) {
 	tab, err := rules.Compile(rules.Config{Origin: "http://o.internal", Domains: []rules.DomainConfig{{
-		Name: "api", Hosts: []string{"api.example"}, Rules: []rules.RuleConfig{
+		Name: "api", Hosts: []string{"api.example"}, JWT: &rules.JWTConfig{KeysFile: "jwks.json"}, Rules: []rules.RuleConfig{
 			{Name: "c", Limit: 1, Period: time.Second, Key: []string{"cookie:s"}},
 			{Name: "j", Limit: 1, Period: time.Second, Key: []string{"jwt:sub"}},
 			{Name: "q", Limit: 1, Period: time.Second, Key: []string{"query:k"}},

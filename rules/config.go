@@ -56,6 +56,9 @@ func DefaultMaxConnections(openFileLimit uint64) int {
 // "use the default" (see [Compile] for each default). A Config is never used
 // on the request path; [Compile] turns it into a [Table].
 type Config struct {
+	// JWT verifies bearer tokens for every domain without a jwt section
+	// of its own; nil verifies none.
+	JWT *JWTConfig `mapstructure:"jwt"`
 	// Listen is the proxy's listen address, host:port. Default ":8080".
 	Listen string `mapstructure:"listen"`
 	// AdminListen is the admin (metrics, health) listen address, host:port.
@@ -306,6 +309,9 @@ type DomainConfig struct {
 	MaxQueued int `mapstructure:"max_queued"`
 	// Rules are the rate-limit rules; at most 255.
 	Rules []RuleConfig `mapstructure:"rules"`
+	// JWT verifies the domain's bearer tokens, in place of the top-level
+	// jwt section.
+	JWT *JWTConfig `mapstructure:"jwt"`
 	// RequestBuffering says whether request bodies are read (up to
 	// RequestBuffer bytes) before the origin is contacted, so that a slow
 	// client holds no origin connection. nil means true; false streams

@@ -34,9 +34,13 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 	}
 	claims := make(map[string]hostClaim)
 	names := make(map[string]int)
+	topJWT := compileJWT(p, "jwt", cfg.JWT)
 	for i, dc := range cfg.Domains {
 		path := fmt.Sprintf("domains[%d]", i)
-		d := &Domain{Index: i, byName: make(map[string]*Rule)}
+		d := &Domain{Index: i, byName: make(map[string]*Rule), JWT: topJWT}
+		if dc.JWT != nil {
+			d.JWT = compileJWT(p, path+".jwt", dc.JWT)
+		}
 		t.Domains = append(t.Domains, d)
 
 		first := claimHosts(p, t, d, path, dc.Hosts, claims)
@@ -91,6 +95,13 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 					"concurrency with cluster.store redis needs cluster.sync exact (slots are leases taken in Redis per request), got sync %s", t.Cluster.Sync)
 			}
 			checkCountsAfter(p, fmt.Sprintf("%s.rules[%d]", path, j), r, dc.Respond != nil)
+			if d.JWT == nil {
+				for k, kp := range r.Key {
+					if kp.Kind == KeyJWT {
+						p.add(fmt.Sprintf("%s.rules[%d].key[%d]", path, j, k), "reads a verified token's claim, but the domain has no jwt section (nor the top level), got %q", kp.String())
+					}
+				}
+			}
 			if d.Checked {
 				checkCheckedRule(p, fmt.Sprintf("%s.rules[%d]", path, j), r)
 			}

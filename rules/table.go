@@ -104,6 +104,10 @@ type Timeouts struct {
 
 // Domain is a compiled [DomainConfig]. Callers must not modify it.
 type Domain struct {
+	// JWT is how the domain's bearer tokens are verified (its own jwt
+	// section or the top level's); nil for none.
+	JWT *JWT
+
 	Index int      // position in Table.Domains
 	Name  string   // metric label, unique within the table
 	Hosts []string // normalised like wire.NormalizeHost, config order, "*" and "*.suffix" included

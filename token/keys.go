@@ -188,7 +188,7 @@ func (s *KeySet) add(k *Key) error {
 func parseJWK(raw json.RawMessage) (*Key, error) {
 	var j struct {
 		Kty, Kid, Alg, Use, Crv string
-		N, E, X, Y          string
+		N, E, X, Y              string
 	}
 	if err := json.Unmarshal(raw, &j); err != nil {
 		return nil, err
@@ -316,4 +316,22 @@ func curveOf(alg string) elliptic.Curve {
 		return elliptic.P521()
 	}
 	return nil
+}
+
+// HMACKey is a set of one HMAC secret, for HS256, HS384 and HS512.
+func HMACKey(secret []byte) *KeySet {
+	return &KeySet{byKid: map[string]*Key{}, plain: []*Key{{Pub: secret}}}
+}
+
+// Merge returns one set of the keys of sets; nil for none.
+func Merge(sets ...*KeySet) *KeySet {
+	var out *KeySet
+	for _, s := range sets {
+		if out == nil {
+			out = s
+			continue
+		}
+		out = out.with(s)
+	}
+	return out
 }

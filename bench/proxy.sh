@@ -278,7 +278,7 @@ gen_edge_configs() {
 	sed -e 's/28089/28097/; s/29089/29097/' -e 's/^        key: \[ip\]$/        key: ["jwt:sub"]/' \
 		-e 's/^    hosts: \["\*"\]$/&\n    jwt: {hmac_secret_env: EDGE_BENCH_JWT_SECRET, algorithms: [HS256]}/' \
 		-e 's/^# requests are almost all refused with 429.$/# requests are almost all refused with 429, keyed by the sub of the token\n# wrk sends (HS256, verified once, then from the cache)./' \
-		-e 's/name: per-ip/name: per-user/' \
+		-e 's/name: per-ip/name: per-user/' -e 's/^# One rule keyed by client address,/# One rule keyed by jwt:sub,/' \
 		"$dir/block.yaml" >"$dir/block-jwt.yaml"
 	# edge-allow with the fast path off: every forward through net/http
 	# and httputil.ReverseProxy.

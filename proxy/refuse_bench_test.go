@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/edgerate/edge/rules"
 )
@@ -80,6 +81,10 @@ func BenchmarkRefuseByToken(b *testing.B) {
 				r.RemoteAddr = addrs[i]
 				r.Header["Authorization"] = tokens[i : i+1]
 			})
+			// Keyed by the tokens, not by the address of a missing claim.
+			if valid := testutil.ToFloat64(p.metrics.jwt.WithLabelValues("api.example.com", "valid")); key == "jwt:sub" && valid < 2*clients {
+				b.Errorf("%v valid tokens, want every request's", valid)
+			}
 		})
 	}
 }

@@ -159,7 +159,10 @@ func (v *Verifier) Verify(raw string, now time.Time) (*Claims, Result) {
 		return nil, Missing
 	}
 	keys := v.keySet()
-	if e, ok := v.cache.Get(raw); ok {
+	// Peek takes the cache's read lock only: a hit does not move the
+	// entry up, so the cache forgets the oldest verified first, which for
+	// tokens that expire is nearly the least recently used.
+	if e, ok := v.cache.Peek(raw); ok {
 		if keys.has(e.key) && (e.exp.IsZero() || now.Before(e.exp.Add(v.opts.Leeway))) {
 			return e.claims, Valid
 		}

@@ -134,6 +134,10 @@ func ParseKeys(data []byte) (*KeySet, error) {
 				return nil, fmt.Errorf("jwks: keys[%d]: %w", i, err)
 			}
 		}
+		if s.Len() == 0 {
+			// A fetch of it keeps the last keys rather than none.
+			return nil, errors.New("jwks: no signature keys")
+		}
 		return s, nil
 	}
 	rest := data

@@ -32,6 +32,12 @@ RATE=${RATE:-250}
 ATTACKERS=${ATTACKERS:-2}
 PACE=${PACE:-50000}
 ROUNDS=${ROUNDS:-3}
+# ATTACK_FROM: the loopback address the attackers connect from (another
+# client than the well-behaved ones); EDGE_EXTRA: YAML appended to edge's
+# configuration. Together they measure a defence, e.g.
+#   ATTACK_FROM=127.0.0.2 EDGE_EXTRA='connections: {rate_per_client: {limit: 10, period: 1s}}' bash bench/h2flood.sh
+ATTACK_FROM=${ATTACK_FROM:-}
+EDGE_EXTRA=${EDGE_EXTRA:-}
 
 die() { printf 'h2flood.sh: %s\n' "$*" >&2; exit 1; }
 for bin in taskset curl go; do
@@ -77,6 +83,7 @@ domains:
     rules:
       - {name: per-ip, limit: 1000000000, period: 10s, key: [ip]}
 EOF
+[[ -z $EDGE_EXTRA ]] || printf '%s\n' "$EDGE_EXTRA" >>"$tmp/edge.yaml"
 GOMAXPROCS=1 taskset -c "$PROXY_CPU" "$tmp/edge" -config "$tmp/edge.yaml" >"$tmp/edge.log" 2>&1 &
 EDGE_PID=$!
 for ((i = 0; i < 100; i++)); do
@@ -86,7 +93,9 @@ for ((i = 0; i < 100; i++)); do
 done
 
 echo "edge $(git -C "$repo" rev-parse --short HEAD), $(go version | cut -d' ' -f3), GOMAXPROCS=1 on CPU $PROXY_CPU; load on CPU $LOAD_CPU"
+[[ -z $EDGE_EXTRA ]] || echo "edge's configuration adds: $EDGE_EXTRA"
+[[ -z $ATTACK_FROM ]] || echo "attackers connect from $ATTACK_FROM"
 echo "$CLIENTS clients x $RATE req/s, $ATTACKERS attacking connections (at most $PACE frames/s together, 0: unbounded), $DURATION a phase, $ROUNDS rounds"
-taskset -c "$LOAD_CPU" "$tmp/h2flood" -addr 127.0.0.1:28095 -c "$CLIENTS" -rate "$RATE" -a "$ATTACKERS" -pace "$PACE" -d "$DURATION" -rounds "$ROUNDS" -pid "$EDGE_PID"
+taskset -c "$LOAD_CPU" "$tmp/h2flood" -addr 127.0.0.1:28095 -c "$CLIENTS" -rate "$RATE" -a "$ATTACKERS" -pace "$PACE" -d "$DURATION" -rounds "$ROUNDS" -pid "$EDGE_PID" ${ATTACK_FROM:+-attack-from "$ATTACK_FROM"}
 echo "edge_http2_floods_total after the run:"
 curl -s http://127.0.0.1:29095/metrics | grep '^edge_http2_floods_total'

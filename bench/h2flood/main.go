@@ -43,7 +43,16 @@ func main() {
 	pace := flag.Int("pace", 50000, "frames a second the attackers write together, at most; 0 for as fast as they can")
 	pid := flag.Int("pid", 0, "edge's process id, to report the CPU it used in each phase (Linux)")
 	roundsFlag := flag.Int("rounds", 3, "rounds of a quiet phase and each flood")
+	from := flag.String("attack-from", "", "the loopback `address` the attackers connect from (another client than the well-behaved ones, for edge's per-client limits); default any")
 	flag.Parse()
+	if *from != "" {
+		ip := net.ParseIP(*from)
+		if ip == nil {
+			fmt.Fprintf(os.Stderr, "h2flood: -attack-from %q is not an IP address\n", *from)
+			os.Exit(2)
+		}
+		attackDialer.LocalAddr = &net.TCPAddr{IP: ip}
+	}
 
 	rounds := *roundsFlag
 	phases := append([]string{"quiet"}, strings.Split(*kinds, ",")...)
@@ -187,13 +196,16 @@ func ask(ctx context.Context, addr, host, path string, rate int) ([]time.Duratio
 	return lat, errs
 }
 
+// attackDialer dials the attackers' connections (-attack-from).
+var attackDialer net.Dialer
+
 // attack floods edge with frames of kind, a connection at a time, until
 // ctx ends, counting the connections it opened and the frames it wrote,
 // the attackers together at most pace frames a second (0: no bound).
 func attack(ctx context.Context, addr, host, kind string, pace int, conns, frames *atomic.Int64) {
 	start := time.Now()
 	for ctx.Err() == nil {
-		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		c, err := attackDialer.DialContext(ctx, "tcp", addr)
 		if err != nil {
 			continue
 		}

@@ -115,6 +115,11 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 				d.byName[r.Name] = r
 			}
 		}
+		if d.JWT != nil && d.JWT.Refuse && len(dc.Rules) == 0 {
+			// Tokens are verified where rules decide: without rules a
+			// request would go on unverified, the opposite of refuse.
+			p.add(path+".rules", "jwt with invalid: refuse needs at least one rule in the domain (a domain without rules verifies no token)")
+		}
 		d.Shed = compileShed(p, path, dc)
 		if d.Shed != nil && d.Checked {
 			p.add(path+".shed", "sheds by the requests in flight to the origin, which the check listener never sees (set serve to proxy)")

@@ -36,10 +36,10 @@ type requestClaims struct {
 
 func (rc *requestClaims) Claim(path string) (string, rules.ClaimState) {
 	v, st := rc.c.Claim(path)
-	if st == 2 {
+	if st == rules.ClaimNotScalar {
 		rc.notScalar = true
 	}
-	return v, rules.ClaimState(st)
+	return v, st
 }
 
 // verifyToken verifies ex's bearer token for its domain, setting the

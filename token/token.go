@@ -22,6 +22,8 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	lru "github.com/hashicorp/golang-lru/v2"
+
+	"github.com/edgerate/edge/rules"
 )
 
 // Result is what verifying one token found: Valid, or why not. The values
@@ -374,18 +376,18 @@ func isInteger(n string) bool {
 }
 
 // Claim returns the claim at path, names joined by NUL, as
-// rules.Claims.Claim does: a string or a number, with found 1 (scalar); 2
-// for an array, object, boolean or null; 0 for none.
-func (c *Claims) Claim(path string) (string, uint8) {
+// [rules.Claims] has it: a string or a number (ClaimScalar); an array,
+// object, boolean or null (ClaimNotScalar); or none (ClaimAbsent).
+func (c *Claims) Claim(path string) (string, rules.ClaimState) {
 	var v any = c.m
 	for {
 		m, ok := v.(map[string]any)
 		if !ok {
-			return "", 0
+			return "", rules.ClaimAbsent
 		}
 		name, rest, more := strings.Cut(path, "\x00")
 		if v, ok = m[name]; !ok {
-			return "", 0
+			return "", rules.ClaimAbsent
 		}
 		if !more {
 			break
@@ -394,11 +396,11 @@ func (c *Claims) Claim(path string) (string, uint8) {
 	}
 	switch x := v.(type) {
 	case string:
-		return x, 1
+		return x, rules.ClaimScalar
 	case number:
-		return string(x), 1
+		return string(x), rules.ClaimScalar
 	}
-	return "", 2
+	return "", rules.ClaimNotScalar
 }
 
 // Remote is a JWKS fetched from a URL: at Start and every refresh, and

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/edgerate/edge/rules"
 )
 
 var (
@@ -160,7 +162,7 @@ func TestVerify(t *testing.T) {
 				t.Fatalf("got %s, want %s", got, tt.want)
 			}
 			if got == Valid {
-				if sub, st := c.Claim("sub"); sub != "alice" || st != 1 {
+				if sub, st := c.Claim("sub"); sub != "alice" || st != rules.ClaimScalar {
 					t.Errorf("sub: got %q, %d, want alice", sub, st)
 				}
 				if c2, again := v.Verify(tt.token, now); again != Valid || c2 != c {
@@ -178,6 +180,12 @@ func must[T any](v T, err error) T {
 	return v
 }
 
+const (
+	absent    = rules.ClaimAbsent
+	scalar    = rules.ClaimScalar
+	notScalar = rules.ClaimNotScalar
+)
+
 func TestClaims(t *testing.T) {
 	testKeys(t)
 	ks := must(ParseKeys(jwks(jwk("d1", edPub))))
@@ -194,12 +202,12 @@ func TestClaims(t *testing.T) {
 	tests := []struct {
 		path string
 		want string
-		st   uint8
+		st   rules.ClaimState
 	}{
-		{"sub", "alice", 1}, {"org\x00id", "42", 1}, {"org\x00x", "15", 1}, {"org\x00tier", "gold", 1},
-		{"https://example.com/plan", "pro", 1}, {"big", "12345678901234567890", 1}, {"exp1", "1000", 1},
-		{"neg0", "0", 1}, {"roles", "", 2}, {"org", "", 2}, {"admin", "", 2}, {"nobody", "", 0},
-		{"sub\x00x", "", 0}, {"org\x00none", "", 0},
+		{"sub", "alice", scalar}, {"org\x00id", "42", scalar}, {"org\x00x", "15", scalar}, {"org\x00tier", "gold", scalar},
+		{"https://example.com/plan", "pro", scalar}, {"big", "12345678901234567890", scalar}, {"exp1", "1000", scalar},
+		{"neg0", "0", scalar}, {"roles", "", notScalar}, {"org", "", notScalar}, {"admin", "", notScalar}, {"nobody", "", absent},
+		{"sub\x00x", "", absent}, {"org\x00none", "", absent},
 	}
 	for _, tt := range tests {
 		if got, st := c.Claim(tt.path); got != tt.want || st != tt.st {

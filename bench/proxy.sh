@@ -25,7 +25,9 @@
 # and floods send them: bench/newconn instead of wrk, which cannot do that;
 # the variants default to the refusing ones). edge-block-nofast and edge-allow-nofast
 # are edge-block and edge-allow with fastpath: false, so that both ways of
-# refusing and of forwarding are measured in one run. edge-block-jwt is
+# refusing and of forwarding are measured in one run. edge-3origins is
+# edge-allow forwarding to a group of three servers (the origin on three
+# ports) with active health checks every second, beside edge-allow's one. edge-block-jwt is
 # edge-block keyed by jwt:sub: wrk sends one HS256 token (sub "bench",
 # signed with the secret the script exports as EDGE_BENCH_JWT_SECRET), so
 # every refusal verifies it from the cache.
@@ -33,7 +35,7 @@
 # It installs what is missing with apt-get (nginx, haproxy, caddy, wrk;
 # Caddy is skipped, with a note, where the distribution has no package),
 # builds edge with `go build` from this checkout, listens only on
-# 127.0.0.1:28080-28094, 28097 and 29088-29094, 29097, and stops every process it started
+# 127.0.0.1:28080-28099 and 29088-29095, 29099, and stops every process it started
 # by its PID when it exits, however it exits. It stops nothing else.
 set -euo pipefail
 
@@ -52,19 +54,19 @@ REQ_PATH=/api/v1/items
 
 # Variants: name, port, kind. kind is "origin" (wrk straight to the origin),
 # "fwd" (forwards every request) or "block" (refuses almost every request).
-ALL_VARIANTS="origin nginx-allow bare edge-allow edge-allow-nofast caddy haproxy-allow edge-50x5 nginx-block fixed429 raw429 edge-block edge-block-jwt edge-block-nofast haproxy-block"
+ALL_VARIANTS="origin nginx-allow bare edge-allow edge-3origins edge-allow-nofast caddy haproxy-allow edge-50x5 nginx-block fixed429 raw429 edge-block edge-block-jwt edge-block-nofast haproxy-block"
 declare -A PORT=(
 	[origin]=28080 [bare]=28081 [nginx-allow]=28082 [nginx-block]=28083
 	[haproxy-allow]=28084 [haproxy-block]=28085 [caddy]=28086 [fixed429]=28087
 	[edge-allow]=28088 [edge-block]=28089 [edge-50x5]=28090
 	[cand-allow]=28091 [cand-block]=28092 [edge-block-nofast]=28093
-	[edge-allow-nofast]=28094 [raw429]=28096 [edge-block-jwt]=28097
+	[edge-allow-nofast]=28094 [raw429]=28096 [edge-3origins]=28095 [edge-block-jwt]=28099
 )
 declare -A KIND=(
 	[origin]=origin [bare]=fwd [nginx-allow]=fwd [haproxy-allow]=fwd [caddy]=fwd
 	[edge-allow]=fwd [edge-50x5]=fwd [cand-allow]=fwd [cand-block]=block
 	[nginx-block]=block [haproxy-block]=block [fixed429]=block [raw429]=block [edge-block]=block
-	[edge-block-nofast]=block [edge-allow-nofast]=fwd [edge-block-jwt]=block
+	[edge-block-nofast]=block [edge-allow-nofast]=fwd [edge-3origins]=fwd [edge-block-jwt]=block
 )
 declare -A DESC=(
 	[origin]="origin direct (nginx return 200; upper bound, on the load core)"
@@ -81,6 +83,7 @@ declare -A DESC=(
 	[edge-block-nofast]="edge, 1 rule, blocking (429), fastpath: false"
 	[edge-block-jwt]="edge, 1 rule keyed by jwt:sub (a cached HS256 token), blocking (429)"
 	[edge-allow-nofast]="edge, 1 rule, never blocking, fastpath: false"
+	[edge-3origins]="edge, 1 rule, never blocking, 3 origin servers with health checks every 1s"
 	[edge-50x5]="edge, 50 domains x 5 rules, never blocking"
 	[cand-allow]="EDGE_CANDIDATE build, 1 rule, never blocking"
 	[cand-block]="EDGE_CANDIDATE build, 1 rule, blocking (429)"
@@ -275,7 +278,7 @@ gen_edge_configs() {
 		        key: [ip]
 	EOF
 	# edge-block keyed by the token's sub.
-	sed -e 's/28089/28097/; s/29089/29097/' -e 's/^        key: \[ip\]$/        key: ["jwt:sub"]/' \
+	sed -e 's/28089/28099/; s/29089/29099/' -e 's/^        key: \[ip\]$/        key: ["jwt:sub"]/' \
 		-e 's/^    hosts: \["\*"\]$/&\n    jwt: {hmac_secret_env: EDGE_BENCH_JWT_SECRET, algorithms: [HS256]}/' \
 		-e 's/^# requests are almost all refused with 429.$/# requests are almost all refused with 429, keyed by the sub of the token\n# wrk sends (HS256, verified once, then from the cache)./' \
 		-e 's/name: per-ip/name: per-user/' -e 's/^# One rule keyed by client address,/# One rule keyed by jwt:sub,/' \
@@ -285,6 +288,12 @@ gen_edge_configs() {
 	sed -e 's/28088/28094/; s/29088/29094/' -e 's/^log: {level: warn}$/log: {level: warn}\nfastpath: false/' \
 		-e 's/^# One rule keyed by client address with a limit wrk never reaches.$/&\n# All through net\/http and httputil.ReverseProxy (fastpath: false)./' \
 		"$dir/allow.yaml" >"$dir/allow-nofast.yaml"
+	# edge-allow with three servers (the origin on three ports), balanced
+	# round robin, each checked every second.
+	sed -e 's/28088/28095/; s/29088/29095/' \
+		-e 's|^origin: "http://127.0.0.1:28080"$|origins: [{url: "http://127.0.0.1:28080"}, {url: "http://127.0.0.1:28097"}, {url: "http://127.0.0.1:28098"}]\nhealth: {path: /, interval: 1s}|' \
+		-e 's/^# One rule keyed by client address with a limit wrk never reaches.$/&\n# Three origin servers, each checked every second./' \
+		"$dir/allow.yaml" >"$dir/origins.yaml"
 	# The same, with the fast path off: every refusal through net/http.
 	sed -e 's/28089/28093/; s/29089/29093/' -e 's/^log: {level: warn}$/log: {level: warn}\nfastpath: false/' \
 		-e 's/^# requests are almost all refused with 429.$/# requests are almost all refused with 429, all through net\/http./' \
@@ -341,14 +350,14 @@ log "building edge (go build ./cmd/edge) and the bench programs into $tmp ..."
 	go build -o "$tmp/newconn" ./newconn) ||
 	die "building bench/bareproxy, bench/fixed429, bench/raw429 or bench/newconn failed"
 gen_edge_configs
-for c in allow allow-nofast block block-nofast block-jwt multi; do
+for c in allow allow-nofast origins block block-nofast block-jwt multi; do
 	"$tmp/edge" -check -config "$here/edge/$c.yaml" >/dev/null || die "bench/edge/$c.yaml is not a valid edge configuration"
 done
 
 for v in "${variants[@]}" origin; do
 	port_in_use "${PORT[$v]}" && die "127.0.0.1:${PORT[$v]} is already in use; $v needs it"
 done
-for p in 29088 29089 29090 29091 29092 29093 29094 29097; do
+for p in 29088 29089 29090 29091 29092 29093 29094 29095 29099; do
 	port_in_use "$p" && die "127.0.0.1:$p is already in use (edge's admin listener)"
 done
 
@@ -386,8 +395,8 @@ if want raw429; then
 	GOMAXPROCS=1 start raw429 "$PROXY_CPU" "$tmp/raw429" -listen 127.0.0.1:28096
 	wait_http raw429 28096
 fi
-declare -A EDGECONF=([edge-allow]=allow [edge-allow-nofast]=allow-nofast [edge-block]=block [edge-block-nofast]=block-nofast [edge-block-jwt]=block-jwt [edge-50x5]=multi)
-for v in edge-allow edge-allow-nofast edge-block edge-block-nofast edge-block-jwt edge-50x5; do
+declare -A EDGECONF=([edge-allow]=allow [edge-allow-nofast]=allow-nofast [edge-3origins]=origins [edge-block]=block [edge-block-nofast]=block-nofast [edge-block-jwt]=block-jwt [edge-50x5]=multi)
+for v in edge-allow edge-allow-nofast edge-3origins edge-block edge-block-nofast edge-block-jwt edge-50x5; do
 	want "$v" || continue
 	GOMAXPROCS=1 start "$v" "$PROXY_CPU" "$tmp/edge" -config "$here/edge/${EDGECONF[$v]}.yaml"
 	wait_http "$v" "${PORT[$v]}" "${HOSTHDR[$v]:-}"
@@ -646,8 +655,9 @@ END {
 	c[6] = "edge-allow edge-allow-nofast 1.0 (extra) edge forwarding vs the same with fastpath: false"
 	c[7] = "raw429 nginx-block 1.3 (extra) Go floor (raw net server, fixed 429 bytes) vs nginx limit_req"
 	c[8] = "edge-block raw429 1.0 (extra) edge blocking vs the Go floor"
-	c[9] = "edge-block-jwt edge-block 1.2 edge blocking keyed by jwt:sub (cached token) vs keyed by ip"
-	for (i = 1; i <= 9; i++) {
+	c[9] = "edge-3origins edge-allow 1.10 edge forwarding to 3 servers with active checks vs 1 server"
+	c[10] = "edge-block-jwt edge-block 1.2 edge blocking keyed by jwt:sub (cached token) vs keyed by ip"
+	for (i = 1; i <= 10; i++) {
 		split(c[i], f, " "); label = c[i]; sub(/^[^ ]+ [^ ]+ [^ ]+ /, "", label)
 		s = ratio(f[1], f[2], 2)
 		if (s == "-") { printf "| %s | - | <= %s | not measured |\n", label, f[3]; continue }

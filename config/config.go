@@ -121,6 +121,8 @@ func ParseEnv(data []byte, env []string) (*rules.Table, error) {
 	var cfg rules.Config
 	err = v.UnmarshalExact(&cfg, func(c *mapstructure.DecoderConfig) {
 		c.DecodeHook = mapstructure.ComposeDecodeHookFunc(
+			passiveHook,
+			statusSpecHook,
 			shapeHook,
 			durationHook,
 			sizeHook,
@@ -149,6 +151,14 @@ func ParseEnv(data []byte, env []string) (*rules.Table, error) {
 	if cfg.Connections.Allow == nil && emptyMapping(settings, "connections", "allow") {
 		cfg.Connections.Allow = &rules.AllowConfig{}
 	}
+	emptyUpstream(&cfg.UpstreamConfig, settings)
+	if ds, ok := settings["domains"].([]any); ok {
+		for i := range min(len(ds), len(cfg.Domains)) {
+			if m, ok := ds[i].(map[string]any); ok {
+				emptyUpstream(&cfg.Domains[i].UpstreamConfig, m)
+			}
+		}
+	}
 	cfg.Given = givenPaths(v.AllSettings())
 	cfg.Secrets = secrets.Secrets
 	cfg.Sources = fromEnv.sources()
@@ -167,6 +177,25 @@ func ParseEnv(data []byte, env []string) (*rules.Table, error) {
 	}
 	named := fromEnv.nameVariables(cfg.NameProblems(errors.Join(errs...)), fileGiven)
 	return nil, secrets.RedactError(named)
+}
+
+// emptyUpstream gives u the upstream sections written {} in settings (the
+// top level's, or a domain's): passive: {}, retries: {} and when_down: {}
+// are the sections with every default, health: {} the error that names
+// its path.
+func emptyUpstream(u *rules.UpstreamConfig, settings map[string]any) {
+	if u.Health == nil && emptyMapping(settings, "health") {
+		u.Health = &rules.HealthConfig{}
+	}
+	if u.Passive == nil && emptyMapping(settings, "passive") {
+		u.Passive = &rules.PassiveConfig{}
+	}
+	if u.Retries == nil && emptyMapping(settings, "retries") {
+		u.Retries = &rules.RetriesConfig{}
+	}
+	if u.WhenDown == nil && emptyMapping(settings, "when_down") {
+		u.WhenDown = &rules.WhenDownConfig{}
+	}
 }
 
 // emptyMapping reports whether the file's settings hold an empty mapping

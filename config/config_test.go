@@ -1,8 +1,11 @@
 package config
 
 import (
+	"fmt"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/edgerate/edge/rules"
 )
@@ -314,10 +317,76 @@ func TestEmptySections(t *testing.T) {
 		{"check: {}\n", "check.listen"},
 		{"connections: {rate_per_client: {}}\n", "connections.rate_per_client"},
 		{"connections: {max_per_client: 5, allow: {}}\n", "connections.allow.cidrs"},
+		{"health: {}\n", "health.path"},
 	} {
 		_, err := Parse([]byte(base + tt.yaml))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%q: got %v, want an error naming %s", tt.yaml, err, tt.want)
+		}
+	}
+}
+
+// TestUpstreamConfig: origins, balance, hash_key, health, passive
+// (false too), retries and when_down decode into the compiled group, at
+// the top level and in a domain, and their mistakes name the key.
+func TestUpstreamConfig(t *testing.T) {
+	tab, err := Parse([]byte(`
+listen: ":8080"
+retries: {attempts: 2, budget: 50%}
+domains:
+  - hosts: [a.example.com]
+    origins: [{url: "http://10.0.0.1:80", weight: 3}, {url: "http://10.0.0.2:80"}]
+    balance: hash
+    hash_key: ["header:X-User"]
+    health: {path: /healthz, expect_status: [204, "300-399"]}
+    passive: false
+    when_down: {status: 503, retry_after: 30s}
+  - hosts: [b.example.com]
+    origin: "http://10.0.0.3:80"
+    passive: {}
+    retries: {}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := tab.Domains[0].Upstream, tab.Domains[1].Upstream
+	tests := []struct {
+		name      string
+		got, want any
+	}{
+		{"servers", len(a.Servers), 2},
+		{"weight", a.Servers[0].Weight, 3},
+		{"default weight", a.Servers[1].Weight, 1},
+		{"balance", a.Balance, rules.BalanceHash},
+		{"hash_key", a.HashKey[0].String(), "header:X-User"},
+		{"expect_status", fmt.Sprint(a.Health.Expect), "[{204 204} {300 399}]"},
+		{"health host", a.Health.Host, "a.example.com"},
+		{"passive false", a.Passive == nil, true},
+		{"when_down", *a.WhenDown, rules.WhenDown{Status: 503, RetryAfter: 30 * time.Second}},
+		{"top-level retries", a.Retries, rules.Retries{Attempts: 2, On: rules.DefaultRetryOn, Budget: 0.5}},
+		{"origin is a list of one", len(b.Servers), 1},
+		{"passive: {} on for one server", b.Passive != nil, true},
+		{"retries: {} the defaults", b.Retries, rules.Retries{Attempts: 1, On: rules.DefaultRetryOn, Budget: 0.2}},
+	}
+	for _, tt := range tests {
+		if !reflect.DeepEqual(tt.got, tt.want) {
+			t.Errorf("%s: got %v, want %v", tt.name, tt.got, tt.want)
+		}
+	}
+	for _, tt := range []struct{ yaml, want string }{
+		{"origin: http://a\norigins: [{url: http://b}]\n", "origin: set origin or origins, not both"},
+		{"origins: [{url: http://a}, {url: ftp://b}]\n", "origins[1].url: must be an absolute http, https or h2c URL"},
+		{"origins: [{url: http://a, weight: 0.5}]\n", "origins[0].weight: must be a whole number"},
+		{"origins: [{url: http://a}]\nbalance: fastest\n", "balance: must be round_robin, least_requests, random_two or hash"},
+		{"origins: [{url: http://a}]\nhash_key: [ip]\n", "hash_key: applies only with balance hash"},
+		{"origins: [{url: http://a}]\npassive: {max_fails: -1}\n", "passive.max_fails: must be between 1 and 1000"},
+		{"origins: [{url: http://a}]\nretries: {budget: lots}\n", "retries.budget: must be a share"},
+		{"origins: [{url: http://a}]\nwhen_down: {status: 404}\n", "when_down.status: must be between 500 and 599"},
+		{"origins: [{url: http://a}]\nhealth: {path: /h, expect_status: [99]}\n", "health.expect_status[0]"},
+	} {
+		_, err := Parse([]byte("listen: \":8080\"\ndomains: [{hosts: [a.example.com]}]\n" + tt.yaml))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: got %v, want an error with %q", tt.yaml, err, tt.want)
 		}
 	}
 }

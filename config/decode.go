@@ -176,6 +176,33 @@ func durationHook(_, to reflect.Type, data any) (any, error) {
 	return nil, fmt.Errorf("a duration needs a unit, such as 30s or 1m; got %s", bare)
 }
 
+// passiveHook decodes `passive: false` (and true) as the section with
+// enabled set, so that the switch and the mapping are one key.
+func passiveHook(_, to reflect.Type, data any) (any, error) {
+	if to != reflect.TypeFor[*rules.PassiveConfig]() && to != reflect.TypeFor[rules.PassiveConfig]() {
+		return data, nil
+	}
+	if b, ok := data.(bool); ok {
+		return map[string]any{"enabled": b}, nil
+	}
+	return data, nil
+}
+
+// statusSpecHook decodes a status written as a YAML number (204) into its
+// text, as a range ("200-399") is written.
+func statusSpecHook(_, to reflect.Type, data any) (any, error) {
+	if to != reflect.TypeFor[rules.StatusSpec]() {
+		return data, nil
+	}
+	switch v := data.(type) {
+	case int, int64, uint64:
+		return fmt.Sprint(v), nil
+	case float64:
+		return strconv.FormatFloat(v, 'f', -1, 64), nil
+	}
+	return data, nil
+}
+
 // tlsVersionHook decodes a TLS version written as a YAML number
 // (min_version: 1.2) into its text, as if it had been quoted.
 func tlsVersionHook(_, to reflect.Type, data any) (any, error) {

@@ -55,6 +55,7 @@ func (p *Proxy) AdminHandler() http.Handler {
 	r.Get("/v1/top/connections", p.getTopConnections)
 	r.Get("/v1/status", p.getStatus)
 	r.Get("/v1/certificates", p.getCertificates)
+	r.Get("/v1/origins", p.getOrigins) // upstream.go
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, apiError{"not found"})
 	})

@@ -35,7 +35,7 @@ func TestAnswerOutcomesCounted(t *testing.T) {
 	}{
 		{"cost over max_cost", "GET", map[string]string{"X-Units": "9"}, "", 400, outcomeBadCost},
 		{"body over max_request_body", "POST", nil, strings.Repeat("x", 11), 413, outcomeBodyRefused},
-		{"origin unreachable", "GET", nil, "", 502, outcomeOriginFailed},
+		{"origin unreachable", "GET", nil, "", 502, outcomeOriginDown},
 		{"came back to this node", "GET", map[string]string{"Via": "1.1 " + e.proxy.Via()}, "", 508, outcomeLoop},
 	}
 	for _, tt := range tests {

@@ -166,7 +166,14 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 	// can go as they are.
 	fwd := d.fastFwd != nil && h.Client != nil
 	if !d.fast {
-		if d.store == nil && fwd && forwardable(d, h) {
+		// A domain without rules is forwarded as it comes, unless its
+		// group hashes a key (identified below only for rules): then
+		// net/http forwards it.
+		if d.store == nil && fwd && forwardable(d, h) && d.Upstream.Balance != rules.BalanceHash {
+			ex.now = h.Now // the group decides by it (fastforward.go)
+			if !p.wallClock {
+				ex.now = p.now()
+			}
 			return p.forwardFast(ex, h, out), true
 		}
 		return out, false

@@ -42,16 +42,29 @@ import (
 // held, or the origin's next read would wait.
 const fastFlushAt = 32 << 10
 
-// fastOrigin is a domain's origin for the fast forward.
+// fastOrigin is a domain's group for the fast forward: a pool of
+// connections per server.
 type fastOrigin struct {
-	pool *origin.Pool
-	obs  *upstreamObservers
-	log  *errorLog
+	group   *origin.Upstream
+	servers []*origin.Server
+	pools   []*origin.Pool // parallel to servers
+	obs     *upstreamObservers
+	log     *errorLog
 }
 
-// fastOriginFor returns d's origin for the fast forward, or nil where the
+// pool returns the pool of s.
+func (fo *fastOrigin) pool(s *origin.Server) *origin.Pool {
+	for i, o := range fo.servers {
+		if o == s {
+			return fo.pools[i]
+		}
+	}
+	return nil
+}
+
+// fastOriginFor returns d's group for the fast forward, or nil where the
 // fast forward does not apply (see above).
-func (p *Proxy) fastOriginFor(d *domain, origin *url.URL, obs *upstreamObservers, log *errorLog) *fastOrigin {
+func (p *Proxy) fastOriginFor(d *domain, obs *upstreamObservers, log *errorLog) *fastOrigin {
 	if !p.ownTransport || d.queue != nil || d.shed != nil {
 		return nil
 	}
@@ -61,15 +74,16 @@ func (p *Proxy) fastOriginFor(d *domain, origin *url.URL, obs *upstreamObservers
 		// failures are ServeHTTP's.
 		return nil
 	}
-	if origin.Scheme != "http" || origin.User != nil || origin.Opaque != "" || origin.RawQuery != "" ||
-		origin.ForceQuery || origin.RawPath != "" || origin.Path != "" && origin.Path != "/" || origin.Host == "" {
-		return nil
+	fo := &fastOrigin{group: d.group, servers: d.group.Servers(), obs: obs, log: log}
+	for _, s := range fo.servers {
+		origin := s.URL
+		if origin.Scheme != "http" || origin.User != nil || origin.Opaque != "" || origin.RawQuery != "" ||
+			origin.ForceQuery || origin.RawPath != "" || origin.Path != "" && origin.Path != "/" || origin.Host == "" {
+			return nil
+		}
+		fo.pools = append(fo.pools, p.origins.Pool(s.Addr()))
 	}
-	port := origin.Port()
-	if port == "" {
-		port = "80"
-	}
-	return &fastOrigin{pool: p.origins.Pool(net.JoinHostPort(origin.Hostname(), port)), obs: obs, log: log}
+	return fo
 }
 
 // forwardFast forwards head, the request of ex that limit allowed, to its
@@ -119,7 +133,6 @@ func (p *Proxy) forwardFast(ex *exchange, head *Head, out []byte) []byte {
 	fo := d.fastFwd
 	r := relay{p: p, d: d, h: h, client: h.Client, out: out, isHEAD: method == http.MethodHead,
 		charges: ex.after, fields: fields}
-	start := time.Now()
 	req := origin.Request{Replayable: replayable(h, method, &fb), Once: once, HEAD: r.isHEAD, Timeout: upstream}
 	fb.merge(&s.head) // a small body buffered whole goes in the head's write
 	req.Head, req.Merged = s.head, fb.merged
@@ -130,13 +143,8 @@ func (p *Proxy) forwardFast(ex *exchange, head *Head, out []byte) []byte {
 	var oc *origin.Conn
 	var resp *http.Response
 	if err = ferr; err == nil {
-		oc, resp, err = fo.pool.RoundTrip(&req, body, r.interim, start, s.buf[:])
+		oc, resp, err = p.fastTrips(ex, fo, &r, &req, body, &fb, s.buf[:])
 	}
-	class := 5
-	if err == nil && resp.StatusCode >= 100 && resp.StatusCode < 600 {
-		class = resp.StatusCode/100 - 1
-	}
-	fo.obs[class].Observe(time.Since(start).Seconds())
 	if err != nil {
 		if ce := (errClientBody{}); errors.As(err, &ce) {
 			return p.refuseFastBody(d, h, method, ce.err, r.out)
@@ -148,11 +156,61 @@ func (p *Proxy) forwardFast(ex *exchange, head *Head, out []byte) []byte {
 	}
 	r.br, r.origin = oc.Reader(), oc.NetConn()
 	if r.respond(resp, s.buf[:]) {
-		fo.pool.Put(oc, time.Now()) // kept only if nothing outside this answer is left read
+		r.pool.Put(oc, time.Now()) // kept only if nothing outside this answer is left read
 	} else {
 		oc.Close()
 	}
 	return r.out
+}
+
+// fastTrips sends req to servers of fo's group until one answers or the
+// group allows no more tries (the fast forward's upstreamTransport): each
+// try observed, counted and reported in ex.up, as on the net/http path.
+// r.pool is set to the pool of the connection returned.
+func (p *Proxy) fastTrips(ex *exchange, fo *fastOrigin, r *relay, req *origin.Request, body origin.SendBody,
+	fb *fastBody, buf []byte) (*origin.Conn, *http.Response, error) {
+	var kb [128]byte
+	trip := fo.group.Start(ex.now, groupKey(kb[:0], r.d, ex))
+	idempotent := origin.Idempotent(ex.method)
+	bodyless := fb.r == nil && !fb.merged
+	_, prefix := fb.r.(*prefixReader)
+	whole := fb.merged || prefix && int64(len(fb.r.(*prefixReader).buf)) == fb.size
+	now := ex.now // the group decides by the request's clock; tries are timed by the wall clock
+	var lastErr error
+	for {
+		srv := trip.Next(now)
+		if srv == nil {
+			return nil, nil, lastErr
+		}
+		pool := fo.pool(srv)
+		tryStart := time.Now()
+		oc, resp, err := pool.RoundTrip(req, body, r.interim, tryStart, buf)
+		end := time.Now()
+		if err != nil && errors.As(err, new(errClientBody)) {
+			trip.End(srv, 0, 0, end.Sub(tryStart), now) // the client's failure, not the server's
+			return nil, nil, err
+		}
+		status, f := tryResult(resp, err)
+		endTry(&trip, fo.obs, ex, srv, status, f, end.Sub(tryStart), now)
+		safe := !r.sentInterim && (idempotent || f == origin.FailConnect) &&
+			(bodyless || whole && f == origin.FailConnect)
+		if trip.MayRetry(f, safe, now) {
+			if resp != nil {
+				resp.Body.Close()
+				oc.Close()
+			}
+			lastErr = err
+			continue
+		}
+		if err != nil {
+			if f == origin.FailConnect {
+				err = errOriginDown{err}
+			}
+			return nil, nil, err
+		}
+		r.pool = pool
+		return oc, resp, nil
+	}
 }
 
 // ignoresBody reports whether an origin may ignore a request body sent
@@ -173,6 +231,10 @@ type relay struct {
 	origin net.Conn      // closed first when the answer fails
 	isHEAD bool
 	failed bool // a write to the client failed
+	// sentInterim: a 1xx response went to the client (no retry after
+	// it); pool is the pool of the answering server's connection.
+	sentInterim bool
+	pool        *origin.Pool
 	// charges are what the request's rules count once the origin answers
 	// (charge.go), nil for nothing; fields the rate-limit fields merged
 	// into the origin's head (fields.go), nil for none.
@@ -197,13 +259,14 @@ func (r *relay) interim(resp *http.Response) {
 	r.out = appendStatusLine(r.out, resp.StatusCode)
 	r.out = appendHeader(r.out, resp.Header, excludedNoBody)
 	r.out = append(r.out, "\r\n"...)
+	r.sentInterim = true
 	r.flush()
 }
 
 // fail answers a forward that got no response, as errorLog.handle does.
 func (r *relay) fail(l *errorLog, err error) []byte {
 	var a answer
-	upstreamFailure(&a, err) // forward.go
+	upstreamFailure(&a, err, r.d) // forward.go
 	a.strictTransport(r.d, isHTTPS(r.h.TLS, r.h.Front))
 	l.logFast(string(r.h.Method), r.h.Target, a.status, err)
 	r.d.requests.count(&a)

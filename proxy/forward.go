@@ -8,9 +8,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
-	"net/url"
 	"sync"
-	"time"
 
 	"github.com/edgerate/edge/internal/wire"
 	"github.com/edgerate/edge/origin"
@@ -69,13 +67,18 @@ func newTransport(t rules.Timeouts) *http.Transport {
 //
 // Rules that count after the response see its headers before anything
 // else does (onResponse, charge.go).
-func (p *Proxy) newForwarder(d *domain, origin *url.URL, cip *ClientIP, transport http.RoundTripper, mergeFields bool) http.Handler {
+//
+// Each try goes to a server of the domain's group (upstreamTransport,
+// upstream.go): Rewrite sets the first server's URL, whose path every
+// server of the group shares, and the transport each try's server.
+func (p *Proxy) newForwarder(d *domain, cip *ClientIP, transport http.RoundTripper, mergeFields bool) http.Handler {
 	domain := d.Name
+	origin := d.Origin
 	errLog := newErrorLog(p.log, domain, &d.requests, func(w http.ResponseWriter, err error) { p.refuseBody(w, d, err) })
-	errLog.hsts = d.hsts
+	errLog.hsts, errLog.d = d.hsts, d
 	obs := p.metrics.upstreamObservers(domain)
 	d.upstreamObs = obs // the status page reads them (recent.go)
-	d.fastFwd = p.fastOriginFor(d, origin, obs, errLog)
+	d.fastFwd = p.fastOriginFor(d, obs, errLog)
 	fingerprint := p.started.TLS.FingerprintHeader // restart-only
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -129,7 +132,7 @@ func (p *Proxy) newForwarder(d *domain, origin *url.URL, cip *ClientIP, transpor
 				pr.Out.Close = true
 			}
 		},
-		Transport: timedTransport{rt: transport, obs: obs},
+		Transport: upstreamTransport{d: d, rt: transport},
 		// Without a pool ReverseProxy allocates a 32 KiB buffer for every
 		// response body it copies (docs/performance.md).
 		BufferPool:   copyBuffers{},
@@ -204,28 +207,6 @@ func (w interimWriter) WriteHeader(code int) {
 // upgrades) the server's writer.
 func (w interimWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// timedTransport observes the time to each origin response's headers,
-// and watches each request's origin connection (origin.WithWatch).
-type timedTransport struct {
-	rt  http.RoundTripper
-	obs *upstreamObservers
-}
-
-func (t timedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	start := time.Now()
-	req, w := origin.WithWatch(req)
-	resp, err := t.rt.RoundTrip(req)
-	class := 5 // error
-	if err == nil && resp.StatusCode >= 100 && resp.StatusCode < 600 {
-		class = resp.StatusCode/100 - 1
-	}
-	t.obs[class].Observe(time.Since(start).Seconds())
-	if err == nil {
-		w.Answered(resp)
-	}
-	return resp, err
-}
-
 // errorLog answers and logs failed forwards. An origin that is down fails
 // every request, so logging is limited to a few lines a second per domain,
 // and each line says how many were not logged since the last.
@@ -235,6 +216,7 @@ type errorLog struct {
 	refuseBody func(http.ResponseWriter, error)
 	counts     *requestCounters // the domain's
 	hsts       *staticField     // the domain's Strict-Transport-Security, nil for none
+	d          *domain          // for when_down; nil in tests
 	limiter    *rate.Limiter
 	mu         sync.Mutex
 	suppressed int // errors not logged since the last line
@@ -264,15 +246,20 @@ func (l *errorLog) handle(w http.ResponseWriter, r *http.Request, err error) {
 		panic(http.ErrAbortHandler)
 	}
 	var a answer
-	upstreamFailure(&a, err)
+	upstreamFailure(&a, err, l.d)
 	l.warn(r.Method, r.URL.Path, a.status, err)
 	l.counts.count(&a)
 	a.write(w)
 }
 
-// upstreamFailure makes a the answer to a forward the origin failed: 504
-// when it was too slow, else 502.
-func upstreamFailure(a *answer, err error) {
+// upstreamFailure makes a the answer to a forward of d's the origin
+// failed: when_down's (or 502) when no server could be reached, 504 when
+// it was too slow, else 502.
+func upstreamFailure(a *answer, err error, d *domain) {
+	if errors.As(err, new(errOriginDown)) {
+		downAnswer(a, d)
+		return
+	}
 	var ne net.Error
 	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
 		a.textAnswer(http.StatusGatewayTimeout, outcomeOriginTimeout, "gateway timeout: the origin did not answer in time\n")

@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/edgerate/edge/cluster"
@@ -17,20 +18,26 @@ import (
 // status classes): never from the client key, address or Host header, so
 // no request can create a series.
 type metrics struct {
-	p           *Proxy
-	requests    *prometheus.CounterVec
-	decisions   *prometheus.CounterVec
-	blocked     *prometheus.CounterVec
-	queued      *prometheus.GaugeVec // leaky bucket queues (queue.go)
-	reloads     *prometheus.CounterVec
-	lastReload  prometheus.Gauge
-	reloadOK    prometheus.Gauge
-	upstream    *prometheus.HistogramVec
-	misdirected prometheus.Counter
-	refused     *prometheus.CounterVec
-	framing     prometheus.Counter
-	capped      prometheus.Counter
-	connsOpen   *prometheus.GaugeVec
+	p          *Proxy
+	requests   *prometheus.CounterVec
+	decisions  *prometheus.CounterVec
+	blocked    *prometheus.CounterVec
+	queued     *prometheus.GaugeVec // leaky bucket queues (queue.go)
+	reloads    *prometheus.CounterVec
+	lastReload prometheus.Gauge
+	reloadOK   prometheus.Gauge
+	upstream   *prometheus.HistogramVec
+	// The origin servers of the domains' groups (upstream.go): the
+	// counts and gauges are read from the origin component at scrape
+	// time (originCollector).
+	originRequests, originInFlight, originHealthy, originEjections, originRetries *prometheus.Desc
+	originSeconds                                                                 *prometheus.HistogramVec
+	originPanics                                                                  *prometheus.CounterVec
+	misdirected                                                                   prometheus.Counter
+	refused                                                                       *prometheus.CounterVec
+	framing                                                                       prometheus.Counter
+	capped                                                                        prometheus.Counter
+	connsOpen                                                                     *prometheus.GaugeVec
 	// proxyProtocol counts the PROXY protocol stage's results (front.go).
 	proxyProtocol *prometheus.CounterVec
 	// connsRefused counts the connections the connection limits refused,
@@ -102,7 +109,7 @@ func newMetrics(p *Proxy, version string) *metrics {
 		p: p,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_requests_total",
-			Help: "Requests by domain and outcome: served (forwarded, answered by the domain's static response, or allowed by the check listener), blocked by a rate limit, unavailable (the rate limit store could not decide), bad_cost (a cost header a block rule cannot use), body_refused (413, 400 or 408 for the body), origin_failed (502), origin_timeout (504), shed (503 by load shedding), loop (508: the request came back to the node that forwarded it), redirect (308 to https by https_redirect) or acme (an ACME server's HTTP-01 validation, answered by edge).",
+			Help: "Requests by domain and outcome: served (forwarded, answered by the domain's static response, or allowed by the check listener), blocked by a rate limit, unavailable (the rate limit store could not decide), bad_cost (a cost header a block rule cannot use), body_refused (413, 400 or 408 for the body), origin_failed (502), origin_timeout (504), origin_down (no origin server could be reached: 502, or when_down's status), shed (503 by load shedding), loop (508: the request came back to the node that forwarded it), redirect (308 to https by https_redirect) or acme (an ACME server's HTTP-01 validation, answered by edge).",
 		}, []string{"domain", "outcome"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_rule_decisions_total",
@@ -133,6 +140,28 @@ func newMetrics(p *Proxy, version string) *metrics {
 			Help:    "Time from sending a request to an origin to receiving its response headers, by domain and status class (error when no response came).",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"domain", "code_class"}),
+		originRequests: prometheus.NewDesc("edge_origin_requests_total",
+			"Tries sent to each origin server, by domain, server (its URL as configured) and status class (error when no response came).",
+			[]string{"domain", "server", "code_class"}, nil),
+		originInFlight: prometheus.NewDesc("edge_origin_in_flight",
+			"Requests in flight to each origin server.", []string{"domain", "server"}, nil),
+		originHealthy: prometheus.NewDesc("edge_origin_healthy",
+			"1 if the origin server takes requests, 0 if active checks or a passive ejection took it out.", []string{"domain", "server"}, nil),
+		originEjections: prometheus.NewDesc("edge_origin_ejections_total",
+			"Times an origin server was taken out, by reason: passive (failures of real requests) or active (health checks).",
+			[]string{"domain", "server", "reason"}, nil),
+		originRetries: prometheus.NewDesc("edge_origin_retries_total",
+			"Retries of failed requests on another server, by outcome: sent, budget_exhausted (refused by retries.budget), no_server (every server was tried).",
+			[]string{"domain", "outcome"}, nil),
+		originSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "edge_origin_response_seconds",
+			Help:    "Time from sending a try to an origin server to its response headers (or its failure), by domain and server.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"domain", "server"}),
+		originPanics: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edge_origin_panic_total",
+			Help: "Server choices made in panic mode: fewer than half the domain's servers were healthy, so all were balanced over.",
+		}, []string{"domain"}),
 		misdirected: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "edge_misdirected_requests_total",
 			Help: "Requests whose Host no domain claims, or over TLS one the connection's certificate is not for (answered 421), or with an invalid Host (400).",
@@ -295,7 +324,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 		m.acmeOrders.WithLabelValues(r)
 		m.acmeRenewals.WithLabelValues(r)
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.queued, m.reloads, m.lastReload, m.reloadOK, m.upstream, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.tlsHandshakes, m.tlsHandshakeSeconds, certCollector{m}, m.acmeOrders, m.acmeRenewals, m.http2Floods, m.proxyProtocol, m.connsRefused, m.xffMalformed, m.jwt, m.jwksFetches, m.untrustedForwarders, m.checkAnswers, m.buildInfo, m.sampled, m.misjudged, m.responseCostInvalid, m.bufferedBytes, m.bufferFull, m.inFlight, m.shedInFlight, m.shedRefused, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.queued, m.reloads, m.lastReload, m.reloadOK, m.upstream, originCollector{m}, m.originSeconds, m.originPanics, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.tlsHandshakes, m.tlsHandshakeSeconds, certCollector{m}, m.acmeOrders, m.acmeRenewals, m.http2Floods, m.proxyProtocol, m.connsRefused, m.xffMalformed, m.jwt, m.jwksFetches, m.untrustedForwarders, m.checkAnswers, m.buildInfo, m.sampled, m.misjudged, m.responseCostInvalid, m.bufferedBytes, m.bufferFull, m.inFlight, m.shedInFlight, m.shedRefused, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
 		errs = append(errs, reg.Register(c))
 	}
 	return errors.Join(errs...)
@@ -499,6 +528,8 @@ func (m *metrics) forget(old, st *state) {
 			m.requests.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			m.decisions.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			m.upstream.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
+			m.originSeconds.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
+			m.originPanics.DeleteLabelValues(od.Name)
 			m.blocked.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			m.queued.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			m.storeFallback.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
@@ -511,6 +542,13 @@ func (m *metrics) forget(old, st *state) {
 		}
 		if od.Respond == nil && d.Respond != nil {
 			m.upstream.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
+		}
+		if od.group != nil {
+			for _, s := range od.group.Servers() {
+				if d.group == nil || !slices.Contains(d.group.Servers(), s) {
+					m.originSeconds.DeleteLabelValues(od.Name, s.Name)
+				}
+			}
 		}
 		for _, or := range od.rules {
 			r, ok := d.Rule(or.Name)

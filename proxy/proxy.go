@@ -124,6 +124,10 @@ type Proxy struct {
 	// kept across reloads (Reload retires those to origins it removed),
 	// closed by Close.
 	origins *origin.Pools
+	// checks run the groups' active health checks, made by New, set by
+	// each configuration, stopped by Close.
+	checks    *origin.Checks
+	originLog onceASecond // logs of ejections and panic mode (upstream.go)
 
 	// via is this node's Via entry, made by New (loop.go).
 	via via
@@ -193,6 +197,9 @@ type domain struct {
 	// fastFwd: the fast path may forward the domain's allowed requests
 	// (fastforward.go); nil where it may not.
 	fastFwd *fastOrigin
+	// group is the domain's origin servers' live state (upstream.go); nil
+	// for a domain without origins.
+	group *origin.Upstream
 	// hsts is the Strict-Transport-Security line of the domain's HTTPS
 	// responses (tls.go); nil without hsts_max_age.
 	hsts *staticField
@@ -303,6 +310,7 @@ func New(opts Options) (*Proxy, error) {
 	if p.ownTransport {
 		p.transport = newTransport(opts.Table.Timeouts)
 	}
+	p.checks = origin.NewChecks(originSettings(opts.Table.Timeouts).Transport(), p.now)
 	var err error
 	if p.cluster, err = p.newCluster(opts.Table, opts.Node); err != nil {
 		return nil, err
@@ -317,6 +325,7 @@ func New(opts Options) (*Proxy, error) {
 	}
 	st.result = ReloadResult{Time: p.now(), Hash: opts.ConfigHash}
 	p.state.Store(st)
+	p.checks.Set(st.checks())
 	p.metrics.lastReload.Set(float64(st.result.Time.UnixNano()) / 1e9)
 	p.metrics.reloadOK.Set(1)
 	return p, nil
@@ -444,14 +453,13 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 		case rd.Respond != nil:
 			d.upstream = staticResponder(rd.Respond)
 		default:
-			origin := rd.Origin
-			if origin == nil {
-				origin = t.Origin
+			if d.group, err = p.newGroup(d, prev, nil); err != nil {
+				return nil, err
 			}
 			always := slices.ContainsFunc(rd.Rules, func(r *rules.Rule) bool { return r.Headers == rules.HeadersAlways })
 			d.costFields = costFields(rd.Rules)
 			d.countsAfter = slices.ContainsFunc(rd.Rules, (*rules.Rule).CountsAfter)
-			d.upstream = p.newForwarder(d, origin, cip, transport, always)
+			d.upstream = p.newForwarder(d, cip, transport, always)
 		}
 		d.fast = fastDomain(d, p.cluster != nil)
 		d.local, _ = d.counter.(localCounter)

@@ -102,6 +102,15 @@ func (p *Proxy) Reload(t *rules.Table, hash string) (ReloadResult, error) {
 	old.closeShared() // the Redis client stays: only this configuration's domains go
 	p.origins.Retain(st.fastOrigins())
 	p.retainJWKS(st) // token.go
+	p.checks.Set(st.checks())
+	if oldTransport == nil && p.ownTransport && removedServers(old, st) {
+		// The transport's pools are per host, not per server: the idle
+		// connections of a removed server go with everyone's (dialled
+		// again as needed); those in use close when their requests end.
+		if c, ok := p.transport.(interface{ CloseIdleConnections() }); ok {
+			c.CloseIdleConnections()
+		}
+	}
 	p.lastErr.Store(nil)
 	p.metrics.reloaded(true, res.Time)
 	if oldTransport != nil {
@@ -112,6 +121,29 @@ func (p *Proxy) Reload(t *rules.Table, hash string) (ReloadResult, error) {
 	}
 	p.metrics.forget(old, st)
 	return res, nil
+}
+
+// removedServers reports whether some server old forwarded to (by
+// address) is one cur no longer forwards to.
+func removedServers(old, cur *state) bool {
+	addrs := make(map[string]bool)
+	for _, d := range cur.domains {
+		if d.group != nil {
+			for _, s := range d.group.Servers() {
+				addrs[s.Addr()] = true
+			}
+		}
+	}
+	for _, d := range old.domains {
+		if d.group != nil {
+			for _, s := range d.group.Servers() {
+				if !addrs[s.Addr()] {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // diff compares two configurations rule by rule.
@@ -182,6 +214,29 @@ var settings = []setting{
 	// pop labels every metric series and names the PoP in Redis.
 	restarts("pop", func(t *rules.Table) any { return t.Pop }),
 	reloads("origin"),
+	// Upstream groups (upstream.go): a reload keeps the state of the
+	// servers that stay.
+	reloads("origins[].url"),
+	reloads("origins[].weight"),
+	reloads("balance"),
+	reloads("hash_key"),
+	reloads("health.path"),
+	reloads("health.host"),
+	reloads("health.interval"),
+	reloads("health.timeout"),
+	reloads("health.healthy_after"),
+	reloads("health.unhealthy_after"),
+	reloads("health.expect_status"),
+	reloads("passive.enabled"),
+	reloads("passive.max_fails"),
+	reloads("passive.fail_window"),
+	reloads("passive.eject_for"),
+	reloads("passive.on"),
+	reloads("retries.attempts"),
+	reloads("retries.on"),
+	reloads("retries.budget"),
+	reloads("when_down.status"),
+	reloads("when_down.retry_after"),
 	reloads("max_keys"),
 	// A reload starts each domain's accuracy sample afresh (its logs
 	// judge from one period on, as the counters carried over have history
@@ -291,6 +346,27 @@ var settings = []setting{
 	reloads("domains[].hosts"),
 	reloads("domains[].serve"),
 	reloads("domains[].origin"),
+	reloads("domains[].origins[].url"),
+	reloads("domains[].origins[].weight"),
+	reloads("domains[].balance"),
+	reloads("domains[].hash_key"),
+	reloads("domains[].health.path"),
+	reloads("domains[].health.host"),
+	reloads("domains[].health.interval"),
+	reloads("domains[].health.timeout"),
+	reloads("domains[].health.healthy_after"),
+	reloads("domains[].health.unhealthy_after"),
+	reloads("domains[].health.expect_status"),
+	reloads("domains[].passive.enabled"),
+	reloads("domains[].passive.max_fails"),
+	reloads("domains[].passive.fail_window"),
+	reloads("domains[].passive.eject_for"),
+	reloads("domains[].passive.on"),
+	reloads("domains[].retries.attempts"),
+	reloads("domains[].retries.on"),
+	reloads("domains[].retries.budget"),
+	reloads("domains[].when_down.status"),
+	reloads("domains[].when_down.retry_after"),
 	reloads("domains[].respond.status"),
 	reloads("domains[].respond.body"),
 	reloads("domains[].respond.content_type"),
@@ -497,7 +573,9 @@ func (st *state) fastOrigins() map[string]bool {
 	addrs := make(map[string]bool)
 	for _, d := range st.domains {
 		if d.fastFwd != nil {
-			addrs[d.fastFwd.pool.Addr()] = true
+			for _, pool := range d.fastFwd.pools {
+				addrs[pool.Addr()] = true
+			}
 		}
 	}
 	return addrs

@@ -49,7 +49,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if isHTTPS(ex.tls, front) && d.hsts != nil {
 		w.Header()["Strict-Transport-Security"] = d.hsts.value // on every answer; a forward's: forward.go
 	}
-	if d.store != nil {
+	if d.store != nil || d.Upstream != nil && d.Upstream.Balance == rules.BalanceHash {
+		// Rules key requests by it, and so does a hash group (upstream.go).
 		ex.src, ex.id = p.identify(r, st, host, now) // identify.go
 		if ex.tls != nil {
 			ex.src.JA4 = ex.tls.JA4
@@ -80,9 +81,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			ex.fields.set(w.Header())
 		}
 	}
-	if d.Respond == nil && (ex.after != nil || ex.hasFields || hasBody(r)) {
+	if d.Respond == nil {
 		// The forwarder's hooks need the exchange (charge.go, fields.go,
-		// body.go): it goes in the request's context, and is not reused.
+		// body.go), and so does the origin component's transport, which
+		// decides by the request's clock and key and reports what it
+		// found in ex.up (upstream.go): it goes in the request's context,
+		// and is not reused.
 		r, carried = withExchange(r, ex), true
 	}
 	release := p.readBody(w, r, ex) // body.go: 413, buffering

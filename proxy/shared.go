@@ -131,6 +131,7 @@ func (st *state) closeShared() {
 // more than once.
 func (p *Proxy) Close() error {
 	p.origins.Close()
+	p.checks.Close()
 	p.reloadMu.Lock()
 	for url, r := range p.jwks {
 		r.Stop()

@@ -53,6 +53,7 @@ type statusPageData struct {
 	Config        configView
 	TLS           *tlsStatusView // nil when edge serves no TLS
 	Certificates  certificatesView
+	Origins       originsView
 	Rendered      string
 }
 
@@ -93,6 +94,7 @@ func (p *Proxy) StatusPage(opts StatusPageOptions) http.Handler {
 			d.Config = p.configView()
 			d.TLS = p.tlsStatus(now)
 			d.Certificates = p.certificatesView()
+			d.Origins = p.originsView().grouped()
 			d.Rendered = now.UTC().Format(time.DateTime) + " UTC"
 		}
 		var buf bytes.Buffer

@@ -133,6 +133,7 @@ func compileServe(p *problems, d *Domain, path string, dc DomainConfig, check bo
 		set bool
 	}{
 		{"origin", dc.Origin != ""},
+		{"origins", len(dc.Origins) > 0},
 		{"respond", dc.Respond != nil},
 		{"request_buffering", dc.RequestBuffering != nil},
 		{"request_buffer", dc.RequestBuffer != 0},

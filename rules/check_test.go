@@ -97,7 +97,7 @@ func TestCompileCheckErrors(t *testing.T) {
 		{"serve check without the section", func(c *Config) { c.Check = nil; c.Domains[1].Serve = "proxy" },
 			`domains[0] (api).serve: needs the check section (check.listen), got "check"`},
 		{"both still needs an origin", func(c *Config) { c.Domains[1].Origin = "" },
-			`domains[1] (www): no upstream: set origin or respond here, or origin at the top level (or serve check, to answer only the check listener)`},
+			`domains[1] (www): no upstream: set origin, origins or respond here, or origin or origins at the top level (or serve check, to answer only the check listener)`},
 		{"check-only with origin", func(c *Config) { c.Domains[0].Origin = "http://o" },
 			`domains[0] (api).origin: does not apply to a domain with serve check, which is never proxied`},
 		{"check-only with respond", func(c *Config) { c.Domains[0].Respond = &ResponseConfig{} },

@@ -118,8 +118,17 @@ func Compile(cfg Config) (*Table, error) {
 	}
 	checkLabel(&p, "pop", t.Pop)
 
-	if cfg.Origin != "" {
-		t.Origin = parseOrigin(&p, "origin", cfg.Origin)
+	switch {
+	case cfg.Origin != "" && len(cfg.Origins) > 0:
+		p.add("origin", "set origin or origins, not both")
+	case cfg.Origin != "":
+		if t.Origin = parseOrigin(&p, "origin", cfg.Origin); t.Origin != nil {
+			t.topServers = []OriginServer{{URL: t.Origin, Name: t.Origin.Redacted(), Weight: 1}}
+		}
+	case len(cfg.Origins) > 0:
+		if servers := compileOrigins(&p, "origins", cfg.Origins); len(servers) == len(cfg.Origins) {
+			t.topServers, t.Origin = servers, servers[0].URL
+		}
 	}
 
 	t.MaxKeys = cfg.MaxKeys
@@ -230,12 +239,25 @@ func checkOriginLoops(p *problems, t *Table, cfg Config) {
 			return
 		}
 	}
-	if cfg.Origin != "" {
-		check("origin", t.Origin)
+	servers := func(path string, list []OriginServer, many bool) {
+		for i, s := range list {
+			if many {
+				check(fmt.Sprintf("%s[%d].url", path, i), s.URL)
+			} else {
+				check(path, s.URL)
+			}
+		}
 	}
+	servers(map[bool]string{false: "origin", true: "origins"}[len(cfg.Origins) > 0], t.topServers, len(cfg.Origins) > 0)
 	for i, d := range t.Domains {
-		if i < len(cfg.Domains) && cfg.Domains[i].Origin != "" {
-			check(fmt.Sprintf("domains[%d].origin", i), d.Origin)
+		if i >= len(cfg.Domains) || d.Upstream == nil {
+			continue
+		}
+		switch dc := cfg.Domains[i]; {
+		case dc.Origin != "":
+			servers(fmt.Sprintf("domains[%d].origin", i), d.Upstream.Servers, false)
+		case len(dc.Origins) > 0:
+			servers(fmt.Sprintf("domains[%d].origins", i), d.Upstream.Servers, true)
 		}
 	}
 }

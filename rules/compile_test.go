@@ -249,7 +249,7 @@ func TestCompileErrors(t *testing.T) {
 
 		// Upstreams and static responses.
 		{"no upstream", func(c *Config) { c.Origin = ""; c.Domains[1].Origin = "http://www.internal" },
-			`domains[0] (api): no upstream: set origin or respond here, or origin at the top level (or serve check, to answer only the check listener)`},
+			`domains[0] (api): no upstream: set origin, origins or respond here, or origin or origins at the top level (or serve check, to answer only the check listener)`},
 		{"origin and respond", func(c *Config) {
 			c.Domains[0].Origin = "http://other"
 			c.Domains[0].Respond = &ResponseConfig{Body: "hi"}

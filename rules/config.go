@@ -82,6 +82,10 @@ type Config struct {
 	// Origin is the default upstream, an absolute http or https URL. It is
 	// optional when every domain sets its own origin or respond.
 	Origin string `mapstructure:"origin"`
+	// Origins, Balance, HashKey, Health, Passive, Retries and WhenDown
+	// are the default upstream group of the domains that set none of
+	// their own (UpstreamConfig; docs/origins.md).
+	UpstreamConfig `mapstructure:",squash"`
 	// MaxKeys bounds the number of rate-limit keys tracked across all
 	// domains. Default 1_000_000; valid 1..2147483647.
 	MaxKeys int `mapstructure:"max_keys"`
@@ -295,8 +299,12 @@ type DomainConfig struct {
 	// answers questions about its requests; it needs no origin) or "both".
 	// Default "both" when the check section is set, else "proxy".
 	Serve string `mapstructure:"serve"`
-	// Origin overrides Config.Origin for this domain.
+	// Origin overrides Config.Origin for this domain: a list of one
+	// server (UpstreamConfig.Origins); not with Origins.
 	Origin string `mapstructure:"origin"`
+	// UpstreamConfig is the domain's servers and how they are balanced,
+	// checked and retried; each section set here replaces the top level's.
+	UpstreamConfig `mapstructure:",squash"`
 	// Respond answers every request that passes the rules with a static
 	// response instead of proxying. It excludes Origin.
 	Respond *ResponseConfig `mapstructure:"respond"`
@@ -489,4 +497,102 @@ type AllowConfig struct {
 	// compared with the client's address as edge derives it (see
 	// client_ip), in full, not its ipv6_prefix.
 	CIDRs []string `mapstructure:"cidrs"`
+}
+
+// UpstreamConfig is a group of origin servers and how edge spreads
+// requests over them, takes failing ones out and retries (docs/origins.md).
+// In a domain each key set replaces the top level's.
+type UpstreamConfig struct {
+	// Origins are the servers, instead of Origin: at most MaxOrigins, each
+	// URL as Origin takes it, all with one scheme, none twice.
+	Origins []OriginConfig `mapstructure:"origins"`
+	// Balance is round_robin (default: weighted, smooth), least_requests,
+	// random_two or hash.
+	Balance string `mapstructure:"balance"`
+	// HashKey is what balance hash hashes, in a rule key's vocabulary
+	// (default [ip]); only with balance hash.
+	HashKey []string `mapstructure:"hash_key"`
+	// Health, when set, checks every server actively.
+	Health *HealthConfig `mapstructure:"health"`
+	// Passive ejects servers that fail real requests; on by default for
+	// more than one server (false turns it off).
+	Passive *PassiveConfig `mapstructure:"passive"`
+	// Retries says which failed requests are tried again on another
+	// server.
+	Retries *RetriesConfig `mapstructure:"retries"`
+	// WhenDown is the answer when no server can be reached (default 502).
+	WhenDown *WhenDownConfig `mapstructure:"when_down"`
+}
+
+// OriginConfig is one server of an upstream group.
+type OriginConfig struct {
+	// URL is an absolute http, https or h2c URL, as Origin.
+	URL string `mapstructure:"url"`
+	// Weight is the server's share against the others' (default 1; valid
+	// 1..MaxOriginWeight).
+	Weight int `mapstructure:"weight"`
+}
+
+// HealthConfig is an upstream group's active checks: every Interval each
+// server is asked for Path, and its answer counts for it or against it.
+type HealthConfig struct {
+	// Path is what is requested (required; it starts with "/").
+	Path string `mapstructure:"path"`
+	// Host is the check's Host field (default: the domain's first exact
+	// host, else the server's own).
+	Host string `mapstructure:"host"`
+	// Interval between checks (default 10s; valid 100ms..1h).
+	Interval time.Duration `mapstructure:"interval"`
+	// Timeout of a check (default 2s; at most Interval).
+	Timeout time.Duration `mapstructure:"timeout"`
+	// HealthyAfter passed checks in a row take a server back (default 2).
+	HealthyAfter int `mapstructure:"healthy_after"`
+	// UnhealthyAfter failed checks in a row take it out (default 3).
+	UnhealthyAfter int `mapstructure:"unhealthy_after"`
+	// ExpectStatus are the statuses that pass: numbers or ranges written
+	// "200-399" (default [200-399]).
+	ExpectStatus []StatusSpec `mapstructure:"expect_status"`
+}
+
+// StatusSpec is an HTTP status or a range of them ("200-399"), as written.
+type StatusSpec string
+
+// PassiveConfig is the ejection of servers by the failures of real
+// requests: MaxFails failures within FailWindow eject a server for
+// EjectFor.
+type PassiveConfig struct {
+	// Enabled is false for `passive: false` (the decoder writes it).
+	Enabled *bool `mapstructure:"enabled"`
+	// MaxFails failures within FailWindow eject (default 3; 1..1000).
+	MaxFails int `mapstructure:"max_fails"`
+	// FailWindow (default 10s; 1s..1h).
+	FailWindow time.Duration `mapstructure:"fail_window"`
+	// EjectFor is how long an ejected server stays out (default 30s;
+	// 1s..1h).
+	EjectFor time.Duration `mapstructure:"eject_for"`
+	// On are the failures counted: connect_error, timeout, 502, 503, 504
+	// (default all of them).
+	On []string `mapstructure:"on"`
+}
+
+// RetriesConfig says when a failed request is tried again, on another
+// server.
+type RetriesConfig struct {
+	// Attempts is how many more servers a request may try (default 1;
+	// 0 never retries; at most 10).
+	Attempts *int `mapstructure:"attempts"`
+	// On are the failures retried: connect_error, reset_before_response,
+	// 502, 503 (default [connect_error, reset_before_response]).
+	On []string `mapstructure:"on"`
+	// Budget bounds retries to this share of the domain's requests over
+	// 10 s, written "20%" (default 20%); 3 a second are always allowed.
+	Budget string `mapstructure:"budget"`
+}
+
+// WhenDownConfig is the answer to a request no server could take.
+type WhenDownConfig struct {
+	// Status (default 503; 500..599).
+	Status int `mapstructure:"status"`
+	// RetryAfter, when not 0, is sent as Retry-After (whole seconds).
+	RetryAfter time.Duration `mapstructure:"retry_after"`
 }

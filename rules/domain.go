@@ -48,21 +48,51 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 
 		compileServe(p, d, path, dc, t.Check != nil)
 		compileDomainTLS(p, d, path, dc, t)
+		uc, at := upstreamSource(dc, cfg.UpstreamConfig, path)
 		switch {
 		case !d.Proxied: // compileServe reported an origin or respond
+		case dc.Origin != "" && len(dc.Origins) > 0:
+			p.add(path, "set origin or origins, not both")
 		case dc.Origin != "" && dc.Respond != nil:
 			p.add(path, "set origin or respond, not both")
+		case len(dc.Origins) > 0 && dc.Respond != nil:
+			p.add(path, "set origins or respond, not both")
 		case dc.Origin != "":
-			d.Origin = parseOrigin(p, path+".origin", dc.Origin)
+			if u := parseOrigin(p, path+".origin", dc.Origin); u != nil {
+				d.Upstream = compileUpstream(p, uc, at, []OriginServer{{URL: u, Name: u.Redacted(), Weight: 1}}, firstExactHost(d.Hosts))
+			}
+		case len(dc.Origins) > 0:
+			if servers := compileOrigins(p, path+".origins", dc.Origins); len(servers) == len(dc.Origins) {
+				d.Upstream = compileUpstream(p, uc, at, servers, firstExactHost(d.Hosts))
+			}
 		case dc.Respond != nil:
 			d.Respond = compileResponse(p, path+".respond", *dc.Respond, 200, 599, DefaultRespondStatus, true)
-		case cfg.Origin != "":
-			if t.Origin != nil { // nil when invalid; that error is already reported
-				u := *t.Origin
-				d.Origin = &u
+		case cfg.Origin != "" || len(cfg.Origins) > 0:
+			if t.topServers != nil { // nil when invalid; that error is already reported
+				// Copies: a domain's URLs are its own.
+				servers := make([]OriginServer, len(t.topServers))
+				for k, s := range t.topServers {
+					u := *s.URL
+					servers[k], servers[k].URL = s, &u
+				}
+				d.Upstream = compileUpstream(p, uc, at, servers, firstExactHost(d.Hosts))
 			}
 		default:
-			p.add(path, "no upstream: set origin or respond here, or origin at the top level (or serve check, to answer only the check listener)")
+			p.add(path, "no upstream: set origin, origins or respond here, or origin or origins at the top level (or serve check, to answer only the check listener)")
+		}
+		if d.Upstream != nil {
+			d.Origin = d.Upstream.Servers[0].URL
+		}
+		if !d.Proxied || d.Respond != nil {
+			for _, k := range []struct {
+				key string
+				set bool
+			}{{"balance", dc.Balance != ""}, {"hash_key", dc.HashKey != nil}, {"health", dc.Health != nil},
+				{"passive", dc.Passive != nil}, {"retries", dc.Retries != nil}, {"when_down", dc.WhenDown != nil}} {
+				if k.set {
+					p.add(path+"."+k.key, "applies only to a domain forwarded to origins")
+				}
+			}
 		}
 
 		if len(dc.Rules) > MaxRulesPerDomain {

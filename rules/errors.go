@@ -189,7 +189,15 @@ func (p *problems) add(path, format string, args ...any) {
 		}
 		args = masked
 	}
-	p.list = append(p.list, &FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
+	fe := &FieldError{Path: path, Msg: fmt.Sprintf(format, args...)}
+	for _, e := range p.list {
+		// A top-level section every domain inherits is compiled with each
+		// of them: its problems are reported once.
+		if prev, ok := e.(*FieldError); ok && *prev == *fe {
+			return
+		}
+	}
+	p.list = append(p.list, fe)
 }
 
 // missing records the problem of a required key whose value is zero: the

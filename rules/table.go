@@ -35,6 +35,9 @@ type Table struct {
 
 	// Origin is the top-level default upstream; nil when none is set.
 	Origin *url.URL
+	// topServers are the top level's origin or origins, compiled once;
+	// nil when none is set or they are invalid.
+	topServers []OriginServer
 
 	MaxKeys int // keys tracked across all domains
 
@@ -114,8 +117,12 @@ type Domain struct {
 
 	// Origin is the upstream (the domain's own or the top-level one);
 	// nil exactly when Respond is set or the domain is not Proxied.
-	Origin  *url.URL
-	Respond *Response
+	Origin *url.URL
+	// Upstream is the domain's group of origin servers (the domain's own
+	// or the top level's; Origin is its first server's URL); nil exactly
+	// when Origin is.
+	Upstream *Upstream
+	Respond  *Response
 
 	// Proxied says the public listener serves the domain; Checked, that
 	// the check listener answers questions about it (serve). A domain

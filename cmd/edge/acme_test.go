@@ -155,20 +155,27 @@ func metricValue(t *testing.T, admin, name string, labels ...string) float64 {
 	return sum
 }
 
-// acmeStatus reads GET /v1/certificates's ACME names.
-func acmeStatus(t *testing.T, admin string) map[string]map[string]any {
+// adminJSON decodes the JSON of GET path on the admin listener at admin
+// into v.
+func adminJSON(t *testing.T, admin, path string, v any) {
 	t.Helper()
-	resp, err := http.Get("http://" + admin + "/v1/certificates")
+	resp, err := http.Get("http://" + admin + path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+}
+
+// acmeStatus reads GET /v1/certificates's ACME names.
+func acmeStatus(t *testing.T, admin string) map[string]map[string]any {
+	t.Helper()
 	var v struct {
 		ACME []map[string]any `json:"acme"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
-		t.Fatal(err)
-	}
+	adminJSON(t, admin, "/v1/certificates", &v)
 	out := map[string]map[string]any{}
 	for _, a := range v.ACME {
 		out[a["name"].(string)] = a

@@ -42,7 +42,7 @@ domains:
 `, "  - timeouts.upstream: a duration needs a unit, such as 30s or 1m; got 30\n" +
 			"  - domains[0] (_).rules[0] (a).limit: must be a whole number, got 10.5\n" +
 			"  - listen_port: unknown key\n" +
-			"  - domains[0] (_): no upstream: set origin or respond here, or origin at the top level (or serve check, to answer only the check listener)\n" +
+			"  - domains[0] (_): no upstream: set origin, origins or respond here, or origin or origins at the top level (or serve check, to answer only the check listener)\n" +
 			"  - domains[0] (_).rules[1] (b).period: required\n"},
 		// The examples of README's "Command line".
 		{"readme example", `

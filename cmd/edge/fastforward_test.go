@@ -82,6 +82,7 @@ func rawChunks(n, size int) string {
 // rawOrigin is a TCP origin that records what it receives.
 type rawOrigin struct {
 	ln    net.Listener
+	more  []net.Listener // group's
 	conns map[net.Conn]*originState
 	mu    sync.Mutex
 	got   bytes.Buffer // every request head, in the order they came
@@ -115,6 +116,22 @@ func newRawOrigin(t testing.TB, gates map[string]chan struct{}, arrived chan str
 		t.Fatal(err)
 	}
 	o := &rawOrigin{ln: ln, stop: make(chan struct{}), conns: make(map[net.Conn]*originState), gates: gates, arrived: arrived, script: script}
+	o.acceptOn(ln)
+	t.Cleanup(func() {
+		ln.Close()
+		o.mu.Lock()
+		for _, l := range o.more {
+			l.Close()
+		}
+		o.mu.Unlock()
+		close(o.stop)
+		o.wg.Wait()
+	})
+	return o
+}
+
+// acceptOn serves the connections of ln as o's.
+func (o *rawOrigin) acceptOn(ln net.Listener) {
 	o.wg.Add(1)
 	go func() {
 		defer o.wg.Done()
@@ -137,12 +154,33 @@ func newRawOrigin(t testing.TB, gates map[string]chan struct{}, arrived chan str
 			}()
 		}
 	}()
-	t.Cleanup(func() {
-		ln.Close()
-		close(o.stop)
-		o.wg.Wait()
-	})
-	return o
+}
+
+// group returns the config line of an upstream group of three servers
+// that are all o: its listener and two more it serves alike, recording
+// what they receive in one log (requests come one at a time, so in the
+// same order on both sides of a differential test). They are listed
+// sorted, so that metricsText's server-0..2 are the group's order.
+func (o *rawOrigin) group(t testing.TB) string {
+	t.Helper()
+	addrs := []string{o.ln.Addr().String()}
+	for range 2 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.mu.Lock()
+		o.more = append(o.more, ln)
+		o.mu.Unlock()
+		o.acceptOn(ln)
+		addrs = append(addrs, ln.Addr().String())
+	}
+	slices.Sort(addrs)
+	var urls []string
+	for _, a := range addrs {
+		urls = append(urls, fmt.Sprintf("{url: %q}", "http://"+a))
+	}
+	return "origins: [" + strings.Join(urls, ", ") + "]"
 }
 
 // originState is where a rawOrigin's connection is: waiting for a
@@ -457,7 +495,9 @@ func runForwardSeq(t *testing.T, sq forwardSeq, trust bool, fix *diffTLS) {
 		if fix != nil {
 			cfg = fix.fwdConfig(t)
 		}
-		cfg = strings.NewReplacer("ORIGIN", "http://"+origin.ln.Addr().String(), "TRUST", trustLine).Replace(cfg)
+		// Three servers, all the one raw origin: the group's choice,
+		// retries and pools run on both paths (origin.Upstream).
+		cfg = strings.NewReplacer("origin: ORIGIN", origin.group(t), "TRUST", trustLine).Replace(cfg)
 		ds := startConfigOver(t, cfg, fast, fix)
 		got[i] = []heard{hear(sq.steps, exchange(t, ds, sq.steps, sq.wait, false))}
 		want[i] = origin.received(t)

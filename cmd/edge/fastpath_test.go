@@ -232,11 +232,32 @@ func metricsText(t *testing.T, reg *prometheus.Registry) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Each side has origins of its own: a server is named by its rank
+	// among the servers' URLs (rawOrigin.group lists them sorted).
+	var servers []string
+	for _, mf := range mfs {
+		for _, m := range mf.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == "server" && !slices.Contains(servers, l.GetValue()) {
+					servers = append(servers, l.GetValue())
+				}
+			}
+		}
+	}
+	slices.Sort(servers)
 	var b bytes.Buffer
 	for _, mf := range mfs {
 		switch mf.GetName() {
-		case "edge_upstream_request_duration_seconds", "edge_connections_open", "edge_tls_handshake_seconds":
+		case "edge_upstream_request_duration_seconds", "edge_origin_response_seconds", "edge_connections_open", "edge_tls_handshake_seconds":
 			continue
+		}
+		for _, m := range mf.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == "server" {
+					rank := fmt.Sprintf("server-%d", slices.Index(servers, l.GetValue()))
+					l.Value = &rank
+				}
+			}
 		}
 		expfmt.MetricFamilyToText(&b, mf)
 	}

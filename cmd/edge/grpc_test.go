@@ -54,11 +54,13 @@ func (e *tlsEdge) grpcClient(t *testing.T, host string) *grpc.ClientConn {
 // ResourceExhausted with the wait, a shed call Unavailable, and a call to
 // an http:// origin Unavailable.
 func TestGRPCThroughEdge(t *testing.T) {
-	origin := grpcOrigin(t)
+	// Two servers: every call goes through the group's choice (h2c
+	// origins share it with the other schemes).
+	origin, second := grpcOrigin(t), grpcOrigin(t)
 	e := startTLSEdge(t, fmt.Sprintf(`
 listen: %q
 admin_listen: %q
-origin: "h2c://%s"
+origins: [{url: "h2c://%s"}, {url: "h2c://%s"}]
 timeouts: {read: 300ms, write: 300ms}
 tls:
   listen: "127.0.0.1:0"
@@ -77,7 +79,7 @@ domains:
   - name: plain
     hosts: [plain.example.net]
     origin: "http://%s"
-`, publicAnyPort, adminAnyPort, origin, origin))
+`, publicAnyPort, adminAnyPort, origin, second, origin))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	api := e.grpcClient(t, "api.example.com")

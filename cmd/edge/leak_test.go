@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -16,7 +17,13 @@ import (
 // storage, a goroutine that keeps the lock file fresh and ends within 5 s
 // of the unlock (keepLockfileFresh). acme.Manager.Close stops everything
 // else of it (the certificate cache's maintenance, the orders in flight).
+//
+// Run with originProcessEnv set, the test binary is an origin server
+// instead (e2e_origins_test.go).
 func TestMain(m *testing.M) {
+	if name := os.Getenv(originProcessEnv); name != "" {
+		os.Exit(originProcess(name))
+	}
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("net/http.(*conn).closeWriteAndWait"),
 		goleak.IgnoreAnyFunction("github.com/caddyserver/certmagic.(*RingBufferRateLimiter).loop"),
 		goleak.IgnoreAnyFunction("github.com/caddyserver/certmagic.keepLockfileFresh"))

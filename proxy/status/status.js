@@ -343,6 +343,39 @@
       table('handshakes', 'TLS handshakes since start', 'handshakes-t', ['Result', 'Handshakes'], results));
   }
 
+  // renderOrigins lists the domains' origin servers (/v1/origins): each
+  // with its weight, whether it takes requests, its requests in flight,
+  // its last active check and its ejections; nothing when no domain
+  // forwards to origins.
+  function loadOrigins() {
+    return getJSON('/v1/origins');
+  }
+
+  function renderOrigins(_, origins) {
+    // Domains of several servers or active checks, as the page's own
+    // rendering (a lone origin is in its domain's settings already).
+    const groups = ((origins && origins.domains) || []).filter(d => d.servers.length > 1 || d.checked);
+    if (!groups.length) return null;
+    const dash = '–';
+    const rows = [];
+    for (const d of groups) {
+      for (const s of d.servers) {
+        rows.push(el('tr', null,
+          el('th', { scope: 'row' }, d.domain),
+          el('td', null, s.server),
+          el('td', null, String(s.weight)),
+          el('td', null, el('span', { class: s.healthy ? 'ok' : 'bad' }, s.healthy ? 'healthy' : 'out')),
+          el('td', null, count(s.in_flight)),
+          el('td', null, s.last_check ? s.last_check.outcome + ' (' + utc(s.last_check.at) + ')' : dash),
+          el('td', null, count(s.ejections.passive) + ' passive, ' + count(s.ejections.active) + ' active')));
+      }
+    }
+    return el('section', { class: 'panel wide', 'aria-labelledby': 'h-origins' },
+      el('h2', { id: 'h-origins' }, 'Origins'),
+      table('origins', 'Origin servers by domain', 'origins-t',
+        ['Domain', 'Server', 'Weight', 'Health', 'In flight', 'Last check', 'Ejections'], rows));
+  }
+
   function renderDomain(i, d, fig, times, tops) {
     const id = 'd' + i;
     const f = fig || { served: [], blocked: [], upstream_errors: [], upstream_5xx: [], upstream_latency_seconds: [], totals: {}, rules: [] };
@@ -493,6 +526,7 @@
     { render: renderCluster },
     { load: loadConnections, render: renderConnections },
     { load: loadCertificates, render: renderCertificates },
+    { load: loadOrigins, render: renderOrigins },
     { load: loadTops, render: renderDomains },
   ];
 

@@ -1,0 +1,374 @@
+package proxy
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/edgerate/edge/headers"
+	"github.com/edgerate/edge/origin"
+	"github.com/edgerate/edge/rules"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// A domain's upstream group (rules.Upstream) made live: the servers'
+// state is package origin's (origin.Upstream), which both request paths
+// go through: the net/http path's transport (upstreamTransport, here) and
+// the fast forward (fastforward.go). This file turns the compiled group
+// into the origin component's options, observes it in metrics, and
+// answers a request that no server could take (when_down).
+
+// newGroup makes d's group from its compiled upstream, keeping the state
+// of the servers that stay in prev's (a reload).
+func (p *Proxy) newGroup(d *domain, prev *domain, transport http.RoundTripper) (*origin.Upstream, error) {
+	ru := d.Upstream
+	opts := origin.UpstreamOptions{
+		Balance: origin.Balance(ru.Balance), // the same order (TestBalanceNames)
+		Retries: origin.RetryOptions{Attempts: ru.Retries.Attempts, On: originFailures(ru.Retries.On), Budget: ru.Retries.Budget},
+	}
+	if ps := ru.Passive; ps != nil {
+		opts.Passive = &origin.PassiveOptions{MaxFails: ps.MaxFails, FailWindow: ps.FailWindow, EjectFor: ps.EjectFor, On: originFailures(ps.On)}
+	}
+	if prev != nil {
+		opts.Previous = prev.group
+	}
+	for _, s := range ru.Servers {
+		opts.Servers = append(opts.Servers, origin.ServerOptions{URL: s.URL, Name: s.Name, Weight: s.Weight, Transport: transport})
+	}
+	name := d.Name
+	m := p.metrics
+	opts.OnEject = func(s *origin.Server, reason string) {
+		p.originWarn("origin server ejected", "domain", name, "server", s.Name, "reason", reason)
+	}
+	opts.OnPanic = func() {
+		m.originPanics.WithLabelValues(name).Inc()
+		p.originWarn("origin group in panic mode: fewer than half its servers are healthy, balancing over all", "domain", name)
+	}
+	hist := make(map[*origin.Server]prometheus.Observer)
+	opts.OnResponse = func(s *origin.Server, status int, took time.Duration) {
+		if o := hist[s]; o != nil {
+			o.Observe(took.Seconds())
+		}
+	}
+	g, err := origin.NewUpstream(opts)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: domain %q: %w", name, err)
+	}
+	for _, s := range g.Servers() {
+		hist[s] = m.originSeconds.WithLabelValues(name, s.Name)
+	}
+	return g, nil
+}
+
+// originFailures is a rules failure set as origin's (the bits name the
+// same failures, in the same order: TestFailureBits).
+func originFailures(f rules.Failures) origin.Failure { return origin.Failure(f) }
+
+// checks returns the active checks of st's groups.
+func (st *state) checks() []origin.Check {
+	var out []origin.Check
+	for _, d := range st.domains {
+		if d.group == nil || d.Upstream.Health == nil {
+			continue
+		}
+		h := d.Upstream.Health
+		expect := append([]rules.StatusRange(nil), h.Expect...)
+		o := origin.CheckOptions{Path: h.Path, Host: h.Host, Interval: h.Interval, Timeout: h.Timeout,
+			HealthyAfter: h.HealthyAfter, UnhealthyAfter: h.UnhealthyAfter,
+			Expect: func(status int) bool {
+				for _, r := range expect {
+					if status >= r.Min && status <= r.Max {
+						return true
+					}
+				}
+				return false
+			}}
+		spelled := fmt.Sprint(expect)
+		for _, s := range d.group.Servers() {
+			out = append(out, origin.Check{Server: s, Options: o, Expect: spelled})
+		}
+	}
+	return out
+}
+
+// groupKey returns the request's key for a hash group (nil for other
+// policies), appended to b.
+func groupKey(b []byte, d *domain, ex *exchange) []byte {
+	if d.Upstream.Balance != rules.BalanceHash || ex == nil {
+		return nil
+	}
+	return rules.AppendKey(b, d.Upstream.HashKey, &ex.src)
+}
+
+// errOriginDown wraps the failure of a request that no server could
+// take: every try failed to connect.
+type errOriginDown struct{ err error }
+
+func (e errOriginDown) Error() string { return "no origin server could be reached: " + e.err.Error() }
+func (e errOriginDown) Unwrap() error { return e.err }
+
+// downAnswer makes a the answer to a request no server of d could take:
+// when_down's, or 502.
+func downAnswer(a *answer, d *domain) {
+	wd := (*rules.WhenDown)(nil)
+	if d != nil && d.Upstream != nil {
+		wd = d.Upstream.WhenDown
+	}
+	if wd == nil {
+		a.textAnswer(http.StatusBadGateway, outcomeOriginDown, "bad gateway: no origin server could be reached\n")
+		return
+	}
+	a.reset(wd.Status, outcomeOriginDown)
+	if wd.RetryAfter > 0 {
+		vals, from := startMade(a.vals, fieldRetryAfter)
+		vals = headers.AppendRetryAfter(vals, wd.RetryAfter)
+		a.vals = a.endMade(vals, fieldRetryAfter, from)
+	}
+	a.text(strconv.Itoa(wd.Status) + " " + http.StatusText(wd.Status) + ": no origin server could be reached\n")
+}
+
+// upstreamTransport carries the net/http path's requests to a domain's
+// group: each try on a server the group chooses, retried on another
+// where the group allows it, each observed (the domain's latency
+// histogram, the origin component's counts) and its connection watched
+// (origin.WithWatch).
+type upstreamTransport struct {
+	d  *domain
+	rt http.RoundTripper // for servers without a transport of their own
+}
+
+func (t upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	d, g := t.d, t.d.group
+	ex := exchangeOf(req.Context())
+	// The group decides by the request's one reading of the clock; tries
+	// are timed by the wall clock, as the latency histograms are.
+	now := time.Now()
+	if ex != nil {
+		now = ex.now
+	}
+	var kb [128]byte
+	trip := g.Start(now, groupKey(kb[:0], d, ex))
+	// A 1xx passed on to the client is a response byte sent: no retry
+	// after it.
+	var interim atomic.Bool
+	ctx := httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		Got1xxResponse: func(int, textproto.MIMEHeader) error { interim.Store(true); return nil },
+	})
+	idempotent := origin.Idempotent(req.Method)
+	bodyless, whole := !hasBody(req), ex != nil && ex.body != nil && bufferedWhole(ex.body)
+	// A body buffered whole is sent again from its buffer: ReverseProxy's
+	// body, closed by the failed try, reads no more.
+	var replay []byte
+	if whole {
+		replay = ex.body.r.(*prefixReader).buf
+	}
+	var lastErr error
+	for {
+		s := trip.Next(now)
+		if s == nil {
+			return nil, lastErr
+		}
+		out := req.WithContext(ctx)
+		if trip.Tries > 1 && replay != nil {
+			out.Body = io.NopCloser(bytes.NewReader(replay))
+		}
+		u := *req.URL
+		u.Scheme, u.Host = s.URL.Scheme, s.URL.Host
+		out.URL = &u
+		rt := s.Transport()
+		if rt == nil {
+			rt = t.rt
+		}
+		start := time.Now()
+		out, w := origin.WithWatch(out)
+		resp, err := rt.RoundTrip(out)
+		end := time.Now()
+		status, f := tryResult(resp, err)
+		endTry(&trip, d.upstreamObs, ex, s, status, f, end.Sub(start), now)
+		safe := !interim.Load() && (idempotent || f == origin.FailConnect) &&
+			(bodyless || whole && f == origin.FailConnect)
+		if trip.MayRetry(f, safe, now) {
+			if resp != nil {
+				resp.Body.Close()
+			}
+			lastErr = err
+			continue
+		}
+		if err != nil {
+			if f == origin.FailConnect {
+				err = errOriginDown{err}
+			}
+			return nil, err
+		}
+		w.Answered(resp)
+		return resp, nil
+	}
+}
+
+// tryResult is a try's status (0 for none) and failure, from its round
+// trip's results.
+func tryResult(resp *http.Response, err error) (int, origin.Failure) {
+	if err != nil {
+		return 0, origin.Classify(err)
+	}
+	return resp.StatusCode, origin.StatusFailure(resp.StatusCode)
+}
+
+// endTry ends a try of trip on s that took took, decided at now, on
+// either path: the origin component counts it, the domain's latency
+// histogram observes it, and the exchange (ex, nil for none) reports it.
+func endTry(trip *origin.Trip, obs *upstreamObservers, ex *exchange, s *origin.Server, status int, f origin.Failure, took time.Duration, now time.Time) {
+	trip.End(s, status, f, took, now)
+	class := 5
+	if status >= 100 && status < 600 {
+		class = status/100 - 1
+	}
+	obs[class].Observe(took.Seconds())
+	if ex != nil {
+		ex.up = upstreamReport{Server: s.Name, Status: status, Took: took, Attempts: trip.Tries}
+	}
+}
+
+// bufferedWhole reports whether the client's body was read whole before
+// the forward (readBody): then nothing of it is read from the client
+// while it is sent, and a try that sent none of it may be followed by
+// another.
+func bufferedWhole(b *clientBody) bool {
+	_, ok := b.r.(*prefixReader)
+	return ok
+}
+
+// originCollector reports the groups' servers at scrape time, from the
+// origin component's counts: so the request path only adds to atomics.
+type originCollector struct{ m *metrics }
+
+func (c originCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.m.originRequests, c.m.originInFlight, c.m.originHealthy, c.m.originEjections, c.m.originRetries} {
+		ch <- d
+	}
+}
+
+var originClasses = [...]string{"1xx", "2xx", "3xx", "4xx", "5xx", "error"}
+
+func (c originCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.m.p.state.Load()
+	if st == nil {
+		return
+	}
+	now := c.m.p.now()
+	for _, d := range st.domains {
+		if d.group == nil {
+			continue
+		}
+		for _, s := range d.group.Servers() {
+			for i, n := range s.Responses() {
+				ch <- prometheus.MustNewConstMetric(c.m.originRequests, prometheus.CounterValue, float64(n), d.Name, s.Name, originClasses[i])
+			}
+			ch <- prometheus.MustNewConstMetric(c.m.originInFlight, prometheus.GaugeValue, float64(s.InFlight()), d.Name, s.Name)
+			healthy := 0.0
+			if s.Healthy(now) {
+				healthy = 1
+			}
+			ch <- prometheus.MustNewConstMetric(c.m.originHealthy, prometheus.GaugeValue, healthy, d.Name, s.Name)
+			passive, active := s.Ejections()
+			ch <- prometheus.MustNewConstMetric(c.m.originEjections, prometheus.CounterValue, float64(passive), d.Name, s.Name, "passive")
+			ch <- prometheus.MustNewConstMetric(c.m.originEjections, prometheus.CounterValue, float64(active), d.Name, s.Name, "active")
+		}
+		for outcome, n := range d.group.RetryCounts() {
+			ch <- prometheus.MustNewConstMetric(c.m.originRetries, prometheus.CounterValue, float64(n), d.Name, outcome)
+		}
+	}
+}
+
+// originWarn logs what the origin component found (ejections, panic
+// mode), a line a second at most, saying how many were held back.
+func (p *Proxy) originWarn(msg string, args ...any) {
+	if n, ok := p.originLog.allow(time.Now()); ok {
+		p.log.Warn(msg, append(args, "suppressed", n)...)
+	}
+}
+
+// originsView is GET /v1/origins: every domain's servers, as the origin
+// component sees them now. The status page shows the same.
+type originsView struct {
+	Domains []originDomainView `json:"domains"`
+}
+
+type originDomainView struct {
+	Domain  string             `json:"domain"`
+	Balance string             `json:"balance"`
+	Checked bool               `json:"checked"` // health is set
+	Passive bool               `json:"passive"`
+	Panics  uint64             `json:"panic_choices"`
+	Retries map[string]uint64  `json:"retries"`
+	Servers []originServerView `json:"servers"`
+}
+
+type originServerView struct {
+	Server       string            `json:"server"`
+	Weight       int               `json:"weight"`
+	Healthy      bool              `json:"healthy"`
+	InFlight     int64             `json:"in_flight"`
+	EjectedUntil *time.Time        `json:"ejected_until,omitempty"`
+	LastCheck    *originCheckView  `json:"last_check"`
+	Ejections    map[string]uint64 `json:"ejections"`
+	Requests     map[string]uint64 `json:"requests"`
+}
+
+type originCheckView struct {
+	At      time.Time `json:"at"`
+	Outcome string    `json:"outcome"`
+}
+
+func (p *Proxy) originsView() originsView {
+	st := p.state.Load()
+	now := p.now()
+	v := originsView{Domains: []originDomainView{}}
+	for _, d := range st.domains {
+		if d.group == nil {
+			continue
+		}
+		dv := originDomainView{Domain: d.Name, Balance: d.Upstream.Balance.String(), Checked: d.Upstream.Health != nil,
+			Passive: d.Upstream.Passive != nil, Panics: d.group.Panics(), Retries: d.group.RetryCounts()}
+		for _, s := range d.group.Servers() {
+			passive, active := s.Ejections()
+			sv := originServerView{Server: s.Name, Weight: s.Weight, Healthy: s.Healthy(now), InFlight: s.InFlight(),
+				Ejections: map[string]uint64{"passive": passive, "active": active}, Requests: map[string]uint64{}}
+			if until := s.EjectedUntil(); until.After(now) {
+				sv.EjectedUntil = &until
+			}
+			if at, outcome := s.LastCheck(); !at.IsZero() {
+				sv.LastCheck = &originCheckView{At: at, Outcome: outcome}
+			}
+			for i, n := range s.Responses() {
+				sv.Requests[originClasses[i]] = n
+			}
+			dv.Servers = append(dv.Servers, sv)
+		}
+		v.Domains = append(v.Domains, dv)
+	}
+	return v
+}
+
+// grouped is v with only the domains of several servers or active
+// checks: what the status page shows (a lone origin is in its domain's
+// settings already).
+func (v originsView) grouped() originsView {
+	out := originsView{Domains: []originDomainView{}}
+	for _, d := range v.Domains {
+		if len(d.Servers) > 1 || d.Checked {
+			out.Domains = append(out.Domains, d)
+		}
+	}
+	return out
+}
+
+func (p *Proxy) getOrigins(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, p.originsView())
+}

@@ -53,8 +53,9 @@ type Options struct {
 	// none means http/1.1.
 	NextProtos []string
 	// Fingerprint, if set, computes the client's fingerprint (JA4) from
-	// its ClientHello, once per handshake.
-	Fingerprint func(*tls.ClientHelloInfo) string
+	// its ClientHello, once per handshake; quic is true for a QUIC
+	// connection's handshake (QUICConfig).
+	Fingerprint func(hello *tls.ClientHelloInfo, quic bool) string
 	// OnHandshake, if set, is told of every handshake the Stage ends. It
 	// runs in the connection's goroutine and must not block.
 	OnHandshake func(Handshake)
@@ -81,12 +82,15 @@ type Server struct {
 	base        *tls.Config // GetConfigForClient picks a certificate's config
 	template    *tls.Config // what each certificate's config is made from
 	reject      *tls.Config // a config with no certificate: the alert unrecognized_name
-	fingerprint func(*tls.ClientHelloInfo) string
+	fingerprint func(*tls.ClientHelloInfo, bool) string
 	onHandshake func(Handshake)
 	now         func() time.Time
 
 	managed     func(string) *tls.Certificate
-	managedConf *tls.Config // serves helloConn.managed
+	managedConf *tls.Config // serves hello.managed
+	// quic makes the QUIC handshakes' configs (QUICConfig): each of the
+	// configs above with ALPN h3 alone, made once per config.
+	quic sync.Map
 	// managedCerts holds the *Cert of each name a managed certificate was
 	// served for (what a request's Covers asks), made once per name.
 	managedCerts sync.Map
@@ -132,7 +136,7 @@ func NewServer(opts Options) (*Server, error) {
 	s.base.GetConfigForClient = s.configFor
 	s.managedConf = s.template.Clone()
 	s.managedConf.GetCertificate = func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
-		if hc, _ := hello.Conn.(*helloConn); hc != nil && hc.managed != nil {
+		if hc := helloOf(hello); hc != nil && hc.managed != nil {
 			return hc.managed, nil
 		}
 		return nil, errors.New("certs: no managed certificate chosen")
@@ -159,10 +163,31 @@ func (s *Server) Set() *Set { return s.set.Load() }
 // ClientHello told configFor to the Stage.
 type helloConn struct {
 	net.Conn
+	helloState
+}
+
+// helloState is what a ClientHello told configFor: the certificate chosen and
+// the fingerprint.
+type helloState struct {
 	cert    *Cert
 	managed *tls.Certificate // the managed certificate chosen, served by managedConf
 	ja4     string
 	result  string // ResultUnknownSNI, ResultRejected or ResultACME when so
+	quic    bool   // a QUIC connection's (QUICHello)
+}
+
+// helloOf returns the hello of a handshake: its helloConn's, or its QUIC
+// connection's (QUICHello); nil for a handshake neither made.
+func helloOf(h *tls.ClientHelloInfo) *helloState {
+	if hc, _ := h.Conn.(*helloConn); hc != nil {
+		return &hc.helloState
+	}
+	if ctx := h.Context(); ctx != nil {
+		if q, _ := ctx.Value(quicHelloKey{}).(*QUICHello); q != nil {
+			return &q.helloState
+		}
+	}
+	return nil
 }
 
 // configFor chooses the config of the certificate for hello's name: an
@@ -170,15 +195,15 @@ type helloConn struct {
 // as Set.Lookup orders them with a managed one after the files' exact
 // names.
 func (s *Server) configFor(hello *tls.ClientHelloInfo) (*tls.Config, error) {
-	hc, _ := hello.Conn.(*helloConn)
+	hc := helloOf(hello)
 	if hc == nil {
 		return nil, errors.New("certs: a handshake on a connection the Stage did not make")
 	}
-	if s.challenge != nil && len(hello.SupportedProtos) == 1 && hello.SupportedProtos[0] == ALPNACME {
+	if s.challenge != nil && !hc.quic && len(hello.SupportedProtos) == 1 && hello.SupportedProtos[0] == ALPNACME {
 		return s.challengeConfig(hc, hello)
 	}
 	if s.fingerprint != nil {
-		hc.ja4 = s.fingerprint(hello)
+		hc.ja4 = s.fingerprint(hello, hc.quic)
 	}
 	set := s.set.Load()
 	if s.managed != nil {
@@ -213,7 +238,7 @@ func (s *Server) managedCert(name string) *Cert {
 
 // challengeConfig answers an ACME server's TLS-ALPN-01 validation with the
 // challenge's certificate, negotiating acme-tls/1 (RFC 8737 §3).
-func (s *Server) challengeConfig(hc *helloConn, hello *tls.ClientHelloInfo) (*tls.Config, error) {
+func (s *Server) challengeConfig(hc *helloState, hello *tls.ClientHelloInfo) (*tls.Config, error) {
 	hc.result = ResultACME
 	cert, err := s.challenge(hello)
 	if err != nil {

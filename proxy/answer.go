@@ -40,12 +40,13 @@ const (
 	outcomeRedirect      = "redirect"       // https_redirect sent it to https (308)
 	outcomeUnauthorized  = "unauthorized"   // jwt invalid: refuse, and no valid bearer token (401)
 	outcomeACME          = "acme"           // edge answered an ACME server's HTTP-01 validation itself (200, or 404 for an unknown token)
+	outcomeTooEarly      = "too_early"      // sent in HTTP/3's 0-RTT data with a method that is not safe to replay (425)
 )
 
 // answeredOutcomes are the outcomes of the answers to a request of a domain
 // that edge makes itself, besides blocked and unavailable, in the order the
 // status page lists them.
-var answeredOutcomes = []string{outcomeBadCost, outcomeBodyRefused, outcomeOriginFailed, outcomeOriginTimeout, outcomeOriginDown, outcomeShed, outcomeLoop, outcomeRedirect, outcomeACME, outcomeUnauthorized}
+var answeredOutcomes = []string{outcomeBadCost, outcomeBodyRefused, outcomeOriginFailed, outcomeOriginTimeout, outcomeOriginDown, outcomeShed, outcomeLoop, outcomeRedirect, outcomeACME, outcomeTooEarly, outcomeUnauthorized}
 
 // fieldName names a field an answer may carry. The names are in net/http's
 // order (it writes a handler's fields sorted by name), so that an answer
@@ -53,7 +54,8 @@ var answeredOutcomes = []string{outcomeBadCost, outcomeBodyRefused, outcomeOrigi
 type fieldName uint8
 
 const (
-	fieldCacheControl fieldName = iota
+	fieldAltSvc fieldName = iota
+	fieldCacheControl
 	fieldConnection
 	fieldContentType
 	fieldGRPCMessage
@@ -73,6 +75,7 @@ const (
 
 // fieldNames are the fields' canonical names, as net/http writes them.
 var fieldNames = [numFieldNames]string{
+	fieldAltSvc:                  "Alt-Svc",
 	fieldCacheControl:            "Cache-Control",
 	fieldConnection:              "Connection",
 	fieldContentType:             "Content-Type",
@@ -106,6 +109,7 @@ type answer struct {
 	vals        []byte       // the lines of fields made for this answer
 	custom      *staticField // a static line of this answer's own (a rule's Content-Type)
 	hsts        *staticField // the domain's Strict-Transport-Security line, on HTTPS
+	alt         *staticField // the Alt-Svc line announcing HTTP/3, on HTTPS
 	body        []byte
 }
 
@@ -149,6 +153,7 @@ const (
 	wwwInvalidToken
 	customStatic // answer.custom
 	hstsStatic   // answer.hsts
+	altStatic    // answer.alt
 	numStatics
 )
 
@@ -176,6 +181,9 @@ func (a *answer) reset(status int, outcome string) {
 	if a.hsts != nil {
 		a.hsts = nil
 	}
+	if a.alt != nil {
+		a.alt = nil
+	}
 	a.vals, a.body = a.vals[:0], a.body[:0]
 }
 
@@ -199,6 +207,8 @@ func (a *answer) staticLine(f *answerField) *staticField {
 		return a.custom
 	case hstsStatic:
 		return a.hsts
+	case altStatic:
+		return a.alt
 	}
 	return statics[f.static]
 }
@@ -498,6 +508,22 @@ func (a *answer) strictTransport(d *domain, secure bool) {
 		a.hsts = d.hsts
 		a.set(fieldStrictTransportSecurity, hstsStatic)
 	}
+}
+
+// altService adds alt, the Alt-Svc line announcing HTTP/3 (http3.go), to an
+// answer made on an HTTPS connection; nothing for nil.
+func (a *answer) altService(alt *staticField) {
+	if alt != nil {
+		a.alt = alt
+		a.set(fieldAltSvc, altStatic)
+	}
+}
+
+// tooEarlyAnswer answers a request sent in 0-RTT data whose method is not
+// safe to replay: 425, after which the client sends it again once the
+// handshake is done (RFC 8470 §5.2).
+func (a *answer) tooEarlyAnswer() {
+	a.textAnswer(http.StatusTooEarly, outcomeTooEarly, "too early: this request may be replayed; send it again once the handshake is done\n")
 }
 
 // redirectAnswer sends a request of a domain with https_redirect to

@@ -224,6 +224,7 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 	case stepAnswer:
 		endBody(h, &ex.ans)
 		ex.ans.strictTransport(d, isHTTPS(h.TLS, h.Front))
+		ex.ans.altService(p.altSvcOn(h.TLS))
 		return ex.ans.appendTo(out, h.Now, false), true
 	}
 	out = p.forwardFast(ex, h, out) // fastforward.go

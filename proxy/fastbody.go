@@ -270,6 +270,7 @@ func (p *Proxy) refuseFastBody(d *domain, h *Head, method string, err error, out
 	var a answer
 	a.refusalAnswer(no, outcomeBodyRefused)
 	a.strictTransport(d, isHTTPS(h.TLS, h.Front))
+	a.altService(p.altSvcOn(h.TLS))
 	d.requests.count(&a)
 	return a.appendTo(out, time.Now(), method == http.MethodHead)
 }

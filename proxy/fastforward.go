@@ -268,6 +268,7 @@ func (r *relay) fail(l *errorLog, err error) []byte {
 	var a answer
 	upstreamFailure(&a, err, r.d) // forward.go
 	a.strictTransport(r.d, isHTTPS(r.h.TLS, r.h.Front))
+	a.altService(r.p.altSvcOn(r.h.TLS))
 	l.logFast(string(r.h.Method), r.h.Target, a.status, err)
 	r.d.requests.count(&a)
 	endBody(r.h, &a)
@@ -396,6 +397,9 @@ func (r *relay) onHead(resp *http.Response) {
 	}
 	if isHTTPS(r.h.TLS, r.h.Front) && r.d.hsts != nil {
 		resp.Header["Strict-Transport-Security"] = r.d.hsts.value // the domain's, not the origin's
+	}
+	if alt := r.p.altSvcOn(r.h.TLS); alt != nil {
+		resp.Header["Alt-Svc"] = alt.value // edge's, not the origin's
 	}
 }
 

@@ -31,6 +31,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, d *domain) {
 			// own answer to a failed forward in errorLog.handle.
 			delete(w.Header(), "Strict-Transport-Security")
 		}
+		if p.started.TLS.HTTP3 { // Alt-Svc likewise (http3.go)
+			delete(w.Header(), "Alt-Svc")
+		}
 	}
 	d.upstream.ServeHTTP(w, r)
 }
@@ -76,6 +79,7 @@ func (p *Proxy) newForwarder(d *domain, cip *ClientIP, transport http.RoundTripp
 	origin := d.Origin
 	errLog := newErrorLog(p.log, domain, &d.requests, func(w http.ResponseWriter, err error) { p.refuseBody(w, d, err) })
 	errLog.hsts, errLog.d = d.hsts, d
+	errLog.altSvc = p.altSvcOn
 	obs := p.metrics.upstreamObservers(domain)
 	d.upstreamObs = obs // the status page reads them (recent.go)
 	d.fastFwd = p.fastOriginFor(d, obs, errLog)
@@ -139,13 +143,16 @@ func (p *Proxy) newForwarder(d *domain, cip *ClientIP, transport http.RoundTripp
 		ErrorHandler: errLog.handle,
 		ErrorLog:     slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
 	}
-	if mergeFields || d.countsAfter || d.hsts != nil {
+	if mergeFields || d.countsAfter || d.hsts != nil || p.started.TLS.HTTP3 {
 		rp.ModifyResponse = func(resp *http.Response) error {
 			if d.countsAfter {
 				p.onResponse(d, resp)
 			}
 			if d.hsts != nil && (resp.Request.TLS != nil || isHTTPS(nil, frontOf(resp.Request.Context()))) {
 				resp.Header["Strict-Transport-Security"] = d.hsts.value // the domain's, not the origin's
+			}
+			if alt := p.altSvcOn(contextTLS(resp.Request.Context())); alt != nil {
+				resp.Header["Alt-Svc"] = alt.value // edge's, not the origin's
 			}
 			if !mergeFields {
 				return nil
@@ -214,9 +221,10 @@ type errorLog struct {
 	log        *slog.Logger
 	domain     string
 	refuseBody func(http.ResponseWriter, error)
-	counts     *requestCounters // the domain's
-	hsts       *staticField     // the domain's Strict-Transport-Security, nil for none
-	d          *domain          // for when_down; nil in tests
+	counts     *requestCounters             // the domain's
+	hsts       *staticField                 // the domain's Strict-Transport-Security, nil for none
+	altSvc     func(*wire.TLS) *staticField // the Alt-Svc line on a connection's TLS (http3.go)
+	d          *domain                      // for when_down; nil in tests
 	limiter    *rate.Limiter
 	mu         sync.Mutex
 	suppressed int // errors not logged since the last line
@@ -237,6 +245,11 @@ func newErrorLog(log *slog.Logger, domain string, counts *requestCounters, refus
 func (l *errorLog) handle(w http.ResponseWriter, r *http.Request, err error) {
 	if l.hsts != nil && (r.TLS != nil || isHTTPS(nil, requestFront(r))) {
 		w.Header()["Strict-Transport-Security"] = l.hsts.value // as ServeHTTP set it before the forward
+	}
+	if l.altSvc != nil {
+		if alt := l.altSvc(requestTLS(r)); alt != nil {
+			w.Header()["Alt-Svc"] = alt.value // as ServeHTTP set it before the forward
+		}
 	}
 	if berr := bodyError(r); berr != nil {
 		l.refuseBody(w, berr)

@@ -29,17 +29,18 @@ type via struct {
 	token string
 	// value is the entry of a request received as HTTP/1.1 ("1.1 " and
 	// the token), value10 of one received as HTTP/1.0, value2 of one
-	// received as HTTP/2 ("2", as RFC 9113 names the version); field is
+	// received as HTTP/2 ("2", as RFC 9113 names the version), value3 of
+	// one received as HTTP/3 ("3", RFC 9114); field is
 	// value, for the fast forward's head (which the guard offers only for
 	// HTTP/1.1).
-	value, value10, value2 string
-	field                  []byte
+	value, value10, value2, value3 string
+	field                          []byte
 }
 
 // newVia makes the Via entry of the node named node in PoP pop (viaToken).
 func newVia(pop, node string) via {
 	token := viaToken(pop, node)
-	return via{token: token, value: "1.1 " + token, value10: "1.0 " + token, value2: "2 " + token, field: []byte("1.1 " + token)}
+	return via{token: token, value: "1.1 " + token, value10: "1.0 " + token, value2: "2 " + token, value3: "3 " + token, field: []byte("1.1 " + token)}
 }
 
 // viaToken is the pseudonym of the node named node ("": the host name,
@@ -62,6 +63,8 @@ func (v *via) entry(r *http.Request) string {
 	switch {
 	case r.ProtoMajor == 2:
 		return v.value2
+	case r.ProtoMajor == 3:
+		return v.value3
 	case !r.ProtoAtLeast(1, 1):
 		return v.value10
 	}

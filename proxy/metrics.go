@@ -60,6 +60,7 @@ type metrics struct {
 
 	// HTTP/2 (http2.go).
 	http2Floods *prometheus.CounterVec
+	http3Conns  *prometheus.CounterVec
 
 	// Untrusted peers that forward for others (forwarders.go).
 	untrustedForwarders prometheus.Counter
@@ -222,6 +223,10 @@ func newMetrics(p *Proxy, version string) *metrics {
 			Name: "edge_jwks_fetches_total",
 			Help: "Fetches of a jwt.jwks_url, by result: ok, or error (the last keys stay).",
 		}, []string{"result"}),
+		http3Conns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edge_http3_connections_total",
+			Help: "QUIC connection attempts of the HTTP/3 listener, by result: ok (handshake done), retry (sent a Retry to validate the address, more than http3.retry_above handshakes being in progress), refused (a validated address over connections.max_per_client or rate_per_client), handshake_error (the handshake failed or timed out).",
+		}, []string{"result"}),
 		xffMalformed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "edge_client_ip_xff_malformed_total",
 			Help: "Requests from a trusted proxy whose X-Forwarded-For could not be read; they were keyed by the proxy's address.",
@@ -324,7 +329,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 		m.acmeOrders.WithLabelValues(r)
 		m.acmeRenewals.WithLabelValues(r)
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.queued, m.reloads, m.lastReload, m.reloadOK, m.upstream, originCollector{m}, m.originSeconds, m.originPanics, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.tlsHandshakes, m.tlsHandshakeSeconds, certCollector{m}, m.acmeOrders, m.acmeRenewals, m.http2Floods, m.proxyProtocol, m.connsRefused, m.xffMalformed, m.jwt, m.jwksFetches, m.untrustedForwarders, m.checkAnswers, m.buildInfo, m.sampled, m.misjudged, m.responseCostInvalid, m.bufferedBytes, m.bufferFull, m.inFlight, m.shedInFlight, m.shedRefused, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.queued, m.reloads, m.lastReload, m.reloadOK, m.upstream, originCollector{m}, m.originSeconds, m.originPanics, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.tlsHandshakes, m.tlsHandshakeSeconds, certCollector{m}, m.acmeOrders, m.acmeRenewals, m.http2Floods, m.http3Conns, m.proxyProtocol, m.connsRefused, m.xffMalformed, m.jwt, m.jwksFetches, m.untrustedForwarders, m.checkAnswers, m.buildInfo, m.sampled, m.misjudged, m.responseCostInvalid, m.bufferedBytes, m.bufferFull, m.inFlight, m.shedInFlight, m.shedRefused, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
 		errs = append(errs, reg.Register(c))
 	}
 	return errors.Join(errs...)
@@ -343,9 +348,10 @@ type requestCounters struct {
 
 // requestCounters makes the request counters of domain; redirects and
 // acme say whether it has https_redirect and acme, without which it has no
-// redirect or acme series; refuses, whether its jwt section refuses (an
-// unauthorized series).
-func (m *metrics) requestCounters(domain string, redirects, acme, refuses bool) requestCounters {
+// redirect or acme series, early whether edge accepts HTTP/3's 0-RTT
+// (http3.allow_0rtt), without which it has no too_early series; refuses,
+// whether its jwt section refuses (an unauthorized series).
+func (m *metrics) requestCounters(domain string, redirects, acme, early, refuses bool) requestCounters {
 	c := requestCounters{
 		served:           m.requests.WithLabelValues(domain, "served"),
 		blocked:          m.requests.WithLabelValues(domain, "blocked"),
@@ -354,7 +360,8 @@ func (m *metrics) requestCounters(domain string, redirects, acme, refuses bool) 
 		answered:         make(map[string]prometheus.Counter, len(answeredOutcomes)),
 	}
 	for _, o := range answeredOutcomes {
-		if o == outcomeRedirect && !redirects || o == outcomeACME && !acme || o == outcomeUnauthorized && !refuses {
+		if o == outcomeRedirect && !redirects || o == outcomeACME && !acme || o == outcomeTooEarly && !early ||
+			o == outcomeUnauthorized && !refuses {
 			continue
 		}
 		c.answered[o] = m.requests.WithLabelValues(domain, o)

@@ -369,7 +369,8 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 		}
 	}()
 	for i, rd := range t.Domains {
-		d := &domain{Domain: rd, requests: p.metrics.requestCounters(rd.Name, rd.HTTPSRedirect, rd.ACME, rd.JWT != nil && rd.JWT.Refuse)}
+		d := &domain{Domain: rd, requests: p.metrics.requestCounters(rd.Name, rd.HTTPSRedirect, rd.ACME, p.started.TLS.HTTP3 && p.started.HTTP3.AllowZeroRTT,
+			rd.JWT != nil && rd.JWT.Refuse)}
 		if rd.HSTSMaxAge > 0 {
 			d.hsts = static(fieldStrictTransportSecurity, "max-age="+strconv.FormatInt(int64(rd.HSTSMaxAge/time.Second), 10))
 		}

@@ -305,6 +305,12 @@ var settings = []setting{
 	// starts (cmd/edge, http2.go), so a reload changes it for new ones.
 	restarts("tls.http2", func(t *rules.Table) any { return t.TLS.HTTP2 }),
 	restarts("h2c", func(t *rules.Table) any { return t.H2C }),
+	// HTTP/3: the QUIC listener and its settings are fixed for its
+	// lifetime; retry_above is read as each connection arrives.
+	restarts("tls.http3", func(t *rules.Table) any { return t.TLS.HTTP3 }),
+	restarts("http3.allow_0rtt", func(t *rules.Table) any { return t.HTTP3.AllowZeroRTT }),
+	restarts("http3.max_concurrent_streams", func(t *rules.Table) any { return t.HTTP3.MaxConcurrentStreams }),
+	reloads("http3.retry_above"),
 	restarts("http2.max_concurrent_streams", func(t *rules.Table) any { return t.HTTP2.MaxConcurrentStreams }),
 	reloads("http2.max_requests_per_connection"),
 	// Its own value only: one that follows max_header_bytes is listed

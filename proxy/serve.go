@@ -46,8 +46,15 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ex.ans.write(w)
 		return
 	}
+	if !p.early(&ex.ans, d, r) { // http3.go: 425 for an unsafe request in 0-RTT data
+		ex.ans.write(w)
+		return
+	}
 	if isHTTPS(ex.tls, front) && d.hsts != nil {
 		w.Header()["Strict-Transport-Security"] = d.hsts.value // on every answer; a forward's: forward.go
+	}
+	if alt := p.altSvcOn(ex.tls); alt != nil {
+		w.Header()["Alt-Svc"] = alt.value // on every answer; a forward's: forward.go
 	}
 	if d.store != nil || d.Upstream != nil && d.Upstream.Balance == rules.BalanceHash {
 		// Rules key requests by it, and so does a hash group (upstream.go).

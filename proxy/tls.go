@@ -40,6 +40,12 @@ func WithTLS(ctx context.Context, t *wire.TLS) context.Context {
 	return context.WithValue(ctx, tlsKey{}, t)
 }
 
+// contextTLS returns the TLS WithTLS put in ctx, nil without.
+func contextTLS(ctx context.Context) *wire.TLS {
+	t, _ := ctx.Value(tlsKey{}).(*wire.TLS)
+	return t
+}
+
 // requestTLS returns the TLS of r's connection, nil without, and sets
 // r.TLS from it, as net/http does for its own TLS connections (the
 // forwarder's X-Forwarded-Proto is read from it).
@@ -72,6 +78,7 @@ func (p *Proxy) secure(a *answer, d *domain, t *wire.TLS, f *wire.Front, rawHost
 		p.metrics.misdirected.Inc()
 		a.uncoveredAnswer()
 		a.strictTransport(d, true)
+		a.altService(p.altSvcOn(t))
 		return false
 	}
 	return true
@@ -248,6 +255,9 @@ type tlsState struct {
 	httpsPort    atomic.Int64
 	certificates atomic.Pointer[[]certs.Info]
 	tlsLog       onceASecond
+	// altSvc is the Alt-Svc line of HTTPS responses, nil without HTTP/3
+	// (http3.go).
+	altSvc atomic.Pointer[staticField]
 }
 
 // ConnContext is the public server's ConnContext: a connection over TLS

@@ -181,6 +181,7 @@ func Compile(cfg Config) (*Table, error) {
 	t.TLS = compileTLS(&p, cfg.TLS)
 	checkTLSListener(&p, t)
 	t.HTTP2 = compileHTTP2(&p, cfg.HTTP2, cfg.H2C, t)
+	t.HTTP3 = compileHTTP3(&p, cfg.HTTP3, t)
 	t.ProxyProtocol = compileProxyProtocol(&p, cfg.ProxyProtocol, t)
 	t.Connections = compileConnections(&p, cfg.Connections)
 

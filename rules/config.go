@@ -145,6 +145,9 @@ type Config struct {
 	H2C bool `mapstructure:"h2c"`
 	// HTTP2 holds the limits of the HTTP/2 edge serves (see [HTTP2Config]).
 	HTTP2 HTTP2Config `mapstructure:"http2"`
+	// HTTP3 holds the limits of the HTTP/3 edge serves with tls.http3
+	// (see [HTTP3Config]).
+	HTTP3 HTTP3Config `mapstructure:"http3"`
 	// ProxyProtocol names the load balancers whose connections begin with
 	// a PROXY protocol header (see [ProxyProtocolConfig]).
 	ProxyProtocol ProxyProtocolConfig `mapstructure:"proxy_protocol"`

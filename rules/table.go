@@ -78,6 +78,8 @@ type Table struct {
 	H2C bool
 	// HTTP2 is the http2 section, defaults applied.
 	HTTP2 HTTP2
+	// HTTP3 is the http3 section, defaults applied.
+	HTTP3 HTTP3
 	// ProxyProtocol is the proxy_protocol section; From nil means off.
 	ProxyProtocol ProxyProtocol
 	// Connections are the connections section's limits; the zero value

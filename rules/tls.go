@@ -42,6 +42,10 @@ type TLSConfig struct {
 	// HTTP2 offers h2 beside http/1.1 by ALPN; false offers http/1.1
 	// alone. Default true.
 	HTTP2 *bool `mapstructure:"http2"`
+	// HTTP3 serves HTTP/3 over QUIC on UDP at Listen's port (with port 0,
+	// the port the system chose for TCP), with the same certificates, and
+	// announces it in Alt-Svc on HTTPS responses. Default false.
+	HTTP3 bool `mapstructure:"http3"`
 	// ACME, when set, obtains and renews a certificate for every exact
 	// host of every domain that sets acme: true (docs/tls.md, "ACME").
 	ACME *ACMEConfig `mapstructure:"acme"`
@@ -102,6 +106,8 @@ type TLS struct {
 	FingerprintHeader string
 	// HTTP2: ALPN offers h2 before http/1.1 (tls.http2).
 	HTTP2 bool
+	// HTTP3: HTTP/3 is served over QUIC at Listen's port (tls.http3).
+	HTTP3 bool
 	// ACME is the compiled tls.acme; nil without.
 	ACME *ACME
 }
@@ -147,7 +153,7 @@ const MaxHSTSMaxAge = 10 * 365 * 24 * time.Hour
 // compileTLS validates the tls section, whose listener must not collide
 // with the others of t (compiled before it).
 func compileTLS(p *problems, c TLSConfig) TLS {
-	out := TLS{Listen: c.Listen, Certificates: c.Certificates, MinVersion: tls.VersionTLS12, HTTP2: c.HTTP2 == nil || *c.HTTP2}
+	out := TLS{Listen: c.Listen, Certificates: c.Certificates, MinVersion: tls.VersionTLS12, HTTP2: c.HTTP2 == nil || *c.HTTP2, HTTP3: c.HTTP3}
 	if c.Listen == "" {
 		for _, k := range []struct {
 			path string
@@ -159,12 +165,14 @@ func compileTLS(p *problems, c TLSConfig) TLS {
 			{"tls.min_version", c.MinVersion != ""},
 			{"tls.fingerprint_header", c.FingerprintHeader != ""},
 			{"tls.http2", c.HTTP2 != nil},
+			{"tls.http3", c.HTTP3},
 			{"tls.acme", c.ACME != nil},
 		} {
 			if k.set {
 				p.add(k.path, "needs tls.listen: edge serves no TLS without it")
 			}
 		}
+		out.HTTP3 = false
 		return out
 	}
 	checkAddr(p, "tls.listen", c.Listen)

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -91,7 +92,7 @@ func recordingOrigin(t *testing.T) (*httptest.Server, func() []string) {
 		for k, vs := range r.Header {
 			v := strings.Join(vs, ", ")
 			if k == "Via" {
-				v = strings.Replace(v, "2 edge-", "1.1 edge-", 1)
+				v = strings.Replace(strings.Replace(v, "2 edge-", "1.1 edge-", 1), "3 edge-", "1.1 edge-", 1)
 			}
 			fields = append(fields, k+": "+v)
 		}
@@ -142,7 +143,7 @@ func comparedMetrics(t *testing.T, e *tlsEdge) string {
 			continue
 		}
 		skip := false
-		for _, p := range []string{"edge_connections_open", "edge_tls_", "edge_config_last_reload_success_timestamp_seconds",
+		for _, p := range []string{"edge_connections_open", "edge_tls_", "edge_http3_", "edge_config_last_reload_success_timestamp_seconds",
 			"edge_upstream_request_duration_seconds_bucket", "edge_upstream_request_duration_seconds_sum",
 			"edge_origin_response_seconds_bucket", "edge_origin_response_seconds_sum"} {
 			skip = skip || strings.HasPrefix(l, p)
@@ -212,13 +213,14 @@ type h2Step struct {
 }
 
 // TestHTTP2SameAsHTTP1: the same request sequences sent over HTTP/1.1 to
-// one edge and over HTTP/2 to another (in the clear with prior knowledge,
-// and over TLS with ALPN) get the same statuses, fields (but Date and
-// hop-by-hop ones) and bodies; their origins receive the same requests
+// one edge, over HTTP/2 to another (in the clear with prior knowledge,
+// and over TLS with ALPN) and over HTTP/3 to a third (its https requests;
+// the plain ones over HTTP/1.1) get the same statuses, fields (but Date
+// and hop-by-hop ones) and bodies; their origins receive the same requests
 // (Via's version aside), and the edges end with the same metrics and top
 // talkers: the screen, host routing, client identity, rules, refusals,
-// static responses, TLS's answers (421, HSTS, X-Forwarded-Proto,
-// https_redirect) are the same for every stream.
+// static responses, TLS's answers (421, HSTS, Alt-Svc, X-Forwarded-Proto,
+// https_redirect) are the same for every stream. Each edge serves HTTP/3.
 func TestHTTP2SameAsHTTP1(t *testing.T) {
 	steps := []h2Step{}
 	for _, scheme := range []string{"http", "https"} {
@@ -251,12 +253,26 @@ func TestHTTP2SameAsHTTP1(t *testing.T) {
 		status, logs    string
 	}
 	runs := map[string]*run{}
-	for _, proto := range []string{"h1", "h2"} {
-		origin, seen := recordingOrigin(t)
-		e := startTLSEdge(t, h2Config(origin.URL, ""))
+	edges := map[string]*tlsEdge{}
+	clients := map[string]*http.Client{}
+	seen := map[string]func() []string{}
+	protos := []string{"h1", "h2", "h3"}
+	for _, proto := range protos {
+		origin, recorded := recordingOrigin(t)
+		e := startTLSEdge(t, h3Config(origin.URL, ""))
 		client := e.protoClient(proto)
-		r := &run{}
-		for _, s := range steps {
+		if proto == "h3" {
+			h3 := e.h3Client(t, nil, nil)
+			client = &http.Client{Transport: h3OrPlain{h3: h3.tr, plain: e.protoClient("h1").Transport},
+				CheckRedirect: client.CheckRedirect, Timeout: client.Timeout}
+		}
+		runs[proto], edges[proto], clients[proto], seen[proto] = &run{}, e, client, recorded
+	}
+	// Each step goes to every edge in turn, so that the answers that
+	// depend on the time (Retry-After) are made within a second of each
+	// other (sameAnswers allows for a second boundary between them).
+	for _, s := range steps {
+		for _, proto := range protos {
 			var body io.Reader
 			if s.body != "" {
 				body = strings.NewReader(s.body)
@@ -271,24 +287,43 @@ func TestHTTP2SameAsHTTP1(t *testing.T) {
 			if s.host != "" {
 				req.Host = s.host
 			}
-			resp, err := client.Do(req)
+			resp, err := clients[proto].Do(req)
 			if err != nil {
 				t.Fatalf("%s %s %s: %v", proto, s.method, s.url, err)
 			}
-			if want := map[string]int{"h1": 1, "h2": 2}[proto]; resp.ProtoMajor != want {
+			want := map[string]int{"h1": 1, "h2": 2, "h3": 3}[proto]
+			if proto == "h3" && req.URL.Scheme == "http" {
+				want = 1
+			}
+			if resp.ProtoMajor != want {
 				t.Fatalf("%s %s: answered over %s", proto, s.url, resp.Proto)
 			}
-			// The HTTPS port (in a redirect) is each edge's own.
-			_, port, _ := net.SplitHostPort(e.tls)
-			r.answers = append(r.answers, s.method+" "+s.url+"\n"+strings.ReplaceAll(answerText(resp), ":"+port+"/", ":<tls port>/"))
+			// The HTTPS port (in a redirect, in Alt-Svc) is each edge's own.
+			_, port, _ := net.SplitHostPort(edges[proto].tls)
+			text := strings.ReplaceAll(answerText(resp), ":"+port+"/", ":<tls port>/")
+			runs[proto].answers = append(runs[proto].answers, s.method+" "+s.url+"\n"+strings.ReplaceAll(text, `":`+port+`"`, `":<tls port>"`))
 		}
-		client.CloseIdleConnections()
-		r.origin = seen()
-		runs[proto] = r
-		// Counted as the answer is written: HTTP/2's settle against
-		// HTTP/1.1's.
-		// (A poll like wait.For's, which gives up without failing: the
-		// comparison below says what differs.)
+	}
+	for _, proto := range protos {
+		clients[proto].CloseIdleConnections()
+		runs[proto].origin = seen[proto]()
+	}
+	// The status page's totals are sampled each second: the reference
+	// run's are read once a sample has followed its sequence (two reads a
+	// sample apart agree), after every sequence ran (the rules' Retry-After
+	// depends on when each ran). Counted as the answer is written: the
+	// others settle against HTTP/1.1's. (A poll like wait.For's, which
+	// gives up without failing: the comparison below says what differs.)
+	for prev, deadline := statusTotals(t, edges["h1"]), time.Now().Add(10*time.Second); time.Now().Before(deadline); {
+		time.Sleep(1100 * time.Millisecond)
+		cur := statusTotals(t, edges["h1"])
+		if cur == prev {
+			break
+		}
+		prev = cur
+	}
+	for _, proto := range protos {
+		r, e := runs[proto], edges[proto]
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 			r.top, r.metrics, r.status, r.logs = topTalkers(t, e), comparedMetrics(t, e), statusTotals(t, e), logMessages(e)
 			if proto == "h1" || r.metrics == runs["h1"].metrics && r.status == runs["h1"].status || time.Now().After(deadline) {
@@ -296,36 +331,39 @@ func TestHTTP2SameAsHTTP1(t *testing.T) {
 			}
 		}
 	}
-	h1, h2 := runs["h1"], runs["h2"]
-	for i := range steps {
-		if h1.answers[i] != h2.answers[i] {
-			t.Errorf("step %d answered\nover HTTP/1.1:\n%s\nover HTTP/2:\n%s", i, h1.answers[i], h2.answers[i])
+	h1 := runs["h1"]
+	for _, proto := range []string{"h2", "h3"} {
+		other, name := runs[proto], map[string]string{"h2": "HTTP/2", "h3": "HTTP/3"}[proto]
+		for i := range steps {
+			if !sameAnswers(h1.answers[i], other.answers[i]) {
+				t.Errorf("step %d answered\nover HTTP/1.1:\n%s\nover %s:\n%s", i, h1.answers[i], name, other.answers[i])
+			}
 		}
-	}
-	if len(h1.origin) != len(h2.origin) {
-		t.Errorf("the origin got %d requests over HTTP/1.1, %d over HTTP/2", len(h1.origin), len(h2.origin))
-	}
-	for i := range min(len(h1.origin), len(h2.origin)) {
-		if h1.origin[i] != h2.origin[i] {
-			t.Errorf("the origin's request %d\nfrom HTTP/1.1:\n%s\nfrom HTTP/2:\n%s", i, h1.origin[i], h2.origin[i])
+		if len(h1.origin) != len(other.origin) {
+			t.Errorf("the origin got %d requests over HTTP/1.1, %d over %s", len(h1.origin), len(other.origin), name)
 		}
-	}
-	if h1.top != h2.top {
-		t.Errorf("top talkers: HTTP/1.1 %s, HTTP/2 %s", h1.top, h2.top)
-	}
-	if h1.status != h2.status {
-		t.Errorf("status page's totals: HTTP/1.1 %s, HTTP/2 %s", h1.status, h2.status)
-	}
-	if h1.logs != h2.logs {
-		t.Errorf("logged after the start:\nHTTP/1.1:\n%s\nHTTP/2:\n%s", h1.logs, h2.logs)
-	}
-	if h1.metrics != h2.metrics {
-		t.Errorf("metrics differ:\nHTTP/1.1:\n%s\nHTTP/2:\n%s", h1.metrics, h2.metrics)
+		for i := range min(len(h1.origin), len(other.origin)) {
+			if h1.origin[i] != other.origin[i] {
+				t.Errorf("the origin's request %d\nfrom HTTP/1.1:\n%s\nfrom %s:\n%s", i, h1.origin[i], name, other.origin[i])
+			}
+		}
+		if h1.top != other.top {
+			t.Errorf("top talkers: HTTP/1.1 %s, %s %s", h1.top, name, other.top)
+		}
+		if h1.status != other.status {
+			t.Errorf("status page's totals: HTTP/1.1 %s, %s %s", h1.status, name, other.status)
+		}
+		if h1.logs != other.logs {
+			t.Errorf("logged after the start:\nHTTP/1.1:\n%s\n%s:\n%s", h1.logs, name, other.logs)
+		}
+		if h1.metrics != other.metrics {
+			t.Errorf("metrics differ:\nHTTP/1.1:\n%s\n%s:\n%s", h1.metrics, name, other.metrics)
+		}
 	}
 	// The sequence is worth comparing: it was refused, limited,
 	// misdirected and redirected, and the origin saw TLS.
 	all := strings.Join(h1.answers, "\n")
-	for _, want := range []string{"\n429\n", "\n400\n", "\n413\n", "\n421\n", "\n308\n", "\n203\n", "Strict-Transport-Security: max-age=3600"} {
+	for _, want := range []string{"\n429\n", "\n400\n", "\n413\n", "\n421\n", "\n308\n", "\n203\n", "Strict-Transport-Security: max-age=3600", `Alt-Svc: h3=":<tls port>"; ma=86400`} {
 		if !strings.Contains(all, want) {
 			t.Errorf("no answer has %q", want)
 		}
@@ -333,6 +371,31 @@ func TestHTTP2SameAsHTTP1(t *testing.T) {
 	if o := strings.Join(h1.origin, "\n"); !strings.Contains(o, "X-Forwarded-Proto: https") || !strings.Contains(o, "X-Forwarded-Proto: http\n") {
 		t.Errorf("the origin was not told both schemes:\n%s", o)
 	}
+}
+
+// waitFields are the numbers of an answer that count seconds until a
+// limit resets: the same in two answers made within one second, or one
+// apart when a second boundary passed between them.
+var waitFields = regexp.MustCompile(`(Retry-After: |X-Ratelimit-Reset: |;t=|retry in |"retry_after":)(\d+)`)
+
+// sameAnswers reports whether answer texts a and b are the same, but for
+// their waitFields, which may differ by a second.
+func sameAnswers(a, b string) bool {
+	if a == b {
+		return true
+	}
+	na, nb := waitFields.FindAllStringSubmatch(a, -1), waitFields.FindAllStringSubmatch(b, -1)
+	if len(na) != len(nb) || waitFields.ReplaceAllString(a, "$1<s>") != waitFields.ReplaceAllString(b, "$1<s>") {
+		return false
+	}
+	for i := range na {
+		x, _ := strconv.Atoi(na[i][2])
+		y, _ := strconv.Atoi(nb[i][2])
+		if x-y > 1 || y-x > 1 {
+			return false
+		}
+	}
+	return true
 }
 
 // TestHTTP2ALPN: the TLS listener offers h2 and http/1.1 by ALPN, h2

@@ -308,6 +308,9 @@ func serve(ctx context.Context, table *rules.Table, hash, path string, env []str
 	if srv.tlsLn != nil {
 		started = append(started, "tls_listen", srv.tlsLn.Addr().String())
 	}
+	if srv.http3 != nil {
+		started = append(started, "http3_listen", srv.http3.udp.LocalAddr().String())
+	}
 	if srv.checkLn != nil {
 		started = append(started, "check_listen", srv.checkLn.Addr().String())
 	}
@@ -352,6 +355,9 @@ type servers struct {
 	// http2 serves the connections of the public listener that speak
 	// HTTP/2; nil unless serveHTTP2.
 	http2 *http2Server
+	// http3 serves HTTP/3 on UDP at the TLS listener's port; nil unless
+	// tls.http3 (http3.go).
+	http3 *http3Server
 	// acme obtains and renews the certificates of tls.acme; nil without.
 	acme *acme.Manager
 }
@@ -411,6 +417,15 @@ func listen(table *rules.Table, set *certs.Set, p *proxy.Proxy, path string, reg
 			return nil, err
 		}
 		s.tls, s.tlsLn, s.acme = srv, sock.Listener, m
+		if s.http3, err = listenHTTP3(table, sock.Listener.Addr(), srv, p, log); err != nil {
+			publicLn.Close()
+			sock.Listener.Close()
+			s.adminLn.Close()
+			if m != nil {
+				m.Close()
+			}
+			return nil, err
+		}
 		if publicLn, err = guard.Join(guard.Socket{Listener: publicLn, Name: proxy.ListenerPublic, Stages: publicStages}, sock); err != nil {
 			return nil, err // cannot fail: it has sockets
 		}
@@ -446,6 +461,9 @@ func (s *servers) closeListeners() {
 	}
 	if s.acme != nil {
 		s.acme.Close()
+	}
+	if s.http3 != nil {
+		s.http3.close()
 	}
 }
 
@@ -539,12 +557,15 @@ func fastAnswer(p *proxy.Proxy) func(*guard.Request, []byte) ([]byte, bool) {
 // start serves every server, each in a goroutine that sends Serve's
 // result on the returned channel.
 func (s *servers) start() <-chan error {
-	errc := make(chan error, 5)
+	errc := make(chan error, 6)
 	if s.publicLn != nil {
 		go func() { errc <- s.public.Serve(s.publicLn) }()
 	}
 	if s.http2 != nil {
 		go func() { errc <- s.http2.serve() }()
+	}
+	if s.http3 != nil {
+		go func() { errc <- s.http3.serve() }()
 	}
 	go func() { errc <- s.admin.Serve(s.adminLn) }()
 	if s.check != nil {
@@ -634,6 +655,18 @@ func (s *servers) shutdown(timeout time.Duration, serveErr error, errc <-chan er
 	} else {
 		close(http2Done)
 	}
+	http3Done := make(chan struct{})
+	if s.http3 != nil {
+		pending++
+		go func() { // beside the public server, within the same timeout
+			defer close(http3Done)
+			if err := s.http3.shutdown(drainCtx); err != nil {
+				log.Warn("HTTP/3 drain timed out; closing remaining connections", "err", err)
+			}
+		}()
+	} else {
+		close(http3Done)
+	}
 	err := s.public.Shutdown(drainCtx)
 	if gl, ok := s.publicLn.(*guard.Listener); ok && err == nil {
 		// net/http counts a connection whose request the fast path
@@ -646,6 +679,7 @@ func (s *servers) shutdown(timeout time.Duration, serveErr error, errc <-chan er
 	}
 	<-checkDone
 	<-http2Done
+	<-http3Done
 	if s.rls != nil {
 		// GracefulStop's Serve returns nil once the calls in flight are done.
 		s.rls.stop(max(time.Until(deadlineOf(drainCtx)), 0))

@@ -82,7 +82,7 @@ func tlsSocket(t *rules.Table, set *certs.Set, p *proxy.Proxy, pp guard.Stage, h
 		return guard.Socket{}, nil, nil, fmt.Errorf("tls listener: %w", err)
 	}
 	opts := certs.Options{TLS: t.TLS, Set: set, OnHandshake: p.TLSHandshake,
-		Fingerprint: func(h *tls.ClientHelloInfo) string { return ja4.FromClientHello(h, ja4.TCP).Fingerprint() }}
+		Fingerprint: fingerprint}
 	if h2 != nil && t.TLS.HTTP2 {
 		opts.NextProtos = []string{"h2", "http/1.1"}
 	}
@@ -115,4 +115,13 @@ func tlsSocket(t *rules.Table, set *certs.Set, p *proxy.Proxy, pp guard.Stage, h
 		own = append(own, guard.ALPN("h2", h2.handoff))
 	}
 	return guard.Socket{Listener: ln, Name: proxy.ListenerTLS, Stages: socketStages(t, pp, rules.ListenerTLS, own...)}, srv, m, nil
+}
+
+// fingerprint is the JA4 of a ClientHello, over TCP or QUIC.
+func fingerprint(h *tls.ClientHelloInfo, quic bool) string {
+	p := ja4.TCP
+	if quic {
+		p = ja4.QUIC
+	}
+	return ja4.FromClientHello(h, p).Fingerprint()
 }

@@ -125,9 +125,18 @@ func (p *Proxy) serveCheck(w http.ResponseWriter, r *http.Request, st *state, lw
 			writeText(cw, http.StatusBadRequest, "bad request: X-Forwarded-For missing or malformed\n")
 			return
 		}
+		if !p.verifyToken(ex) { // token.go: 401, as deny_status
+			countToken(ex)
+			d.requests.count(&ex.ans)
+			p.checkAnswered(w, answerRefused)
+			ex.ans.write(cw)
+			return
+		}
 		// limit.go; nothing waits for a response here (rules that would
 		// are refused on such domains), so nothing stays held.
-		switch p.limit(q.Context(), ex, nil) {
+		step := p.limit(q.Context(), ex, nil)
+		countToken(ex)
+		switch step {
 		case stepAnswer:
 			p.checkAnswered(w, answerRefused)
 			ex.ans.write(cw)

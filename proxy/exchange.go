@@ -8,6 +8,7 @@ import (
 
 	"github.com/edgerate/edge/internal/wire"
 	"github.com/edgerate/edge/rules"
+	"github.com/edgerate/edge/token"
 	"github.com/edgerate/edge/window"
 )
 
@@ -42,6 +43,10 @@ type exchange struct {
 
 	src rules.KeySource // what rules key and match the request by
 	id  Identity        // who the client is (identify.go)
+	// claims are the request's verified token's, which src.Claims points
+	// at (token.go).
+	claims      requestClaims
+	tokenResult token.Result
 
 	dec ruleDecisions
 	// after is what the request's rules still count once the origin
@@ -119,6 +124,7 @@ func (ex *exchange) recycle(pool *sync.Pool) {
 		return
 	}
 	ex.st, ex.d, ex.req, ex.after, ex.body, ex.tls = nil, nil, nil, nil, nil, nil
+	ex.src.Claims, ex.claims = nil, requestClaims{}
 	ex.fwd, ex.hasFields = false, false
 	ex.up = upstreamReport{}
 	ex.queued, ex.done = 0, answerReport{}

@@ -156,7 +156,7 @@ func (p *Proxy) decideRules(ctx context.Context, d *domain, method string, src *
 	out := ruleDecisions{blocker: -1}
 	for i := range d.rules {
 		rs := &d.rules[i]
-		if !rs.Matches(method, src.Path) || rs.Exempt(src.Addr) {
+		if !rs.Applies(method, src) || rs.Exempt(src.Addr) {
 			continue
 		}
 		cost, problem := requestCost(rs.Rule, src.Header)

@@ -53,6 +53,7 @@ import (
 	"github.com/edgerate/edge/internal/algorithm"
 	"github.com/edgerate/edge/origin"
 	"github.com/edgerate/edge/rules"
+	"github.com/edgerate/edge/token"
 	"github.com/edgerate/edge/window"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -105,7 +106,8 @@ type Proxy struct {
 	configPath string                // Options.ConfigPath
 	lastErr    atomic.Pointer[error] // why the last reload failed
 
-	reloadMu     sync.Mutex // serialises reloads
+	reloadMu     sync.Mutex               // serialises reloads
+	jwks         map[string]*token.Remote // token.go: JWKS fetchers by URL, under reloadMu
 	transport    http.RoundTripper
 	ownTransport bool // built by edge: rebuilt when the upstream timeout changes
 
@@ -180,6 +182,7 @@ type domain struct {
 	upstreamObs *upstreamObservers
 	rules       []ruleState // parallel to Domain.Rules
 	requests    requestCounters
+	jwt         *domainJWT // token.go; nil without a jwt section
 	// costHeaders says whether a block rule takes its cost from a request
 	// header, which limit checks before any rule counts (cost.go).
 	costHeaders bool
@@ -330,6 +333,7 @@ func New(opts Options) (*Proxy, error) {
 		if p.cluster != nil {
 			p.cluster.Close()
 		}
+		p.retainJWKS(&state{}) // stops the JWKS fetchers started
 		return nil, err
 	}
 	st.result = ReloadResult{Time: p.now(), Hash: opts.ConfigHash}
@@ -378,13 +382,15 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 	if st.conns, err = newConnLimits(t, oldConns); err != nil {
 		return nil, fmt.Errorf("proxy: connections: %w", err)
 	}
+	made := st // a failing return sets st to nil
 	defer func() {
 		if err != nil {
-			st.closeShared() // the domains made so far
+			made.closeShared() // the domains made so far
 		}
 	}()
 	for i, rd := range t.Domains {
-		d := &domain{Domain: rd, requests: p.metrics.requestCounters(rd.Name, rd.HTTPSRedirect, rd.ACME, p.started.TLS.HTTP3 && p.started.HTTP3.AllowZeroRTT)}
+		d := &domain{Domain: rd, requests: p.metrics.requestCounters(rd.Name, rd.HTTPSRedirect, rd.ACME, p.started.TLS.HTTP3 && p.started.HTTP3.AllowZeroRTT,
+			rd.JWT != nil && rd.JWT.Refuse)}
 		if rd.HSTSMaxAge > 0 {
 			d.hsts = static(fieldStrictTransportSecurity, "max-age="+strconv.FormatInt(int64(rd.HSTSMaxAge/time.Second), 10))
 		}
@@ -393,6 +399,11 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 			prev = old.domain(rd.Name)
 		}
 		d.shed = p.metrics.newShedState(rd, prev)
+		if rd.JWT != nil {
+			if d.jwt, err = p.newDomainJWT(rd); err != nil { // token.go
+				return nil, fmt.Errorf("proxy: domain %q: %w", rd.Name, err)
+			}
+		}
 		if len(rd.Rules) > 0 {
 			limits := make([]window.Limit, len(rd.Rules))
 			for j, r := range rd.Rules {

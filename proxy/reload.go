@@ -107,6 +107,7 @@ func (p *Proxy) Reload(t *rules.Table, hash string) (ReloadResult, error) {
 	switchAccessLog(old.alog, st.alog) // the old file gets what it holds, later lines go to the new
 	old.closeShared()                  // the Redis client stays: only this configuration's domains go
 	p.origins.Retain(st.fastOrigins())
+	p.retainJWKS(st) // token.go
 	p.checks.Set(st.checks())
 	if oldTransport == nil && p.ownTransport && removedServers(old, st) {
 		// The transport's pools are per host, not per server: the idle
@@ -404,6 +405,30 @@ var settings = []setting{
 	reloads("domains[].priorities[].match.path_prefix"),
 	reloads("domains[].priorities[].match.methods"),
 	reloads("domains[].priorities[].match.headers"),
+	// A reload reads keys_file and the HMAC secret again; a JWKS URL
+	// kept keeps its fetcher and keys (token.go).
+	reloads("jwt.from"),
+	reloads("jwt.keys_file"),
+	reloads("jwt.jwks_url"),
+	reloads("jwt.refresh"),
+	reloads("jwt.hmac_secret_env"),
+	reloads("jwt.issuer"),
+	reloads("jwt.audiences"),
+	reloads("jwt.algorithms"),
+	reloads("jwt.leeway"),
+	reloads("jwt.invalid"),
+	reloads("domains[].jwt.from"),
+	reloads("domains[].jwt.keys_file"),
+	reloads("domains[].jwt.jwks_url"),
+	reloads("domains[].jwt.refresh"),
+	reloads("domains[].jwt.hmac_secret_env"),
+	reloads("domains[].jwt.issuer"),
+	reloads("domains[].jwt.audiences"),
+	reloads("domains[].jwt.algorithms"),
+	reloads("domains[].jwt.leeway"),
+	reloads("domains[].jwt.invalid"),
+	reloads("domains[].rules[].match.headers"),
+	reloads("domains[].rules[].when_missing"),
 	reloads("domains[].priorities[].class"),
 	reloads("domains[].rules[].name"),
 	reloads("domains[].rules[].match.path_prefix"),

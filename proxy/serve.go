@@ -83,7 +83,15 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, st *state, now tim
 		if ex.tls != nil {
 			ex.src.JA4 = ex.tls.JA4
 		}
-		switch p.limit(r.Context(), ex, nil) { // limit.go decides; answer.go makes a refusal
+		if !p.verifyToken(ex) { // token.go: 401 under jwt invalid: refuse
+			countToken(ex)
+			d.requests.count(&ex.ans)
+			ex.ans.write(w)
+			return
+		}
+		step := p.limit(r.Context(), ex, nil)
+		countToken(ex)
+		switch step { // limit.go decides; answer.go makes a refusal
 		case stepAnswer:
 			ex.ans.write(w)
 			return

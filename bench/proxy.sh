@@ -28,11 +28,18 @@
 # refusing and of forwarding are measured in one run. edge-3origins is
 # edge-allow forwarding to a group of three servers (the origin on three
 # ports) with active health checks every second, beside edge-allow's one.
+# edge-allow-log and edge-block-log are edge-allow and edge-block writing a
+# JSON access log to a file, beside nginx-allow-log and nginx-block-log,
+# nginx with its access_log on (combined): each is compared with its
+# counterpart without a log.
+# edge-block-jwt is edge-block keyed by jwt:sub: wrk sends one HS256 token (sub "bench",
+# signed with the secret the script exports as EDGE_BENCH_JWT_SECRET), so
+# every refusal verifies it from the cache.
 #
 # It installs what is missing with apt-get (nginx, haproxy, caddy, wrk;
 # Caddy is skipped, with a note, where the distribution has no package),
 # builds edge with `go build` from this checkout, listens only on
-# 127.0.0.1:28080-28098 and 29088-29095, and stops every process it started
+# 127.0.0.1:28080-28103 and 29088-29103, and stops every process it started
 # by its PID when it exits, however it exits. It stops nothing else.
 set -euo pipefail
 
@@ -51,19 +58,21 @@ REQ_PATH=/api/v1/items
 
 # Variants: name, port, kind. kind is "origin" (wrk straight to the origin),
 # "fwd" (forwards every request) or "block" (refuses almost every request).
-ALL_VARIANTS="origin nginx-allow bare edge-allow edge-3origins edge-allow-nofast caddy haproxy-allow edge-50x5 nginx-block fixed429 raw429 edge-block edge-block-nofast haproxy-block"
+ALL_VARIANTS="origin nginx-allow nginx-allow-log bare edge-allow edge-allow-log edge-3origins edge-allow-nofast caddy haproxy-allow edge-50x5 nginx-block nginx-block-log fixed429 raw429 edge-block edge-block-jwt edge-block-log edge-block-nofast haproxy-block"
 declare -A PORT=(
 	[origin]=28080 [bare]=28081 [nginx-allow]=28082 [nginx-block]=28083
 	[haproxy-allow]=28084 [haproxy-block]=28085 [caddy]=28086 [fixed429]=28087
 	[edge-allow]=28088 [edge-block]=28089 [edge-50x5]=28090
 	[cand-allow]=28091 [cand-block]=28092 [edge-block-nofast]=28093
 	[edge-allow-nofast]=28094 [raw429]=28096 [edge-3origins]=28095
+	[edge-allow-log]=28099 [edge-block-log]=28100 [nginx-allow-log]=28101 [nginx-block-log]=28102 [edge-block-jwt]=28103
 )
 declare -A KIND=(
 	[origin]=origin [bare]=fwd [nginx-allow]=fwd [haproxy-allow]=fwd [caddy]=fwd
 	[edge-allow]=fwd [edge-50x5]=fwd [cand-allow]=fwd [cand-block]=block
 	[nginx-block]=block [haproxy-block]=block [fixed429]=block [raw429]=block [edge-block]=block
 	[edge-block-nofast]=block [edge-allow-nofast]=fwd [edge-3origins]=fwd
+	[edge-allow-log]=fwd [edge-block-log]=block [nginx-allow-log]=fwd [nginx-block-log]=block [edge-block-jwt]=block
 )
 declare -A DESC=(
 	[origin]="origin direct (nginx return 200; upper bound, on the load core)"
@@ -78,15 +87,23 @@ declare -A DESC=(
 	[edge-allow]="edge, 1 rule, never blocking"
 	[edge-block]="edge, 1 rule, blocking (429)"
 	[edge-block-nofast]="edge, 1 rule, blocking (429), fastpath: false"
+	[edge-block-jwt]="edge, 1 rule keyed by jwt:sub (a cached HS256 token), blocking (429)"
 	[edge-allow-nofast]="edge, 1 rule, never blocking, fastpath: false"
 	[edge-3origins]="edge, 1 rule, never blocking, 3 origin servers with health checks every 1s"
 	[edge-50x5]="edge, 50 domains x 5 rules, never blocking"
+	[edge-allow-log]="edge, 1 rule, never blocking, JSON access log to a file"
+	[edge-block-log]="edge, 1 rule, blocking (429), JSON access log to a file"
+	[nginx-allow-log]="nginx limit_req, never blocking, access_log on (combined)"
+	[nginx-block-log]="nginx limit_req, blocking (429), access_log on (combined)"
 	[cand-allow]="EDGE_CANDIDATE build, 1 rule, never blocking"
 	[cand-block]="EDGE_CANDIDATE build, 1 rule, blocking (429)"
 )
 # Requests to edge-50x5 carry the Host of its last domain: host lookup among
 # 50 domains, then 5 rules, 4 of which match a GET.
 declare -A HOSTHDR=([edge-50x5]=site49.example.com)
+# AUTHHDR: an Authorization field wrk and the checks send.
+export EDGE_BENCH_JWT_SECRET=edge-bench-jwt-secret-0123456789abcdef
+declare -A AUTHHDR=([edge-block-jwt]="Bearer eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJleHAiOjQxMDI0NDQ4MDAsInN1YiI6ImJlbmNoIn0.ktaTBMM7PMqv3pUAT9DFZ7BN4WkKarTWRS_3TBkiTMA")
 
 log() { printf '%s\n' "$*" >&2; }
 die() { log "proxy.sh: $*"; exit 1; }
@@ -270,6 +287,12 @@ gen_edge_configs() {
 		        period: 10s
 		        key: [ip]
 	EOF
+	# edge-block keyed by the token's sub.
+	sed -e 's/28089/28103/; s/29089/29103/' -e 's/^        key: \[ip\]$/        key: ["jwt:sub"]/' \
+		-e 's/^    hosts: \["\*"\]$/&\n    jwt: {hmac_secret_env: EDGE_BENCH_JWT_SECRET, algorithms: [HS256]}/' \
+		-e 's/^# requests are almost all refused with 429.$/# requests are almost all refused with 429, keyed by the sub of the token\n# wrk sends (HS256, verified once, then from the cache)./' \
+		-e 's/name: per-ip/name: per-user/' -e 's/^# One rule keyed by client address,/# One rule keyed by jwt:sub,/' \
+		"$dir/block.yaml" >"$dir/block-jwt.yaml"
 	# edge-allow with the fast path off: every forward through net/http
 	# and httputil.ReverseProxy.
 	sed -e 's/28088/28094/; s/29088/29094/' -e 's/^log: {level: warn}$/log: {level: warn}\nfastpath: false/' \
@@ -337,14 +360,14 @@ log "building edge (go build ./cmd/edge) and the bench programs into $tmp ..."
 	go build -o "$tmp/newconn" ./newconn) ||
 	die "building bench/bareproxy, bench/fixed429, bench/raw429 or bench/newconn failed"
 gen_edge_configs
-for c in allow allow-nofast origins block block-nofast multi; do
+for c in allow allow-nofast origins block block-nofast block-jwt multi; do
 	"$tmp/edge" -check -config "$here/edge/$c.yaml" >/dev/null || die "bench/edge/$c.yaml is not a valid edge configuration"
 done
 
 for v in "${variants[@]}" origin; do
 	port_in_use "${PORT[$v]}" && die "127.0.0.1:${PORT[$v]} is already in use; $v needs it"
 done
-for p in 29088 29089 29090 29091 29092 29093 29094 29095; do
+for p in 29088 29089 29090 29091 29092 29093 29094 29095 29099 29100 29103; do
 	port_in_use "$p" && die "127.0.0.1:$p is already in use (edge's admin listener)"
 done
 
@@ -354,11 +377,12 @@ start nginx-origin "$LOAD_CPU" nginx -p "$tmp/nginx-origin/" -e "$tmp/nginx-orig
 wait_http nginx-origin 28080
 PIDOF[origin]=${PIDOF[nginx-origin]}
 
-if want_any nginx-allow nginx-block; then
+if want_any nginx-allow nginx-block nginx-allow-log nginx-block-log; then
 	start nginx-proxy "$PROXY_CPU" nginx -p "$tmp/nginx-proxy/" -e "$tmp/nginx-proxy/logs/error.log" \
 		-c "$here/conf/nginx-proxy.conf" -g "daemon off; pid $tmp/nginx-proxy/nginx.pid;"
 	wait_http nginx-proxy 28082
 	PIDOF[nginx-allow]=${PIDOF[nginx-proxy]} PIDOF[nginx-block]=${PIDOF[nginx-proxy]}
+	PIDOF[nginx-allow-log]=${PIDOF[nginx-proxy]} PIDOF[nginx-block-log]=${PIDOF[nginx-proxy]}
 fi
 if want_any haproxy-allow haproxy-block; then
 	start haproxy "$PROXY_CPU" haproxy -db -f "$here/conf/haproxy.cfg"
@@ -382,11 +406,24 @@ if want raw429; then
 	GOMAXPROCS=1 start raw429 "$PROXY_CPU" "$tmp/raw429" -listen 127.0.0.1:28096
 	wait_http raw429 28096
 fi
-declare -A EDGECONF=([edge-allow]=allow [edge-allow-nofast]=allow-nofast [edge-3origins]=origins [edge-block]=block [edge-block-nofast]=block-nofast [edge-50x5]=multi)
-for v in edge-allow edge-allow-nofast edge-3origins edge-block edge-block-nofast edge-50x5; do
+declare -A EDGECONF=([edge-allow]=allow [edge-allow-nofast]=allow-nofast [edge-3origins]=origins [edge-block]=block [edge-block-nofast]=block-nofast [edge-block-jwt]=block-jwt [edge-50x5]=multi)
+for v in edge-allow edge-allow-nofast edge-3origins edge-block edge-block-nofast edge-block-jwt edge-50x5; do
 	want "$v" || continue
 	GOMAXPROCS=1 start "$v" "$PROXY_CPU" "$tmp/edge" -config "$here/edge/${EDGECONF[$v]}.yaml"
 	wait_http "$v" "${PORT[$v]}" "${HOSTHDR[$v]:-}"
+done
+for v in edge-allow-log edge-block-log; do
+	want "$v" || continue
+	conf=${v#edge-}
+	conf=${conf%-log}
+	# edge's configuration on this variant's ports, with a JSON access log
+	# in the run's directory.
+	ep=${PORT[edge-$conf]} vp=${PORT[$v]}
+	sed -e "s/127.0.0.1:$ep\"/127.0.0.1:$vp\"/" -e "s/127.0.0.1:$((ep + 1000))\"/127.0.0.1:$((vp + 1000))\"/" \
+		"$here/edge/$conf.yaml" >"$tmp/$v.yaml"
+	printf 'access_log: {path: "%s", format: json}\n' "$tmp/$v.access.log" >>"$tmp/$v.yaml"
+	GOMAXPROCS=1 start "$v" "$PROXY_CPU" "$tmp/edge" -config "$tmp/$v.yaml"
+	wait_http "$v" "${PORT[$v]}"
 done
 for v in cand-allow cand-block; do
 	want "$v" || continue
@@ -408,6 +445,7 @@ done
 for v in "${variants[@]}"; do
 	args=()
 	[[ -n ${HOSTHDR[$v]:-} ]] && args=(-H "Host: ${HOSTHDR[$v]}")
+	[[ -n ${AUTHHDR[$v]:-} ]] && args+=(-H "Authorization: ${AUTHHDR[$v]}")
 	for _ in 1 2 3 4 5 6 7 8 9 10 11 12; do
 		code=$(curl -s -o /dev/null -w '%{http_code}' "${args[@]}" "http://127.0.0.1:${PORT[$v]}$REQ_PATH")
 	done
@@ -465,6 +503,7 @@ measure() {
 	local round=$1 v=$2 pid=${PIDOF[$2]} url="http://127.0.0.1:${PORT[$2]}$REQ_PATH"
 	local args=(-t1 "-c$CONNS")
 	[[ -n ${HOSTHDR[$v]:-} ]] && args+=(-H "Host: ${HOSTHDR[$v]}")
+	[[ -n ${AUTHHDR[$v]:-} ]] && args+=(-H "Authorization: ${AUTHHDR[$v]}")
 	[[ -n ${POST_BYTES:-} ]] && args+=(-s "$tmp/post.lua")
 	local warm=(wrk "${args[@]}" "-d${WARMUP}s" "$url") run=(wrk "${args[@]}" "-d${DURATION}s" --latency "$url")
 	if [[ ${NEWCONN:-0} == 1 ]]; then
@@ -641,10 +680,16 @@ END {
 	c[7] = "raw429 nginx-block 1.3 (extra) Go floor (raw net server, fixed 429 bytes) vs nginx limit_req"
 	c[8] = "edge-block raw429 1.0 (extra) edge blocking vs the Go floor"
 	c[9] = "edge-3origins edge-allow 1.10 edge forwarding to 3 servers with active checks vs 1 server"
-	for (i = 1; i <= 9; i++) {
+	c[10] = "edge-block-log edge-block 1.15 edge blocking with a JSON access log vs without"
+	c[11] = "edge-allow-log edge-allow 1.15 edge forwarding with a JSON access log vs without"
+	c[12] = "nginx-block-log nginx-block - (record) nginx blocking with access_log on vs off"
+	c[13] = "nginx-allow-log nginx-allow - (record) nginx forwarding with access_log on vs off"
+	c[14] = "edge-block-jwt edge-block 1.2 edge blocking keyed by jwt:sub (cached token) vs keyed by ip"
+	for (i = 1; i <= 14; i++) {
 		split(c[i], f, " "); label = c[i]; sub(/^[^ ]+ [^ ]+ [^ ]+ /, "", label)
 		s = ratio(f[1], f[2], 2)
 		if (s == "-") { printf "| %s | - | <= %s | not measured |\n", label, f[3]; continue }
+		if (f[3] == "-") { printf "| %s | %s | - | recorded |\n", label, s; continue }
 		m = median(RL) + 0
 		printf "| %s | %s | <= %s | %s |\n", label, s, f[3], (m <= f[3] ? "yes" : "no")
 	}

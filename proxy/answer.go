@@ -38,6 +38,7 @@ const (
 	outcomeLoop          = "loop"           // it came back to the node that forwarded it (508)
 	outcomeCheck         = "check"          // the check listener's own answers: not configured, unauthorized, unreadable
 	outcomeRedirect      = "redirect"       // https_redirect sent it to https (308)
+	outcomeUnauthorized  = "unauthorized"   // jwt invalid: refuse, and no valid bearer token (401)
 	outcomeACME          = "acme"           // edge answered an ACME server's HTTP-01 validation itself (200, or 404 for an unknown token)
 	outcomeTooEarly      = "too_early"      // sent in HTTP/3's 0-RTT data with a method that is not safe to replay (425)
 )
@@ -45,7 +46,7 @@ const (
 // answeredOutcomes are the outcomes of the answers to a request of a domain
 // that edge makes itself, besides blocked and unavailable, in the order the
 // status page lists them.
-var answeredOutcomes = []string{outcomeBadCost, outcomeBodyRefused, outcomeOriginFailed, outcomeOriginTimeout, outcomeOriginDown, outcomeShed, outcomeLoop, outcomeRedirect, outcomeACME, outcomeTooEarly}
+var answeredOutcomes = []string{outcomeBadCost, outcomeBodyRefused, outcomeOriginFailed, outcomeOriginTimeout, outcomeOriginDown, outcomeShed, outcomeLoop, outcomeRedirect, outcomeACME, outcomeTooEarly, outcomeUnauthorized}
 
 // fieldName names a field an answer may carry. The names are in net/http's
 // order (it writes a handler's fields sorted by name), so that an answer
@@ -64,6 +65,7 @@ const (
 	fieldRateLimitPolicy
 	fieldRetryAfter
 	fieldStrictTransportSecurity
+	fieldWWWAuthenticate
 	fieldXContentTypeOptions
 	fieldXRateLimitLimit
 	fieldXRateLimitRemaining
@@ -84,6 +86,7 @@ var fieldNames = [numFieldNames]string{
 	fieldRateLimitPolicy:         headers.FieldRateLimitPolicy,
 	fieldRetryAfter:              headers.FieldRetryAfter,
 	fieldStrictTransportSecurity: "Strict-Transport-Security",
+	fieldWWWAuthenticate:         "Www-Authenticate",
 	fieldXContentTypeOptions:     "X-Content-Type-Options",
 	fieldXRateLimitLimit:         headers.FieldXRateLimitLimit,
 	fieldXRateLimitRemaining:     headers.FieldXRateLimitRemaining,
@@ -146,6 +149,8 @@ const (
 	contentTypeGRPC
 	grpcExhausted
 	grpcUnavailable
+	wwwBearer
+	wwwInvalidToken
 	customStatic // answer.custom
 	hstsStatic   // answer.hsts
 	altStatic    // answer.alt
@@ -163,6 +168,8 @@ var statics = [numStatics]*staticField{
 	contentTypeGRPC: static(fieldContentType, "application/grpc"),
 	grpcExhausted:   static(fieldGRPCStatus, "8"),  // RESOURCE_EXHAUSTED
 	grpcUnavailable: static(fieldGRPCStatus, "14"), // UNAVAILABLE
+	wwwBearer:       static(fieldWWWAuthenticate, "Bearer"),
+	wwwInvalidToken: static(fieldWWWAuthenticate, `Bearer error="invalid_token"`),
 }
 
 // reset starts a new answer with status and outcome.
@@ -248,6 +255,7 @@ func (a *answer) write(w http.ResponseWriter) {
 			h[fieldNames[n]] = []string{string(a.vals[f.from:f.to])}
 		}
 	}
+	noteOutcome(w, a.outcome) // accesslog.go
 	w.WriteHeader(a.status)
 	_, _ = w.Write(a.body)
 }

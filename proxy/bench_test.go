@@ -66,11 +66,22 @@ func BenchmarkServeHTTP(b *testing.B) {
 // sample is accuracy_sample: 0 leaves the default, -1 turns it off.
 func benchProxy(b testing.TB, r rules.RuleConfig, sample int) *Proxy {
 	b.Helper()
+	return benchProxyFor(b, r, sample, nil)
+}
+
+// benchProxyJWT is benchProxy's proxy verifying tokens as jwt says.
+func benchProxyJWT(b testing.TB, r rules.RuleConfig, jwt *rules.JWTConfig) *Proxy {
+	b.Helper()
+	return benchProxyFor(b, r, 0, jwt)
+}
+
+func benchProxyFor(b testing.TB, r rules.RuleConfig, sample int, jwt *rules.JWTConfig) *Proxy {
 	cfg := rules.Config{
 		Domains: []rules.DomainConfig{{
 			Hosts:   []string{"api.example.com"},
 			Respond: &rules.ResponseConfig{Body: "ok"},
 			Rules:   []rules.RuleConfig{r},
+			JWT:     jwt,
 		}},
 	}
 	if sample != 0 {

@@ -54,11 +54,26 @@ func (p *Proxy) checkAnswered(w http.ResponseWriter, answer string) {
 // check section's deny_status or token, or the domains, applies at once;
 // while the configuration has no check section every question is refused
 // with 503.
-func (p *Proxy) CheckHandler() http.Handler { return http.HandlerFunc(p.serveCheck) }
+func (p *Proxy) CheckHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st := p.state.Load()
+		al := st.alog
+		if al == nil {
+			p.serveCheck(w, r, st, nil)
+			return
+		}
+		// accesslog.go: questions are logged with their answer, as
+		// ServeHTTP logs a request.
+		lw := startLog(w, r, p.now())
+		defer p.endLog(al, lw)
+		p.serveCheck(lw, r, st, lw)
+		lw.returned = true
+	})
+}
 
-// serveCheck answers one question, in the steps ServeHTTP takes.
-func (p *Proxy) serveCheck(w http.ResponseWriter, r *http.Request) {
-	st := p.state.Load()
+// serveCheck answers one question under the configuration st, in the
+// steps ServeHTTP takes; lw is the access log's writer (w), nil for none.
+func (p *Proxy) serveCheck(w http.ResponseWriter, r *http.Request, st *state, lw *loggedWriter) {
 	c := st.table.Check
 	if c == nil {
 		writeText(w, http.StatusServiceUnavailable, "service unavailable: the check listener is not configured\n")
@@ -66,6 +81,7 @@ func (p *Proxy) serveCheck(w http.ResponseWriter, r *http.Request) {
 	}
 	cw := &denyWriter{ResponseWriter: w, deny: c.DenyStatus}
 	if c.Token != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get(rules.CheckTokenHeader)), []byte(c.Token)) != 1 {
+		noteOutcome(w, outcomeCheck)
 		p.checkAnswered(w, answerUnauthorized)
 		writeText(cw, http.StatusUnauthorized, "unauthorized: missing or wrong "+rules.CheckTokenHeader+"\n")
 		return
@@ -75,9 +91,14 @@ func (p *Proxy) serveCheck(w http.ResponseWriter, r *http.Request) {
 		reason = screenRequest(q).reason // screen.go
 	}
 	if reason != "" {
+		noteOutcome(w, outcomeCheck)
 		p.checkAnswered(w, answerUnreadable)
 		writeText(cw, http.StatusBadRequest, "bad request: "+reason+"\n")
 		return
+	}
+	if lw != nil { // the question's request, not the asking one
+		e := &lw.line.e
+		e.Host, e.Method, e.Target = q.Host, q.Method, q.RequestURI
 	}
 	now := p.now()
 	host, validHost := wire.NormalizeHost(q.Host)
@@ -87,19 +108,35 @@ func (p *Proxy) serveCheck(w http.ResponseWriter, r *http.Request) {
 		p.misdirected(cw, validHost)
 		return
 	}
+	if lw != nil {
+		lw.line.e.Domain, lw.skip = d.Name, d.NoAccessLog
+	}
 	if d.store != nil {
-		ex := &exchange{st: st, d: d, host: host, method: q.Method, now: now, req: q}
+		ex := &exchange{st: st, d: d, host: host, method: q.Method, now: now, req: q, dec: ruleDecisions{blocker: -1}}
+		if lw != nil {
+			defer lw.took(ex, st.alog.cfg.Keys)
+		}
 		ex.src, ex.id = p.identify(q, st, host, now) // identify.go
 		if ex.id.XFFMalformed || (st.clientIP.Trusted(ex.id.Peer) && !ex.id.FromXFF) {
 			// A trusted asking proxy names the client; without that name
 			// every client would share the proxy's key.
+			noteOutcome(w, outcomeCheck)
 			p.checkAnswered(w, answerUnreadable)
 			writeText(cw, http.StatusBadRequest, "bad request: X-Forwarded-For missing or malformed\n")
 			return
 		}
+		if !p.verifyToken(ex) { // token.go: 401, as deny_status
+			countToken(ex)
+			d.requests.count(&ex.ans)
+			p.checkAnswered(w, answerRefused)
+			ex.ans.write(cw)
+			return
+		}
 		// limit.go; nothing waits for a response here (rules that would
 		// are refused on such domains), so nothing stays held.
-		switch p.limit(q.Context(), ex, nil) {
+		step := p.limit(q.Context(), ex, nil)
+		countToken(ex)
+		switch step {
 		case stepAnswer:
 			p.checkAnswered(w, answerRefused)
 			ex.ans.write(cw)
@@ -125,6 +162,9 @@ type denyWriter struct {
 	http.ResponseWriter
 	deny int
 }
+
+// Unwrap gives noteOutcome (accesslog.go) the writer under it.
+func (w *denyWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (w *denyWriter) WriteHeader(code int) {
 	if code >= 300 {

@@ -75,7 +75,7 @@ func parseCostValue(v string, most int64) (int64, costProblem) {
 func firstBadCost(d *domain, ex *exchange) (*ruleState, costProblem) {
 	for i := range d.rules {
 		rs := &d.rules[i]
-		if rs.CostHeader == "" || rs.Action != rules.ActionBlock || !rs.Matches(ex.method, ex.src.Path) || rs.Exempt(ex.src.Addr) {
+		if rs.CostHeader == "" || rs.Action != rules.ActionBlock || !rs.Applies(ex.method, &ex.src) || rs.Exempt(ex.src.Addr) {
 			continue
 		}
 		if _, problem := requestCost(rs.Rule, ex.src.Header); problem != costOK {

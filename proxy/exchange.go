@@ -9,6 +9,7 @@ import (
 	"github.com/edgerate/edge/graphql"
 	"github.com/edgerate/edge/internal/wire"
 	"github.com/edgerate/edge/rules"
+	"github.com/edgerate/edge/token"
 	"github.com/edgerate/edge/window"
 )
 
@@ -43,6 +44,10 @@ type exchange struct {
 
 	src rules.KeySource // what rules key and match the request by
 	id  Identity        // who the client is (identify.go)
+	// claims are the request's verified token's, which src.Claims points
+	// at (token.go).
+	claims      requestClaims
+	tokenResult token.Result
 
 	dec ruleDecisions
 	// after is what the request's rules still count once the origin
@@ -72,6 +77,11 @@ type exchange struct {
 	// component's report), for the access log and metrics; zero when the
 	// request was not forwarded.
 	up upstreamReport
+	// queued is how long the request waited for a queue's turn (queue.go);
+	// done is what the fast forward sent the client (accesslog.go): both
+	// for the access log.
+	queued time.Duration
+	done   answerReport
 
 	keys keyBuffer
 	vbuf [8]verdict
@@ -110,7 +120,7 @@ var (
 )
 
 func newExchange(fast bool) *exchange {
-	return &exchange{fast: fast, keys: keyBuffer{b: make([]byte, 0, 512)}, scratch: fastScratch{xff: make([]string, 0, 8)}}
+	return &exchange{fast: fast, dec: ruleDecisions{blocker: -1}, keys: keyBuffer{b: make([]byte, 0, 512)}, scratch: fastScratch{xff: make([]string, 0, 8)}}
 }
 
 // recycle puts ex back in pool, cleared but for its buffers, unless it grew
@@ -126,8 +136,11 @@ func (ex *exchange) recycle(pool *sync.Pool) {
 	}
 	ex.st, ex.d, ex.req, ex.after, ex.body, ex.tls = nil, nil, nil, nil, nil, nil
 	ex.priced, ex.held, ex.plan = nil, nil, nil
+	ex.src.Claims, ex.claims = nil, requestClaims{}
 	ex.fwd, ex.hasFields = false, false
 	ex.up = upstreamReport{}
+	ex.queued, ex.done = 0, answerReport{}
+	ex.dec, ex.id = ruleDecisions{blocker: -1}, Identity{} // the access log reads them of every request
 	ex.keys.b = ex.keys.b[:0]
 	s.xff, s.view.vals = s.xff[:0], s.view.vals[:0]
 	pool.Put(ex)

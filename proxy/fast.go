@@ -104,7 +104,7 @@ type fastScratch struct {
 // reports true, or declines with false, having changed nothing. It is safe
 // for concurrent use and, with this node's own counters, allocates
 // nothing.
-func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
+func (p *Proxy) Answer(h *Head, out []byte) (_ []byte, answered bool) {
 	st := p.state.Load()
 	if !st.table.FastPath || !h.Peer.IsValid() {
 		return out, false
@@ -118,6 +118,17 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 	}
 	ex := fastExchanges.Get().(*exchange)
 	defer ex.recycle(&fastExchanges)
+	ex.now = h.Now // the wall clock, read by the guard
+	if !p.wallClock {
+		ex.now = p.now()
+	}
+	if al := st.alog; al != nil {
+		defer func() { // accesslog.go, before the exchange is reused
+			if answered {
+				p.logFast(al, ex, h)
+			}
+		}()
+	}
 	s := &ex.scratch
 	s.view.fields = h.Fields
 	accept, ok := s.screenFields(h.Fields)
@@ -193,16 +204,29 @@ func (p *Proxy) Answer(h *Head, out []byte) ([]byte, bool) {
 		Path:   path,
 		Host:   host,
 		Header: &s.view,
+		Query:  targetQuery(h.Target),
 	}
 	if h.TLS != nil {
 		ex.src.JA4 = h.TLS.JA4
 	}
-	ex.now = h.Now // the wall clock, read by the guard
-	if !p.wallClock {
-		ex.now = p.now()
+	p.noteForwarder(st, ex.id, s.xff, ex.now) // forwarders.go, as identify does
+	if !p.verifyToken(ex) {                   // token.go: 401 under jwt invalid: refuse
+		if isHEAD {
+			return out, false // net/http frames an answer to HEAD its own way
+		}
+		p.countXFF(ex)
+		countToken(ex)
+		d.requests.count(&ex.ans)
+		endBody(h, &ex.ans)
+		ex.ans.strictTransport(d, isHTTPS(h.TLS, h.Front))
+		ex.ans.altService(p.altSvcOn(h.TLS))
+		return ex.ans.appendTo(out, h.Now, false), true
 	}
-	p.noteForwarder(st, ex.id, s.xff, ex.now)     // forwarders.go, as identify does
-	switch p.limit(context.Background(), ex, h) { // limit.go
+	step := p.limit(context.Background(), ex, h) // limit.go
+	if step != stepDecline {
+		countToken(ex)
+	}
+	switch step {
 	case stepDecline:
 		return out, false
 	case stepAnswer:
@@ -332,6 +356,15 @@ scan:
 		return "", false
 	}
 	return rules.CleanPath(p), true
+}
+
+// targetQuery returns the query of an origin-form target as net/http's
+// URL.RawQuery holds it: what follows the first '?'.
+func targetQuery(target []byte) string {
+	if i := bytes.IndexByte(target, '?'); i >= 0 {
+		return bytesString(target[i+1:])
+	}
+	return ""
 }
 
 // headerView gives a head's field values by name, as http.Header does for

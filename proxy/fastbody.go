@@ -263,7 +263,7 @@ func endBody(h *Head, a *answer) {
 
 // refuseFastBody answers a request whose body failed (bodyRefusal), as
 // refuseBody does, after out: the connection closes after it.
-func (p *Proxy) refuseFastBody(d *domain, h *Head, method string, err error, out []byte) []byte {
+func (p *Proxy) refuseFastBody(d *domain, h *Head, method string, err error, out []byte, rep *answerReport) []byte {
 	no := bodyRefusal(err)
 	p.metrics.refused.WithLabelValues(strconv.Itoa(no.status)).Inc()
 	h.Client.CloseAfter()
@@ -272,6 +272,7 @@ func (p *Proxy) refuseFastBody(d *domain, h *Head, method string, err error, out
 	a.strictTransport(d, isHTTPS(h.TLS, h.Front))
 	a.altService(p.altSvcOn(h.TLS))
 	d.requests.count(&a)
+	rep.sentAnswer(&a, method == http.MethodHead)
 	return a.appendTo(out, time.Now(), method == http.MethodHead)
 }
 

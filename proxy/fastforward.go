@@ -106,7 +106,7 @@ func (p *Proxy) forwardFast(ex *exchange, head *Head, out []byte) []byte {
 	h.Client.Forwarding()
 	fb, err := p.readFastBody(ex.st, d, h) // fastbody.go: buffering, or 400/408/413
 	if err != nil {
-		return p.refuseFastBody(d, h, method, err, out)
+		return p.refuseFastBody(d, h, method, err, out, &ex.done)
 	}
 	defer fb.release()
 	ex.after.sending(p.now()) // charge.go: origin_time counts from here
@@ -133,7 +133,7 @@ func (p *Proxy) forwardFast(ex *exchange, head *Head, out []byte) []byte {
 	s.head = s.appendOriginHead(s.head[:0], h, trusted, s.frame, p.via.field, p.started.TLS.FingerprintHeader)
 	fo := d.fastFwd
 	r := relay{p: p, d: d, h: h, client: h.Client, out: out, isHEAD: method == http.MethodHead,
-		charges: ex.after, fields: fields}
+		charges: ex.after, fields: fields, rep: &ex.done}
 	req := origin.Request{Replayable: replayable(h, method, &fb), Once: once, HEAD: r.isHEAD, Timeout: upstream}
 	fb.merge(&s.head) // a small body buffered whole goes in the head's write
 	req.Head, req.Merged = s.head, fb.merged
@@ -148,7 +148,8 @@ func (p *Proxy) forwardFast(ex *exchange, head *Head, out []byte) []byte {
 	}
 	if err != nil {
 		if ce := (errClientBody{}); errors.As(err, &ce) {
-			return p.refuseFastBody(d, h, method, ce.err, r.out)
+			ex.up = upstreamReport{}
+			return p.refuseFastBody(d, h, method, ce.err, r.out, &ex.done)
 		}
 		if h.Body != nil {
 			_ = h.Body.Close() // as the transport closes it
@@ -156,7 +157,11 @@ func (p *Proxy) forwardFast(ex *exchange, head *Head, out []byte) []byte {
 		return r.fail(fo.log, err)
 	}
 	r.br, r.origin = oc.Reader(), oc.NetConn()
-	if r.respond(resp, s.buf[:]) {
+	reuse := r.respond(resp, s.buf[:])
+	if ex.done.status == 0 { // the answer broke off (accesslog.go)
+		ex.done = answerReport{status: resp.StatusCode, outcome: outcomeServed}
+	}
+	if reuse {
 		r.pool.Put(oc, time.Now()) // kept only if nothing outside this answer is left read
 	} else {
 		oc.Close()
@@ -241,6 +246,10 @@ type relay struct {
 	// into the origin's head (fields.go), nil for none.
 	charges *afterResponse
 	fields  *fields
+	// rep is what the answer sent, for the access log; sent says some
+	// write to the client succeeded.
+	rep  *answerReport
+	sent bool
 }
 
 // flush writes what the answer holds to the client.
@@ -248,6 +257,8 @@ func (r *relay) flush() {
 	if len(r.out) > 0 && !r.failed {
 		if _, err := r.client.Write(r.out); err != nil {
 			r.failed = true
+		} else {
+			r.sent = true
 		}
 	}
 	r.out = r.out[:0]
@@ -273,6 +284,9 @@ func (r *relay) fail(l *errorLog, err error) []byte {
 	l.logFast(string(r.h.Method), r.h.Target, a.status, err)
 	r.d.requests.count(&a)
 	endBody(r.h, &a)
+	if r.rep != nil {
+		r.rep.sentAnswer(&a, r.isHEAD)
+	}
 	return a.appendTo(r.out, time.Now(), r.isHEAD)
 }
 
@@ -357,6 +371,7 @@ func (r *relay) respond(resp *http.Response, buf []byte) bool {
 	if !w.copyBody(resp.Body, buf) {
 		// ReverseProxy aborts the handler, and net/http closes the
 		// connection after what it had written.
+		r.served(status, w.written)
 		r.abandon()
 		resp.Body.Close()
 		r.client.CloseAfter()
@@ -380,6 +395,7 @@ func (r *relay) respond(resp *http.Response, buf []byte) bool {
 		}
 	}
 	w.finish()
+	r.served(status, w.written)
 	if r.failed {
 		r.client.CloseAfter()
 		return false
@@ -401,6 +417,18 @@ func (r *relay) onHead(resp *http.Response) {
 	}
 	if alt := r.p.altSvcOn(r.h.TLS); alt != nil {
 		resp.Header["Alt-Svc"] = alt.value // edge's, not the origin's
+	}
+}
+
+// served reports the origin's response relayed, with status and body
+// bytes, as sent (accesslog.go): 499 when no write reached the client.
+func (r *relay) served(status int, bytes int64) {
+	if r.rep == nil {
+		return
+	}
+	*r.rep = answerReport{status: status, bytes: bytes, outcome: outcomeServed}
+	if r.failed && !r.sent {
+		r.rep.status = statusClientGone
 	}
 }
 

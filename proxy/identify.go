@@ -15,7 +15,7 @@ import (
 // identify derives what r's rules may key it by, in one step: the client's
 // address as rules count it (from the peer, or X-Forwarded-For from a
 // trusted proxy; see ClientIP), the cleaned path, host (normalised by
-// route) and header fields. It returns the client's identity too, which
+// route), header fields and query. It returns the client's identity too, which
 // the check listener inspects. An untrusted peer's X-Forwarded-For goes to
 // the forwarder detection (forwarders.go), at now.
 func (p *Proxy) identify(r *http.Request, st *state, host string, now time.Time) (rules.KeySource, Identity) {
@@ -31,6 +31,7 @@ func (p *Proxy) identify(r *http.Request, st *state, host string, now time.Time)
 		Path:   rules.CleanPath(r.URL.Path),
 		Host:   host,
 		Header: r.Header,
+		Query:  r.URL.RawQuery,
 	}, id
 }
 

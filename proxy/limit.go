@@ -115,6 +115,7 @@ func (p *Proxy) limit(ctx context.Context, ex *exchange, head *Head) limitStep {
 			endTally(d, tally, dec.fellBack) // its turns stay used
 			return stepGone
 		}
+		ex.queued = delay
 	}
 	ex.after = hold(d, tally, vs, dec.fellBack) // charge.go; shed.go may refund later
 	if dec.always {
@@ -164,7 +165,7 @@ func (p *Proxy) decideRules(ctx context.Context, d *domain, method string, src *
 	plan *planChoice, tally window.Tally, now time.Time, keys *keyBuffer, vs []verdict) ruleDecisions {
 	out := ruleDecisions{blocker: -1}
 	for i := range d.rules {
-		if !d.rules[i].Matches(method, src.Path) || d.rules[i].Exempt(src.Addr) {
+		if !d.rules[i].Applies(method, src) || d.rules[i].Exempt(src.Addr) {
 			continue
 		}
 		ri := planRule(d, i, plan) // plans.go: the plan's values, where the rule lists it

@@ -47,6 +47,8 @@ type metrics struct {
 	connsRefused                            *prometheus.CounterVec
 	connsRefusedPerClient, connsRefusedRate prometheus.Counter
 	xffMalformed                            prometheus.Counter
+	jwt                                     *prometheus.CounterVec
+	jwksFetches                             *prometheus.CounterVec
 	buildInfo                               prometheus.Gauge
 
 	// The HTTPS listener (tls.go).
@@ -79,6 +81,9 @@ type metrics struct {
 	bufferedBytes prometheus.GaugeFunc
 	bufferFull    prometheus.Counter
 	inFlight      prometheus.GaugeFunc
+
+	// The access log (accesslog.go).
+	alogDropped, alogFailed, alogSkipped prometheus.CounterFunc
 
 	// Load shedding (shed.go).
 	shedInFlight *prometheus.GaugeVec
@@ -219,6 +224,14 @@ func newMetrics(p *Proxy, version string) *metrics {
 			Name: "edge_http2_floods_total",
 			Help: "HTTP/2 connections closed for a flood of frames, by kind: rapid_reset (streams reset by the client, or by edge for the client's malformed frames, over http2.max_resets a second), continuation (a header block over http2.max_header_bytes across CONTINUATION frames, or without end), control (SETTINGS, PING, PRIORITY, WINDOW_UPDATE and empty DATA frames over http2.max_control_frames a second).",
 		}, []string{"kind"}),
+		jwt: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edge_jwt_total",
+			Help: "Bearer tokens verified for a domain with a jwt section, by result: valid, missing, malformed, algorithm (not allowed, none included, or not its key's kind), unknown_kid, signature, expired, not_yet_valid, issuer, audience, bad_claims; claim_not_scalar counts requests whose keyed claim was an array or object (keyed as missing).",
+		}, []string{"domain", "result"}),
+		jwksFetches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edge_jwks_fetches_total",
+			Help: "Fetches of a jwt.jwks_url, by result: ok, or error (the last keys stay).",
+		}, []string{"result"}),
 		http3Conns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_http3_connections_total",
 			Help: "QUIC connection attempts of the HTTP/3 listener, by result: ok (handshake done), retry (sent a Retry to validate the address, more than http3.retry_above handshakes being in progress), refused (a validated address over connections.max_per_client or rate_per_client), handshake_error (the handshake failed or timed out).",
@@ -260,6 +273,18 @@ func newMetrics(p *Proxy, version string) *metrics {
 			Name: "edge_request_body_unbuffered_total",
 			Help: "Requests whose body was streamed to the origin unbuffered because max_buffered_bytes was reached.",
 		}),
+		alogDropped: prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "edge_access_log_dropped_total",
+			Help: "Access log lines dropped because the access log's buffer was full (the disk did not keep up); requests never wait for it.",
+		}, func() float64 { return float64(p.alogCounts.Dropped.Load()) }),
+		alogFailed: prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "edge_access_log_write_errors_total",
+			Help: "Writes of the access log's buffer that failed (disk full, a removed directory); the lines of a failed write are lost.",
+		}, func() float64 { return float64(p.alogCounts.Failed.Load()) }),
+		alogSkipped: prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "edge_access_log_skipped_total",
+			Help: "Refused requests access_log.refused_sample left out of the access log (one in N is written, with sample: N).",
+		}, func() float64 { return float64(p.alogSkipped.Load()) }),
 		inFlight: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "edge_upstream_requests_in_flight",
 			Help: "Requests sent to an origin (their body buffered, if it is) whose response is not yet complete.",
@@ -325,7 +350,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 		m.acmeOrders.WithLabelValues(r)
 		m.acmeRenewals.WithLabelValues(r)
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.planDecisions, m.blocked, m.queued, m.reloads, m.lastReload, m.reloadOK, m.upstream, originCollector{m}, m.originSeconds, m.originPanics, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.tlsHandshakes, m.tlsHandshakeSeconds, certCollector{m}, m.acmeOrders, m.acmeRenewals, m.http2Floods, m.http3Conns, m.proxyProtocol, m.connsRefused, m.xffMalformed, m.untrustedForwarders, m.checkAnswers, m.buildInfo, m.sampled, m.misjudged, m.responseCostInvalid, m.bufferedBytes, m.bufferFull, m.inFlight, m.shedInFlight, m.shedRefused, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.planDecisions, m.blocked, m.queued, m.reloads, m.lastReload, m.reloadOK, m.upstream, originCollector{m}, m.originSeconds, m.originPanics, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.tlsHandshakes, m.tlsHandshakeSeconds, certCollector{m}, m.acmeOrders, m.acmeRenewals, m.http2Floods, m.http3Conns, m.proxyProtocol, m.connsRefused, m.xffMalformed, m.untrustedForwarders, m.checkAnswers, m.buildInfo, m.sampled, m.misjudged, m.responseCostInvalid, m.bufferedBytes, m.bufferFull, m.inFlight, m.alogDropped, m.alogFailed, m.alogSkipped, m.jwt, m.jwksFetches, m.shedInFlight, m.shedRefused, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
 		errs = append(errs, reg.Register(c))
 	}
 	return errors.Join(errs...)
@@ -345,8 +370,9 @@ type requestCounters struct {
 // requestCounters makes the request counters of domain; redirects and
 // acme say whether it has https_redirect and acme, without which it has no
 // redirect or acme series, early whether edge accepts HTTP/3's 0-RTT
-// (http3.allow_0rtt), without which it has no too_early series.
-func (m *metrics) requestCounters(domain string, redirects, acme, early bool) requestCounters {
+// (http3.allow_0rtt), without which it has no too_early series; refuses,
+// whether its jwt section refuses (an unauthorized series).
+func (m *metrics) requestCounters(domain string, redirects, acme, early, refuses bool) requestCounters {
 	c := requestCounters{
 		served:           m.requests.WithLabelValues(domain, "served"),
 		blocked:          m.requests.WithLabelValues(domain, "blocked"),
@@ -355,7 +381,8 @@ func (m *metrics) requestCounters(domain string, redirects, acme, early bool) re
 		answered:         make(map[string]prometheus.Counter, len(answeredOutcomes)),
 	}
 	for _, o := range answeredOutcomes {
-		if o == outcomeRedirect && !redirects || o == outcomeACME && !acme || o == outcomeTooEarly && !early {
+		if o == outcomeRedirect && !redirects || o == outcomeACME && !acme || o == outcomeTooEarly && !early ||
+			o == outcomeUnauthorized && !refuses {
 			continue
 		}
 		c.answered[o] = m.requests.WithLabelValues(domain, o)

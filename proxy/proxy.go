@@ -37,6 +37,7 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -46,11 +47,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/edgerate/edge/accesslog"
 	"github.com/edgerate/edge/cluster"
 	"github.com/edgerate/edge/headers"
 	"github.com/edgerate/edge/internal/algorithm"
 	"github.com/edgerate/edge/origin"
 	"github.com/edgerate/edge/rules"
+	"github.com/edgerate/edge/token"
 	"github.com/edgerate/edge/window"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -83,6 +86,9 @@ type Options struct {
 	// it by the host name in Via, and makes a registry name from the host
 	// name, the process id and random bytes.
 	Node string
+	// AccessLogStdout is where an access_log path of "-" writes; nil is
+	// os.Stdout.
+	AccessLogStdout io.Writer
 }
 
 // Proxy is the edge request handler. It is safe for concurrent use; make it
@@ -100,7 +106,8 @@ type Proxy struct {
 	configPath string                // Options.ConfigPath
 	lastErr    atomic.Pointer[error] // why the last reload failed
 
-	reloadMu     sync.Mutex // serialises reloads
+	reloadMu     sync.Mutex               // serialises reloads
+	jwks         map[string]*token.Remote // token.go: JWKS fetchers by URL, under reloadMu
 	transport    http.RoundTripper
 	ownTransport bool // built by edge: rebuilt when the upstream timeout changes
 
@@ -141,6 +148,12 @@ type Proxy struct {
 	// refused most, kept across reloads (connections.go).
 	open    openConns
 	connTop *topTalkers[netip.Prefix]
+
+	// The access log's counts, kept across the writers reloads open, and
+	// where "-" writes (accesslog.go).
+	alogCounts  accesslog.Counters
+	alogSkipped atomic.Uint64
+	alogStdout  io.Writer
 }
 
 // state is everything a request needs from one configuration, swapped as a
@@ -153,6 +166,8 @@ type state struct {
 	// conns are the connections section's limits; nil for none
 	// (connections.go).
 	conns *connLimits
+	// alog is the access log; nil for none (accesslog.go).
+	alog *accessLog
 }
 
 // domain is a rules.Domain with its counters, upstream and metric handles.
@@ -171,6 +186,7 @@ type domain struct {
 	// and a verdict's rule indexes all.
 	all      []ruleState
 	requests requestCounters
+	jwt      *domainJWT // token.go; nil without a jwt section
 	// costHeaders says whether a block rule takes its cost from a request
 	// header, which limit checks before any rule counts (cost.go).
 	costHeaders bool
@@ -310,7 +326,7 @@ func New(opts Options) (*Proxy, error) {
 		return nil, errors.New("proxy: a rules table is required")
 	}
 	p := &Proxy{now: opts.Now, log: opts.Logger, started: opts.Table, configPath: opts.ConfigPath, version: opts.Version,
-		via: newVia(opts.Table.Pop, opts.Node), connTop: newTopTalkers[netip.Prefix]()}
+		via: newVia(opts.Table.Pop, opts.Node), connTop: newTopTalkers[netip.Prefix](), alogStdout: opts.AccessLogStdout}
 	if p.now == nil {
 		p.now, p.wallClock = time.Now, true
 	}
@@ -339,9 +355,17 @@ func New(opts Options) (*Proxy, error) {
 		if p.cluster != nil {
 			p.cluster.Close()
 		}
+		p.retainJWKS(&state{}) // stops the JWKS fetchers started
 		return nil, err
 	}
 	st.result = ReloadResult{Time: p.now(), Hash: opts.ConfigHash}
+	if st.alog, err = p.openAccessLog(opts.Table, nil); err != nil {
+		st.closeShared()
+		if p.cluster != nil {
+			p.cluster.Close()
+		}
+		return nil, err
+	}
 	p.state.Store(st)
 	p.checks.Set(st.checks())
 	p.metrics.lastReload.Set(float64(st.result.Time.UnixNano()) / 1e9)
@@ -380,13 +404,15 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 	if st.conns, err = newConnLimits(t, oldConns); err != nil {
 		return nil, fmt.Errorf("proxy: connections: %w", err)
 	}
+	made := st // a failing return sets st to nil
 	defer func() {
 		if err != nil {
-			st.closeShared() // the domains made so far
+			made.closeShared() // the domains made so far
 		}
 	}()
 	for i, rd := range t.Domains {
-		d := &domain{Domain: rd, requests: p.metrics.requestCounters(rd.Name, rd.HTTPSRedirect, rd.ACME, p.started.TLS.HTTP3 && p.started.HTTP3.AllowZeroRTT)}
+		d := &domain{Domain: rd, requests: p.metrics.requestCounters(rd.Name, rd.HTTPSRedirect, rd.ACME, p.started.TLS.HTTP3 && p.started.HTTP3.AllowZeroRTT,
+			rd.JWT != nil && rd.JWT.Refuse)}
 		if rd.HSTSMaxAge > 0 {
 			d.hsts = static(fieldStrictTransportSecurity, "max-age="+strconv.FormatInt(int64(rd.HSTSMaxAge/time.Second), 10))
 		}
@@ -398,6 +424,11 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 		d.graphql = newGraphQLAPI(rd.GraphQL) // graphql.go
 		if rd.APIKeys != nil {
 			d.invalidKey = p.metrics.requests.WithLabelValues(rd.Name, outcomeInvalidKey)
+		}
+		if rd.JWT != nil {
+			if d.jwt, err = p.newDomainJWT(rd); err != nil { // token.go
+				return nil, fmt.Errorf("proxy: domain %q: %w", rd.Name, err)
+			}
 		}
 		if len(rd.Rules) > 0 {
 			all := withPlans(rd) // plans.go: the rules, then their plans

@@ -101,9 +101,16 @@ func (p *Proxy) Reload(t *rules.Table, hash string) (ReloadResult, error) {
 	}
 	st.conns.carryFrom(old.conns) // connections.go
 	st.result = res
+	if st.alog, err = p.openAccessLog(t, old.alog); err != nil { // accesslog.go
+		st.closeShared()
+		p.ReloadFailed(err)
+		return ReloadResult{}, err
+	}
 	p.state.Store(st)
-	old.closeShared() // the Redis client stays: only this configuration's domains go
+	switchAccessLog(old.alog, st.alog) // the old file gets what it holds, later lines go to the new
+	old.closeShared()                  // the Redis client stays: only this configuration's domains go
 	p.origins.Retain(st.fastOrigins())
+	p.retainJWKS(st) // token.go
 	p.checks.Set(st.checks())
 	if oldTransport == nil && p.ownTransport && removedServers(old, st) {
 		// The transport's pools are per host, not per server: the idle
@@ -339,6 +346,13 @@ var settings = []setting{
 	reloads("connections.rate_per_client.period"),
 	reloads("connections.allow.cidrs"),
 	reloads("connections.max_clients"),
+	// A changed path, format or buffer opens a new writer, to which the
+	// old one hands the lines still coming to it (accesslog.go).
+	reloads("access_log.path"),
+	reloads("access_log.format"),
+	reloads("access_log.keys"),
+	reloads("access_log.refused_sample"),
+	reloads("access_log.buffer"),
 	// The ACME client (its account, CA and storage) is made once, at
 	// start; the names it manages follow domains[].acme on reload.
 	restarts("tls.acme.email", func(t *rules.Table) any { return acmeSetting(t, func(a *rules.ACME) any { return a.Email }) }),
@@ -386,6 +400,7 @@ var settings = []setting{
 	// A reload keeps a domain's count of requests in flight (shed.go).
 	reloads("domains[].https_redirect"),
 	reloads("domains[].hsts_max_age"),
+	reloads("domains[].access_log"),
 	reloads("domains[].shed.max_in_flight"),
 	reloads("domains[].shed.critical_reserve"),
 	reloads("domains[].shed.sheddable_share"),
@@ -393,6 +408,30 @@ var settings = []setting{
 	reloads("domains[].priorities[].match.path_prefix"),
 	reloads("domains[].priorities[].match.methods"),
 	reloads("domains[].priorities[].match.headers"),
+	// A reload reads keys_file and the HMAC secret again; a JWKS URL
+	// kept keeps its fetcher and keys (token.go).
+	reloads("jwt.from"),
+	reloads("jwt.keys_file"),
+	reloads("jwt.jwks_url"),
+	reloads("jwt.refresh"),
+	reloads("jwt.hmac_secret_env"),
+	reloads("jwt.issuer"),
+	reloads("jwt.audiences"),
+	reloads("jwt.algorithms"),
+	reloads("jwt.leeway"),
+	reloads("jwt.invalid"),
+	reloads("domains[].jwt.from"),
+	reloads("domains[].jwt.keys_file"),
+	reloads("domains[].jwt.jwks_url"),
+	reloads("domains[].jwt.refresh"),
+	reloads("domains[].jwt.hmac_secret_env"),
+	reloads("domains[].jwt.issuer"),
+	reloads("domains[].jwt.audiences"),
+	reloads("domains[].jwt.algorithms"),
+	reloads("domains[].jwt.leeway"),
+	reloads("domains[].jwt.invalid"),
+	reloads("domains[].rules[].match.headers"),
+	reloads("domains[].rules[].when_missing"),
 	reloads("domains[].priorities[].class"),
 	reloads("domains[].rules[].name"),
 	reloads("domains[].rules[].match.path_prefix"),

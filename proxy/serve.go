@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/edgerate/edge/rules"
 )
@@ -12,11 +13,28 @@ import (
 // that answers the request itself returns nil (or false, or an answer),
 // and the request goes no further.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	now := p.now()
+	st := p.state.Load()
+	al := st.alog
+	if al == nil {
+		p.serve(w, r, st, now, nil)
+		return
+	}
+	// accesslog.go: the line is written when the answer ends, with what
+	// the exchange found (lw.took) and what net/http sent (lw); a serve
+	// that does not return (http.ErrAbortHandler) is a client gone.
+	lw := startLog(w, r, now)
+	defer p.endLog(al, lw)
+	p.serve(lw, r, st, now, lw)
+	lw.returned = true
+}
+
+// serve is ServeHTTP's steps, under the configuration st, for a request
+// that arrived at now; lw is the access log's writer (w), nil for none.
+func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, st *state, now time.Time, lw *loggedWriter) {
 	if !p.screen(w, r) { // screen.go: refused requests are never forwarded
 		return
 	}
-	now := p.now()
-	st := p.state.Load()
 	d, host := p.route(w, r, st) // route.go: 421, or 400 for an invalid Host
 	if d == nil {
 		return
@@ -25,6 +43,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ex.st, ex.d, ex.host, ex.method, ex.now, ex.req = st, d, host, r.Method, now, r
 	carried := false
 	defer func() {
+		if lw != nil {
+			lw.took(ex, st.alog.cfg.Keys)
+		}
 		if !carried {
 			ex.recycle(&exchanges)
 		}
@@ -62,6 +83,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if ex.tls != nil {
 			ex.src.JA4 = ex.tls.JA4
 		}
+		if !p.verifyToken(ex) { // token.go: 401 under jwt invalid: refuse
+			countToken(ex)
+			d.requests.count(&ex.ans)
+			ex.ans.write(w)
+			return
+		}
 		if !p.priceGraphQL(w, r, ex) { // graphql.go: 400, 413, 503
 			if ex.held != nil {
 				ex.held()
@@ -71,7 +98,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if ex.held != nil {
 			defer ex.held()
 		}
-		switch p.limit(r.Context(), ex, nil) { // limit.go decides; answer.go makes a refusal
+		step := p.limit(r.Context(), ex, nil)
+		countToken(ex)
+		switch step { // limit.go decides; answer.go makes a refusal
 		case stepAnswer:
 			ex.ans.write(w)
 			return
@@ -93,8 +122,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// The forwarder's hooks need the exchange (charge.go, fields.go,
 		// body.go), and so does the origin component's transport, which
 		// decides by the request's clock and key and reports what it
-		// found in ex.up (upstream.go): it goes in the request's context,
-		// and is not reused.
+		// found in ex.up (upstream.go), which the access log reads: it
+		// goes in the request's context, and is not reused.
 		r, carried = withExchange(r, ex), true
 	}
 	release := p.readBody(w, r, ex) // body.go: 413, buffering

@@ -132,6 +132,13 @@ func (st *state) closeShared() {
 func (p *Proxy) Close() error {
 	p.origins.Close()
 	p.checks.Close()
+	p.closeAccessLog() // accesslog.go: what it holds is written out
+	p.reloadMu.Lock()
+	for url, r := range p.jwks {
+		r.Stop()
+		delete(p.jwks, url)
+	}
+	p.reloadMu.Unlock()
 	if p.cluster == nil {
 		return nil
 	}

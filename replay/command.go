@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -59,9 +60,10 @@ type Command struct {
 	Given       map[string]bool // the flags set on the command line, by name without '-'
 	Stdin       io.Reader       // the log named "-" (nil: os.Stdin)
 
-	countBlockedByRule []bool // per input, for Suggest
-	skips              []Skip // the rules of Table not replayed, and why
-	requests           int    // the log records read
+	countBlockedByRule []bool     // per input, for Suggest
+	agreement          *Agreement // with edge's own JSON log and a Table: the live decisions replayed
+	skips              []Skip     // the rules of Table not replayed, and why
+	requests           int        // the log records read
 	screen             ScreenStats
 }
 
@@ -260,6 +262,11 @@ func (c *Command) inputs(stderr io.Writer) ([]Input, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c.Table != nil && slices.ContainsFunc(recs, func(r trace.Record) bool { return r.Edge != nil }) {
+		if c.agreement, err = Agree(recs, c.Table); err != nil { // agree.go
+			return nil, err
+		}
+	}
 	// The proxy refuses these before any rule, whatever the rules are.
 	c.requests = len(recs)
 	recs, c.screen = Screen(recs)
@@ -339,11 +346,14 @@ type output struct {
 	Reports     []*Report     `json:"reports,omitempty"`
 	Suggestions []*Suggestion `json:"suggestions,omitempty"`
 	Comparisons []*Comparison `json:"comparisons,omitempty"`
+	// Agreement is, for edge's own JSON log replayed through a
+	// configuration, how often the replay decides as edge did live.
+	Agreement *Agreement `json:"agreement,omitempty"`
 }
 
 // replayAll runs the inputs and returns what writes the result.
 func (c *Command) replayAll(ctx context.Context, inputs []Input, opts Options, bar *progressBar) (func(io.Writer) error, error) {
-	doc := output{GoVersion: runtime.Version(), Files: c.Files, Skipped: c.skips, Screened: c.screen.Screened}
+	doc := output{GoVersion: runtime.Version(), Files: c.Files, Skipped: c.skips, Screened: c.screen.Screened, Agreement: c.agreement}
 	if c.Synthetic != "" {
 		doc.Synthetic, doc.Seed, doc.Scale = c.Synthetic, c.Seed, c.Scale
 	}
@@ -421,6 +431,11 @@ func (c *Command) replayAll(ctx context.Context, inputs []Input, opts Options, b
 				fmt.Fprintf(w, "skipped %s: %s\n", s.Rule, s.Reason)
 			}
 			fmt.Fprintln(w)
+		}
+		if a := doc.Agreement; a != nil {
+			if err := WriteAgreement(w, a); err != nil {
+				return err
+			}
 		}
 		if c.Suggest {
 			return WriteSuggestions(w, doc.Suggestions)

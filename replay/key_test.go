@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -185,5 +186,32 @@ func TestEncodedPrefix(t *testing.T) {
 	}
 	if r.Requests != 2 || r.CountAll.ExactDenied != 1 {
 		t.Errorf("got %d requests, %d denied exactly, want 2 and 1 (the second, as the proxy refuses it)", r.Requests, r.CountAll.ExactDenied)
+	}
+}
+
+// TestSkipsUnrecordedKeys: rules keyed by a cookie, a token's claim or a
+// query parameter are left out of a replay, with the reason.
+func TestSkipsUnrecordedKeys(t *testing.T) {
+	tab, err := rules.Compile(rules.Config{Origin: "http://o.internal", Domains: []rules.DomainConfig{{
+		Name: "api", Hosts: []string{"api.example"}, JWT: &rules.JWTConfig{KeysFile: "jwks.json"}, Rules: []rules.RuleConfig{
+			{Name: "c", Limit: 1, Period: time.Second, Key: []string{"cookie:s"}},
+			{Name: "j", Limit: 1, Period: time.Second, Key: []string{"jwt:sub"}},
+			{Name: "q", Limit: 1, Period: time.Second, Key: []string{"query:k"}},
+			{Name: "ip", Limit: 1, Period: time.Second},
+		}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := TableSkips(tab, "")
+	want := []Skip{
+		{"api/c", "keyed by cookie s, which an access log does not record"},
+		{"api/j", "keyed by jwt:sub, a claim of a verified token, which an access log does not record"},
+		{"api/q", "keyed by query parameter k, and an access log's paths are read without their query"},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if _, err := ParseKeyList("ip,cookie:s"); err == nil {
+		t.Error("ParseKeyList accepts cookie:s, which no log records")
 	}
 }

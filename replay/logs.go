@@ -21,9 +21,10 @@ type LogRule struct {
 	Rule Rule
 	// Key names a source, as the rule's key names a client in the proxy.
 	Key []rules.KeyPart
-	// Match reports whether the rule counts a request with this method
-	// and cleaned path; nil counts every request.
-	Match func(method, path string) bool
+	// Match reports whether the rule counts a request with this method,
+	// as src describes it (cleaned path, header fields); nil counts every
+	// request.
+	Match func(method string, src *rules.KeySource) bool
 	// CountBlocked is the rule's count_blocked, for Suggest.
 	CountBlocked bool
 }
@@ -71,7 +72,7 @@ func tableRules(t *rules.Table, only string) ([]LogRule, []Skip) {
 					Precision: r.Precision,
 				},
 				Key:          r.Key,
-				Match:        r.Matches,
+				Match:        r.Applies,
 				CountBlocked: r.CountBlocked,
 			})
 		}
@@ -92,6 +93,24 @@ func unreplayable(r *rules.Rule) string {
 		return fmt.Sprintf("a quota counts exactly per calendar period (reset %s), and replay compares counters with an exact count over a fixed period", r.Reset)
 	case !slices.Contains(Algorithms, r.Algorithm):
 		return fmt.Sprintf("algorithm %s is not one replay counts by (%s)", r.Algorithm, algorithmList())
+	}
+	for _, k := range r.Key {
+		if reason := unrecordedPart(k); reason != "" {
+			return reason
+		}
+	}
+	return ""
+}
+
+// unrecordedPart returns why no access log can key by k, or "".
+func unrecordedPart(k rules.KeyPart) string {
+	switch k.Kind {
+	case rules.KeyCookie:
+		return fmt.Sprintf("keyed by cookie %s, which an access log does not record", k.Name)
+	case rules.KeyJWT:
+		return fmt.Sprintf("keyed by %s, a claim of a verified token, which an access log does not record", k)
+	case rules.KeyQuery:
+		return fmt.Sprintf("keyed by query parameter %s, and an access log's paths are read without their query", k.Name)
 	}
 	return ""
 }
@@ -135,6 +154,9 @@ func ParseKeyList(s string) ([]rules.KeyPart, error) {
 		kp, err := rules.ParseKeyPart(strings.TrimSpace(p))
 		if err != nil {
 			return nil, err
+		}
+		if reason := unrecordedPart(kp); reason != "" {
+			return nil, fmt.Errorf("%s: %s", kp, reason)
 		}
 		parts = append(parts, kp)
 	}
@@ -227,7 +249,7 @@ func LogInputs(recs []trace.Record, rs []LogRule, ipv6Bits int) []Input {
 	var buf []byte
 	for _, lr := range rs {
 		grouped := group(recs, func(i int) (string, bool) {
-			if refused[i] || lr.Match != nil && !lr.Match(recs[i].Method, srcs[i].Path) {
+			if refused[i] || lr.Match != nil && !lr.Match(recs[i].Method, &srcs[i]) {
 				return "", false
 			}
 			buf = rules.AppendKey(buf[:0], lr.Key, &srcs[i])

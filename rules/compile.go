@@ -184,6 +184,7 @@ func Compile(cfg Config) (*Table, error) {
 	t.HTTP3 = compileHTTP3(&p, cfg.HTTP3, t)
 	t.ProxyProtocol = compileProxyProtocol(&p, cfg.ProxyProtocol, t)
 	t.Connections = compileConnections(&p, cfg.Connections)
+	t.AccessLog = compileAccessLog(&p, cfg.AccessLog)
 
 	compileDomains(&p, t, cfg)
 	checkOriginLoops(&p, t, cfg)

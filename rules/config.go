@@ -56,6 +56,9 @@ func DefaultMaxConnections(openFileLimit uint64) int {
 // "use the default" (see [Compile] for each default). A Config is never used
 // on the request path; [Compile] turns it into a [Table].
 type Config struct {
+	// JWT verifies bearer tokens for every domain without a jwt section
+	// of its own; nil verifies none.
+	JWT *JWTConfig `mapstructure:"jwt"`
 	// Listen is the proxy's listen address, host:port. Default ":8080".
 	Listen string `mapstructure:"listen"`
 	// AdminListen is the admin (metrics, health) listen address, host:port.
@@ -151,6 +154,9 @@ type Config struct {
 	// Connections limits each client's connections (see
 	// [ConnectionsConfig]).
 	Connections ConnectionsConfig `mapstructure:"connections"`
+	// AccessLog writes one line per request (see [AccessLogConfig]); nil,
+	// or a section without a path, writes none.
+	AccessLog *AccessLogConfig `mapstructure:"access_log"`
 	// Domains are the sites served; at least one is required.
 	Domains []DomainConfig `mapstructure:"domains"`
 
@@ -317,6 +323,9 @@ type DomainConfig struct {
 	MaxQueued int `mapstructure:"max_queued"`
 	// Rules are the rate-limit rules; at most 255.
 	Rules []RuleConfig `mapstructure:"rules"`
+	// JWT verifies the domain's bearer tokens, in place of the top-level
+	// jwt section.
+	JWT *JWTConfig `mapstructure:"jwt"`
 	// RequestBuffering says whether request bodies are read (up to
 	// RequestBuffer bytes) before the origin is contacted, so that a slow
 	// client holds no origin connection. nil means true; false streams
@@ -344,6 +353,9 @@ type DomainConfig struct {
 	// ACME obtains and renews a certificate for each exact host of the
 	// domain from tls.acme's certificate authority. Needs tls.acme.
 	ACME bool `mapstructure:"acme"`
+	// AccessLog false leaves the domain's requests out of the access log;
+	// it accepts only false (nil: logged when the access log is on).
+	AccessLog *bool `mapstructure:"access_log"`
 	// GraphQL says where the domain's GraphQL API is and the numbers its
 	// queries are priced with, for its rules with cost_from: graphql
 	// (docs/graphql.md); nil means the defaults.
@@ -425,6 +437,11 @@ type MatchConfig struct {
 	PathPrefix string `mapstructure:"path_prefix"`
 	// Methods, when set, are HTTP methods; they are upper-cased.
 	Methods []string `mapstructure:"methods"`
+	// Headers maps a header name to the exact value one of the request's
+	// values of that header must have (case-sensitive value; names are
+	// case-insensitive); an empty value matches a header that is present,
+	// as priorities[].match.headers reads.
+	Headers map[string]string `mapstructure:"headers"`
 }
 
 // RuleConfig is one rate-limit rule: at most Limit requests per Period for
@@ -441,9 +458,15 @@ type RuleConfig struct {
 	// Period is the window length: a whole number of seconds, 1s..720h.
 	// Required.
 	Period time.Duration `mapstructure:"period"`
-	// Key lists what identifies a client: "ip", "path", "host" or
-	// "header:NAME". Default ["ip"].
+	// Key lists what identifies a client: "ip", "path", "host", "ja4",
+	// "header:NAME", "cookie:NAME", "query:NAME" or "jwt:CLAIM". Default
+	// ["ip"].
 	Key []string `mapstructure:"key"`
+	// WhenMissing is what a request without the value of a key part
+	// (header, cookie, query, jwt, ja4) is keyed by: "ip" (default: by its
+	// client, apart from every keyed value) or "skip" (the rule does not
+	// apply to it).
+	WhenMissing string `mapstructure:"when_missing"`
 	// Action is "block" (default) or "log" (count and report, never block).
 	Action string `mapstructure:"action"`
 	// MitigationTimeout, when non-zero, keeps blocking a key for this long

@@ -34,9 +34,13 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 	}
 	claims := make(map[string]hostClaim)
 	names := make(map[string]int)
+	topJWT := compileJWT(p, "jwt", cfg.JWT)
 	for i, dc := range cfg.Domains {
 		path := fmt.Sprintf("domains[%d]", i)
-		d := &Domain{Index: i, byName: make(map[string]*Rule)}
+		d := &Domain{Index: i, byName: make(map[string]*Rule), JWT: topJWT}
+		if dc.JWT != nil {
+			d.JWT = compileJWT(p, path+".jwt", dc.JWT)
+		}
 		t.Domains = append(t.Domains, d)
 
 		first := claimHosts(p, t, d, path, dc.Hosts, claims)
@@ -44,6 +48,12 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 
 		compileServe(p, d, path, dc, t.Check != nil)
 		compileDomainTLS(p, d, path, dc, t)
+		if dc.AccessLog != nil {
+			if *dc.AccessLog {
+				p.add(path+".access_log", "accepts only false (the access_log section at the top level turns the log on), got true")
+			}
+			d.NoAccessLog = true
+		}
 		uc, at := upstreamSource(dc, cfg.UpstreamConfig, path)
 		switch {
 		case !d.Proxied: // compileServe reported an origin or respond
@@ -123,6 +133,13 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 					"concurrency with cluster.store redis needs cluster.sync exact (slots are leases taken in Redis per request), got sync %s", t.Cluster.Sync)
 			}
 			checkCountsAfter(p, fmt.Sprintf("%s.rules[%d]", path, j), r, dc.Respond != nil)
+			if d.JWT == nil {
+				for k, kp := range r.Key {
+					if kp.Kind == KeyJWT {
+						p.add(fmt.Sprintf("%s.rules[%d].key[%d]", path, j, k), "reads a verified token's claim, but the domain has no jwt section (nor the top level), got %q", kp.String())
+					}
+				}
+			}
 			if d.Checked {
 				checkCheckedRule(p, fmt.Sprintf("%s.rules[%d]", path, j), r)
 				checkCostFromChecked(p, fmt.Sprintf("%s.rules[%d]", path, j), r) // costfrom.go
@@ -140,6 +157,11 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 		compileGraphQL(p, path, dc, d) // costfrom.go
 		d.PlanNames = planNames(d)
 		checkPlanCount(p, path, d) // plans.go
+		if d.JWT != nil && d.JWT.Refuse && len(dc.Rules) == 0 {
+			// Tokens are verified where rules decide: without rules a
+			// request would go on unverified, the opposite of refuse.
+			p.add(path+".rules", "jwt with invalid: refuse needs at least one rule in the domain (a domain without rules verifies no token)")
+		}
 		d.Shed = compileShed(p, path, dc)
 		if d.Shed != nil && d.Checked {
 			p.add(path+".shed", "sheds by the requests in flight to the origin, which the check listener never sees (set serve to proxy)")

@@ -40,7 +40,7 @@ func (s spelling[T]) parse(p *problems, path, raw string) T {
 var (
 	actionSpelling  = spelling[Action]{"Action", []string{"block", "log"}}
 	headerSpelling  = spelling[HeaderMode]{"HeaderMode", []string{"blocked", "always", "none"}}
-	keyKindSpelling = spelling[KeyKind]{"KeyKind", []string{"ip", "header", "path", "host", "ja4"}}
+	keyKindSpelling = spelling[KeyKind]{"KeyKind", []string{"ip", "header", "path", "host", "ja4", "cookie", "query", "jwt"}}
 	storeSpelling   = spelling[StoreKind]{"StoreKind", []string{"local", "redis"}}
 	syncSpelling    = spelling[SyncMode]{"SyncMode", []string{"exact", "batched", "share"}}
 	splitSpelling   = spelling[SplitMode]{"SplitMode", []string{"even", "poisson"}}

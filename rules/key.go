@@ -46,7 +46,33 @@ type KeySource struct {
 	// JA4 is the JA4 fingerprint of the client's TLS ClientHello; "" on a
 	// connection without TLS (or a record that has none).
 	JA4 string
+	// Query is the request's query as it came, the target after its '?'
+	// (net/http's URL.RawQuery); "" without one. Query parts read it
+	// with [QueryValues]'s rules.
+	Query string
+	// Claims are the claims of the request's verified token; nil when it
+	// has none (no token, or one that is not valid).
+	Claims Claims
 }
+
+// Claims gives the claims of a verified token to the key parts jwt:CLAIM.
+type Claims interface {
+	// Claim returns the claim at path, its names joined by NUL
+	// ([KeyPart.Name]): a string as it is, a number in its canonical
+	// decimal form, with ClaimScalar; ClaimAbsent when the token has no
+	// such claim (or something on the path is not an object);
+	// ClaimNotScalar for an array, an object, true, false or null.
+	Claim(path string) (string, ClaimState)
+}
+
+// ClaimState says what [Claims.Claim] found.
+type ClaimState uint8
+
+const (
+	ClaimAbsent    ClaimState = iota // no such claim
+	ClaimScalar                      // a string or a number
+	ClaimNotScalar                   // an array, an object, a boolean or null: keyed as missing
+)
 
 // HeaderValues gives a request's header field values by canonical name, as
 // net/http's Header does.
@@ -73,37 +99,107 @@ func ClientPrefix(a netip.Addr, ipv6Bits int) netip.Prefix {
 // is tagged and length-prefixed, so that no two different keys encode the
 // same bytes. It does not allocate beyond growing b.
 //
-// A rule keyed by a header the request lacks (or sends empty) keys that
-// part by the client instead, under its own tag: clients without the
-// header are limited one by one, never together in one bucket shared by
-// everyone (nor can they collide with a client whose header value happens
-// to spell an address). A rule keyed by ja4 keys a request without TLS the
-// same way: by its client, under the tag of a missing part.
+// A rule keyed by a part the request lacks (a header it lacks or sends
+// empty, a cookie or query parameter without a value, a claim of a token
+// it does not have, ja4 on a connection without TLS) keys that part by
+// the client instead, under its own tag: clients without it are limited
+// one by one, never together in one bucket shared by everyone (nor can
+// they collide with a client whose value happens to spell an address).
+// A rule with when_missing: skip does not apply to such a request at all
+// ([Rule.Applies]).
 func AppendKey(b []byte, ks []KeyPart, src *KeySource) []byte {
 	for _, k := range ks {
 		switch k.Kind {
 		case KeyIP:
 			b = src.appendClient(b, 'i')
+		case KeyPath:
+			b = appendString(append(b, 'p'), src.Path)
+		case KeyHost:
+			b = appendString(append(b, 'o'), src.Host)
 		case KeyHeader:
 			vals := src.headerValues(k.Header)
 			if blankValues(vals) {
 				b = src.appendClient(b, 'm')
 				continue
 			}
-			b = appendHeaderPart(b, vals)
-		case KeyPath:
-			b = appendString(append(b, 'p'), src.Path)
-		case KeyHost:
-			b = appendString(append(b, 'o'), src.Host)
-		case KeyJA4:
-			if src.JA4 == "" {
+			b = appendValues(b, 'h', vals)
+		case KeyQuery:
+			n := queryCount(src.Query, k.Name)
+			if n == 0 {
 				b = src.appendClient(b, 'm')
 				continue
 			}
-			b = appendString(append(b, 'j'), src.JA4)
+			b = binary.AppendUvarint(append(b, 'q'), uint64(n))
+			for q := src.Query; ; {
+				raw, ok := nextQuery(&q, k.Name)
+				if !ok {
+					break
+				}
+				b = appendUnescaped(binary.AppendUvarint(b, uint64(unescapedLen(raw))), raw)
+			}
+		default: // one value: ja4, cookie, jwt
+			v, ok := src.value(k)
+			if !ok {
+				b = src.appendClient(b, 'm')
+				continue
+			}
+			b = appendString(append(b, singleTag[k.Kind]), v)
 		}
 	}
 	return b
+}
+
+// missingWhat names what a request lacks when a part of kind is missing.
+var missingWhat = [...]string{KeyHeader: "the header", KeyJA4: "TLS", KeyCookie: "the cookie",
+	KeyQuery: "the query parameter", KeyJWT: "the claim"}
+
+// singleTag tags the parts of one value in a key.
+var singleTag = [...]byte{KeyJA4: 'j', KeyCookie: 'c', KeyJWT: 'w'}
+
+// MissingPart reports whether the request src describes lacks the value of
+// one of the parts of ks, which a rule with when_missing: skip then does
+// not apply to.
+func MissingPart(ks []KeyPart, src *KeySource) bool {
+	for _, k := range ks {
+		switch k.Kind {
+		case KeyIP, KeyPath, KeyHost:
+		case KeyHeader:
+			if blankValues(src.headerValues(k.Header)) {
+				return true
+			}
+		case KeyQuery:
+			if queryCount(src.Query, k.Name) == 0 {
+				return true
+			}
+		default:
+			if _, ok := src.value(k); !ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// value returns the value of a part of one value (ja4, cookie, jwt) and
+// whether the request has one: a cookie sent empty, an empty claim, a claim
+// that is an array or an object have none.
+func (src *KeySource) value(k KeyPart) (string, bool) {
+	var v string
+	switch k.Kind {
+	case KeyJA4:
+		v = src.JA4
+	case KeyCookie:
+		v = Cookie(src.headerValues("Cookie"), k.Name)
+	case KeyJWT:
+		if src.Claims == nil {
+			return "", false
+		}
+		var st ClaimState
+		if v, st = src.Claims.Claim(k.Name); st != ClaimScalar {
+			return "", false
+		}
+	}
+	return v, v != ""
 }
 
 // appendClient appends the client under tag: its address's 16 bytes, or,
@@ -133,9 +229,10 @@ func blankValues(vals []string) bool {
 	return true
 }
 
-// appendHeaderPart appends a header key part: its values, counted.
-func appendHeaderPart(b []byte, vals []string) []byte {
-	b = binary.AppendUvarint(append(b, 'h'), uint64(len(vals)))
+// appendValues appends a part of several values under tag: the values,
+// counted.
+func appendValues(b []byte, tag byte, vals []string) []byte {
+	b = binary.AppendUvarint(append(b, tag), uint64(len(vals)))
 	for _, v := range vals {
 		b = appendString(b, v)
 	}
@@ -149,12 +246,14 @@ func appendString(b []byte, s string) []byte {
 // KeyText writes the key of src under ks for people: the parts in order,
 // joined by "|". The client is its address (an IPv6 client by its prefix,
 // e.g. 2001:db8:1:2::/64) or its name, a header part the header's values
-// joined by ", ", a path or host part the cleaned path or normalised host.
-// A request that lacked a keyed header shows that part as "-" followed by
-// its client ("-203.0.113.9"). [ParseKey] reads the text back.
+// joined by ", ", a query part the parameter's values decoded and joined
+// by ", ", a path or host part the cleaned path or normalised host, a
+// cookie, claim or ja4 part its value. A request that lacked a keyed value
+// shows that part as "-" followed by its client ("-203.0.113.9").
+// [ParseKey] reads the text back.
 //
 // The text is one-to-one: within a part, the bytes that would read as
-// structure ('|', ',', '%' itself, and a header part's leading '-') are
+// structure ('|', ',', '%' itself, and a value's leading '-') are
 // written %XX, as are control bytes and bytes that are not UTF-8 (a JSON
 // answer would turn those into U+FFFD, two keys into one text). A key
 // without them reads as it always has.
@@ -167,42 +266,64 @@ func KeyText(ks []KeyPart, src *KeySource) string {
 		switch k.Kind {
 		case KeyIP:
 			writeEscaped(&b, src.clientText())
-		case KeyHeader:
-			vals := src.headerValues(k.Header)
-			if blankValues(vals) {
-				b.WriteByte('-')
-				writeEscaped(&b, src.clientText())
-				continue
-			}
-			for j, v := range vals {
-				switch {
-				case j > 0:
-					b.WriteString(", ")
-				case strings.HasPrefix(v, "-"):
-					b.WriteString("%2D") // not the "-" of a missing header
-					v = v[1:]
-				}
-				writeEscaped(&b, v)
-			}
 		case KeyPath:
 			writeEscaped(&b, src.Path)
 		case KeyHost:
 			writeEscaped(&b, src.Host)
-		case KeyJA4:
-			if src.JA4 == "" {
-				b.WriteByte('-')
-				writeEscaped(&b, src.clientText())
+		case KeyHeader:
+			vals := src.headerValues(k.Header)
+			if blankValues(vals) {
+				src.writeMissing(&b)
 				continue
 			}
-			fp := src.JA4
-			if strings.HasPrefix(fp, "-") {
-				b.WriteString("%2D") // not the "-" of a request without TLS
-				fp = fp[1:]
+			for j, v := range vals {
+				if j > 0 {
+					b.WriteString(", ")
+				}
+				writeValue(&b, v, j == 0)
 			}
-			writeEscaped(&b, fp)
+		case KeyQuery:
+			if queryCount(src.Query, k.Name) == 0 {
+				src.writeMissing(&b)
+				continue
+			}
+			for q, j := src.Query, 0; ; j++ {
+				raw, ok := nextQuery(&q, k.Name)
+				if !ok {
+					break
+				}
+				if j > 0 {
+					b.WriteString(", ")
+				}
+				writeValue(&b, string(appendUnescaped(nil, raw)), j == 0)
+			}
+		default:
+			v, ok := src.value(k)
+			if !ok {
+				src.writeMissing(&b)
+				continue
+			}
+			writeValue(&b, v, true)
 		}
 	}
 	return b.String()
+}
+
+// writeMissing writes the part of a request that lacks its value: "-" and
+// the client.
+func (src *KeySource) writeMissing(b *strings.Builder) {
+	b.WriteByte('-')
+	writeEscaped(b, src.clientText())
+}
+
+// writeValue writes a value of a part escaped, its leading '-' as %2D when
+// it starts the part, so that it cannot read as a missing value's "-".
+func writeValue(b *strings.Builder, v string, first bool) {
+	if first && strings.HasPrefix(v, "-") {
+		b.WriteString("%2D")
+		v = v[1:]
+	}
+	writeEscaped(b, v)
 }
 
 // writeEscaped writes s with the bytes KeyText escapes as %XX.
@@ -261,30 +382,14 @@ func ParseKey(ks []KeyPart, text string, ipv6Bits int) ([]byte, error) {
 				return nil, err
 			}
 			b = src.appendClient(b, 'i')
-		case KeyHeader:
-			// A leading "-" is a missing header; a value's own is %2D.
-			if rest, ok := strings.CutPrefix(part, "-"); ok {
-				src, err := parseClient(rest, ipv6Bits)
-				if err != nil {
-					return nil, fmt.Errorf("a part starting with - names the client of a request without the header: %w", err)
-				}
-				b = src.appendClient(b, 'm')
-				continue
-			}
-			vals := strings.Split(part, ", ")
-			for j, v := range vals {
-				var err error
-				if vals[j], err = unescapePart(v); err != nil {
-					return nil, err
-				}
-			}
-			b = appendHeaderPart(b, vals)
+			continue
 		case KeyPath:
 			p, err := unescapePart(part)
 			if err != nil {
 				return nil, err
 			}
 			b = appendString(append(b, 'p'), p)
+			continue
 		case KeyHost:
 			host, err := unescapePart(part)
 			if err != nil {
@@ -298,21 +403,38 @@ func ParseKey(ks []KeyPart, text string, ipv6Bits int) ([]byte, error) {
 				}
 			}
 			b = appendString(append(b, 'o'), host)
-		case KeyJA4:
-			if rest, ok := strings.CutPrefix(part, "-"); ok {
-				src, err := parseClient(rest, ipv6Bits)
-				if err != nil {
-					return nil, fmt.Errorf("a part starting with - names the client of a request without TLS: %w", err)
-				}
-				b = src.appendClient(b, 'm')
-				continue
+			continue
+		}
+		// A leading "-" is a request without the value; a value's own is
+		// %2D.
+		if rest, ok := strings.CutPrefix(part, "-"); ok {
+			src, err := parseClient(rest, ipv6Bits)
+			if err != nil {
+				return nil, fmt.Errorf("a part starting with - names the client of a request without %s: %w", missingWhat[k.Kind], err)
 			}
-			fp, err := unescapePart(part)
+			b = src.appendClient(b, 'm')
+			continue
+		}
+		if k.Kind != KeyHeader && k.Kind != KeyQuery {
+			v, err := unescapePart(part)
 			if err != nil {
 				return nil, err
 			}
-			b = appendString(append(b, 'j'), fp)
+			b = appendString(append(b, singleTag[k.Kind]), v)
+			continue
 		}
+		vals := strings.Split(part, ", ")
+		for j, v := range vals {
+			var err error
+			if vals[j], err = unescapePart(v); err != nil {
+				return nil, err
+			}
+		}
+		tag := byte('h')
+		if k.Kind == KeyQuery {
+			tag = 'q'
+		}
+		b = appendValues(b, tag, vals)
 	}
 	return b, nil
 }
@@ -394,8 +516,12 @@ func stripParams(p string) string {
 }
 
 // ParseKeyPart reads one key part in the config's spelling: ip, path,
-// host, ja4 or header:NAME (NAME an HTTP token other than Host, returned
-// in canonical form).
+// host, ja4, header:NAME (NAME an HTTP token other than Host, returned in
+// canonical form), cookie:NAME (NAME a cookie name, an HTTP token),
+// query:NAME (NAME the parameter's name decoded, without control bytes) or
+// jwt:CLAIM (CLAIM a claim's name, or the names of nested claims joined
+// by '.', a name that holds a '.' written in double quotes:
+// jwt:"https://example.com/plan").
 func ParseKeyPart(s string) (KeyPart, error) {
 	switch {
 	case s == "ip":
@@ -418,8 +544,218 @@ func ParseKeyPart(s string) (KeyPart, error) {
 			return KeyPart{}, fmt.Errorf("must be host rather than a header, got %q", s)
 		}
 		return kp, nil
+	case strings.HasPrefix(s, "cookie:"):
+		name := s[len("cookie:"):]
+		if !wire.IsToken(name) {
+			return KeyPart{}, fmt.Errorf("cookie name must be an HTTP token, got %q", s)
+		}
+		return KeyPart{Kind: KeyCookie, Name: name}, nil
+	case strings.HasPrefix(s, "query:"):
+		name := s[len("query:"):]
+		if name == "" || hasControl(name) {
+			return KeyPart{}, fmt.Errorf("query parameter name must be written decoded, not empty and without control bytes, got %q", s)
+		}
+		return KeyPart{Kind: KeyQuery, Name: name}, nil
+	case strings.HasPrefix(s, "jwt:"):
+		path, err := parseClaimPath(s[len("jwt:"):])
+		if err != nil {
+			return KeyPart{}, fmt.Errorf("%w, got %q", err, s)
+		}
+		return KeyPart{Kind: KeyJWT, Name: path}, nil
 	}
-	return KeyPart{}, fmt.Errorf("must be ip, path, host, ja4 or header:NAME, got %q", s)
+	return KeyPart{}, fmt.Errorf("must be ip, path, host, ja4, header:NAME, cookie:NAME, query:NAME or jwt:CLAIM, got %q", s)
+}
+
+// parseClaimPath reads a claim's path as jwt:CLAIM writes it and returns
+// its names joined by NUL.
+func parseClaimPath(s string) (string, error) {
+	var names []string
+	for rest := s; ; {
+		var name string
+		if q, ok := strings.CutPrefix(rest, `"`); ok {
+			end := strings.IndexByte(q, '"')
+			if end < 0 {
+				return "", fmt.Errorf("a claim name in quotes needs its closing quote")
+			}
+			name, rest = q[:end], q[end+1:]
+			if rest != "" && rest[0] != '.' {
+				return "", fmt.Errorf("a quoted claim name must be followed by '.' or the end")
+			}
+		} else {
+			end := strings.IndexByte(rest, '.')
+			if end < 0 {
+				end = len(rest)
+			}
+			name, rest = rest[:end], rest[end:]
+			if strings.IndexByte(name, '"') >= 0 {
+				return "", fmt.Errorf("a claim name holding '\"' must be quoted whole")
+			}
+		}
+		if name == "" || hasControl(name) {
+			return "", fmt.Errorf("claim names must not be empty nor hold control bytes")
+		}
+		names = append(names, name)
+		if rest == "" {
+			return strings.Join(names, "\x00"), nil
+		}
+		rest = rest[1:] // the '.'
+		if rest == "" {
+			return "", fmt.Errorf("a claim path must not end with '.'")
+		}
+	}
+}
+
+// claimSpelling writes a claim path as jwt:CLAIM names it: a name that
+// holds a '.' in quotes.
+func claimSpelling(path string) string {
+	names := strings.Split(path, "\x00")
+	for i, n := range names {
+		if strings.IndexByte(n, '.') >= 0 {
+			names[i] = `"` + n + `"`
+		}
+	}
+	return strings.Join(names, ".")
+}
+
+// hasControl reports whether s holds a control byte (NUL included).
+func hasControl(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] == 0x7f {
+			return true
+		}
+	}
+	return false
+}
+
+// Cookie returns the value of the first cookie named name in a request's
+// Cookie field lines, as browsers send the most specific first (RFC 6265
+// §5.4): pairs separated by ';', spaces around them ignored, a value in
+// double quotes without them; "" when there is none. Names are compared
+// exactly. Cookie does not allocate.
+func Cookie(lines []string, name string) string {
+	for _, line := range lines {
+		for line != "" {
+			var pair string
+			pair, line, _ = strings.Cut(line, ";")
+			k, v, ok := strings.Cut(wire.TrimOWS(pair), "=")
+			if !ok || wire.TrimOWS(k) != name {
+				continue
+			}
+			v = wire.TrimOWS(v)
+			if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+				v = v[1 : len(v)-1]
+			}
+			return v
+		}
+	}
+	return ""
+}
+
+// QueryValues returns the values of the query parameter name in query
+// (decoded, the target after '?'), in order, as query parts key them: the
+// query is split at '&', each pair at its first '=', and both sides
+// decoded as [net/url.QueryUnescape] does ('+' is a space); a pair that
+// holds ';' or an invalid escape is left out, as [net/url.ParseQuery]
+// leaves it out. A part keys a request as missing the parameter when every
+// value is empty.
+func QueryValues(query, name string) []string {
+	var out []string
+	for q := query; ; {
+		raw, ok := nextQuery(&q, name)
+		if !ok {
+			return out
+		}
+		out = append(out, string(appendUnescaped(nil, raw)))
+	}
+}
+
+// queryCount counts the values of parameter name in query, 0 when every
+// one is empty (the request is keyed as missing it).
+func queryCount(query, name string) int {
+	n, blank := 0, true
+	for q := query; ; {
+		raw, ok := nextQuery(&q, name)
+		if !ok {
+			break
+		}
+		n++
+		blank = blank && raw == ""
+	}
+	if blank {
+		return 0
+	}
+	return n
+}
+
+// nextQuery returns the next value, still escaped, of parameter name in
+// *q, and moves *q past it.
+func nextQuery(q *string, name string) (string, bool) {
+	for *q != "" {
+		var pair string
+		pair, *q, _ = strings.Cut(*q, "&")
+		if strings.IndexByte(pair, ';') >= 0 {
+			continue
+		}
+		k, v, _ := strings.Cut(pair, "=")
+		if unescapedLen(k) < 0 || unescapedLen(v) < 0 || !unescapedEqual(k, name) {
+			continue
+		}
+		return v, true
+	}
+	return "", false
+}
+
+// unescapedLen returns the length of s decoded, or -1 when s holds an
+// invalid escape.
+func unescapedLen(s string) int {
+	n := len(s)
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' {
+			if i+2 >= len(s) || !wire.IsHexDigit(s[i+1]) || !wire.IsHexDigit(s[i+2]) {
+				return -1
+			}
+			n -= 2
+			i += 2
+		}
+	}
+	return n
+}
+
+// appendUnescaped appends s, whose escapes are valid, decoded.
+func appendUnescaped(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '%':
+			b = append(b, wire.Unhex(s[i+1])<<4|wire.Unhex(s[i+2]))
+			i += 2
+		case '+':
+			b = append(b, ' ')
+		default:
+			b = append(b, c)
+		}
+	}
+	return b
+}
+
+// unescapedEqual reports whether s, whose escapes are valid, decodes to
+// name.
+func unescapedEqual(s, name string) bool {
+	j := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch c {
+		case '%':
+			c = wire.Unhex(s[i+1])<<4 | wire.Unhex(s[i+2])
+			i += 2
+		case '+':
+			c = ' '
+		}
+		if j >= len(name) || name[j] != c {
+			return false
+		}
+		j++
+	}
+	return j == len(name)
 }
 
 // PartValue returns the value of the key part k in the request src

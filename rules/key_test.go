@@ -52,18 +52,23 @@ func TestKeyRoundTrip(t *testing.T) {
 		{"no TLS keyed by ja4", []KeyPart{{Kind: KeyJA4}}, KeySource{Client: v6}, "-2001:db8:1:2::/64"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := KeyText(tt.ks, &tt.src); got != tt.want {
-				t.Fatalf("KeyText: got %q, want %q", got, tt.want)
-			}
-			if !tt.src.Client.IsValid() {
-				return // a named client has no admin URL
-			}
-			got, err := ParseKey(tt.ks, tt.want, 64)
-			if want := AppendKey(nil, tt.ks, &tt.src); err != nil || !bytes.Equal(got, want) {
-				t.Errorf("ParseKey(%q): got %x, %v, want %x", tt.want, got, err, want)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { checkKeyFaces(t, tt.ks, &tt.src, tt.want) })
+	}
+}
+
+// checkKeyFaces checks that KeyText writes want for src under ks, and
+// ParseKey reads it back into AppendKey's bytes.
+func checkKeyFaces(t *testing.T, ks []KeyPart, src *KeySource, want string) {
+	t.Helper()
+	if got := KeyText(ks, src); got != want {
+		t.Fatalf("KeyText: got %q, want %q", got, want)
+	}
+	if !src.Client.IsValid() {
+		return // a named client has no admin URL
+	}
+	got, err := ParseKey(ks, want, 64)
+	if key := AppendKey(nil, ks, src); err != nil || !bytes.Equal(got, key) {
+		t.Errorf("ParseKey(%q): got %x, %v, want %x", want, got, err, key)
 	}
 }
 
@@ -199,7 +204,7 @@ func TestParseKeyPart(t *testing.T) {
 		{"header:x-api-key", KeyPart{Kind: KeyHeader, Header: "X-Api-Key"}, ""},
 		{"header:host", KeyPart{}, `must be host rather than a header, got "header:host"`},
 		{"header:a b", KeyPart{}, `header name must be an HTTP token, got "header:a b"`},
-		{"cookie", KeyPart{}, `must be ip, path, host, ja4 or header:NAME, got "cookie"`},
+		{"cookie", KeyPart{}, `must be ip, path, host, ja4, header:NAME, cookie:NAME, query:NAME or jwt:CLAIM, got "cookie"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"mime"
 	"net/textproto"
+	"slices"
 	"strings"
 	"time"
 
@@ -66,6 +67,16 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 	}
 
 	r.Key = compileKey(p, path+".key", rc.Key)
+	switch rc.WhenMissing {
+	case "", "ip":
+	case "skip":
+		if !slices.ContainsFunc(r.Key, KeyPart.Missable) {
+			p.add(path+".when_missing", "skip applies only to a key with a part a request may lack (header, cookie, query, jwt or ja4), got key %v", rc.Key)
+		}
+		r.SkipMissing = true
+	default:
+		p.add(path+".when_missing", "must be ip or skip, got %q", rc.WhenMissing)
+	}
 
 	r.Action = actionSpelling.parse(p, path+".action", rc.Action)
 
@@ -97,6 +108,7 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 			seen[up] = k
 			r.Methods = append(r.Methods, up)
 		}
+		r.MatchHeaders = compileHeaderMatch(p, path+".match.headers", m.Headers)
 	}
 
 	if rc.BlockResponse != nil {
@@ -388,7 +400,7 @@ func compileKey(p *problems, path string, keys []string) []KeyPart {
 		return []KeyPart{{Kind: KeyIP}}
 	}
 	var out []KeyPart
-	seen := make(map[KeyPart]int)
+	seen := make(map[KeyPart]int) // comparable: a claim's path is one string
 	for i, raw := range keys {
 		kpath := fmt.Sprintf("%s[%d]", path, i)
 		kp, err := ParseKeyPart(raw)

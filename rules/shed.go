@@ -2,7 +2,9 @@ package rules
 
 import (
 	"fmt"
+	"maps"
 	"net/textproto"
+	"slices"
 	"strings"
 
 	"github.com/edgerate/edge/internal/wire"
@@ -122,7 +124,14 @@ func (pr *Priority) matches(host, method, path string, h HeaderValues) bool {
 			return false
 		}
 	}
-	for _, hm := range pr.Headers {
+	return headersMatch(pr.Headers, h)
+}
+
+// headersMatch reports whether h has every field of hms: present, and with
+// the given value among its values when one is given. h is nil for a
+// request without fields.
+func headersMatch(hms []HeaderMatch, h HeaderValues) bool {
+	for _, hm := range hms {
 		if h == nil {
 			return false
 		}
@@ -130,17 +139,7 @@ func (pr *Priority) matches(host, method, path string, h HeaderValues) bool {
 		if len(vals) == 0 {
 			return false
 		}
-		if hm.Value == "" {
-			continue
-		}
-		found := false
-		for _, v := range vals {
-			if v == hm.Value {
-				found = true
-				break
-			}
-		}
-		if !found {
+		if hm.Value != "" && !slices.Contains(vals, hm.Value) {
 			return false
 		}
 	}
@@ -212,14 +211,27 @@ func compileShed(p *problems, path string, dc DomainConfig) *Shed {
 			}
 			pr.Methods = append(pr.Methods, strings.ToUpper(raw))
 		}
-		for name, v := range m.Headers {
-			if !wire.IsToken(name) {
-				p.add(pp+".match.headers", "must name headers (tokens), got %q", name)
-				continue
-			}
-			pr.Headers = append(pr.Headers, HeaderMatch{Name: textproto.CanonicalMIMEHeaderKey(name), Value: v})
-		}
+		pr.Headers = compileHeaderMatch(p, pp+".match.headers", m.Headers)
 		s.Priorities = append(s.Priorities, pr)
 	}
 	return s
+}
+
+// compileHeaderMatch compiles a match's headers (path names them), in
+// name order so that a configuration compiles the same every time.
+func compileHeaderMatch(p *problems, path string, headers map[string]string) []HeaderMatch {
+	var out []HeaderMatch
+	for _, name := range slices.Sorted(maps.Keys(headers)) {
+		canon := textproto.CanonicalMIMEHeaderKey(name)
+		switch {
+		case !wire.IsToken(name):
+			p.add(path, "must name headers (tokens), got %q", name)
+		case canon == "Host":
+			// Go's server moves Host out of Request.Header.
+			p.add(path, "must not name Host (match by host instead), got %q", name)
+		default:
+			out = append(out, HeaderMatch{Name: canon, Value: headers[name]})
+		}
+	}
+	return out
 }

@@ -85,6 +85,8 @@ type Table struct {
 	// Connections are the connections section's limits; the zero value
 	// limits nothing.
 	Connections Connections
+	// AccessLog is the access_log section; nil writes no access log.
+	AccessLog *AccessLog
 
 	// Domains in config order; Domains[i].Index == i.
 	Domains []*Domain
@@ -109,6 +111,10 @@ type Timeouts struct {
 
 // Domain is a compiled [DomainConfig]. Callers must not modify it.
 type Domain struct {
+	// JWT is how the domain's bearer tokens are verified (its own jwt
+	// section or the top level's); nil for none.
+	JWT *JWT
+
 	Index int      // position in Table.Domains
 	Name  string   // metric label, unique within the table
 	Hosts []string // normalised like wire.NormalizeHost, config order, "*" and "*.suffix" included
@@ -136,6 +142,9 @@ type Domain struct {
 	// ACME: tls.acme obtains a certificate for each of its exact hosts
 	// (acme: true), and edge answers their ACME challenges.
 	ACME bool
+	// NoAccessLog: the domain's requests are not in the access log
+	// (access_log: false).
+	NoAccessLog bool
 
 	MaxKeys   int     // this domain's resolved share of Table.MaxKeys; 0 when it has no rules
 	MaxQueued int     // the most requests waiting at once in its rules' queues
@@ -202,10 +211,13 @@ const (
 	KeyPath                  // the normalised request path
 	KeyHost                  // the normalised request host
 	KeyJA4                   // the JA4 fingerprint of the client's TLS ClientHello
+	KeyCookie                // a request cookie's value
+	KeyQuery                 // a query parameter's values, percent-decoded
+	KeyJWT                   // a claim of the request's verified token
 )
 
-// String returns the config spelling: "ip", "header", "path", "host" or
-// "ja4".
+// String returns the config spelling: "ip", "header", "path", "host",
+// "ja4", "cookie", "query" or "jwt".
 func (k KeyKind) String() string { return keyKindSpelling.name(k) }
 
 // KeyPart is one component of a rule's client key.
@@ -214,14 +226,31 @@ type KeyPart struct {
 	// Header is the header name in canonical MIME form
 	// ("X-Api-Key"); set only when Kind is KeyHeader.
 	Header string
+	// Name is the cookie's name (KeyCookie), the query parameter's name
+	// decoded (KeyQuery), or the claim's path (KeyJWT): its names joined
+	// by NUL, which no claim name in the config may hold ("org\x00id" for
+	// jwt:org.id), as [Claims.Claim] takes it.
+	Name string
 }
 
-// String returns the config spelling, such as "ip" or "header:X-Api-Key".
+// String returns the config spelling, such as "ip", "header:X-Api-Key",
+// "cookie:session", "query:api_key" or "jwt:org.id".
 func (p KeyPart) String() string {
-	if p.Kind == KeyHeader {
+	switch p.Kind {
+	case KeyHeader:
 		return "header:" + p.Header
+	case KeyCookie, KeyQuery:
+		return p.Kind.String() + ":" + p.Name
+	case KeyJWT:
+		return "jwt:" + claimSpelling(p.Name)
 	}
 	return p.Kind.String()
+}
+
+// Missable reports whether a request may lack the part's value: every
+// part but ip, path and host.
+func (p KeyPart) Missable() bool {
+	return p.Kind != KeyIP && p.Kind != KeyPath && p.Kind != KeyHost
 }
 
 // Rule is a compiled [RuleConfig]. Callers must not modify it.
@@ -230,6 +259,13 @@ type Rule struct {
 	Name       string   // unique within its domain
 	PathPrefix string   // "" matches any path
 	Methods    []string // nil matches any method; upper-case
+	// MatchHeaders are the header fields a request must have (match.headers);
+	// nil matches any request.
+	MatchHeaders []HeaderMatch
+	// SkipMissing is when_missing: skip: the rule does not apply to a
+	// request that lacks the value of one of its key's parts
+	// ([KeyPart.Missable]); false keys that part by the client instead.
+	SkipMissing bool
 
 	Limit             int64         // requests per Period, ≥ 1
 	Period            time.Duration // whole seconds, 1s..720h; 0 for a quota
@@ -351,6 +387,16 @@ func (r *Rule) Matches(method, path string) bool {
 		}
 	}
 	return false
+}
+
+// Applies reports whether the rule applies to a request with method, as
+// src describes it: [Rule.Matches] its method and path, it has every field
+// of MatchHeaders, and, under when_missing: skip, every part of the key
+// has a value. Exempt clients are [Rule.Exempt]'s. Applies does not
+// allocate.
+func (r *Rule) Applies(method string, src *KeySource) bool {
+	return r.Matches(method, src.Path) && headersMatch(r.MatchHeaders, src.Header) &&
+		!(r.SkipMissing && MissingPart(r.Key, src))
 }
 
 // Rule returns the domain's rule with the given name.

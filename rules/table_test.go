@@ -196,7 +196,7 @@ func TestEnumStrings(t *testing.T) {
 		{"KeyHeader", KeyHeader.String(), "header"},
 		{"KeyPath", KeyPath.String(), "path"},
 		{"KeyHost", KeyHost.String(), "host"},
-		{"KeyKind out of range", KeyKind(5).String(), "KeyKind(5)"},
+		{"KeyKind out of range", KeyKind(8).String(), "KeyKind(8)"},
 		{"KeyPart header", KeyPart{Kind: KeyHeader, Header: "X-Api-Key"}.String(), "header:X-Api-Key"},
 		{"KeyPart ip", KeyPart{Kind: KeyIP}.String(), "ip"},
 	}

@@ -32,6 +32,29 @@ type Record struct {
 	// name: Referer and User-Agent for the Combined format, any for JSON.
 	// Nil when there are none.
 	Headers map[string]string
+	// Edge is what edge's own JSON access log says it decided live; nil
+	// for a line of another server's log.
+	Edge *EdgeLine
+}
+
+// EdgeLine is the live decision a line of edge's JSON access log records
+// (docs/access-log.md).
+type EdgeLine struct {
+	Domain  string
+	Outcome string
+	// Sample is how many refusals the line stands for (refused_sample);
+	// 1 for itself.
+	Sample int
+	Rules  []EdgeRule
+}
+
+// EdgeRule is one rule's live judgement of a request.
+type EdgeRule struct {
+	Name      string
+	Outcome   string // allowed, limited, mitigated, soft_limited
+	Remaining int64
+	Key       string // as the admin API renders it, when HasKey
+	HasKey    bool
 }
 
 // Format is an access log format.
@@ -93,6 +116,8 @@ type LogStats struct {
 	Lines   int    // lines read, blank ones included
 	Records int    // records passed on
 	Skipped int    // malformed lines, not passed on
+	// Edge says the first line is one of edge's own JSON access log.
+	Edge bool
 	// FirstError describes the first malformed line, with its number.
 	FirstError error
 }
@@ -131,6 +156,9 @@ func ReadLog(r io.Reader, format Format, each func(Record)) (LogStats, error) {
 		}
 		if st.Format == FormatAuto {
 			st.Format = detect(line)
+			st.Edge = st.Format == FormatJSON && edgeLine(line)
+		} else if st.Lines == 1 && st.Format == FormatJSON {
+			st.Edge = edgeLine(line)
 		}
 		if st.Format == FormatNASA && nasa == nil {
 			cols, err := parseNASAHeader(line)
@@ -432,7 +460,7 @@ func parseJSON(line []byte) (Record, error) {
 		}
 	}
 	rec.Method = str("method")
-	rec.Path = cleanTarget(str("path", "uri", "url"))
+	rec.Path = cleanTarget(str("path", "uri", "url", "target"))
 	rec.Host = str("host")
 	if s := str("status"); s != "" {
 		rec.Status, _ = strconv.Atoi(s)
@@ -454,7 +482,61 @@ func parseJSON(line []byte) (Record, error) {
 			}
 		}
 	}
+	if _, ok := top["rules"]; ok {
+		if _, ok := top["outcome"]; ok {
+			rec.Edge, err = parseEdge(line)
+			if err != nil {
+				return rec, err
+			}
+			for field, v := range map[string]string{"Referer": str("referer"), "User-Agent": str("user_agent")} {
+				if v == "" {
+					continue
+				}
+				if rec.Headers == nil {
+					rec.Headers = make(map[string]string, 2)
+				}
+				rec.Headers[field] = v
+			}
+		}
+	}
 	return rec, nil
+}
+
+// edgeLine reports whether line is one of edge's JSON access log: an
+// object with rules and outcome (docs/access-log.md).
+func edgeLine(line []byte) bool {
+	var probe struct {
+		Rules   json.RawMessage `json:"rules"`
+		Outcome *string         `json:"outcome"`
+	}
+	return json.Unmarshal(line, &probe) == nil && probe.Rules != nil && probe.Outcome != nil
+}
+
+// parseEdge reads the live decision of a line of edge's access log.
+func parseEdge(line []byte) (*EdgeLine, error) {
+	var l struct {
+		Domain  string `json:"domain"`
+		Outcome string `json:"outcome"`
+		Sample  int    `json:"sample"`
+		Rules   []struct {
+			Name      string  `json:"name"`
+			Outcome   string  `json:"outcome"`
+			Remaining int64   `json:"remaining"`
+			Key       *string `json:"key"`
+		} `json:"rules"`
+	}
+	if err := json.Unmarshal(line, &l); err != nil {
+		return nil, fmt.Errorf("edge line: %w", err)
+	}
+	e := &EdgeLine{Domain: l.Domain, Outcome: l.Outcome, Sample: max(l.Sample, 1)}
+	for _, r := range l.Rules {
+		er := EdgeRule{Name: r.Name, Outcome: r.Outcome, Remaining: r.Remaining}
+		if r.Key != nil {
+			er.Key, er.HasKey = *r.Key, true
+		}
+		e.Rules = append(e.Rules, er)
+	}
+	return e, nil
 }
 
 // jsonTime converts a JSON time value to µs since the epoch.

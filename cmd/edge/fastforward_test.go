@@ -487,7 +487,7 @@ func runForwardSeq(t *testing.T, sq forwardSeq, trust bool, fix *diffTLS) {
 		trustLine = `client_ip: {trusted_proxies: ["127.0.0.0/8"]}`
 	}
 	var got [2][]heard
-	var want, metrics [2]string
+	var want, metrics, lines [2]string
 	var answered int64
 	for i, fast := range []bool{true, false} {
 		origin := startRawOrigin(t)
@@ -507,8 +507,12 @@ func runForwardSeq(t *testing.T, sq forwardSeq, trust bool, fix *diffTLS) {
 			t.Errorf("fastpath false: %d requests answered by the fast path", ds.answered.Load())
 		}
 		metrics[i] = metricsText(t, ds.reg)
+		lines[i] = ds.accessLines(t)
 	}
 	sidesAgree(t, got, want, metrics)
+	if lines[0] != lines[1] {
+		t.Errorf("access log lines differ:\nfast path\n%s\nslow path\n%s", lines[0], lines[1])
+	}
 	if strings.HasPrefix(sq.name, "responses") && answered == 0 {
 		t.Errorf("the fast path forwarded nothing")
 	}
@@ -531,12 +535,18 @@ func startConfig(t testing.TB, cfg string, fast bool) *diffServer {
 func startConfigOver(t testing.TB, cfg string, fast bool, fix *diffTLS) *diffServer {
 	t.Helper()
 	cfg += fmt.Sprintf("fastpath: %v\n", fast)
+	_, bench := t.(*testing.B)
+	if !bench && !strings.Contains(cfg, "access_log:") {
+		// Every line, in the format with the most in it, compared between
+		// the paths (accessLines).
+		cfg += "access_log: {path: \"-\", format: json, keys: true}\n"
+	}
 	table, err := parseConfig([]byte(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	ds := &diffServer{reg: prometheus.NewRegistry(), logs: new(lockedBuffer)}
+	ds := &diffServer{reg: prometheus.NewRegistry(), logs: new(lockedBuffer), access: new(lockedBuffer)}
 	// Every log line, debug included, but its time.
 	logger := slog.New(slog.NewTextHandler(ds.logs, &slog.HandlerOptions{Level: slog.LevelDebug,
 		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
@@ -545,15 +555,15 @@ func startConfigOver(t testing.TB, cfg string, fast bool, fix *diffTLS) *diffSer
 			}
 			return a
 		}}))
-	if _, bench := t.(*testing.B); bench {
+	if bench {
 		logger = slog.New(slog.DiscardHandler) // as edge runs: no debug lines
 	}
 	p, err := proxy.New(proxy.Options{Table: table, Registerer: ds.reg, Now: func() time.Time { return now },
-		Logger: logger})
+		Logger: logger, AccessLogStdout: ds.access})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ds.via = p.Via()
+	ds.via, ds.proxy = p.Via(), p
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

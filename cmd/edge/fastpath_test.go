@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"crypto/ed25519"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -24,6 +26,7 @@ import (
 	"github.com/edgerate/edge/guard"
 	"github.com/edgerate/edge/internal/hostile"
 	"github.com/edgerate/edge/proxy"
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 )
@@ -56,6 +59,9 @@ domains:
       - {name: per-token, limit: 3, period: 1m, key: ["header:X-Api-Key"], count_blocked: true}
       - {name: items, limit: 2, period: 1m, key: [ip, path], match: {path_prefix: /items/}, mitigation_timeout: 5m}
       - {name: hidden, limit: 100, period: 1m, key: [host], headers: none}
+      - {name: per-session, limit: 3, period: 1m, key: ["cookie:session"], when_missing: skip}
+      - {name: per-query-key, limit: 3, period: 1m, key: ["query:api key", ip], when_missing: skip}
+      - {name: mobile, limit: 2, period: 1m, key: [ip], match: {headers: {X-Client: mobile, X-App: ""}}}
   - name: www
     hosts: [www.example.com]
     rules:
@@ -80,6 +86,17 @@ domains:
     api_keys: {from: "header:X-Api-Key", plan_from: "header:X-Plan", required: true}
     rules:
       - {name: per-key, limit: 1, period: 1m, key: ["header:X-Api-Key"], plans: {gold: {limit: 3}}}
+  - name: tok
+    hosts: [tok.example.com]
+    jwt: {keys_file: testdata/diff-jwks.json, invalid: refuse, issuer: "https://id.example"}
+    rules:
+      - {name: per-user, limit: 2, period: 1m, key: ["jwt:sub"]}
+      - {name: per-org, limit: 1, period: 1m, key: ["jwt:org.id", ip], when_missing: skip}
+  - name: anon
+    hosts: [anon.example.com]
+    jwt: {keys_file: testdata/diff-jwks.json, from: "cookie:at"}
+    rules:
+      - {name: per-user, limit: 2, period: 1m, key: ["jwt:sub"]}
   - name: asked
     hosts: [asked.example.com]
     serve: check
@@ -107,6 +124,23 @@ type diffServer struct {
 	// (difftls_test.go). Then exchange speaks TLS; plainExchange does not.
 	tls       string
 	clientTLS *tls.Config
+	// access receives the access log's lines (access_log path "-"), and
+	// proxy is the edge, whose access log accessLines writes out.
+	access *lockedBuffer
+	proxy  *proxy.Proxy
+}
+
+// variableFields are the access log's fields that differ between two
+// edges serving the same requests: the origin's time and its URL (each
+// edge of a forward test has an origin of its own).
+var variableFields = regexp.MustCompile(`"origin_ms":[0-9.]+|"origin":"[^"]*"`)
+
+// accessLines returns the access log's lines so far, but for
+// variableFields.
+func (ds *diffServer) accessLines(t *testing.T) string {
+	t.Helper()
+	ds.proxy.FlushAccessLog()
+	return variableFields.ReplaceAllString(ds.access.String(), "")
 }
 
 // dial opens a client's connection to ds: over TLS to its HTTPS listener
@@ -342,6 +376,23 @@ func fastPathCases() []diffCase {
 		{name: "bad escape", steps: append(repeat(get(api, "/a"), 4), get(api, "/a%zz")), wait: true},
 		{name: "params in path", steps: repeat(get(api, "/items;x=1/2"), 6), wait: true, limit: 100, fast: true},
 		{name: "header key", steps: repeat(get(api, "/a", "X-Api-Key: k1", "x-api-key: k2"), 6), wait: true, limit: 100, fast: true},
+		{name: "cookie key", steps: repeat(get(api, "/a", "Cookie: a=1; session=s1", "Cookie: session=s2"), 6), wait: true, limit: 100, fast: true},
+		{name: "cookie key, two clients", steps: append(repeat(get(api, "/a", "Cookie: session=s1"), 4), get(api, "/a", "Cookie: session=\"s2\""), get(api, "/a", "Cookie: session=")), wait: true, limit: 100, fast: true},
+		{name: "query key", steps: repeat(get(api, "/a?x=1&api+key=k%7C1&api%20key=2"), 6), wait: true, limit: 100, fast: true},
+		{name: "query key, ;", steps: repeat(get(api, "/a?api+key=a;b&api+key=ok&api+key="), 6), wait: true, limit: 100, fast: true},
+		// The guard leaves a target with a bad escape to net/http.
+		{name: "query key, bad escape", steps: repeat(get(api, "/a?api+key=%zz&api+key=ok"), 6), wait: true, limit: 100},
+		{name: "match headers", steps: append(repeat(get(api, "/a", "X-Client: mobile", "X-App: 1"), 4), get(api, "/a", "X-Client: Mobile", "X-App: 1")), wait: true, limit: 100, fast: true},
+		{name: "jwt key", steps: repeat(get("tok.example.com", "/a", "Authorization: Bearer "+diffToken("alice", "")), 5), wait: true, limit: 100, fast: true},
+		{name: "jwt key, two users", steps: append(repeat(get("tok.example.com", "/a", "Authorization: Bearer "+diffToken("alice", "")), 3),
+			get("tok.example.com", "/a", "Authorization: bearer "+diffToken("bob", ""))), wait: true, limit: 100, fast: true},
+		{name: "jwt nested claim", steps: repeat(get("tok.example.com", "/a", "Authorization: Bearer "+diffToken("carol", "o1")), 4), wait: true, limit: 100, fast: true},
+		{name: "jwt claim not scalar", steps: repeat(get("tok.example.com", "/a", "Authorization: Bearer "+diffToken("dave", "[1]")), 4), wait: true, limit: 100, fast: true},
+		{name: "jwt refused: none, bad, two", steps: []string{get("tok.example.com", "/a"), get("tok.example.com", "/a", "Authorization: Bearer x.y.z"),
+			get("tok.example.com", "/a", "Authorization: Bearer "+diffToken("alice", ""), "Authorization: Bearer "+diffToken("bob", ""))}, wait: true, limit: 100, fast: true, has: "Www-Authenticate: Bearer error=\"invalid_token\"\r\n"},
+		{name: "jwt refused, HEAD", steps: []string{hostile.Req("HEAD /a HTTP/1.1", "Host: tok.example.com"), get("tok.example.com", "/a")}, wait: true, limit: 100},
+		{name: "jwt in a cookie, anonymous", steps: append(repeat(get("anon.example.com", "/a", "Cookie: at="+diffToken("alice", "")), 3),
+			get("anon.example.com", "/a"), get("anon.example.com", "/a", "Cookie: at=bad")), wait: true, limit: 100, fast: true},
 		{name: "header key blank", steps: repeat(get(api, "/a", "X-Api-Key:  "), 6), wait: true, limit: 100, fast: true},
 		{name: "trusted proxy", steps: repeat(get(api, "/a", "X-Forwarded-For: 203.0.113.7"), 6), wait: true, fast: true},
 		{name: "trusted proxy, two lines", steps: repeat(get(api, "/a", "X-Forwarded-For: 198.51.100.1, 203.0.113.7", "X-Forwarded-For: 127.0.0.2"), 6), wait: true, fast: true},
@@ -463,6 +514,9 @@ func runFastPathCase(t *testing.T, origin string, tc diffCase, fix *diffTLS) {
 	if g, w := fast.logs.String(), slow.logs.String(); g != w {
 		t.Errorf("logs differ:\nfast path\n%s\nslow path\n%s", g, w)
 	}
+	if g, w := fast.accessLines(t), slow.accessLines(t); g != w {
+		t.Errorf("access log lines differ:\nfast path\n%s\nslow path\n%s", g, w)
+	}
 }
 
 // TestFastPathFirstRequest: with the default timeouts.read, a refused
@@ -524,11 +578,23 @@ func TestFastPathFirstRequest(t *testing.T) {
 //
 //	go test -run='^$' -bench=FastRefuse -benchmem ./cmd/edge/
 func BenchmarkFastRefuse(b *testing.B) {
-	for _, fast := range []bool{true, false} {
-		b.Run(fmt.Sprintf("fastpath=%v", fast), func(b *testing.B) {
+	for _, tc := range []struct {
+		fast bool
+		log  string // an access_log format, "" for none
+	}{{true, ""}, {true, "json"}, {true, "combined"}, {false, ""}, {false, "json"}} {
+		name := fmt.Sprintf("fastpath=%v", tc.fast)
+		if tc.log != "" {
+			name += ",access_log=" + tc.log
+		}
+		b.Run(name, func(b *testing.B) {
+			fast := tc.fast
 			origin := httptest.NewServer(http.NotFoundHandler())
 			defer origin.Close()
-			ds := startDiff(b, origin.URL, 2, fast, "")
+			extra := ""
+			if tc.log != "" {
+				extra = fmt.Sprintf("access_log: {path: %q, format: %s}\n", filepath.Join(b.TempDir(), "access.log"), tc.log)
+			}
+			ds := startDiff(b, origin.URL, 2, fast, extra)
 			c, err := net.Dial("tcp", ds.addr)
 			if err != nil {
 				b.Fatal(err)
@@ -592,7 +658,15 @@ func BenchmarkFastRefuse(b *testing.B) {
 // and no net/http in the loop. Its allocs/op are the refusal path's own,
 // and under callgrind its instruction count per request is repeatable.
 func BenchmarkFastRefuseLoop(b *testing.B) {
-	const config = `
+	b.Run("access_log=none", func(b *testing.B) { benchmarkFastRefuseLoop(b, "") })
+	b.Run("access_log=json", func(b *testing.B) { benchmarkFastRefuseLoop(b, "json") })
+	b.Run("access_log=combined", func(b *testing.B) { benchmarkFastRefuseLoop(b, "combined") })
+}
+
+// benchmarkFastRefuseLoop is BenchmarkFastRefuseLoop with an access log
+// to a file in format, or none for "".
+func benchmarkFastRefuseLoop(b *testing.B, format string) {
+	config := `
 origin: http://127.0.0.1:9
 max_keys: 1000
 fastpath: true
@@ -602,6 +676,9 @@ domains:
     rules:
       - {name: per-ip, limit: 1, period: 1h, key: [ip]}
 `
+	if format != "" {
+		config += fmt.Sprintf("access_log: {path: %q, format: %s}\n", filepath.Join(b.TempDir(), "access.log"), format)
+	}
 	table, err := parseConfig([]byte(config))
 	if err != nil {
 		b.Fatal(err)
@@ -610,6 +687,7 @@ domains:
 	if err != nil {
 		b.Fatal(err)
 	}
+	defer p.Close() // the access log's writer
 	srv := publicServer(table, p, log.New(io.Discard, "", 0))
 	const req = "GET /api/v1/items HTTP/1.1\r\nHost: bench.example\r\n\r\n"
 	// The connection opens with a request the fast path declines, so that
@@ -714,3 +792,27 @@ func (c *memConn) RemoteAddr() net.Addr {
 func (c *memConn) SetDeadline(time.Time) error      { return nil }
 func (c *memConn) SetReadDeadline(time.Time) error  { return nil }
 func (c *memConn) SetWriteDeadline(time.Time) error { return nil }
+
+// diffKey signs the differential tests' tokens; testdata/diff-jwks.json
+// is its public key, kid "diff".
+var diffKey = ed25519.NewKeyFromSeed([]byte("edge-differential-test-key-seed!"))
+
+// diffToken is a token for sub, valid until 2100, with org.id org when
+// org is set ("[1]": an array).
+func diffToken(sub, org string) string {
+	c := jwt.MapClaims{"sub": sub, "iss": "https://id.example", "exp": 4102444800}
+	switch org {
+	case "":
+	case "[1]":
+		c["org"] = map[string]any{"id": []int{1}}
+	default:
+		c["org"] = map[string]any{"id": org}
+	}
+	tok := jwt.NewWithClaims(jwt.SigningMethodEdDSA, c)
+	tok.Header["kid"] = "diff"
+	s, err := tok.SignedString(diffKey)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}

@@ -289,6 +289,7 @@ var readmeCommands = []struct {
 	{regexp.MustCompile(`^for i in \$\(seq \d+\); do curl -si localhost:8080/ \| head -1; done$`), "TestReadmeQuickStartLoop"},
 	{regexp.MustCompile(`^go test -race -timeout 30m \./\.\.\.$`), "TestReadmeExamplesChecked: the command .ci/run runs"},
 	{regexp.MustCompile(`^edge replay `), "TestReadmeCommandLine parses its flags"},
+	{regexp.MustCompile(`^edge -config edge\.yaml +# serve, logging every request$`), "TestReplayAgreesWithAccessLog serves such a configuration and replays its log"},
 }
 
 // TestReadmeExamplesChecked: every YAML block of README.md is a

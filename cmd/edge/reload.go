@@ -129,6 +129,11 @@ func (rl *reloader) run(ctx context.Context) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	// SIGUSR1 reopens the access log, as logrotate's postrotate asks
+	// (nginx's signal for it too).
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	defer signal.Stop(usr1)
 	var tick <-chan time.Time
 	if rl.path != "" && rl.interval > 0 {
 		t := time.NewTicker(rl.interval)
@@ -142,6 +147,9 @@ func (rl *reloader) run(ctx context.Context) {
 		case <-hup:
 			rl.log.Info("SIGHUP: reloading configuration")
 			rl.reload(true)
+		case <-usr1:
+			rl.log.Info("SIGUSR1: reopening the access log")
+			rl.proxy.ReopenAccessLog()
 		case <-tick:
 			rl.reload(false)
 		}

@@ -317,7 +317,7 @@ func TestReplayBadFlags(t *testing.T) {
 		{[]string{"replay"}, "give log files"},
 		{[]string{"replay", "-limit", "0", log}, "-limit: must be at least 1, got 0"},
 		{[]string{"replay", "-period", "1500us", log}, "-period: must be a whole number of milliseconds"},
-		{[]string{"replay", "-key", "cookie", log}, `-key: must be ip, path, host, ja4 or header:NAME`},
+		{[]string{"replay", "-key", "cookie", log}, `-key: must be ip, path, host, ja4, header:NAME, cookie:NAME, query:NAME or jwt:CLAIM`},
 		{[]string{"replay", "-synthetic", "nope"}, `unknown scenario "nope"`},
 		{[]string{"replay", "-synthetic", "edge", "-limit", "5"}, "-limit: not with -synthetic"},
 		{[]string{"replay", "-synthetic", "edge", "-scale", "huge"}, "scale: must be ci, medium or full"},

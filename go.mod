@@ -18,6 +18,7 @@ require (
 	github.com/quic-go/quic-go v0.65.0
 	github.com/redis/rueidis v1.0.79
 	github.com/spf13/viper v1.21.0
+	github.com/vektah/gqlparser/v2 v2.5.64
 	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.28.0
 	go.yaml.in/yaml/v4 v4.0.0

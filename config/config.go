@@ -44,7 +44,7 @@ func LoadEnv(path string, env []string) (*rules.Table, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	t, err := ParseEnv(data, env)
+	t, err := ParseAt(path, data, env)
 	return t, Hash(data), err
 }
 
@@ -100,7 +100,15 @@ func Parse(data []byte) (*rules.Table, error) { return ParseEnv(data, nil) }
 // of one whose key is a secret is a secret, and the table's Sources say
 // which settings the environment gave. A variable that names no setting
 // is ignored here; EnvWarnings names it.
-func ParseEnv(data []byte, env []string) (*rules.Table, error) {
+func ParseEnv(data []byte, env []string) (*rules.Table, error) { return ParseAt("", data, env) }
+
+// ParseAt is ParseEnv for the configuration read from path, whose
+// directory the files it names (api_keys.file) are relative to; "" is the
+// working directory. The API key files are read as part of the
+// configuration: one that cannot be read, or is not a mapping of API key
+// to plan name, is a problem of the configuration, and a reload with it
+// fails as with any other.
+func ParseAt(path string, data []byte, env []string) (*rules.Table, error) {
 	secrets := newFileSecrets(data)
 	fromEnv := readEnv(env, secrets.Secrets)
 	settings, err := readYAML(data, secrets)
@@ -135,6 +143,7 @@ func ParseEnv(data []byte, env []string) (*rules.Table, error) {
 	})
 	errs, failed := decodeErrors(err)
 	failed = append(failed, pointerAncestors(failed)...)
+	errs = append(errs, readKeyFiles(&cfg, path)...) // keyfile.go
 	// viper drops an empty mapping: a section written {} would be no
 	// section at all. It is the section with every default (acme: {} is
 	// Let's Encrypt without an email), or the error that names what it

@@ -326,7 +326,7 @@ const (
 // client reads no body of an error).
 func (a *answer) blockedAnswer(d *domain, vs []verdict, blocker int, form answerForm) {
 	v := vs[blocker]
-	rs := &d.rules[v.rule]
+	rs := &d.all[v.rule]
 	status := http.StatusTooManyRequests
 	br := rs.BlockResponse
 	if br != nil && form != formGRPC {
@@ -346,6 +346,11 @@ func (a *answer) blockedAnswer(d *domain, vs []verdict, blocker int, form answer
 		a.setCustom(fieldContentType, rs.blockContentType)
 		a.body = append(a.body, br.Body...)
 		return
+	case rs.graphqlRestore != "":
+		// Shopify's THROTTLED body, which GraphQL clients read
+		// whatever their Accept says (graphql.go).
+		a.set(fieldContentType, contentTypeJSON)
+		a.body = appendThrottledJSON(a.body, rs, v)
 	case form == formJSON:
 		a.set(fieldContentType, contentTypeJSON)
 		a.body = appendBlockedJSON(a.body, rs, v)
@@ -364,7 +369,7 @@ func (a *answer) rateLimitFields(vals []byte, d *domain, vs []verdict, blocker i
 	vals, from := startMade(vals, fieldRateLimitPolicy)
 	n := 0
 	for _, v := range vs {
-		rs := &d.rules[v.rule]
+		rs := &d.all[v.rule]
 		if rs.Headers == rules.HeadersNone {
 			continue
 		}
@@ -381,7 +386,7 @@ func (a *answer) rateLimitFields(vals []byte, d *domain, vs []verdict, blocker i
 	vals, from = startMade(vals, fieldRateLimit)
 	n = 0
 	for _, v := range vs {
-		rs := &d.rules[v.rule]
+		rs := &d.all[v.rule]
 		if rs.Headers == rules.HeadersNone {
 			continue
 		}
@@ -393,7 +398,7 @@ func (a *answer) rateLimitFields(vals []byte, d *domain, vs []verdict, blocker i
 	}
 	vals = a.endMade(vals, fieldRateLimit, from)
 	v := vs[blocker]
-	rs := &d.rules[v.rule]
+	rs := &d.all[v.rule]
 	if rs.Headers == rules.HeadersNone {
 		return vals
 	}

@@ -134,6 +134,9 @@ func (p *Proxy) reserve(st *state, plan *bodyPlan) (func(), bool) {
 // when it passes the limit: if that happens after the buffered part went
 // to the origin, the origin sees an aborted request and the client 413.
 func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request, ex *exchange) func() {
+	if ex.held != nil {
+		return noRelease // read whole before the decision (graphql.go)
+	}
 	cb := wrapBody(r, ex)
 	if cb == nil {
 		return noRelease // no body

@@ -24,6 +24,10 @@ import (
 //     trailers if the origin sends the field as a trailer. The field is
 //     removed from every response of the domain, headers and trailers, so
 //     the client never sees it.
+//   - cost_from: origin_time: the milliseconds from the request sent to
+//     the origin to the response's end, charged when the answer ends
+//     (endHeld), at most the rule's capacity: a long stream or an
+//     upgraded connection charges no more than a full window.
 //
 // Charges go through the request's window.Tally, which limit keeps open
 // for them: afterResponse holds it until ServeHTTP or the fast forward ends it (endHeld),
@@ -59,7 +63,7 @@ func decisionCost(rs *ruleState, cost int64) int64 {
 func hold(d *domain, tally window.Tally, vs []verdict, fellBack bool) *afterResponse {
 	n := 0
 	for i := range vs {
-		if holds(&d.rules[vs[i].rule], &vs[i]) {
+		if holds(&d.all[vs[i].rule], &vs[i]) {
 			n++
 		}
 	}
@@ -75,19 +79,20 @@ func hold(d *domain, tally window.Tally, vs []verdict, fellBack bool) *afterResp
 		// Kept for giveBack, should shedding refuse the request once it
 		// is ready for the origin.
 		for i := range vs {
-			if v := vs[i]; !d.rules[v.rule].CountBlocked {
+			if v := vs[i]; !d.all[v.rule].CountBlocked {
 				v.id.Name = slices.Clone(v.id.Name)
 				a.refunds = append(a.refunds, v)
 			}
 		}
 	}
 	for i := range vs {
-		if v := &vs[i]; holds(&d.rules[v.rule], v) {
+		if v := &vs[i]; holds(&d.all[v.rule], v) {
 			// The key's bytes are in limit's pooled buffer, returned
 			// before the origin answers.
 			id := window.ID{Key: v.id.Key, Name: slices.Clone(v.id.Name)}
-			c := charge{rule: v.rule, id: id, slot: d.rules[v.rule].Algorithm == algorithm.Concurrency}
-			if d.rules[v.rule].CountStatus != nil {
+			c := charge{rule: v.rule, id: id, slot: d.all[v.rule].Algorithm == algorithm.Concurrency,
+				timed: d.all[v.rule].CostFrom == rules.CostFromOriginTime}
+			if d.all[v.rule].CountStatus != nil {
 				c.later = v.cost
 			}
 			a.charges = append(a.charges, c)
@@ -106,7 +111,7 @@ func holds(rs *ruleState, v *verdict) bool {
 // for a request that ends before it is held (hold).
 func releaseSlots(d *domain, vs []verdict, tally window.Tally, now time.Time) {
 	for i := range vs {
-		if v := &vs[i]; d.rules[v.rule].Algorithm == algorithm.Concurrency && v.Allowed {
+		if v := &vs[i]; d.all[v.rule].Algorithm == algorithm.Concurrency && v.Allowed {
 			tally.Release(v.id, now)
 		}
 	}
@@ -124,6 +129,18 @@ type afterResponse struct {
 	// refunds are the verdicts to give back if shedding refuses the
 	// request (giveBack); only in a domain that sheds load.
 	refunds []verdict
+	// sent is when the request went to the origin (sending), from which
+	// origin_time charges; zero while it has not.
+	sent time.Time
+}
+
+// sending notes that the request held in a (nil: none) goes to the origin
+// at now, for the rules that charge its origin time; both forwarders call
+// it once its body is ready to go.
+func (a *afterResponse) sending(now time.Time) {
+	if a != nil {
+		a.sent = now
+	}
 }
 
 // charge is one rule's account of a request, settled after the response.
@@ -138,6 +155,9 @@ type charge struct {
 	// slot: the request holds a slot of a concurrency rule, given back by
 	// endHeld; such a rule charges nothing.
 	slot bool
+	// timed: the rule charges the origin's time (cost_from: origin_time),
+	// when endHeld ends the answer.
+	timed bool
 }
 
 // endHeld gives back the slots a holds and ends its tally, once, when the
@@ -150,14 +170,30 @@ func (p *Proxy) endHeld(a *afterResponse) {
 	a.ended = true
 	var now time.Time
 	for i := range a.charges {
-		if c := &a.charges[i]; c.slot {
-			if now.IsZero() {
-				now = p.now()
-			}
+		c := &a.charges[i]
+		if !c.slot && !(c.timed && !a.sent.IsZero()) {
+			continue
+		}
+		if now.IsZero() {
+			now = p.now()
+		}
+		if c.slot {
 			a.tally.Release(c.id, now)
+		} else if n := originTime(&a.d.all[c.rule], a.sent, now); n > 0 {
+			a.tally.Charge(c.id, n, now)
 		}
 	}
 	a.tally.End()
+}
+
+// originTime is what a request sent to the origin at sent and answered by
+// now costs under rule rs: the whole milliseconds between (none if the
+// clock went back), at most what the rule can hold.
+func originTime(rs *ruleState, sent, now time.Time) int64 {
+	if !sent.Before(now) {
+		return 0
+	}
+	return min(now.Sub(sent).Milliseconds(), rs.Capacity(), maxReportedCost)
 }
 
 // giveBack takes back what a request's rules counted (a), for a request
@@ -198,8 +234,8 @@ func (p *Proxy) onHead(d *domain, a *afterResponse, resp *http.Response, eofOnly
 		now := p.now()
 		for i := range a.charges {
 			c := &a.charges[i]
-			rs := &d.rules[c.rule]
-			if c.slot || !rs.Counts(resp.StatusCode) {
+			rs := &d.all[c.rule]
+			if c.slot || c.timed || !rs.Counts(resp.StatusCode) {
 				continue
 			}
 			n := c.later
@@ -272,7 +308,7 @@ func (b *trailerBody) costTrailers() {
 			if !c.trailer {
 				continue
 			}
-			rs := &b.d.rules[c.rule]
+			rs := &b.d.all[c.rule]
 			if vals, ok := b.resp.Trailer[rs.ResponseCostHeader]; ok {
 				if now.IsZero() {
 					now = b.p.now()

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/edgerate/edge/graphql"
 	"github.com/edgerate/edge/internal/wire"
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/token"
@@ -59,6 +60,16 @@ type exchange struct {
 	// body is the client's body as the forward reads it (body.go); nil for
 	// a request without one.
 	body *clientBody
+	// priced is the price of a request to the domain's GraphQL API
+	// (graphql.go), in price; nil for one not priced. held gives back the
+	// reservation of a body read before the decision; nil for none.
+	priced *graphql.Price
+	price  graphql.Price
+	held   func()
+	// plan is the plan the request is on (plans.go), in planBuf; nil for
+	// none.
+	plan    *planChoice
+	planBuf planChoice
 	// ans is the answer edge makes itself, when limit or a later step
 	// refuses the request.
 	ans answer
@@ -124,6 +135,7 @@ func (ex *exchange) recycle(pool *sync.Pool) {
 		return
 	}
 	ex.st, ex.d, ex.req, ex.after, ex.body, ex.tls = nil, nil, nil, nil, nil, nil
+	ex.priced, ex.held, ex.plan = nil, nil, nil
 	ex.src.Claims, ex.claims = nil, requestClaims{}
 	ex.fwd, ex.hasFields = false, false
 	ex.up = upstreamReport{}

@@ -32,7 +32,7 @@ func newFields(d *domain, vs []verdict, blocker int) (fields, bool) {
 	primary := blocker
 	reported, only := 0, -1
 	for i, v := range vs {
-		rs := &d.rules[v.rule]
+		rs := &d.all[v.rule]
 		if rs.Headers == rules.HeadersNone || (blocker < 0 && rs.Headers != rules.HeadersAlways) {
 			continue
 		}
@@ -54,8 +54,8 @@ func newFields(d *domain, vs []verdict, blocker int) (fields, bool) {
 	if reported > 1 {
 		f.policy = string(policies)
 	}
-	if v := vs[primary]; d.rules[v.rule].Headers != rules.HeadersNone {
-		f.x, f.xLimit, f.xRemain, f.xReset = true, d.rules[v.rule].Capacity(), v.Remaining, v.Reset
+	if v := vs[primary]; d.all[v.rule].Headers != rules.HeadersNone {
+		f.x, f.xLimit, f.xRemain, f.xReset = true, d.all[v.rule].Capacity(), v.Remaining, v.Reset
 	}
 	return f, true
 }

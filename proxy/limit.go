@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/edgerate/edge/graphql"
 	"github.com/edgerate/edge/rules"
 	"github.com/edgerate/edge/window"
 )
@@ -49,6 +50,15 @@ const (
 // that ServeHTTP decides the request again as if it were the first time.
 func (p *Proxy) limit(ctx context.Context, ex *exchange, head *Head) limitStep {
 	d := ex.d
+	if ex.fast && (d.graphql != nil && ex.src.Path == d.graphql.path || d.APIKeys != nil) {
+		// Priced before the decision (graphql.go), or keyed by an API
+		// key looked up in a file (plans.go): the slow path only.
+		return stepDecline
+	}
+	if d.APIKeys != nil && !p.choosePlan(ctx, ex) { // plans.go: 403
+		d.requests.count(&ex.ans)
+		return stepAnswer
+	}
 	if !ex.fast && d.costHeaders {
 		if rs, problem := firstBadCost(d, ex); rs != nil { // cost.go
 			p.metrics.refused.WithLabelValues("400").Inc()
@@ -58,7 +68,7 @@ func (p *Proxy) limit(ctx context.Context, ex *exchange, head *Head) limitStep {
 		}
 	}
 	tally := ex.begin()
-	dec := p.decideRules(ctx, d, ex.method, &ex.src, tally, ex.now, &ex.keys, ex.vbuf[:0])
+	dec := p.decideRules(ctx, d, ex.method, &ex.src, ex.priced, ex.plan, tally, ex.now, &ex.keys, ex.vbuf[:0])
 	ex.dec = dec
 	vs := dec.vs
 	if ex.fast {
@@ -78,7 +88,7 @@ func (p *Proxy) limit(ctx context.Context, ex *exchange, head *Head) limitStep {
 		}
 		p.countXFF(ex)
 	}
-	p.observe(ctx, d, vs, &ex.src, ex.now)
+	p.observe(ctx, d, vs, &ex.src, ex.plan, ex.now)
 	if dec.unavailable {
 		refund(d, vs, tally, ex.now)
 		endTally(d, tally, true)
@@ -151,15 +161,19 @@ type ruleDecisions struct {
 // fast path (fast.go) can decide first and decline after. It stops at the
 // first rule the counter could not decide, or whose cost the request's
 // cost_header cannot give (badCost).
-func (p *Proxy) decideRules(ctx context.Context, d *domain, method string, src *rules.KeySource,
-	tally window.Tally, now time.Time, keys *keyBuffer, vs []verdict) ruleDecisions {
+func (p *Proxy) decideRules(ctx context.Context, d *domain, method string, src *rules.KeySource, priced *graphql.Price,
+	plan *planChoice, tally window.Tally, now time.Time, keys *keyBuffer, vs []verdict) ruleDecisions {
 	out := ruleDecisions{blocker: -1}
 	for i := range d.rules {
-		rs := &d.rules[i]
-		if !rs.Applies(method, src) || rs.Exempt(src.Addr) {
+		if !d.rules[i].Applies(method, src) || d.rules[i].Exempt(src.Addr) {
 			continue
 		}
+		ri := planRule(d, i, plan) // plans.go: the plan's values, where the rule lists it
+		rs := &d.all[ri]
 		cost, problem := requestCost(rs.Rule, src.Header)
+		if priced != nil && rs.CostFrom == rules.CostFromGraphQL {
+			cost = graphqlCost(rs, priced) // graphql.go
+		}
 		if problem != costOK {
 			if rs.Action == rules.ActionBlock {
 				// Only the fast path gets here: limit's checkCosts
@@ -178,8 +192,9 @@ func (p *Proxy) decideRules(ctx context.Context, d *domain, method string, src *
 		}
 		start := len(keys.b)
 		keys.b = rules.AppendKey(keys.b, rs.Key, src)
+		keys.b = appendPlan(keys.b, plan)
 		name := keys.b[start:len(keys.b):len(keys.b)]
-		v := verdict{rule: i, cost: cost, id: window.ID{Key: d.store.Key(i, name), Name: name}}
+		v := verdict{rule: ri, base: i, cost: cost, id: window.ID{Key: d.store.Key(ri, name), Name: name}}
 		v.Decision = tally.Decide(v.id, decisionCost(rs, cost), now)
 		out.fellBack = out.fellBack || v.Fallback
 		if v.Unavailable {
@@ -201,11 +216,12 @@ func (p *Proxy) decideRules(ctx context.Context, d *domain, method string, src *
 // observe shows the verdicts of a request in the rules' outcome metrics
 // and top talkers, judges those of the accuracy sample (accuracy.go), and
 // logs at debug level the log rules over their limit.
-func (p *Proxy) observe(ctx context.Context, d *domain, vs []verdict, src *rules.KeySource, now time.Time) {
+func (p *Proxy) observe(ctx context.Context, d *domain, vs []verdict, src *rules.KeySource, plan *planChoice, now time.Time) {
 	for i := range vs {
 		v := &vs[i]
-		rs := &d.rules[v.rule]
+		rs := &d.all[v.rule]
 		rs.outcomes.observe(v.Decision)
+		observePlan(d, v.base, plan, v.Decision)      // plans.go
 		if rs.judged && d.sample.Sampled(v.id.Name) { // accuracy.go
 			v.sampled = true
 			rs.accuracy.observe(d.sample.Judge(v.id.Key, now, decisionCost(rs, v.cost), v.Decision))
@@ -222,7 +238,8 @@ func (p *Proxy) observe(ctx context.Context, d *domain, vs []verdict, src *rules
 
 // verdict is one matching rule's decision for a request.
 type verdict struct {
-	rule int       // index into domain.rules
+	rule int       // index into domain.all: the rule, or its plan's state
+	base int       // the rule's index in domain.rules
 	cost int64     // what the request costs under the rule (cost.go)
 	id   window.ID // Name is in the request's keyBuffer
 	// sampled: the accuracy sample logged the request (accuracy.go).
@@ -253,9 +270,9 @@ func putKeyBuffer(kb *keyBuffer) {
 // counted for a request that is refused.
 func refund(d *domain, vs []verdict, tally window.Tally, now time.Time) {
 	for i := range vs {
-		if v := &vs[i]; !d.rules[v.rule].CountBlocked {
+		if v := &vs[i]; !d.all[v.rule].CountBlocked {
 			if v.sampled && v.Allowed && !v.Overflow {
-				d.sample.Refund(v.id.Key, now, decisionCost(&d.rules[v.rule], v.cost))
+				d.sample.Refund(v.id.Key, now, decisionCost(&d.all[v.rule], v.cost))
 			}
 			v.Decision = tally.Refund(v.id, v.Decision, now)
 		}

@@ -18,15 +18,17 @@ import (
 // status classes): never from the client key, address or Host header, so
 // no request can create a series.
 type metrics struct {
-	p          *Proxy
-	requests   *prometheus.CounterVec
-	decisions  *prometheus.CounterVec
-	blocked    *prometheus.CounterVec
-	queued     *prometheus.GaugeVec // leaky bucket queues (queue.go)
-	reloads    *prometheus.CounterVec
-	lastReload prometheus.Gauge
-	reloadOK   prometheus.Gauge
-	upstream   *prometheus.HistogramVec
+	p         *Proxy
+	requests  *prometheus.CounterVec
+	decisions *prometheus.CounterVec
+	// planDecisions counts rule decisions by plan (plans.go).
+	planDecisions *prometheus.CounterVec
+	blocked       *prometheus.CounterVec
+	queued        *prometheus.GaugeVec // leaky bucket queues (queue.go)
+	reloads       *prometheus.CounterVec
+	lastReload    prometheus.Gauge
+	reloadOK      prometheus.Gauge
+	upstream      *prometheus.HistogramVec
 	// The origin servers of the domains' groups (upstream.go): the
 	// counts and gauges are read from the origin component at scrape
 	// time (originCollector).
@@ -113,12 +115,16 @@ func newMetrics(p *Proxy, version string) *metrics {
 		p: p,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_requests_total",
-			Help: "Requests by domain and outcome: served (forwarded, answered by the domain's static response, or allowed by the check listener), blocked by a rate limit, unavailable (the rate limit store could not decide), bad_cost (a cost header a block rule cannot use), body_refused (413, 400 or 408 for the body), origin_failed (502), origin_timeout (504), origin_down (no origin server could be reached: 502, or when_down's status), shed (503 by load shedding), loop (508: the request came back to the node that forwarded it), redirect (308 to https by https_redirect) or acme (an ACME server's HTTP-01 validation, answered by edge).",
+			Help: "Requests by domain and outcome: served (forwarded, answered by the domain's static response, or allowed by the check listener), blocked by a rate limit, unavailable (the rate limit store could not decide), bad_cost (a cost header a block rule cannot use), body_refused (413, 400 or 408 for the body), origin_failed (502), origin_timeout (504), origin_down (no origin server could be reached: 502, or when_down's status), shed (503 by load shedding), loop (508: the request came back to the node that forwarded it), redirect (308 to https by https_redirect), acme (an ACME server's HTTP-01 validation, answered by edge) or invalid_api_key (403: a missing or unknown API key where api_keys requires one).",
 		}, []string{"domain", "outcome"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_rule_decisions_total",
 			Help: "Rule decisions by domain, rule, action and outcome (allowed, limited, mitigated, soft_limited for a soft rule's refusals). A log rule counts limited requests that it did not block.",
 		}, []string{"domain", "rule", "action", "outcome"}),
+		planDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edge_plan_decisions_total",
+			Help: "Rule decisions of requests on a plan (api_keys), by domain, rule, plan (as the config names it; other for any other) and outcome (allowed, limited, mitigated, soft_limited).",
+		}, []string{"domain", "rule", "plan", "outcome"}),
 		blocked: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_blocked_requests_total",
 			Help: "Requests refused, by domain and reason: limit (a rule's estimate reached its limit), mitigation (a mitigation timeout in force) or queue_full (a leaky bucket queue's turn, refused because max_queued requests were waiting).",
@@ -344,7 +350,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 		m.acmeOrders.WithLabelValues(r)
 		m.acmeRenewals.WithLabelValues(r)
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.blocked, m.queued, m.reloads, m.lastReload, m.reloadOK, m.upstream, originCollector{m}, m.originSeconds, m.originPanics, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.tlsHandshakes, m.tlsHandshakeSeconds, certCollector{m}, m.acmeOrders, m.acmeRenewals, m.http2Floods, m.http3Conns, m.proxyProtocol, m.connsRefused, m.xffMalformed, m.untrustedForwarders, m.checkAnswers, m.buildInfo, m.sampled, m.misjudged, m.responseCostInvalid, m.bufferedBytes, m.bufferFull, m.inFlight, m.alogDropped, m.alogFailed, m.alogSkipped, m.jwt, m.jwksFetches, m.shedInFlight, m.shedRefused, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.planDecisions, m.blocked, m.queued, m.reloads, m.lastReload, m.reloadOK, m.upstream, originCollector{m}, m.originSeconds, m.originPanics, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.tlsHandshakes, m.tlsHandshakeSeconds, certCollector{m}, m.acmeOrders, m.acmeRenewals, m.http2Floods, m.http3Conns, m.proxyProtocol, m.connsRefused, m.xffMalformed, m.untrustedForwarders, m.checkAnswers, m.buildInfo, m.sampled, m.misjudged, m.responseCostInvalid, m.bufferedBytes, m.bufferFull, m.inFlight, m.alogDropped, m.alogFailed, m.alogSkipped, m.jwt, m.jwksFetches, m.shedInFlight, m.shedRefused, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
 		errs = append(errs, reg.Register(c))
 	}
 	return errors.Join(errs...)
@@ -425,6 +431,15 @@ func (m *metrics) ruleCounters(domain string, r *rules.Rule) ruleCounters {
 		allowed:   m.decisions.WithLabelValues(domain, r.Name, action, "allowed"),
 		limited:   m.decisions.WithLabelValues(domain, r.Name, action, limited),
 		mitigated: m.decisions.WithLabelValues(domain, r.Name, action, "mitigated"),
+	}
+}
+
+// planCounters are rule's decision counters for requests of plan.
+func (m *metrics) planCounters(domain, rule, plan string) ruleCounters {
+	return ruleCounters{
+		allowed:   m.planDecisions.WithLabelValues(domain, rule, plan, "allowed"),
+		limited:   m.planDecisions.WithLabelValues(domain, rule, plan, "limited"),
+		mitigated: m.planDecisions.WithLabelValues(domain, rule, plan, "mitigated"),
 	}
 }
 
@@ -549,6 +564,7 @@ func (m *metrics) forget(old, st *state) {
 		if d == nil {
 			m.requests.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			m.decisions.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
+			m.planDecisions.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			m.upstream.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			m.originSeconds.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			m.originPanics.DeleteLabelValues(od.Name)
@@ -565,6 +581,9 @@ func (m *metrics) forget(old, st *state) {
 		if od.Respond == nil && d.Respond != nil {
 			m.upstream.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 		}
+		if d.APIKeys == nil {
+			m.planDecisions.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
+		}
 		if od.group != nil {
 			for _, s := range od.group.Servers() {
 				if d.group == nil || !slices.Contains(d.group.Servers(), s) {
@@ -574,6 +593,15 @@ func (m *metrics) forget(old, st *state) {
 		}
 		for _, or := range od.rules {
 			r, ok := d.Rule(or.Name)
+			if !ok {
+				m.planDecisions.DeletePartialMatch(prometheus.Labels{"domain": od.Name, "rule": or.Name})
+			} else {
+				for _, pl := range or.Plans {
+					if d.PlanIndex(pl.Name) < 0 {
+						m.planDecisions.DeletePartialMatch(prometheus.Labels{"domain": od.Name, "rule": or.Name, "plan": pl.Name})
+					}
+				}
+			}
 			if !ok || r.Action != or.Action {
 				m.decisions.DeletePartialMatch(prometheus.Labels{"domain": od.Name, "rule": or.Name, "action": or.Action.String()})
 			}

@@ -180,9 +180,13 @@ type domain struct {
 	// upstreamObs are the origin latency histograms; nil for a domain
 	// with a static response (read by the status figures, status.go).
 	upstreamObs *upstreamObservers
-	rules       []ruleState // parallel to Domain.Rules
-	requests    requestCounters
-	jwt         *domainJWT // token.go; nil without a jwt section
+	rules       []ruleState // parallel to Domain.Rules: all[:len(Domain.Rules)]
+	// all are the rules, then their plans (plans.go): a rule's plan is
+	// decided as a rule of its own, with the plan's values and counters,
+	// and a verdict's rule indexes all.
+	all      []ruleState
+	requests requestCounters
+	jwt      *domainJWT // token.go; nil without a jwt section
 	// costHeaders says whether a block rule takes its cost from a request
 	// header, which limit checks before any rule counts (cost.go).
 	costHeaders bool
@@ -216,6 +220,12 @@ type domain struct {
 	// hsts is the Strict-Transport-Security line of the domain's HTTPS
 	// responses (tls.go); nil without hsts_max_age.
 	hsts *staticField
+	// graphql prices the requests to the domain's GraphQL API
+	// (graphql.go); nil when no rule has cost_from: graphql.
+	graphql *graphqlAPI
+	// invalidKey counts the requests refused for their API key
+	// (plans.go); nil without api_keys.
+	invalidKey prometheus.Counter
 }
 
 // ruleState is a compiled rule with what limit and its answers need
@@ -241,8 +251,11 @@ type ruleState struct {
 	// restoreRate is a bucket's refill rate in units per second, as a
 	// JSON number, for its 429 body; "" for a window.
 	restoreRate string
-	outcomes    ruleCounters
-	top         *topTalkers[window.Key]
+	// graphqlRestore is the restoreRate of the rule's THROTTLED body, as a
+	// JSON number; "" for a rule without cost_from: graphql (graphql.go).
+	graphqlRestore string
+	outcomes       ruleCounters
+	top            *topTalkers[window.Key]
 	// invalidCost counts the invalid costs the origin reported in the
 	// rule's response_cost_header; nil for a rule without one.
 	invalidCost prometheus.Counter
@@ -250,6 +263,12 @@ type ruleState struct {
 	// (accuracy.go), counting its verdicts in accuracy.
 	judged   bool
 	accuracy accuracyCounters
+	// planAt[i] is the index in domain.all of the rule's plan named
+	// Domain.PlanNames[i], or -1 where the rule uses its own values for it
+	// (plans.go); nil for a domain without plans. planOutcomes count its
+	// decisions by plan, the last one for plans the config does not name.
+	planAt       []int
+	planOutcomes []ruleCounters
 }
 
 func newRuleState(r *rules.Rule, c ruleCounters) ruleState {
@@ -267,6 +286,9 @@ func newRuleState(r *rules.Rule, c ruleCounters) ruleState {
 	}
 	if r.Algorithm.Bucket() {
 		rs.restoreRate = strconv.FormatFloat(float64(r.Limit)/r.Period.Seconds(), 'f', -1, 64)
+	}
+	if r.CostFrom == rules.CostFromGraphQL {
+		rs.graphqlRestore = graphqlRestore(r)
 	}
 	return rs
 }
@@ -399,22 +421,27 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 			prev = old.domain(rd.Name)
 		}
 		d.shed = p.metrics.newShedState(rd, prev)
+		d.graphql = newGraphQLAPI(rd.GraphQL) // graphql.go
+		if rd.APIKeys != nil {
+			d.invalidKey = p.metrics.requests.WithLabelValues(rd.Name, outcomeInvalidKey)
+		}
 		if rd.JWT != nil {
 			if d.jwt, err = p.newDomainJWT(rd); err != nil { // token.go
 				return nil, fmt.Errorf("proxy: domain %q: %w", rd.Name, err)
 			}
 		}
 		if len(rd.Rules) > 0 {
-			limits := make([]window.Limit, len(rd.Rules))
-			for j, r := range rd.Rules {
+			all := withPlans(rd) // plans.go: the rules, then their plans
+			limits := make([]window.Limit, len(all))
+			for j, r := range all {
 				limits[j] = window.Limit{
-					Limit:        p.nodeShare(r),
+					Limit:        p.nodeShare(r.Rule),
 					Period:       r.Period,
 					Mitigation:   r.MitigationTimeout,
 					CountBlocked: r.CountBlocked,
 					Soft:         r.Soft,
 					Precision:    r.Precision,
-					Identity:     ruleIdentity(rd.Name, r),
+					Identity:     ruleIdentity(rd.Name, r.Rule, r.plan),
 					Algorithm:    r.Algorithm,
 					Burst:        r.Burst,
 					MaxDelay:     r.MaxDelay,
@@ -431,15 +458,18 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 			if err != nil {
 				return nil, fmt.Errorf("proxy: domain %q: %w", rd.Name, err)
 			}
-			d.rules = make([]ruleState, len(rd.Rules))
-			for j, r := range rd.Rules {
-				d.rules[j] = newRuleState(r, p.metrics.ruleCounters(rd.Name, r))
-				d.rules[j].identity = limits[j].Identity
-				d.rules[j].share = limits[j].Limit
+			d.all = make([]ruleState, len(all))
+			for j, pr := range all {
+				r := pr.Rule
+				d.all[j] = newRuleState(r, p.metrics.ruleCounters(rd.Name, r))
+				d.all[j].identity = limits[j].Identity
+				d.all[j].share = limits[j].Limit
 				if r.ResponseCostHeader != "" {
-					d.rules[j].invalidCost = p.metrics.responseCostInvalid.WithLabelValues(rd.Name, r.Name)
+					d.all[j].invalidCost = p.metrics.responseCostInvalid.WithLabelValues(rd.Name, r.Name)
 				}
 			}
+			d.rules = d.all[:len(rd.Rules)]
+			p.linkPlans(d, all) // plans.go
 			d.counter = d.store.Counter()
 			if d.sample, err = p.newSample(t, d, limits, prev != nil && prev.store != nil); err != nil {
 				return nil, err
@@ -456,13 +486,13 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 				}
 			}
 			if prev != nil && prev.store != nil {
-				d.carry = make([]int, len(prev.rules))
-				for i, pr := range prev.rules {
+				d.carry = make([]int, len(prev.all))
+				for i, pr := range prev.all {
 					d.carry[i] = -1
-					for j := range d.rules {
-						if d.rules[j].identity == pr.identity {
+					for j := range d.all {
+						if d.all[j].identity == pr.identity {
 							d.carry[i] = j
-							d.rules[j].top = pr.top // top talkers continue too
+							d.all[j].top = pr.top // top talkers continue too
 						}
 					}
 				}

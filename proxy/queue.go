@@ -38,7 +38,7 @@ func queueDelay(d *domain, vs []verdict) (time.Duration, int) {
 	var delay time.Duration
 	at := -1
 	for i := range vs {
-		if vs[i].Delay > delay && d.rules[vs[i].rule].Action == rules.ActionBlock {
+		if vs[i].Delay > delay && d.all[vs[i].rule].Action == rules.ActionBlock {
 			delay, at = vs[i].Delay, i
 		}
 	}

@@ -16,7 +16,7 @@ import (
 func (p *Proxy) countBlock(ctx context.Context, d *domain, vs []verdict, blocker int, client netip.Addr) {
 	v := vs[blocker]
 	if p.log.Enabled(ctx, slog.LevelDebug) {
-		p.log.Debug("request blocked", "domain", d.Name, "rule", d.rules[v.rule].Name,
+		p.log.Debug("request blocked", "domain", d.Name, "rule", d.all[v.rule].Name,
 			"client", client.String(), "retry_after", v.RetryAfter)
 	}
 	d.requests.blocked.Inc()
@@ -35,7 +35,7 @@ func (p *Proxy) refuseQueued(ctx context.Context, ex *exchange, q int) {
 	v := &vs[q]
 	v.Allowed, v.RetryAfter = false, v.Delay
 	if p.log.Enabled(ctx, slog.LevelDebug) {
-		p.log.Debug("request blocked: queue full", "domain", d.Name, "rule", d.rules[v.rule].Name,
+		p.log.Debug("request blocked: queue full", "domain", d.Name, "rule", d.all[v.rule].Name,
 			"max_queued", d.MaxQueued, "retry_after", v.RetryAfter)
 	}
 	d.requests.blocked.Inc()

@@ -48,13 +48,16 @@ type ReloadResult struct {
 // for a quota its reset and time zone.
 // Counters carry across a reload exactly when the identity holds; a
 // bucket's level is converted to a new limit (window.Store.CarryAt).
-func ruleIdentity(domain string, r *rules.Rule) uint64 {
+func ruleIdentity(domain string, r *rules.Rule, plan string) uint64 {
 	var capacity int64
 	if r.Algorithm.Bucket() {
 		capacity = r.Capacity()
 	}
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%s\x00%s\x00%v\x00%d\x00%s\x00%d", domain, r.Name, r.Key, r.Period, r.Algorithm, capacity)
+	if plan != "" {
+		fmt.Fprintf(h, "\x00plan\x00%s", plan) // a plan's counters are its own (plans.go)
+	}
 	if r.Algorithm == algorithm.Quota {
 		fmt.Fprintf(h, "\x00%s\x00%s", r.Reset, r.Location)
 	}
@@ -170,7 +173,7 @@ func diff(old, cur *state) ReloadResult {
 			switch {
 			case !ok:
 				res.RulesAdded = append(res.RulesAdded, name)
-			case ruleIdentity(od.Name, or) != r.identity:
+			case ruleIdentity(od.Name, or, "") != r.identity:
 				res.RulesReset = append(res.RulesReset, name)
 			case sameRule(or, r.Rule):
 				res.RulesKept = append(res.RulesKept, name)
@@ -459,6 +462,17 @@ var settings = []setting{
 	reloads("domains[].rules[].allow.cidrs"),
 	reloads("domains[].rules[].count_status"),
 	reloads("domains[].rules[].response_cost_header"),
+	reloads("domains[].rules[].cost_from"),
+	reloads("domains[].graphql.path"),
+	reloads("domains[].graphql.mutation_cost"),
+	reloads("domains[].graphql.object_cost"),
+	reloads("domains[].graphql.default_page"),
+	reloads("domains[].graphql.max_query_cost"),
+	reloads("domains[].api_keys.from"),
+	reloads("domains[].api_keys.file"), // and when the file changes (cmd/edge)
+	reloads("domains[].api_keys.required"),
+	reloads("domains[].api_keys.plan_from"),
+	reloads("domains[].rules[].plans"),
 }
 
 // defaultCertificate is the cert_file of t's default certificate when
@@ -530,14 +544,22 @@ func sameRule(a, b *rules.Rule) bool {
 		a.Algorithm == b.Algorithm && a.Soft == b.Soft && a.Precision == b.Precision && a.Burst == b.Burst && a.MaxDelay == b.MaxDelay && a.Cost == b.Cost &&
 		a.CostHeader == b.CostHeader && a.MaxCost == b.MaxCost &&
 		a.Reset == b.Reset && a.Location.String() == b.Location.String() &&
-		sameWhatCounts(a, b)
+		sameWhatCounts(a, b) && samePlans(a.Plans, b.Plans)
 }
 
 // sameWhatCounts reports whether two rules count the same requests at the
-// same moments: allow, count_status and response_cost_header.
+// same moments: allow, count_status, response_cost_header and cost_from.
 func sameWhatCounts(a, b *rules.Rule) bool {
 	return slices.Equal(a.Allow, b.Allow) && slices.Equal(a.CountStatus, b.CountStatus) &&
-		a.ResponseCostHeader == b.ResponseCostHeader
+		a.ResponseCostHeader == b.ResponseCostHeader && a.CostFrom == b.CostFrom
+}
+
+// samePlans reports whether two rules have the same plans.
+func samePlans(a, b []rules.Plan) bool {
+	return slices.EqualFunc(a, b, func(x, y rules.Plan) bool {
+		return x.Name == y.Name && x.Rule.Limit == y.Rule.Limit && x.Rule.Burst == y.Rule.Burst &&
+			x.Rule.Period == y.Rule.Period && x.Rule.Cost == y.Rule.Cost
+	})
 }
 
 func equalResponse(a, b *rules.Response) bool {

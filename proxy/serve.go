@@ -89,6 +89,15 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, st *state, now tim
 			ex.ans.write(w)
 			return
 		}
+		if !p.priceGraphQL(w, r, ex) { // graphql.go: 400, 413, 503
+			if ex.held != nil {
+				ex.held()
+			}
+			return
+		}
+		if ex.held != nil {
+			defer ex.held()
+		}
 		step := p.limit(r.Context(), ex, nil)
 		countToken(ex)
 		switch step { // limit.go decides; answer.go makes a refusal
@@ -131,5 +140,6 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, st *state, now tim
 		}
 		defer d.shed.release()
 	}
-	p.forward(w, r, d) // forward.go
+	ex.after.sending(p.now()) // charge.go: origin_time counts from here
+	p.forward(w, r, d)        // forward.go
 }

@@ -83,19 +83,19 @@ func (p *Proxy) newCluster(t *rules.Table, node string) (*cluster.Client, error)
 // it (cluster.Share). Caller has made d.store and d.rules.
 func (p *Proxy) sharedDomain(d *domain) error {
 	if p.cluster.Config().Sync == rules.SyncShare {
-		limits := make([]int64, len(d.rules))
-		for i, r := range d.rules {
+		limits := make([]int64, len(d.all))
+		for i, r := range d.all {
 			limits[i] = r.Limit
 		}
 		sh := p.cluster.Share(d.store, limits)
 		d.counter = sh
-		for i := range d.rules {
-			d.rules[i].live = sh
+		for i := range d.all {
+			d.all[i].live = sh
 		}
 		return nil
 	}
-	rs := make([]cluster.Rule, len(d.rules))
-	for i, r := range d.rules {
+	rs := make([]cluster.Rule, len(d.all))
+	for i, r := range d.all { // a plan is a rule of its own (plans.go)
 		key := make([]string, len(r.Key))
 		for j, k := range r.Key {
 			key[j] = k.String()

@@ -29,6 +29,19 @@ func validConfig() Config {
 
 // errorLines splits a Compile error into its "path: message" lines, checking
 // that each joined error is a *FieldError.
+// wantErrors compiles cfg and checks that it fails with exactly the
+// errors want, in order.
+func wantErrors(t *testing.T, cfg Config, want []string) {
+	t.Helper()
+	tab, err := Compile(cfg)
+	if err == nil {
+		t.Fatalf("Compile = %v, nil; want errors %q", tab, want)
+	}
+	if got := errorLines(t, err); !reflect.DeepEqual(got, want) {
+		t.Errorf("got errors:\n%s\nwant exactly:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
 func errorLines(t *testing.T, err error) []string {
 	t.Helper()
 	joined, ok := err.(interface{ Unwrap() []error })

@@ -356,6 +356,64 @@ type DomainConfig struct {
 	// AccessLog false leaves the domain's requests out of the access log;
 	// it accepts only false (nil: logged when the access log is on).
 	AccessLog *bool `mapstructure:"access_log"`
+	// GraphQL says where the domain's GraphQL API is and the numbers its
+	// queries are priced with, for its rules with cost_from: graphql
+	// (docs/graphql.md); nil means the defaults.
+	GraphQL *GraphQLConfig `mapstructure:"graphql"`
+	// APIKeys says how the domain's clients are known by an API key and
+	// which plan each is on (docs/graphql.md, "Plans"); nil for none.
+	APIKeys *APIKeysConfig `mapstructure:"api_keys"`
+}
+
+// APIKeysConfig is a domain's api_keys.
+type APIKeysConfig struct {
+	// From is the key part the API key is read from: header:X-API-Key,
+	// query:api_key, jwt:client_id. Required.
+	From string `mapstructure:"from"`
+	// File is a YAML mapping of API key to plan name, read with the
+	// configuration and again when it changes; relative to the
+	// configuration file's directory.
+	File string `mapstructure:"file"`
+	// Required answers a request without a key, or with one no plan is
+	// known for, 403 {"error":"invalid_api_key"}.
+	Required bool `mapstructure:"required"`
+	// PlanFrom is the key part the plan is read from (jwt:plan) for a key
+	// the file does not list.
+	PlanFrom string `mapstructure:"plan_from"`
+	// Keys is File's mapping, filled in by the config package as it reads
+	// the file; never a key of the configuration file itself.
+	Keys map[string]string `mapstructure:"-"`
+}
+
+// PlanConfig is one plan of a rule: the values that replace the rule's
+// own for a request of that plan; a zero (or, for Cost, nil) field keeps
+// the rule's.
+type PlanConfig struct {
+	Limit  int           `mapstructure:"limit"`
+	Burst  int           `mapstructure:"burst"`
+	Period time.Duration `mapstructure:"period"`
+	Cost   *int          `mapstructure:"cost"`
+}
+
+// GraphQLConfig is a domain's GraphQL API. Zero fields left out take the
+// defaults given.
+type GraphQLConfig struct {
+	// Path is the API's path, matched exactly. Default "/graphql".
+	Path string `mapstructure:"path"`
+	// MutationCost is what each top-level field of a mutation costs, what
+	// it returns included. Default 10; valid 0..1_000_000.
+	MutationCost int `mapstructure:"mutation_cost"`
+	// ObjectCost is what an object field costs. Default 1; valid
+	// 0..1_000_000.
+	ObjectCost int `mapstructure:"object_cost"`
+	// DefaultPage is the page size of a connection whose first or last is
+	// a variable the request does not give. Default 50; valid
+	// 0..1_000_000.
+	DefaultPage int `mapstructure:"default_page"`
+	// MaxQueryCost is the most a request may cost; one that costs more is
+	// answered 400. At most, and by default, the smallest capacity of the
+	// domain's cost_from: graphql rules.
+	MaxQueryCost int `mapstructure:"max_query_cost"`
 }
 
 // ResponseConfig is a static response: a domain's respond, or a rule's
@@ -497,6 +555,19 @@ type RuleConfig struct {
 	// of what the request counted when it was decided. The field is removed
 	// from the response the client sees.
 	ResponseCostHeader string `mapstructure:"response_cost_header"`
+	// CostFrom, when set, says where a request's cost comes from:
+	// "graphql" (edge prices the request's GraphQL query before deciding,
+	// by the domain's graphql section; a persisted query costs Cost) or
+	// "origin_time" (the milliseconds the origin took, charged when the
+	// response ends, at most the rule's capacity, besides Cost charged
+	// when deciding). Not with cost_header, response_cost_header or
+	// count_status. See docs/graphql.md.
+	CostFrom string `mapstructure:"cost_from"`
+	// Plans are the values that replace the rule's limit, burst, period
+	// and cost for a request of a plan named by the domain's api_keys;
+	// a plan the rule does not list uses the rule's own values. Names are
+	// labels, compared in lower case.
+	Plans map[string]PlanConfig `mapstructure:"plans"`
 }
 
 // AllowConfig lists the clients a rule neither counts nor refuses.

@@ -2,7 +2,6 @@ package rules
 
 import (
 	"reflect"
-	"strings"
 	"testing"
 	"time"
 
@@ -164,13 +163,7 @@ func TestCompileCountingErrors(t *testing.T) {
 			if tt.more != nil {
 				tt.more(&cfg)
 			}
-			tab, err := Compile(cfg)
-			if err == nil {
-				t.Fatalf("Compile = %v, nil; want errors %q", tab, tt.want)
-			}
-			if got := errorLines(t, err); !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("got errors:\n%s\nwant exactly:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
-			}
+			wantErrors(t, cfg, tt.want)
 		})
 	}
 }

@@ -105,8 +105,10 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 			p.add(path+".rules", "must have at most %d rules, got %d", MaxRulesPerDomain, len(dc.Rules))
 		}
 		ruleNames := make(map[string]int)
+		compileAPIKeys(p, path, dc, d) // plans.go
 		for j, rc := range dc.Rules {
 			r := compileRule(p, path, j, rc, ruleNames)
+			compilePlans(p, fmt.Sprintf("%s.rules[%d]", path, j), rc, r, d.APIKeys != nil) // plans.go
 			if r.MaxDelay > 0 && t.Cluster.Store == StoreRedis && t.Cluster.Sync == SyncBatched {
 				// A queue's turns need the one shared level: each node's
 				// own level would let every node queue its own requests.
@@ -140,6 +142,7 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 			}
 			if d.Checked {
 				checkCheckedRule(p, fmt.Sprintf("%s.rules[%d]", path, j), r)
+				checkCostFromChecked(p, fmt.Sprintf("%s.rules[%d]", path, j), r) // costfrom.go
 			}
 			if !d.Proxied && rc.BlockResponse != nil {
 				// The check listener answers every refusal alike.
@@ -151,6 +154,9 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 				d.byName[r.Name] = r
 			}
 		}
+		compileGraphQL(p, path, dc, d) // costfrom.go
+		d.PlanNames = planNames(d)
+		checkPlanCount(p, path, d) // plans.go
 		if d.JWT != nil && d.JWT.Refuse && len(dc.Rules) == 0 {
 			// Tokens are verified where rules decide: without rules a
 			// request would go on unverified, the opposite of refuse.

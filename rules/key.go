@@ -757,3 +757,17 @@ func unescapedEqual(s, name string) bool {
 	}
 	return j == len(name)
 }
+
+// PartValue returns the value of the key part k in the request src
+// describes, as the request sent it (a header's value, a query
+// parameter's decoded), and whether it has one: what api_keys reads a key
+// or a plan from. It reads any part AppendKey keys by, through KeyText.
+func PartValue(k KeyPart, src *KeySource) (string, bool) {
+	ks := []KeyPart{k}
+	var buf [64]byte
+	if b := AppendKey(buf[:0], ks, src); len(b) == 0 || b[0] == 'm' || b[0] == 'M' {
+		return "", false // keyed by the client: the request lacks the part
+	}
+	v, err := unescapePart(KeyText(ks, src))
+	return v, err == nil
+}

@@ -122,6 +122,7 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 	if compileAlgorithm(p, path, rc, r) {
 		compileCost(p, path, rc, r)
 	}
+	compileCostFrom(p, path, rc, r) // costfrom.go
 	compileWhatCounts(p, path, rc, r)
 	compileMode(p, path, rc, r)
 	compilePrecision(p, path, rc, r)
@@ -374,6 +375,7 @@ func checkConcurrency(p *problems, path string, rc RuleConfig) {
 		{"count_blocked", rc.CountBlocked},
 		{"count_status", len(rc.CountStatus) > 0},
 		{"response_cost_header", rc.ResponseCostHeader != ""},
+		{"cost_from", rc.CostFrom != ""},
 	} {
 		if k.set {
 			p.add(path+"."+k.key, "does not apply to algorithm concurrency, which counts the requests in flight")
@@ -385,7 +387,8 @@ func checkCountsAfter(p *problems, path string, r *Rule, respond bool) {
 	for _, k := range []struct {
 		key string
 		set bool
-	}{{"count_status", r.CountStatus != nil}, {"response_cost_header", r.ResponseCostHeader != ""}} {
+	}{{"count_status", r.CountStatus != nil}, {"response_cost_header", r.ResponseCostHeader != ""},
+		{"cost_from", r.CostFrom == CostFromOriginTime}} {
 		if k.set && respond {
 			p.add(path+"."+k.key, "needs an origin's response, but the domain answers with respond")
 		}

@@ -156,6 +156,16 @@ type Domain struct {
 	// Shed is the domain's load shedding; nil when it has none.
 	Shed *Shed
 
+	// GraphQL is the domain's GraphQL API; nil exactly when no rule has
+	// cost_from: graphql.
+	GraphQL *GraphQL
+
+	// APIKeys says how the domain's clients are known by an API key and
+	// their plans; nil without api_keys. PlanNames are the plans its
+	// rules list, sorted.
+	APIKeys   *APIKeys
+	PlanNames []string
+
 	byName map[string]*Rule
 }
 
@@ -310,6 +320,11 @@ type Rule struct {
 	// ResponseCostHeader is the response field the origin reports a
 	// request's cost in, in canonical form ("X-Edge-Cost"); "" for none.
 	ResponseCostHeader string
+	// CostFrom is where the request's cost comes from besides Cost and
+	// CostHeader (costfrom.go); CostFromRequest for neither.
+	CostFrom CostFrom
+	// Plans are the rule's plans, sorted by name; nil for none.
+	Plans []Plan
 }
 
 // Exempt reports whether the rule lets the client at addr through
@@ -329,8 +344,11 @@ func (r *Rule) Exempt(addr netip.Addr) bool {
 }
 
 // CountsAfter reports whether the rule counts some of a request only once
-// the origin has answered (CountStatus or ResponseCostHeader).
-func (r *Rule) CountsAfter() bool { return r.CountStatus != nil || r.ResponseCostHeader != "" }
+// the origin has answered (CountStatus, ResponseCostHeader or cost_from
+// origin_time).
+func (r *Rule) CountsAfter() bool {
+	return r.CountStatus != nil || r.ResponseCostHeader != "" || r.CostFrom == CostFromOriginTime
+}
 
 // Counts reports whether a response with this status counts under the
 // rule: always, unless CountStatus is set and does not list it.

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"crypto/ed25519"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log"
@@ -15,6 +16,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,7 +41,9 @@ import (
 // mitigation, count_blocked, a log rule, a header key, a path rule, a
 // custom block response, a quota, a token bucket, a trusted proxy; and a
 // domain only the check listener answers for, whose hosts the public
-// listener misdirects. Its stores are small: the test runs hundreds of
+// listener misdirects; and a GraphQL API priced by its queries (whose
+// requests the fast path declines) with a rule charging origin time. Its
+// stores are small: the test runs hundreds of
 // edges at once, and at the default max_keys (a million keys each) they
 // took 24 GB under the race detector, and the kernel killed the test.
 const diffConfig = `
@@ -69,6 +73,19 @@ domains:
         key: [ip]
         match: {path_prefix: /custom}
         block_response: {status: 420, body: "slow down\n", content_type: text/plain}
+  - name: gql
+    hosts: [gql.example.com]
+    serve: proxy
+    graphql: {max_query_cost: 100}
+    rules:
+      - {name: points, algorithm: token_bucket, limit: 1, period: 1m, burst: 100, key: [ip], cost_from: graphql}
+      - {name: origin-time, limit: 60000, period: 1m, key: [ip], cost_from: origin_time, cost: 0, headers: none}
+  - name: plans
+    hosts: [plans.example.com]
+    serve: proxy
+    api_keys: {from: "header:X-Api-Key", plan_from: "header:X-Plan", required: true}
+    rules:
+      - {name: per-key, limit: 1, period: 1m, key: ["header:X-Api-Key"], plans: {gold: {limit: 3}}}
   - name: tok
     hosts: [tok.example.com]
     jwt: {keys_file: testdata/diff-jwks.json, invalid: refuse, issuer: "https://id.example"}
@@ -286,6 +303,13 @@ func get(host, target string, fields ...string) string {
 	return hostile.Req(append([]string{"GET " + target + " HTTP/1.1", "Host: " + host}, fields...)...)
 }
 
+// gqlPost is a POST of query to gql.example.com's GraphQL API.
+func gqlPost(query string) string {
+	body, _ := json.Marshal(map[string]string{"query": query})
+	return hostile.Req("POST /graphql HTTP/1.1", "Host: gql.example.com", "Content-Type: application/json",
+		"Content-Length: "+strconv.Itoa(len(body))) + string(body)
+}
+
 func repeat(s string, n int) []string {
 	out := make([]string, n)
 	for i := range out {
@@ -397,6 +421,16 @@ func fastPathCases() []diffCase {
 		{name: "loop, HEAD", steps: append(repeat(get(api, "/a"), 2), hostile.Req("HEAD /a HTTP/1.1", "Host: "+api, "Via: 1.1 SELF"), get(api, "/a")), wait: true, limit: 100, fast: true, has: "HTTP/1.1 508 Loop Detected\r\n"},
 		{name: "loop, POST with a body", steps: append(repeat(get(api, "/a"), 2), hostile.Req("POST /a HTTP/1.1", "Host: "+api, "Via: 1.1 SELF", "Content-Length: 5")+"hello", get(api, "/a")), wait: true, fast: true, has: "HTTP/1.1 508 Loop Detected\r\n"},
 		{name: "loop, unknown host", steps: append(repeat(get(api, "/a"), 2), get("nobody.example.com", "/a", "Via: 1.1 SELF"), get(api, "/a")), wait: true},
+		{name: "graphql priced, THROTTLED", steps: append(repeat(gqlPost(`{ products(first: 10) { edges { node { title } } } }`), 9), get("gql.example.com", "/other")),
+			wait: true, has: `"requestedQueryCost":12,"throttleStatus":{"maximumAvailable":100,"currentlyAvailable":4,"restoreRate":0.016666666666666666}`},
+		{name: "graphql GET, 400s, off the API's path", steps: []string{
+			get("gql.example.com", "/graphql?query=%7B+a+%7B+id+%7D+%7D"),
+			gqlPost(`{ a { ...F } } fragment F on T { ...F }`),
+			gqlPost(`{ a(first: 200) { nodes { id } } }`),
+			hostile.Req("POST /graphql HTTP/1.1", "Host: gql.example.com", "Content-Length: 3") + "{ a",
+			get("gql.example.com", "/graphql", "Accept: application/json"),
+		}, wait: true, has: `"code":"MAX_COST_EXCEEDED","cost":202,"maxCost":100`},
+		{name: "graphql, off the API's path on the fast path", steps: repeat(get("gql.example.com", "/other"), 102), wait: true, fast: true},
 		{name: "another node's Via", steps: repeat(get(api, "/a", "Via: 1.1 SELFx", "Via: 1.1 x-SELF"), 6), wait: true, fast: true},
 	}
 	// Every hostile input, after requests that put the connection on the

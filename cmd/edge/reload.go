@@ -57,6 +57,30 @@ type reloader struct {
 	rlsOf    *rules.Table // the last configuration read: its Lyft files are watched
 	// lastCerts is certificateStamp of the last configuration read.
 	lastCerts []fileStamp
+	// lastKeys is keyFileStamp of the last configuration read, taken as
+	// the files were read.
+	lastKeys []fileStamp
+}
+
+// keyFileStamp stamps the API key files (domains' api_keys.file) of t, the
+// configuration at path: a change to one is a change of the
+// configuration.
+func keyFileStamp(path string, t *rules.Table) []fileStamp {
+	if t == nil {
+		return nil
+	}
+	var out []fileStamp
+	for _, d := range t.Domains {
+		if d.APIKeys == nil || d.APIKeys.File == "" {
+			continue
+		}
+		st := fileStamp{}
+		if fi, err := os.Stat(config.KeyFilePath(path, d.APIKeys.File)); err == nil {
+			st = stampOf(fi)
+		}
+		out = append(out, st)
+	}
+	return out
 }
 
 type fileStamp struct {
@@ -95,6 +119,7 @@ func newReloader(path, hash string, env []string, p *proxy.Proxy, log *slog.Logg
 	rl.rlsOf = p.Table()
 	rl.lastRLS = rlsStamp(path, rl.rlsOf)
 	rl.lastCerts = certificateStamp(path, rl.rlsOf)
+	rl.lastKeys = keyFileStamp(path, rl.rlsOf)
 	return rl
 }
 
@@ -141,6 +166,9 @@ func (rl *reloader) reload(force bool) {
 	// or not, so that a broken one is reported once, not on every poll.
 	rlsSame := rl.rls == nil || slices.Equal(rlsStamp(rl.path, rl.rlsOf), rl.lastRLS)
 	rlsSame = rlsSame && (rl.tls == nil || slices.Equal(certificateStamp(rl.path, rl.rlsOf), rl.lastCerts))
+	keys := keyFileStamp(rl.path, rl.rlsOf)
+	rlsSame = rlsSame && slices.Equal(keys, rl.lastKeys)
+	rl.lastKeys = keys // a broken key file is read again when it changes, not on every poll
 	if rl.path != "" && !force {
 		fi, err := os.Stat(rl.path)
 		if err != nil || (stampOf(fi) == rl.lastStat && rlsSame) {
@@ -157,7 +185,7 @@ func (rl *reloader) reload(force bool) {
 	if hash == rl.lastHash && !force && rlsSame {
 		return
 	}
-	table, err := config.ParseEnv(data, rl.env)
+	table, err := config.ParseAt(rl.path, data, rl.env)
 	if err != nil {
 		rl.failed(err, hash)
 		return
@@ -165,6 +193,7 @@ func (rl *reloader) reload(force bool) {
 	// What fails from here on fails with a parsed file: its problems
 	// pass through its secrets too.
 	rl.rlsOf, rl.lastRLS, rl.lastCerts = table, rlsStamp(rl.path, table), certificateStamp(rl.path, table)
+	rl.lastKeys = keyFileStamp(rl.path, table)
 	var rc *rls.Config
 	if rl.rls != nil {
 		if rc, err = loadRLS(rl.path, table); err != nil {

@@ -165,14 +165,16 @@ func logExchange(e *accesslog.Entry, ex *exchange, keys bool) {
 		blocker = ex.dec.blocker
 	}
 	for i, v := range ex.dec.vs {
-		rs := &d.rules[v.rule]
-		r := accesslog.Rule{Name: rs.Name, Outcome: ruleOutcome(rs, v), Limit: rs.Limit, Remaining: max(v.Remaining, 0)}
+		// v.rule indexes d.all: the rule, or its plan's state (plans.go),
+		// whose limit judged the request; the line names the rule.
+		rs := &d.all[v.rule]
+		r := accesslog.Rule{Name: d.rules[v.base].Name, Outcome: ruleOutcome(rs, v), Limit: rs.Limit, Remaining: max(v.Remaining, 0)}
 		if keys {
 			r.Key, r.HasKey = rules.KeyText(rs.Key, &ex.src), true
 		}
 		e.Rules = append(e.Rules, r)
 		if i == blocker {
-			e.RefusedBy = rs.Name
+			e.RefusedBy = r.Name
 		}
 	}
 }

@@ -569,7 +569,10 @@ func startConfigOver(t testing.TB, cfg string, fast bool, fix *diffTLS) *diffSer
 		t.Fatal(err)
 	}
 	ds.addr = ln.Addr().String()
-	srv := publicServer(table, p, log.New(io.Discard, "", 0))
+	// net/http's own log: a handler's panic, which net/http recovers and
+	// answers with a closed connection on both paths alike, fails the test.
+	serverLog := new(lockedBuffer)
+	srv := publicServer(table, p, log.New(serverLog, "", 0))
 	var public net.Listener = ln
 	if fix != nil {
 		public = fix.join(t, table, p, ln, srv, ds)
@@ -603,6 +606,9 @@ func startConfigOver(t testing.TB, cfg string, fast bool, fix *diffTLS) *diffSer
 		srv.Close()
 		<-done
 		p.Close()
+		if l := serverLog.String(); strings.Contains(l, "panic") {
+			t.Errorf("net/http recovered a panic of edge's:\n%s", l)
+		}
 	})
 	return ds
 }

@@ -431,6 +431,9 @@ func fastPathCases() []diffCase {
 			get("gql.example.com", "/graphql", "Accept: application/json"),
 		}, wait: true, has: `"code":"MAX_COST_EXCEEDED","cost":202,"maxCost":100`},
 		{name: "graphql, off the API's path on the fast path", steps: repeat(get("gql.example.com", "/other"), 102), wait: true, fast: true},
+		{name: "plans: a plan's limit, another plan, no key", steps: append(append(repeat(get("plans.example.com", "/a", "X-Api-Key: k1", "X-Plan: gold"), 4),
+			repeat(get("plans.example.com", "/a", "X-Api-Key: k1", "X-Plan: silver"), 2)...), get("plans.example.com", "/a"), get("plans.example.com", "/a", "X-Api-Key: k2")),
+			wait: true, has: `{"error":"invalid_api_key"}`},
 		{name: "another node's Via", steps: repeat(get(api, "/a", "Via: 1.1 SELFx", "Via: 1.1 x-SELF"), 6), wait: true, fast: true},
 	}
 	// Every hostile input, after requests that put the connection on the

@@ -148,18 +148,10 @@ func ParseAt(path string, data []byte, env []string) (*rules.Table, error) {
 	// section at all. It is the section with every default (acme: {} is
 	// Let's Encrypt without an email), or the error that names what it
 	// requires (check: {} lacks its listen).
-	if cfg.TLS.ACME == nil && emptyMapping(settings, "tls", "acme") {
-		cfg.TLS.ACME = &rules.ACMEConfig{}
-	}
-	if cfg.Check == nil && emptyMapping(settings, "check") {
-		cfg.Check = &rules.CheckConfig{}
-	}
-	if cfg.Connections.RatePerClient == nil && emptyMapping(settings, "connections", "rate_per_client") {
-		cfg.Connections.RatePerClient = &rules.ConnectionRateConfig{}
-	}
-	if cfg.Connections.Allow == nil && emptyMapping(settings, "connections", "allow") {
-		cfg.Connections.Allow = &rules.AllowConfig{}
-	}
+	emptySection(&cfg.TLS.ACME, settings, "tls", "acme")
+	emptySection(&cfg.Check, settings, "check")
+	emptySection(&cfg.Connections.RatePerClient, settings, "connections", "rate_per_client")
+	emptySection(&cfg.Connections.Allow, settings, "connections", "allow")
 	emptyUpstream(&cfg.UpstreamConfig, settings)
 	if ds, ok := settings["domains"].([]any); ok {
 		for i := range min(len(ds), len(cfg.Domains)) {
@@ -193,17 +185,17 @@ func ParseAt(path string, data []byte, env []string) (*rules.Table, error) {
 // are the sections with every default, health: {} the error that names
 // its path.
 func emptyUpstream(u *rules.UpstreamConfig, settings map[string]any) {
-	if u.Health == nil && emptyMapping(settings, "health") {
-		u.Health = &rules.HealthConfig{}
-	}
-	if u.Passive == nil && emptyMapping(settings, "passive") {
-		u.Passive = &rules.PassiveConfig{}
-	}
-	if u.Retries == nil && emptyMapping(settings, "retries") {
-		u.Retries = &rules.RetriesConfig{}
-	}
-	if u.WhenDown == nil && emptyMapping(settings, "when_down") {
-		u.WhenDown = &rules.WhenDownConfig{}
+	emptySection(&u.Health, settings, "health")
+	emptySection(&u.Passive, settings, "passive")
+	emptySection(&u.Retries, settings, "retries")
+	emptySection(&u.WhenDown, settings, "when_down")
+}
+
+// emptySection gives *section its zero value when the file wrote it as an
+// empty mapping at path, which viper drops, and the decoding left nil.
+func emptySection[T any](section **T, settings map[string]any, path ...string) {
+	if *section == nil && emptyMapping(settings, path...) {
+		*section = new(T)
 	}
 }
 

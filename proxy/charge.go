@@ -135,11 +135,11 @@ type afterResponse struct {
 }
 
 // sending notes that the request held in a (nil: none) goes to the origin
-// at now, for the rules that charge its origin time; both forwarders call
-// it once its body is ready to go.
-func (a *afterResponse) sending(now time.Time) {
+// now, read from clock only when a holds it, for the rules that charge its
+// origin time; both forwarders call it once its body is ready to go.
+func (a *afterResponse) sending(clock func() time.Time) {
 	if a != nil {
-		a.sent = now
+		a.sent = clock()
 	}
 }
 

@@ -181,11 +181,7 @@ func (p *Proxy) Answer(h *Head, out []byte) (_ []byte, answered bool) {
 		// group hashes a key (identified below only for rules): then
 		// net/http forwards it.
 		if d.store == nil && fwd && forwardable(d, h) && d.Upstream.Balance != rules.BalanceHash {
-			ex.now = h.Now // the group decides by it (fastforward.go)
-			if !p.wallClock {
-				ex.now = p.now()
-			}
-			return p.forwardFast(ex, h, out), true
+			return p.forwardFast(ex, h, out), true // the group decides by ex.now (fastforward.go)
 		}
 		return out, false
 	}
@@ -210,19 +206,16 @@ func (p *Proxy) Answer(h *Head, out []byte) (_ []byte, answered bool) {
 		ex.src.JA4 = h.TLS.JA4
 	}
 	p.noteForwarder(st, ex.id, s.xff, ex.now) // forwarders.go, as identify does
-	if !p.verifyToken(ex) {                   // token.go: 401 under jwt invalid: refuse
+	step := stepAnswer
+	if p.verifyToken(ex) { // token.go: else 401 under jwt invalid: refuse, answered below
+		step = p.limit(context.Background(), ex, h) // limit.go
+	} else {
 		if isHEAD {
 			return out, false // net/http frames an answer to HEAD its own way
 		}
 		p.countXFF(ex)
-		countToken(ex)
 		d.requests.count(&ex.ans)
-		endBody(h, &ex.ans)
-		ex.ans.strictTransport(d, isHTTPS(h.TLS, h.Front))
-		ex.ans.altService(p.altSvcOn(h.TLS))
-		return ex.ans.appendTo(out, h.Now, false), true
 	}
-	step := p.limit(context.Background(), ex, h) // limit.go
 	if step != stepDecline {
 		countToken(ex)
 	}

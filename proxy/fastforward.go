@@ -109,7 +109,7 @@ func (p *Proxy) forwardFast(ex *exchange, head *Head, out []byte) []byte {
 		return p.refuseFastBody(d, h, method, err, out, &ex.done)
 	}
 	defer fb.release()
-	ex.after.sending(p.now()) // charge.go: origin_time counts from here
+	ex.after.sending(p.now) // charge.go: origin_time counts from here
 	d.requests.served.Inc()
 	p.inFlight.Add(1)
 	defer p.inFlight.Add(-1)

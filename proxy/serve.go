@@ -140,6 +140,6 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, st *state, now tim
 		}
 		defer d.shed.release()
 	}
-	ex.after.sending(p.now()) // charge.go: origin_time counts from here
-	p.forward(w, r, d)        // forward.go
+	ex.after.sending(p.now) // charge.go: origin_time counts from here
+	p.forward(w, r, d)      // forward.go
 }

@@ -9,7 +9,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -550,6 +552,7 @@ func TestHTTP3InitialFlood(t *testing.T) {
 		return m.HeapInuse
 	}
 	before := heap()
+	droppedBefore := udpReceiveDrops()
 	// Each answer is for the connection whose source connection ID it is
 	// sent to: which packet of the flood it answers.
 	index := map[string]int{}
@@ -605,8 +608,12 @@ func TestHTTP3InitialFlood(t *testing.T) {
 	}
 	t.Logf("%d Initial packets from %d ports: %d answered with a Retry (the last of them packet %d), %d handshakes kept (the last packet %d); edge counted %v retries; heap in use %d KiB before, %d KiB during",
 		packets, ports, len(retried), last, len(kept), lastKept, counted, before>>10, during>>10)
-	if counted < packets-2*(retryAbove+1) {
-		t.Errorf("edge counted %v retries of %d packets, want all but about %d", counted, packets, retryAbove+1)
+	// Packets the kernel dropped for a full receive buffer (a loaded
+	// machine reads the socket late) never reached edge: every other one
+	// beyond the handshakes kept is a Retry decision.
+	dropped := udpReceiveDrops() - droppedBefore
+	if counted < float64(packets-2*(retryAbove+1)-dropped) {
+		t.Errorf("edge counted %v retries of %d packets (%d dropped by the kernel), want all but about %d", counted, packets, dropped, retryAbove+1)
 	}
 	// quic-go drops a Retry it cannot send at once (its queue is short):
 	// a flood receives some.
@@ -694,4 +701,32 @@ func TestHTTP3MaxConcurrentStreams(t *testing.T) {
 			t.Errorf("stream %d: %v", i+1, err)
 		}
 	}
+}
+
+// udpReceiveDrops is the machine's count of UDP datagrams dropped for a
+// full receive buffer (RcvbufErrors in /proc/net/snmp), 0 where it cannot
+// be read.
+func udpReceiveDrops() int {
+	b, err := os.ReadFile("/proc/net/snmp")
+	if err != nil {
+		return 0
+	}
+	var names []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] != "Udp:" {
+			continue
+		}
+		if names == nil {
+			names = f
+			continue
+		}
+		for i, n := range names {
+			if n == "RcvbufErrors" && i < len(f) {
+				v, _ := strconv.Atoi(f[i])
+				return v
+			}
+		}
+	}
+	return 0
 }

@@ -132,7 +132,7 @@ func (s Settings) Transport() *http.Transport {
 	t := &http.Transport{
 		// A write the origin takes no byte of for s.Upstream fails
 		// (watch.go).
-		DialContext:       transportDialer(s.dialer(), s.Upstream),
+		DialContext: transportDialer(s.dialer(), s.Upstream),
 		// And under TLS for https origins, by the dial the pools use
 		// (tls.go): its handshake's failure a failed dial.
 		DialTLSContext:    transportDialTLS(s, s.TLS),

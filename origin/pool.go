@@ -259,7 +259,7 @@ type Conn struct {
 	conn      net.Conn // the TLS connection for https
 	tls       *tls.Conn
 	stall     *stallConn // under tls: its writes' bound
-	idle      *idleReader // while idle, for tls
+	idle      idleReader // for tls: run while idle
 	br        *bufio.Reader
 	limit     int64 // bytes that may yet be read; math.MaxInt64 past the head
 	headMax   int64

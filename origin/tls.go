@@ -141,10 +141,13 @@ func transportDialTLS(s Settings, t *TLS) func(ctx context.Context, network, add
 	}
 }
 
-// idleReader is the reader of an idle pooled TLS connection (see above).
+// idleReader is the reader of an idle pooled TLS connection (see above),
+// made once a connection and run each time it is idle.
 type idleReader struct {
-	done chan struct{} // closed when the reader has returned
-	dead atomic.Bool   // the connection ended, or sent something, while idle
+	running bool          // a reader was started and has not been waited for
+	done    chan struct{} // gets a value when the reader returns
+	dead    atomic.Bool   // the connection ended, or sent something, while idle
+	buf     [1]byte
 }
 
 // aLongTimeAgo is a read deadline in the past: it ends a Read at once.
@@ -152,31 +155,39 @@ var aLongTimeAgo = time.Unix(1, 0)
 
 // watchIdle starts c's idle reader, counted in wg.
 func (c *Conn) watchIdle(wg *sync.WaitGroup) {
-	r := &idleReader{done: make(chan struct{})}
-	c.idle = r
+	r := &c.idle
+	if r.done == nil {
+		r.done = make(chan struct{}, 1)
+	}
+	r.running = true
 	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		defer close(r.done)
-		var b [1]byte
-		n, err := c.tls.Read(b[:])
-		if n > 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
-			r.dead.Store(true)
-			c.Close()
-		}
-	}()
+	go c.readIdle(wg)
 }
 
-// wake stops c's idle reader, if it has one, and reports whether c may
+// readIdle is the idle reader: it returns when the origin sends
+// application data or ends the connection (which it then closes), or at
+// the read deadline wake sets.
+func (c *Conn) readIdle(wg *sync.WaitGroup) {
+	defer wg.Done()
+	r := &c.idle
+	n, err := c.tls.Read(r.buf[:])
+	if n > 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		r.dead.Store(true)
+		c.Close()
+	}
+	r.done <- struct{}{}
+}
+
+// wake stops c's idle reader, if one runs, and reports whether c may
 // carry a request: the reader returned for the deadline wake set, having
 // read nothing. (A read that times out leaves a TLS connection usable,
 // with what it read of a record kept.)
 func (c *Conn) wake() bool {
-	r := c.idle
-	if r == nil {
-		return true
+	r := &c.idle
+	if !r.running {
+		return !r.dead.Load()
 	}
-	c.idle = nil
+	r.running = false
 	if !r.dead.Load() {
 		_ = c.conn.SetReadDeadline(aLongTimeAgo)
 	}
@@ -185,4 +196,4 @@ func (c *Conn) wake() bool {
 }
 
 // idleAlive reports whether c's idle reader has found nothing yet.
-func (c *Conn) idleAlive() bool { return c.idle != nil && !c.idle.dead.Load() }
+func (c *Conn) idleAlive() bool { return c.idle.running && !c.idle.dead.Load() }

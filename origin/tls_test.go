@@ -349,13 +349,10 @@ func TestOriginTLSReadersStop(t *testing.T) {
 		pool.Put(c, time.Now())
 	}
 	taken := pool.take(time.Now())
-	r := taken.idle
 	if !taken.takeBack() {
 		t.Fatal("a live connection taken back was found dead")
 	}
-	select {
-	case <-r.done:
-	default:
+	if taken.idle.running {
 		t.Fatal("the idle reader of a connection taken back is still running")
 	}
 	taken.Close()
@@ -369,14 +366,9 @@ func TestOriginTLSReadersStop(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close did not return: an idle reader kept running")
 	}
-	for _, c := range cs[:2] {
-		if c.idle == nil {
-			continue
-		}
-		select {
-		case <-c.idle.done:
-		default:
-			t.Error("an idle reader is still running after Close")
+	for _, c := range cs {
+		if c != taken && len(c.idle.done) != 1 {
+			t.Error("an idle reader had not returned when Close did")
 		}
 	}
 }

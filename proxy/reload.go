@@ -111,7 +111,7 @@ func (p *Proxy) Reload(t *rules.Table, hash string) (ReloadResult, error) {
 	old.closeShared()                  // the Redis client stays: only this configuration's domains go
 	p.origins.Retain(st.fastOrigins())
 	retireTLS(old, st) // origintls.go
-	p.retainJWKS(st) // token.go
+	p.retainJWKS(st)   // token.go
 	p.checks.Set(st.checks())
 	if oldTransport == nil && p.ownTransport && removedServers(old, st) {
 		// The transport's pools are per host, not per server: the idle

@@ -24,11 +24,7 @@ import (
 // origins", beside the certificate files it names, made by the test.
 func TestOriginTLSDocExample(t *testing.T) {
 	section := docSection(t, "docs/origins.md", "TLS to origins: `origin_tls`")
-	_, example, ok := strings.Cut(section, "```yaml\n")
-	if !ok {
-		t.Fatal("no yaml example in the section")
-	}
-	example, _, _ = strings.Cut(example, "```")
+	example := docExample(t, "docs/origins.md", "TLS to origins: `origin_tls`")
 	dir := t.TempDir()
 	certs := filepath.Join(dir, "certs")
 	must(t, os.Mkdir(certs, 0o700))

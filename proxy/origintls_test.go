@@ -24,7 +24,8 @@ import (
 // with the common name of the one it got and the protocol it spoke.
 type tlsGroupOrigin struct {
 	*httptest.Server
-	got atomic.Int64
+	got   atomic.Int64
+	conns atomic.Int64 // accepted
 }
 
 func startTLSGroupOrigin(t *testing.T, ca *testpki.CA, mutual bool) *tlsGroupOrigin {
@@ -42,6 +43,11 @@ func startTLSGroupOrigin(t *testing.T, ca *testpki.CA, mutual bool) *tlsGroupOri
 	// h2 offered first: the fast path takes http/1.1 all the same.
 	o.TLS = &tls.Config{Certificates: []tls.Certificate{cert.Pair}, NextProtos: []string{"h2", "http/1.1"}}
 	o.Config.ErrorLog = discardLog // the refused handshakes
+	o.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			o.conns.Add(1)
+		}
+	}
 	if mutual {
 		o.TLS.ClientAuth, o.TLS.ClientCAs = tls.RequireAndVerifyClientCert, ca.Pool
 	}
@@ -133,12 +139,6 @@ func TestOriginTLSReload(t *testing.T) {
 	ca := testpki.NewCA(t, dir, "ca")
 	one, two := ca.Client(t, "one"), ca.Client(t, "two")
 	o := startTLSGroupOrigin(t, ca, true)
-	var conns atomic.Int64
-	o.Config.ConnState = func(_ net.Conn, st http.ConnState) {
-		if st == http.StateNew {
-			conns.Add(1)
-		}
-	}
 	cfg := func(c testpki.Issued) rules.DomainConfig {
 		return rules.DomainConfig{UpstreamConfig: rules.UpstreamConfig{Origins: origins(o.URL),
 			OriginTLS: &rules.OriginTLSConfig{CAFile: ca.File, ServerName: "origin.test", ClientCertFile: c.CertFile, ClientKeyFile: c.KeyFile}}}
@@ -157,7 +157,7 @@ func TestOriginTLSReload(t *testing.T) {
 	}
 	expect := func(step, cn string, newConns int64) {
 		t.Helper()
-		before := conns.Load()
+		before := o.conns.Load()
 		for range 3 {
 			if st, body, _ := ge.send(t, ge.fast, "GET", ""); st != 200 || body != cn+" http/1.1 HTTP/1.1" {
 				t.Fatalf("%s: got %d %q, want 200 from %s", step, st, body, cn)
@@ -166,7 +166,7 @@ func TestOriginTLSReload(t *testing.T) {
 		if st, body, _ := ge.send(t, ge.slow, "GET", ""); st != 200 || !strings.HasPrefix(body, cn+" ") {
 			t.Fatalf("%s, net/http: got %d %q, want 200 from %s", step, st, body, cn)
 		}
-		if n := conns.Load() - before; n > newConns {
+		if n := o.conns.Load() - before; n > newConns {
 			t.Errorf("%s: %d new connections, want at most %d", step, n, newConns)
 		}
 	}

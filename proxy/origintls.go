@@ -31,10 +31,9 @@ type groupTLS struct {
 // state.tls.
 const noOriginTLS = ""
 
-// originTLS returns the live state of d's origin_tls (nil for a group of
-// http or h2c servers), made in st or taken from old's (nil: none).
-func (st *state) originTLS(d *domain, old *state) *groupTLS {
-	up := d.Upstream
+// originTLS returns the live state of up's origin_tls (nil for a group
+// of http or h2c servers), made in st or taken from old's (nil: none).
+func (st *state) originTLS(up *rules.Upstream, old *state) *groupTLS {
 	if up == nil || len(up.Servers) == 0 || up.Servers[0].URL.Scheme != "https" {
 		return nil
 	}

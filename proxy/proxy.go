@@ -510,8 +510,8 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 		case rd.Respond != nil:
 			d.upstream = staticResponder(rd.Respond)
 		default:
-			d.tls = st.originTLS(d, old) // origintls.go
-			var rt http.RoundTripper     // the shared transport's
+			d.tls = st.originTLS(d.Upstream, old) // origintls.go
+			var rt http.RoundTripper              // the shared transport's
 			if d.tls != nil && d.tls.transport != nil && p.ownTransport {
 				rt = d.tls.transport
 			}

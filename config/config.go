@@ -103,7 +103,7 @@ func Parse(data []byte) (*rules.Table, error) { return ParseEnv(data, nil) }
 func ParseEnv(data []byte, env []string) (*rules.Table, error) { return ParseAt("", data, env) }
 
 // ParseAt is ParseEnv for the configuration read from path, whose
-// directory the files it names (api_keys.file) are relative to; "" is the
+// directory the files it names (api_keys.file, origin_tls's) are relative to; "" is the
 // working directory. The API key files are read as part of the
 // configuration: one that cannot be read, or is not a mapping of API key
 // to plan name, is a problem of the configuration, and a reload with it
@@ -163,6 +163,7 @@ func ParseAt(path string, data []byte, env []string) (*rules.Table, error) {
 	cfg.Given = givenPaths(v.AllSettings())
 	cfg.Secrets = secrets.Secrets
 	cfg.Sources = fromEnv.sources()
+	cfg.ReadFile = func(name string) ([]byte, error) { return os.ReadFile(KeyFilePath(path, name)) }
 	table, err := rules.Compile(cfg)
 	if err == nil && len(errs) == 0 {
 		return table, nil
@@ -189,6 +190,7 @@ func emptyUpstream(u *rules.UpstreamConfig, settings map[string]any) {
 	emptySection(&u.Passive, settings, "passive")
 	emptySection(&u.Retries, settings, "retries")
 	emptySection(&u.WhenDown, settings, "when_down")
+	emptySection(&u.OriginTLS, settings, "origin_tls")
 }
 
 // emptySection gives *section its zero value when the file wrote it as an

@@ -15,9 +15,10 @@ import (
 // quotes one, or a line that holds one (a YAML syntax error is reported by
 // its line number alone), and rules.Compile keeps only their hashes.
 
-// KeyFilePath returns where the api_keys file named file is read from for
-// the configuration at configPath: relative to its directory ("" for the
-// embedded default: relative to the working directory).
+// KeyFilePath returns where a file the configuration names, file, is read
+// from (the api_keys file, origin_tls's) for the configuration at
+// configPath: relative to its directory ("" for the embedded default:
+// relative to the working directory).
 func KeyFilePath(configPath, file string) string {
 	if file == "" || filepath.IsAbs(file) || configPath == "" {
 		return file

@@ -34,6 +34,9 @@ type checkKey struct {
 	interval, timeout            time.Duration
 	healthyAfter, unhealthyAfter int
 	expect                       string // the caller's spelling of Expect
+	// transport is the server's (Server.Transport), whose TLS the check
+	// speaks; nil: the checks' own.
+	transport http.RoundTripper
 }
 
 // Checks runs the active checks of a set of upstream groups. Its methods
@@ -83,7 +86,8 @@ func (c *Checks) Set(checks []Check) {
 	next := make(map[checkKey]*checker)
 	for _, ch := range checks {
 		o := ch.Options
-		k := checkKey{ch.Server.URL.String(), o.Path, o.Host, o.Interval, o.Timeout, o.HealthyAfter, o.UnhealthyAfter, ch.Expect}
+		k := checkKey{ch.Server.URL.String(), o.Path, o.Host, o.Interval, o.Timeout, o.HealthyAfter, o.UnhealthyAfter, ch.Expect,
+			ch.Server.Transport()}
 		ck := next[k]
 		if ck == nil {
 			ck = c.checkers[k]
@@ -91,10 +95,15 @@ func (c *Checks) Set(checks []Check) {
 				ck = &checker{opts: o, target: *ch.Server.URL, stop: make(chan struct{})}
 				ck.target.Path = o.Path
 				ck.target.RawQuery = ""
+				client := c.client
+				if k.transport != nil {
+					// The server's own: an https server's origin_tls.
+					client = &http.Client{Transport: k.transport, CheckRedirect: c.client.CheckRedirect}
+				}
 				c.wg.Add(1)
 				go func() {
 					defer c.wg.Done()
-					ck.run(c.client, c.now)
+					ck.run(client, c.now)
 				}()
 			}
 			ck.mu.Lock()

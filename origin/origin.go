@@ -68,6 +68,10 @@ type Settings struct {
 	// request (Request.Timeout), as a reload may change it while they
 	// last.
 	Upstream time.Duration
+	// TLS is how the transport speaks TLS to https origins (nil: the
+	// system's roots, the URL's host; tls.go). The pools take theirs with
+	// each pool (Pools.Pool).
+	TLS *TLS
 }
 
 // The defaults of Settings.
@@ -128,7 +132,10 @@ func (s Settings) Transport() *http.Transport {
 	t := &http.Transport{
 		// A write the origin takes no byte of for s.Upstream fails
 		// (watch.go).
-		DialContext:       transportDialer(s.dialer(), s.Upstream),
+		DialContext: transportDialer(s.dialer(), s.Upstream),
+		// And under TLS for https origins, by the dial the pools use
+		// (tls.go): its handshake's failure a failed dial.
+		DialTLSContext:    transportDialTLS(s, s.TLS),
 		ForceAttemptHTTP2: true,
 		// Pass Accept-Encoding through as the client sent it. Otherwise the
 		// transport asks origins for gzip on behalf of clients that did not,

@@ -2,6 +2,7 @@ package origin
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"sync"
@@ -33,6 +34,8 @@ type Pools struct {
 	// idle counts the idle connections of every pool, under
 	// settings.IdleTotal; each pool changes it under its own lock.
 	idle idleCount
+	// readers are the idle TLS connections' readers (tls.go).
+	readers sync.WaitGroup
 }
 
 // sweepEvery is how often idle origin connections are looked at.
@@ -44,15 +47,23 @@ func NewPools(s Settings) *Pools {
 }
 
 // Pool returns the pool of connections to addr (host:port), made on first
-// use.
-func (o *Pools) Pool(addr string) *Pool {
+// use: in the clear for a nil t, else TLS connections made as t says
+// (tls.go). Pools of the same address and TLS ID are one.
+func (o *Pools) Pool(addr string, t *TLS) *Pool {
+	key := addr
+	if t != nil {
+		key = addr + " tls " + t.id
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if p := o.pools[addr]; p != nil {
+	if p := o.pools[key]; p != nil {
 		return p
 	}
-	p := &Pool{addr: addr, owner: o}
-	o.pools[addr] = p
+	p := &Pool{addr: addr, key: key, owner: o}
+	if t != nil {
+		p.tls = t.pools
+	}
+	o.pools[key] = p
 	return p
 }
 
@@ -83,26 +94,25 @@ func (o *Pools) sweep(now time.Time) {
 	}
 }
 
-// Retain retires the pools of origins not in addrs (a reload removed
-// them): their idle connections are closed now, the others when their
-// requests end.
-func (o *Pools) Retain(addrs map[string]bool) {
+// Retain retires the pools whose keys (Pool.Key) are not in keys (a
+// reload removed their origins): their idle connections are closed now,
+// the others when their requests end.
+func (o *Pools) Retain(keys map[string]bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for addr, p := range o.pools {
-		if !addrs[addr] {
-			delete(o.pools, addr)
+	for key, p := range o.pools {
+		if !keys[key] {
+			delete(o.pools, key)
 			p.retire()
 		}
 	}
 }
 
-// Close closes every idle connection and stops the sweeps; connections in
-// use are closed when their requests end. It is safe to call more than
-// once.
+// Close closes every idle connection, stops the sweeps and waits for the
+// idle connections' readers to end; connections in use are closed when
+// their requests end. It is safe to call more than once.
 func (o *Pools) Close() {
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	o.closed = true
 	if o.sweeper != nil {
 		o.sweeper.Stop()
@@ -111,6 +121,8 @@ func (o *Pools) Close() {
 	for _, p := range o.pools {
 		p.retire()
 	}
+	o.mu.Unlock()
+	o.readers.Wait()
 }
 
 // idleCount is the number of idle connections of a Pools, bounded.
@@ -144,6 +156,8 @@ func (c *idleCount) release(n int) {
 // Its methods are safe for concurrent use.
 type Pool struct {
 	addr    string
+	key     string
+	tls     *tls.Config // nil: in the clear
 	owner   *Pools
 	mu      sync.Mutex
 	idle    []*Conn // the most recently used last
@@ -153,13 +167,17 @@ type Pool struct {
 // Addr is the origin's address (host:port).
 func (p *Pool) Addr() string { return p.addr }
 
+// Key identifies the pool among its Pools' (Retain): its address, and its
+// TLS's ID.
+func (p *Pool) Key() string { return p.key }
+
 // retire closes the idle connections, and those put back from now on.
 func (p *Pool) retire() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.retired = true
 	for _, c := range p.idle {
-		c.conn.Close()
+		c.Close()
 	}
 	p.owner.idle.release(len(p.idle))
 	p.idle = nil
@@ -173,7 +191,7 @@ func (p *Pool) sweep(now time.Time) int {
 	kept := p.idle[:0]
 	for _, c := range p.idle {
 		if now.Sub(c.idleSince) > p.owner.settings.IdleTimeout || !c.alive() {
-			c.conn.Close()
+			c.Close()
 			continue
 		}
 		kept = append(kept, c)
@@ -196,7 +214,7 @@ func (p *Pool) take(now time.Time) *Conn {
 		if now.Sub(c.idleSince) <= p.owner.settings.IdleTimeout {
 			return c
 		}
-		c.conn.Close()
+		c.Close()
 	}
 	return nil
 }
@@ -213,7 +231,7 @@ func (p *Pool) take(now time.Time) *Conn {
 // here the one put back is closed: either way no more stay idle.)
 func (p *Pool) Put(c *Conn, now time.Time) {
 	if c.once || c.br.Buffered() > 0 {
-		c.conn.Close()
+		c.Close()
 		return
 	}
 	c.idleSince = now
@@ -221,11 +239,14 @@ func (p *Pool) Put(c *Conn, now time.Time) {
 	p.mu.Lock()
 	kept := len(p.idle) < s.IdlePerHost && !p.retired && p.owner.idle.reserve(s.IdleTotal)
 	if kept {
+		if c.tls != nil {
+			c.watchIdle(&p.owner.readers) // tls.go
+		}
 		p.idle = append(p.idle, c)
 	}
 	p.mu.Unlock()
 	if !kept {
-		c.conn.Close()
+		c.Close()
 		return
 	}
 	p.owner.armSweep()
@@ -235,7 +256,10 @@ func (p *Pool) Put(c *Conn, now time.Time) {
 // bounded by Settings.HeadMax while a response head is read, as the
 // transport bounds them. It is used by one request at a time.
 type Conn struct {
-	conn      net.Conn
+	conn      net.Conn // the TLS connection for https
+	tls       *tls.Conn
+	stall     *stallConn // under tls: its writes' bound
+	idle      idleReader // for tls: run while idle
 	br        *bufio.Reader
 	limit     int64 // bytes that may yet be read; math.MaxInt64 past the head
 	headMax   int64
@@ -256,12 +280,20 @@ func NewConn(c net.Conn, s Settings) *Conn {
 // follows it, are read from it.
 func (c *Conn) Reader() *bufio.Reader { return c.br }
 
-// NetConn is the network connection under c: closing it ends a response
-// whose body is being read.
-func (c *Conn) NetConn() net.Conn { return c.conn }
+// NetConn is the network connection under c (under TLS for https):
+// closing it ends a response whose body is being read.
+func (c *Conn) NetConn() net.Conn {
+	if c.stall != nil {
+		return c.stall.Conn
+	}
+	return c.conn
+}
 
-// Close closes the connection.
-func (c *Conn) Close() error { return c.conn.Close() }
+// Close closes the connection. Under TLS it closes the network
+// connection without a close_notify alert, whose write could wait on an
+// origin that stopped reading (origins take a TCP end without one, as
+// from most clients).
+func (c *Conn) Close() error { return c.NetConn().Close() }
 
 // bounded is c's reader of its network connection, within c.limit.
 func (c *Conn) bounded() boundedReader { return boundedReader{c} }
@@ -288,6 +320,9 @@ func (r boundedReader) Read(b []byte) (int, error) {
 func (c *Conn) alive() bool {
 	if c.br != nil && c.br.Buffered() > 0 {
 		return false
+	}
+	if c.tls != nil {
+		return c.idleAlive()
 	}
 	pending, ok := netpeek.Pending(c.conn)
 	return ok && !pending

@@ -86,7 +86,7 @@ func TestOriginPoolSweep(t *testing.T) {
 	o := startIdleOrigin(t)
 	pools := NewPools(Settings{})
 	defer pools.Close()
-	pool := pools.Pool(o.ln.Addr().String())
+	pool := pools.Pool(o.ln.Addr().String(), nil)
 	cs := o.dialIdle(t, 4)
 	now := time.Now()
 	pool.Put(cs[0], now.Add(-DefaultIdleTimeout-time.Second)) // too old
@@ -155,7 +155,7 @@ func TestOriginPoolRetain(t *testing.T) {
 	kept, gone := startIdleOrigin(t), startIdleOrigin(t)
 	pools := NewPools(Settings{})
 	defer pools.Close()
-	kp, gp := pools.Pool(kept.ln.Addr().String()), pools.Pool(gone.ln.Addr().String())
+	kp, gp := pools.Pool(kept.ln.Addr().String(), nil), pools.Pool(gone.ln.Addr().String(), nil)
 	kc, gc := kept.dialIdle(t, 1), gone.dialIdle(t, 2)
 	now := time.Now()
 	kp.Put(kc[0], now)
@@ -172,7 +172,7 @@ func TestOriginPoolRetain(t *testing.T) {
 	if len(kp.idle) != 1 {
 		t.Errorf("the kept origin's pool has %d idle connections, want 1", len(kp.idle))
 	}
-	if pools.Pool(gone.ln.Addr().String()) == gp {
+	if pools.Pool(gone.ln.Addr().String(), nil) == gp {
 		t.Error("the removed origin's pool is still handed out")
 	}
 }
@@ -189,7 +189,7 @@ func TestIdleTotal(t *testing.T) {
 	a, b := startIdleOrigin(t), startIdleOrigin(t)
 	pools := NewPools(s)
 	defer pools.Close()
-	pa, pb := pools.Pool(a.ln.Addr().String()), pools.Pool(b.ln.Addr().String())
+	pa, pb := pools.Pool(a.ln.Addr().String(), nil), pools.Pool(b.ln.Addr().String(), nil)
 	ca, cb := a.dialIdle(t, 2), b.dialIdle(t, 3)
 	now := time.Now()
 	pa.Put(ca[0], now)

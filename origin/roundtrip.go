@@ -1,12 +1,16 @@
 package origin
 
 import (
+	"context"
 	"errors"
 	"io"
 	"math"
 	"net"
 	"net/http"
+	"os"
 	"time"
+
+	"github.com/edgerate/edge/internal/netpeek"
 )
 
 // Request is what Pool.RoundTrip sends: a request head, written as it is,
@@ -73,23 +77,23 @@ func (p *Pool) RoundTrip(req *Request, body SendBody, interim func(*http.Respons
 	replay := req.Replayable && body == nil
 	for {
 		c, reused := p.take(now), true
-		if c != nil && !c.alive() {
-			c.conn.Close()
+		if c != nil && !c.takeBack() {
+			c.Close()
 			continue
 		}
 		if c == nil {
-			nc, err := s.dialer().Dial("tcp", p.addr)
-			if err != nil {
+			var err error
+			if c, err = p.dial(s); err != nil {
 				return nil, nil, err
 			}
-			c, reused = NewConn(nc, *s), false
+			reused = false
 		}
 		c.limit, c.once = s.HeadMax, req.Once
-		n, err := writeStalled(c.conn, req.Head, req.Timeout)
+		n, err := c.write(req.Head, req.Timeout)
 		nothingWritten := err != nil && n == 0
 		if err == nil && body != nil {
-			err = body(stallWriter{c.conn, req.Timeout}, buf)
-			if err == nil && !c.alive() {
+			err = body(stallWriter{c, req.Timeout}, buf)
+			if err == nil && !c.quiet() {
 				c.once = true // the origin answered, or closed, before the body's end
 			}
 		}
@@ -100,7 +104,7 @@ func (p *Pool) RoundTrip(req *Request, body SendBody, interim func(*http.Respons
 			_, err = c.br.Peek(1)
 		}
 		if err != nil {
-			c.conn.Close()
+			c.Close()
 			var ne net.Error
 			if reused && (replay && !(errors.As(err, &ne) && ne.Timeout()) || nothingWritten && body == nil && !req.Merged) {
 				continue
@@ -109,12 +113,12 @@ func (p *Pool) RoundTrip(req *Request, body SendBody, interim func(*http.Respons
 		}
 		resp, err := c.ReadResponse(req.HEAD, interim)
 		if err != nil {
-			c.conn.Close()
+			c.Close()
 			return nil, nil, err
 		}
 		if req.Timeout > 0 {
 			if err := c.conn.SetReadDeadline(time.Time{}); err != nil {
-				c.conn.Close()
+				c.Close()
 				return nil, nil, err
 			}
 		}
@@ -148,12 +152,83 @@ func (c *Conn) ReadResponse(head bool, interim func(*http.Response)) (*http.Resp
 	}
 }
 
-// stallWriter writes to an origin connection with writeStalled (the
-// pools' body writer; its connection stays a *net.TCPConn, which alive
-// peeks at).
+// stallWriter writes to an origin connection with Conn.write (the pools'
+// body writer).
 type stallWriter struct {
-	c     net.Conn
+	c     *Conn
 	stall time.Duration
 }
 
-func (w stallWriter) Write(b []byte) (int, error) { return writeStalled(w.c, b, w.stall) }
+func (w stallWriter) Write(b []byte) (int, error) { return w.c.write(b, w.stall) }
+
+// dial makes a new connection of p's: TCP, and TLS over it for a pool of
+// https (tls.go).
+func (p *Pool) dial(s *Settings) (*Conn, error) {
+	if p.tls == nil {
+		nc, err := s.dialer().Dial("tcp", p.addr)
+		if err != nil {
+			return nil, err
+		}
+		return NewConn(nc, *s), nil
+	}
+	var sc *stallConn
+	tc, err := dialTLS(context.Background(), s.dialer(), p.addr, p.tls, func(nc net.Conn) net.Conn {
+		sc = &stallConn{Conn: nc}
+		return sc
+	})
+	if err != nil {
+		return nil, err
+	}
+	c := NewConn(tc, *s)
+	c.tls, c.stall = tc, sc
+	return c, nil
+}
+
+// write writes b to the origin, failing when it takes no byte for stall
+// (none: no bound): under TLS, its network connection's writes are
+// bounded (a TLS write that times out leaves the connection unusable).
+func (c *Conn) write(b []byte, stall time.Duration) (int, error) {
+	if c.stall == nil {
+		return writeStalled(c.conn, b, stall)
+	}
+	c.stall.stall.Store(int64(stall))
+	return c.conn.Write(b)
+}
+
+// takeBack readies c, taken from its pool, for a request, and reports
+// whether it may carry one: a plain connection is peeked at (alive), a TLS
+// one's idle reader stopped (wake).
+func (c *Conn) takeBack() bool {
+	if c.tls == nil {
+		return c.alive()
+	}
+	return c.br.Buffered() == 0 && c.wake()
+}
+
+// tlsProbeWait is how long quiet reads a TLS connection with something
+// waiting on its socket, to tell handshake records from a response.
+const tlsProbeWait = time.Millisecond
+
+// quiet reports, once a request's body was written whole, that the origin
+// has sent nothing of a response and not closed: what follows the
+// response may not be an answer to what the origin made of the body.
+// Under TLS what waits on the socket may be records crypto/tls handles
+// (session tickets), read here into c's buffer, where the response is
+// read from: only bytes of a response, or an end, make it not quiet.
+func (c *Conn) quiet() bool {
+	if c.tls == nil {
+		return c.alive()
+	}
+	if c.br.Buffered() > 0 {
+		return false
+	}
+	if pending, ok := netpeek.Pending(c.stall.Conn); ok && !pending {
+		return true
+	}
+	if c.conn.SetReadDeadline(time.Now().Add(tlsProbeWait)) != nil {
+		return false
+	}
+	_, err := c.br.Peek(1)
+	quiet := c.br.Buffered() == 0 && errors.Is(err, os.ErrDeadlineExceeded)
+	return c.conn.SetReadDeadline(time.Time{}) == nil && quiet
+}

@@ -58,7 +58,7 @@ func TestFastForwardChecksPooled(t *testing.T) {
 		}
 	}()
 	pools := NewPools(Settings{})
-	pool := pools.Pool(ln.Addr().String())
+	pool := pools.Pool(ln.Addr().String(), nil)
 	defer pools.Close()
 	buf := make([]byte, 32<<10)
 	send := func(head string, body SendBody, replay bool) error {

@@ -2,6 +2,7 @@ package origin
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -149,6 +150,11 @@ func WithWatch(req *http.Request) (*http.Request, *Watch) {
 func (w *Watch) watch(body bool) {
 	w.trace.GotConn = func(info httptrace.GotConnInfo) {
 		c, ok := info.Conn.(*transportConn)
+		if tc, isTLS := info.Conn.(*tls.Conn); isTLS && tc.ConnectionState().NegotiatedProtocol != "h2" {
+			// An https origin's HTTP/1.1 connection: the transportConn is
+			// under TLS (tls.go). HTTP/2's are multiplexed, as h2c's.
+			c, ok = tc.NetConn().(*transportConn)
+		}
 		if !ok {
 			return
 		}

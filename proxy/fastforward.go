@@ -76,12 +76,16 @@ func (p *Proxy) fastOriginFor(d *domain, obs *upstreamObservers, log *errorLog) 
 	}
 	fo := &fastOrigin{group: d.group, servers: d.group.Servers(), obs: obs, log: log}
 	for _, s := range fo.servers {
-		origin := s.URL
-		if origin.Scheme != "http" || origin.User != nil || origin.Opaque != "" || origin.RawQuery != "" ||
-			origin.ForceQuery || origin.RawPath != "" || origin.Path != "" && origin.Path != "/" || origin.Host == "" {
+		u := s.URL
+		if u.Scheme != "http" && u.Scheme != "https" || u.User != nil || u.Opaque != "" || u.RawQuery != "" ||
+			u.ForceQuery || u.RawPath != "" || u.Path != "" && u.Path != "/" || u.Host == "" {
 			return nil
 		}
-		fo.pools = append(fo.pools, p.origins.Pool(s.Addr()))
+		var t *origin.TLS // in the clear
+		if u.Scheme == "https" {
+			t = d.tls.tls // origintls.go
+		}
+		fo.pools = append(fo.pools, p.origins.Pool(s.Addr(), t))
 	}
 	return fo
 }

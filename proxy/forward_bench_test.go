@@ -1,10 +1,13 @@
 package proxy
 
 import (
+	"encoding/pem"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -28,22 +31,34 @@ func (*countClient) CloseAfter() {}
 
 // forwardBenchProxy returns a Proxy forwarding api.example.com, under a
 // rule that allows everything, to an origin on 127.0.0.1 that answers
-// every request with a 2-byte body.
-func forwardBenchProxy(b *testing.B) *Proxy {
+// every request with a 2-byte body: over TLS with secure (HTTP/1.1
+// alone, its certificate trusted by origin_tls.ca_file).
+func forwardBenchProxy(b *testing.B, secure bool) *Proxy {
 	b.Helper()
-	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	origin := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Length", "2")
 		_, _ = io.WriteString(w, "ok")
 	}))
-	b.Cleanup(origin.Close)
-	table, err := rules.Compile(rules.Config{
-		Origin: origin.URL,
+	cfg := rules.Config{
 		Domains: []rules.DomainConfig{{
 			Hosts: []string{"api.example.com"},
 			Rules: []rules.RuleConfig{{Name: "per-ip", Limit: 1_000_000_000, Period: time.Minute}},
 		}},
-	})
+	}
+	if secure {
+		origin.StartTLS()
+		ca := filepath.Join(b.TempDir(), "origin.pem")
+		if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: origin.Certificate().Raw}), 0o600); err != nil {
+			b.Fatal(err)
+		}
+		cfg.OriginTLS = &rules.OriginTLSConfig{CAFile: ca}
+	} else {
+		origin.Start()
+	}
+	b.Cleanup(origin.Close)
+	cfg.Origin = origin.URL
+	table, err := rules.Compile(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -58,8 +73,14 @@ func forwardBenchProxy(b *testing.B) *Proxy {
 // BenchmarkFastForward measures one allowed GET forwarded by the fast
 // path to an origin on 127.0.0.1, over a pooled connection: the head
 // written, the response read and relayed (to a client that discards it).
-func BenchmarkFastForward(b *testing.B) {
-	p := forwardBenchProxy(b)
+func BenchmarkFastForward(b *testing.B) { benchFastForward(b, false) }
+
+// BenchmarkFastForwardHTTPS is BenchmarkFastForward to an https origin,
+// over a pooled TLS connection (docs/origins.md, "TLS to origins").
+func BenchmarkFastForwardHTTPS(b *testing.B) { benchFastForward(b, true) }
+
+func benchFastForward(b *testing.B, secure bool) {
+	p := forwardBenchProxy(b, secure)
 	raw := "GET /v1/items HTTP/1.1\r\nHost: api.example.com\r\nUser-Agent: bench\r\n\r\n"
 	c := &countClient{}
 	h := fastHead(raw)
@@ -86,8 +107,14 @@ func BenchmarkFastForward(b *testing.B) {
 // BenchmarkForward measures one allowed GET forwarded by the net/http
 // path (ReverseProxy over the pooled transport) to an origin on
 // 127.0.0.1, with no client connection: ServeHTTP and the transport.
-func BenchmarkForward(b *testing.B) {
-	p := forwardBenchProxy(b)
+func BenchmarkForward(b *testing.B) { benchForward(b, false) }
+
+// BenchmarkForwardHTTPS is BenchmarkForward to an https origin, over the
+// transport's pooled TLS connection (HTTP/1.1: the origin offers no h2).
+func BenchmarkForwardHTTPS(b *testing.B) { benchForward(b, true) }
+
+func benchForward(b *testing.B, secure bool) {
+	p := forwardBenchProxy(b, secure)
 	req, _ := http.NewRequest("GET", "http://api.example.com/v1/items", nil)
 	req.RemoteAddr = "203.0.113.9:41000"
 	w := &nopWriter{h: make(http.Header)}

@@ -21,7 +21,7 @@ func TestReloadRetiresOriginPool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool := e.proxy.origins.Pool(addr)
+	pool := e.proxy.origins.Pool(addr, nil)
 	pool.Put(origin.NewConn(c, origin.Settings{}), time.Now())
 	if _, err := e.proxy.Reload(compile(t, oneDomain(newOrigin.URL, rule("r", 100, time.Minute))), "second"); err != nil {
 		t.Fatal(err)
@@ -30,7 +30,7 @@ func TestReloadRetiresOriginPool(t *testing.T) {
 	if _, err := c.Read(make([]byte, 1)); !errors.Is(err, net.ErrClosed) {
 		t.Errorf("the idle connection to the removed origin: read gave %v, want it closed", err)
 	}
-	if e.proxy.origins.Pool(addr) == pool {
+	if e.proxy.origins.Pool(addr, nil) == pool {
 		t.Error("the removed origin's pool is still kept")
 	}
 }

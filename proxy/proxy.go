@@ -168,6 +168,9 @@ type state struct {
 	conns *connLimits
 	// alog is the access log; nil for none (accesslog.go).
 	alog *accessLog
+	// tls is the live state of the groups' origin_tls, by ID
+	// (origintls.go).
+	tls map[string]*groupTLS
 }
 
 // domain is a rules.Domain with its counters, upstream and metric handles.
@@ -177,6 +180,9 @@ type domain struct {
 	counter  window.Counter // store's, or Redis-shared counting (shared.go); nil without rules
 	carry    []int          // for a reload: carry[i] is this store's rule continuing the old store's rule i
 	upstream http.Handler
+	// tls is the live state of the group's origin_tls, nil for servers
+	// that are not https (origintls.go).
+	tls *groupTLS
 	// upstreamObs are the origin latency histograms; nil for a domain
 	// with a static response (read by the status figures, status.go).
 	upstreamObs *upstreamObservers
@@ -504,7 +510,12 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 		case rd.Respond != nil:
 			d.upstream = staticResponder(rd.Respond)
 		default:
-			if d.group, err = p.newGroup(d, prev, nil); err != nil {
+			d.tls = st.originTLS(d.Upstream, old) // origintls.go
+			var rt http.RoundTripper              // the shared transport's
+			if d.tls != nil && d.tls.transport != nil && p.ownTransport {
+				rt = d.tls.transport
+			}
+			if d.group, err = p.newGroup(d, prev, rt); err != nil {
 				return nil, err
 			}
 			always := slices.ContainsFunc(rd.Rules, func(r *rules.Rule) bool { return r.Headers == rules.HeadersAlways })

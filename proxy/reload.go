@@ -110,7 +110,8 @@ func (p *Proxy) Reload(t *rules.Table, hash string) (ReloadResult, error) {
 	switchAccessLog(old.alog, st.alog) // the old file gets what it holds, later lines go to the new
 	old.closeShared()                  // the Redis client stays: only this configuration's domains go
 	p.origins.Retain(st.fastOrigins())
-	p.retainJWKS(st) // token.go
+	retireTLS(old, st) // origintls.go
+	p.retainJWKS(st)   // token.go
 	p.checks.Set(st.checks())
 	if oldTransport == nil && p.ownTransport && removedServers(old, st) {
 		// The transport's pools are per host, not per server: the idle
@@ -246,6 +247,11 @@ var settings = []setting{
 	reloads("retries.budget"),
 	reloads("when_down.status"),
 	reloads("when_down.retry_after"),
+	reloads("origin_tls.ca_file"),
+	reloads("origin_tls.server_name"),
+	reloads("origin_tls.client_cert_file"),
+	reloads("origin_tls.client_key_file"),
+	reloads("origin_tls.insecure_skip_verify"),
 	reloads("max_keys"),
 	// A reload starts each domain's accuracy sample afresh (its logs
 	// judge from one period on, as the counters carried over have history
@@ -389,6 +395,11 @@ var settings = []setting{
 	reloads("domains[].retries.budget"),
 	reloads("domains[].when_down.status"),
 	reloads("domains[].when_down.retry_after"),
+	reloads("domains[].origin_tls.ca_file"),
+	reloads("domains[].origin_tls.server_name"),
+	reloads("domains[].origin_tls.client_cert_file"),
+	reloads("domains[].origin_tls.client_key_file"),
+	reloads("domains[].origin_tls.insecure_skip_verify"),
 	reloads("domains[].respond.status"),
 	reloads("domains[].respond.body"),
 	reloads("domains[].respond.content_type"),
@@ -616,7 +627,7 @@ func (st *state) fastOrigins() map[string]bool {
 	for _, d := range st.domains {
 		if d.fastFwd != nil {
 			for _, pool := range d.fastFwd.pools {
-				addrs[pool.Addr()] = true
+				addrs[pool.Key()] = true
 			}
 		}
 	}

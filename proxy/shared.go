@@ -132,6 +132,7 @@ func (st *state) closeShared() {
 func (p *Proxy) Close() error {
 	p.origins.Close()
 	p.checks.Close()
+	retireTLS(p.state.Load(), nil)
 	p.closeAccessLog() // accesslog.go: what it holds is written out
 	p.reloadMu.Lock()
 	for url, r := range p.jwks {

@@ -80,7 +80,7 @@ const (
 // reported in the order a reader meets them; each section's checks are
 // functions of their own.
 func Compile(cfg Config) (*Table, error) {
-	p := problems{given: cfg.Given}
+	p := problems{given: cfg.Given, readFile: cfg.ReadFile}
 	t := &Table{
 		Listen:      cfg.Listen,
 		AdminListen: cfg.AdminListen,
@@ -129,6 +129,9 @@ func Compile(cfg Config) (*Table, error) {
 		if servers := compileOrigins(&p, "origins", cfg.Origins); len(servers) == len(cfg.Origins) {
 			t.topServers, t.Origin = servers, servers[0].URL
 		}
+	}
+	if cfg.OriginTLS != nil && len(t.topServers) > 0 && t.topServers[0].URL.Scheme != "https" {
+		p.add("origin_tls", "applies only to https servers, got %s servers", t.topServers[0].URL.Scheme)
 	}
 
 	t.MaxKeys = cfg.MaxKeys

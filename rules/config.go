@@ -178,6 +178,11 @@ type Config struct {
 	// Compile hands a copy to the Table. A setting it does not name is
 	// the file's, or the default.
 	Sources map[string]string `mapstructure:"-"`
+	// ReadFile, when not nil, reads the files the configuration names
+	// that Compile reads (origin_tls's), by name as written; cmd/edge's
+	// reads them relative to the configuration file's directory. Nil is
+	// os.ReadFile.
+	ReadFile func(name string) ([]byte, error) `mapstructure:"-"`
 }
 
 // ClientIPConfig says which peers may report the client address in
@@ -602,6 +607,10 @@ type UpstreamConfig struct {
 	Retries *RetriesConfig `mapstructure:"retries"`
 	// WhenDown is the answer when no server can be reached (default 502).
 	WhenDown *WhenDownConfig `mapstructure:"when_down"`
+	// OriginTLS is how edge speaks TLS to the group's https servers
+	// (default: verified against the system's roots, for the URL's host,
+	// without a client certificate).
+	OriginTLS *OriginTLSConfig `mapstructure:"origin_tls"`
 }
 
 // OriginConfig is one server of an upstream group.

@@ -94,7 +94,8 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 				key string
 				set bool
 			}{{"balance", dc.Balance != ""}, {"hash_key", dc.HashKey != nil}, {"health", dc.Health != nil},
-				{"passive", dc.Passive != nil}, {"retries", dc.Retries != nil}, {"when_down", dc.WhenDown != nil}} {
+				{"passive", dc.Passive != nil}, {"retries", dc.Retries != nil}, {"when_down", dc.WhenDown != nil},
+				{"origin_tls", dc.OriginTLS != nil}} {
 				if k.set {
 					p.add(path+"."+k.key, "applies only to a domain forwarded to origins")
 				}

@@ -177,6 +177,9 @@ func IsSecret(path string) bool {
 type problems struct {
 	list  []error
 	given map[string]bool
+	// readFile is Config.ReadFile; files, what it read (origintls.go).
+	readFile func(name string) ([]byte, error)
+	files    map[string]fileRead
 }
 
 // add records a problem at path. At a secret's path every argument is

@@ -25,6 +25,10 @@ type Upstream struct {
 	Retries Retries
 	// WhenDown is the answer when no server could take a request; nil: 502.
 	WhenDown *WhenDown
+	// TLS is how edge speaks TLS to https servers (origintls.go); nil for
+	// other schemes, and for https servers without origin_tls (the
+	// system's roots, the URL's host).
+	TLS *OriginTLS
 }
 
 // OriginServer is one server of an upstream group.
@@ -143,7 +147,7 @@ const (
 // domain's own section, else the top level's.
 func upstreamSource(dc DomainConfig, top UpstreamConfig, path string) (UpstreamConfig, map[string]string) {
 	u := dc.UpstreamConfig
-	at := map[string]string{"origins": path, "balance": path, "hash_key": path, "health": path, "passive": path, "retries": path, "when_down": path}
+	at := map[string]string{"origins": path, "balance": path, "hash_key": path, "health": path, "passive": path, "retries": path, "when_down": path, "origin_tls": path}
 	inherit := func(key string, own bool, set func()) {
 		if !own {
 			set()
@@ -157,6 +161,7 @@ func upstreamSource(dc DomainConfig, top UpstreamConfig, path string) (UpstreamC
 	inherit("passive", u.Passive != nil, func() { u.Passive = top.Passive })
 	inherit("retries", u.Retries != nil, func() { u.Retries = top.Retries })
 	inherit("when_down", u.WhenDown != nil, func() { u.WhenDown = top.WhenDown })
+	inherit("origin_tls", u.OriginTLS != nil, func() { u.OriginTLS = top.OriginTLS })
 	return u, at
 }
 
@@ -243,6 +248,9 @@ func compileUpstream(p *problems, uc UpstreamConfig, at map[string]string, serve
 		if r := wd.RetryAfter; r < 0 || r%time.Second != 0 || r > MaxPeriod {
 			p.add(path+".retry_after", "must be whole seconds from 0 to %s, got %s", fmtDuration(MaxPeriod), fmtDuration(r))
 		}
+	}
+	if uc.OriginTLS != nil {
+		up.TLS = compileOriginTLS(p, keyPath(at["origin_tls"], "origin_tls"), *uc.OriginTLS, servers, at["origin_tls"] != "")
 	}
 	return up
 }

@@ -94,12 +94,7 @@ func TestCountingKeysDecode(t *testing.T) {
 // TestDocsAlgorithmsExample: the rules docs/algorithms.md's "Algorithms" shows load,
 // and RateLimit-Policy is as docs/algorithms.md says for its token bucket.
 func TestDocsAlgorithmsExample(t *testing.T) {
-	section := docSection(t, "docs/algorithms.md", "Algorithms")
-	_, example, ok := strings.Cut(section, "```yaml\n")
-	if !ok {
-		t.Fatal("docs/algorithms.md's Algorithms has no yaml example")
-	}
-	example, _, _ = strings.Cut(example, "```")
+	section, example := docSection(t, "docs/algorithms.md", "Algorithms"), docExample(t, "docs/algorithms.md", "Algorithms")
 	cfg := "domains:\n  - hosts: [\"*\"]\n    respond: {body: ok}\n" + indent(example, "    ")
 	table, err := parseConfig([]byte(cfg))
 	if err != nil {

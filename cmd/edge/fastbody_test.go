@@ -188,6 +188,12 @@ func runBodySeqs(t *testing.T, cfg string, seqs []bodySeq) {
 // runBodySeqsOver is runBodySeqs over TLS when fix is not nil, cfg
 // serving its certificate.
 func runBodySeqsOver(t *testing.T, cfg string, seqs []bodySeq, fix *diffTLS) {
+	runBodySeqsTo(t, cfg, seqs, fix, nil)
+}
+
+// runBodySeqsTo is runBodySeqsOver to https origins with of's
+// certificate, trusted by of's origin_tls, for an of not nil.
+func runBodySeqsTo(t *testing.T, cfg string, seqs []bodySeq, fix *diffTLS, of *originTLSFix) {
 	for _, sq := range seqs {
 		// Each sequence follows a plain request on its connection, as a
 		// client's later requests do.
@@ -202,8 +208,13 @@ func runBodySeqsOver(t *testing.T, cfg string, seqs []bodySeq, fix *diffTLS) {
 			var want, metrics [2]string
 			var answered int64
 			for i, fast := range []bool{true, false} {
-				origin := startRawOrigin(t)
-				cfg := strings.NewReplacer("ORIGIN", "http://"+origin.ln.Addr().String()).Replace(cfg)
+				origin, url, cfg := (*rawOrigin)(nil), "http://", cfg
+				if of != nil {
+					origin, url, cfg = startRawOriginOf(t, &rawOrigin{tls: of.server}), "https://", of.section+cfg
+				} else {
+					origin = startRawOrigin(t)
+				}
+				cfg = strings.NewReplacer("ORIGIN", url+origin.ln.Addr().String()).Replace(cfg)
 				ds := startConfigOver(t, cfg, fast, fix)
 				got[i] = []heard{hear(sq.steps, exchange(t, ds, sq.steps, sq.wait, sq.halfClose))}
 				want[i] = origin.received(t)
@@ -232,4 +243,11 @@ func TestFastForwardSlowBody(t *testing.T) {
 		{"streamed", []string{cutEnd(withBody("POST", "stream.example.com", "/r/cl", "hello"), 2)}, true, false, 0},
 		{"expect", []string{cutEnd(withBody("POST", "plain.example.com", "/r/cl", "hello", "Expect: 100-continue"), 5)}, true, false, 0},
 	})
+}
+
+// TestFastForwardBodiesOriginTLS is TestFastForwardBodies to https
+// origins: bodies written under TLS, with its bounded writes, and an
+// origin that answers before a body's end found under TLS too.
+func TestFastForwardBodiesOriginTLS(t *testing.T) {
+	runBodySeqsTo(t, bodyConfig, bodySeqs(), nil, newOriginTLSFix(t))
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -95,6 +97,8 @@ type rawOrigin struct {
 	// script, if set, answers the requests it knows (ok) in place of the
 	// named responses below, and says whether the connection ends after.
 	script func(name, method string) (resp string, end, ok bool)
+	// tls, if set, is spoken on every connection (an https origin).
+	tls *tls.Config
 }
 
 func startRawOrigin(t *testing.T) *rawOrigin {
@@ -111,11 +115,17 @@ func startGatedOrigin(t *testing.T, gates map[string]chan struct{}, arrived chan
 func newRawOrigin(t testing.TB, gates map[string]chan struct{}, arrived chan string,
 	script func(name, method string) (string, bool, bool)) *rawOrigin {
 	t.Helper()
+	return startRawOriginOf(t, &rawOrigin{gates: gates, arrived: arrived, script: script})
+}
+
+// startRawOriginOf starts o, a rawOrigin with its settings set.
+func startRawOriginOf(t testing.TB, o *rawOrigin) *rawOrigin {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := &rawOrigin{ln: ln, stop: make(chan struct{}), conns: make(map[net.Conn]*originState), gates: gates, arrived: arrived, script: script}
+	o.ln, o.stop, o.conns = ln, make(chan struct{}), make(map[net.Conn]*originState)
 	o.acceptOn(ln)
 	t.Cleanup(func() {
 		ln.Close()
@@ -139,6 +149,9 @@ func (o *rawOrigin) acceptOn(ln net.Listener) {
 			c, err := ln.Accept()
 			if err != nil {
 				return
+			}
+			if o.tls != nil {
+				c = tls.Server(c, o.tls)
 			}
 			st := &originState{}
 			o.mu.Lock()
@@ -176,9 +189,13 @@ func (o *rawOrigin) group(t testing.TB) string {
 		addrs = append(addrs, ln.Addr().String())
 	}
 	slices.Sort(addrs)
+	scheme := "http://"
+	if o.tls != nil {
+		scheme = "https://"
+	}
 	var urls []string
 	for _, a := range addrs {
-		urls = append(urls, fmt.Sprintf("{url: %q}", "http://"+a))
+		urls = append(urls, fmt.Sprintf("{url: %q}", scheme+a))
 	}
 	return "origins: [" + strings.Join(urls, ", ") + "]"
 }
@@ -482,6 +499,12 @@ func forwardSeqs() []forwardSeq {
 // only; what the clients heard, what the origins received and the
 // metrics must mean the same.
 func runForwardSeq(t *testing.T, sq forwardSeq, trust bool, fix *diffTLS) {
+	runForwardSeqTo(t, sq, trust, fix, nil)
+}
+
+// runForwardSeqTo is runForwardSeq to https origins with of's
+// certificate, trusted by the origin_tls of's section, for an of not nil.
+func runForwardSeqTo(t *testing.T, sq forwardSeq, trust bool, fix *diffTLS, of *originTLSFix) {
 	trustLine := ""
 	if trust {
 		trustLine = `client_ip: {trusted_proxies: ["127.0.0.0/8"]}`
@@ -490,10 +513,16 @@ func runForwardSeq(t *testing.T, sq forwardSeq, trust bool, fix *diffTLS) {
 	var want, metrics, lines [2]string
 	var answered int64
 	for i, fast := range []bool{true, false} {
-		origin := startRawOrigin(t)
 		cfg := fwdConfig
 		if fix != nil {
 			cfg = fix.fwdConfig(t)
+		}
+		var origin *rawOrigin
+		if of != nil {
+			origin = startRawOriginOf(t, &rawOrigin{tls: of.server})
+			cfg = of.section + cfg
+		} else {
+			origin = startRawOrigin(t)
 		}
 		// Three servers, all the one raw origin: the group's choice,
 		// retries and pools run on both paths (origin.Upstream).
@@ -611,4 +640,38 @@ func startConfigOver(t testing.TB, cfg string, fast bool, fix *diffTLS) *diffSer
 		}
 	})
 	return ds
+}
+
+// originTLSFix is the certificate of https origins in a differential
+// test, for 127.0.0.1, and the origin_tls section that trusts its CA.
+type originTLSFix struct {
+	server  *tls.Config
+	section string
+}
+
+func newOriginTLSFix(t testing.TB) *originTLSFix {
+	t.Helper()
+	dir := t.TempDir()
+	ca := newTestCA(t, dir)
+	ca.issue(t, dir, "origin", 24*time.Hour, "127.0.0.1")
+	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, "origin.pem"), filepath.Join(dir, "origin.key"))
+	must(t, err)
+	return &originTLSFix{
+		server:  &tls.Config{Certificates: []tls.Certificate{pair}, NextProtos: []string{"http/1.1"}},
+		section: fmt.Sprintf("origin_tls: {ca_file: %q}\n", ca.file),
+	}
+}
+
+// TestFastForwardDifferentialOriginTLS is TestFastForwardDifferential to
+// https origins: the fast forward's pooled TLS connections (their idle
+// readers, http/1.1 by ALPN) against the transport's, every sequence,
+// those whose origin ends its connection included.
+func TestFastForwardDifferentialOriginTLS(t *testing.T) {
+	of := newOriginTLSFix(t)
+	for _, sq := range forwardSeqs() {
+		t.Run(sq.name, func(t *testing.T) {
+			t.Parallel()
+			runForwardSeqTo(t, sq, true, nil, of)
+		})
+	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"net"
 
 	"github.com/edgerate/edge/internal/netpeek"
@@ -9,6 +10,9 @@ import (
 // readable reports whether c has bytes or its end waiting to be read
 // (false where that cannot be told).
 func readable(c net.Conn) bool {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn() // an https origin's: its socket
+	}
 	pending, _ := netpeek.Pending(c)
 	return pending
 }

@@ -60,6 +60,35 @@ type reloader struct {
 	// lastKeys is keyFileStamp of the last configuration read, taken as
 	// the files were read.
 	lastKeys []fileStamp
+	// lastOriginTLS is originTLSStamp of the last configuration read.
+	lastOriginTLS []fileStamp
+}
+
+// originTLSStamp stamps the files of t's origin_tls sections (t read from
+// path): a change to one (a renewed client certificate) is a change of
+// the configuration.
+func originTLSStamp(path string, t *rules.Table) []fileStamp {
+	if t == nil {
+		return nil
+	}
+	var out []fileStamp
+	for _, d := range t.Domains {
+		if d.Upstream == nil || d.Upstream.TLS == nil {
+			continue
+		}
+		ot := d.Upstream.TLS
+		for _, f := range []string{ot.CAFile, ot.ClientCertFile, ot.ClientKeyFile} {
+			if f == "" {
+				continue
+			}
+			st := fileStamp{}
+			if fi, err := os.Stat(config.KeyFilePath(path, f)); err == nil {
+				st = stampOf(fi)
+			}
+			out = append(out, st)
+		}
+	}
+	return out
 }
 
 // keyFileStamp stamps the API key files (domains' api_keys.file) of t, the
@@ -120,6 +149,7 @@ func newReloader(path, hash string, env []string, p *proxy.Proxy, log *slog.Logg
 	rl.lastRLS = rlsStamp(path, rl.rlsOf)
 	rl.lastCerts = certificateStamp(path, rl.rlsOf)
 	rl.lastKeys = keyFileStamp(path, rl.rlsOf)
+	rl.lastOriginTLS = originTLSStamp(path, rl.rlsOf)
 	return rl
 }
 
@@ -169,6 +199,9 @@ func (rl *reloader) reload(force bool) {
 	keys := keyFileStamp(rl.path, rl.rlsOf)
 	rlsSame = rlsSame && slices.Equal(keys, rl.lastKeys)
 	rl.lastKeys = keys // a broken key file is read again when it changes, not on every poll
+	tlsFiles := originTLSStamp(rl.path, rl.rlsOf)
+	rlsSame = rlsSame && slices.Equal(tlsFiles, rl.lastOriginTLS)
+	rl.lastOriginTLS = tlsFiles
 	if rl.path != "" && !force {
 		fi, err := os.Stat(rl.path)
 		if err != nil || (stampOf(fi) == rl.lastStat && rlsSame) {
@@ -194,6 +227,7 @@ func (rl *reloader) reload(force bool) {
 	// pass through its secrets too.
 	rl.rlsOf, rl.lastRLS, rl.lastCerts = table, rlsStamp(rl.path, table), certificateStamp(rl.path, table)
 	rl.lastKeys = keyFileStamp(rl.path, table)
+	rl.lastOriginTLS = originTLSStamp(rl.path, table)
 	var rc *rls.Config
 	if rl.rls != nil {
 		if rc, err = loadRLS(rl.path, table); err != nil {

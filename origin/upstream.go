@@ -124,6 +124,9 @@ type UpstreamOptions struct {
 	// Previous is the group a reload replaces: servers of the same name
 	// keep their state (health, ejection, counts).
 	Previous *Upstream
+	// Drains are the servers taken out of rotation, by name, shared by
+	// the groups of a domain (drain.go); nil: none.
+	Drains *Drains
 	// OnEject, OnPanic and OnResponse, when not nil, are told of an
 	// ejection (reason "passive" or "active"), of a choice made in panic
 	// mode, and of each try's response (status 0: failed) and time.
@@ -140,6 +143,7 @@ type Upstream struct {
 	passive *PassiveOptions
 	retries RetryOptions
 	hooks   UpstreamOptions // the On* hooks
+	drains  *Drains
 
 	mu      sync.Mutex // the round robin's weights and the budget's counts
 	budget  budget
@@ -152,8 +156,8 @@ func NewUpstream(o UpstreamOptions) (*Upstream, error) {
 	if len(o.Servers) == 0 || len(o.Servers) > 64 {
 		return nil, errors.New("origin: an upstream needs 1 to 64 servers")
 	}
-	u := &Upstream{balance: o.Balance, passive: o.Passive, retries: o.Retries, hooks: o}
-	u.hooks.Servers, u.hooks.Previous = nil, nil
+	u := &Upstream{balance: o.Balance, passive: o.Passive, retries: o.Retries, hooks: o, drains: o.Drains}
+	u.hooks.Servers, u.hooks.Previous, u.hooks.Drains = nil, nil, nil
 	names := make(map[string]bool)
 	for _, so := range o.Servers {
 		if so.URL == nil || so.Weight < 1 || names[so.Name] {
@@ -338,12 +342,14 @@ func (u *Upstream) Start(now time.Time, key []byte) Trip {
 }
 
 // Next returns the server of the trip's next try at now, counted in
-// flight until End, or nil when every server was tried.
+// flight until End, or nil when every server in rotation was tried: on
+// the first try (Tries 0), that means every server is drained
+// (ErrDrained).
 func (t *Trip) Next(now time.Time) *Server {
 	u := t.u
 	var s *Server
 	if len(u.servers) == 1 {
-		if t.tried == 0 {
+		if t.tried == 0 && !u.drains.Drained(u.servers[0].Name) {
 			s, t.tried = u.servers[0], 1
 		}
 	} else {
@@ -357,14 +363,25 @@ func (t *Trip) Next(now time.Time) *Server {
 	return s
 }
 
-// choose picks among the servers not tried: the healthy ones, or all of
-// them when fewer than half of the group are healthy (panic mode: a
-// group that looks mostly down is more likely misjudged than down).
+// choose picks among the servers in rotation (not drained) not tried:
+// the healthy ones, or all of them when fewer than half of those in
+// rotation are healthy (panic mode: a group that looks mostly down is
+// more likely misjudged than down). A drained server is never chosen,
+// in panic mode neither: the operator said so.
 func (u *Upstream) choose(t *Trip, now time.Time) *Server {
 	var cand [64]*Server
 	var idx [64]int
-	n, healthy := 0, 0
+	drained := u.drains.drained() // nil, one load, while none is drained
+	out := uint64(0)              // bit i: servers[i] is drained or tried
+	n, healthy, rotation := 0, 0, len(u.servers)
 	for i, s := range u.servers {
+		if drained != nil {
+			if _, ok := drained[s.Name]; ok {
+				out |= 1 << i
+				rotation--
+				continue
+			}
+		}
 		ok := s.Healthy(now)
 		if ok {
 			healthy++
@@ -374,10 +391,11 @@ func (u *Upstream) choose(t *Trip, now time.Time) *Server {
 			n++
 		}
 	}
-	if healthy*2 < len(u.servers) {
+	if healthy*2 < rotation {
 		n = 0
+		out |= t.tried
 		for i, s := range u.servers {
-			if t.tried&(1<<i) == 0 {
+			if out&(1<<i) == 0 {
 				cand[n], idx[n] = s, i
 				n++
 			}
@@ -566,7 +584,7 @@ func (t *Trip) MayRetry(f Failure, safe bool, now time.Time) bool {
 	if f == 0 || f&u.retries.On == 0 || !safe || t.Tries > u.retries.Attempts || len(u.servers) < 2 {
 		return false
 	}
-	if t.Tries >= len(u.servers) {
+	if t.untried() == 0 {
 		u.retried[RetryNoServer].Add(1)
 		return false
 	}
@@ -579,6 +597,18 @@ func (t *Trip) MayRetry(f Failure, safe bool, now time.Time) bool {
 	}
 	u.retried[RetrySent].Add(1)
 	return true
+}
+
+// untried is how many servers in rotation (not drained) the trip has
+// not tried.
+func (t *Trip) untried() int {
+	drained, n := t.u.drains.drained(), 0
+	for i, s := range t.u.servers {
+		if _, out := drained[s.Name]; !out && t.tried&(1<<i) == 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // Idempotent reports whether a request of method may be sent twice with

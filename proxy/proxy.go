@@ -217,6 +217,10 @@ type domain struct {
 	// group is the domain's origin servers' live state (upstream.go); nil
 	// for a domain without origins.
 	group *origin.Upstream
+	// drains are the servers an operator took out of rotation on this
+	// node (drain.go), consulted by every group of the domain; nil for a
+	// domain without origins.
+	drains *origin.Drains
 	// hsts is the Strict-Transport-Security line of the domain's HTTPS
 	// responses (tls.go); nil without hsts_max_age.
 	hsts *staticField
@@ -504,6 +508,7 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 		case rd.Respond != nil:
 			d.upstream = staticResponder(rd.Respond)
 		default:
+			d.drains = carryDrains(rd, prev) // drain.go
 			if d.group, err = p.newGroup(d, prev, nil); err != nil {
 				return nil, err
 			}

@@ -750,11 +750,29 @@ func adminRouter(reg *prometheus.Registry, p *proxy.Proxy, ready *atomic.Bool, l
 	r.Get("/status.css", page.ServeHTTP)
 	r.Get("/status.js", page.ServeHTTP)
 	r.Group(func(r chi.Router) {
-		r.Use(requireToken(func() string { return p.Table().AdminToken }))
+		r.Use(crossOriginRefused, requireToken(func() string { return p.Table().AdminToken }))
 		r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 		r.Handle("/v1/*", p.AdminHandler())
 	})
 	return r
+}
+
+// crossOriginRefused answers 403 to a request that changes state (POST,
+// DELETE: not GET, HEAD or OPTIONS) sent by a browser from a page of
+// another origin, as its Sec-Fetch-Site or Origin field says (Go's
+// http.CrossOriginProtection); a request without them, from curl or a
+// script, passes. A page elsewhere can make the operator's browser send a
+// POST to a loopback listener without a token (a form needs no CORS
+// preflight), and the Host check lets an IP literal through: this refuses
+// it before it drains a server.
+func crossOriginRefused(next http.Handler) http.Handler {
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		io.WriteString(w, `{"error": "cross-origin request refused: the admin API changes state only for its own status page and for clients that are not browsers"}`+"\n")
+	}))
+	return cop.Handler(next)
 }
 
 // checkHost answers 421 to a request whose Host is not an IP literal,

@@ -360,3 +360,48 @@ func TestDrainSurvivesReload(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusPageDrainRequest: the status page renders a Drain button per
+// server, with the domain and server its script sends; the request the
+// script makes of them (read from it) drains the server, and the page
+// then shows it drained with an Undrain button. A browser clicks the real
+// buttons in cmd/edge's TestStatusPageDrainButton.
+func TestStatusPageDrainRequest(t *testing.T) {
+	a, b := startGroupOrigin(t, "a"), startGroupOrigin(t, "b")
+	ge := newGroupEnv(t, rules.DomainConfig{UpstreamConfig: rules.UpstreamConfig{Origins: origins(a.URL, b.URL)}}, rules.TimeoutsConfig{})
+	page := func() string {
+		rec := httptest.NewRecorder()
+		ge.proxy.StatusPage(StatusPageOptions{TokenRequired: func() bool { return false }, Ready: func() bool { return true }}).
+			ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+		return rec.Body.String()
+	}
+	button := func(action, label string) string {
+		return fmt.Sprintf(`<button type="button" class="drain" data-domain="api" data-server="%s" data-action="%s" aria-label="%s %s of api">%s</button>`,
+			a.URL, action, label, a.URL, label)
+	}
+	if p := page(); !strings.Contains(p, button("drain", "Drain")) || !strings.Contains(p, "<td>in rotation</td>") {
+		t.Fatalf("the page lacks a's Drain button %s and its rotation", button("drain", "Drain"))
+	}
+	rec := httptest.NewRecorder()
+	ge.proxy.StatusPage(StatusPageOptions{TokenRequired: func() bool { return false }, Ready: func() bool { return true }}).
+		ServeHTTP(rec, httptest.NewRequest("GET", "/status.js", nil))
+	js := rec.Body.String()
+	for _, want := range []string{
+		`const b = ev.target.closest('button.drain');`,
+		`const { domain, server, action } = b.dataset;`,
+		`if (!window.confirm(question)) return;`,
+		`await api('POST', drainPath(domain, action, server))`,
+		`return '/v1/origins/' + encodeURIComponent(domain) + '/' + action + '?server=' + encodeURIComponent(server);`,
+	} {
+		if !strings.Contains(js, want) {
+			t.Errorf("the script lacks %s", want)
+		}
+	}
+	// encodeURIComponent of a's URL is url.QueryEscape's (no space in it).
+	if st, _ := admin(t, ge.proxy, "POST", "/v1/origins/"+url.PathEscape("api")+"/drain?server="+url.QueryEscape(a.URL), nil); st != 200 {
+		t.Fatalf("the script's drain: %d", st)
+	}
+	if p := page(); !strings.Contains(p, button("undrain", "Undrain")) || !strings.Contains(p, `<td><span class="bad">drained</span></td>`) {
+		t.Errorf("once drained the page lacks a's Undrain button %s and its drained rotation", button("undrain", "Undrain"))
+	}
+}

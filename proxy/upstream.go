@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -386,13 +387,13 @@ func (p *Proxy) originsView() originsView {
 	return v
 }
 
-// grouped is v with only the domains of several servers or active
-// checks: what the status page shows (a lone origin is in its domain's
-// settings already).
+// grouped is v with only the domains of several servers, active checks
+// or a server drained: what the status page shows (a lone origin is in
+// its domain's settings already).
 func (v originsView) grouped() originsView {
 	out := originsView{Domains: []originDomainView{}}
 	for _, d := range v.Domains {
-		if len(d.Servers) > 1 || d.Checked {
+		if len(d.Servers) > 1 || d.Checked || slices.ContainsFunc(d.Servers, func(s originServerView) bool { return s.Drained }) {
 			out.Domains = append(out.Domains, d)
 		}
 	}

@@ -713,7 +713,9 @@ func (s *servers) shutdown(timeout time.Duration, serveErr error, errc <-chan er
 // data: its script asks for the token and reads /v1/*.
 // The token and admin_hosts are read from the running configuration on
 // every request, so a reload that sets, changes or removes them takes
-// effect at once. On a loopback listener every path checks Host first.
+// effect at once. On a loopback listener every path checks Host first;
+// /metrics and /v1/* refuse a browser's cross-origin request that changes
+// state (crossOriginRefused).
 func adminRouter(reg *prometheus.Registry, p *proxy.Proxy, ready *atomic.Bool, loopback bool) http.Handler {
 	r := chi.NewRouter()
 	if loopback {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"hash/fnv"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -144,6 +145,9 @@ type Upstream struct {
 	retries RetryOptions
 	hooks   UpstreamOptions // the On* hooks
 	drains  *Drains
+	// drainMask caches which servers drains takes out, for the set it
+	// was made from (drainedMask).
+	drainMask atomic.Pointer[drainMask]
 
 	mu      sync.Mutex // the round robin's weights and the budget's counts
 	budget  budget
@@ -349,7 +353,7 @@ func (t *Trip) Next(now time.Time) *Server {
 	u := t.u
 	var s *Server
 	if len(u.servers) == 1 {
-		if t.tried == 0 && !u.drains.Drained(u.servers[0].Name) {
+		if t.tried == 0 && u.drainedMask() == 0 {
 			s, t.tried = u.servers[0], 1
 		}
 	} else {
@@ -371,16 +375,12 @@ func (t *Trip) Next(now time.Time) *Server {
 func (u *Upstream) choose(t *Trip, now time.Time) *Server {
 	var cand [64]*Server
 	var idx [64]int
-	drained := u.drains.drained() // nil, one load, while none is drained
-	out := uint64(0)              // bit i: servers[i] is drained or tried
+	out := u.drainedMask() // bit i: servers[i] is drained (below: or tried)
 	n, healthy, rotation := 0, 0, len(u.servers)
 	for i, s := range u.servers {
-		if drained != nil {
-			if _, ok := drained[s.Name]; ok {
-				out |= 1 << i
-				rotation--
-				continue
-			}
+		if out&(1<<i) != 0 {
+			rotation--
+			continue
 		}
 		ok := s.Healthy(now)
 		if ok {
@@ -602,13 +602,39 @@ func (t *Trip) MayRetry(f Failure, safe bool, now time.Time) bool {
 // untried is how many servers in rotation (not drained) the trip has
 // not tried.
 func (t *Trip) untried() int {
-	drained, n := t.u.drains.drained(), 0
-	for i, s := range t.u.servers {
-		if _, out := drained[s.Name]; !out && t.tried&(1<<i) == 0 {
-			n++
+	all := uint64(1)<<len(t.u.servers) - 1 // at most 64 servers: 1<<64 - 1 is all ones
+	return bits.OnesCount64(all &^ (t.tried | t.u.drainedMask()))
+}
+
+// drainMask is which servers of a group a set of drains takes out: bit i
+// for servers[i].
+type drainMask struct {
+	set  *map[string]struct{}
+	mask uint64
+}
+
+// drainedMask returns the bits of u's drained servers: one atomic load
+// while none is drained, two while the set is the one last seen; a new
+// set is looked up by name once.
+func (u *Upstream) drainedMask() uint64 {
+	if u.drains == nil {
+		return 0
+	}
+	set := u.drains.set.Load()
+	if set == nil {
+		return 0
+	}
+	if m := u.drainMask.Load(); m != nil && m.set == set {
+		return m.mask
+	}
+	var mask uint64
+	for i, s := range u.servers {
+		if _, ok := (*set)[s.Name]; ok {
+			mask |= 1 << i
 		}
 	}
-	return n
+	u.drainMask.Store(&drainMask{set, mask}) // racing stores store the same
+	return mask
 }
 
 // Idempotent reports whether a request of method may be sent twice with

@@ -394,7 +394,7 @@ func TestReloadWarnsWhenTokenLeavesAdminExposed(t *testing.T) {
 // TestAdminDrainTokenHostAndOrigin: the drain endpoints are behind the
 // admin API's rules (the token, the Host check of a loopback listener)
 // and refuse a browser's cross-origin POST; a drain made through them
-// survives a reload of the file, as SIGHUP makes it.
+// survives a reload of the file, as SIGHUP makes it, not a restart.
 func TestAdminDrainTokenHostAndOrigin(t *testing.T) {
 	const token = "drain-token-0123456789"
 	config := func(weight int) string {
@@ -474,5 +474,10 @@ domains:
 	}
 	if !strings.Contains(a.log.String(), "origin server drained through the admin API") {
 		t.Errorf("the log lacks the drain:\n%s", a.log.String())
+	}
+	// A restart (a new process of the same file) forgets it.
+	a = newAdminUnderTest(t, config(3), true)
+	if ok, _ := drained(); ok {
+		t.Error("after a restart 10.0.0.2 is still drained")
 	}
 }

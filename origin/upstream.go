@@ -145,9 +145,9 @@ type Upstream struct {
 	retries RetryOptions
 	hooks   UpstreamOptions // the On* hooks
 	drains  *Drains
-	// drainMask caches which servers drains takes out, for the set it
+	// drainCache caches which servers drains takes out, for the set it
 	// was made from (drainedMask).
-	drainMask atomic.Pointer[drainMask]
+	drainCache atomic.Pointer[drainMask]
 
 	mu      sync.Mutex // the round robin's weights and the budget's counts
 	budget  budget
@@ -624,7 +624,7 @@ func (u *Upstream) drainedMask() uint64 {
 	if set == nil {
 		return 0
 	}
-	if m := u.drainMask.Load(); m != nil && m.set == set {
+	if m := u.drainCache.Load(); m != nil && m.set == set {
 		return m.mask
 	}
 	var mask uint64
@@ -633,7 +633,10 @@ func (u *Upstream) drainedMask() uint64 {
 			mask |= 1 << i
 		}
 	}
-	u.drainMask.Store(&drainMask{set, mask}) // racing stores store the same
+	// A store racing a drain may put back a mask of the older set: it is
+	// keyed by that set, so the next call makes the mask again, and none
+	// is read for a set it was not made from.
+	u.drainCache.Store(&drainMask{set, mask})
 	return mask
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"hash/fnv"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -124,6 +125,9 @@ type UpstreamOptions struct {
 	// Previous is the group a reload replaces: servers of the same name
 	// keep their state (health, ejection, counts).
 	Previous *Upstream
+	// Drains are the servers taken out of rotation, by name, shared by
+	// the groups of a domain (drain.go); nil: none.
+	Drains *Drains
 	// OnEject, OnPanic and OnResponse, when not nil, are told of an
 	// ejection (reason "passive" or "active"), of a choice made in panic
 	// mode, and of each try's response (status 0: failed) and time.
@@ -140,6 +144,10 @@ type Upstream struct {
 	passive *PassiveOptions
 	retries RetryOptions
 	hooks   UpstreamOptions // the On* hooks
+	drains  *Drains
+	// drainCache caches which servers drains takes out, for the set it
+	// was made from (drainedMask).
+	drainCache atomic.Pointer[drainMask]
 
 	mu      sync.Mutex // the round robin's weights and the budget's counts
 	budget  budget
@@ -152,8 +160,8 @@ func NewUpstream(o UpstreamOptions) (*Upstream, error) {
 	if len(o.Servers) == 0 || len(o.Servers) > 64 {
 		return nil, errors.New("origin: an upstream needs 1 to 64 servers")
 	}
-	u := &Upstream{balance: o.Balance, passive: o.Passive, retries: o.Retries, hooks: o}
-	u.hooks.Servers, u.hooks.Previous = nil, nil
+	u := &Upstream{balance: o.Balance, passive: o.Passive, retries: o.Retries, hooks: o, drains: o.Drains}
+	u.hooks.Servers, u.hooks.Previous, u.hooks.Drains = nil, nil, nil
 	names := make(map[string]bool)
 	for _, so := range o.Servers {
 		if so.URL == nil || so.Weight < 1 || names[so.Name] {
@@ -338,12 +346,14 @@ func (u *Upstream) Start(now time.Time, key []byte) Trip {
 }
 
 // Next returns the server of the trip's next try at now, counted in
-// flight until End, or nil when every server was tried.
+// flight until End, or nil when every server in rotation was tried: on
+// the first try (Tries 0), that means every server is drained
+// (ErrDrained).
 func (t *Trip) Next(now time.Time) *Server {
 	u := t.u
 	var s *Server
 	if len(u.servers) == 1 {
-		if t.tried == 0 {
+		if t.tried == 0 && u.drainedMask() == 0 {
 			s, t.tried = u.servers[0], 1
 		}
 	} else {
@@ -357,14 +367,21 @@ func (t *Trip) Next(now time.Time) *Server {
 	return s
 }
 
-// choose picks among the servers not tried: the healthy ones, or all of
-// them when fewer than half of the group are healthy (panic mode: a
-// group that looks mostly down is more likely misjudged than down).
+// choose picks among the servers in rotation (not drained) not tried:
+// the healthy ones, or all of them when fewer than half of those in
+// rotation are healthy (panic mode: a group that looks mostly down is
+// more likely misjudged than down). A drained server is never chosen,
+// in panic mode neither: the operator said so.
 func (u *Upstream) choose(t *Trip, now time.Time) *Server {
 	var cand [64]*Server
 	var idx [64]int
-	n, healthy := 0, 0
+	out := u.drainedMask() // bit i: servers[i] is drained (below: or tried)
+	n, healthy, rotation := 0, 0, len(u.servers)
 	for i, s := range u.servers {
+		if out&(1<<i) != 0 {
+			rotation--
+			continue
+		}
 		ok := s.Healthy(now)
 		if ok {
 			healthy++
@@ -374,10 +391,11 @@ func (u *Upstream) choose(t *Trip, now time.Time) *Server {
 			n++
 		}
 	}
-	if healthy*2 < len(u.servers) {
+	if healthy*2 < rotation {
 		n = 0
+		out |= t.tried
 		for i, s := range u.servers {
-			if t.tried&(1<<i) == 0 {
+			if out&(1<<i) == 0 {
 				cand[n], idx[n] = s, i
 				n++
 			}
@@ -566,7 +584,7 @@ func (t *Trip) MayRetry(f Failure, safe bool, now time.Time) bool {
 	if f == 0 || f&u.retries.On == 0 || !safe || t.Tries > u.retries.Attempts || len(u.servers) < 2 {
 		return false
 	}
-	if t.Tries >= len(u.servers) {
+	if t.untried() == 0 {
 		u.retried[RetryNoServer].Add(1)
 		return false
 	}
@@ -579,6 +597,47 @@ func (t *Trip) MayRetry(f Failure, safe bool, now time.Time) bool {
 	}
 	u.retried[RetrySent].Add(1)
 	return true
+}
+
+// untried is how many servers in rotation (not drained) the trip has
+// not tried.
+func (t *Trip) untried() int {
+	all := uint64(1)<<len(t.u.servers) - 1 // at most 64 servers: 1<<64 - 1 is all ones
+	return bits.OnesCount64(all &^ (t.tried | t.u.drainedMask()))
+}
+
+// drainMask is which servers of a group a set of drains takes out: bit i
+// for servers[i].
+type drainMask struct {
+	set  *map[string]struct{}
+	mask uint64
+}
+
+// drainedMask returns the bits of u's drained servers: one atomic load
+// while none is drained, two while the set is the one last seen; a new
+// set is looked up by name once.
+func (u *Upstream) drainedMask() uint64 {
+	if u.drains == nil {
+		return 0
+	}
+	set := u.drains.set.Load()
+	if set == nil {
+		return 0
+	}
+	if m := u.drainCache.Load(); m != nil && m.set == set {
+		return m.mask
+	}
+	var mask uint64
+	for i, s := range u.servers {
+		if _, ok := (*set)[s.Name]; ok {
+			mask |= 1 << i
+		}
+	}
+	// A store racing a drain may put back a mask of the older set: it is
+	// keyed by that set, so the next call makes the mask again, and none
+	// is read for a set it was not made from.
+	u.drainCache.Store(&drainMask{set, mask})
+	return mask
 }
 
 // Idempotent reports whether a request of method may be sent twice with

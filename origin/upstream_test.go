@@ -422,17 +422,21 @@ func TestReloadKeepsState(t *testing.T) {
 
 // BenchmarkTrip is one request's passage through a group, a try that
 // answers 200: one server against three (round robin, passive on, the
-// retry budget counted), side by side.
+// retry budget counted), and three with one drained, side by side.
 func BenchmarkTrip(b *testing.B) {
 	po := &PassiveOptions{MaxFails: 3, FailWindow: 10 * time.Second, EjectFor: 30 * time.Second, On: FailConnect}
-	for _, n := range []int{1, 3} {
-		b.Run(fmt.Sprintf("servers=%d", n), func(b *testing.B) {
-			o := UpstreamOptions{Retries: RetryOptions{Attempts: 1, On: FailConnect, Budget: 0.2}}
+	for _, c := range []struct{ n, drained int }{{1, 0}, {3, 0}, {3, 1}} {
+		n := c.n
+		b.Run(fmt.Sprintf("servers=%d,drained=%d", n, c.drained), func(b *testing.B) {
+			o := UpstreamOptions{Retries: RetryOptions{Attempts: 1, On: FailConnect, Budget: 0.2}, Drains: new(Drains)}
 			if n > 1 {
 				o.Passive = po
 			}
 			var t testing.T
 			g := group(&t, n, o)
+			for _, s := range g.Servers()[:c.drained] {
+				o.Drains.Drain(s.Name)
+			}
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {

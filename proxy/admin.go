@@ -41,6 +41,9 @@ func parseKey(st *state, rs *ruleState, text string) ([]byte, error) {
 //	GET    /v1/top/connections?n=20          the clients whose connections were refused most (connections.go)
 //	GET    /v1/status?seconds=300            build, uptime and per-second figures (recent.go)
 //	GET    /v1/certificates                  the certificates served: the files', and each ACME name's state
+//	GET    /v1/origins                       every domain's origin servers (upstream.go)
+//	POST   /v1/origins/{domain}/drain?server=URL    take a server out of rotation on this node (drain.go)
+//	POST   /v1/origins/{domain}/undrain?server=URL  put it back
 //
 // Responses are JSON; unknown domains, rules and untracked keys are 404,
 // malformed input 400.
@@ -56,6 +59,9 @@ func (p *Proxy) AdminHandler() http.Handler {
 	r.Get("/v1/status", p.getStatus)
 	r.Get("/v1/certificates", p.getCertificates)
 	r.Get("/v1/origins", p.getOrigins) // upstream.go
+	// Every method, so that another is answered 405 with Allow: POST.
+	r.HandleFunc("/v1/origins/{domain}/drain", p.serveDrain(true)) // drain.go
+	r.HandleFunc("/v1/origins/{domain}/undrain", p.serveDrain(false))
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, apiError{"not found"})
 	})

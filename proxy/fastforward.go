@@ -191,7 +191,7 @@ func (p *Proxy) fastTrips(ex *exchange, fo *fastOrigin, r *relay, req *origin.Re
 	for {
 		srv := trip.Next(now)
 		if srv == nil {
-			return nil, nil, lastErr
+			return nil, nil, noServer(&trip, lastErr) // upstream.go
 		}
 		pool := fo.pool(srv)
 		tryStart := time.Now()

@@ -270,7 +270,7 @@ func (l *errorLog) handle(w http.ResponseWriter, r *http.Request, err error) {
 // it was too slow, else 502.
 func upstreamFailure(a *answer, err error, d *domain) {
 	if errors.As(err, new(errOriginDown)) {
-		downAnswer(a, d)
+		downAnswer(a, d, errors.Is(err, origin.ErrDrained))
 		return
 	}
 	var ne net.Error

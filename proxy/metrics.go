@@ -32,14 +32,14 @@ type metrics struct {
 	// The origin servers of the domains' groups (upstream.go): the
 	// counts and gauges are read from the origin component at scrape
 	// time (originCollector).
-	originRequests, originInFlight, originHealthy, originEjections, originRetries *prometheus.Desc
-	originSeconds                                                                 *prometheus.HistogramVec
-	originPanics                                                                  *prometheus.CounterVec
-	misdirected                                                                   prometheus.Counter
-	refused                                                                       *prometheus.CounterVec
-	framing                                                                       prometheus.Counter
-	capped                                                                        prometheus.Counter
-	connsOpen                                                                     *prometheus.GaugeVec
+	originRequests, originInFlight, originHealthy, originDrained, originEjections, originRetries *prometheus.Desc
+	originSeconds                                                                                *prometheus.HistogramVec
+	originPanics                                                                                 *prometheus.CounterVec
+	misdirected                                                                                  prometheus.Counter
+	refused                                                                                      *prometheus.CounterVec
+	framing                                                                                      prometheus.Counter
+	capped                                                                                       prometheus.Counter
+	connsOpen                                                                                    *prometheus.GaugeVec
 	// proxyProtocol counts the PROXY protocol stage's results (front.go).
 	proxyProtocol *prometheus.CounterVec
 	// connsRefused counts the connections the connection limits refused,
@@ -157,6 +157,8 @@ func newMetrics(p *Proxy, version string) *metrics {
 			"Requests in flight to each origin server.", []string{"domain", "server"}, nil),
 		originHealthy: prometheus.NewDesc("edge_origin_healthy",
 			"1 if the origin server takes requests, 0 if active checks or a passive ejection took it out.", []string{"domain", "server"}, nil),
+		originDrained: prometheus.NewDesc("edge_origin_drained",
+			"1 if the origin server is drained on this node (taken out of rotation through the admin API while its requests finish), else 0.", []string{"domain", "server"}, nil),
 		originEjections: prometheus.NewDesc("edge_origin_ejections_total",
 			"Times an origin server was taken out, by reason: passive (failures of real requests) or active (health checks).",
 			[]string{"domain", "server", "reason"}, nil),

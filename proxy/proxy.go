@@ -223,6 +223,10 @@ type domain struct {
 	// group is the domain's origin servers' live state (upstream.go); nil
 	// for a domain without origins.
 	group *origin.Upstream
+	// drains are the servers an operator took out of rotation on this
+	// node (drain.go), consulted by every group of the domain; nil for a
+	// domain without origins.
+	drains *origin.Drains
 	// hsts is the Strict-Transport-Security line of the domain's HTTPS
 	// responses (tls.go); nil without hsts_max_age.
 	hsts *staticField
@@ -510,6 +514,7 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 		case rd.Respond != nil:
 			d.upstream = staticResponder(rd.Respond)
 		default:
+			d.drains = carryDrains(rd, prev)      // drain.go
 			d.tls = st.originTLS(d.Upstream, old) // origintls.go
 			var rt http.RoundTripper              // the shared transport's
 			if d.tls != nil && d.tls.transport != nil && p.ownTransport {

@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
+	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -38,6 +40,7 @@ func (p *Proxy) newGroup(d *domain, prev *domain, transport http.RoundTripper) (
 	if prev != nil {
 		opts.Previous = prev.group
 	}
+	opts.Drains = d.drains
 	for _, s := range ru.Servers {
 		opts.Servers = append(opts.Servers, origin.ServerOptions{URL: s.URL, Name: s.Name, Weight: s.Weight, Transport: transport})
 	}
@@ -107,21 +110,41 @@ func groupKey(b []byte, d *domain, ex *exchange) []byte {
 }
 
 // errOriginDown wraps the failure of a request that no server could
-// take: every try failed to connect.
+// take: every try failed to connect, or every server is drained
+// (origin.ErrDrained).
 type errOriginDown struct{ err error }
+
+// noServer is the error of a trip whose group offered no server for its
+// next try, after lastErr: errOriginDown of origin.ErrDrained when no try
+// was made (every server drained), else lastErr, the last try's.
+func noServer(trip *origin.Trip, lastErr error) error {
+	if trip.Tries == 0 {
+		return errOriginDown{origin.ErrDrained}
+	}
+	return lastErr
+}
 
 func (e errOriginDown) Error() string { return "no origin server could be reached: " + e.err.Error() }
 func (e errOriginDown) Unwrap() error { return e.err }
 
 // downAnswer makes a the answer to a request no server of d could take:
-// when_down's, or 502.
-func downAnswer(a *answer, d *domain) {
+// when_down's, or else 502, and 503 when the servers are drained (an
+// operator's order, not a failure of theirs: docs/origins.md, "Drain").
+func downAnswer(a *answer, d *domain, drained bool) {
 	wd := (*rules.WhenDown)(nil)
 	if d != nil && d.Upstream != nil {
 		wd = d.Upstream.WhenDown
 	}
+	why := ": no origin server could be reached\n"
+	if drained {
+		why = ": no origin server is in rotation\n"
+	}
 	if wd == nil {
-		a.textAnswer(http.StatusBadGateway, outcomeOriginDown, "bad gateway: no origin server could be reached\n")
+		status := http.StatusBadGateway
+		if drained {
+			status = http.StatusServiceUnavailable
+		}
+		a.textAnswer(status, outcomeOriginDown, strings.ToLower(http.StatusText(status))+why)
 		return
 	}
 	a.reset(wd.Status, outcomeOriginDown)
@@ -130,7 +153,7 @@ func downAnswer(a *answer, d *domain) {
 		vals = headers.AppendRetryAfter(vals, wd.RetryAfter)
 		a.vals = a.endMade(vals, fieldRetryAfter, from)
 	}
-	a.text(strconv.Itoa(wd.Status) + " " + http.StatusText(wd.Status) + ": no origin server could be reached\n")
+	a.text(strconv.Itoa(wd.Status) + " " + http.StatusText(wd.Status) + why)
 }
 
 // upstreamTransport carries the net/http path's requests to a domain's
@@ -175,7 +198,7 @@ func (t upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	for {
 		s := trip.Next(now)
 		if s == nil {
-			return nil, lastErr
+			return nil, noServer(&trip, lastErr)
 		}
 		out := req.WithContext(ctx)
 		if trip.Tries > 1 && replay != nil {
@@ -252,7 +275,7 @@ func bufferedWhole(b *clientBody) bool {
 type originCollector struct{ m *metrics }
 
 func (c originCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.m.originRequests, c.m.originInFlight, c.m.originHealthy, c.m.originEjections, c.m.originRetries} {
+	for _, d := range []*prometheus.Desc{c.m.originRequests, c.m.originInFlight, c.m.originHealthy, c.m.originDrained, c.m.originEjections, c.m.originRetries} {
 		ch <- d
 	}
 }
@@ -279,6 +302,11 @@ func (c originCollector) Collect(ch chan<- prometheus.Metric) {
 				healthy = 1
 			}
 			ch <- prometheus.MustNewConstMetric(c.m.originHealthy, prometheus.GaugeValue, healthy, d.Name, s.Name)
+			drained := 0.0
+			if d.drains.Drained(s.Name) {
+				drained = 1
+			}
+			ch <- prometheus.MustNewConstMetric(c.m.originDrained, prometheus.GaugeValue, drained, d.Name, s.Name)
 			passive, active := s.Ejections()
 			ch <- prometheus.MustNewConstMetric(c.m.originEjections, prometheus.CounterValue, float64(passive), d.Name, s.Name, "passive")
 			ch <- prometheus.MustNewConstMetric(c.m.originEjections, prometheus.CounterValue, float64(active), d.Name, s.Name, "active")
@@ -314,9 +342,12 @@ type originDomainView struct {
 }
 
 type originServerView struct {
-	Server       string            `json:"server"`
-	Weight       int               `json:"weight"`
-	Healthy      bool              `json:"healthy"`
+	Server  string `json:"server"`
+	Weight  int    `json:"weight"`
+	Healthy bool   `json:"healthy"`
+	// Drained: taken out of rotation on this node (drain.go); its
+	// requests in flight finish.
+	Drained      bool              `json:"drained"`
 	InFlight     int64             `json:"in_flight"`
 	EjectedUntil *time.Time        `json:"ejected_until,omitempty"`
 	LastCheck    *originCheckView  `json:"last_check"`
@@ -341,7 +372,7 @@ func (p *Proxy) originsView() originsView {
 			Passive: d.Upstream.Passive != nil, Panics: d.group.Panics(), Retries: d.group.RetryCounts()}
 		for _, s := range d.group.Servers() {
 			passive, active := s.Ejections()
-			sv := originServerView{Server: s.Name, Weight: s.Weight, Healthy: s.Healthy(now), InFlight: s.InFlight(),
+			sv := originServerView{Server: s.Name, Weight: s.Weight, Healthy: s.Healthy(now), Drained: d.drains.Drained(s.Name), InFlight: s.InFlight(),
 				Ejections: map[string]uint64{"passive": passive, "active": active}, Requests: map[string]uint64{}}
 			if until := s.EjectedUntil(); until.After(now) {
 				sv.EjectedUntil = &until
@@ -359,13 +390,13 @@ func (p *Proxy) originsView() originsView {
 	return v
 }
 
-// grouped is v with only the domains of several servers or active
-// checks: what the status page shows (a lone origin is in its domain's
-// settings already).
+// grouped is v with only the domains of several servers, active checks
+// or a server drained: what the status page shows (a lone origin is in
+// its domain's settings already).
 func (v originsView) grouped() originsView {
 	out := originsView{Domains: []originDomainView{}}
 	for _, d := range v.Domains {
-		if len(d.Servers) > 1 || d.Checked {
+		if len(d.Servers) > 1 || d.Checked || slices.ContainsFunc(d.Servers, func(s originServerView) bool { return s.Drained }) {
 			out.Domains = append(out.Domains, d)
 		}
 	}

@@ -390,3 +390,94 @@ func TestReloadWarnsWhenTokenLeavesAdminExposed(t *testing.T) {
 		})
 	}
 }
+
+// TestAdminDrainTokenHostAndOrigin: the drain endpoints are behind the
+// admin API's rules (the token, the Host check of a loopback listener)
+// and refuse a browser's cross-origin POST; a drain made through them
+// survives a reload of the file, as SIGHUP makes it, not a restart.
+func TestAdminDrainTokenHostAndOrigin(t *testing.T) {
+	const token = "drain-token-0123456789"
+	config := func(weight int) string {
+		return fmt.Sprintf(`admin_token: %s
+domains:
+  - name: app
+    hosts: [app.example.com]
+    origins: [{url: "http://10.0.0.1:8080", weight: %d}, {url: "http://10.0.0.2:8080"}]
+`, token, weight)
+	}
+	a := newAdminUnderTest(t, config(1), true)
+	const drain = "/v1/origins/app/drain?server=http://10.0.0.2:8080"
+	send := func(method, host, tok string, hdr map[string]string) int {
+		t.Helper()
+		req, _ := http.NewRequest(method, a.url+drain, nil)
+		if host != "" {
+			req.Host = host
+		}
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	self := strings.TrimPrefix(a.url, "http://")
+	tests := []struct {
+		name, method, host, token string
+		hdr                       map[string]string
+		want                      int
+	}{
+		{"no token", "POST", "", "", nil, 401},
+		{"wrong token", "POST", "", "not-the-token", nil, 401},
+		{"foreign host", "POST", "rebound.example", token, nil, 421},
+		{"cross-site fetch", "POST", "", token, map[string]string{"Sec-Fetch-Site": "cross-site"}, 403},
+		{"same-site page of another port", "POST", "", token, map[string]string{"Sec-Fetch-Site": "same-site"}, 403},
+		{"foreign Origin", "POST", "", token, map[string]string{"Origin": "http://evil.example"}, 403},
+		{"GET", "GET", "", token, nil, 405},
+		{"the status page's fetch", "POST", "", token, map[string]string{"Sec-Fetch-Site": "same-origin", "Origin": "http://" + self}, 200},
+		{"curl", "POST", "localhost", token, nil, 200},
+	}
+	for _, tt := range tests {
+		if got := send(tt.method, tt.host, tt.token, tt.hdr); got != tt.want {
+			t.Errorf("%s: got %d, want %d", tt.name, got, tt.want)
+		}
+	}
+	// drained reports whether 10.0.0.2 alone is drained, and the weight of
+	// 10.0.0.1 (what the reload changes).
+	drained := func() (bool, int) {
+		t.Helper()
+		st, body := a.do("GET", "", "/v1/origins", token)
+		var v struct {
+			Domains []struct {
+				Servers []struct {
+					Weight  int  `json:"weight"`
+					Drained bool `json:"drained"`
+				} `json:"servers"`
+			} `json:"domains"`
+		}
+		if err := json.Unmarshal([]byte(body), &v); st != 200 || err != nil || len(v.Domains) != 1 || len(v.Domains[0].Servers) != 2 {
+			t.Fatalf("GET /v1/origins: %d %v\n%s", st, err, body)
+		}
+		return v.Domains[0].Servers[1].Drained && !v.Domains[0].Servers[0].Drained, v.Domains[0].Servers[0].Weight
+	}
+	if ok, _ := drained(); !ok {
+		t.Fatal("the accepted drains did not drain 10.0.0.2")
+	}
+	a.reload(config(3))
+	if ok, weight := drained(); !ok || weight != 3 {
+		t.Errorf("after a reload: 10.0.0.2 drained alone %v, 10.0.0.1's weight %d; want drained, 3 (reloaded)", ok, weight)
+	}
+	if !strings.Contains(a.log.String(), "origin server drained through the admin API") {
+		t.Errorf("the log lacks the drain:\n%s", a.log.String())
+	}
+	// A restart (a new process of the same file) forgets it.
+	a = newAdminUnderTest(t, config(3), true)
+	if ok, _ := drained(); ok {
+		t.Error("after a restart 10.0.0.2 is still drained")
+	}
+}

@@ -467,6 +467,8 @@ func TestGrafanaDashboardIsValid(t *testing.T) {
 		"edge_tracked_keys", "edge_key_capacity", "edge_key_evictions_total", "edge_overflow_requests_total",
 		"edge_config_last_reload_successful", "edge_config_last_reload_success_timestamp_seconds",
 		"edge_config_reloads_total", "edge_misdirected_requests_total", "edge_build_info",
+		"edge_origin_healthy", "edge_origin_drained", "edge_origin_in_flight", "edge_origin_requests_total",
+		"edge_origin_retries_total", "edge_origin_ejections_total",
 	} {
 		if !used[name] {
 			t.Errorf("no panel shows %s", name)

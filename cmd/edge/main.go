@@ -713,7 +713,9 @@ func (s *servers) shutdown(timeout time.Duration, serveErr error, errc <-chan er
 // data: its script asks for the token and reads /v1/*.
 // The token and admin_hosts are read from the running configuration on
 // every request, so a reload that sets, changes or removes them takes
-// effect at once. On a loopback listener every path checks Host first.
+// effect at once. On a loopback listener every path checks Host first;
+// /metrics and /v1/* refuse a browser's cross-origin request that changes
+// state (crossOriginRefused).
 func adminRouter(reg *prometheus.Registry, p *proxy.Proxy, ready *atomic.Bool, loopback bool) http.Handler {
 	r := chi.NewRouter()
 	if loopback {
@@ -750,11 +752,29 @@ func adminRouter(reg *prometheus.Registry, p *proxy.Proxy, ready *atomic.Bool, l
 	r.Get("/status.css", page.ServeHTTP)
 	r.Get("/status.js", page.ServeHTTP)
 	r.Group(func(r chi.Router) {
-		r.Use(requireToken(func() string { return p.Table().AdminToken }))
+		r.Use(crossOriginRefused, requireToken(func() string { return p.Table().AdminToken }))
 		r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 		r.Handle("/v1/*", p.AdminHandler())
 	})
 	return r
+}
+
+// crossOriginRefused answers 403 to a request that changes state (POST,
+// DELETE: not GET, HEAD or OPTIONS) sent by a browser from a page of
+// another origin, as its Sec-Fetch-Site or Origin field says (Go's
+// http.CrossOriginProtection); a request without them, from curl or a
+// script, passes. A page elsewhere can make the operator's browser send a
+// POST to a loopback listener without a token (a form needs no CORS
+// preflight), and the Host check lets an IP literal through: this refuses
+// it before it drains a server.
+func crossOriginRefused(next http.Handler) http.Handler {
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		io.WriteString(w, `{"error": "cross-origin request refused: the admin API changes state only for its own status page and for clients that are not browsers"}`+"\n")
+	}))
+	return cop.Handler(next)
 }
 
 // checkHost answers 421 to a request whose Host is not an IP literal,

@@ -85,6 +85,7 @@ domains:
 type seenRequest struct {
 	method, path, auth string
 	status             int
+	query              string
 }
 
 // statusUnderTest is edge's proxy and real admin router (on a loopback
@@ -246,19 +247,7 @@ func startStatus(t *testing.T, setup statusSetup) *statusUnderTest {
 		ca.issue(t, dir, "soon", 5*24*time.Hour, "soon.example.org")
 		cfg += statusTLS
 	}
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	table, hash, err := loadConfig(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	p, err := newProxy(table, hash, path, slog.New(slog.DiscardHandler), reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
+	p, table, reg := statusProxy(t, path, cfg)
 	if setup.tls {
 		serveStatusTLS(t, path, table, p, reg)
 	}
@@ -273,13 +262,40 @@ func startStatus(t *testing.T, setup statusSetup) *statusUnderTest {
 
 	var ready atomic.Bool
 	ready.Store(true)
-	admin := adminRouter(reg, p, &ready, true)
+	return serveHarness(t, adminRouter(reg, p, &ready, true), fmt.Sprintf(harness, setup.hide, token, setup.click))
+}
+
+// statusProxy writes cfg to path and runs a proxy of it until the test
+// ends, with its table and registry.
+func statusProxy(t *testing.T, path, cfg string) (*proxy.Proxy, *rules.Table, *prometheus.Registry) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	table, hash, err := loadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	p, err := newProxy(table, hash, path, slog.New(slog.DiscardHandler), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p, table, reg
+}
+
+// serveHarness serves admin, an admin router, on 127.0.0.1, recording the
+// requests for /v1/*, with /harness: the status page with script added
+// at the end of its body.
+func serveHarness(t *testing.T, admin http.Handler, script string) *statusUnderTest {
+	t.Helper()
 	s := &statusUnderTest{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/harness" {
 			rec := httptest.NewRecorder()
 			admin.ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/", nil))
-			page := strings.Replace(rec.Body.String(), "</body>", fmt.Sprintf(harness, setup.hide, token, setup.click)+"</body>", 1)
+			page := strings.Replace(rec.Body.String(), "</body>", script+"</body>", 1)
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
 			io.WriteString(w, page)
 			return
@@ -288,7 +304,7 @@ func startStatus(t *testing.T, setup statusSetup) *statusUnderTest {
 		admin.ServeHTTP(rw, r)
 		if strings.HasPrefix(r.URL.Path, "/v1/") {
 			s.mu.Lock()
-			s.seen = append(s.seen, seenRequest{r.Method, r.URL.EscapedPath(), r.Header.Get("Authorization"), rw.status})
+			s.seen = append(s.seen, seenRequest{r.Method, r.URL.EscapedPath(), r.Header.Get("Authorization"), rw.status, r.URL.RawQuery})
 			s.mu.Unlock()
 		}
 	}))

@@ -54,6 +54,9 @@
     const chars = Array.from(shownKey(key));
     return chars.length > KEY_CHARS ? chars.slice(0, KEY_CHARS).join('') + '…' : chars.join('');
   }
+  function drainPath(domain, action, server) {
+    return '/v1/origins/' + encodeURIComponent(domain) + '/' + action + '?server=' + encodeURIComponent(server);
+  }
   function keyPath(domain, rule, key) {
     return '/v1/keys/' + encodeURIComponent(domain) + '/' + encodeURIComponent(rule) + '/' + encodeURIComponent(key);
   }
@@ -344,9 +347,10 @@
   }
 
   // renderOrigins lists the domains' origin servers (/v1/origins): each
-  // with its weight, whether it takes requests, its requests in flight,
-  // its last active check and its ejections; nothing when no domain
-  // forwards to origins.
+  // with its weight, whether it takes requests, whether it is drained on
+  // this node, its requests in flight, its last active check and its
+  // ejections, and a button to drain or undrain it; nothing when no
+  // domain forwards to origins.
   function loadOrigins() {
     return getJSON('/v1/origins');
   }
@@ -354,7 +358,7 @@
   function renderOrigins(_, origins) {
     // Domains of several servers or active checks, as the page's own
     // rendering (a lone origin is in its domain's settings already).
-    const groups = ((origins && origins.domains) || []).filter(d => d.servers.length > 1 || d.checked);
+    const groups = ((origins && origins.domains) || []).filter(d => d.servers.length > 1 || d.checked || d.servers.some(s => s.drained));
     if (!groups.length) return null;
     const dash = '–';
     const rows = [];
@@ -365,15 +369,21 @@
           el('td', null, s.server),
           el('td', null, String(s.weight)),
           el('td', null, el('span', { class: s.healthy ? 'ok' : 'bad' }, s.healthy ? 'healthy' : 'out')),
+          el('td', null, s.drained ? el('span', { class: 'bad' }, 'drained') : 'in rotation'),
           el('td', null, count(s.in_flight)),
           el('td', null, s.last_check ? s.last_check.outcome + ' (' + utc(s.last_check.at) + ')' : dash),
-          el('td', null, count(s.ejections.passive) + ' passive, ' + count(s.ejections.active) + ' active')));
+          el('td', null, count(s.ejections.passive) + ' passive, ' + count(s.ejections.active) + ' active'),
+          el('td', null, el('button', {
+            type: 'button', class: 'drain',
+            'data-domain': d.domain, 'data-server': s.server, 'data-action': s.drained ? 'undrain' : 'drain',
+            'aria-label': (s.drained ? 'Undrain ' : 'Drain ') + s.server + ' of ' + d.domain,
+          }, s.drained ? 'Undrain' : 'Drain'))));
       }
     }
     return el('section', { class: 'panel wide', 'aria-labelledby': 'h-origins' },
       el('h2', { id: 'h-origins' }, 'Origins'),
       table('origins', 'Origin servers by domain', 'origins-t',
-        ['Domain', 'Server', 'Weight', 'Health', 'In flight', 'Last check', 'Ejections'], rows));
+        ['Domain', 'Server', 'Weight', 'Health', 'Rotation', 'In flight', 'Last check', 'Ejections', 'Drain'], rows));
   }
 
   function renderDomain(i, d, fig, times, tops) {
@@ -620,6 +630,29 @@
     } catch (e) {
       if (e instanceof Unauthorized) { askToken('That token was refused.'); return; }
       note.textContent = 'Reset of ' + shown + ' failed: ' + e.message;
+    }
+    refresh();
+  });
+
+  // Drain buttons: POST .../drain or .../undrain of the admin API, after
+  // a confirmation. A drain is this node's: the confirmation says so.
+  main.addEventListener('click', async ev => {
+    const b = ev.target.closest('button.drain');
+    if (!b) return;
+    const { domain, server, action } = b.dataset;
+    const question = action === 'drain' ?
+      'Drain ' + server + ' of ' + domain + '? This node sends it no new requests; those in flight finish. Other nodes of the PoP are drained on their own.' :
+      'Undrain ' + server + ' of ' + domain + '? This node sends it requests again.';
+    if (!window.confirm(question)) return;
+    b.disabled = true;
+    try {
+      const r = await api('POST', drainPath(domain, action, server));
+      const body = await r.json().catch(() => ({}));
+      note.textContent = r.ok ? server + ' of ' + domain + (body.drained ? ' drained; requests in flight: ' + count(body.in_flight) + '.' : ' back in rotation.') :
+        (action === 'drain' ? 'Drain' : 'Undrain') + ' of ' + server + ' failed: ' + r.status + ' ' + (body.error || '');
+    } catch (e) {
+      if (e instanceof Unauthorized) { askToken('That token was refused.'); return; }
+      note.textContent = (action === 'drain' ? 'Drain' : 'Undrain') + ' of ' + server + ' failed: ' + e.message;
     }
     refresh();
   });

@@ -211,12 +211,14 @@ type domain struct {
 	// local decides the fast path's requests where the counter is shared
 	// (cluster.Domain.BeginLocal); nil for a counter of this node's own.
 	local localCounter
-	// fastFwd: the fast path may forward the domain's allowed requests
-	// (fastforward.go); nil where it may not.
-	fastFwd *fastOrigin
-	// group is the domain's origin servers' live state (upstream.go); nil
-	// for a domain without origins.
-	group *origin.Upstream
+	// errLog answers and logs the domain's failed forwards, on both
+	// paths (forward.go); nil for a domain not forwarded.
+	errLog *errorLog
+	// groups are the domain's groups of origin servers (upstream.go):
+	// its routes', in order, then its own; nil for a domain not
+	// forwarded. The last takes every request the others do not
+	// (groupFor).
+	groups []*serverGroup
 	// hsts is the Strict-Transport-Security line of the domain's HTTPS
 	// responses (tls.go); nil without hsts_max_age.
 	hsts *staticField
@@ -504,7 +506,7 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 		case rd.Respond != nil:
 			d.upstream = staticResponder(rd.Respond)
 		default:
-			if d.group, err = p.newGroup(d, prev, nil); err != nil {
+			if err = p.newGroups(d, prev, nil); err != nil {
 				return nil, err
 			}
 			always := slices.ContainsFunc(rd.Rules, func(r *rules.Rule) bool { return r.Headers == rules.HeadersAlways })

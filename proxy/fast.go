@@ -149,7 +149,8 @@ func (p *Proxy) Answer(h *Head, out []byte) (_ []byte, answered bool) {
 		return out, false
 	}
 	ex.st, ex.d, ex.host, ex.method, ex.accept, ex.tls = st, d, host, method, accept, h.TLS
-	ex.routeTo(path, true)                                               // route.go: the group of the domain's servers, as ServeHTTP chooses it
+	// route.go: the group of the domain's servers, as ServeHTTP chooses it.
+	ex.routeTo(path, true)
 	if target := bytesString(h.Target); isChallenge(d, method, target) { // acme.go, as ServeHTTP answers it
 		if isHEAD || h.BodyLen != 0 && (h.Body == nil || h.Client == nil) {
 			return out, false // net/http frames an answer to HEAD its own way

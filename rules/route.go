@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 )
@@ -63,27 +64,25 @@ func (d *Domain) Route(method, path string) *Route {
 
 // routeSource is where each key of a route's group comes from: the
 // route's own section, else the domain's (uc, as upstreamSource made it,
-// with at saying where each key was written).
+// with at saying where each key was written). It walks UpstreamConfig's
+// fields, so that a group key added there is a route's as it is a
+// domain's; but origins, which a route must set.
 func routeSource(rc RouteConfig, uc UpstreamConfig, at map[string]string, path string) (UpstreamConfig, map[string]string) {
 	u := rc.UpstreamConfig
 	rat := make(map[string]string, len(at))
 	for k, v := range at {
 		rat[k] = v
 	}
-	inherit := func(key string, own bool, set func()) {
-		if own {
+	own, dom := reflect.ValueOf(&u).Elem(), reflect.ValueOf(uc)
+	for i := range own.NumField() {
+		key, _, _ := strings.Cut(own.Type().Field(i).Tag.Get("mapstructure"), ",")
+		switch f := own.Field(i); {
+		case key == "origins" || !f.IsZero():
 			rat[key] = path
-		} else {
-			set()
+		default:
+			f.Set(dom.Field(i))
 		}
 	}
-	rat["origins"] = path
-	inherit("balance", u.Balance != "", func() { u.Balance = uc.Balance })
-	inherit("hash_key", u.HashKey != nil, func() { u.HashKey = uc.HashKey })
-	inherit("health", u.Health != nil, func() { u.Health = uc.Health })
-	inherit("passive", u.Passive != nil, func() { u.Passive = uc.Passive })
-	inherit("retries", u.Retries != nil, func() { u.Retries = uc.Retries })
-	inherit("when_down", u.WhenDown != nil, func() { u.WhenDown = uc.WhenDown })
 	return u, rat
 }
 

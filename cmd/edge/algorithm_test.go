@@ -95,11 +95,7 @@ func TestCountingKeysDecode(t *testing.T) {
 // and RateLimit-Policy is as docs/algorithms.md says for its token bucket.
 func TestDocsAlgorithmsExample(t *testing.T) {
 	section := docSection(t, "docs/algorithms.md", "Algorithms")
-	_, example, ok := strings.Cut(section, "```yaml\n")
-	if !ok {
-		t.Fatal("docs/algorithms.md's Algorithms has no yaml example")
-	}
-	example, _, _ = strings.Cut(example, "```")
+	example := docYAML(t, "docs/algorithms.md", "Algorithms", section)
 	cfg := "domains:\n  - hosts: [\"*\"]\n    respond: {body: ok}\n" + indent(example, "    ")
 	table, err := parseConfig([]byte(cfg))
 	if err != nil {

@@ -524,6 +524,18 @@ func checkDashboardPromQL(t *testing.T, promtool string, queries []dashboardQuer
 	}
 }
 
+// docYAML returns the first yaml block of section, the text of path's
+// section docSection returned.
+func docYAML(t *testing.T, path, title, section string) string {
+	t.Helper()
+	_, example, ok := strings.Cut(section, "```yaml\n")
+	if !ok {
+		t.Fatalf("%s's %s has no yaml example", path, title)
+	}
+	example, _, _ = strings.Cut(example, "```")
+	return example
+}
+
 // docSection returns the text of the section of the Markdown file at path
 // (relative to the repository) whose heading is title, at any level, up to
 // the next heading of the same or a higher level; headings inside fenced

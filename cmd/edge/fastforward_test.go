@@ -380,7 +380,9 @@ func (o *rawOrigin) take(t *testing.T) string {
 	return got
 }
 
-// fwdConfig: a domain with no rules, and one whose rule allows everything.
+// fwdConfig: a domain with no rules, one whose rule allows everything,
+// and one with routes (to ORIGIN's first server alone) that allows
+// everything.
 const fwdConfig = `
 origin: ORIGIN
 max_keys: 1000
@@ -392,6 +394,13 @@ domains:
     hosts: [limited.example.com]
     rules:
       - {name: per-ip, limit: 1000000, period: 1m, key: [ip]}
+  - name: routed
+    hosts: [routed.example.com]
+    rules:
+      - {name: all, limit: 1000000, period: 1m, key: [ip]}
+    routes:
+      - {name: chunked, match: {path_prefix: /r/chunked}, origins: [{url: ORIGIN}]}
+      - {name: heads, match: {methods: [HEAD]}, origins: [{url: ORIGIN}]}
 `
 
 func TestFastForwardDifferential(t *testing.T) {
@@ -458,6 +467,13 @@ func forwardSeqs() []forwardSeq {
 			get("plain.example.com", "/a\"b/cl"), get("plain.example.com", "/a{b}/cl"), get("plain.example.com", "//double/cl"),
 		}, true},
 		forwardSeq{"ipv6 host", []string{get("[::1]:80", "/r/cl")}, true},
+		// Routes: the route each path and method takes, on both paths
+		// alike (the metrics' route label), hostile spellings included.
+		forwardSeq{"routes", append(reqs("routed.example.com", []string{"cl", "chunked", "trailer"}),
+			get("routed.example.com", "//r/chunked"), get("routed.example.com", "/r/%63hunked"),
+			get("routed.example.com", "/r;x=1/chunked"), get("routed.example.com", "/r/x/../chunked"),
+			get("routed.example.com", "/r/%2e%2e/r/chunked"), get("routed.example.com", "/R/chunked"),
+			"POST /r/chunked HTTP/1.1\r\nHost: routed.example.com\r\nContent-Length: 2\r\n\r\nab"), true},
 	)
 	// The responses that end their connection, each on its own (in the
 	// sequences above only the first of them is reached), after two that
@@ -497,7 +513,9 @@ func runForwardSeq(t *testing.T, sq forwardSeq, trust bool, fix *diffTLS) {
 		}
 		// Three servers, all the one raw origin: the group's choice,
 		// retries and pools run on both paths (origin.Upstream).
-		cfg = strings.NewReplacer("origin: ORIGIN", origin.group(t), "TRUST", trustLine).Replace(cfg)
+		group := origin.group(t)
+		first, _, _ := strings.Cut(strings.TrimPrefix(group, `origins: [{url: "`), `"`) // server-0, the routes'
+		cfg = strings.NewReplacer("origin: ORIGIN", group, "ORIGIN", first, "TRUST", trustLine).Replace(cfg)
 		ds := startConfigOver(t, cfg, fast, fix)
 		got[i] = []heard{hear(sq.steps, exchange(t, ds, sq.steps, sq.wait, false))}
 		want[i] = origin.received(t)
@@ -512,6 +530,13 @@ func runForwardSeq(t *testing.T, sq forwardSeq, trust bool, fix *diffTLS) {
 	sidesAgree(t, got, want, metrics)
 	if lines[0] != lines[1] {
 		t.Errorf("access log lines differ:\nfast path\n%s\nslow path\n%s", lines[0], lines[1])
+	}
+	if sq.name == "routes" {
+		for _, route := range []string{"chunked", "heads"} {
+			if zero := fmt.Sprintf(`edge_origin_requests_total{code_class="2xx",domain="routed",route=%q,server="server-0"} 0`, route); strings.Contains(metrics[0], zero) {
+				t.Errorf("route %s took no request:\n%s", route, zero)
+			}
+		}
 	}
 	if strings.HasPrefix(sq.name, "responses") && answered == 0 {
 		t.Errorf("the fast path forwarded nothing")

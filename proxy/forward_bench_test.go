@@ -37,13 +37,19 @@ func forwardBenchProxy(b *testing.B) *Proxy {
 		_, _ = io.WriteString(w, "ok")
 	}))
 	b.Cleanup(origin.Close)
-	table, err := rules.Compile(rules.Config{
+	return configBenchProxy(b, rules.Config{
 		Origin: origin.URL,
 		Domains: []rules.DomainConfig{{
 			Hosts: []string{"api.example.com"},
 			Rules: []rules.RuleConfig{{Name: "per-ip", Limit: 1_000_000_000, Period: time.Minute}},
 		}},
 	})
+}
+
+// configBenchProxy returns a Proxy serving cfg, closed when b ends.
+func configBenchProxy(b *testing.B, cfg rules.Config) *Proxy {
+	b.Helper()
+	table, err := rules.Compile(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -117,17 +123,8 @@ func routesBenchProxy(b *testing.B, origin string) *Proxy {
 		}
 		ten.Routes = append(ten.Routes, rc)
 	}
-	table, err := rules.Compile(rules.Config{Origin: origin, Domains: []rules.DomainConfig{
+	return configBenchProxy(b, rules.Config{Origin: origin, Domains: []rules.DomainConfig{
 		{Name: "none", Hosts: []string{"none.example.com"}, Rules: ten.Rules}, ten}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	p, err := New(Options{Table: table, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { p.Close() })
-	return p
 }
 
 // BenchmarkRouteChoice measures the route step alone (exchange.routeTo)

@@ -173,3 +173,51 @@ func TestRouteErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) { wantErrors(t, tc.cfg, tc.want) })
 	}
 }
+
+// FuzzRoute: for any path a client sends, as the proxy decodes and
+// cleans it (DecodePath), the route chosen is the first that matches,
+// each route matches exactly where a rule with the same match applies,
+// and the clean path chooses as the raw one did: no spelling of a path
+// reaches a route its clean form does not.
+func FuzzRoute(f *testing.F) {
+	for _, s := range []string{"/api/x", "//api/x", "/api/%2e%2e/static/x", "/%61pi/x", "/api;x/y", "/static/../api/",
+		"/API/x", "/static", "/static/", "/a%2Fb", "", "/api%00/"} {
+		f.Add("GET", s)
+		f.Add("POST", s)
+	}
+	cfg := routed("http://rest.internal",
+		route("writes", "/api/", []string{"POST", "PUT"}, "http://w.internal"),
+		route("api", "/api/", nil, "http://a.internal"),
+		route("static", "/static/", nil, "http://s.internal"))
+	for _, rc := range cfg.Domains[0].Routes {
+		cfg.Domains[0].Rules = append(cfg.Domains[0].Rules, RuleConfig{Name: rc.Name, Limit: 1, Period: time.Second,
+			Match: &MatchConfig{PathPrefix: rc.Match.PathPrefix, Methods: rc.Match.Methods}})
+	}
+	tab, err := Compile(cfg)
+	if err != nil {
+		f.Fatal(err)
+	}
+	d := tab.Domains[0]
+	f.Fuzz(func(t *testing.T, method, raw string) {
+		p, err := DecodePath(raw)
+		if err != nil {
+			return // refused before any route
+		}
+		got := d.Route(method, p)
+		var first *Route
+		for i, r := range d.Routes {
+			if r.Matches(method, p) != d.Rules[i].Matches(method, p) {
+				t.Fatalf("%s %q (%q): route %s matches %v, its rule %v", method, raw, p, r.Name, r.Matches(method, p), !r.Matches(method, p))
+			}
+			if first == nil && r.Matches(method, p) {
+				first = r
+			}
+		}
+		if got != first {
+			t.Fatalf("%s %q (%q): route %v, want the first that matches, %v", method, raw, p, got, first)
+		}
+		if again := d.Route(method, CleanPath(p)); again != got {
+			t.Fatalf("%s %q: route %v, but its clean path %q routes to %v", method, raw, got, CleanPath(p), again)
+		}
+	})
+}

@@ -242,6 +242,9 @@ func (t upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		replay = ex.body.r.(*prefixReader).buf
 	}
 	var lastErr error
+	if ex != nil {
+		defer ex.noteLeft(connLeaver(req.Context()))
+	}
 	for {
 		s := trip.Next(now)
 		if s == nil {

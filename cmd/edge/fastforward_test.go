@@ -183,6 +183,15 @@ func (o *rawOrigin) group(t testing.TB) string {
 	return "origins: [" + strings.Join(urls, ", ") + "]"
 }
 
+// config is cfg (fwdConfig's form) for o: its top level's origin is
+// o.group, a route's ORIGIN the group's first server (server-0), and
+// TRUST is trust.
+func (o *rawOrigin) config(t testing.TB, cfg, trust string) string {
+	group := o.group(t)
+	first, _, _ := strings.Cut(strings.TrimPrefix(group, `origins: [{url: "`), `"`)
+	return strings.NewReplacer("origin: ORIGIN", group, "ORIGIN", first, "TRUST", trust).Replace(cfg)
+}
+
 // originState is where a rawOrigin's connection is: waiting for a
 // request with nothing read of it.
 type originState struct {
@@ -513,9 +522,7 @@ func runForwardSeq(t *testing.T, sq forwardSeq, trust bool, fix *diffTLS) {
 		}
 		// Three servers, all the one raw origin: the group's choice,
 		// retries and pools run on both paths (origin.Upstream).
-		group := origin.group(t)
-		first, _, _ := strings.Cut(strings.TrimPrefix(group, `origins: [{url: "`), `"`) // server-0, the routes'
-		cfg = strings.NewReplacer("origin: ORIGIN", group, "ORIGIN", first, "TRUST", trustLine).Replace(cfg)
+		cfg = origin.config(t, cfg, trustLine)
 		ds := startConfigOver(t, cfg, fast, fix)
 		got[i] = []heard{hear(sq.steps, exchange(t, ds, sq.steps, sq.wait, false))}
 		want[i] = origin.received(t)

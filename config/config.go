@@ -157,6 +157,12 @@ func ParseAt(path string, data []byte, env []string) (*rules.Table, error) {
 		for i := range min(len(ds), len(cfg.Domains)) {
 			if m, ok := ds[i].(map[string]any); ok {
 				emptyUpstream(&cfg.Domains[i].UpstreamConfig, m)
+				rs, _ := m["routes"].([]any)
+				for j := range min(len(rs), len(cfg.Domains[i].Routes)) {
+					if rm, ok := rs[j].(map[string]any); ok {
+						emptyUpstream(&cfg.Domains[i].Routes[j].UpstreamConfig, rm)
+					}
+				}
 			}
 		}
 	}

@@ -390,3 +390,70 @@ domains:
 		}
 	}
 }
+
+// TestRoutesConfig: a domain's routes decode with every group key, and
+// `passive: false` and `{}` sections, and their mistakes name the route.
+func TestRoutesConfig(t *testing.T) {
+	tab, err := Parse([]byte(`
+listen: ":8080"
+domains:
+  - hosts: [a.example.com]
+    origin: "http://10.0.0.1:80"
+    routes:
+      - name: api
+        match: {path_prefix: /api/, methods: [GET, post]}
+        origins: [{url: "http://10.0.0.2:80"}, {url: "http://10.0.0.3:80", weight: 2}]
+        balance: hash
+        hash_key: [ip, path]
+        health: {path: /healthz}
+        passive: false
+        retries: {}
+        when_down: {status: 503}
+      - name: static
+        match: {path_prefix: /static/}
+        origins: [{url: "http://10.0.0.4:80"}]
+        passive: {}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := tab.Domains[0]
+	api, static := d.Routes[0], d.Routes[1]
+	for _, tt := range []struct {
+		name      string
+		got, want any
+	}{
+		{"routes", len(d.Routes), 2},
+		{"name", api.Name, "api"},
+		{"path_prefix", api.PathPrefix, "/api/"},
+		{"methods upper-cased", api.Methods, []string{"GET", "POST"}},
+		{"servers", len(api.Upstream.Servers), 2},
+		{"weight", api.Upstream.Servers[1].Weight, 2},
+		{"balance", api.Upstream.Balance, rules.BalanceHash},
+		{"hash_key", len(api.Upstream.HashKey), 2},
+		{"health", api.Upstream.Health.Path, "/healthz"},
+		{"passive false", api.Upstream.Passive == nil, true},
+		{"retries {}", api.Upstream.Retries.Attempts, 1},
+		{"when_down", api.Upstream.WhenDown.Status, 503},
+		{"passive {} for one server", static.Upstream.Passive != nil, true},
+		{"no methods", static.Methods == nil, true},
+		{"the domain's own", d.Upstream.Servers[0].Name, "http://10.0.0.1:80"},
+	} {
+		if !reflect.DeepEqual(tt.got, tt.want) {
+			t.Errorf("%s: got %v, want %v", tt.name, tt.got, tt.want)
+		}
+	}
+	for _, tt := range []struct{ yaml, want string }{
+		{"routes: [{name: a, match: {path_prefix: /a/, host: x}, origins: [{url: http://b}]}]\n", "(a.example.com).routes[0].match.host: unknown key"},
+		{"routes: [{name: a, match: {path_prefix: /a/}, origins: [{url: http://b}], rules: []}]\n", "(a.example.com).routes[0].rules: unknown key"},
+		{"routes: [{name: a, match: {path_prefix: a}, origins: [{url: http://b}]}]\n", `(a.example.com).routes[0].match.path_prefix: must start with "/"`},
+		{"routes: [{name: a, match: {path_prefix: /a/}}]\n", "(a.example.com).routes[0].origins: must be set"},
+		{"routes: [{match: {path_prefix: /a/}, origins: [{url: http://b}]}]\n", "(a.example.com).routes[0].name: must be set"},
+		{"routes: [{name: a, match: {path_prefix: /a/}, origins: [{url: http://b}], passive: {max_fails: 0.5}}]\n", "routes[0].passive.max_fails: must be a whole number"},
+	} {
+		_, err := Parse([]byte("listen: \":8080\"\ndomains:\n  - hosts: [a.example.com]\n    origin: http://o\n    " + tt.yaml))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: got %v, want an error with %q", tt.yaml, err, tt.want)
+		}
+	}
+}

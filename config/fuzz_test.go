@@ -86,7 +86,10 @@ func FuzzParseConfig(f *testing.F) {
 			t.Fatalf("accepted max_header_bytes %d", table.MaxHeaderBytes)
 		}
 		for i, d := range table.Domains {
-			if d.Index != i || (d.Proxied && (d.Origin == nil) == (d.Respond == nil)) || (!d.Proxied && (d.Origin != nil || d.Respond != nil)) {
+			// A forwarded domain has origins of its own, or routes whose
+			// last takes every request.
+			forwarded := d.Origin != nil || len(d.Routes) > 0 && d.Routes[len(d.Routes)-1].All()
+			if d.Index != i || (d.Proxied && forwarded == (d.Respond != nil)) || (!d.Proxied && (forwarded || d.Respond != nil)) {
 				t.Fatalf("domain %d (%q): index %d, origin %v, respond %v", i, d.Name, d.Index, d.Origin, d.Respond)
 			}
 			for _, h := range d.Hosts {

@@ -170,7 +170,7 @@ func NewUpstream(o UpstreamOptions) (*Upstream, error) {
 		names[so.Name] = true
 		s := &Server{Name: so.Name, URL: so.URL, Weight: so.Weight, transport: so.Transport,
 			addr: hostPort(so.URL), key: fnvString(so.Name)}
-		if prev := o.Previous.server(so.Name); prev != nil {
+		if prev := o.Previous.Server(so.Name); prev != nil {
 			s.st = prev.st // a server that stays keeps its state
 		} else {
 			s.st = new(serverState)
@@ -180,8 +180,8 @@ func NewUpstream(o UpstreamOptions) (*Upstream, error) {
 	return u, nil
 }
 
-// server returns u's server named name, or nil (u may be nil).
-func (u *Upstream) server(name string) *Server {
+// Server returns u's server named name, or nil (u may be nil).
+func (u *Upstream) Server(name string) *Server {
 	if u == nil {
 		return nil
 	}

@@ -359,9 +359,12 @@ func (p *Proxy) clusterView() clusterView {
 }
 
 type domainView struct {
-	Name    string   `json:"name"`
-	Hosts   []string `json:"hosts"`
-	Origin  string   `json:"origin,omitempty"`
+	Name   string   `json:"name"`
+	Hosts  []string `json:"hosts"`
+	Origin string   `json:"origin,omitempty"`
+	// Routes are the names of the domain's routes, in order
+	// (GET /v1/origins has their groups).
+	Routes  []string `json:"routes,omitempty"`
 	Respond bool     `json:"respond,omitempty"`
 	// Serve is the domain's serve: "proxy", "check" or "both".
 	Serve       string `json:"serve"`
@@ -460,8 +463,11 @@ func (p *Proxy) configView() configView {
 		}
 		if d.Respond == nil && d.Proxied {
 			o := d.Origin
-			if o == nil {
+			if o == nil && d.Routes == nil {
 				o = t.Origin
+			}
+			for _, r := range d.Routes {
+				dv.Routes = append(dv.Routes, r.Name)
 			}
 			if o != nil {
 				dv.Origin = o.Redacted()

@@ -20,28 +20,19 @@ import (
 // and how to drain a PoP: docs/origins.md, "Drain".
 
 // carryDrains returns the drains of rd: those of prev (the domain a
-// reload replaces, nil for none) for the servers rd still has.
+// reload replaces, nil for none) for the servers rd still has, in any of
+// its groups (its routes' and its own).
 func carryDrains(rd *rules.Domain, prev *domain) *origin.Drains {
 	var from *origin.Drains
 	if prev != nil {
 		from = prev.drains
 	}
-	return from.Carry(func(name string) bool {
-		for _, s := range rd.Upstream.Servers {
-			if s.Name == name {
-				return true
-			}
-		}
-		return false
-	})
-}
-
-// groups are d's origin groups: none for a domain without origins.
-func (d *domain) groups() []*origin.Upstream {
-	if d.group == nil {
-		return nil
+	has := func(up *rules.Upstream, name string) bool {
+		return up != nil && slices.ContainsFunc(up.Servers, func(s rules.OriginServer) bool { return s.Name == name })
 	}
-	return []*origin.Upstream{d.group}
+	return from.Carry(func(name string) bool {
+		return has(rd.Upstream, name) || slices.ContainsFunc(rd.Routes, func(r *rules.Route) bool { return has(r.Upstream, name) })
+	})
 }
 
 // drainView is the answer to a drain or an undrain: the server's state
@@ -115,8 +106,8 @@ func (p *Proxy) serveDrain(drain bool) http.HandlerFunc {
 // config order.
 func (d *domain) serverNames() []string {
 	var out []string
-	for _, g := range d.groups() {
-		for _, s := range g.Servers() {
+	for _, g := range d.groups {
+		for _, s := range g.origins.Servers() {
 			if !slices.Contains(out, s.Name) {
 				out = append(out, s.Name)
 			}
@@ -129,8 +120,8 @@ func (d *domain) serverNames() []string {
 // group of d.
 func (d *domain) inFlight(name string) int64 {
 	var n int64
-	for _, g := range d.groups() {
-		for _, s := range g.Servers() {
+	for _, g := range d.groups {
+		for _, s := range g.origins.Servers() {
 			if s.Name == name {
 				n += s.InFlight()
 			}

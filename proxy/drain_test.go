@@ -149,8 +149,8 @@ func TestDrainWithRequestsInFlight(t *testing.T) {
 			if s := serverView(t, ge.proxy, a.URL); !s.Drained || s.InFlight != 2 || !s.Healthy {
 				t.Errorf("a in /v1/origins: drained %v, in flight %d, healthy %v; want drained, 2, healthy", s.Drained, s.InFlight, s.Healthy)
 			}
-			if body := metricsBody(t, ge.env); !strings.Contains(body, fmt.Sprintf(`edge_origin_drained{domain="api",server=%q} 1`, a.URL)) ||
-				!strings.Contains(body, fmt.Sprintf(`edge_origin_drained{domain="api",server=%q} 0`, b.URL)) {
+			if body := metricsBody(t, ge.env); !strings.Contains(body, fmt.Sprintf(`edge_origin_drained{domain="api",route="",server=%q} 1`, a.URL)) ||
+				!strings.Contains(body, fmt.Sprintf(`edge_origin_drained{domain="api",route="",server=%q} 0`, b.URL)) {
 				t.Errorf("metrics lack edge_origin_drained 1 for a and 0 for b:\n%s", body)
 			}
 

@@ -36,6 +36,10 @@ type exchange struct {
 	// accept from the head instead.
 	req    *http.Request
 	accept string
+	// group is the group of servers the request goes to, chosen by the
+	// route step (route.go) of either path; nil for a domain not
+	// forwarded.
+	group *serverGroup
 	// fwd: the fast forward may carry the request to the origin at all
 	// (canForward says whether it can as it is).
 	fwd bool
@@ -137,7 +141,7 @@ func (ex *exchange) recycle(pool *sync.Pool) {
 	if cap(ex.keys.b) > maxKeyBuffer || cap(s.view.vals) > 64 || cap(s.path) > 64<<10 || cap(ex.ans.body) > 64<<10 {
 		return
 	}
-	ex.st, ex.d, ex.req, ex.after, ex.body, ex.tls = nil, nil, nil, nil, nil, nil
+	ex.st, ex.d, ex.req, ex.after, ex.body, ex.tls, ex.group = nil, nil, nil, nil, nil, nil, nil
 	ex.priced, ex.held, ex.plan = nil, nil, nil
 	ex.src.Claims, ex.claims = nil, requestClaims{}
 	ex.fwd, ex.hasFields, ex.left = false, false, false

@@ -149,6 +149,8 @@ func (p *Proxy) Answer(h *Head, out []byte) (_ []byte, answered bool) {
 		return out, false
 	}
 	ex.st, ex.d, ex.host, ex.method, ex.accept, ex.tls = st, d, host, method, accept, h.TLS
+	// route.go: the group of the domain's servers, as ServeHTTP chooses it.
+	ex.routeTo(path, true)
 	if target := bytesString(h.Target); isChallenge(d, method, target) { // acme.go, as ServeHTTP answers it
 		if isHEAD || h.BodyLen != 0 && (h.Body == nil || h.Client == nil) {
 			return out, false // net/http frames an answer to HEAD its own way
@@ -175,12 +177,12 @@ func (p *Proxy) Answer(h *Head, out []byte) (_ []byte, answered bool) {
 	}
 	// fwd: the request may be forwarded here if its target and its body
 	// can go as they are.
-	fwd := d.fastFwd != nil && h.Client != nil
+	fwd := ex.group != nil && ex.group.fast != nil && h.Client != nil
 	if !d.fast {
 		// A domain without rules is forwarded as it comes, unless its
 		// group hashes a key (identified below only for rules): then
 		// net/http forwards it.
-		if d.store == nil && fwd && forwardable(d, h) && d.Upstream.Balance != rules.BalanceHash {
+		if d.store == nil && fwd && forwardable(d, h) && !ex.group.hashes() {
 			return p.forwardFast(ex, h, out), true // the group decides by ex.now (fastforward.go)
 		}
 		return out, false

@@ -42,14 +42,13 @@ import (
 // held, or the origin's next read would wait.
 const fastFlushAt = 32 << 10
 
-// fastOrigin is a domain's group for the fast forward: a pool of
-// connections per server.
+// fastOrigin is a group of a domain's servers for the fast forward: a
+// pool of connections per server.
 type fastOrigin struct {
 	group   *origin.Upstream
 	servers []*origin.Server
 	pools   []*origin.Pool // parallel to servers
 	obs     *upstreamObservers
-	log     *errorLog
 }
 
 // pool returns the pool of s.
@@ -62,9 +61,9 @@ func (fo *fastOrigin) pool(s *origin.Server) *origin.Pool {
 	return nil
 }
 
-// fastOriginFor returns d's group for the fast forward, or nil where the
-// fast forward does not apply (see above).
-func (p *Proxy) fastOriginFor(d *domain, obs *upstreamObservers, log *errorLog) *fastOrigin {
+// fastOriginFor returns d's group g for the fast forward, or nil where
+// the fast forward does not apply (see above).
+func (p *Proxy) fastOriginFor(d *domain, g *serverGroup, obs *upstreamObservers) *fastOrigin {
 	if !p.ownTransport || d.queue != nil || d.shed != nil {
 		return nil
 	}
@@ -74,7 +73,7 @@ func (p *Proxy) fastOriginFor(d *domain, obs *upstreamObservers, log *errorLog) 
 		// failures are ServeHTTP's.
 		return nil
 	}
-	fo := &fastOrigin{group: d.group, servers: d.group.Servers(), obs: obs, log: log}
+	fo := &fastOrigin{group: g.origins, servers: g.origins.Servers(), obs: obs}
 	for _, s := range fo.servers {
 		u := s.URL
 		if u.Scheme != "http" && u.Scheme != "https" || u.User != nil || u.Opaque != "" || u.RawQuery != "" ||
@@ -83,7 +82,7 @@ func (p *Proxy) fastOriginFor(d *domain, obs *upstreamObservers, log *errorLog) 
 		}
 		var t *origin.TLS // in the clear
 		if u.Scheme == "https" {
-			t = d.tls.tls // origintls.go
+			t = g.tls.tls // origintls.go
 		}
 		fo.pools = append(fo.pools, p.origins.Pool(s.Addr(), t))
 	}
@@ -135,8 +134,8 @@ func (p *Proxy) forwardFast(ex *exchange, head *Head, out []byte) []byte {
 	var ferr error
 	s.frame, ferr = fb.appendFraming(s.frame, method)
 	s.head = s.appendOriginHead(s.head[:0], h, trusted, s.frame, p.via.field, p.started.TLS.FingerprintHeader)
-	fo := d.fastFwd
-	r := relay{p: p, d: d, h: h, client: h.Client, out: out, isHEAD: method == http.MethodHead,
+	fo := ex.group.fast
+	r := relay{p: p, d: d, g: ex.group, h: h, client: h.Client, out: out, isHEAD: method == http.MethodHead,
 		charges: ex.after, fields: fields, rep: &ex.done}
 	req := origin.Request{Replayable: replayable(h, method, &fb), Once: once, HEAD: r.isHEAD, Timeout: upstream}
 	fb.merge(&s.head) // a small body buffered whole goes in the head's write
@@ -159,7 +158,7 @@ func (p *Proxy) forwardFast(ex *exchange, head *Head, out []byte) []byte {
 		if h.Body != nil {
 			_ = h.Body.Close() // as the transport closes it
 		}
-		return r.fail(fo.log, err)
+		return r.fail(err)
 	}
 	r.br, r.origin = oc.Reader(), oc.NetConn()
 	reuse := r.respond(resp, s.buf[:])
@@ -181,7 +180,7 @@ func (p *Proxy) forwardFast(ex *exchange, head *Head, out []byte) []byte {
 func (p *Proxy) fastTrips(ex *exchange, fo *fastOrigin, r *relay, req *origin.Request, body origin.SendBody,
 	fb *fastBody, buf []byte) (*origin.Conn, *http.Response, error) {
 	var kb [128]byte
-	trip := fo.group.Start(ex.now, groupKey(kb[:0], r.d, ex))
+	trip := fo.group.Start(ex.now, groupKey(kb[:0], ex))
 	idempotent := origin.Idempotent(ex.method)
 	bodyless := fb.r == nil && !fb.merged
 	_, prefix := fb.r.(*prefixReader)
@@ -235,6 +234,7 @@ func ignoresBody(method string) bool {
 type relay struct {
 	p      *Proxy
 	d      *domain
+	g      *serverGroup // the group forwarded to
 	h      *Head
 	client wire.ClientWriter
 	out    []byte
@@ -281,9 +281,10 @@ func (r *relay) interim(resp *http.Response) {
 }
 
 // fail answers a forward that got no response, as errorLog.handle does.
-func (r *relay) fail(l *errorLog, err error) []byte {
+func (r *relay) fail(err error) []byte {
+	l := r.d.errLog
 	var a answer
-	upstreamFailure(&a, err, r.d) // forward.go
+	upstreamFailure(&a, err, r.g) // forward.go
 	a.strictTransport(r.d, isHTTPS(r.h.TLS, r.h.Front))
 	a.altService(r.p.altSvcOn(r.h.TLS))
 	l.logFast(string(r.h.Method), r.h.Target, a.status, err)
@@ -335,7 +336,7 @@ func (r *relay) respond(resp *http.Response, buf []byte) bool {
 		r.onHead(resp) // ReverseProxy's ModifyResponse sees a 101 as it came
 		resp.Body.Close()
 		err := fmt.Errorf("backend tried to switch protocol %q when %q was requested", upgradeOf(resp.Header), "")
-		r.out = r.fail(r.d.fastFwd.log, err)
+		r.out = r.fail(err)
 		return false
 	}
 	hdr := resp.Header

@@ -42,7 +42,7 @@ func (c *bufClient) Left() bool  { return false }
 // connection closes after.
 func relayRaw(raw []byte, head bool) ([]byte, bool, error) {
 	p := &Proxy{log: slog.New(slog.DiscardHandler)}
-	d := &domain{fastFwd: &fastOrigin{log: newErrorLog(p.log, "fuzz", nil, nil)}}
+	d := &domain{errLog: newErrorLog(p.log, "fuzz", nil, nil)}
 	oc := origin.NewConn(&byteConn{r: bytes.NewReader(raw)}, origin.Settings{})
 	c := &bufClient{}
 	method := http.MethodGet
@@ -346,7 +346,7 @@ func BenchmarkFastRelay(b *testing.B) {
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {
 			p := &Proxy{log: slog.New(slog.DiscardHandler)}
-			d := &domain{fastFwd: &fastOrigin{log: newErrorLog(p.log, "bench", nil, nil)}}
+			d := &domain{errLog: newErrorLog(p.log, "bench", nil, nil)}
 			raw := []byte(tc.raw)
 			bc := &byteConn{r: bytes.NewReader(raw)}
 			oc := origin.NewConn(bc, origin.Settings{})

@@ -216,7 +216,7 @@ func (w *responseWriter) copyBody(body io.Reader, buf []byte) bool {
 		}
 		nr, rerr := body.Read(buf[held:])
 		if rerr != nil && rerr != io.EOF {
-			w.r.d.fastFwd.log.bodyFailed(string(w.r.h.Method), w.r.h.Target, rerr)
+			w.r.d.errLog.bodyFailed(string(w.r.h.Method), w.r.h.Target, rerr)
 		}
 		if !w.wroteHeader {
 			held += nr

@@ -71,22 +71,25 @@ func newTransport(t rules.Timeouts) *http.Transport {
 // Rules that count after the response see its headers before anything
 // else does (onResponse, charge.go).
 //
-// Each try goes to a server of the domain's group (upstreamTransport,
-// upstream.go): Rewrite sets the first server's URL, whose path every
-// server of the group shares, and the transport each try's server.
+// Each try goes to a server of the group the route step chose for the
+// request (exchange.group; upstreamTransport, upstream.go): Rewrite sets
+// the group's first server's URL, whose path every server of the group
+// shares, and the transport each try's server.
 func (p *Proxy) newForwarder(d *domain, cip *ClientIP, transport http.RoundTripper, mergeFields bool) http.Handler {
 	domain := d.Name
-	origin := d.Origin
 	errLog := newErrorLog(p.log, domain, &d.requests, func(w http.ResponseWriter, err error) { p.refuseBody(w, d, err) })
-	errLog.hsts, errLog.d = d.hsts, d
+	errLog.hsts = d.hsts
 	errLog.altSvc = p.altSvcOn
+	d.errLog = errLog
 	obs := p.metrics.upstreamObservers(domain)
 	d.upstreamObs = obs // the status page reads them (recent.go)
-	d.fastFwd = p.fastOriginFor(d, obs, errLog)
+	for _, g := range d.groups {
+		g.fast = p.fastOriginFor(d, g, obs)
+	}
 	fingerprint := p.started.TLS.FingerprintHeader // restart-only
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(origin)
+			pr.SetURL(exchangeOf(pr.In.Context()).group.base)
 			pr.Out.Host = pr.In.Host
 			trusted := false
 			if ap, err := netip.ParseAddrPort(pr.In.RemoteAddr); err == nil {
@@ -179,7 +182,7 @@ func (p *Proxy) newForwarder(d *domain, cip *ClientIP, transport http.RoundTripp
 		// (RST_STREAM), which is never a half-close: there the cancel
 		// ends the forward at once, so that a stream reset as soon as
 		// it is opened (Rapid Reset) costs no origin round trip.
-		if grpcRequest(r.Header) && !p.grpcForward(w, d, origin) { // grpc.go
+		if grpcRequest(r.Header) && !p.grpcForward(w, d, exchangeOf(r.Context()).group.base) { // grpc.go
 			return
 		}
 		ctx := r.Context()
@@ -224,7 +227,6 @@ type errorLog struct {
 	counts     *requestCounters             // the domain's
 	hsts       *staticField                 // the domain's Strict-Transport-Security, nil for none
 	altSvc     func(*wire.TLS) *staticField // the Alt-Svc line on a connection's TLS (http3.go)
-	d          *domain                      // for when_down; nil in tests
 	limiter    *rate.Limiter
 	mu         sync.Mutex
 	suppressed int // errors not logged since the last line
@@ -258,19 +260,23 @@ func (l *errorLog) handle(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 		panic(http.ErrAbortHandler)
 	}
+	var g *serverGroup // for when_down
+	if ex := exchangeOf(r.Context()); ex != nil {
+		g = ex.group
+	}
 	var a answer
-	upstreamFailure(&a, err, l.d)
+	upstreamFailure(&a, err, g)
 	l.warn(r.Method, r.URL.Path, a.status, err)
 	l.counts.count(&a)
 	a.write(w)
 }
 
-// upstreamFailure makes a the answer to a forward of d's the origin
+// upstreamFailure makes a the answer to a forward to g the origin
 // failed: when_down's (or 502) when no server could be reached, 504 when
 // it was too slow, else 502.
-func upstreamFailure(a *answer, err error, d *domain) {
+func upstreamFailure(a *answer, err error, g *serverGroup) {
 	if errors.As(err, new(errOriginDown)) {
-		downAnswer(a, d, errors.Is(err, origin.ErrDrained))
+		downAnswer(a, g, errors.Is(err, origin.ErrDrained))
 		return
 	}
 	var ne net.Error

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/pem"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -58,6 +59,12 @@ func forwardBenchProxy(b *testing.B, secure bool) *Proxy {
 	}
 	b.Cleanup(origin.Close)
 	cfg.Origin = origin.URL
+	return configBenchProxy(b, cfg)
+}
+
+// configBenchProxy returns a Proxy serving cfg, closed when b ends.
+func configBenchProxy(b *testing.B, cfg rules.Config) *Proxy {
+	b.Helper()
 	table, err := rules.Compile(cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -126,4 +133,82 @@ func benchForward(b *testing.B, secure bool) {
 		}
 	}
 	b.ReportAllocs()
+}
+
+// routesBenchProxy returns a Proxy of two domains forwarded to origin:
+// none.example.com without routes, and ten.example.com with ten routes
+// (/r0/ to /r9/, the last for POST alone) and its own origins for the
+// rest.
+func routesBenchProxy(b *testing.B, origin string) *Proxy {
+	b.Helper()
+	ten := rules.DomainConfig{Name: "ten", Hosts: []string{"ten.example.com"}, Origin: origin,
+		Rules: []rules.RuleConfig{{Name: "per-ip", Limit: 1_000_000_000, Period: time.Minute}}}
+	for i := range 10 {
+		rc := rules.RouteConfig{Name: fmt.Sprintf("r%d", i), Match: &rules.RouteMatchConfig{PathPrefix: fmt.Sprintf("/r%d/", i)},
+			UpstreamConfig: rules.UpstreamConfig{Origins: []rules.OriginConfig{{URL: origin}}}}
+		if i == 9 {
+			rc.Match.Methods = []string{"POST"}
+		}
+		ten.Routes = append(ten.Routes, rc)
+	}
+	return configBenchProxy(b, rules.Config{Origin: origin, Domains: []rules.DomainConfig{
+		{Name: "none", Hosts: []string{"none.example.com"}, Rules: ten.Rules}, ten}})
+}
+
+// BenchmarkRouteChoice measures the route step alone (exchange.routeTo)
+// for a domain without routes and one with ten: a path the first route
+// takes, one that falls through all ten to the domain's own origins, and
+// on the net/http path (its path cleaned by the step) the same with a
+// path that needs cleaning. docs/origins.md has the figures.
+func BenchmarkRouteChoice(b *testing.B) {
+	p := routesBenchProxy(b, "http://127.0.0.1:9")
+	st := p.state.Load()
+	for _, bc := range []struct {
+		name, domain, path string
+		cleaned            bool
+		want               string
+	}{
+		{"none", "none", "/v1/items", true, ""},
+		{"ten/first", "ten", "/r0/items", true, "r0"},
+		{"ten/fallthrough", "ten", "/v1/items", true, ""},
+		{"ten/fallthrough/net-http", "ten", "/v1/items", false, ""},
+		{"ten/fallthrough/net-http-dirty", "ten", "//v1/./items", false, ""},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			ex := &exchange{d: st.domain(bc.domain), method: http.MethodGet}
+			for b.Loop() {
+				ex.routeTo(bc.path, bc.cleaned)
+			}
+			if ex.group.name != bc.want {
+				b.Fatalf("route %q, want %q", ex.group.name, bc.want)
+			}
+			b.ReportAllocs()
+		})
+	}
+}
+
+// BenchmarkFastForwardRoutes is BenchmarkFastForward for a domain
+// without routes and one with ten, for a path that falls through them
+// all: the route step's share of a forward.
+func BenchmarkFastForwardRoutes(b *testing.B) {
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "2")
+		_, _ = io.WriteString(w, "ok")
+	}))
+	b.Cleanup(origin.Close)
+	p := routesBenchProxy(b, origin.URL)
+	for _, domain := range []string{"none", "ten"} {
+		b.Run(domain, func(b *testing.B) {
+			h := fastHead("GET /v1/items HTTP/1.1\r\nHost: " + domain + ".example.com\r\nUser-Agent: bench\r\n\r\n")
+			h.Client = &countClient{}
+			var out []byte
+			for b.Loop() {
+				var ok bool
+				if out, ok = p.Answer(h, out[:0]); !ok || !strings.HasPrefix(string(out), "HTTP/1.1 200 ") {
+					b.Fatalf("the fast path declined or failed the request: %v %q", ok, out)
+				}
+			}
+			b.ReportAllocs()
+		})
+	}
 }

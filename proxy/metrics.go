@@ -3,7 +3,6 @@ package proxy
 import (
 	"errors"
 	"runtime"
-	"slices"
 	"time"
 
 	"github.com/edgerate/edge/cluster"
@@ -151,29 +150,29 @@ func newMetrics(p *Proxy, version string) *metrics {
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"domain", "code_class"}),
 		originRequests: prometheus.NewDesc("edge_origin_requests_total",
-			"Tries sent to each origin server, by domain, server (its URL as configured) and status class (error when no response came).",
-			[]string{"domain", "server", "code_class"}, nil),
+			"Tries sent to each origin server, by domain, route (\"\" for the domain's own origins), server (its URL as configured) and status class (error when no response came).",
+			[]string{"domain", "route", "server", "code_class"}, nil),
 		originInFlight: prometheus.NewDesc("edge_origin_in_flight",
-			"Requests in flight to each origin server.", []string{"domain", "server"}, nil),
+			"Requests in flight to each origin server.", []string{"domain", "route", "server"}, nil),
 		originHealthy: prometheus.NewDesc("edge_origin_healthy",
-			"1 if the origin server takes requests, 0 if active checks or a passive ejection took it out.", []string{"domain", "server"}, nil),
+			"1 if the origin server takes requests, 0 if active checks or a passive ejection took it out.", []string{"domain", "route", "server"}, nil),
 		originDrained: prometheus.NewDesc("edge_origin_drained",
-			"1 if the origin server is drained on this node (taken out of rotation through the admin API while its requests finish), else 0.", []string{"domain", "server"}, nil),
+			"1 if the origin server is drained on this node (taken out of rotation through the admin API while its requests finish), else 0.", []string{"domain", "route", "server"}, nil),
 		originEjections: prometheus.NewDesc("edge_origin_ejections_total",
 			"Times an origin server was taken out, by reason: passive (failures of real requests) or active (health checks).",
-			[]string{"domain", "server", "reason"}, nil),
+			[]string{"domain", "route", "server", "reason"}, nil),
 		originRetries: prometheus.NewDesc("edge_origin_retries_total",
 			"Retries of failed requests on another server, by outcome: sent, budget_exhausted (refused by retries.budget), no_server (every server was tried).",
-			[]string{"domain", "outcome"}, nil),
+			[]string{"domain", "route", "outcome"}, nil),
 		originSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "edge_origin_response_seconds",
-			Help:    "Time from sending a try to an origin server to its response headers (or its failure), by domain and server.",
+			Help:    "Time from sending a try to an origin server to its response headers (or its failure), by domain, route and server.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
-		}, []string{"domain", "server"}),
+		}, []string{"domain", "route", "server"}),
 		originPanics: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_origin_panic_total",
-			Help: "Server choices made in panic mode: fewer than half the domain's servers were healthy, so all were balanced over.",
-		}, []string{"domain"}),
+			Help: "Server choices made in panic mode: fewer than half the group's servers were healthy, so all were balanced over; by domain and route.",
+		}, []string{"domain", "route"}),
 		misdirected: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "edge_misdirected_requests_total",
 			Help: "Requests whose Host no domain claims, or over TLS one the connection's certificate is not for (answered 421), or with an invalid Host (400).",
@@ -569,7 +568,7 @@ func (m *metrics) forget(old, st *state) {
 			m.planDecisions.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			m.upstream.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			m.originSeconds.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
-			m.originPanics.DeleteLabelValues(od.Name)
+			m.originPanics.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			m.blocked.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			m.queued.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			m.storeFallback.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
@@ -586,10 +585,15 @@ func (m *metrics) forget(old, st *state) {
 		if d.APIKeys == nil {
 			m.planDecisions.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 		}
-		if od.group != nil {
-			for _, s := range od.group.Servers() {
-				if d.group == nil || !slices.Contains(d.group.Servers(), s) {
-					m.originSeconds.DeleteLabelValues(od.Name, s.Name)
+		for _, og := range od.groups {
+			g := d.group(og.name)
+			if g == nil {
+				m.originPanics.DeleteLabelValues(od.Name, og.name)
+			}
+			for _, s := range og.origins.Servers() {
+				// By name: a reload makes new Servers of the ones that stay.
+				if g == nil || g.origins.Server(s.Name) == nil {
+					m.originSeconds.DeleteLabelValues(od.Name, og.name, s.Name)
 				}
 			}
 		}

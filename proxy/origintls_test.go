@@ -103,7 +103,7 @@ func TestOriginTLSBothPaths(t *testing.T) {
 			if n := ge.fastAnswered.Load(); n != 1 {
 				t.Errorf("the fast path answered %d requests, want 1 (https servers are forwarded on it)", n)
 			}
-			s := ge.proxy.state.Load().domains[0].group.Servers()[0]
+			s := ge.proxy.state.Load().domains[0].group("").origins.Servers()[0]
 			wait.For(t, 5*time.Second, "a health check", func() bool { at, _ := s.LastCheck(); return !at.IsZero() })
 			_, outcome := s.LastCheck()
 			if passed := strings.HasPrefix(outcome, "passed"); passed != (tc.status == 200) {
@@ -111,7 +111,7 @@ func TestOriginTLSBothPaths(t *testing.T) {
 			}
 			metrics := metricsBody(t, ge.env)
 			if tc.status != 200 {
-				want := fmt.Sprintf(`edge_origin_requests_total{code_class="error",domain="api",server=%q} 2`, o.URL)
+				want := fmt.Sprintf(`edge_origin_requests_total{code_class="error",domain="api",route="",server=%q} 2`, o.URL)
 				if !strings.Contains(metrics, want) {
 					t.Errorf("metrics lack %s", want)
 				}

@@ -180,9 +180,6 @@ type domain struct {
 	counter  window.Counter // store's, or Redis-shared counting (shared.go); nil without rules
 	carry    []int          // for a reload: carry[i] is this store's rule continuing the old store's rule i
 	upstream http.Handler
-	// tls is the live state of the group's origin_tls, nil for servers
-	// that are not https (origintls.go).
-	tls *groupTLS
 	// upstreamObs are the origin latency histograms; nil for a domain
 	// with a static response (read by the status figures, status.go).
 	upstreamObs *upstreamObservers
@@ -217,15 +214,17 @@ type domain struct {
 	// local decides the fast path's requests where the counter is shared
 	// (cluster.Domain.BeginLocal); nil for a counter of this node's own.
 	local localCounter
-	// fastFwd: the fast path may forward the domain's allowed requests
-	// (fastforward.go); nil where it may not.
-	fastFwd *fastOrigin
-	// group is the domain's origin servers' live state (upstream.go); nil
-	// for a domain without origins.
-	group *origin.Upstream
+	// errLog answers and logs the domain's failed forwards, on both
+	// paths (forward.go); nil for a domain not forwarded.
+	errLog *errorLog
+	// groups are the domain's groups of origin servers (upstream.go):
+	// its routes', in order, then its own; nil for a domain not
+	// forwarded. The last takes every request the others do not
+	// (groupFor).
+	groups []*serverGroup
 	// drains are the servers an operator took out of rotation on this
 	// node (drain.go), consulted by every group of the domain; nil for a
-	// domain without origins.
+	// domain not forwarded.
 	drains *origin.Drains
 	// hsts is the Strict-Transport-Security line of the domain's HTTPS
 	// responses (tls.go); nil without hsts_max_age.
@@ -514,13 +513,8 @@ func (p *Proxy) build(t *rules.Table, old *state, transport http.RoundTripper) (
 		case rd.Respond != nil:
 			d.upstream = staticResponder(rd.Respond)
 		default:
-			d.drains = carryDrains(rd, prev)      // drain.go
-			d.tls = st.originTLS(d.Upstream, old) // origintls.go
-			var rt http.RoundTripper              // the shared transport's
-			if d.tls != nil && d.tls.transport != nil && p.ownTransport {
-				rt = d.tls.transport
-			}
-			if d.group, err = p.newGroup(d, prev, rt); err != nil {
+			d.drains = carryDrains(rd, prev) // drain.go
+			if err = p.newGroups(d, prev, st, old); err != nil {
 				return nil, err
 			}
 			always := slices.ContainsFunc(rd.Rules, func(r *rules.Rule) bool { return r.Headers == rules.HeadersAlways })

@@ -138,15 +138,15 @@ func (p *Proxy) Reload(t *rules.Table, hash string) (ReloadResult, error) {
 func removedServers(old, cur *state) bool {
 	addrs := make(map[string]bool)
 	for _, d := range cur.domains {
-		if d.group != nil {
-			for _, s := range d.group.Servers() {
+		for _, g := range d.groups {
+			for _, s := range g.origins.Servers() {
 				addrs[s.Addr()] = true
 			}
 		}
 	}
 	for _, d := range old.domains {
-		if d.group != nil {
-			for _, s := range d.group.Servers() {
+		for _, g := range d.groups {
+			for _, s := range g.origins.Servers() {
 				if !addrs[s.Addr()] {
 					return true
 				}
@@ -400,6 +400,35 @@ var settings = []setting{
 	reloads("domains[].origin_tls.client_cert_file"),
 	reloads("domains[].origin_tls.client_key_file"),
 	reloads("domains[].origin_tls.insecure_skip_verify"),
+	reloads("domains[].routes[].name"),
+	reloads("domains[].routes[].match.path_prefix"),
+	reloads("domains[].routes[].match.methods"),
+	reloads("domains[].routes[].origins[].url"),
+	reloads("domains[].routes[].origins[].weight"),
+	reloads("domains[].routes[].balance"),
+	reloads("domains[].routes[].hash_key"),
+	reloads("domains[].routes[].health.path"),
+	reloads("domains[].routes[].health.host"),
+	reloads("domains[].routes[].health.interval"),
+	reloads("domains[].routes[].health.timeout"),
+	reloads("domains[].routes[].health.healthy_after"),
+	reloads("domains[].routes[].health.unhealthy_after"),
+	reloads("domains[].routes[].health.expect_status"),
+	reloads("domains[].routes[].passive.enabled"),
+	reloads("domains[].routes[].passive.max_fails"),
+	reloads("domains[].routes[].passive.fail_window"),
+	reloads("domains[].routes[].passive.eject_for"),
+	reloads("domains[].routes[].passive.on"),
+	reloads("domains[].routes[].retries.attempts"),
+	reloads("domains[].routes[].retries.on"),
+	reloads("domains[].routes[].retries.budget"),
+	reloads("domains[].routes[].when_down.status"),
+	reloads("domains[].routes[].when_down.retry_after"),
+	reloads("domains[].routes[].origin_tls.ca_file"),
+	reloads("domains[].routes[].origin_tls.server_name"),
+	reloads("domains[].routes[].origin_tls.client_cert_file"),
+	reloads("domains[].routes[].origin_tls.client_key_file"),
+	reloads("domains[].routes[].origin_tls.insecure_skip_verify"),
 	reloads("domains[].respond.status"),
 	reloads("domains[].respond.body"),
 	reloads("domains[].respond.content_type"),
@@ -625,9 +654,11 @@ func (p *Proxy) Table() *rules.Table { return p.state.Load().table }
 func (st *state) fastOrigins() map[string]bool {
 	addrs := make(map[string]bool)
 	for _, d := range st.domains {
-		if d.fastFwd != nil {
-			for _, pool := range d.fastFwd.pools {
-				addrs[pool.Key()] = true
+		for _, g := range d.groups {
+			if g.fast != nil {
+				for _, pool := range g.fast.pools {
+					addrs[pool.Key()] = true
+				}
 			}
 		}
 	}

@@ -4,9 +4,11 @@ import (
 	"net/http"
 
 	"github.com/edgerate/edge/internal/wire"
+	"github.com/edgerate/edge/rules"
 )
 
-// route finds the domain that serves r's Host. It returns the domain and
+// route finds the domain that serves r's Host (and routeTo, below, the
+// group of its servers that serves r's path). It returns the domain and
 // the host normalised, or nil if it has answered: no domain claims the
 // host (misdirected).
 func (p *Proxy) route(w http.ResponseWriter, r *http.Request, st *state) (*domain, string) {
@@ -19,6 +21,43 @@ func (p *Proxy) route(w http.ResponseWriter, r *http.Request, st *state) (*domai
 		return nil, ""
 	}
 	return d, host
+}
+
+// routeTo is the route step of both request paths, taken once for each
+// request: it gives the exchange the group of its domain's servers that
+// serves it, the first of the domain's routes that matches its method
+// and path, else the domain's own origins. path is the request's path as
+// net/http's URL.Path holds it (decoded), cleaned when cleaned says so:
+// routes match the path rules match, so that "//api/" or a dot segment
+// cannot reach another route's servers than the path they clean to.
+func (ex *exchange) routeTo(path string, cleaned bool) {
+	d := ex.d
+	switch len(d.groups) {
+	case 0: // not forwarded
+		ex.group = nil
+	case 1:
+		ex.group = d.groups[0]
+	default:
+		if !cleaned {
+			path = rules.CleanPath(path)
+		}
+		ex.group = d.groupFor(ex.method, path)
+	}
+}
+
+// groupFor returns the group of d that takes a request with method and
+// path (cleaned): the first route's that matches, else the last group,
+// which takes every request the others do not (the domain's own, or a
+// route that matches every request: rules refuses a config where it
+// would not).
+func (d *domain) groupFor(method, path string) *serverGroup {
+	last := len(d.groups) - 1
+	for _, g := range d.groups[:last] {
+		if g.route.Matches(method, path) {
+			return g
+		}
+	}
+	return d.groups[last]
 }
 
 // lookup returns the domain that claims a normalised host on the public

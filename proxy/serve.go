@@ -41,6 +41,7 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, st *state, now tim
 	}
 	ex := exchanges.Get().(*exchange)
 	ex.st, ex.d, ex.host, ex.method, ex.now, ex.req = st, d, host, r.Method, now, r
+	ex.routeTo(r.URL.Path, false) // route.go: the group of the domain's servers
 	carried := false
 	defer func() {
 		if lw != nil {
@@ -77,7 +78,7 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, st *state, now tim
 	if alt := p.altSvcOn(ex.tls); alt != nil {
 		w.Header()["Alt-Svc"] = alt.value // on every answer; a forward's: forward.go
 	}
-	if d.store != nil || d.Upstream != nil && d.Upstream.Balance == rules.BalanceHash {
+	if d.store != nil || ex.group.hashes() {
 		// Rules key requests by it, and so does a hash group (upstream.go).
 		ex.src, ex.id = p.identify(r, st, host, now) // identify.go
 		if ex.tls != nil {

@@ -8,6 +8,7 @@ import (
 	"net/http/httptrace"
 	"net/textproto"
 	"slices"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -19,17 +20,84 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// A domain's upstream group (rules.Upstream) made live: the servers'
-// state is package origin's (origin.Upstream), which both request paths
-// go through: the net/http path's transport (upstreamTransport, here) and
-// the fast forward (fastforward.go). This file turns the compiled group
-// into the origin component's options, observes it in metrics, and
-// answers a request that no server could take (when_down).
+// A domain's server groups (rules.Upstream: its routes', and its own)
+// made live: the servers' state is package origin's (origin.Upstream),
+// which both request paths go through: the net/http path's transport
+// (upstreamTransport, here) and the fast forward (fastforward.go). This
+// file turns each compiled group into the origin component's options,
+// observes it in metrics, and answers a request that no server could
+// take (when_down). Which group a request goes to is the route step's
+// (route.go).
 
-// newGroup makes d's group from its compiled upstream, keeping the state
-// of the servers that stay in prev's (a reload).
-func (p *Proxy) newGroup(d *domain, prev *domain, transport http.RoundTripper) (*origin.Upstream, error) {
-	ru := d.Upstream
+// serverGroup is one of a domain's groups of servers, made live: a
+// route's, or the domain's own.
+type serverGroup struct {
+	// route is the route whose requests the group takes; nil for the
+	// domain's own origins. name is its name, "" for the domain's own:
+	// the route label of the origin metrics.
+	route *rules.Route
+	name  string
+	up    *rules.Upstream
+	// origins are the servers' live state.
+	origins *origin.Upstream
+	// fast is the group for the fast forward; nil where it does not
+	// apply (fastOriginFor).
+	fast *fastOrigin
+	// tls is the live state of the group's origin_tls (origintls.go);
+	// nil for http or h2c servers.
+	tls *groupTLS
+	// base is the first server's URL, whose path every server of the
+	// group shares: the request's path is joined to it (forward.go).
+	base *url.URL
+}
+
+// group returns d's group named name ("" the domain's own), or nil.
+func (d *domain) group(name string) *serverGroup {
+	for _, g := range d.groups {
+		if g.name == name {
+			return g
+		}
+	}
+	return nil
+}
+
+// newGroups makes d's groups, its routes' and then its own, in st,
+// keeping the state of the servers that stay in the group of the same
+// name in prev's (a reload), and the TLS state of old (origintls.go).
+func (p *Proxy) newGroups(d *domain, prev *domain, st, old *state) error {
+	add := func(route *rules.Route, name string, up *rules.Upstream) error {
+		var was *serverGroup
+		if prev != nil {
+			was = prev.group(name)
+		}
+		gt := st.originTLS(up, old) // origintls.go
+		var rt http.RoundTripper    // the shared transport's
+		if gt != nil && gt.transport != nil && p.ownTransport {
+			rt = gt.transport
+		}
+		g, err := p.newGroup(d.Name, route, name, up, was, rt, d.drains)
+		if err != nil {
+			return err
+		}
+		g.tls = gt
+		d.groups = append(d.groups, g)
+		return nil
+	}
+	for _, r := range d.Routes {
+		if err := add(r, r.Name, r.Upstream); err != nil {
+			return err
+		}
+	}
+	if d.Upstream != nil {
+		return add(nil, "", d.Upstream)
+	}
+	return nil
+}
+
+// newGroup makes the group of domain's route (nil and name "": the
+// domain's own) from its compiled upstream, keeping the state of the
+// servers that stay in prev's (nil for none).
+func (p *Proxy) newGroup(domain string, route *rules.Route, name string, ru *rules.Upstream, prev *serverGroup, transport http.RoundTripper, drains *origin.Drains) (*serverGroup, error) {
 	opts := origin.UpstreamOptions{
 		Balance: origin.Balance(ru.Balance), // the same order (TestBalanceNames)
 		Retries: origin.RetryOptions{Attempts: ru.Retries.Attempts, On: originFailures(ru.Retries.On), Budget: ru.Retries.Budget},
@@ -38,20 +106,19 @@ func (p *Proxy) newGroup(d *domain, prev *domain, transport http.RoundTripper) (
 		opts.Passive = &origin.PassiveOptions{MaxFails: ps.MaxFails, FailWindow: ps.FailWindow, EjectFor: ps.EjectFor, On: originFailures(ps.On)}
 	}
 	if prev != nil {
-		opts.Previous = prev.group
+		opts.Previous = prev.origins
 	}
-	opts.Drains = d.drains
+	opts.Drains = drains // the domain's, for every group of it (drain.go)
 	for _, s := range ru.Servers {
 		opts.Servers = append(opts.Servers, origin.ServerOptions{URL: s.URL, Name: s.Name, Weight: s.Weight, Transport: transport})
 	}
-	name := d.Name
 	m := p.metrics
 	opts.OnEject = func(s *origin.Server, reason string) {
-		p.originWarn("origin server ejected", "domain", name, "server", s.Name, "reason", reason)
+		p.originWarn("origin server ejected", "domain", domain, "route", name, "server", s.Name, "reason", reason)
 	}
 	opts.OnPanic = func() {
-		m.originPanics.WithLabelValues(name).Inc()
-		p.originWarn("origin group in panic mode: fewer than half its servers are healthy, balancing over all", "domain", name)
+		m.originPanics.WithLabelValues(domain, name).Inc()
+		p.originWarn("origin group in panic mode: fewer than half its servers are healthy, balancing over all", "domain", domain, "route", name)
 	}
 	hist := make(map[*origin.Server]prometheus.Observer)
 	opts.OnResponse = func(s *origin.Server, status int, took time.Duration) {
@@ -61,12 +128,15 @@ func (p *Proxy) newGroup(d *domain, prev *domain, transport http.RoundTripper) (
 	}
 	g, err := origin.NewUpstream(opts)
 	if err != nil {
-		return nil, fmt.Errorf("proxy: domain %q: %w", name, err)
+		if route != nil {
+			return nil, fmt.Errorf("proxy: domain %q: route %q: %w", domain, name, err)
+		}
+		return nil, fmt.Errorf("proxy: domain %q: %w", domain, err)
 	}
 	for _, s := range g.Servers() {
-		hist[s] = m.originSeconds.WithLabelValues(name, s.Name)
+		hist[s] = m.originSeconds.WithLabelValues(domain, name, s.Name)
 	}
-	return g, nil
+	return &serverGroup{route: route, name: name, up: ru, origins: g, base: ru.Servers[0].URL}, nil
 }
 
 // originFailures is a rules failure set as origin's (the bits name the
@@ -77,36 +147,48 @@ func originFailures(f rules.Failures) origin.Failure { return origin.Failure(f) 
 func (st *state) checks() []origin.Check {
 	var out []origin.Check
 	for _, d := range st.domains {
-		if d.group == nil || d.Upstream.Health == nil {
-			continue
-		}
-		h := d.Upstream.Health
-		expect := append([]rules.StatusRange(nil), h.Expect...)
-		o := origin.CheckOptions{Path: h.Path, Host: h.Host, Interval: h.Interval, Timeout: h.Timeout,
-			HealthyAfter: h.HealthyAfter, UnhealthyAfter: h.UnhealthyAfter,
-			Expect: func(status int) bool {
-				for _, r := range expect {
-					if status >= r.Min && status <= r.Max {
-						return true
-					}
-				}
-				return false
-			}}
-		spelled := fmt.Sprint(expect)
-		for _, s := range d.group.Servers() {
-			out = append(out, origin.Check{Server: s, Options: o, Expect: spelled})
+		for _, g := range d.groups {
+			out = g.checks(out)
 		}
 	}
 	return out
 }
 
-// groupKey returns the request's key for a hash group (nil for other
+// checks appends the active checks of g's servers to out.
+func (g *serverGroup) checks(out []origin.Check) []origin.Check {
+	h := g.up.Health
+	if h == nil {
+		return out
+	}
+	expect := append([]rules.StatusRange(nil), h.Expect...)
+	o := origin.CheckOptions{Path: h.Path, Host: h.Host, Interval: h.Interval, Timeout: h.Timeout,
+		HealthyAfter: h.HealthyAfter, UnhealthyAfter: h.UnhealthyAfter,
+		Expect: func(status int) bool {
+			for _, r := range expect {
+				if status >= r.Min && status <= r.Max {
+					return true
+				}
+			}
+			return false
+		}}
+	spelled := fmt.Sprint(expect)
+	for _, s := range g.origins.Servers() {
+		out = append(out, origin.Check{Server: s, Options: o, Expect: spelled})
+	}
+	return out
+}
+
+// hashes reports whether g chooses its servers by a key of the request
+// (balance hash), which the request is then identified for.
+func (g *serverGroup) hashes() bool { return g != nil && g.up.Balance == rules.BalanceHash }
+
+// groupKey returns ex's key for its group, a hash group (nil for other
 // policies), appended to b.
-func groupKey(b []byte, d *domain, ex *exchange) []byte {
-	if d.Upstream.Balance != rules.BalanceHash || ex == nil {
+func groupKey(b []byte, ex *exchange) []byte {
+	if !ex.group.hashes() {
 		return nil
 	}
-	return rules.AppendKey(b, d.Upstream.HashKey, &ex.src)
+	return rules.AppendKey(b, ex.group.up.HashKey, &ex.src)
 }
 
 // errOriginDown wraps the failure of a request that no server could
@@ -127,13 +209,14 @@ func noServer(trip *origin.Trip, lastErr error) error {
 func (e errOriginDown) Error() string { return "no origin server could be reached: " + e.err.Error() }
 func (e errOriginDown) Unwrap() error { return e.err }
 
-// downAnswer makes a the answer to a request no server of d could take:
-// when_down's, or else 502, and 503 when the servers are drained (an
-// operator's order, not a failure of theirs: docs/origins.md, "Drain").
-func downAnswer(a *answer, d *domain, drained bool) {
+// downAnswer makes a the answer to a request no server of g could take:
+// when_down's, or else 502 (g nil: 502), and 503 when the servers are
+// drained (an operator's order, not a failure of theirs: docs/origins.md,
+// "Drain").
+func downAnswer(a *answer, g *serverGroup, drained bool) {
 	wd := (*rules.WhenDown)(nil)
-	if d != nil && d.Upstream != nil {
-		wd = d.Upstream.WhenDown
+	if g != nil {
+		wd = g.up.WhenDown
 	}
 	why := ": no origin server could be reached\n"
 	if drained {
@@ -156,27 +239,27 @@ func downAnswer(a *answer, d *domain, drained bool) {
 	a.text(strconv.Itoa(wd.Status) + " " + http.StatusText(wd.Status) + why)
 }
 
-// upstreamTransport carries the net/http path's requests to a domain's
-// group: each try on a server the group chooses, retried on another
-// where the group allows it, each observed (the domain's latency
-// histogram, the origin component's counts) and its connection watched
-// (origin.WithWatch).
+// upstreamTransport carries the net/http path's requests to the group
+// the route step chose (exchange.group): each try on a server the group
+// chooses, retried on another where the group allows it, each observed
+// (the domain's latency histogram, the origin component's counts) and
+// its connection watched (origin.WithWatch).
 type upstreamTransport struct {
 	d  *domain
 	rt http.RoundTripper // for servers without a transport of their own
 }
 
 func (t upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	d, g := t.d, t.d.group
+	d := t.d
 	ex := exchangeOf(req.Context())
+	// Every forward of the domain's carries its exchange (serve.go), with
+	// the group chosen.
+	g := ex.group.origins
 	// The group decides by the request's one reading of the clock; tries
 	// are timed by the wall clock, as the latency histograms are.
-	now := time.Now()
-	if ex != nil {
-		now = ex.now
-	}
+	now := ex.now
 	var kb [128]byte
-	trip := g.Start(now, groupKey(kb[:0], d, ex))
+	trip := g.Start(now, groupKey(kb[:0], ex))
 	// A 1xx passed on to the client is a response byte sent: no retry
 	// after it.
 	var interim atomic.Bool
@@ -184,7 +267,7 @@ func (t upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		Got1xxResponse: func(int, textproto.MIMEHeader) error { interim.Store(true); return nil },
 	})
 	idempotent := origin.Idempotent(req.Method)
-	bodyless, whole := !hasBody(req), ex != nil && ex.body != nil && bufferedWhole(ex.body)
+	bodyless, whole := !hasBody(req), ex.body != nil && bufferedWhole(ex.body)
 	// A body buffered whole is sent again from its buffer: ReverseProxy's
 	// body, closed by the failed try, reads no more.
 	var replay []byte
@@ -289,30 +372,29 @@ func (c originCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	now := c.m.p.now()
 	for _, d := range st.domains {
-		if d.group == nil {
-			continue
-		}
-		for _, s := range d.group.Servers() {
-			for i, n := range s.Responses() {
-				ch <- prometheus.MustNewConstMetric(c.m.originRequests, prometheus.CounterValue, float64(n), d.Name, s.Name, originClasses[i])
+		for _, g := range d.groups {
+			for _, s := range g.origins.Servers() {
+				for i, n := range s.Responses() {
+					ch <- prometheus.MustNewConstMetric(c.m.originRequests, prometheus.CounterValue, float64(n), d.Name, g.name, s.Name, originClasses[i])
+				}
+				ch <- prometheus.MustNewConstMetric(c.m.originInFlight, prometheus.GaugeValue, float64(s.InFlight()), d.Name, g.name, s.Name)
+				healthy := 0.0
+				if s.Healthy(now) {
+					healthy = 1
+				}
+				ch <- prometheus.MustNewConstMetric(c.m.originHealthy, prometheus.GaugeValue, healthy, d.Name, g.name, s.Name)
+				drained := 0.0
+				if d.drains.Drained(s.Name) {
+					drained = 1
+				}
+				ch <- prometheus.MustNewConstMetric(c.m.originDrained, prometheus.GaugeValue, drained, d.Name, g.name, s.Name)
+				passive, active := s.Ejections()
+				ch <- prometheus.MustNewConstMetric(c.m.originEjections, prometheus.CounterValue, float64(passive), d.Name, g.name, s.Name, "passive")
+				ch <- prometheus.MustNewConstMetric(c.m.originEjections, prometheus.CounterValue, float64(active), d.Name, g.name, s.Name, "active")
 			}
-			ch <- prometheus.MustNewConstMetric(c.m.originInFlight, prometheus.GaugeValue, float64(s.InFlight()), d.Name, s.Name)
-			healthy := 0.0
-			if s.Healthy(now) {
-				healthy = 1
+			for outcome, n := range g.origins.RetryCounts() {
+				ch <- prometheus.MustNewConstMetric(c.m.originRetries, prometheus.CounterValue, float64(n), d.Name, g.name, outcome)
 			}
-			ch <- prometheus.MustNewConstMetric(c.m.originHealthy, prometheus.GaugeValue, healthy, d.Name, s.Name)
-			drained := 0.0
-			if d.drains.Drained(s.Name) {
-				drained = 1
-			}
-			ch <- prometheus.MustNewConstMetric(c.m.originDrained, prometheus.GaugeValue, drained, d.Name, s.Name)
-			passive, active := s.Ejections()
-			ch <- prometheus.MustNewConstMetric(c.m.originEjections, prometheus.CounterValue, float64(passive), d.Name, s.Name, "passive")
-			ch <- prometheus.MustNewConstMetric(c.m.originEjections, prometheus.CounterValue, float64(active), d.Name, s.Name, "active")
-		}
-		for outcome, n := range d.group.RetryCounts() {
-			ch <- prometheus.MustNewConstMetric(c.m.originRetries, prometheus.CounterValue, float64(n), d.Name, outcome)
 		}
 	}
 }
@@ -331,8 +413,12 @@ type originsView struct {
 	Domains []originDomainView `json:"domains"`
 }
 
+// originDomainView is one of a domain's groups: a route's (Route its
+// name, Match what it takes), or the domain's own (Route "").
 type originDomainView struct {
 	Domain  string             `json:"domain"`
+	Route   string             `json:"route"`
+	Match   *originMatchView   `json:"match,omitempty"`
 	Balance string             `json:"balance"`
 	Checked bool               `json:"checked"` // health is set
 	Passive bool               `json:"passive"`
@@ -355,6 +441,13 @@ type originServerView struct {
 	Requests     map[string]uint64 `json:"requests"`
 }
 
+// originMatchView is what a route takes: a path prefix ("" any) and
+// methods (none: any).
+type originMatchView struct {
+	PathPrefix string   `json:"path_prefix"`
+	Methods    []string `json:"methods"`
+}
+
 type originCheckView struct {
 	At      time.Time `json:"at"`
 	Outcome string    `json:"outcome"`
@@ -365,38 +458,46 @@ func (p *Proxy) originsView() originsView {
 	now := p.now()
 	v := originsView{Domains: []originDomainView{}}
 	for _, d := range st.domains {
-		if d.group == nil {
-			continue
+		for _, g := range d.groups {
+			v.Domains = append(v.Domains, g.view(d.Name, d.drains, now))
 		}
-		dv := originDomainView{Domain: d.Name, Balance: d.Upstream.Balance.String(), Checked: d.Upstream.Health != nil,
-			Passive: d.Upstream.Passive != nil, Panics: d.group.Panics(), Retries: d.group.RetryCounts()}
-		for _, s := range d.group.Servers() {
-			passive, active := s.Ejections()
-			sv := originServerView{Server: s.Name, Weight: s.Weight, Healthy: s.Healthy(now), Drained: d.drains.Drained(s.Name), InFlight: s.InFlight(),
-				Ejections: map[string]uint64{"passive": passive, "active": active}, Requests: map[string]uint64{}}
-			if until := s.EjectedUntil(); until.After(now) {
-				sv.EjectedUntil = &until
-			}
-			if at, outcome := s.LastCheck(); !at.IsZero() {
-				sv.LastCheck = &originCheckView{At: at, Outcome: outcome}
-			}
-			for i, n := range s.Responses() {
-				sv.Requests[originClasses[i]] = n
-			}
-			dv.Servers = append(dv.Servers, sv)
-		}
-		v.Domains = append(v.Domains, dv)
 	}
 	return v
 }
 
-// grouped is v with only the domains of several servers, active checks
-// or a server drained: what the status page shows (a lone origin is in
-// its domain's settings already).
+// view is g's entry in GET /v1/origins at now, with the servers drained
+// in drains (the domain's).
+func (g *serverGroup) view(domain string, drains *origin.Drains, now time.Time) originDomainView {
+	dv := originDomainView{Domain: domain, Route: g.name, Balance: g.up.Balance.String(), Checked: g.up.Health != nil,
+		Passive: g.up.Passive != nil, Panics: g.origins.Panics(), Retries: g.origins.RetryCounts()}
+	if r := g.route; r != nil {
+		dv.Match = &originMatchView{PathPrefix: r.PathPrefix, Methods: append([]string{}, r.Methods...)}
+	}
+	for _, s := range g.origins.Servers() {
+		passive, active := s.Ejections()
+		sv := originServerView{Server: s.Name, Weight: s.Weight, Healthy: s.Healthy(now), Drained: drains.Drained(s.Name), InFlight: s.InFlight(),
+			Ejections: map[string]uint64{"passive": passive, "active": active}, Requests: map[string]uint64{}}
+		if until := s.EjectedUntil(); until.After(now) {
+			sv.EjectedUntil = &until
+		}
+		if at, outcome := s.LastCheck(); !at.IsZero() {
+			sv.LastCheck = &originCheckView{At: at, Outcome: outcome}
+		}
+		for i, n := range s.Responses() {
+			sv.Requests[originClasses[i]] = n
+		}
+		dv.Servers = append(dv.Servers, sv)
+	}
+	return dv
+}
+
+// grouped is v with only the groups of several servers or active
+// checks, and routes: what the status page shows (a domain's lone origin
+// is in its settings already).
 func (v originsView) grouped() originsView {
 	out := originsView{Domains: []originDomainView{}}
 	for _, d := range v.Domains {
-		if len(d.Servers) > 1 || d.Checked || slices.ContainsFunc(d.Servers, func(s originServerView) bool { return s.Drained }) {
+		if len(d.Servers) > 1 || d.Checked || d.Route != "" || slices.ContainsFunc(d.Servers, func(s originServerView) bool { return s.Drained }) {
 			out.Domains = append(out.Domains, d)
 		}
 	}

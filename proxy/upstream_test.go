@@ -173,10 +173,10 @@ func TestGroupRoundRobinBothPaths(t *testing.T) {
 	}
 	body := metricsBody(t, ge.env)
 	for _, want := range []string{
-		fmt.Sprintf(`edge_origin_requests_total{code_class="2xx",domain="api",server=%q} 40`, a.URL),
-		fmt.Sprintf(`edge_origin_healthy{domain="api",server=%q} 1`, b.URL),
-		fmt.Sprintf(`edge_origin_in_flight{domain="api",server=%q} 0`, c.URL),
-		fmt.Sprintf(`edge_origin_response_seconds_count{domain="api",server=%q} 20`, c.URL),
+		fmt.Sprintf(`edge_origin_requests_total{code_class="2xx",domain="api",route="",server=%q} 40`, a.URL),
+		fmt.Sprintf(`edge_origin_healthy{domain="api",route="",server=%q} 1`, b.URL),
+		fmt.Sprintf(`edge_origin_in_flight{domain="api",route="",server=%q} 0`, c.URL),
+		fmt.Sprintf(`edge_origin_response_seconds_count{domain="api",route="",server=%q} 20`, c.URL),
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %s", want)
@@ -232,7 +232,7 @@ func TestGroupRetriesConnectErrors(t *testing.T) {
 			}
 		}
 	})
-	if n := ge.proxy.state.Load().domains[0].group.RetryCounts()["sent"]; n != 12 {
+	if n := ge.proxy.state.Load().domains[0].groups[0].origins.RetryCounts()["sent"]; n != 12 {
 		t.Errorf("retries sent %d, want 12 (one every other request)", n)
 	}
 }
@@ -313,7 +313,7 @@ func TestGroupPassiveEjectionAndRecovery(t *testing.T) {
 		a.mode.Store("503")
 	})
 	body := metricsBody(t, ge.env)
-	if want := fmt.Sprintf(`edge_origin_ejections_total{domain="api",reason="passive",server=%q} 2`, a.URL); !strings.Contains(body, want) {
+	if want := fmt.Sprintf(`edge_origin_ejections_total{domain="api",reason="passive",route="",server=%q} 2`, a.URL); !strings.Contains(body, want) {
 		t.Errorf("metrics lack %s", want)
 	}
 }
@@ -511,7 +511,7 @@ func TestGroupRetryHoldsOneSlot(t *testing.T) {
 			}
 		}
 	})
-	if n := ge.proxy.state.Load().domains[0].group.RetryCounts()["sent"]; n < 2 {
+	if n := ge.proxy.state.Load().domains[0].groups[0].origins.RetryCounts()["sent"]; n < 2 {
 		t.Errorf("retries sent %d, want some", n)
 	}
 }
@@ -523,7 +523,7 @@ func TestGroupActiveChecks(t *testing.T) {
 	dc := rules.DomainConfig{UpstreamConfig: rules.UpstreamConfig{Origins: origins(a.URL, b.URL),
 		Health: &rules.HealthConfig{Path: "/healthz", Interval: 100 * time.Millisecond, Timeout: 50 * time.Millisecond, UnhealthyAfter: 1, HealthyAfter: 1}}}
 	ge := newGroupEnv(t, dc, rules.TimeoutsConfig{})
-	s := ge.proxy.state.Load().domains[0].group.Servers()[0]
+	s := ge.proxy.state.Load().domains[0].groups[0].origins.Servers()[0]
 	a.mode.Store("503")
 	wait.For(t, 5*time.Second, "the checks to take a out", func() bool { return !s.Healthy(ge.clock.Now()) })
 	a.mode.Store("ok")

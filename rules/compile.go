@@ -255,7 +255,15 @@ func checkOriginLoops(p *problems, t *Table, cfg Config) {
 	}
 	servers(map[bool]string{false: "origin", true: "origins"}[len(cfg.Origins) > 0], t.topServers, len(cfg.Origins) > 0)
 	for i, d := range t.Domains {
-		if i >= len(cfg.Domains) || d.Upstream == nil {
+		if i >= len(cfg.Domains) {
+			continue
+		}
+		for j, r := range d.Routes {
+			if r.Upstream != nil {
+				servers(fmt.Sprintf("domains[%d].routes[%d].origins", i, j), r.Upstream.Servers, true)
+			}
+		}
+		if d.Upstream == nil {
 			continue
 		}
 		switch dc := cfg.Domains[i]; {

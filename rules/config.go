@@ -316,6 +316,11 @@ type DomainConfig struct {
 	// UpstreamConfig is the domain's servers and how they are balanced,
 	// checked and retried; each section set here replaces the top level's.
 	UpstreamConfig `mapstructure:",squash"`
+	// Routes send the requests they match to server groups of their
+	// own, the first route that matches; a request none matches goes to
+	// the domain's origins (docs/origins.md, "Routes"). At most
+	// MaxRoutes.
+	Routes []RouteConfig `mapstructure:"routes"`
 	// Respond answers every request that passes the rules with a static
 	// response instead of proxying. It excludes Origin.
 	Respond *ResponseConfig `mapstructure:"respond"`
@@ -611,6 +616,30 @@ type UpstreamConfig struct {
 	// (default: verified against the system's roots, for the URL's host,
 	// without a client certificate).
 	OriginTLS *OriginTLSConfig `mapstructure:"origin_tls"`
+}
+
+// RouteConfig is one of a domain's routes: the requests Match selects go
+// to the route's own group of servers. Every key of UpstreamConfig is
+// the route's group's; one the route does not set is the domain's (its
+// own, or the top level's), but for Origins, which a route must set.
+type RouteConfig struct {
+	// Name labels the route in metrics and the admin API; required,
+	// unique within the domain, in [A-Za-z0-9_.-].
+	Name string `mapstructure:"name"`
+	// Match selects the route's requests; nil (or empty) selects every
+	// request.
+	Match          *RouteMatchConfig `mapstructure:"match"`
+	UpstreamConfig `mapstructure:",squash"`
+}
+
+// RouteMatchConfig selects a route's requests by path and method.
+type RouteMatchConfig struct {
+	// PathPrefix, when set, starts with "/"; compared as a rule's is,
+	// with the request's decoded, cleaned path.
+	PathPrefix string `mapstructure:"path_prefix"`
+	// Methods, when set, are HTTP methods; they are upper-cased, and a
+	// request's method is compared exactly (RFC 9110, 9.1).
+	Methods []string `mapstructure:"methods"`
 }
 
 // OriginConfig is one server of an upstream group.

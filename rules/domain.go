@@ -55,6 +55,10 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 			d.NoAccessLog = true
 		}
 		uc, at := upstreamSource(dc, cfg.UpstreamConfig, path)
+		all := -1 // the first route that matches every request (route.go)
+		if d.Proxied && dc.Respond == nil {
+			all = compileRoutes(p, d, path, dc, uc, at)
+		}
 		switch {
 		case !d.Proxied: // compileServe reported an origin or respond
 		case dc.Origin != "" && len(dc.Origins) > 0:
@@ -63,6 +67,10 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 			p.add(path, "set origin or respond, not both")
 		case len(dc.Origins) > 0 && dc.Respond != nil:
 			p.add(path, "set origins or respond, not both")
+		case all >= 0 && (dc.Origin != "" || len(dc.Origins) > 0):
+			p.add(path+".origin"+map[bool]string{true: "s"}[len(dc.Origins) > 0],
+				"is never used: routes[%d] (%s) matches every request (remove it, or give that route a match)", all, d.Routes[all].Name)
+		case all >= 0: // the top level's origins take no request of the domain
 		case dc.Origin != "":
 			if u := parseOrigin(p, path+".origin", dc.Origin); u != nil {
 				d.Upstream = compileUpstream(p, uc, at, []OriginServer{{URL: u, Name: u.Redacted(), Weight: 1}}, firstExactHost(d.Hosts))
@@ -83,6 +91,8 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 				}
 				d.Upstream = compileUpstream(p, uc, at, servers, firstExactHost(d.Hosts))
 			}
+		case len(dc.Routes) > 0:
+			p.add(path+".routes", "a request no route matches goes to the domain's origins, and it has none: set origin or origins here or at the top level, or end routes with a route that matches every request (one without match)")
 		default:
 			p.add(path, "no upstream: set origin, origins or respond here, or origin or origins at the top level (or serve check, to answer only the check listener)")
 		}
@@ -95,7 +105,7 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 				set bool
 			}{{"balance", dc.Balance != ""}, {"hash_key", dc.HashKey != nil}, {"health", dc.Health != nil},
 				{"passive", dc.Passive != nil}, {"retries", dc.Retries != nil}, {"when_down", dc.WhenDown != nil},
-				{"origin_tls", dc.OriginTLS != nil}} {
+				{"origin_tls", dc.OriginTLS != nil}, {"routes", len(dc.Routes) > 0}} {
 				if k.set {
 					p.add(path+"."+k.key, "applies only to a domain forwarded to origins")
 				}

@@ -85,29 +85,8 @@ func compileRule(p *problems, domainPath string, j int, rc RuleConfig, names map
 	r.Headers = headerSpelling.parse(p, path+".headers", rc.Headers)
 
 	if m := rc.Match; m != nil {
-		if m.PathPrefix != "" && m.PathPrefix[0] != '/' {
-			p.add(path+".match.path_prefix", "must start with \"/\", got %q", m.PathPrefix)
-		} else if reason := unmatchablePrefix(m.PathPrefix); reason != "" {
-			// Rules match the decoded, cleaned path: such a prefix could
-			// never match, and the rule would silently never apply.
-			p.add(path+".match.path_prefix", "%s, got %q", reason, m.PathPrefix)
-		}
-		r.PathPrefix = m.PathPrefix
-		seen := make(map[string]int)
-		for k, raw := range m.Methods {
-			mpath := fmt.Sprintf("%s.match.methods[%d]", path, k)
-			if !wire.IsToken(raw) {
-				p.add(mpath, "must be an HTTP method (a token), got %q", raw)
-				continue
-			}
-			up := strings.ToUpper(raw)
-			if prev, dup := seen[up]; dup {
-				p.add(mpath, "%q duplicates match.methods[%d]", raw, prev)
-				continue
-			}
-			seen[up] = k
-			r.Methods = append(r.Methods, up)
-		}
+		r.PathPrefix = compilePathPrefix(p, path+".match.path_prefix", m.PathPrefix)
+		r.Methods = compileMethods(p, path+".match.methods", m.Methods)
 		r.MatchHeaders = compileHeaderMatch(p, path+".match.headers", m.Headers)
 	}
 
@@ -450,6 +429,41 @@ func compileResponse(p *problems, path string, rc ResponseConfig, minStatus, max
 // unmatchablePrefix says why a path prefix can never match the normalised
 // path rules see (percent-decoded, "//" merged, dot segments refused,
 // ";params" cut), or is written as a pattern, or "".
+// compilePathPrefix checks a match's path_prefix (at path): rules,
+// routes and priorities match the decoded, cleaned path, which a prefix
+// unmatchablePrefix refuses could never match, and what it selects
+// would silently never apply.
+func compilePathPrefix(p *problems, path, prefix string) string {
+	if prefix != "" && prefix[0] != '/' {
+		p.add(path, "must start with \"/\", got %q", prefix)
+	} else if reason := unmatchablePrefix(prefix); reason != "" {
+		p.add(path, "%s, got %q", reason, prefix)
+	}
+	return prefix
+}
+
+// compileMethods checks a match's methods (at path) and returns them
+// upper-cased, nil for none.
+func compileMethods(p *problems, path string, methods []string) []string {
+	var out []string
+	seen := make(map[string]int)
+	for k, raw := range methods {
+		mpath := fmt.Sprintf("%s[%d]", path, k)
+		if !wire.IsToken(raw) {
+			p.add(mpath, "must be an HTTP method (a token), got %q", raw)
+			continue
+		}
+		up := strings.ToUpper(raw)
+		if prev, dup := seen[up]; dup {
+			p.add(mpath, "%q duplicates match.methods[%d]", raw, prev)
+			continue
+		}
+		seen[up] = k
+		out = append(out, up)
+	}
+	return out
+}
+
 func unmatchablePrefix(p string) string {
 	switch {
 	case strings.Contains(p, "//"):

@@ -198,12 +198,7 @@ func compileShed(p *problems, path string, dc DomainConfig) *Shed {
 			}
 			pr.Host = h
 		}
-		if m.PathPrefix != "" && m.PathPrefix[0] != '/' {
-			p.add(pp+".match.path_prefix", "must start with \"/\", got %q", m.PathPrefix)
-		} else if reason := unmatchablePrefix(m.PathPrefix); reason != "" {
-			p.add(pp+".match.path_prefix", "%s, got %q", reason, m.PathPrefix)
-		}
-		pr.PathPrefix = m.PathPrefix
+		pr.PathPrefix = compilePathPrefix(p, pp+".match.path_prefix", m.PathPrefix)
 		for k, raw := range m.Methods {
 			if !wire.IsToken(raw) {
 				p.add(fmt.Sprintf("%s.match.methods[%d]", pp, k), "must be an HTTP method (a token), got %q", raw)

@@ -120,13 +120,18 @@ type Domain struct {
 	Hosts []string // normalised like wire.NormalizeHost, config order, "*" and "*.suffix" included
 
 	// Origin is the upstream (the domain's own or the top-level one);
-	// nil exactly when Respond is set or the domain is not Proxied.
+	// nil when Respond is set, the domain is not Proxied, or its routes
+	// leave no request to its origins (Routes).
 	Origin *url.URL
 	// Upstream is the domain's group of origin servers (the domain's own
 	// or the top level's; Origin is its first server's URL); nil exactly
 	// when Origin is.
 	Upstream *Upstream
-	Respond  *Response
+	// Routes are the domain's routes, in config order: a request goes
+	// to the group of the first that matches it, else to Upstream. When
+	// Upstream is nil the last route matches every request.
+	Routes  []*Route
+	Respond *Response
 
 	// Proxied says the public listener serves the domain; Checked, that
 	// the check listener answers questions about it (serve). A domain
@@ -375,13 +380,19 @@ const MaxFineLimit = 65535
 // byte prefix, and method exactly (methods are case-sensitive, RFC 9110
 // §9.1). Matches does not allocate.
 func (r *Rule) Matches(method, path string) bool {
-	if !strings.HasPrefix(path, r.PathPrefix) {
+	return matches(r.PathPrefix, r.Methods, method, path)
+}
+
+// matches reports whether a request with method and path has prefix and
+// is of methods (nil: any), compared exactly.
+func matches(prefix string, methods []string, method, path string) bool {
+	if !strings.HasPrefix(path, prefix) {
 		return false
 	}
-	if r.Methods == nil {
+	if methods == nil {
 		return true
 	}
-	for _, m := range r.Methods {
+	for _, m := range methods {
 		if m == method {
 			return true
 		}

@@ -94,7 +94,8 @@ func TestCountingKeysDecode(t *testing.T) {
 // TestDocsAlgorithmsExample: the rules docs/algorithms.md's "Algorithms" shows load,
 // and RateLimit-Policy is as docs/algorithms.md says for its token bucket.
 func TestDocsAlgorithmsExample(t *testing.T) {
-	section, example := docSection(t, "docs/algorithms.md", "Algorithms"), docExample(t, "docs/algorithms.md", "Algorithms")
+	section := docSection(t, "docs/algorithms.md", "Algorithms")
+	example := docYAML(t, "docs/algorithms.md", "Algorithms", section)
 	cfg := "domains:\n  - hosts: [\"*\"]\n    respond: {body: ok}\n" + indent(example, "    ")
 	table, err := parseConfig([]byte(cfg))
 	if err != nil {

@@ -41,7 +41,7 @@ func newDiffTLS(t testing.TB) *diffTLS {
 	ca := newTestCA(t, dir)
 	ca.issue(t, dir, "diff", 24*time.Hour, "api.example.com", "www.example.com", "asked.example.com",
 		"plain.example.com", "limited.example.com", "small.example.com", "stream.example.com", "once.example.com",
-		"tok.example.com", "anon.example.com", "gql.example.com", "plans.example.com")
+		"tok.example.com", "anon.example.com", "gql.example.com", "plans.example.com", "routed.example.com")
 	return &diffTLS{dir: dir, client: &tls.Config{ServerName: "api.example.com", RootCAs: ca.pool}}
 }
 

@@ -530,7 +530,14 @@ func checkDashboardPromQL(t *testing.T, promtool string, queries []dashboardQuer
 // failing t without one.
 func docExample(t *testing.T, path, title string) string {
 	t.Helper()
-	_, example, ok := strings.Cut(docSection(t, path, title), "```yaml\n")
+	return docYAML(t, path, title, docSection(t, path, title))
+}
+
+// docYAML returns the first yaml block of section, the text of path's
+// section docSection returned.
+func docYAML(t *testing.T, path, title, section string) string {
+	t.Helper()
+	_, example, ok := strings.Cut(section, "```yaml\n")
 	if !ok {
 		t.Fatalf("%s's %s has no yaml example", path, title)
 	}

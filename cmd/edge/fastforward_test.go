@@ -200,6 +200,15 @@ func (o *rawOrigin) group(t testing.TB) string {
 	return "origins: [" + strings.Join(urls, ", ") + "]"
 }
 
+// config is cfg (fwdConfig's form) for o: its top level's origin is
+// o.group, a route's ORIGIN the group's first server (server-0), and
+// TRUST is trust.
+func (o *rawOrigin) config(t testing.TB, cfg, trust string) string {
+	group := o.group(t)
+	first, _, _ := strings.Cut(strings.TrimPrefix(group, `origins: [{url: "`), `"`)
+	return strings.NewReplacer("origin: ORIGIN", group, "ORIGIN", first, "TRUST", trust).Replace(cfg)
+}
+
 // originState is where a rawOrigin's connection is: waiting for a
 // request with nothing read of it.
 type originState struct {
@@ -397,7 +406,9 @@ func (o *rawOrigin) take(t *testing.T) string {
 	return got
 }
 
-// fwdConfig: a domain with no rules, and one whose rule allows everything.
+// fwdConfig: a domain with no rules, one whose rule allows everything,
+// and one with routes (to ORIGIN's first server alone) that allows
+// everything.
 const fwdConfig = `
 origin: ORIGIN
 max_keys: 1000
@@ -409,6 +420,13 @@ domains:
     hosts: [limited.example.com]
     rules:
       - {name: per-ip, limit: 1000000, period: 1m, key: [ip]}
+  - name: routed
+    hosts: [routed.example.com]
+    rules:
+      - {name: all, limit: 1000000, period: 1m, key: [ip]}
+    routes:
+      - {name: chunked, match: {path_prefix: /r/chunked}, origins: [{url: ORIGIN}]}
+      - {name: heads, match: {methods: [HEAD]}, origins: [{url: ORIGIN}]}
 `
 
 func TestFastForwardDifferential(t *testing.T) {
@@ -475,6 +493,13 @@ func forwardSeqs() []forwardSeq {
 			get("plain.example.com", "/a\"b/cl"), get("plain.example.com", "/a{b}/cl"), get("plain.example.com", "//double/cl"),
 		}, true},
 		forwardSeq{"ipv6 host", []string{get("[::1]:80", "/r/cl")}, true},
+		// Routes: the route each path and method takes, on both paths
+		// alike (the metrics' route label), hostile spellings included.
+		forwardSeq{"routes", append(reqs("routed.example.com", []string{"cl", "chunked", "trailer"}),
+			get("routed.example.com", "//r/chunked"), get("routed.example.com", "/r/%63hunked"),
+			get("routed.example.com", "/r;x=1/chunked"), get("routed.example.com", "/r/x/../chunked"),
+			get("routed.example.com", "/r/%2e%2e/r/chunked"), get("routed.example.com", "/R/chunked"),
+			"POST /r/chunked HTTP/1.1\r\nHost: routed.example.com\r\nContent-Length: 2\r\n\r\nab"), true},
 	)
 	// The responses that end their connection, each on its own (in the
 	// sequences above only the first of them is reached), after two that
@@ -526,7 +551,7 @@ func runForwardSeqTo(t *testing.T, sq forwardSeq, trust bool, fix *diffTLS, of *
 		}
 		// Three servers, all the one raw origin: the group's choice,
 		// retries and pools run on both paths (origin.Upstream).
-		cfg = strings.NewReplacer("origin: ORIGIN", origin.group(t), "TRUST", trustLine).Replace(cfg)
+		cfg = origin.config(t, cfg, trustLine)
 		ds := startConfigOver(t, cfg, fast, fix)
 		got[i] = []heard{hear(sq.steps, exchange(t, ds, sq.steps, sq.wait, false))}
 		want[i] = origin.received(t)
@@ -541,6 +566,13 @@ func runForwardSeqTo(t *testing.T, sq forwardSeq, trust bool, fix *diffTLS, of *
 	sidesAgree(t, got, want, metrics)
 	if lines[0] != lines[1] {
 		t.Errorf("access log lines differ:\nfast path\n%s\nslow path\n%s", lines[0], lines[1])
+	}
+	if sq.name == "routes" {
+		for _, route := range []string{"chunked", "heads"} {
+			if zero := fmt.Sprintf(`edge_origin_requests_total{code_class="2xx",domain="routed",route=%q,server="server-0"} 0`, route); strings.Contains(metrics[0], zero) {
+				t.Errorf("route %s took no request:\n%s", route, zero)
+			}
+		}
 	}
 	if strings.HasPrefix(sq.name, "responses") && answered == 0 {
 		t.Errorf("the fast path forwarded nothing")

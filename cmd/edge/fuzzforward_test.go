@@ -67,7 +67,7 @@ func FuzzForwardDifferential(f *testing.F) {
 	}
 	start := func(cfg string, fast bool, fix *diffTLS) side {
 		o := newRawOrigin(f, nil, nil, script)
-		cfg = strings.NewReplacer("origin: ORIGIN", o.group(f), "TRUST", "").Replace(cfg) // three servers
+		cfg = o.config(f, cfg, "") // three servers
 		return side{startConfigOver(f, cfg, fast, fix), o}
 	}
 	pairs := [][2]side{ // fastpath true and false

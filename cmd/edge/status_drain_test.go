@@ -37,7 +37,7 @@ const poll = setInterval(() => {
   }
   const b = document.querySelector('button.drain[data-server="' + server + '"]');
   if (!b || b.disabled) return;
-  const rotation = b.closest('tr').cells[4].textContent;
+  const rotation = b.closest('tr').cells[6].textContent;
   const step = body.step || '';
   if (step === '' && b.dataset.action === 'drain') {
     body.step = 'drain'; body.before = rotation; b.click();

@@ -358,7 +358,7 @@
   function renderOrigins(_, origins) {
     // Domains of several servers or active checks, as the page's own
     // rendering (a lone origin is in its domain's settings already).
-    const groups = ((origins && origins.domains) || []).filter(d => d.servers.length > 1 || d.checked || d.servers.some(s => s.drained));
+    const groups = ((origins && origins.domains) || []).filter(d => d.servers.length > 1 || d.checked || d.route || d.servers.some(s => s.drained));
     if (!groups.length) return null;
     const dash = '–';
     const rows = [];
@@ -366,6 +366,8 @@
       for (const s of d.servers) {
         rows.push(el('tr', null,
           el('th', { scope: 'row' }, d.domain),
+          el('td', null, d.route || dash),
+          el('td', null, d.match ? [el('code', null, d.match.path_prefix || '/'), d.match.methods.map(m => ' ' + m).join('')] : 'the rest'),
           el('td', null, s.server),
           el('td', null, String(s.weight)),
           el('td', null, el('span', { class: s.healthy ? 'ok' : 'bad' }, s.healthy ? 'healthy' : 'out')),
@@ -383,7 +385,7 @@
     return el('section', { class: 'panel wide', 'aria-labelledby': 'h-origins' },
       el('h2', { id: 'h-origins' }, 'Origins'),
       table('origins', 'Origin servers by domain', 'origins-t',
-        ['Domain', 'Server', 'Weight', 'Health', 'Rotation', 'In flight', 'Last check', 'Ejections', 'Drain'], rows));
+        ['Domain', 'Route', 'Takes', 'Server', 'Weight', 'Health', 'Rotation', 'In flight', 'Last check', 'Ejections', 'Drain'], rows));
   }
 
   function renderDomain(i, d, fig, times, tops) {
@@ -407,7 +409,7 @@
     const ruleFig = name => f.rules.find(r => r.name === name);
     const children = [
       el('h3', { id: id }, d.name),
-      facts([['Hosts', d.hosts.join(', ')], d.respond ? ['Answers', 'a static response'] : ['Origin', d.origin || '–']]),
+      facts([['Hosts', d.hosts.join(', ')], d.respond ? ['Answers', 'a static response'] : ['Origin', d.origin || '–']].concat(d.routes ? [['Routes', d.routes.join(', ')]] : [])),
       el('div', { class: 'pair' }, chart(id + '-chart', d.name, times, f.served, f.blocked), figures),
     ];
     if (d.rules.length) {

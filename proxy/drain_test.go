@@ -405,3 +405,48 @@ func TestStatusPageDrainRequest(t *testing.T) {
 		t.Errorf("once drained the page lacks a's Undrain button %s and its drained rotation", button("undrain", "Undrain"))
 	}
 }
+
+// TestDrainInEveryRoute: a server in a route's group and in the domain's
+// own is drained in both by one drain: neither the route's requests nor
+// the rest reach it, on either path; undrained, both do again.
+func TestDrainInEveryRoute(t *testing.T) {
+	a, b, c := startGroupOrigin(t, "a"), startGroupOrigin(t, "b"), startGroupOrigin(t, "c")
+	dc := rules.DomainConfig{
+		UpstreamConfig: rules.UpstreamConfig{Origins: origins(a.URL, c.URL)},
+		Routes: []rules.RouteConfig{{Name: "api", Match: &rules.RouteMatchConfig{PathPrefix: "/api/"},
+			UpstreamConfig: rules.UpstreamConfig{Origins: origins(a.URL, b.URL)}}},
+	}
+	ge := newGroupEnv(t, dc, rules.TimeoutsConfig{})
+	var v drainView
+	if code, _ := admin(t, ge.proxy, "POST", drainPath("drain", "api", a.URL), &v); code != 200 || !v.Drained || !v.Changed {
+		t.Fatalf("drain: %d %+v", code, v)
+	}
+	ge.paths(t, func(t *testing.T, addr string) {
+		for range 6 {
+			if st, body := ge.get(addr, "/api/x"); st != 200 || body != "b" {
+				t.Errorf("/api/x: %d %q, want 200 from b (a drained in the route)", st, body)
+			}
+			if st, body := ge.get(addr, "/x"); st != 200 || body != "c" {
+				t.Errorf("/x: %d %q, want 200 from c (a drained in the domain's own group)", st, body)
+			}
+		}
+	})
+	if n := a.got.Load(); n != 0 {
+		t.Errorf("the drained server got %d requests, want 0", n)
+	}
+	for _, route := range []string{"", "api"} {
+		if body := metricsBody(t, ge.env); !strings.Contains(body, fmt.Sprintf(`edge_origin_drained{domain="api",route=%q,server=%q} 1`, route, a.URL)) {
+			t.Errorf("metrics lack edge_origin_drained 1 for a in route %q", route)
+		}
+	}
+	admin(t, ge.proxy, "POST", drainPath("undrain", "api", a.URL), nil)
+	seen := false
+	for range 4 {
+		if _, body := ge.get(ge.slow, "/api/x"); body == "a" {
+			seen = true
+		}
+	}
+	if !seen {
+		t.Error("undrained, a got none of 4 requests of the route (round robin over a and b)")
+	}
+}

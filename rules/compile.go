@@ -130,6 +130,7 @@ func Compile(cfg Config) (*Table, error) {
 			t.topServers, t.Origin = servers, servers[0].URL
 		}
 	}
+	t.topQueue = compileOriginQueue(&p, "", cfg.OriginQueue)
 
 	t.MaxKeys = cfg.MaxKeys
 	if t.MaxKeys == 0 {

@@ -88,13 +88,18 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 		}
 		if d.Upstream != nil {
 			d.Origin = d.Upstream.Servers[0].URL
+			d.OriginQueue = t.topQueue
+			if dc.OriginQueue != nil {
+				d.OriginQueue = compileOriginQueue(p, path, dc.OriginQueue)
+			}
 		}
 		if !d.Proxied || d.Respond != nil {
 			for _, k := range []struct {
 				key string
 				set bool
 			}{{"balance", dc.Balance != ""}, {"hash_key", dc.HashKey != nil}, {"health", dc.Health != nil},
-				{"passive", dc.Passive != nil}, {"retries", dc.Retries != nil}, {"when_down", dc.WhenDown != nil}} {
+				{"passive", dc.Passive != nil}, {"retries", dc.Retries != nil}, {"when_down", dc.WhenDown != nil},
+				{"origin_queue", dc.OriginQueue != nil}} {
 				if k.set {
 					p.add(path+"."+k.key, "applies only to a domain forwarded to origins")
 				}

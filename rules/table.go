@@ -38,6 +38,8 @@ type Table struct {
 	// topServers are the top level's origin or origins, compiled once;
 	// nil when none is set or they are invalid.
 	topServers []OriginServer
+	// topQueue is the top level's origin_queue, compiled once.
+	topQueue OriginQueue
 
 	MaxKeys int // keys tracked across all domains
 
@@ -126,7 +128,10 @@ type Domain struct {
 	// or the top level's; Origin is its first server's URL); nil exactly
 	// when Origin is.
 	Upstream *Upstream
-	Respond  *Response
+	// OriginQueue is where the domain's requests wait for a server below
+	// its max_in_flight (the domain's own or the top level's).
+	OriginQueue OriginQueue
+	Respond     *Response
 
 	// Proxied says the public listener serves the domain; Checked, that
 	// the check listener answers questions about it (serve). A domain

@@ -437,7 +437,7 @@ domains:
 		{"huge max_in_flight", "domains: [{hosts: [a.example.com], origins: [{url: http://a}, {url: http://b, max_in_flight: 2000000}]}]\n",
 			`domains[0] (a.example.com).origins[1].max_in_flight: must be between 1 and 1000000 (or 0 for no bound), got 2000000`},
 		{"max_in_flight not a number", "domains: [{hosts: [a.example.com], origins: [{url: http://a, max_in_flight: many}]}]\n",
-			`domains[0].origins[0].max_in_flight`},
+			`domains[0] (a.example.com).origins[0].max_in_flight: must be a whole number, got "many"`},
 		{"queue max", "domains: [{hosts: [a.example.com], origin: http://a, origin_queue: {max: -5}}]\n",
 			`domains[0] (a.example.com).origin_queue.max: must be between 1 and 1000000, got -5`},
 		{"queue timeout", "domains: [{hosts: [a.example.com], origin: http://a, origin_queue: {timeout: 1h}}]\n",

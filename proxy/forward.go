@@ -255,12 +255,14 @@ func (l *errorLog) handle(w http.ResponseWriter, r *http.Request, err error) {
 		l.refuseBody(w, berr)
 		return
 	}
-	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil || errors.As(err, new(errLeftQueue)) {
 		panic(http.ErrAbortHandler)
 	}
 	var a answer
 	upstreamFailure(&a, err, l.d)
-	l.warn(r.Method, r.URL.Path, a.status, err)
+	if a.outcome != outcomeOriginBusy { // a refusal for load, not a failure: metrics count it
+		l.warn(r.Method, r.URL.Path, a.status, err)
+	}
 	l.counts.count(&a)
 	a.write(w)
 }
@@ -271,6 +273,10 @@ func (l *errorLog) handle(w http.ResponseWriter, r *http.Request, err error) {
 func upstreamFailure(a *answer, err error, d *domain) {
 	if errors.As(err, new(errOriginDown)) {
 		downAnswer(a, d)
+		return
+	}
+	if errors.Is(err, origin.ErrBusy) {
+		busyAnswer(a, d, err) // upstream.go
 		return
 	}
 	var ne net.Error

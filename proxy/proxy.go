@@ -217,6 +217,11 @@ type domain struct {
 	// group is the domain's origin servers' live state (upstream.go); nil
 	// for a domain without origins.
 	group *origin.Upstream
+	// originQueue is where the domain's requests wait for a server below
+	// its max_in_flight (upstream.go); nil when no server has one. busy
+	// counts the requests refused origin_busy: full, then timeout.
+	originQueue *origin.Queue
+	busy        [2]prometheus.Counter
 	// hsts is the Strict-Transport-Security line of the domain's HTTPS
 	// responses (tls.go); nil without hsts_max_age.
 	hsts *staticField

@@ -2,11 +2,14 @@ package proxy
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -39,10 +42,25 @@ func (p *Proxy) newGroup(d *domain, prev *domain, transport http.RoundTripper) (
 		opts.Previous = prev.group
 	}
 	for _, s := range ru.Servers {
-		opts.Servers = append(opts.Servers, origin.ServerOptions{URL: s.URL, Name: s.Name, Weight: s.Weight, Transport: transport})
+		opts.Servers = append(opts.Servers, origin.ServerOptions{URL: s.URL, Name: s.Name, Weight: s.Weight,
+			MaxInFlight: s.MaxInFlight, Transport: transport})
 	}
 	name := d.Name
 	m := p.metrics
+	if slices.ContainsFunc(ru.Servers, func(s rules.OriginServer) bool { return s.MaxInFlight > 0 }) {
+		// The queue of the domain of the same name stays, with the
+		// requests waiting in it, while its options do.
+		qo := origin.QueueOptions{Max: d.OriginQueue.Max, Timeout: d.OriginQueue.Timeout}
+		if prev != nil && prev.originQueue != nil && prev.originQueue.Options() == qo {
+			d.originQueue = prev.originQueue
+		} else if q, err := origin.NewQueue(qo); err != nil {
+			return nil, fmt.Errorf("proxy: domain %q: %w", name, err)
+		} else {
+			d.originQueue = q
+		}
+		opts.Queue = d.originQueue
+		d.busy = [2]prometheus.Counter{m.originBusy.WithLabelValues(name, "full"), m.originBusy.WithLabelValues(name, "timeout")}
+	}
 	opts.OnEject = func(s *origin.Server, reason string) {
 		p.originWarn("origin server ejected", "domain", name, "server", s.Name, "reason", reason)
 	}
@@ -133,6 +151,24 @@ func downAnswer(a *answer, d *domain) {
 	a.text(strconv.Itoa(wd.Status) + " " + http.StatusText(wd.Status) + ": no origin server could be reached\n")
 }
 
+// busyAnswer makes a the answer to a request of d that no server took,
+// every one that could being at its max_in_flight (err: origin.ErrBusy,
+// or ErrQueueTimeout after its wait): 503 with Retry-After 1, as load
+// shedding answers, counted by reason.
+func busyAnswer(a *answer, d *domain, err error) {
+	a.textAnswer(http.StatusServiceUnavailable, outcomeOriginBusy,
+		"service unavailable: every origin server is at its limit of requests in flight; retry in 1s\n")
+	a.set(fieldRetryAfter, retryAfterOne)
+	a.set(fieldCacheControl, noStore)
+	if d != nil && d.busy[0] != nil {
+		reason := 0
+		if errors.Is(err, origin.ErrQueueTimeout) {
+			reason = 1
+		}
+		d.busy[reason].Inc()
+	}
+}
+
 // upstreamTransport carries the net/http path's requests to a domain's
 // group: each try on a server the group chooses, retried on another
 // where the group allows it, each observed (the domain's latency
@@ -170,7 +206,13 @@ func (t upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	}
 	var lastErr error
 	for {
-		s := trip.Next(now)
+		s, err := trip.Next(waitContext(req, ex), now)
+		if err != nil {
+			if !errors.Is(err, origin.ErrBusy) {
+				err = errLeftQueue{err}
+			}
+			return nil, err
+		}
 		if s == nil {
 			return nil, lastErr
 		}
@@ -211,6 +253,29 @@ func (t upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	}
 }
 
+// waitContext is what ends a wait for a server below its max_in_flight
+// besides its timeout: the client's leaving, as for a leaky bucket's turn
+// (queue.go). That is the server's context of the request, which net/http
+// ends on the connection's end: the forward itself does not end on it
+// (newForwarder says why), but a request that has sent nothing to an
+// origin yet is better dropped than sent for a client that is likely
+// gone to an origin that is saturated.
+func waitContext(req *http.Request, ex *exchange) context.Context {
+	if ex != nil && ex.req != nil {
+		return ex.req.Context()
+	}
+	return req.Context()
+}
+
+// errLeftQueue is the error of a request whose client left while it
+// waited for a server below its max_in_flight.
+type errLeftQueue struct{ err error }
+
+func (e errLeftQueue) Error() string {
+	return "the client left while its request waited for an origin server: " + e.err.Error()
+}
+func (e errLeftQueue) Unwrap() error { return e.err }
+
 // tryResult is a try's status (0 for none) and failure, from its round
 // trip's results.
 func tryResult(resp *http.Response, err error) (int, origin.Failure) {
@@ -249,7 +314,7 @@ func bufferedWhole(b *clientBody) bool {
 type originCollector struct{ m *metrics }
 
 func (c originCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.m.originRequests, c.m.originInFlight, c.m.originHealthy, c.m.originEjections, c.m.originRetries} {
+	for _, d := range []*prometheus.Desc{c.m.originRequests, c.m.originInFlight, c.m.originHealthy, c.m.originEjections, c.m.originRetries, c.m.originQueued, c.m.originMaxInFlight} {
 		ch <- d
 	}
 }
@@ -271,6 +336,9 @@ func (c originCollector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(c.m.originRequests, prometheus.CounterValue, float64(n), d.Name, s.Name, originClasses[i])
 			}
 			ch <- prometheus.MustNewConstMetric(c.m.originInFlight, prometheus.GaugeValue, float64(s.InFlight()), d.Name, s.Name)
+			if s.MaxInFlight > 0 {
+				ch <- prometheus.MustNewConstMetric(c.m.originMaxInFlight, prometheus.GaugeValue, float64(s.MaxInFlight), d.Name, s.Name)
+			}
 			healthy := 0.0
 			if s.Healthy(now) {
 				healthy = 1
@@ -279,6 +347,9 @@ func (c originCollector) Collect(ch chan<- prometheus.Metric) {
 			passive, active := s.Ejections()
 			ch <- prometheus.MustNewConstMetric(c.m.originEjections, prometheus.CounterValue, float64(passive), d.Name, s.Name, "passive")
 			ch <- prometheus.MustNewConstMetric(c.m.originEjections, prometheus.CounterValue, float64(active), d.Name, s.Name, "active")
+		}
+		if d.originQueue != nil {
+			ch <- prometheus.MustNewConstMetric(c.m.originQueued, prometheus.GaugeValue, float64(d.originQueue.Waiting()), d.Name)
 		}
 		for outcome, n := range d.group.RetryCounts() {
 			ch <- prometheus.MustNewConstMetric(c.m.originRetries, prometheus.CounterValue, float64(n), d.Name, outcome)
@@ -301,13 +372,22 @@ type originsView struct {
 }
 
 type originDomainView struct {
-	Domain  string             `json:"domain"`
-	Balance string             `json:"balance"`
-	Checked bool               `json:"checked"` // health is set
-	Passive bool               `json:"passive"`
-	Panics  uint64             `json:"panic_choices"`
-	Retries map[string]uint64  `json:"retries"`
+	Domain  string            `json:"domain"`
+	Balance string            `json:"balance"`
+	Checked bool              `json:"checked"` // health is set
+	Passive bool              `json:"passive"`
+	Panics  uint64            `json:"panic_choices"`
+	Retries map[string]uint64 `json:"retries"`
+	// Queue is the domain's origin_queue, when a server has a
+	// max_in_flight.
+	Queue   *originQueueView   `json:"queue,omitempty"`
 	Servers []originServerView `json:"servers"`
+}
+
+type originQueueView struct {
+	Max            int     `json:"max"`
+	TimeoutSeconds float64 `json:"timeout_seconds"`
+	Waiting        int64   `json:"waiting"`
 }
 
 type originServerView struct {
@@ -315,6 +395,7 @@ type originServerView struct {
 	Weight       int               `json:"weight"`
 	Healthy      bool              `json:"healthy"`
 	InFlight     int64             `json:"in_flight"`
+	MaxInFlight  int64             `json:"max_in_flight,omitempty"` // 0: no bound
 	EjectedUntil *time.Time        `json:"ejected_until,omitempty"`
 	LastCheck    *originCheckView  `json:"last_check"`
 	Ejections    map[string]uint64 `json:"ejections"`
@@ -336,9 +417,13 @@ func (p *Proxy) originsView() originsView {
 		}
 		dv := originDomainView{Domain: d.Name, Balance: d.Upstream.Balance.String(), Checked: d.Upstream.Health != nil,
 			Passive: d.Upstream.Passive != nil, Panics: d.group.Panics(), Retries: d.group.RetryCounts()}
+		if q := d.originQueue; q != nil {
+			o := q.Options()
+			dv.Queue = &originQueueView{Max: o.Max, TimeoutSeconds: o.Timeout.Seconds(), Waiting: q.Waiting()}
+		}
 		for _, s := range d.group.Servers() {
 			passive, active := s.Ejections()
-			sv := originServerView{Server: s.Name, Weight: s.Weight, Healthy: s.Healthy(now), InFlight: s.InFlight(),
+			sv := originServerView{Server: s.Name, Weight: s.Weight, Healthy: s.Healthy(now), InFlight: s.InFlight(), MaxInFlight: s.MaxInFlight,
 				Ejections: map[string]uint64{"passive": passive, "active": active}, Requests: map[string]uint64{}}
 			if until := s.EjectedUntil(); until.After(now) {
 				sv.EjectedUntil = &until
@@ -356,13 +441,13 @@ func (p *Proxy) originsView() originsView {
 	return v
 }
 
-// grouped is v with only the domains of several servers or active
-// checks: what the status page shows (a lone origin is in its domain's
-// settings already).
+// grouped is v with only the domains of several servers, active checks
+// or a max_in_flight: what the status page shows (a lone origin is in
+// its domain's settings already).
 func (v originsView) grouped() originsView {
 	out := originsView{Domains: []originDomainView{}}
 	for _, d := range v.Domains {
-		if len(d.Servers) > 1 || d.Checked {
+		if len(d.Servers) > 1 || d.Checked || d.Queue != nil {
 			out.Domains = append(out.Domains, d)
 		}
 	}

@@ -28,7 +28,11 @@ func (*countClient) CloseAfter() {}
 // forwardBenchProxy returns a Proxy forwarding api.example.com, under a
 // rule that allows everything, to an origin on 127.0.0.1 that answers
 // every request with a 2-byte body.
-func forwardBenchProxy(b *testing.B) *Proxy {
+func forwardBenchProxy(b *testing.B) *Proxy { return forwardBenchProxyOf(b, 0) }
+
+// forwardBenchProxyOf is forwardBenchProxy with the origin as a server of
+// max_in_flight maxInFlight (0: none).
+func forwardBenchProxyOf(b *testing.B, maxInFlight int) *Proxy {
 	b.Helper()
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
@@ -37,9 +41,9 @@ func forwardBenchProxy(b *testing.B) *Proxy {
 	}))
 	b.Cleanup(origin.Close)
 	table, err := rules.Compile(rules.Config{
-		Origin: origin.URL,
 		Domains: []rules.DomainConfig{{
-			Hosts: []string{"api.example.com"},
+			Hosts:          []string{"api.example.com"},
+			UpstreamConfig: rules.UpstreamConfig{Origins: []rules.OriginConfig{{URL: origin.URL, MaxInFlight: maxInFlight}}},
 			Rules: []rules.RuleConfig{{Name: "per-ip", Limit: 1_000_000_000, Period: time.Minute}},
 		}},
 	})
@@ -57,8 +61,9 @@ func forwardBenchProxy(b *testing.B) *Proxy {
 // BenchmarkFastForward measures one allowed GET forwarded by the fast
 // path to an origin on 127.0.0.1, over a pooled connection: the head
 // written, the response read and relayed (to a client that discards it).
-func BenchmarkFastForward(b *testing.B) {
-	p := forwardBenchProxy(b)
+func BenchmarkFastForward(b *testing.B) { benchFastForward(b, forwardBenchProxy(b)) }
+
+func benchFastForward(b *testing.B, p *Proxy) {
 	raw := "GET /v1/items HTTP/1.1\r\nHost: api.example.com\r\nUser-Agent: bench\r\n\r\n"
 	c := &countClient{}
 	h := fastHead(raw)
@@ -85,8 +90,9 @@ func BenchmarkFastForward(b *testing.B) {
 // BenchmarkForward measures one allowed GET forwarded by the net/http
 // path (ReverseProxy over the pooled transport) to an origin on
 // 127.0.0.1, with no client connection: ServeHTTP and the transport.
-func BenchmarkForward(b *testing.B) {
-	p := forwardBenchProxy(b)
+func BenchmarkForward(b *testing.B) { benchForward(b, forwardBenchProxy(b)) }
+
+func benchForward(b *testing.B, p *Proxy) {
 	req, _ := http.NewRequest("GET", "http://api.example.com/v1/items", nil)
 	req.RemoteAddr = "203.0.113.9:41000"
 	w := &nopWriter{h: make(http.Header)}
@@ -98,4 +104,19 @@ func BenchmarkForward(b *testing.B) {
 		}
 	}
 	b.ReportAllocs()
+}
+
+// BenchmarkForwardMaxInFlight is BenchmarkFastForward and
+// BenchmarkForward with the origin's max_in_flight unset beside one that
+// is never reached: what a limit costs a forward (docs/origins.md, "A
+// limit per server").
+func BenchmarkForwardMaxInFlight(b *testing.B) {
+	for _, max := range []int{0, 1000} {
+		name := "max_in_flight=none"
+		if max > 0 {
+			name = "max_in_flight=1000"
+		}
+		b.Run("fast/"+name, func(b *testing.B) { benchFastForward(b, forwardBenchProxyOf(b, max)) })
+		b.Run("net/http/"+name, func(b *testing.B) { benchForward(b, forwardBenchProxyOf(b, max)) })
+	}
 }

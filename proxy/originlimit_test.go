@@ -321,3 +321,20 @@ func TestAccessLogOriginBusy(t *testing.T) {
 		t.Errorf("no line of /refused with outcome origin_busy and status 503:\n%s", strings.Join(lines, "\n"))
 	}
 }
+
+// TestStatusPageMaxInFlight: the status page lists a lone server with a
+// max_in_flight under Origins, with its limit beside its requests in
+// flight.
+func TestStatusPageMaxInFlight(t *testing.T) {
+	o := startGateOrigin(t)
+	dc := rules.DomainConfig{UpstreamConfig: rules.UpstreamConfig{Origins: []rules.OriginConfig{{URL: o.URL, MaxInFlight: 7}}}}
+	ge := newGroupEnv(t, dc, rules.TimeoutsConfig{})
+	rec := httptest.NewRecorder()
+	ge.proxy.StatusPage(StatusPageOptions{TokenRequired: func() bool { return false }, Ready: func() bool { return true }}).
+		ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	for _, want := range []string{`<h2 id="h-origins">Origins</h2>`, "<td>" + o.URL + "</td>", "<td>0 of 7</td>"} {
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("status page lacks %s", want)
+		}
+	}
+}

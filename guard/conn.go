@@ -18,6 +18,10 @@ import (
 type guardConn struct {
 	net.Conn
 	writeIdle time.Duration
+	// sock is the accepted socket, under whatever stages wrap it; fd its
+	// descriptor once Left asked for it, -1 for none (left_linux.go).
+	sock net.Conn
+	fd   int32
 
 	// l counted this connection in; nil for none. l.mu guards idle, its
 	// links and gone.

@@ -57,6 +57,18 @@ func (w *Writer) Write(b []byte) (int, error) {
 // handler's response.
 func (w *Writer) Forwarding() { w.used = true }
 
+// Left reports whether the client has closed or reset its connection
+// (its FIN or RST arrived, whatever it sent before), without blocking and
+// without reading: a request whose client left before its answer is
+// logged 499, as nginx logs one, which sees the same through epoll's
+// EPOLLRDHUP. A FIN is also what a client that only half-closed sends;
+// the answer is written all the same, as net/http writes it after its
+// background read ends. False where the socket cannot be asked.
+func (w *Writer) Left() bool { return w.c.left() }
+
+// Left is Writer.Left for the connection net/http serves.
+func (c *guardConn) Left() bool { return c.left() }
+
 // CloseAfter asks that the connection close once the answer is written,
 // as net/http closes it after a response it could not finish.
 func (w *Writer) CloseAfter() { w.close = true }

@@ -331,7 +331,7 @@ func (l *Listener) accept() (*guardConn, error) {
 		}
 		refuse(c)
 	}
-	g := &guardConn{Conn: c, writeIdle: l.writeIdle, l: l, f: framer{maxHead: l.maxHead, onReject: l.onReject,
+	g := &guardConn{Conn: c, sock: c, writeIdle: l.writeIdle, l: l, f: framer{maxHead: l.maxHead, onReject: l.onReject,
 		fast: l.answer != nil, maxSimple: l.maxSimple}, stages: stages, socket: name, onRelease: adm.Release}
 	if len(stages) > 0 {
 		g.Conn = &countedConn{Conn: c, g: g}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"sync"
@@ -206,6 +207,9 @@ type loggedWriter struct {
 	// returned: the handler returned; a handler that did not (a panic,
 	// http.ErrAbortHandler) before any status was sent had its client go.
 	returned bool
+	// left: the request was forwarded and its client had left when the
+	// origin answered (exchange.noteLeft).
+	left bool
 }
 
 var loggedWriters = sync.Pool{New: func() any { return new(loggedWriter) }}
@@ -226,6 +230,36 @@ func (w *loggedWriter) Write(b []byte) (int, error) {
 		w.bytes += int64(n)
 	}
 	return n, err
+}
+
+// leftKey carries a connection that can tell whether its client left
+// (the guard's, on the public listener) in its requests' contexts.
+type leftKey struct{}
+
+// leaver is a connection that reports whether its client has closed or
+// reset its side, without blocking (guard's, by poll(2)); the fast
+// path's wire.ClientWriter is one.
+type leaver interface{ Left() bool }
+
+// connLeaver returns the connection a request's context carries that can
+// tell whether its client left, nil for none: over HTTP/1 only, where
+// net/http's own signal, the request's context, is done by any failed
+// read (a malformed body, a read timeout: answered, not left) and the
+// forward goes on after a FIN (forward.go). Over HTTP/2 and HTTP/3 a
+// client leaves by resetting its stream, which ends the forward.
+func connLeaver(ctx context.Context) leaver {
+	l, _ := ctx.Value(leftKey{}).(leaver)
+	return l
+}
+
+// noteLeft notes, once the origin has answered a forward of ex (or
+// failed), whether its client has left meanwhile, when the access log
+// reports it: it is then logged 499, as nginx logs a client that closed
+// while its request was at the origin. A client that only half-closed
+// sends the same FIN, and still gets the answer. Only forwards: an answer
+// edge makes at once is logged as it was sent (fail2ban counts 429s).
+func (ex *exchange) noteLeft(l leaver) {
+	ex.left = l != nil && ex.st != nil && ex.st.alog != nil && l.Left()
 }
 
 // Unwrap gives http.ResponseController (ReverseProxy's flushes and
@@ -270,6 +304,7 @@ func startLog(w http.ResponseWriter, r *http.Request, now time.Time) *loggedWrit
 // took notes what ex found, before the exchange is reused.
 func (w *loggedWriter) took(ex *exchange, keys bool) {
 	w.skip = ex.d != nil && ex.d.NoAccessLog
+	w.left = ex.left
 	logExchange(&w.line.e, ex, keys)
 	if r := ex.req; !ex.id.Client.IsValid() && r != nil && ex.st != nil {
 		// A domain without rules was not identified: the client is whom
@@ -279,7 +314,8 @@ func (w *loggedWriter) took(ex *exchange, keys bool) {
 }
 
 // endLog writes the line of w's request, as the deferred last step of its
-// handler: a handler that did not return (it panicked, with
+// handler: a request whose client had left when its answer began, or
+// whose handler did not return (it panicked, with
 // http.ErrAbortHandler when edge aborts a request whose client left)
 // before any status was sent is logged 499, as nginx logs a client that
 // closed first. It does not recover: the panic goes on as it was.
@@ -287,7 +323,7 @@ func (p *Proxy) endLog(al *accessLog, w *loggedWriter) {
 	if !w.skip {
 		e := &w.line.e
 		e.Status, e.Bytes = w.status, w.bytes
-		if !w.returned && w.status == 0 {
+		if w.left || !w.returned && w.status == 0 {
 			e.Status = statusClientGone
 		}
 		if e.Status == 0 {
@@ -331,6 +367,9 @@ func (p *Proxy) logFast(al *accessLog, ex *exchange, h *Head) {
 	}
 	if ex.done.status != 0 {
 		e.Status, e.Bytes, e.Outcome = ex.done.status, ex.done.bytes, ex.done.outcome
+		if ex.left {
+			e.Status = statusClientGone
+		}
 	} else {
 		e.Status, e.Outcome = ex.ans.status, ex.ans.outcome
 		if ex.method != http.MethodHead {

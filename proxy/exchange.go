@@ -77,6 +77,9 @@ type exchange struct {
 	// component's report), for the access log and metrics; zero when the
 	// request was not forwarded.
 	up upstreamReport
+	// left: its client had left when the origin answered its forward
+	// (accesslog.go: noteLeft), so the access log says 499.
+	left bool
 	// queued is how long the request waited for a queue's turn (queue.go);
 	// done is what the fast forward sent the client (accesslog.go): both
 	// for the access log.
@@ -137,7 +140,7 @@ func (ex *exchange) recycle(pool *sync.Pool) {
 	ex.st, ex.d, ex.req, ex.after, ex.body, ex.tls = nil, nil, nil, nil, nil, nil
 	ex.priced, ex.held, ex.plan = nil, nil, nil
 	ex.src.Claims, ex.claims = nil, requestClaims{}
-	ex.fwd, ex.hasFields = false, false
+	ex.fwd, ex.hasFields, ex.left = false, false, false
 	ex.up = upstreamReport{}
 	ex.queued, ex.done = 0, answerReport{}
 	ex.dec, ex.id = ruleDecisions{blocker: -1}, Identity{} // the access log reads them of every request

@@ -161,7 +161,7 @@ func (p *Proxy) Answer(h *Head, out []byte) (_ []byte, answered bool) {
 		if h.BodyLen != 0 && (h.Body == nil || h.Client == nil) {
 			return out, false
 		}
-		p.refuseLoop(ex)
+		p.refuseLoop(ex, isHTTPS(h.TLS, h.Front))
 		endBody(h, &ex.ans)
 		return ex.ans.appendTo(out, h.Now, isHEAD), true
 	}

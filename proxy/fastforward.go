@@ -152,6 +152,7 @@ func (p *Proxy) forwardFast(ex *exchange, head *Head, out []byte) []byte {
 	var resp *http.Response
 	if err = ferr; err == nil {
 		oc, resp, err = p.fastTrips(ex, fo, &r, &req, body, &fb, s.buf[:])
+		ex.noteLeft(h.Client)
 	}
 	if err != nil {
 		if ce := (errClientBody{}); errors.As(err, &ce) {

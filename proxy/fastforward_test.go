@@ -35,6 +35,7 @@ type bufClient struct {
 
 func (c *bufClient) CloseAfter() { c.closed = true }
 func (c *bufClient) Forwarding() {}
+func (c *bufClient) Left() bool  { return false }
 
 // relayRaw relays raw, an origin's answer to a GET (or HEAD), as the fast
 // forward does, and returns what the client receives, and whether its
@@ -137,6 +138,7 @@ type goneClient struct{ writes int }
 
 func (c *goneClient) Write(b []byte) (int, error) { c.writes++; return 0, net.ErrClosed }
 func (c *goneClient) Forwarding()                 {}
+func (c *goneClient) Left() bool                  { return true }
 func (c *goneClient) CloseAfter()                 {}
 
 // TestFastForwardGoneTrailerCost: a client gone mid-body is charged no

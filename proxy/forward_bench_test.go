@@ -23,6 +23,7 @@ func (c *countClient) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 func (*countClient) Forwarding() {}
+func (*countClient) Left() bool  { return false }
 func (*countClient) CloseAfter() {}
 
 // forwardBenchProxy returns a Proxy forwarding api.example.com, under a

@@ -94,9 +94,11 @@ func (v *via) inFields(fields []wire.Field) bool {
 }
 
 // refuseLoop answers ex's request, which came back to this node, 508
-// (loopAnswer) and counts it.
-func (p *Proxy) refuseLoop(ex *exchange) {
+// (loopAnswer), with the domain's Strict-Transport-Security on an HTTPS
+// connection (secure), and counts it.
+func (p *Proxy) refuseLoop(ex *exchange, secure bool) {
 	ex.ans.loopAnswer()
+	ex.ans.strictTransport(ex.d, secure)
 	ex.d.requests.count(&ex.ans)
 }
 

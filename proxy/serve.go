@@ -56,7 +56,7 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, st *state, now tim
 		return
 	}
 	if p.via.in(r.Header["Via"]) { // loop.go: 508, before any rule
-		p.refuseLoop(ex)
+		p.refuseLoop(ex, isHTTPS(requestTLS(r), requestFront(r)))
 		ex.ans.write(w)
 		return
 	}

@@ -267,6 +267,10 @@ type tlsState struct {
 // (guard.FrontOf).
 func ConnContext(tlsOf func(net.Conn) *wire.TLS, frontOf func(net.Conn) *wire.Front) func(context.Context, net.Conn) context.Context {
 	return func(ctx context.Context, c net.Conn) context.Context {
-		return WithFront(WithTLS(ctx, tlsOf(c)), frontOf(c))
+		ctx = WithFront(WithTLS(ctx, tlsOf(c)), frontOf(c))
+		if l, ok := c.(leaver); ok { // accesslog.go: connLeaver
+			ctx = context.WithValue(ctx, leftKey{}, l)
+		}
+		return ctx
 	}
 }

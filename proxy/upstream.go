@@ -205,6 +205,9 @@ func (t upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		replay = ex.body.r.(*prefixReader).buf
 	}
 	var lastErr error
+	if ex != nil {
+		defer ex.noteLeft(connLeaver(req.Context()))
+	}
 	for {
 		s, err := trip.Next(waitContext(req, ex), now)
 		if err != nil {

@@ -32,7 +32,7 @@ import (
 )
 
 func main() {
-	addr := flag.String("addr", "127.0.0.1:28095", "edge's plain listener, with h2c: true")
+	addr := flag.String("addr", "127.0.0.1:28395", "edge's plain listener, with h2c: true")
 	host := flag.String("host", "bench.example", "the :authority of every request")
 	path := flag.String("path", "/api/v1/items", "the well-behaved clients' path")
 	clients := flag.Int("c", 8, "well-behaved clients, one connection each")

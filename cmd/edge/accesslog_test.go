@@ -582,3 +582,77 @@ func TestReplayAgreesWithAccessLog(t *testing.T) {
 		})
 	}
 }
+
+// TestAccessLogClientLeaves: an HTTP/1.1 client that leaves while its
+// request is at the origin, by closing or by resetting its connection, is
+// logged 499 on either path, as nginx logs it. One that only half-closes
+// sends the same FIN as one that closed: it is logged 499 too, as by
+// nginx, and still gets the answer, as from HAProxy.
+func TestAccessLogClientLeaves(t *testing.T) {
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(time.Second):
+		case <-r.Context().Done():
+		}
+		io.WriteString(w, "late\n")
+	}))
+	defer origin.Close()
+	for _, fast := range []bool{true, false} {
+		for _, tc := range []struct {
+			way    string
+			status int
+		}{{"close", 499}, {"reset", 499}, {"half-close", 499}} {
+			t.Run(fmt.Sprintf("fastpath=%v/%s", fast, tc.way), func(t *testing.T) {
+				logPath := filepath.Join(t.TempDir(), "access.log")
+				e, _ := startAccessEdge(t, fmt.Sprintf(`
+listen: %q
+admin_listen: %q
+fastpath: %v
+access_log: {path: %q, format: json}
+domains:
+  - {name: api, hosts: [api.test], origin: %q}
+`, publicAnyPort, adminAnyPort, fast, logPath, origin.URL))
+				c, err := net.Dial("tcp", e.public)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				io.WriteString(c, "GET /slow HTTP/1.1\r\nHost: api.test\r\n\r\n")
+				time.Sleep(200 * time.Millisecond) // the request is at the origin
+				switch tc.way {
+				case "close":
+					c.Close()
+				case "reset":
+					c.(*net.TCPConn).SetLinger(0)
+					c.Close()
+				case "half-close":
+					c.(*net.TCPConn).CloseWrite()
+					resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+					if err != nil {
+						t.Fatalf("half-closed client: %v, want the answer", err)
+					}
+					io.Copy(io.Discard, resp.Body)
+					if resp.StatusCode != 200 {
+						t.Errorf("half-closed client: status %d, want 200", resp.StatusCode)
+					}
+				}
+				time.Sleep(1200 * time.Millisecond) // the origin has answered
+				if code := e.stop(); code != 0 {
+					t.Fatalf("exit code %d", code)
+				}
+				lines := fileLines(t, logPath)
+				if len(lines) != 1 {
+					t.Fatalf("got %d lines, want 1:\n%s", len(lines), strings.Join(lines, "\n"))
+				}
+				var l accessJSONLine
+				if err := json.Unmarshal([]byte(lines[0]), &l); err != nil {
+					t.Fatal(err)
+				}
+				if l.Status != tc.status {
+					t.Errorf("status %d (outcome %s), want %d:\n%s", l.Status, l.Outcome, tc.status, lines[0])
+				}
+			})
+		}
+	}
+}

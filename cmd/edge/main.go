@@ -431,9 +431,6 @@ func listen(table *rules.Table, set *certs.Set, p *proxy.Proxy, path string, reg
 		}
 		publicStages = nil // the Join's sockets have their own
 	}
-	if table.TLS.Listen != "" || pp != nil {
-		s.public.ConnContext = proxy.ConnContext(guard.TLSOf, guard.FrontOf)
-	}
 	if publicLn != nil {
 		s.publicLn = guardListener(publicLn, s.public, table.Timeouts.Read, p, maxConns, publicStages)
 	}
@@ -507,6 +504,9 @@ func publicServer(table *rules.Table, h http.Handler, errLog *log.Logger) *http.
 		// net/http would answer OPTIONS * itself (200, for any Host); the
 		// framing guard refuses it, and so would the proxy's screen.
 		DisableGeneralOptionsHandler: true,
+		// A connection's TLS, what its PROXY header said, and whether
+		// its client left (for the access log) reach its requests.
+		ConnContext: proxy.ConnContext(guard.TLSOf, guard.FrontOf),
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -565,9 +566,13 @@ func TestTLSRealClients(t *testing.T) {
 // fast path's) and over HTTP/2: a forward (the origin's own replaced), a forward after a
 // 103 (the 103, an interim response, goes as the origin sent it), edge's
 // 502 for an origin that cannot be reached, 413 for a body over
-// max_request_body (declared, or found so while read), and 429.
+// max_request_body (declared, or found so while read), 429, and 508 for
+// a request that came back to the node (its Via as the origin saw it).
 func TestTLSHSTSOnEveryAnswer(t *testing.T) {
+	var via atomic.Value // the Via field of the last request the origin saw
+	via.Store("")
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		via.Store(r.Header.Get("Via"))
 		io.Copy(io.Discard, r.Body)
 		w.Header().Set("Strict-Transport-Security", "max-age=1")
 		if r.URL.Path == "/early" {
@@ -614,6 +619,7 @@ domains:
 				{"body too large", "api.example.com", "POST", "/", "too large", 413, "max-age=3600"},
 				{"body too large, chunked", "api.example.com", "POST", "/chunked", "too large", 413, "max-age=3600"},
 				{"refused", "api.example.com", "GET", "/limited", "", 429, "max-age=3600"},
+				{"loop", "api.example.com", "GET", "/loop", "", 508, "max-age=3600"},
 			}
 			for _, tc := range tests {
 				t.Run(tc.name, func(t *testing.T) {
@@ -635,6 +641,9 @@ domains:
 							tc.method, "https://"+tc.host+tc.path, strings.NewReader(tc.body))
 						if tc.path == "/chunked" {
 							req.ContentLength = -1 // of unknown length: read on either path, not judged by its declared length
+						}
+						if tc.name == "loop" {
+							req.Header.Set("Via", via.Load().(string)) // set by the forwards before it
 						}
 						resp, err := c.Do(req)
 						must(t, err)

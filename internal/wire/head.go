@@ -59,6 +59,9 @@ type ClientWriter interface {
 	Forwarding()
 	// CloseAfter closes the connection once the answer is written.
 	CloseAfter()
+	// Left reports whether the client has closed or reset its side of
+	// the connection, without blocking.
+	Left() bool
 }
 
 // RequestBody is an offered request's body, read as net/http's server

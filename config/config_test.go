@@ -457,3 +457,68 @@ domains:
 		}
 	}
 }
+
+// TestOriginLimitConfig: max_in_flight on a server entry and origin_queue
+// (a domain's, else the top level's, else the defaults) decode into the
+// compiled domain, and their mistakes name the path, the domain and the
+// value.
+func TestOriginLimitConfig(t *testing.T) {
+	tab, err := Parse([]byte(`
+listen: ":8080"
+origin_queue: {timeout: 2s}
+domains:
+  - hosts: [a.example.com]
+    origins: [{url: "http://10.0.0.1:80", max_in_flight: 10}, {url: "http://10.0.0.2:80"}]
+    origin_queue: {max: 50, timeout: 500ms}
+  - hosts: [b.example.com]
+    origin: "http://10.0.0.3:80"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := tab.Domains[0], tab.Domains[1]
+	tests := []struct {
+		name      string
+		got, want any
+	}{
+		{"max_in_flight", a.Upstream.Servers[0].MaxInFlight, 10},
+		{"no max_in_flight", a.Upstream.Servers[1].MaxInFlight, 0},
+		{"the domain's origin_queue", a.OriginQueue, rules.OriginQueue{Max: 50, Timeout: 500 * time.Millisecond}},
+		{"the top level's origin_queue, max defaulted", b.OriginQueue, rules.OriginQueue{Max: rules.DefaultOriginQueueMax, Timeout: 2 * time.Second}},
+	}
+	for _, tt := range tests {
+		if !reflect.DeepEqual(tt.got, tt.want) {
+			t.Errorf("%s: got %v, want %v", tt.name, tt.got, tt.want)
+		}
+	}
+	defaults, err := Parse([]byte("listen: \":8080\"\ndomains: [{hosts: [a.example.com], origin: \"http://10.0.0.1\"}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := defaults.Domains[0].OriginQueue, (rules.OriginQueue{Max: 1000}); got != want {
+		t.Errorf("origin_queue left out: got %v, want %v", got, want)
+	}
+	for _, tt := range []struct{ name, yaml, want string }{
+		{"negative max_in_flight", "domains: [{hosts: [a.example.com], origins: [{url: http://a, max_in_flight: -1}]}]\n",
+			`domains[0] (a.example.com).origins[0].max_in_flight: must be between 1 and 1000000 (or 0 for no bound), got -1`},
+		{"huge max_in_flight", "domains: [{hosts: [a.example.com], origins: [{url: http://a}, {url: http://b, max_in_flight: 2000000}]}]\n",
+			`domains[0] (a.example.com).origins[1].max_in_flight: must be between 1 and 1000000 (or 0 for no bound), got 2000000`},
+		{"max_in_flight not a number", "domains: [{hosts: [a.example.com], origins: [{url: http://a, max_in_flight: many}]}]\n",
+			`domains[0] (a.example.com).origins[0].max_in_flight: must be a whole number, got "many"`},
+		{"queue max", "domains: [{hosts: [a.example.com], origin: http://a, origin_queue: {max: -5}}]\n",
+			`domains[0] (a.example.com).origin_queue.max: must be between 1 and 1000000, got -5`},
+		{"queue timeout", "domains: [{hosts: [a.example.com], origin: http://a, origin_queue: {timeout: 1h}}]\n",
+			`domains[0] (a.example.com).origin_queue.timeout: must be between 0 (refused at once) and 10m, got 1h`},
+		{"top-level queue timeout", "origin_queue: {timeout: -1s}\ndomains: [{hosts: [a.example.com], origin: http://a}]\n",
+			`origin_queue.timeout: must be between 0 (refused at once) and 10m, got -1s`},
+		{"unknown queue key", "domains: [{hosts: [a.example.com], origin: http://a, origin_queue: {size: 5}}]\n",
+			`size`},
+		{"origin_queue without origins", "domains: [{hosts: [a.example.com], respond: {body: ok}, origin_queue: {max: 5}}]\n",
+			`domains[0] (a.example.com).origin_queue: applies only to a domain forwarded to origins`},
+	} {
+		_, err := Parse([]byte("listen: \":8080\"\n" + tt.yaml))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: got %v, want an error with %q", tt.name, err, tt.want)
+		}
+	}
+}

@@ -86,7 +86,7 @@ func TestDrainTakesServerOutOfRotation(t *testing.T) {
 			}
 			if tt.want == nil {
 				trip := g.Start(t0, nil)
-				if s := trip.Next(t0); s != nil || trip.Tries != 0 {
+				if s := next(&trip, t0); s != nil || trip.Tries != 0 {
 					t.Errorf("Next = %v after %d tries, want nil and none", s, trip.Tries)
 				}
 			}
@@ -107,17 +107,17 @@ func TestDrainMovesOnlyItsHashKeys(t *testing.T) {
 	drains := new(Drains)
 	g := group(t, 4, UpstreamOptions{Balance: Hash, Retries: RetryOptions{Attempts: 1, On: FailConnect, Budget: 1}, Drains: drains})
 	const keys = 2000
-	before, next := make([]string, keys), make([]string, keys)
+	before, second := make([]string, keys), make([]string, keys)
 	for i := range keys {
 		k := fmt.Appendf(nil, "user-%d", i)
 		trip := g.Start(t0, k)
-		s := trip.Next(t0)
+		s := next(&trip, t0)
 		trip.End(s, 0, FailConnect, 0, t0)
 		before[i] = s.Name
 		if trip.MayRetry(FailConnect, true, t0) {
-			s = trip.Next(t0)
+			s = next(&trip, t0)
 			trip.End(s, 200, 0, 0, t0)
-			next[i] = s.Name
+			second[i] = s.Name
 		}
 	}
 	drains.Drain(name(1))
@@ -127,8 +127,8 @@ func TestDrainMovesOnlyItsHashKeys(t *testing.T) {
 		switch {
 		case before[i] == name(1):
 			moved++
-			if next[i] != "" && s.Name != next[i] {
-				t.Fatalf("key %d of the drained server went to %s, want its next server %s", i, s.Name, next[i])
+			if second[i] != "" && s.Name != second[i] {
+				t.Fatalf("key %d of the drained server went to %s, want its next server %s", i, s.Name, second[i])
 			}
 		case s.Name != before[i]:
 			t.Fatalf("key %d moved from %s to %s, but its server is not drained", i, before[i], s.Name)
@@ -153,7 +153,7 @@ func TestDrainLetsTripsInFlightEnd(t *testing.T) {
 	drains := new(Drains)
 	g := group(t, 3, UpstreamOptions{Retries: RetryOptions{Attempts: 2, On: FailConnect, Budget: 1}, Drains: drains})
 	trip := g.Start(t0, nil)
-	s := trip.Next(t0)
+	s := next(&trip, t0)
 	drains.Drain(s.Name)
 	if s.InFlight() != 1 {
 		t.Fatalf("in flight %d after the drain, want the try's 1", s.InFlight())
@@ -171,7 +171,7 @@ func TestDrainLetsTripsInFlightEnd(t *testing.T) {
 	if !trip.MayRetry(FailConnect, true, t0) {
 		t.Fatal("no retry with one server in rotation left untried")
 	}
-	r := trip.Next(t0)
+	r := next(&trip, t0)
 	if r == nil || drains.Drained(r.Name) {
 		t.Fatalf("retry went to %v, want the one server in rotation", r)
 	}

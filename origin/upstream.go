@@ -1,6 +1,7 @@
 package origin
 
 import (
+	"context"
 	"errors"
 	"hash/fnv"
 	"math"
@@ -110,6 +111,9 @@ type ServerOptions struct {
 	// configured, redacted).
 	Name   string
 	Weight int // at least 1
+	// MaxInFlight bounds the server's requests in flight (0: no bound):
+	// a server at its bound is not chosen (limit.go).
+	MaxInFlight int
 	// Transport carries the net/http path's requests to the server (nil:
 	// none; the caller uses its own).
 	Transport http.RoundTripper
@@ -122,6 +126,10 @@ type UpstreamOptions struct {
 	Balance Balance
 	Passive *PassiveOptions // nil: off
 	Retries RetryOptions
+	// Queue is where a request waits when every server that could take it
+	// is at its MaxInFlight (nil: it is refused at once, ErrBusy). The
+	// groups of one domain may share one.
+	Queue *Queue
 	// Previous is the group a reload replaces: servers of the same name
 	// keep their state (health, ejection, counts).
 	Previous *Upstream
@@ -148,6 +156,10 @@ type Upstream struct {
 	// drainCache caches which servers drains takes out, for the set it
 	// was made from (drainedMask).
 	drainCache atomic.Pointer[drainMask]
+	// limited says some server has a MaxInFlight; queue is where its
+	// requests wait (nil: none waits).
+	limited bool
+	queue   *Queue
 
 	mu      sync.Mutex // the round robin's weights and the budget's counts
 	budget  budget
@@ -161,14 +173,18 @@ func NewUpstream(o UpstreamOptions) (*Upstream, error) {
 		return nil, errors.New("origin: an upstream needs 1 to 64 servers")
 	}
 	u := &Upstream{balance: o.Balance, passive: o.Passive, retries: o.Retries, hooks: o, drains: o.Drains}
+	if o.Queue != nil && o.Queue.opts.Timeout > 0 {
+		u.queue = o.Queue
+	}
 	u.hooks.Servers, u.hooks.Previous, u.hooks.Drains = nil, nil, nil
 	names := make(map[string]bool)
 	for _, so := range o.Servers {
-		if so.URL == nil || so.Weight < 1 || names[so.Name] {
-			return nil, errors.New("origin: a server needs a URL, a weight of at least 1 and a name of its own")
+		if so.URL == nil || so.Weight < 1 || so.MaxInFlight < 0 || names[so.Name] {
+			return nil, errors.New("origin: a server needs a URL, a weight of at least 1, a MaxInFlight of at least 0 and a name of its own")
 		}
 		names[so.Name] = true
-		s := &Server{Name: so.Name, URL: so.URL, Weight: so.Weight, transport: so.Transport,
+		u.limited = u.limited || so.MaxInFlight > 0
+		s := &Server{Name: so.Name, URL: so.URL, Weight: so.Weight, MaxInFlight: int64(so.MaxInFlight), transport: so.Transport,
 			addr: hostPort(so.URL), key: fnvString(so.Name)}
 		if prev := o.Previous.Server(so.Name); prev != nil {
 			s.st = prev.st // a server that stays keeps its state
@@ -228,12 +244,14 @@ func fnvString(s string) uint64 {
 // Server is one server of an Upstream, with its live state: what it is
 // doing (in flight, responses), and whether it is taken out.
 type Server struct {
-	Name      string
-	URL       *url.URL
-	Weight    int
-	addr      string // host:port
-	key       uint64 // the hash of Name, for Hash
-	transport http.RoundTripper
+	Name   string
+	URL    *url.URL
+	Weight int
+	// MaxInFlight bounds the server's requests in flight; 0: no bound.
+	MaxInFlight int64
+	addr        string // host:port
+	key         uint64 // the hash of Name, for Hash
+	transport   http.RoundTripper
 
 	// current is the smooth round robin's current weight (changed under
 	// the group's lock).
@@ -346,35 +364,70 @@ func (u *Upstream) Start(now time.Time, key []byte) Trip {
 }
 
 // Next returns the server of the trip's next try at now, counted in
-// flight until End, or nil when every server in rotation was tried: on
-// the first try (Tries 0), that means every server is drained
-// (ErrDrained).
-func (t *Trip) Next(now time.Time) *Server {
-	u := t.u
-	var s *Server
-	if len(u.servers) == 1 {
-		if t.tried == 0 && u.drainedMask() == 0 {
-			s, t.tried = u.servers[0], 1
-		}
-	} else {
-		s = u.choose(t, now)
+// flight until End, or nil when every server in rotation was tried (on
+// the first try, Tries 0, with no error: every server is drained,
+// ErrDrained). Servers drained or at their MaxInFlight are not chosen;
+// when every other one was tried, Next waits in the group's queue
+// (limit.go) until a server takes the request, ctx is done (its error is
+// returned) or the queue's timeout passes, and returns ErrBusy if none
+// took it.
+func (t *Trip) Next(ctx context.Context, now time.Time) (*Server, error) {
+	if t.u.limited {
+		return t.nextLimited(ctx, now) // limit.go
 	}
-	if s == nil {
-		return nil
+	c := t.u.choose(t, now)
+	t.chosen(c)
+	if c.s == nil {
+		return nil, nil
 	}
-	t.Tries++
-	s.st.inFlight.Add(1)
-	return s
+	c.s.st.inFlight.Add(1)
+	return c.s, nil
 }
 
-// choose picks among the servers in rotation (not drained) not tried:
-// the healthy ones, or all of them when fewer than half of those in
-// rotation are healthy (panic mode: a group that looks mostly down is
-// more likely misjudged than down). A drained server is never chosen,
-// in panic mode neither: the operator said so.
-func (u *Upstream) choose(t *Trip, now time.Time) *Server {
+// choice is what choose found: the server chosen (nil for none), its
+// index in the group, whether servers were passed over for being at
+// their MaxInFlight (busy), and whether it chose in panic mode.
+type choice struct {
+	s           *Server
+	i           int
+	busy, panic bool
+}
+
+// chosen counts c in the trip: its try and the server tried, and a choice
+// made in panic mode (the hook is called here, outside any lock).
+func (t *Trip) chosen(c choice) {
+	if c.panic {
+		t.Panic = true
+		t.u.panics.Add(1)
+		if t.u.hooks.OnPanic != nil {
+			t.u.hooks.OnPanic()
+		}
+	}
+	if c.s != nil {
+		t.tried |= 1 << c.i
+		t.Tries++
+	}
+}
+
+// choose picks among the servers in rotation (not drained), not tried and
+// below their MaxInFlight: the healthy ones, or all of them when fewer
+// than half of those in rotation are healthy (panic mode: a group that
+// looks mostly down is more likely misjudged than down). A drained
+// server is never chosen, in panic mode neither: the operator said so.
+func (u *Upstream) choose(t *Trip, now time.Time) choice {
+	if len(u.servers) == 1 {
+		s := u.servers[0]
+		switch {
+		case t.tried != 0 || u.drainedMask() != 0:
+			return choice{}
+		case s.full():
+			return choice{busy: true}
+		}
+		return choice{s: s}
+	}
 	var cand [64]*Server
 	var idx [64]int
+	var c choice
 	out := u.drainedMask() // bit i: servers[i] is drained (below: or tried)
 	n, healthy, rotation := 0, 0, len(u.servers)
 	for i, s := range u.servers {
@@ -387,29 +440,31 @@ func (u *Upstream) choose(t *Trip, now time.Time) *Server {
 			healthy++
 		}
 		if ok && t.tried&(1<<i) == 0 {
+			if s.full() {
+				c.busy = true
+				continue
+			}
 			cand[n], idx[n] = s, i
 			n++
 		}
 	}
 	if healthy*2 < rotation {
-		n = 0
+		n, c.busy = 0, false
 		out |= t.tried
 		for i, s := range u.servers {
 			if out&(1<<i) == 0 {
+				if s.full() {
+					c.busy = true
+					continue
+				}
 				cand[n], idx[n] = s, i
 				n++
 			}
 		}
-		if n > 0 {
-			t.Panic = true
-			u.panics.Add(1)
-			if u.hooks.OnPanic != nil {
-				u.hooks.OnPanic()
-			}
-		}
+		c.panic = n > 0
 	}
 	if n == 0 {
-		return nil
+		return c
 	}
 	var k int
 	switch u.balance {
@@ -432,8 +487,8 @@ func (u *Upstream) choose(t *Trip, now time.Time) *Server {
 		k = smoothRoundRobin(cand[:n])
 		u.mu.Unlock()
 	}
-	t.tried |= 1 << idx[k]
-	return cand[k]
+	c.s, c.i = cand[k], idx[k]
+	return c
 }
 
 // smoothRoundRobin is nginx's smooth weighted round robin over cand: each
@@ -506,7 +561,7 @@ func mix(x uint64) uint64 {
 // response status (0 for none) and its failure (0 for none), which
 // passive ejection counts.
 func (t *Trip) End(s *Server, status int, f Failure, took time.Duration, now time.Time) {
-	s.st.inFlight.Add(-1)
+	t.u.release(s, now) // limit.go
 	class := 5
 	if status >= 100 && status < 600 {
 		class = status/100 - 1

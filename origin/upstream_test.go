@@ -1,6 +1,7 @@
 package origin
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -33,9 +34,19 @@ func group(t *testing.T, n int, o UpstreamOptions, weights ...int) *Upstream {
 // pick runs one trip's first try at now and ends it with status and f.
 func pick(g *Upstream, now time.Time, key []byte, status int, f Failure) *Server {
 	trip := g.Start(now, key)
-	s := trip.Next(now)
+	s := next(&trip, now)
 	if s != nil {
 		trip.End(s, status, f, 0, now)
+	}
+	return s
+}
+
+// next is trip.Next for a trip that never waits (no group here has a
+// limit).
+func next(trip *Trip, now time.Time) *Server {
+	s, err := trip.Next(context.Background(), now)
+	if err != nil {
+		panic(err)
 	}
 	return s
 }
@@ -138,7 +149,7 @@ func TestHashRetryGoesToNextInOrder(t *testing.T) {
 	for round := range 2 {
 		trip := g.Start(t0, key)
 		for range 4 {
-			s := trip.Next(t0)
+			s := next(&trip, t0)
 			first[round] = append(first[round], s)
 			trip.End(s, 0, FailConnect, 0, t0)
 		}
@@ -314,7 +325,7 @@ func TestMayRetry(t *testing.T) {
 	for _, tt := range tests {
 		g := group(t, 3, UpstreamOptions{Retries: ro})
 		trip := g.Start(t0, nil)
-		trip.Next(t0)
+		next(&trip, t0)
 		if got := trip.MayRetry(tt.f, tt.safe, t0); got != tt.want {
 			t.Errorf("%s: got %v, want %v", tt.name, got, tt.want)
 		}
@@ -322,11 +333,11 @@ func TestMayRetry(t *testing.T) {
 	// Attempts 1: one more server, not two.
 	g := group(t, 3, UpstreamOptions{Retries: ro})
 	trip := g.Start(t0, nil)
-	a := trip.Next(t0)
+	a := next(&trip, t0)
 	if !trip.MayRetry(FailConnect, true, t0) {
 		t.Fatal("first retry refused")
 	}
-	if b := trip.Next(t0); b == a {
+	if b := next(&trip, t0); b == a {
 		t.Fatal("retried on the same server")
 	}
 	if trip.MayRetry(FailConnect, true, t0) {
@@ -335,10 +346,10 @@ func TestMayRetry(t *testing.T) {
 	// Every server tried.
 	g = group(t, 2, UpstreamOptions{Retries: RetryOptions{Attempts: 5, On: FailConnect, Budget: 1}})
 	trip = g.Start(t0, nil)
-	trip.Next(t0)
+	next(&trip, t0)
 	trip.MayRetry(FailConnect, true, t0)
-	trip.Next(t0)
-	if trip.MayRetry(FailConnect, true, t0) || trip.Next(t0) != nil {
+	next(&trip, t0)
+	if trip.MayRetry(FailConnect, true, t0) || next(&trip, t0) != nil {
 		t.Error("a retry allowed with every server tried")
 	}
 	if n := g.RetryCounts()["no_server"]; n != 1 {
@@ -351,7 +362,7 @@ func TestRetryBudget(t *testing.T) {
 	g := group(t, 3, UpstreamOptions{Retries: ro})
 	retry := func(now time.Time) bool {
 		trip := g.Start(now, nil)
-		trip.Next(now)
+		next(&trip, now)
 		return trip.MayRetry(FailConnect, true, now)
 	}
 	// A quiet group still retries: 3 a second whatever the share.
@@ -441,7 +452,7 @@ func BenchmarkTrip(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					trip := g.Start(t0, nil)
-					s := trip.Next(t0)
+					s := next(&trip, t0)
 					trip.End(s, 200, 0, time.Millisecond, t0)
 				}
 			})

@@ -98,7 +98,7 @@ func (p *Proxy) closeAccessLog() {
 // refused_sample thins.
 func refusedOutcome(outcome string) bool {
 	switch outcome {
-	case outcomeBlocked, outcomeUnavailable, outcomeShed, outcomeBadCost, outcomeBodyRefused,
+	case outcomeBlocked, outcomeUnavailable, outcomeShed, outcomeOriginBusy, outcomeBadCost, outcomeBodyRefused,
 		outcomeScreened, outcomeMisdirected, outcomeLoop:
 		return true
 	}

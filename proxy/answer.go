@@ -32,6 +32,7 @@ const (
 	outcomeOriginFailed  = "origin_failed"  // the origin could not be reached or answered badly (502)
 	outcomeOriginTimeout = "origin_timeout" // the origin did not answer in time (504)
 	outcomeOriginDown    = "origin_down"    // no origin server could be reached (502, or when_down's status)
+	outcomeOriginBusy    = "origin_busy"    // every origin server that could take it was at its max_in_flight (503)
 	outcomeShed          = "shed"           // load shedding refused it (503)
 	outcomeScreened      = "screened"       // the screen refused it before any domain (400, 501)
 	outcomeMisdirected   = "misdirected"    // no domain claims its host (421, or 400 for an invalid host)
@@ -46,7 +47,7 @@ const (
 // answeredOutcomes are the outcomes of the answers to a request of a domain
 // that edge makes itself, besides blocked and unavailable, in the order the
 // status page lists them.
-var answeredOutcomes = []string{outcomeBadCost, outcomeBodyRefused, outcomeOriginFailed, outcomeOriginTimeout, outcomeOriginDown, outcomeShed, outcomeLoop, outcomeRedirect, outcomeACME, outcomeTooEarly, outcomeUnauthorized}
+var answeredOutcomes = []string{outcomeBadCost, outcomeBodyRefused, outcomeOriginFailed, outcomeOriginTimeout, outcomeOriginDown, outcomeOriginBusy, outcomeShed, outcomeLoop, outcomeRedirect, outcomeACME, outcomeTooEarly, outcomeUnauthorized}
 
 // fieldName names a field an answer may carry. The names are in net/http's
 // order (it writes a handler's fields sorted by name), so that an answer

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -65,6 +66,12 @@ func (fo *fastOrigin) pool(s *origin.Server) *origin.Pool {
 // the fast forward does not apply (see above).
 func (p *Proxy) fastOriginFor(d *domain, g *serverGroup, obs *upstreamObservers) *fastOrigin {
 	if !p.ownTransport || d.queue != nil || d.shed != nil {
+		return nil
+	}
+	if d.originQueue != nil && d.originQueue.Options().Timeout > 0 {
+		// A wait for a server below its max_in_flight ends when the
+		// client leaves: net/http's request context says so, and the
+		// fast path has no such signal.
 		return nil
 	}
 	if p.cluster != nil && d.store != nil && (p.cluster.Config().Sync == rules.SyncExact || d.countsAfter || d.slots) {
@@ -188,7 +195,12 @@ func (p *Proxy) fastTrips(ex *exchange, fo *fastOrigin, r *relay, req *origin.Re
 	now := ex.now // the group decides by the request's clock; tries are timed by the wall clock
 	var lastErr error
 	for {
-		srv := trip.Next(now)
+		// Only a group whose requests never wait comes here
+		// (fastOriginFor): no context is needed to end a wait.
+		srv, err := trip.Next(context.Background(), now)
+		if err != nil {
+			return nil, nil, err
+		}
 		if srv == nil {
 			return nil, nil, noServer(&trip, lastErr) // upstream.go
 		}
@@ -284,10 +296,12 @@ func (r *relay) interim(resp *http.Response) {
 func (r *relay) fail(err error) []byte {
 	l := r.d.errLog
 	var a answer
-	upstreamFailure(&a, err, r.g) // forward.go
+	upstreamFailure(&a, err, r.d, r.g) // forward.go
 	a.strictTransport(r.d, isHTTPS(r.h.TLS, r.h.Front))
 	a.altService(r.p.altSvcOn(r.h.TLS))
-	l.logFast(string(r.h.Method), r.h.Target, a.status, err)
+	if a.outcome != outcomeOriginBusy { // as errorLog.handle
+		l.logFast(string(r.h.Method), r.h.Target, a.status, err)
+	}
 	r.d.requests.count(&a)
 	endBody(r.h, &a)
 	if r.rep != nil {

@@ -257,16 +257,19 @@ func (l *errorLog) handle(w http.ResponseWriter, r *http.Request, err error) {
 		l.refuseBody(w, berr)
 		return
 	}
-	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil || errors.As(err, new(errLeftQueue)) {
 		panic(http.ErrAbortHandler)
 	}
 	var g *serverGroup // for when_down
+	var d *domain      // for origin_busy's counts
 	if ex := exchangeOf(r.Context()); ex != nil {
-		g = ex.group
+		g, d = ex.group, ex.d
 	}
 	var a answer
-	upstreamFailure(&a, err, g)
-	l.warn(r.Method, r.URL.Path, a.status, err)
+	upstreamFailure(&a, err, d, g)
+	if a.outcome != outcomeOriginBusy { // a refusal for load, not a failure: metrics count it
+		l.warn(r.Method, r.URL.Path, a.status, err)
+	}
 	l.counts.count(&a)
 	a.write(w)
 }
@@ -274,9 +277,13 @@ func (l *errorLog) handle(w http.ResponseWriter, r *http.Request, err error) {
 // upstreamFailure makes a the answer to a forward to g the origin
 // failed: when_down's (or 502) when no server could be reached, 504 when
 // it was too slow, else 502.
-func upstreamFailure(a *answer, err error, g *serverGroup) {
+func upstreamFailure(a *answer, err error, d *domain, g *serverGroup) {
 	if errors.As(err, new(errOriginDown)) {
 		downAnswer(a, g, errors.Is(err, origin.ErrDrained))
+		return
+	}
+	if errors.Is(err, origin.ErrBusy) {
+		busyAnswer(a, d, err) // upstream.go
 		return
 	}
 	var ne net.Error

@@ -34,7 +34,11 @@ func (*countClient) CloseAfter() {}
 // rule that allows everything, to an origin on 127.0.0.1 that answers
 // every request with a 2-byte body: over TLS with secure (HTTP/1.1
 // alone, its certificate trusted by origin_tls.ca_file).
-func forwardBenchProxy(b *testing.B, secure bool) *Proxy {
+func forwardBenchProxy(b *testing.B, secure bool) *Proxy { return forwardBenchProxyOf(b, secure, 0) }
+
+// forwardBenchProxyOf is forwardBenchProxy with the origin as a server of
+// max_in_flight maxInFlight (0: none).
+func forwardBenchProxyOf(b *testing.B, secure bool, maxInFlight int) *Proxy {
 	b.Helper()
 	origin := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
@@ -58,7 +62,7 @@ func forwardBenchProxy(b *testing.B, secure bool) *Proxy {
 		origin.Start()
 	}
 	b.Cleanup(origin.Close)
-	cfg.Origin = origin.URL
+	cfg.Domains[0].Origins = []rules.OriginConfig{{URL: origin.URL, MaxInFlight: maxInFlight}}
 	return configBenchProxy(b, cfg)
 }
 
@@ -86,8 +90,9 @@ func BenchmarkFastForward(b *testing.B) { benchFastForward(b, false) }
 // over a pooled TLS connection (docs/origins.md, "TLS to origins").
 func BenchmarkFastForwardHTTPS(b *testing.B) { benchFastForward(b, true) }
 
-func benchFastForward(b *testing.B, secure bool) {
-	p := forwardBenchProxy(b, secure)
+func benchFastForward(b *testing.B, secure bool) { benchFastForwardOn(b, forwardBenchProxy(b, secure)) }
+
+func benchFastForwardOn(b *testing.B, p *Proxy) {
 	raw := "GET /v1/items HTTP/1.1\r\nHost: api.example.com\r\nUser-Agent: bench\r\n\r\n"
 	c := &countClient{}
 	h := fastHead(raw)
@@ -120,8 +125,9 @@ func BenchmarkForward(b *testing.B) { benchForward(b, false) }
 // transport's pooled TLS connection (HTTP/1.1: the origin offers no h2).
 func BenchmarkForwardHTTPS(b *testing.B) { benchForward(b, true) }
 
-func benchForward(b *testing.B, secure bool) {
-	p := forwardBenchProxy(b, secure)
+func benchForward(b *testing.B, secure bool) { benchForwardOn(b, forwardBenchProxy(b, secure)) }
+
+func benchForwardOn(b *testing.B, p *Proxy) {
 	req, _ := http.NewRequest("GET", "http://api.example.com/v1/items", nil)
 	req.RemoteAddr = "203.0.113.9:41000"
 	w := &nopWriter{h: make(http.Header)}
@@ -210,5 +216,20 @@ func BenchmarkFastForwardRoutes(b *testing.B) {
 			}
 			b.ReportAllocs()
 		})
+	}
+}
+
+// BenchmarkForwardMaxInFlight is BenchmarkFastForward and
+// BenchmarkForward with the origin's max_in_flight unset beside one that
+// is never reached: what a limit costs a forward (docs/origins.md, "A
+// limit per server").
+func BenchmarkForwardMaxInFlight(b *testing.B) {
+	for _, max := range []int{0, 1000} {
+		name := "max_in_flight=none"
+		if max > 0 {
+			name = "max_in_flight=1000"
+		}
+		b.Run("fast/"+name, func(b *testing.B) { benchFastForwardOn(b, forwardBenchProxyOf(b, false, max)) })
+		b.Run("net/http/"+name, func(b *testing.B) { benchForwardOn(b, forwardBenchProxyOf(b, false, max)) })
 	}
 }

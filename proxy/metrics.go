@@ -34,11 +34,15 @@ type metrics struct {
 	originRequests, originInFlight, originHealthy, originDrained, originEjections, originRetries *prometheus.Desc
 	originSeconds                                                                                *prometheus.HistogramVec
 	originPanics                                                                                 *prometheus.CounterVec
-	misdirected                                                                                  prometheus.Counter
-	refused                                                                                      *prometheus.CounterVec
-	framing                                                                                      prometheus.Counter
-	capped                                                                                       prometheus.Counter
-	connsOpen                                                                                    *prometheus.GaugeVec
+	// originQueued and originMaxInFlight are read at scrape time too;
+	// originBusy counts the requests refused origin_busy, by reason.
+	originQueued, originMaxInFlight *prometheus.Desc
+	originBusy                      *prometheus.CounterVec
+	misdirected                     prometheus.Counter
+	refused                         *prometheus.CounterVec
+	framing                         prometheus.Counter
+	capped                          prometheus.Counter
+	connsOpen                       *prometheus.GaugeVec
 	// proxyProtocol counts the PROXY protocol stage's results (front.go).
 	proxyProtocol *prometheus.CounterVec
 	// connsRefused counts the connections the connection limits refused,
@@ -114,7 +118,7 @@ func newMetrics(p *Proxy, version string) *metrics {
 		p: p,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_requests_total",
-			Help: "Requests by domain and outcome: served (forwarded, answered by the domain's static response, or allowed by the check listener), blocked by a rate limit, unavailable (the rate limit store could not decide), bad_cost (a cost header a block rule cannot use), body_refused (413, 400 or 408 for the body), origin_failed (502), origin_timeout (504), origin_down (no origin server could be reached: 502, or when_down's status), shed (503 by load shedding), loop (508: the request came back to the node that forwarded it), redirect (308 to https by https_redirect), acme (an ACME server's HTTP-01 validation, answered by edge) or invalid_api_key (403: a missing or unknown API key where api_keys requires one).",
+			Help: "Requests by domain and outcome: served (forwarded, answered by the domain's static response, or allowed by the check listener), blocked by a rate limit, unavailable (the rate limit store could not decide), bad_cost (a cost header a block rule cannot use), body_refused (413, 400 or 408 for the body), origin_failed (502), origin_timeout (504), origin_down (no origin server could be reached: 502, or when_down's status), origin_busy (503: every origin server was at its max_in_flight), shed (503 by load shedding), loop (508: the request came back to the node that forwarded it), redirect (308 to https by https_redirect), acme (an ACME server's HTTP-01 validation, answered by edge) or invalid_api_key (403: a missing or unknown API key where api_keys requires one).",
 		}, []string{"domain", "outcome"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edge_rule_decisions_total",
@@ -173,6 +177,14 @@ func newMetrics(p *Proxy, version string) *metrics {
 			Name: "edge_origin_panic_total",
 			Help: "Server choices made in panic mode: fewer than half the group's servers were healthy, so all were balanced over; by domain and route.",
 		}, []string{"domain", "route"}),
+		originQueued: prometheus.NewDesc("edge_origin_queued",
+			"Requests of a domain waiting now in its origin_queue for a server below its max_in_flight.", []string{"domain"}, nil),
+		originMaxInFlight: prometheus.NewDesc("edge_origin_max_in_flight",
+			"The max_in_flight of each origin server that has one.", []string{"domain", "route", "server"}, nil),
+		originBusy: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edge_origin_busy_total",
+			Help: "Requests refused 503 origin_busy because every server that could take them was at its max_in_flight, by reason: full (they could not wait: origin_queue.timeout is 0, or origin_queue.max requests were waiting) or timeout (they waited origin_queue.timeout).",
+		}, []string{"domain", "reason"}),
 		misdirected: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "edge_misdirected_requests_total",
 			Help: "Requests whose Host no domain claims, or over TLS one the connection's certificate is not for (answered 421), or with an invalid Host (400).",
@@ -351,7 +363,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 		m.acmeOrders.WithLabelValues(r)
 		m.acmeRenewals.WithLabelValues(r)
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.planDecisions, m.blocked, m.queued, m.reloads, m.lastReload, m.reloadOK, m.upstream, originCollector{m}, m.originSeconds, m.originPanics, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.tlsHandshakes, m.tlsHandshakeSeconds, certCollector{m}, m.acmeOrders, m.acmeRenewals, m.http2Floods, m.http3Conns, m.proxyProtocol, m.connsRefused, m.xffMalformed, m.untrustedForwarders, m.checkAnswers, m.buildInfo, m.sampled, m.misjudged, m.responseCostInvalid, m.bufferedBytes, m.bufferFull, m.inFlight, m.alogDropped, m.alogFailed, m.alogSkipped, m.jwt, m.jwksFetches, m.shedInFlight, m.shedRefused, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.planDecisions, m.blocked, m.queued, m.reloads, m.lastReload, m.reloadOK, m.upstream, originCollector{m}, m.originSeconds, m.originPanics, m.originBusy, m.misdirected, m.refused, m.framing, m.capped, m.connsOpen, m.tlsHandshakes, m.tlsHandshakeSeconds, certCollector{m}, m.acmeOrders, m.acmeRenewals, m.http2Floods, m.http3Conns, m.proxyProtocol, m.connsRefused, m.xffMalformed, m.untrustedForwarders, m.checkAnswers, m.buildInfo, m.sampled, m.misjudged, m.responseCostInvalid, m.bufferedBytes, m.bufferFull, m.inFlight, m.alogDropped, m.alogFailed, m.alogSkipped, m.jwt, m.jwksFetches, m.shedInFlight, m.shedRefused, m.storeErrors, m.storeRoundTrip, m.storeFallback, storeCollector{m}} {
 		errs = append(errs, reg.Register(c))
 	}
 	return errors.Join(errs...)
@@ -569,6 +581,7 @@ func (m *metrics) forget(old, st *state) {
 			m.upstream.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			m.originSeconds.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			m.originPanics.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
+			m.originBusy.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			m.blocked.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			m.queued.DeletePartialMatch(prometheus.Labels{"domain": od.Name})
 			m.storeFallback.DeletePartialMatch(prometheus.Labels{"domain": od.Name})

@@ -226,6 +226,12 @@ type domain struct {
 	// node (drain.go), consulted by every group of the domain; nil for a
 	// domain not forwarded.
 	drains *origin.Drains
+	// originQueue is where the domain's requests wait for a server below
+	// its max_in_flight, in any of its groups (upstream.go); nil when no
+	// server has one. busy counts the requests refused origin_busy:
+	// full, then timeout.
+	originQueue *origin.Queue
+	busy        [2]prometheus.Counter
 	// hsts is the Strict-Transport-Security line of the domain's HTTPS
 	// responses (tls.go); nil without hsts_max_age.
 	hsts *staticField

@@ -93,12 +93,13 @@ func TestStatusFiguresMatchMetrics(t *testing.T) {
 	}
 	// The totals are the counters' values as /metrics exports them.
 	want := `
-# HELP edge_requests_total Requests by domain and outcome: served (forwarded, answered by the domain's static response, or allowed by the check listener), blocked by a rate limit, unavailable (the rate limit store could not decide), bad_cost (a cost header a block rule cannot use), body_refused (413, 400 or 408 for the body), origin_failed (502), origin_timeout (504), origin_down (no origin server could be reached: 502, or when_down's status), shed (503 by load shedding), loop (508: the request came back to the node that forwarded it), redirect (308 to https by https_redirect), acme (an ACME server's HTTP-01 validation, answered by edge) or invalid_api_key (403: a missing or unknown API key where api_keys requires one).
+# HELP edge_requests_total Requests by domain and outcome: served (forwarded, answered by the domain's static response, or allowed by the check listener), blocked by a rate limit, unavailable (the rate limit store could not decide), bad_cost (a cost header a block rule cannot use), body_refused (413, 400 or 408 for the body), origin_failed (502), origin_timeout (504), origin_down (no origin server could be reached: 502, or when_down's status), origin_busy (503: every origin server was at its max_in_flight), shed (503 by load shedding), loop (508: the request came back to the node that forwarded it), redirect (308 to https by https_redirect), acme (an ACME server's HTTP-01 validation, answered by edge) or invalid_api_key (403: a missing or unknown API key where api_keys requires one).
 # TYPE edge_requests_total counter
 edge_requests_total{domain="api.example.com",outcome="bad_cost"} 0
 edge_requests_total{domain="api.example.com",outcome="blocked"} 6
 edge_requests_total{domain="api.example.com",outcome="body_refused"} 0
 edge_requests_total{domain="api.example.com",outcome="loop"} 0
+edge_requests_total{domain="api.example.com",outcome="origin_busy"} 0
 edge_requests_total{domain="api.example.com",outcome="origin_down"} 0
 edge_requests_total{domain="api.example.com",outcome="origin_failed"} 0
 edge_requests_total{domain="api.example.com",outcome="origin_timeout"} 0
@@ -108,6 +109,7 @@ edge_requests_total{domain="static",outcome="bad_cost"} 0
 edge_requests_total{domain="static",outcome="blocked"} 0
 edge_requests_total{domain="static",outcome="body_refused"} 0
 edge_requests_total{domain="static",outcome="loop"} 0
+edge_requests_total{domain="static",outcome="origin_busy"} 0
 edge_requests_total{domain="static",outcome="origin_down"} 0
 edge_requests_total{domain="static",outcome="origin_failed"} 0
 edge_requests_total{domain="static",outcome="origin_timeout"} 0

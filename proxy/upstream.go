@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -64,7 +66,12 @@ func (d *domain) group(name string) *serverGroup {
 // newGroups makes d's groups, its routes' and then its own, in st,
 // keeping the state of the servers that stay in the group of the same
 // name in prev's (a reload), and the TLS state of old (origintls.go).
+// When a server of any group has a max_in_flight, the groups share the
+// domain's origin queue (originQueue).
 func (p *Proxy) newGroups(d *domain, prev *domain, st, old *state) error {
+	if err := p.originQueue(d, prev); err != nil {
+		return err
+	}
 	add := func(route *rules.Route, name string, up *rules.Upstream) error {
 		var was *serverGroup
 		if prev != nil {
@@ -75,7 +82,7 @@ func (p *Proxy) newGroups(d *domain, prev *domain, st, old *state) error {
 		if gt != nil && gt.transport != nil && p.ownTransport {
 			rt = gt.transport
 		}
-		g, err := p.newGroup(d.Name, route, name, up, was, rt, d.drains)
+		g, err := p.newGroup(d.Name, route, name, up, was, rt, groupShared{drains: d.drains, queue: d.originQueue})
 		if err != nil {
 			return err
 		}
@@ -94,10 +101,40 @@ func (p *Proxy) newGroups(d *domain, prev *domain, st, old *state) error {
 	return nil
 }
 
+// originQueue makes d's origin queue, when a server of any of its groups
+// has a max_in_flight: prev's (the domain a reload replaces), with the
+// requests waiting in it, while its options stay.
+func (p *Proxy) originQueue(d *domain, prev *domain) error {
+	limited := func(up *rules.Upstream) bool {
+		return up != nil && slices.ContainsFunc(up.Servers, func(s rules.OriginServer) bool { return s.MaxInFlight > 0 })
+	}
+	if !limited(d.Upstream) && !slices.ContainsFunc(d.Routes, func(r *rules.Route) bool { return limited(r.Upstream) }) {
+		return nil
+	}
+	qo := origin.QueueOptions{Max: d.OriginQueue.Max, Timeout: d.OriginQueue.Timeout}
+	if prev != nil && prev.originQueue != nil && prev.originQueue.Options() == qo {
+		d.originQueue = prev.originQueue
+	} else if q, err := origin.NewQueue(qo); err != nil {
+		return fmt.Errorf("proxy: domain %q: %w", d.Name, err)
+	} else {
+		d.originQueue = q
+	}
+	m := p.metrics
+	d.busy = [2]prometheus.Counter{m.originBusy.WithLabelValues(d.Name, "full"), m.originBusy.WithLabelValues(d.Name, "timeout")}
+	return nil
+}
+
+// groupShared is what every group of a domain shares: its drains
+// (drain.go) and its origin queue (nil for none).
+type groupShared struct {
+	drains *origin.Drains
+	queue  *origin.Queue
+}
+
 // newGroup makes the group of domain's route (nil and name "": the
 // domain's own) from its compiled upstream, keeping the state of the
 // servers that stay in prev's (nil for none).
-func (p *Proxy) newGroup(domain string, route *rules.Route, name string, ru *rules.Upstream, prev *serverGroup, transport http.RoundTripper, drains *origin.Drains) (*serverGroup, error) {
+func (p *Proxy) newGroup(domain string, route *rules.Route, name string, ru *rules.Upstream, prev *serverGroup, transport http.RoundTripper, shared groupShared) (*serverGroup, error) {
 	opts := origin.UpstreamOptions{
 		Balance: origin.Balance(ru.Balance), // the same order (TestBalanceNames)
 		Retries: origin.RetryOptions{Attempts: ru.Retries.Attempts, On: originFailures(ru.Retries.On), Budget: ru.Retries.Budget},
@@ -108,9 +145,10 @@ func (p *Proxy) newGroup(domain string, route *rules.Route, name string, ru *rul
 	if prev != nil {
 		opts.Previous = prev.origins
 	}
-	opts.Drains = drains // the domain's, for every group of it (drain.go)
+	opts.Drains, opts.Queue = shared.drains, shared.queue // the domain's, for every group of it
 	for _, s := range ru.Servers {
-		opts.Servers = append(opts.Servers, origin.ServerOptions{URL: s.URL, Name: s.Name, Weight: s.Weight, Transport: transport})
+		opts.Servers = append(opts.Servers, origin.ServerOptions{URL: s.URL, Name: s.Name, Weight: s.Weight,
+			MaxInFlight: s.MaxInFlight, Transport: transport})
 	}
 	m := p.metrics
 	opts.OnEject = func(s *origin.Server, reason string) {
@@ -239,6 +277,24 @@ func downAnswer(a *answer, g *serverGroup, drained bool) {
 	a.text(strconv.Itoa(wd.Status) + " " + http.StatusText(wd.Status) + why)
 }
 
+// busyAnswer makes a the answer to a request of d that no server took,
+// every one that could being at its max_in_flight (err: origin.ErrBusy,
+// or ErrQueueTimeout after its wait): 503 with Retry-After 1, as load
+// shedding answers, counted by reason.
+func busyAnswer(a *answer, d *domain, err error) {
+	a.textAnswer(http.StatusServiceUnavailable, outcomeOriginBusy,
+		"service unavailable: every origin server is at its limit of requests in flight; retry in 1s\n")
+	a.set(fieldRetryAfter, retryAfterOne)
+	a.set(fieldCacheControl, noStore)
+	if d != nil && d.busy[0] != nil {
+		reason := 0
+		if errors.Is(err, origin.ErrQueueTimeout) {
+			reason = 1
+		}
+		d.busy[reason].Inc()
+	}
+}
+
 // upstreamTransport carries the net/http path's requests to the group
 // the route step chose (exchange.group): each try on a server the group
 // chooses, retried on another where the group allows it, each observed
@@ -279,7 +335,13 @@ func (t upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		defer ex.noteLeft(connLeaver(req.Context()))
 	}
 	for {
-		s := trip.Next(now)
+		s, err := trip.Next(waitContext(req, ex), now)
+		if err != nil {
+			if !errors.Is(err, origin.ErrBusy) {
+				err = errLeftQueue{err}
+			}
+			return nil, err
+		}
 		if s == nil {
 			return nil, noServer(&trip, lastErr)
 		}
@@ -320,6 +382,29 @@ func (t upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	}
 }
 
+// waitContext is what ends a wait for a server below its max_in_flight
+// besides its timeout: the client's leaving, as for a leaky bucket's turn
+// (queue.go). That is the server's context of the request, which net/http
+// ends on the connection's end: the forward itself does not end on it
+// (newForwarder says why), but a request that has sent nothing to an
+// origin yet is better dropped than sent for a client that is likely
+// gone to an origin that is saturated.
+func waitContext(req *http.Request, ex *exchange) context.Context {
+	if ex != nil && ex.req != nil {
+		return ex.req.Context()
+	}
+	return req.Context()
+}
+
+// errLeftQueue is the error of a request whose client left while it
+// waited for a server below its max_in_flight.
+type errLeftQueue struct{ err error }
+
+func (e errLeftQueue) Error() string {
+	return "the client left while its request waited for an origin server: " + e.err.Error()
+}
+func (e errLeftQueue) Unwrap() error { return e.err }
+
 // tryResult is a try's status (0 for none) and failure, from its round
 // trip's results.
 func tryResult(resp *http.Response, err error) (int, origin.Failure) {
@@ -358,7 +443,7 @@ func bufferedWhole(b *clientBody) bool {
 type originCollector struct{ m *metrics }
 
 func (c originCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.m.originRequests, c.m.originInFlight, c.m.originHealthy, c.m.originDrained, c.m.originEjections, c.m.originRetries} {
+	for _, d := range []*prometheus.Desc{c.m.originRequests, c.m.originInFlight, c.m.originHealthy, c.m.originDrained, c.m.originEjections, c.m.originRetries, c.m.originQueued, c.m.originMaxInFlight} {
 		ch <- d
 	}
 }
@@ -388,6 +473,9 @@ func (c originCollector) Collect(ch chan<- prometheus.Metric) {
 					drained = 1
 				}
 				ch <- prometheus.MustNewConstMetric(c.m.originDrained, prometheus.GaugeValue, drained, d.Name, g.name, s.Name)
+				if s.MaxInFlight > 0 {
+					ch <- prometheus.MustNewConstMetric(c.m.originMaxInFlight, prometheus.GaugeValue, float64(s.MaxInFlight), d.Name, g.name, s.Name)
+				}
 				passive, active := s.Ejections()
 				ch <- prometheus.MustNewConstMetric(c.m.originEjections, prometheus.CounterValue, float64(passive), d.Name, g.name, s.Name, "passive")
 				ch <- prometheus.MustNewConstMetric(c.m.originEjections, prometheus.CounterValue, float64(active), d.Name, g.name, s.Name, "active")
@@ -395,6 +483,9 @@ func (c originCollector) Collect(ch chan<- prometheus.Metric) {
 			for outcome, n := range g.origins.RetryCounts() {
 				ch <- prometheus.MustNewConstMetric(c.m.originRetries, prometheus.CounterValue, float64(n), d.Name, g.name, outcome)
 			}
+		}
+		if d.originQueue != nil {
+			ch <- prometheus.MustNewConstMetric(c.m.originQueued, prometheus.GaugeValue, float64(d.originQueue.Waiting()), d.Name)
 		}
 	}
 }
@@ -416,15 +507,24 @@ type originsView struct {
 // originDomainView is one of a domain's groups: a route's (Route its
 // name, Match what it takes), or the domain's own (Route "").
 type originDomainView struct {
-	Domain  string             `json:"domain"`
-	Route   string             `json:"route"`
-	Match   *originMatchView   `json:"match,omitempty"`
-	Balance string             `json:"balance"`
-	Checked bool               `json:"checked"` // health is set
-	Passive bool               `json:"passive"`
-	Panics  uint64             `json:"panic_choices"`
-	Retries map[string]uint64  `json:"retries"`
+	Domain  string            `json:"domain"`
+	Route   string            `json:"route"`
+	Match   *originMatchView  `json:"match,omitempty"`
+	Balance string            `json:"balance"`
+	Checked bool              `json:"checked"` // health is set
+	Passive bool              `json:"passive"`
+	Panics  uint64            `json:"panic_choices"`
+	Retries map[string]uint64 `json:"retries"`
+	// Queue is the domain's origin_queue, when a server has a
+	// max_in_flight.
+	Queue   *originQueueView   `json:"queue,omitempty"`
 	Servers []originServerView `json:"servers"`
+}
+
+type originQueueView struct {
+	Max            int     `json:"max"`
+	TimeoutSeconds float64 `json:"timeout_seconds"`
+	Waiting        int64   `json:"waiting"`
 }
 
 type originServerView struct {
@@ -435,6 +535,7 @@ type originServerView struct {
 	// requests in flight finish.
 	Drained      bool              `json:"drained"`
 	InFlight     int64             `json:"in_flight"`
+	MaxInFlight  int64             `json:"max_in_flight,omitempty"` // 0: no bound
 	EjectedUntil *time.Time        `json:"ejected_until,omitempty"`
 	LastCheck    *originCheckView  `json:"last_check"`
 	Ejections    map[string]uint64 `json:"ejections"`
@@ -459,23 +560,28 @@ func (p *Proxy) originsView() originsView {
 	v := originsView{Domains: []originDomainView{}}
 	for _, d := range st.domains {
 		for _, g := range d.groups {
-			v.Domains = append(v.Domains, g.view(d.Name, d.drains, now))
+			v.Domains = append(v.Domains, g.view(d.Name, d.drains, d.originQueue, now))
 		}
 	}
 	return v
 }
 
 // view is g's entry in GET /v1/origins at now, with the servers drained
-// in drains (the domain's).
-func (g *serverGroup) view(domain string, drains *origin.Drains, now time.Time) originDomainView {
+// in drains (the domain's) and the domain's origin queue q (nil: none).
+func (g *serverGroup) view(domain string, drains *origin.Drains, q *origin.Queue, now time.Time) originDomainView {
 	dv := originDomainView{Domain: domain, Route: g.name, Balance: g.up.Balance.String(), Checked: g.up.Health != nil,
 		Passive: g.up.Passive != nil, Panics: g.origins.Panics(), Retries: g.origins.RetryCounts()}
 	if r := g.route; r != nil {
 		dv.Match = &originMatchView{PathPrefix: r.PathPrefix, Methods: append([]string{}, r.Methods...)}
 	}
+	if q != nil {
+		o := q.Options()
+		dv.Queue = &originQueueView{Max: o.Max, TimeoutSeconds: o.Timeout.Seconds(), Waiting: q.Waiting()}
+	}
 	for _, s := range g.origins.Servers() {
 		passive, active := s.Ejections()
-		sv := originServerView{Server: s.Name, Weight: s.Weight, Healthy: s.Healthy(now), Drained: drains.Drained(s.Name), InFlight: s.InFlight(),
+		sv := originServerView{Server: s.Name, Weight: s.Weight, Healthy: s.Healthy(now), Drained: drains.Drained(s.Name),
+			InFlight: s.InFlight(), MaxInFlight: s.MaxInFlight,
 			Ejections: map[string]uint64{"passive": passive, "active": active}, Requests: map[string]uint64{}}
 		if until := s.EjectedUntil(); until.After(now) {
 			sv.EjectedUntil = &until
@@ -491,13 +597,13 @@ func (g *serverGroup) view(domain string, drains *origin.Drains, now time.Time) 
 	return dv
 }
 
-// grouped is v with only the groups of several servers or active
-// checks, and routes: what the status page shows (a domain's lone origin
-// is in its settings already).
+// grouped is v with only the groups of several servers, active checks,
+// a max_in_flight or a server drained, and routes: what the status page
+// shows (a domain's lone origin is in its settings already).
 func (v originsView) grouped() originsView {
 	out := originsView{Domains: []originDomainView{}}
 	for _, d := range v.Domains {
-		if len(d.Servers) > 1 || d.Checked || d.Route != "" || slices.ContainsFunc(d.Servers, func(s originServerView) bool { return s.Drained }) {
+		if len(d.Servers) > 1 || d.Checked || d.Route != "" || d.Queue != nil || slices.ContainsFunc(d.Servers, func(s originServerView) bool { return s.Drained }) {
 			out.Domains = append(out.Domains, d)
 		}
 	}

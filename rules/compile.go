@@ -133,6 +133,7 @@ func Compile(cfg Config) (*Table, error) {
 	if cfg.OriginTLS != nil && len(t.topServers) > 0 && t.topServers[0].URL.Scheme != "https" {
 		p.add("origin_tls", "applies only to https servers, got %s servers", t.topServers[0].URL.Scheme)
 	}
+	t.topQueue = compileOriginQueue(&p, "", cfg.OriginQueue)
 
 	t.MaxKeys = cfg.MaxKeys
 	if t.MaxKeys == 0 {

@@ -86,6 +86,9 @@ type Config struct {
 	// are the default upstream group of the domains that set none of
 	// their own (UpstreamConfig; docs/origins.md).
 	UpstreamConfig `mapstructure:",squash"`
+	// OriginQueue is the default origin_queue of the domains that set
+	// none of their own (OriginQueueConfig).
+	OriginQueue *OriginQueueConfig `mapstructure:"origin_queue"`
 	// MaxKeys bounds the number of rate-limit keys tracked across all
 	// domains. Default 1_000_000; valid 1..2147483647.
 	MaxKeys int `mapstructure:"max_keys"`
@@ -327,6 +330,9 @@ type DomainConfig struct {
 	// MaxKeys is this domain's share of Config.MaxKeys. Zero means an equal
 	// share of whatever the domains that set it leave over.
 	MaxKeys int `mapstructure:"max_keys"`
+	// OriginQueue is where the domain's requests wait for a server below
+	// its max_in_flight; it replaces the top level's whole.
+	OriginQueue *OriginQueueConfig `mapstructure:"origin_queue"`
 	// MaxQueued bounds the requests of this domain waiting at once for
 	// their turn in a leaky_bucket queue (a rule with MaxDelay); one more
 	// is refused. Default 1000; valid 1..1_000_000.
@@ -649,6 +655,22 @@ type OriginConfig struct {
 	// Weight is the server's share against the others' (default 1; valid
 	// 1..MaxOriginWeight).
 	Weight int `mapstructure:"weight"`
+	// MaxInFlight bounds the requests edge has in flight to the server at
+	// once (default 0: no bound; valid 0..MaxOriginInFlight). A server at
+	// its bound is not chosen; when every server is, a request waits in
+	// the domain's origin_queue.
+	MaxInFlight int `mapstructure:"max_in_flight"`
+}
+
+// OriginQueueConfig is where a domain's requests wait when every server
+// that could take them is at its max_in_flight.
+type OriginQueueConfig struct {
+	// Max bounds the requests waiting at once (default 1000; valid
+	// 1..MaxOriginQueue); one more is refused at once.
+	Max int `mapstructure:"max"`
+	// Timeout is how long a request waits before it is refused (default
+	// 0: refused at once, no request waits; valid 0..MaxOriginQueueTimeout).
+	Timeout time.Duration `mapstructure:"timeout"`
 }
 
 // HealthConfig is an upstream group's active checks: every Interval each

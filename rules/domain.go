@@ -98,6 +98,10 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 		}
 		if d.Upstream != nil {
 			d.Origin = d.Upstream.Servers[0].URL
+			d.OriginQueue = t.topQueue
+			if dc.OriginQueue != nil {
+				d.OriginQueue = compileOriginQueue(p, path, dc.OriginQueue)
+			}
 		}
 		if !d.Proxied || d.Respond != nil {
 			for _, k := range []struct {
@@ -105,7 +109,7 @@ func compileDomains(p *problems, t *Table, cfg Config) {
 				set bool
 			}{{"balance", dc.Balance != ""}, {"hash_key", dc.HashKey != nil}, {"health", dc.Health != nil},
 				{"passive", dc.Passive != nil}, {"retries", dc.Retries != nil}, {"when_down", dc.WhenDown != nil},
-				{"origin_tls", dc.OriginTLS != nil}, {"routes", len(dc.Routes) > 0}} {
+				{"origin_tls", dc.OriginTLS != nil}, {"routes", len(dc.Routes) > 0}, {"origin_queue", dc.OriginQueue != nil}} {
 				if k.set {
 					p.add(path+"."+k.key, "applies only to a domain forwarded to origins")
 				}

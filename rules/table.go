@@ -38,6 +38,8 @@ type Table struct {
 	// topServers are the top level's origin or origins, compiled once;
 	// nil when none is set or they are invalid.
 	topServers []OriginServer
+	// topQueue is the top level's origin_queue, compiled once.
+	topQueue OriginQueue
 
 	MaxKeys int // keys tracked across all domains
 
@@ -130,8 +132,12 @@ type Domain struct {
 	// Routes are the domain's routes, in config order: a request goes
 	// to the group of the first that matches it, else to Upstream. When
 	// Upstream is nil the last route matches every request.
-	Routes  []*Route
-	Respond *Response
+	Routes []*Route
+	// OriginQueue is where the domain's requests wait for a server below
+	// its max_in_flight (the domain's own or the top level's), in any of
+	// its groups.
+	OriginQueue OriginQueue
+	Respond     *Response
 
 	// Proxied says the public listener serves the domain; Checked, that
 	// the check listener answers questions about it (serve). A domain

@@ -38,6 +38,16 @@ type OriginServer struct {
 	// admin API.
 	Name   string
 	Weight int
+	// MaxInFlight bounds the server's requests in flight; 0: no bound.
+	MaxInFlight int
+}
+
+// OriginQueue is where a domain's requests wait for a server below its
+// MaxInFlight: at most Max of them, each for at most Timeout (0: none
+// waits, a request finding every server at its bound is refused at once).
+type OriginQueue struct {
+	Max     int
+	Timeout time.Duration
 }
 
 // Balance is an upstream group's balancing policy.
@@ -136,6 +146,10 @@ const (
 	DefaultRetryAttempts  = 1
 	DefaultRetryBudget    = 0.2
 	MaxRetryAttempts      = 10
+	MaxOriginInFlight     = 1_000_000
+	DefaultOriginQueueMax = 1000
+	MaxOriginQueue        = 1_000_000
+	MaxOriginQueueTimeout = 10 * time.Minute
 	DefaultWhenDownStatus = 503
 	DefaultPassiveOn      = FailConnect | FailTimeout | Fail502 | Fail503 | Fail504
 	DefaultRetryOn        = FailConnect | FailReset
@@ -195,6 +209,9 @@ func compileOrigins(p *problems, path string, list []OriginConfig) []OriginServe
 		if w < 1 || w > MaxOriginWeight {
 			p.add(sp+".weight", "must be between 1 and %d, got %d", MaxOriginWeight, oc.Weight)
 		}
+		if m := oc.MaxInFlight; m < 0 || m > MaxOriginInFlight {
+			p.add(sp+".max_in_flight", "must be between 1 and %d (or 0 for no bound), got %d", MaxOriginInFlight, m)
+		}
 		if u == nil {
 			continue
 		}
@@ -213,7 +230,7 @@ func compileOrigins(p *problems, path string, list []OriginConfig) []OriginServe
 			p.add(sp+".url", "must have the path of the group's first server (%q), got %q", out[0].URL.EscapedPath(), name)
 			continue
 		}
-		out = append(out, OriginServer{URL: u, Name: name, Weight: w})
+		out = append(out, OriginServer{URL: u, Name: name, Weight: w, MaxInFlight: oc.MaxInFlight})
 	}
 	return out
 }
@@ -402,6 +419,27 @@ func compileRetries(p *problems, path string, rc *RetriesConfig) Retries {
 		}
 	}
 	return r
+}
+
+// compileOriginQueue compiles a domain's origin_queue (at path; "" the
+// top level's): nil is every default.
+func compileOriginQueue(p *problems, path string, qc *OriginQueueConfig) OriginQueue {
+	q := OriginQueue{Max: DefaultOriginQueueMax}
+	if qc == nil {
+		return q
+	}
+	path = keyPath(path, "origin_queue")
+	if qc.Max != 0 {
+		q.Max = qc.Max
+	}
+	if q.Max < 1 || q.Max > MaxOriginQueue {
+		p.add(path+".max", "must be between 1 and %d, got %d", MaxOriginQueue, qc.Max)
+	}
+	q.Timeout = qc.Timeout
+	if q.Timeout < 0 || q.Timeout > MaxOriginQueueTimeout {
+		p.add(path+".timeout", "must be between 0 (refused at once) and %s, got %s", fmtDuration(MaxOriginQueueTimeout), fmtDuration(q.Timeout))
+	}
+	return q
 }
 
 // firstExactHost returns the first host of hosts that is not a wildcard,

@@ -356,9 +356,10 @@
   }
 
   function renderOrigins(_, origins) {
-    // Domains of several servers or active checks, as the page's own
-    // rendering (a lone origin is in its domain's settings already).
-    const groups = ((origins && origins.domains) || []).filter(d => d.servers.length > 1 || d.checked || d.route || d.servers.some(s => s.drained));
+    // Groups of several servers, active checks, a max_in_flight or a
+    // server drained, and routes, as the page's own rendering (a lone
+    // origin is in its domain's settings already).
+    const groups = ((origins && origins.domains) || []).filter(d => d.servers.length > 1 || d.checked || d.route || d.queue || d.servers.some(s => s.drained));
     if (!groups.length) return null;
     const dash = '–';
     const rows = [];
@@ -372,7 +373,8 @@
           el('td', null, String(s.weight)),
           el('td', null, el('span', { class: s.healthy ? 'ok' : 'bad' }, s.healthy ? 'healthy' : 'out')),
           el('td', null, s.drained ? el('span', { class: 'bad' }, 'drained') : 'in rotation'),
-          el('td', null, count(s.in_flight)),
+          el('td', null, count(s.in_flight) + (s.max_in_flight ? ' of ' + count(s.max_in_flight) : '') +
+            (d.queue && d.queue.waiting ? ', ' + count(d.queue.waiting) + ' waiting' : '')),
           el('td', null, s.last_check ? s.last_check.outcome + ' (' + utc(s.last_check.at) + ')' : dash),
           el('td', null, count(s.ejections.passive) + ' passive, ' + count(s.ejections.active) + ' active'),
           el('td', null, el('button', {

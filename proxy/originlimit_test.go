@@ -338,3 +338,34 @@ func TestStatusPageMaxInFlight(t *testing.T) {
 		}
 	}
 }
+
+// TestRouteMaxInFlight: a route's server with max_in_flight 1 refuses
+// the route's second request while its first is at the origin, 503
+// origin_busy, on both paths, while the domain's own servers take the
+// rest; the route's limit shows under its route label.
+func TestRouteMaxInFlight(t *testing.T) {
+	o, rest := startGateOrigin(t), startGroupOrigin(t, "rest")
+	dc := rules.DomainConfig{
+		UpstreamConfig: rules.UpstreamConfig{Origins: origins(rest.URL)},
+		Routes: []rules.RouteConfig{{Name: "x", Match: &rules.RouteMatchConfig{PathPrefix: "/x"},
+			UpstreamConfig: rules.UpstreamConfig{Origins: []rules.OriginConfig{{URL: o.URL, MaxInFlight: 1}}}}},
+	}
+	ge := newGroupEnv(t, dc, rules.TimeoutsConfig{})
+	ge.paths(t, func(t *testing.T, addr string) {
+		first := ge.sendAsync(t.Context(), addr, "first")
+		o.next(t)
+		if r := ge.getResult(t, addr, "second"); !r.busy() {
+			t.Errorf("the route's second request: got %d Retry-After %q %q, want 503, 1, busy", r.status, r.retryAfter, r.body)
+		}
+		if st, body := ge.get(addr, "/other"); st != 200 || body != "rest" {
+			t.Errorf("/other: %d %q, want 200 from the domain's own server", st, body)
+		}
+		o.release <- struct{}{}
+		if r := <-first; r.status != 200 {
+			t.Errorf("the route's first request: %+v, want 200", r)
+		}
+	})
+	if body := metricsBody(t, ge.env); !strings.Contains(body, fmt.Sprintf(`edge_origin_max_in_flight{domain="api",route="x",server=%q} 1`, o.URL)) {
+		t.Errorf("metrics lack the route's edge_origin_max_in_flight")
+	}
+}

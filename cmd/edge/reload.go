@@ -72,11 +72,11 @@ func originTLSStamp(path string, t *rules.Table) []fileStamp {
 		return nil
 	}
 	var out []fileStamp
-	for _, d := range t.Domains {
-		if d.Upstream == nil || d.Upstream.TLS == nil {
-			continue
+	stamp := func(up *rules.Upstream) {
+		if up == nil || up.TLS == nil {
+			return
 		}
-		ot := d.Upstream.TLS
+		ot := up.TLS
 		for _, f := range []string{ot.CAFile, ot.ClientCertFile, ot.ClientKeyFile} {
 			if f == "" {
 				continue
@@ -87,6 +87,12 @@ func originTLSStamp(path string, t *rules.Table) []fileStamp {
 			}
 			out = append(out, st)
 		}
+	}
+	for _, d := range t.Domains {
+		for _, r := range d.Routes { // a route's origin_tls, its own or the domain's
+			stamp(r.Upstream)
+		}
+		stamp(d.Upstream)
 	}
 	return out
 }

@@ -176,3 +176,41 @@ func TestOriginTLSReload(t *testing.T) {
 	reload(cfg(two))
 	expect("another client certificate", "two", 2)
 }
+
+// TestOriginTLSPerRoute: a route of https servers speaks its own
+// origin_tls (mutual TLS) on both paths, beside the domain's own http
+// servers; a route of http servers ignores the origin_tls it inherits
+// from a domain of https servers.
+func TestOriginTLSPerRoute(t *testing.T) {
+	dir := t.TempDir()
+	ca := testpki.NewCA(t, dir, "ca")
+	client := ca.Client(t, "edge")
+	o, plain := startTLSGroupOrigin(t, ca, true), startGroupOrigin(t, "plain")
+	oc := rules.OriginTLSConfig{CAFile: ca.File, ServerName: "origin.test", ClientCertFile: client.CertFile, ClientKeyFile: client.KeyFile}
+	for _, tc := range []struct {
+		name string
+		dc   rules.DomainConfig
+	}{
+		{"the route's own", rules.DomainConfig{UpstreamConfig: rules.UpstreamConfig{Origins: origins(plain.URL)},
+			Routes: []rules.RouteConfig{{Name: "secure", Match: &rules.RouteMatchConfig{PathPrefix: "/x"},
+				UpstreamConfig: rules.UpstreamConfig{Origins: origins(o.URL), OriginTLS: &oc}}}}},
+		{"the domain's, ignored by an http route", rules.DomainConfig{UpstreamConfig: rules.UpstreamConfig{Origins: origins(o.URL), OriginTLS: &oc},
+			Routes: []rules.RouteConfig{{Name: "plain", Match: &rules.RouteMatchConfig{PathPrefix: "/other"},
+				UpstreamConfig: rules.UpstreamConfig{Origins: origins(plain.URL)}}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ge := newGroupEnv(t, tc.dc, rules.TimeoutsConfig{})
+			for _, addr := range []string{ge.fast, ge.slow} {
+				if st, body, _ := ge.send(t, addr, "GET", ""); st != 200 || !strings.HasPrefix(body, "edge ") { // /x: the https servers
+					t.Errorf("/x on %s: got %d %q, want 200 from the https origin, which saw edge's certificate", addr, st, body)
+				}
+				if st, body := ge.get(addr, "/other"); st != 200 || body != "plain" {
+					t.Errorf("/other on %s: got %d %q, want 200 from the http origin", addr, st, body)
+				}
+			}
+			if n := ge.fastAnswered.Load(); n < 2 {
+				t.Errorf("the fast path answered %d requests, want both of its own (https and http groups alike)", n)
+			}
+		})
+	}
+}

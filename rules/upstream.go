@@ -267,7 +267,12 @@ func compileUpstream(p *problems, uc UpstreamConfig, at map[string]string, serve
 		}
 	}
 	if uc.OriginTLS != nil {
-		up.TLS = compileOriginTLS(p, keyPath(at["origin_tls"], "origin_tls"), *uc.OriginTLS, servers, at["origin_tls"] != "")
+		// Its own: written where the group's servers are (a domain's, or
+		// a route's), not inherited from the top level, or from the
+		// domain by a route, where a group without https servers
+		// ignores it.
+		own := at["origin_tls"] != "" && (at["origin_tls"] == at["origins"] || at["origins"] == "")
+		up.TLS = compileOriginTLS(p, keyPath(at["origin_tls"], "origin_tls"), *uc.OriginTLS, servers, own)
 	}
 	return up
 }

@@ -240,3 +240,38 @@ func (u *Upstream) canTake(tried uint64, st *serverState, now time.Time) int {
 	}
 	return -1
 }
+
+// Offer gives the requests waiting for a server of u the slots free now
+// on its servers, the oldest waiter first: for when a server comes back
+// in rotation (undrained), which no slot given back would announce.
+// Without a queue that waits it does nothing.
+func (u *Upstream) Offer(now time.Time) {
+	q := u.queue
+	if q == nil {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for w := q.head; w != nil; {
+		next := w.next
+		if w.u == u {
+			if i := u.free(w.tried, now); i >= 0 {
+				q.remove(w)
+				w.ready <- i // buffered: never blocks
+			}
+		}
+		w = next
+	}
+}
+
+// free takes a slot on a server of u that a trip that tried the servers
+// of tried may use at now (canTake's rules) and returns its index, or -1
+// for none. The caller holds the queue's lock.
+func (u *Upstream) free(tried uint64, now time.Time) int {
+	for i, s := range u.servers {
+		if u.canTake(tried, s.st, now) == i && s.take() {
+			return i
+		}
+	}
+	return -1
+}

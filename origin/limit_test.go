@@ -354,3 +354,38 @@ func BenchmarkTripLimit(b *testing.B) {
 		})
 	}
 }
+
+// TestOfferAfterUndrain: a request waiting while the group's other
+// server is drained takes that server once it is undrained and offered,
+// without waiting for a slot to be given back.
+func TestOfferAfterUndrain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		drains := new(Drains)
+		q := newQueue(t, 10, time.Minute)
+		g := limited(t, UpstreamOptions{Drains: drains}, q, 1, 1)
+		drains.Drain(name(1))
+		_, a := hold(t, g)
+		if a.Name != name(0) {
+			t.Fatalf("held %s, want %s (the other is drained)", a.Name, name(0))
+		}
+		ch := waitFor(t.Context(), g)
+		synctest.Wait()
+		if n := q.Waiting(); n != 1 {
+			t.Fatalf("waiting %d, want 1", n)
+		}
+		g.Offer(t0) // nothing free yet: it waits on
+		synctest.Wait()
+		if n := q.Waiting(); n != 1 {
+			t.Fatalf("after an offer with nothing free: waiting %d, want 1", n)
+		}
+		drains.Undrain(name(1))
+		g.Offer(t0)
+		r := <-ch
+		if r.err != nil || r.s == nil || r.s.Name != name(1) {
+			t.Fatalf("the waiter: got %v, %v, want %s", r.s, r.err, name(1))
+		}
+		if n := r.s.InFlight(); n != 1 || q.Waiting() != 0 {
+			t.Errorf("in flight %d, waiting %d, want 1, 0", n, q.Waiting())
+		}
+	})
+}

@@ -91,8 +91,11 @@ func (p *Proxy) serveDrain(drain bool) http.HandlerFunc {
 		verb := "undrained"
 		if drain {
 			v.Changed, verb = d.drains.Drain(server), "drained"
-		} else {
-			v.Changed = d.drains.Undrain(server)
+		} else if v.Changed = d.drains.Undrain(server); v.Changed {
+			now := p.now()
+			for _, g := range d.groups {
+				g.origins.Offer(now) // its free slots to requests waiting in the origin queue
+			}
 		}
 		v.InFlight = d.inFlight(server)
 		if v.Changed {

@@ -128,7 +128,7 @@ func TestConnectionLimits(t *testing.T) {
 	}
 	// On the TLS listener, no handshake: the refused client gets no
 	// ServerHello.
-	tc := tls.Client(connect("127.0.0.3", e.tls, ""), &tls.Config{ServerName: "api.example.com", RootCAs: e.ca.pool})
+	tc := tls.Client(connect("127.0.0.3", e.tls, ""), &tls.Config{ServerName: "api.example.com", RootCAs: e.ca.Pool})
 	if err := tc.Handshake(); err == nil {
 		t.Error("a refused client's TLS handshake succeeded")
 	}
@@ -154,7 +154,7 @@ func TestConnectionLimits(t *testing.T) {
 		c.Close()
 	}
 	// Another client behind the balancer connects, TLS after its header.
-	tc = tls.Client(connect("127.0.0.2", e.tls, ppV2("198.51.100.2", false)), &tls.Config{ServerName: "api.example.com", RootCAs: e.ca.pool})
+	tc = tls.Client(connect("127.0.0.2", e.tls, ppV2("198.51.100.2", false)), &tls.Config{ServerName: "api.example.com", RootCAs: e.ca.Pool})
 	if err := tc.Handshake(); err != nil || !served(tc) {
 		t.Errorf("another client behind the balancer: %v", err)
 	}

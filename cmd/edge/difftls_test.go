@@ -42,7 +42,7 @@ func newDiffTLS(t testing.TB) *diffTLS {
 	ca.issue(t, dir, "diff", 24*time.Hour, "api.example.com", "www.example.com", "asked.example.com",
 		"plain.example.com", "limited.example.com", "small.example.com", "stream.example.com", "once.example.com",
 		"tok.example.com", "anon.example.com", "gql.example.com", "plans.example.com", "routed.example.com")
-	return &diffTLS{dir: dir, client: &tls.Config{ServerName: "api.example.com", RootCAs: ca.pool}}
+	return &diffTLS{dir: dir, client: &tls.Config{ServerName: "api.example.com", RootCAs: ca.Pool}}
 }
 
 // section is the tls section serving f's certificate, with the JA4 sent to

@@ -690,7 +690,7 @@ func newOriginTLSFix(t testing.TB) *originTLSFix {
 	must(t, err)
 	return &originTLSFix{
 		server:  &tls.Config{Certificates: []tls.Certificate{pair}, NextProtos: []string{"http/1.1"}},
-		section: fmt.Sprintf("origin_tls: {ca_file: %q}\n", ca.file),
+		section: fmt.Sprintf("origin_tls: {ca_file: %q}\n", ca.File),
 	}
 }
 

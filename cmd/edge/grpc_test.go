@@ -40,7 +40,7 @@ func grpcOrigin(t *testing.T) string {
 // grpcClient dials e's TLS listener as host with grpc-go.
 func (e *tlsEdge) grpcClient(t *testing.T, host string) *grpc.ClientConn {
 	t.Helper()
-	creds := credentials.NewTLS(&tls.Config{RootCAs: e.ca.pool, ServerName: host})
+	creds := credentials.NewTLS(&tls.Config{RootCAs: e.ca.Pool, ServerName: host})
 	conn, err := grpc.NewClient("passthrough:///"+e.tls, grpc.WithTransportCredentials(creds))
 	must(t, err)
 	t.Cleanup(func() { conn.Close() })

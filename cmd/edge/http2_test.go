@@ -68,7 +68,7 @@ func (e *tlsEdge) protoClient(proto string) *http.Client {
 	}
 	tr := &http.Transport{
 		Protocols:       &p,
-		TLSClientConfig: &tls.Config{RootCAs: e.ca.pool},
+		TLSClientConfig: &tls.Config{RootCAs: e.ca.Pool},
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			to := e.public
 			if strings.HasSuffix(addr, ":443") {
@@ -440,7 +440,7 @@ func TestHTTP2ALPN(t *testing.T) {
 	// curl too: --http2 over https speaks what edge offers.
 	for extra, want := range map[string]string{"": "2", "tls_http2_off": "1.1"} {
 		e := edges[extra]
-		out, err := exec.Command("curl", "-s", "--http2", "--cacert", e.ca.file, "--connect-to", "api.example.com:443:"+e.tls, "-o", "/dev/null", "-w", "%{http_version} %{http_code}",
+		out, err := exec.Command("curl", "-s", "--http2", "--cacert", e.ca.File, "--connect-to", "api.example.com:443:"+e.tls, "-o", "/dev/null", "-w", "%{http_version} %{http_code}",
 			"https://api.example.com/a").CombinedOutput()
 		if err != nil || string(out) != want+" 200" {
 			t.Errorf("curl --http2 (tls.http2 %q): %q, %v; want %q", extra, out, err, want+" 200")

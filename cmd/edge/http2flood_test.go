@@ -309,7 +309,7 @@ func TestHTTP2Floods(t *testing.T) {
 			var conf *tls.Config
 			addr := e.public
 			if tt.tls {
-				conf, addr = &tls.Config{RootCAs: e.ca.pool, ServerName: "api.example.com"}, e.tls
+				conf, addr = &tls.Config{RootCAs: e.ca.Pool, ServerName: "api.example.com"}, e.tls
 			}
 			h := dialH2(t, addr, conf)
 

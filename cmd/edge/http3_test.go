@@ -41,10 +41,10 @@ type h3Client struct {
 
 func (e *tlsEdge) h3Client(t testing.TB, conf *tls.Config, dial func(ctx context.Context, addr string, tc *tls.Config, qc *quic.Config) (*quic.Conn, error)) *h3Client {
 	c := &h3Client{}
-	tc := &tls.Config{RootCAs: e.ca.pool}
+	tc := &tls.Config{RootCAs: e.ca.Pool}
 	if conf != nil {
 		tc = conf.Clone()
-		tc.RootCAs = e.ca.pool
+		tc.RootCAs = e.ca.Pool
 	}
 	if dial == nil {
 		dial = quic.DialAddrEarly
@@ -345,7 +345,7 @@ func sendEarlyPOST(t *testing.T, e *tlsEdge, conf *tls.Config, hold time.Duratio
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	tc := conf.Clone()
-	tc.RootCAs, tc.ServerName, tc.NextProtos = e.ca.pool, "api.example.com", []string{http3.NextProtoH3}
+	tc.RootCAs, tc.ServerName, tc.NextProtos = e.ca.Pool, "api.example.com", []string{http3.NextProtoH3}
 	conn, err := dialHeld(t, e, hold)(ctx, e.tls, tc, &quic.Config{})
 	if err != nil {
 		t.Fatalf("dial: %v", err)
@@ -503,7 +503,7 @@ func initialPackets(t *testing.T, e *tlsEdge, n int) [][]byte {
 	tr := &quic.Transport{Conn: cc}
 	defer func() { cc.Close(); tr.Close() }() // the transport waits for its reads to end
 	// X25519 alone keeps the ClientHello in one packet.
-	tc := &tls.Config{ServerName: "api.example.com", NextProtos: []string{http3.NextProtoH3}, RootCAs: e.ca.pool,
+	tc := &tls.Config{ServerName: "api.example.com", NextProtos: []string{http3.NextProtoH3}, RootCAs: e.ca.Pool,
 		CurvePreferences: []tls.CurveID{tls.X25519}}
 	out := make([][]byte, 0, n)
 	for range n {
@@ -689,7 +689,7 @@ func TestHTTP3MaxConcurrentStreams(t *testing.T) {
 	e := startTLSEdge(t, h3Config(echoOrigin(t).URL, "http3: {max_concurrent_streams: 3}"))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	tc := &tls.Config{RootCAs: e.ca.pool, ServerName: "api.example.com", NextProtos: []string{http3.NextProtoH3}}
+	tc := &tls.Config{RootCAs: e.ca.Pool, ServerName: "api.example.com", NextProtos: []string{http3.NextProtoH3}}
 	conn, err := quic.DialAddr(ctx, e.tls, tc, &quic.Config{})
 	if err != nil {
 		t.Fatal(err)

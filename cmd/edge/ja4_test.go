@@ -131,7 +131,7 @@ func (c ja4Client) get(addr string, ca *testCA, n int) (string, error) {
 		_, port, _ := net.SplitHostPort(addr)
 		args := []string{"-sS", "--max-time", "10", "-H", "X-JA4: forged", "-w", "\n"}
 		if ca != nil {
-			args = append(args, "--cacert", ca.file)
+			args = append(args, "--cacert", ca.File)
 		} else {
 			args = append(args, "-k")
 		}
@@ -146,7 +146,7 @@ func (c ja4Client) get(addr string, ca *testCA, n int) (string, error) {
 	}
 	conf := c.conf.Clone()
 	if ca != nil {
-		conf.RootCAs = ca.pool
+		conf.RootCAs = ca.Pool
 	} else {
 		conf.InsecureSkipVerify = true
 	}

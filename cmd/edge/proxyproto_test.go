@@ -103,7 +103,7 @@ func exchangeOver(t *testing.T, e *tlsEdge, from, addr, header string, secure bo
 		return 0, ""
 	}
 	if secure {
-		tc := tls.Client(c, &tls.Config{ServerName: "api.example.com", RootCAs: e.ca.pool})
+		tc := tls.Client(c, &tls.Config{ServerName: "api.example.com", RootCAs: e.ca.Pool})
 		if err := tc.Handshake(); err != nil {
 			return 0, ""
 		}
@@ -243,7 +243,7 @@ backend edge-ssl
 			// redirects.
 			c := dialFrom(t, tt.from, fmt.Sprintf("127.0.0.1:%d", tt.port))
 			if tt.secure {
-				tc := tls.Client(c, &tls.Config{ServerName: "api.example.com", RootCAs: e.ca.pool})
+				tc := tls.Client(c, &tls.Config{ServerName: "api.example.com", RootCAs: e.ca.Pool})
 				must(t, tc.Handshake())
 				c = tc
 			}
@@ -291,7 +291,7 @@ func TestProxyProtocolHTTP2(t *testing.T) {
 			return c, nil
 		}
 		tr := &http.Transport{Protocols: &p, DialContext: dial,
-			TLSClientConfig: &tls.Config{RootCAs: e.ca.pool, ServerName: "api.example.com"}}
+			TLSClientConfig: &tls.Config{RootCAs: e.ca.Pool, ServerName: "api.example.com"}}
 		defer tr.CloseIdleConnections()
 		scheme := "http"
 		if secure {
@@ -301,7 +301,7 @@ func TestProxyProtocolHTTP2(t *testing.T) {
 				if err != nil {
 					return nil, err
 				}
-				tc := tls.Client(c, &tls.Config{RootCAs: e.ca.pool, ServerName: "api.example.com", NextProtos: []string{"h2"}})
+				tc := tls.Client(c, &tls.Config{RootCAs: e.ca.Pool, ServerName: "api.example.com", NextProtos: []string{"h2"}})
 				if err := tc.HandshakeContext(ctx); err != nil {
 					c.Close()
 					return nil, err

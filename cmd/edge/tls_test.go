@@ -3,17 +3,10 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -27,62 +20,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgerate/edge/internal/testpki"
 	"github.com/edgerate/edge/internal/wait"
 )
 
-// testCA signs the certificates of a TLS test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pool *x509.CertPool
-	file string // the CA's PEM file
-}
+// testCA signs the certificates of a TLS test: package testpki's CA, its
+// file ca.pem.
+type testCA struct{ *testpki.CA }
 
 func newTestCA(t testing.TB, dir string) *testCA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	must(t, err)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "edge test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	must(t, err)
-	cert, err := x509.ParseCertificate(der)
-	must(t, err)
-	ca := &testCA{cert: cert, key: key, pool: x509.NewCertPool(), file: filepath.Join(dir, "ca.pem")}
-	ca.pool.AddCert(cert)
-	must(t, os.WriteFile(ca.file, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
-	return ca
+	return &testCA{testpki.NewCAFile(t, dir, "ca", "edge test CA")}
 }
 
 // issue writes a certificate for names (DNS names or IP addresses), valid
 // for validFor, and its key, as name.pem and name.key in dir.
 func (ca *testCA) issue(t testing.TB, dir, name string, validFor time.Duration, names ...string) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	must(t, err)
-	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
-	must(t, err)
-	tmpl := &x509.Certificate{
-		SerialNumber: serial, Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(validFor),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	for _, n := range names {
-		if ip := net.ParseIP(n); ip != nil {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-		} else {
-			tmpl.DNSNames = append(tmpl.DNSNames, n)
-		}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	must(t, err)
-	kder, err := x509.MarshalPKCS8PrivateKey(key)
-	must(t, err)
-	must(t, os.WriteFile(filepath.Join(dir, name+".pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
-	must(t, os.WriteFile(filepath.Join(dir, name+".key"), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), 0o600))
+	ca.ServerIn(t, dir, name, validFor, names...)
 }
 
 // tlsEdge is an edge serving TLS, started in-process by run.
@@ -131,7 +86,7 @@ func startTLSEdge(t *testing.T, config string) *tlsEdge {
 func (e *tlsEdge) client(conf *tls.Config) *http.Client {
 	c := conf.Clone()
 	if c.RootCAs == nil {
-		c.RootCAs = e.ca.pool
+		c.RootCAs = e.ca.Pool
 	}
 	return &http.Client{Transport: &http.Transport{
 		TLSClientConfig:   c,
@@ -147,7 +102,7 @@ func (e *tlsEdge) client(conf *tls.Config) *http.Client {
 func (e *tlsEdge) handshake(conf *tls.Config) (string, tls.ConnectionState, error) {
 	c := conf.Clone()
 	if c.RootCAs == nil {
-		c.RootCAs = e.ca.pool
+		c.RootCAs = e.ca.Pool
 	}
 	d := &net.Dialer{Timeout: 5 * time.Second}
 	conn, err := tls.DialWithDialer(d, "tcp", e.tls, c)
@@ -531,13 +486,13 @@ func TestTLSRealClients(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Skip("curl is not installed")
 	}
-	out, err := exec.Command("curl", "-sS", "--cacert", e.ca.file, "--resolve", "api.example.com:"+port+":127.0.0.1",
+	out, err := exec.Command("curl", "-sS", "--cacert", e.ca.File, "--resolve", "api.example.com:"+port+":127.0.0.1",
 		"-D", "-", "https://api.example.com:"+port+"/v1").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "proto=https") || !strings.Contains(string(out), "strict-transport-security: max-age=3600") &&
 		!strings.Contains(string(out), "Strict-Transport-Security: max-age=3600") {
 		t.Errorf("curl: %v\n%s", err, out)
 	}
-	out, err = exec.Command("curl", "-sS", "--cacert", e.ca.file, "--tls-max", "1.1", "--resolve", "api.example.com:"+port+":127.0.0.1",
+	out, err = exec.Command("curl", "-sS", "--cacert", e.ca.File, "--tls-max", "1.1", "--resolve", "api.example.com:"+port+":127.0.0.1",
 		"https://api.example.com:"+port+"/").CombinedOutput()
 	if err == nil {
 		t.Errorf("curl --tls-max 1.1 succeeded:\n%s", out)
@@ -546,7 +501,7 @@ func TestTLSRealClients(t *testing.T) {
 		t.Skip("openssl is not installed")
 	}
 	for _, tt := range []struct{ sni, want string }{{"a.example.net", "CN = wild"}, {"other.example.org", "CN = other"}} {
-		cmd := exec.Command("openssl", "s_client", "-connect", e.tls, "-servername", tt.sni, "-CAfile", e.ca.file, "-verify_return_error")
+		cmd := exec.Command("openssl", "s_client", "-connect", e.tls, "-servername", tt.sni, "-CAfile", e.ca.File, "-verify_return_error")
 		cmd.Stdin = strings.NewReader("")
 		out, err := cmd.CombinedOutput()
 		if err != nil || !strings.Contains(string(out), tt.want) || !strings.Contains(string(out), "Verify return code: 0 (ok)") {

@@ -37,10 +37,17 @@ type Issued struct {
 // NewCA makes a CA named name whose files go in dir.
 func NewCA(t testing.TB, dir, name string) *CA {
 	t.Helper()
+	return NewCAFile(t, dir, name, name)
+}
+
+// NewCAFile makes a CA of common name cn whose certificate is file.pem in
+// dir, as are the certificates it issues.
+func NewCAFile(t testing.TB, dir, file, cn string) *CA {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	check(t, err)
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
 	}
@@ -48,7 +55,7 @@ func NewCA(t testing.TB, dir, name string) *CA {
 	check(t, err)
 	cert, err := x509.ParseCertificate(der)
 	check(t, err)
-	ca := &CA{Cert: cert, key: key, Pool: x509.NewCertPool(), File: filepath.Join(dir, name+".pem"), dir: dir}
+	ca := &CA{Cert: cert, key: key, Pool: x509.NewCertPool(), File: filepath.Join(dir, file+".pem"), dir: dir}
 	ca.Pool.AddCert(cert)
 	check(t, os.WriteFile(ca.File, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
 	return ca
@@ -58,23 +65,29 @@ func NewCA(t testing.TB, dir, name string) *CA {
 // as name.pem and name.key.
 func (ca *CA) Server(t testing.TB, name string, names ...string) Issued {
 	t.Helper()
-	return ca.issue(t, name, x509.ExtKeyUsageServerAuth, names)
+	return ca.issue(t, ca.dir, name, 24*time.Hour, x509.ExtKeyUsageServerAuth, names)
+}
+
+// ServerIn is Server with its files in dir, valid for validFor.
+func (ca *CA) ServerIn(t testing.TB, dir, name string, validFor time.Duration, names ...string) Issued {
+	t.Helper()
+	return ca.issue(t, dir, name, validFor, x509.ExtKeyUsageServerAuth, names)
 }
 
 // Client issues a client certificate with common name name.
 func (ca *CA) Client(t testing.TB, name string) Issued {
 	t.Helper()
-	return ca.issue(t, name, x509.ExtKeyUsageClientAuth, nil)
+	return ca.issue(t, ca.dir, name, 24*time.Hour, x509.ExtKeyUsageClientAuth, nil)
 }
 
-func (ca *CA) issue(t testing.TB, name string, usage x509.ExtKeyUsage, names []string) Issued {
+func (ca *CA) issue(t testing.TB, dir, name string, validFor time.Duration, usage x509.ExtKeyUsage, names []string) Issued {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	check(t, err)
 	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
 	check(t, err)
 	tmpl := &x509.Certificate{
 		SerialNumber: serial, Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(validFor),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
 	}
 	for _, n := range names {
@@ -90,7 +103,7 @@ func (ca *CA) issue(t testing.TB, name string, usage x509.ExtKeyUsage, names []s
 	check(t, err)
 	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder})
-	is := Issued{CertFile: filepath.Join(ca.dir, name+".pem"), KeyFile: filepath.Join(ca.dir, name+".key")}
+	is := Issued{CertFile: filepath.Join(dir, name+".pem"), KeyFile: filepath.Join(dir, name+".key")}
 	check(t, os.WriteFile(is.CertFile, certPEM, 0o600))
 	check(t, os.WriteFile(is.KeyFile, keyPEM, 0o600))
 	is.Pair, err = tls.X509KeyPair(certPEM, keyPEM)

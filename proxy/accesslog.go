@@ -253,14 +253,16 @@ func connLeaver(ctx context.Context) leaver {
 }
 
 // noteLeft notes, once the origin has answered a forward of ex (or
-// failed), whether its client has left meanwhile, when the access log
-// reports it: it is then logged 499, as nginx logs a client that closed
+// failed), whether its client has left meanwhile, for the access log
+// (called only when it reports ex, logged): it is then logged 499, as nginx logs a client that closed
 // while its request was at the origin. A client that only half-closed
 // sends the same FIN, and still gets the answer. Only forwards: an answer
 // edge makes at once is logged as it was sent (fail2ban counts 429s).
-func (ex *exchange) noteLeft(l leaver) {
-	ex.left = l != nil && ex.st != nil && ex.st.alog != nil && l.Left()
-}
+func (ex *exchange) noteLeft(l leaver) { ex.left = l != nil && l.Left() }
+
+// logged reports whether the access log reports ex's request (ex may be
+// nil): only then is it asked whether its client left.
+func (ex *exchange) logged() bool { return ex != nil && ex.st != nil && ex.st.alog != nil }
 
 // Unwrap gives http.ResponseController (ReverseProxy's flushes and
 // upgrades) the server's writer.

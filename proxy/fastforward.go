@@ -155,7 +155,9 @@ func (p *Proxy) forwardFast(ex *exchange, head *Head, out []byte) []byte {
 	var resp *http.Response
 	if err = ferr; err == nil {
 		oc, resp, err = p.fastTrips(ex, fo, &r, &req, body, &fb, s.buf[:])
-		ex.noteLeft(h.Client)
+		if ex.logged() {
+			ex.noteLeft(h.Client)
+		}
 	}
 	if err != nil {
 		if ce := (errClientBody{}); errors.As(err, &ce) {

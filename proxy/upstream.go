@@ -331,7 +331,7 @@ func (t upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		replay = ex.body.r.(*prefixReader).buf
 	}
 	var lastErr error
-	if ex != nil {
+	if ex.logged() {
 		defer ex.noteLeft(connLeaver(req.Context()))
 	}
 	for {

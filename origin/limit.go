@@ -213,32 +213,39 @@ func (u *Upstream) release(s *Server, now time.Time) {
 }
 
 // canTake returns the index of u's server on st if a trip that tried the
-// servers of tried may take the
-// slot given back on it at now (not tried, not drained, healthy or the
-// group in panic mode, and below its MaxInFlight once the slot is given
-// back), else -1. The caller holds the queue's lock.
+// servers of tried may take the slot given back on it at now (eligible,
+// and below its MaxInFlight once the slot is given back), else -1. The
+// caller holds the queue's lock.
 func (u *Upstream) canTake(tried uint64, st *serverState, now time.Time) int {
 	for i, s := range u.servers {
 		if s.st != st {
 			continue
 		}
-		if tried&(1<<i) != 0 || u.drainedMask()&(1<<i) != 0 || s.MaxInFlight > 0 && st.inFlight.Load() > s.MaxInFlight {
+		if !u.eligible(i, tried, now) || s.MaxInFlight > 0 && st.inFlight.Load() > s.MaxInFlight {
 			return -1
-		}
-		if !s.Healthy(now) && len(u.servers) > 1 {
-			healthy := 0
-			for _, o := range u.servers {
-				if o.Healthy(now) {
-					healthy++
-				}
-			}
-			if healthy*2 >= len(u.servers) {
-				return -1 // not in panic mode: an unhealthy server is not chosen
-			}
 		}
 		return i
 	}
 	return -1
+}
+
+// eligible reports whether a trip that tried the servers of tried may be
+// handed servers[i] at now: not tried, not drained, and healthy or the
+// group in panic mode.
+func (u *Upstream) eligible(i int, tried uint64, now time.Time) bool {
+	if tried&(1<<i) != 0 || u.drainedMask()&(1<<i) != 0 {
+		return false
+	}
+	if u.servers[i].Healthy(now) || len(u.servers) == 1 {
+		return true
+	}
+	healthy := 0
+	for _, o := range u.servers {
+		if o.Healthy(now) {
+			healthy++
+		}
+	}
+	return healthy*2 < len(u.servers) // panic mode: an unhealthy server is chosen too
 }
 
 // Offer gives the requests waiting for a server of u the slots free now
@@ -265,11 +272,12 @@ func (u *Upstream) Offer(now time.Time) {
 }
 
 // free takes a slot on a server of u that a trip that tried the servers
-// of tried may use at now (canTake's rules) and returns its index, or -1
-// for none. The caller holds the queue's lock.
+// of tried may use at now (eligible, and below its MaxInFlight: take)
+// and returns its index, or -1 for none. The caller holds the queue's
+// lock.
 func (u *Upstream) free(tried uint64, now time.Time) int {
 	for i, s := range u.servers {
-		if u.canTake(tried, s.st, now) == i && s.take() {
+		if u.eligible(i, tried, now) && s.take() {
 			return i
 		}
 	}

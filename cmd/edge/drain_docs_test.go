@@ -113,23 +113,8 @@ domains:
 	// and its requests in flight.
 	drained := func(node string) (bool, int64) {
 		t.Helper()
-		req, _ := http.NewRequest("GET", "http://"+node+"/v1/origins", nil)
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var v struct {
-			Domains []struct {
-				Servers []struct {
-					Server   string `json:"server"`
-					Drained  bool   `json:"drained"`
-					InFlight int64  `json:"in_flight"`
-				} `json:"servers"`
-			} `json:"domains"`
-		}
-		if err := json.NewDecoder(resp.Body).Decode(&v); err != nil || len(v.Domains) != 1 || v.Domains[0].Servers[0].Server != a {
+		v, err := originsAt(t, "http://"+node, token)
+		if err != nil || len(v.Domains) != 1 || v.Domains[0].Servers[0].Server != a {
 			t.Fatalf("GET /v1/origins of %s: %+v %v", node, v, err)
 		}
 		s := v.Domains[0].Servers[0]
@@ -193,4 +178,31 @@ domains:
 			t.Errorf("after VERB=undrain a is still drained on %s", node)
 		}
 	}
+}
+
+// originsDoc is what the drain tests read of GET /v1/origins.
+type originsDoc struct {
+	Domains []struct {
+		Servers []struct {
+			Server   string `json:"server"`
+			Drained  bool   `json:"drained"`
+			InFlight int64  `json:"in_flight"`
+		} `json:"servers"`
+	} `json:"domains"`
+}
+
+// originsAt returns GET /v1/origins of the admin API at base, asked with
+// token, decoded.
+func originsAt(t *testing.T, base, token string) (originsDoc, error) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", base+"/v1/origins", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v originsDoc
+	err = json.NewDecoder(resp.Body).Decode(&v)
+	return v, err
 }

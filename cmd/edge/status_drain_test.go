@@ -3,7 +3,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -131,22 +130,8 @@ domains:
 			if last := seen[len(seen)-1]; last.method != "POST" || last.status != http.StatusForbidden {
 				t.Errorf("the cross-origin form's request: %+v, want a POST refused 403", last)
 			}
-			req, _ := http.NewRequest("GET", s.url+"/v1/origins", nil)
-			req.Header.Set("Authorization", "Bearer "+token)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			var v struct {
-				Domains []struct {
-					Servers []struct {
-						Server  string `json:"server"`
-						Drained bool   `json:"drained"`
-					} `json:"servers"`
-				} `json:"domains"`
-			}
-			if err := json.NewDecoder(resp.Body).Decode(&v); err != nil || len(v.Domains) != 1 || v.Domains[0].Servers[0].Drained {
+			v, err := originsAt(t, s.url, token)
+			if err != nil || len(v.Domains) != 1 || v.Domains[0].Servers[0].Drained {
 				t.Errorf("after the cross-origin form: %+v (%v), want %s in rotation", v, err, a)
 			}
 		})

@@ -46,18 +46,14 @@ func (ex *exchange) routeTo(path string, cleaned bool) {
 }
 
 // groupFor returns the group of d that takes a request with method and
-// path (cleaned): the first route's that matches, else the last group,
-// which takes every request the others do not (the domain's own, or a
-// route that matches every request: rules refuses a config where it
-// would not).
+// path (cleaned): the group of the route rules.Domain.Route finds (the
+// groups are the routes' in order, newGroups), else the last group, the
+// domain's own.
 func (d *domain) groupFor(method, path string) *serverGroup {
-	last := len(d.groups) - 1
-	for _, g := range d.groups[:last] {
-		if g.route.Matches(method, path) {
-			return g
-		}
+	if r := d.Route(method, path); r != nil {
+		return d.groups[r.Index]
 	}
-	return d.groups[last]
+	return d.groups[len(d.groups)-1]
 }
 
 // lookup returns the domain that claims a normalised host on the public
